@@ -1,0 +1,58 @@
+"""Backend registries: name -> lazily imported factory, with clear errors."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from rkvoice.errors import RkvoiceError
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    target: str  # "package.module:ClassName", imported only when used
+    summary: str
+    install_hint: str = ""
+
+
+class Registry:
+    """Maps backend names to factories for one stage kind (tts, asr, wake, llm, player)."""
+
+    def __init__(self, stage: str) -> None:
+        self.stage = stage
+        self._backends: dict[str, Backend] = {}
+
+    def register(self, name: str, target: str, summary: str, install_hint: str = "") -> None:
+        self._backends[name] = Backend(name, target, summary, install_hint)
+
+    def names(self) -> list[str]:
+        return sorted(self._backends)
+
+    def backend(self, name: str) -> Backend:
+        try:
+            return self._backends[name]
+        except KeyError:
+            raise RkvoiceError(
+                self.stage,
+                "unknown-backend",
+                f"unknown {self.stage} backend {name!r}; choose one of: {', '.join(self.names())}",
+            ) from None
+
+    def factory(self, name: str) -> Callable[..., Any]:
+        backend = self.backend(name)
+        module_name, _, attr = backend.target.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            hint = backend.install_hint or "run ./install.sh for this profile"
+            raise RkvoiceError(
+                self.stage,
+                "missing-dependency",
+                f"{self.stage} backend {name!r} needs {exc.name or exc}: {hint}",
+            ) from exc
+        return getattr(module, attr)
+
+    def create(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return self.factory(name)(*args, **kwargs)
