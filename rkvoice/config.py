@@ -1,0 +1,200 @@
+"""Configuration: repo ``config.yaml`` defaults -> ``/etc/rkvoice/config.yaml`` -> CLI flags.
+
+Every section is a frozen dataclass. Loading walks the YAML tree against the dataclass
+fields, so an unknown key or a value of the wrong type is an error naming its path
+(``tts.threads: expected int, got 'two'``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rkvoice.errors import RkvoiceError
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG = ROOT / "config.yaml"
+SYSTEM_CONFIG = Path("/etc/rkvoice/config.yaml")
+
+
+@dataclass(frozen=True)
+class TtsConfig:
+    engine: str = "auto"
+    """Engine name from the TTS registry, or "auto" for the best installed one for the text."""
+    threads: int = 1
+    """Intra-op threads per ONNX session (1 beat 2 for the small voices on 2 cores)."""
+    speed: float = 1.0
+    sid: int = 0
+    first_chars: int = 24
+    """Longest first piece (characters): the first sound waits for it."""
+    chunk_chars: int = 40
+    matcha_core_mask: str = "auto"
+    """NPU core mask for RKNNLite: auto, 0, 1, 0_1."""
+
+
+@dataclass(frozen=True)
+class AudioConfig:
+    player: str = "auto"
+    """aplay, sounddevice, wav, null, or auto (aplay or sounddevice if a device exists, else wav)."""
+    device: str = "default"
+    """ALSA device for aplay / sounddevice device name."""
+    output_rate: int = 16000
+    block_ms: int = 20
+    """Size of the fixed output blocks handed to the player."""
+    crossfade_ms: int = 10
+    input: str = "sounddevice"
+    """Microphone source: sounddevice or arecord."""
+    input_device: str = "default"
+
+
+@dataclass(frozen=True)
+class ModelsConfig:
+    dir: str = "models"
+    """Where model files live; relative paths are taken from the install directory."""
+    profile: str = "portable"
+
+    @property
+    def path(self) -> Path:
+        p = Path(self.dir)
+        return p if p.is_absolute() else ROOT / p
+
+
+@dataclass(frozen=True)
+class Config:
+    tts: TtsConfig = field(default_factory=TtsConfig)
+    audio: AudioConfig = field(default_factory=AudioConfig)
+    models: ModelsConfig = field(default_factory=ModelsConfig)
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp))
+
+
+def _convert(value: Any, tp: Any, path: str) -> Any:
+    """Check (and lightly coerce) one YAML value against a dataclass field type."""
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise RkvoiceError("config", "bad-type", f"{path}: expected a mapping, got {value!r}")
+        return _build(tp, value, path)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(value, arg, path)
+            except RkvoiceError:
+                continue
+        raise RkvoiceError("config", "bad-type", f"{path}: {value!r} is not a {tp}")
+    if origin in (list, tuple):
+        (item_tp, *_) = typing.get_args(tp) or (Any,)
+        if not isinstance(value, (list, tuple)):
+            raise RkvoiceError("config", "bad-type", f"{path}: expected a list, got {value!r}")
+        items = [_convert(v, item_tp, f"{path}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+    elif isinstance(value, tp):
+        return value
+    raise RkvoiceError("config", "bad-type", f"{path}: expected {_type_name(tp)}, got {value!r}")
+
+
+def _build(cls: Any, data: dict[str, Any], path: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        key_path = f"{path}.{key}" if path else str(key)
+        if key not in names:
+            raise RkvoiceError(
+                "config",
+                "unknown-key",
+                f"unknown config key {key_path!r}; known keys here: {', '.join(sorted(names))}",
+            )
+        kwargs[key] = _convert(value, hints[key], key_path)
+    return cls(**kwargs)
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RkvoiceError("config", "unreadable", f"cannot read {path}: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise RkvoiceError("config", "bad-yaml", f"{path} is not valid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise RkvoiceError("config", "bad-yaml", f"{path} must hold a mapping at the top level")
+    return data
+
+
+def parse_override(item: str) -> dict[str, Any]:
+    """``"tts.threads=2"`` -> ``{"tts": {"threads": 2}}`` (the value parsed as YAML)."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise RkvoiceError("config", "bad-override", f"--set expects KEY=VALUE, got {item!r}")
+    value = yaml.safe_load(raw) if raw.strip() else ""
+    node: dict[str, Any] = {}
+    cur = node
+    parts = key.strip().split(".")
+    for part in parts[:-1]:
+        cur[part] = {}
+        cur = cur[part]
+    cur[parts[-1]] = value
+    return node
+
+
+def load_config(
+    overrides: list[dict[str, Any]] | None = None,
+    files: list[Path] | None = None,
+) -> Config:
+    """Merge the default file, the system file (if present, or $RKVOICE_CONFIG) and overrides."""
+    if files is None:
+        files = [DEFAULT_CONFIG]
+        env = os.environ.get("RKVOICE_CONFIG")
+        if env:
+            files.append(Path(env))
+        elif SYSTEM_CONFIG.exists():
+            files.append(SYSTEM_CONFIG)
+    data: dict[str, Any] = {}
+    for path in files:
+        if path.exists() or path != DEFAULT_CONFIG:
+            data = _merge(data, _read_yaml(path))
+    for over in overrides or []:
+        data = _merge(data, over)
+    return _build(Config, data)
