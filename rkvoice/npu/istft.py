@@ -1,0 +1,193 @@
+"""Inverse STFT in numpy for Vocos-style vocoders (magnitude + phase -> waveform).
+
+Vocos predicts the STFT of the waveform; the inverse transform runs on the CPU. The
+parameters come from the vocoder's configuration (ONNX metadata ``n_fft``, ``hop_length``,
+``win_length``, ``window_type``, ``center``, ``normalized``; the same keys in config.yaml
+for an .rknn file, which carries no metadata). Semantics follow ``torch.istft``: a
+periodic window, overlap-add, division by the summed squared window, and with ``center``
+the first and last ``n_fft // 2`` samples are dropped, so ``T`` frames give
+``hop * (T - 1)`` samples.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from rkvoice.errors import RkvoiceError
+
+log = logging.getLogger(__name__)
+
+_WINDOWS = ("hann", "hamming", "povey", "rectangular")
+
+
+@dataclass(frozen=True)
+class StftConfig:
+    n_fft: int = 1024
+    hop_length: int = 256
+    win_length: int = 1024
+    window: str = "hann"
+    center: bool = True
+    normalized: bool = False
+
+    def __post_init__(self) -> None:
+        if self.n_fft < 2 or self.hop_length < 1 or not 1 <= self.win_length <= self.n_fft:
+            raise RkvoiceError(
+                "tts",
+                "bad-stft-config",
+                f"STFT config needs n_fft >= 2, hop_length >= 1 and 1 <= win_length <= n_fft; "
+                f"got n_fft={self.n_fft}, hop_length={self.hop_length}, "
+                f"win_length={self.win_length}",
+            )
+        if self.window not in _WINDOWS:
+            raise RkvoiceError(
+                "tts",
+                "bad-stft-config",
+                f"unknown STFT window {self.window!r}; choose one of: {', '.join(_WINDOWS)}",
+            )
+        if self.hop_length > self.win_length:
+            raise RkvoiceError(
+                "tts",
+                "bad-stft-config",
+                f"hop_length {self.hop_length} > win_length {self.win_length}: "
+                "frames would not overlap and the signal cannot be reconstructed",
+            )
+
+    @property
+    def bins(self) -> int:
+        return self.n_fft // 2 + 1
+
+    @classmethod
+    def from_metadata(cls, meta: Mapping[str, Any], base: "StftConfig | None" = None) -> "StftConfig":
+        """Build from ONNX custom metadata (string values), falling back to ``base``."""
+        b = base or cls()
+
+        def num(key: str, default: int) -> int:
+            raw = meta.get(key)
+            if raw is None or raw == "":
+                return default
+            try:
+                return int(raw)
+            except (TypeError, ValueError):
+                raise RkvoiceError(
+                    "tts", "bad-stft-config", f"vocoder metadata {key}={raw!r} is not an integer"
+                ) from None
+
+        window = str(meta.get("window_type", b.window) or b.window)
+        return cls(
+            n_fft=num("n_fft", b.n_fft),
+            hop_length=num("hop_length", b.hop_length),
+            win_length=num("win_length", b.win_length),
+            window=window,
+            center=bool(num("center", int(b.center))),
+            normalized=bool(num("normalized", int(b.normalized))),
+        )
+
+    def num_samples(self, frames: int) -> int:
+        """Output length of ``istft`` for ``frames`` frames."""
+        if frames <= 0:
+            return 0
+        if self.center:
+            return self.hop_length * (frames - 1)
+        return self.n_fft + self.hop_length * (frames - 1)
+
+
+def make_window(cfg: StftConfig) -> np.ndarray:
+    """Periodic analysis/synthesis window of ``win_length``, zero-padded (centred) to n_fft."""
+    n = cfg.win_length
+    k = np.arange(n, dtype=np.float64)
+    if cfg.window == "hann":
+        w = 0.5 - 0.5 * np.cos(2.0 * np.pi * k / n)
+    elif cfg.window == "hamming":
+        w = 0.54 - 0.46 * np.cos(2.0 * np.pi * k / n)
+    elif cfg.window == "povey":
+        w = (0.5 - 0.5 * np.cos(2.0 * np.pi * k / n)) ** 0.85
+    else:
+        w = np.ones(n)
+    left = (cfg.n_fft - n) // 2
+    return np.pad(w, (left, cfg.n_fft - n - left))
+
+
+def stft(signal: np.ndarray, cfg: StftConfig) -> np.ndarray:
+    """Complex STFT [bins, frames] of a 1-D signal (the forward transform ``istft`` inverts)."""
+    x = np.asarray(signal, dtype=np.float64)
+    if x.ndim != 1:
+        raise RkvoiceError("tts", "bad-shape", f"stft expects a 1-D signal, got shape {x.shape}")
+    if cfg.center:
+        pad = cfg.n_fft // 2
+        mode = "reflect" if len(x) > pad else "constant"
+        x = np.pad(x, (pad, pad), mode=mode)
+    if len(x) < cfg.n_fft:
+        raise RkvoiceError("tts", "bad-shape", f"signal of {len(signal)} samples is shorter than n_fft")
+    frames = 1 + (len(x) - cfg.n_fft) // cfg.hop_length
+    idx = np.arange(cfg.n_fft)[None, :] + cfg.hop_length * np.arange(frames)[:, None]
+    spec = np.fft.rfft(x[idx] * make_window(cfg)[None, :], axis=1)
+    if cfg.normalized:
+        spec = spec / np.sqrt(cfg.n_fft)
+    return spec.T
+
+
+def istft(spec: np.ndarray, cfg: StftConfig, length: int | None = None) -> np.ndarray:
+    """Inverse of ``stft``: complex [bins, frames] (or [1, bins, frames]) -> float32 samples."""
+    s = np.asarray(spec)
+    if s.ndim == 3 and s.shape[0] == 1:
+        s = s[0]
+    if s.ndim != 2 or s.shape[0] != cfg.bins:
+        raise RkvoiceError(
+            "tts",
+            "bad-shape",
+            f"istft expects [{cfg.bins}, frames] for n_fft={cfg.n_fft}, got shape {np.shape(spec)}; "
+            "check n_fft in the vocoder configuration",
+        )
+    frames_n = s.shape[1]
+    if frames_n == 0:
+        return np.zeros(0, dtype=np.float32)
+    n_fft, hop = cfg.n_fft, cfg.hop_length
+    win = make_window(cfg)
+    frames = np.fft.irfft(s.T, n=n_fft, axis=1)  # [T, n_fft]
+    if cfg.normalized:
+        frames = frames * np.sqrt(n_fft)
+    frames *= win[None, :]
+
+    # Overlap-add in hop-sized blocks: r strided adds instead of a Python loop over frames.
+    r = -(-n_fft // hop)
+    width = r * hop
+    if width != n_fft:
+        frames = np.pad(frames, ((0, 0), (0, width - n_fft)))
+    total = (frames_n + r - 1) * hop
+    out = np.zeros(total, dtype=np.float64)
+    env = np.zeros(total, dtype=np.float64)
+    wsq = np.pad(win * win, (0, width - n_fft))
+    for k in range(r):
+        block = frames[:, k * hop : (k + 1) * hop].reshape(-1)
+        out[k * hop : k * hop + frames_n * hop] += block
+        env[k * hop : k * hop + frames_n * hop] += np.tile(wsq[k * hop : (k + 1) * hop], frames_n)
+
+    start = n_fft // 2 if cfg.center else 0
+    n_out = cfg.num_samples(frames_n) if length is None else length
+    out = out[start : start + n_out]
+    env = env[start : start + n_out]
+    ok = env > 1e-11
+    if not ok.all():
+        log.debug("istft: %d samples with a zero window envelope", int((~ok).sum()))
+    out[ok] /= env[ok]
+    out[~ok] = 0.0
+    if len(out) < n_out:
+        out = np.pad(out, (0, n_out - len(out)))
+    return out.astype(np.float32)
+
+
+def istft_mag_phase(mag: np.ndarray, phase: np.ndarray, cfg: StftConfig, length: int | None = None) -> np.ndarray:
+    """ISTFT from magnitude and phase (radians), both [bins, frames] or [1, bins, frames]."""
+    return istft(np.asarray(mag) * np.exp(1j * np.asarray(phase)), cfg, length)
+
+
+def istft_mag_xy(
+    mag: np.ndarray, x: np.ndarray, y: np.ndarray, cfg: StftConfig, length: int | None = None
+) -> np.ndarray:
+    """ISTFT from Vocos's three outputs: magnitude, x = cos(phase), y = sin(phase)."""
+    m = np.asarray(mag, dtype=np.float64)
+    return istft(m * np.asarray(x, dtype=np.float64) + 1j * (m * np.asarray(y, dtype=np.float64)), cfg, length)
