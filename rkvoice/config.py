@@ -67,10 +67,88 @@ class ModelsConfig:
 
 
 @dataclass(frozen=True)
+class HearConfig:
+    asr: str = "auto"
+    """ASR engine: whisper (portable), paraformer (board), or auto (by models.profile)."""
+    wake: str = "auto"
+    """Wake engine: asr-match (portable), kws (board), or auto (by models.profile)."""
+    wake_phrase: str = "小智小智"
+    wake_tolerance: float = 0.75
+    """asr-match: largest pinyin mismatch cost accepted (a syllable off by initial or final = 0.5)."""
+    kws_threshold: float = 0.25
+    kws_score: float = 1.5
+    threads: int = 2
+    """Threads for the ASR engine."""
+    whisper_beam: int = 1
+    vad_threshold: float = 0.5
+    trailing_silence_ms: int = 500
+    """A request ends after this much silence."""
+    min_speech_ms: int = 250
+    max_request_s: float = 12.0
+    listen_timeout_s: float = 6.0
+    """After a wake, give up if no speech starts within this time."""
+    follow_up_s: float = 6.0
+    """After an answer, speech within this window is a request without the wake phrase."""
+    ack: str = "chime"
+    """Wake acknowledgement: chime, voice (ack_text synthesised once at start-up) or none."""
+    ack_text: str = "我在"
+    frame_ms: int = 32
+
+
+@dataclass(frozen=True)
+class StateConfig:
+    dir: str = ""
+    """User state (todos, reminders); empty = $XDG_STATE_HOME/rkvoice, relative = under the install dir."""
+
+    @property
+    def path(self) -> Path:
+        from rkvoice.state import resolve_state_dir
+
+        return resolve_state_dir(self.dir, ROOT)
+
+
+@dataclass(frozen=True)
+class LlmConfig:
+    engine: str = "auto"
+    """llama (llama.cpp, portable), rkllm (RKLLM runtime on the NPU, board), or auto by profile."""
+    model: str = ""
+    """Model file; empty = the profile's default, relative = under models.dir."""
+    threads: int = 2
+    context: int = 2048
+    max_tokens: int = 200
+    """Longest answer in tokens; generation stops there."""
+    max_answer_chars: int = 240
+    """Longest spoken answer in characters; the rest is cut at a sentence end."""
+    temperature: float = 0.7
+    top_p: float = 0.8
+    top_k: int = 20
+    repeat_penalty: float = 1.05
+    timeout_s: float = 30.0
+    """Generation taking longer than this is aborted and the user is told."""
+    history_turns: int = 4
+    """Earlier question/answer pairs kept in the prompt."""
+    system_prompt: str = (
+        "你是小智，一个在本地设备上离线运行的中文语音助手。用口语化的简体中文回答，"
+        "简短，一般不超过三句话；不要用列表、表格、表情符号、代码或英文缩写。"
+        "现在是{now}。"
+    )
+    """{now} is replaced by today's date and time in spoken Chinese."""
+    rkllm_abi: str = "1.2"
+    """librkllmrt.so ABI on the board: 1.2 (1.2.1-1.2.3) or 1.3 (1.3.0)."""
+    rkllm_lib: str = "librkllmrt.so"
+    rkllm_base_domain_id: int = 1
+    rkllm_cpus_mask: int = 0xF0
+    """CPUs for the runtime's threads (0xF0 = the four A72 cores of the RK3576)."""
+
+
+@dataclass(frozen=True)
 class Config:
     tts: TtsConfig = field(default_factory=TtsConfig)
     audio: AudioConfig = field(default_factory=AudioConfig)
     models: ModelsConfig = field(default_factory=ModelsConfig)
+    state: StateConfig = field(default_factory=StateConfig)
+    llm: LlmConfig = field(default_factory=LlmConfig)
+    hear: HearConfig = field(default_factory=HearConfig)
 
 
 def _type_name(tp: Any) -> str:
