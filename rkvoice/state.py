@@ -1,0 +1,122 @@
+"""User state on disk (todos, reminders): one JSON file per kind, written atomically.
+
+A write goes to a temporary file in the same directory, is flushed and fsynced, then
+``os.replace``d over the old file and the directory is fsynced: a crash (even ``kill -9``)
+leaves either the complete old state or the complete new one. A file that does not parse is
+moved aside (``todos.json.corrupt-<time>``) with a warning, never silently emptied.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from rkvoice.errors import RkvoiceError
+
+log = logging.getLogger(__name__)
+
+
+def default_state_dir() -> Path:
+    """``$XDG_STATE_HOME/rkvoice``, else ``~/.local/state/rkvoice`` (systemd uses /var/lib/rkvoice)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "rkvoice"
+
+
+def resolve_state_dir(configured: str, root: Path) -> Path:
+    """The configured directory: empty = default, relative = under the install dir ``root``."""
+    if not configured:
+        return default_state_dir()
+    p = Path(configured).expanduser()
+    return p if p.is_absolute() else root / p
+
+
+class StateStore:
+    """Reads and atomically writes named JSON documents under one directory."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = Path(directory)
+        self._lock = threading.Lock()
+
+    def path(self, name: str) -> Path:
+        if not name or "/" in name or name.startswith("."):
+            raise RkvoiceError("state", "bad-name", f"bad state file name {name!r}")
+        return self.dir / f"{name}.json"
+
+    def _ensure_dir(self) -> None:
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RkvoiceError(
+                "state",
+                "unwritable",
+                f"cannot create state directory {self.dir}: {exc.strerror}; set state.dir in config.yaml",
+            ) from exc
+
+    def load(self, name: str, default: Any) -> Any:
+        """The stored document, or ``default`` if there is none (or it was corrupt and moved aside)."""
+        path = self.path(name)
+        with self._lock:
+            self._remove_stale_temps(path)
+            try:
+                raw = path.read_bytes()
+            except FileNotFoundError:
+                return default
+            except OSError as exc:
+                raise RkvoiceError("state", "unreadable", f"cannot read {path}: {exc.strerror}") from exc
+            try:
+                return json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+                os.replace(path, aside)
+                log.warning("state file %s is corrupt (%s); moved aside to %s, starting empty", path, exc, aside)
+                return default
+
+    def save(self, name: str, data: Any) -> None:
+        """Atomically replace the document ``name`` with ``data``."""
+        path = self.path(name)
+        payload = json.dumps(data, ensure_ascii=False, indent=1, sort_keys=True).encode("utf-8")
+        with self._lock:
+            self._ensure_dir()
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=self.dir)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(payload)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+                raise
+            self._fsync_dir()
+
+    def _remove_stale_temps(self, path: Path, age_s: float = 10.0) -> None:
+        """Delete temp files left by a writer that died before its rename."""
+        now = time.time()
+        for tmp in self.dir.glob(f".{path.name}.*.tmp"):
+            try:
+                if now - tmp.stat().st_mtime > age_s:
+                    tmp.unlink()
+                    log.info("removed stale temp file %s", tmp)
+            except OSError:
+                pass
+
+    def _fsync_dir(self) -> None:
+        try:
+            dfd = os.open(self.dir, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            os.fsync(dfd)
+        except OSError:
+            pass
+        finally:
+            os.close(dfd)
