@@ -1,0 +1,149 @@
+"""Chinese readings of numbers, dates and clock times, written in Chinese characters.
+
+A Chinese TTS front end reads ASCII digits badly (or drops them), so tools and the normaliser
+write numbers out: cn_int(3893) -> 三千八百九十三, cn_time(22:05) -> 晚上十点零五分.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import date, datetime, time
+from decimal import Decimal, InvalidOperation
+
+from rkvoice.errors import RkvoiceError
+
+log = logging.getLogger(__name__)
+
+DIGITS = "零一二三四五六七八九"
+_SMALL_UNITS = ("", "十", "百", "千")
+_BIG_UNITS = ("", "万", "亿", "万亿")
+_WEEKDAYS = "一二三四五六日"
+
+
+def _under_10000(n: int) -> str:
+    """Reading of 1..9999 without leading 零; inner zero runs read as one 零."""
+    out: list[str] = []
+    zero = False
+    for pos in range(3, -1, -1):
+        d = (n // 10**pos) % 10
+        if d == 0:
+            zero = bool(out)
+            continue
+        if zero:
+            out.append("零")
+            zero = False
+        out.append(DIGITS[d] + _SMALL_UNITS[pos])
+    return "".join(out)
+
+
+def cn_int(n: int) -> str:
+    """Integer in Chinese: 10 十, 105 一百零五, 100200 十万零二百, 120000000 一亿二千万, -7 负七."""
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise RkvoiceError("text", "bad-number", f"cn_int needs an int, got {n!r}; convert it first")
+    if n < 0:
+        return "负" + cn_int(-n)
+    if n == 0:
+        return "零"
+    if n >= 10000 ** len(_BIG_UNITS):
+        return cn_digits(str(n))
+    groups: list[int] = []
+    while n:
+        groups.append(n % 10000)
+        n //= 10000
+    out: list[str] = []
+    need_zero = False
+    for i in range(len(groups) - 1, -1, -1):
+        g = groups[i]
+        if g == 0:
+            need_zero = bool(out)
+            continue
+        if out and (need_zero or g < 1000):
+            out.append("零")
+        out.append(_under_10000(g) + _BIG_UNITS[i])
+        need_zero = False
+    text = "".join(out)
+    if text.startswith("一十"):
+        text = text[1:]
+    return text
+
+
+def cn_digits(s: str) -> str:
+    """Digit by digit; '.' reads 点, anything else is dropped: "192.168.0.103" -> 一九二点一六八点零点一零三."""
+    return "".join(DIGITS[int(c)] if c in "0123456789" else "点" if c == "." else "" for c in str(s))
+
+
+def cn_dec(x: float | str) -> str:
+    """Decimal in Chinese: 45.2 四十五点二, "3.50" 三点五, -5.5 负五点五, 0.05 零点零五, "12.0" 十二."""
+    try:
+        d = Decimal(str(x).strip())
+    except InvalidOperation:
+        raise RkvoiceError("text", "bad-number", f"cn_dec needs a decimal number, got {x!r}") from None
+    if not d.is_finite():
+        raise RkvoiceError("text", "bad-number", f"cn_dec needs a finite number, got {x!r}")
+    sign = "负" if d < 0 else ""
+    plain = format(abs(d), "f")
+    whole, _, frac = plain.partition(".")
+    frac = frac.rstrip("0")
+    text = cn_int(int(whole))
+    if frac:
+        text += "点" + cn_digits(frac)
+    elif text == "零":
+        sign = ""  # -0.0 reads 零
+    return sign + text
+
+
+def cn_date(d: date | datetime) -> str:
+    """Date with weekday: 2026-10-21 -> 二零二六年十月二十一日 星期三."""
+    if not isinstance(d, date):
+        raise RkvoiceError("text", "bad-date", f"cn_date needs a date or datetime, got {d!r}")
+    return "%s年%s月%s日 星期%s" % (cn_digits(str(d.year)), cn_int(d.month), cn_int(d.day),
+                                 _WEEKDAYS[d.weekday()])
+
+
+def cn_day(year: int | None, month: int | None, day: int | None) -> str:
+    """Date without weekday; any part may be missing: (2026, 10, 21) -> 二零二六年十月二十一日."""
+    out = ""
+    if year is not None:
+        out += cn_digits(str(year)) + "年"
+    if month is not None:
+        out += cn_int(month) + "月"
+    if day is not None:
+        out += cn_int(day) + "日"
+    return out
+
+
+def period(hour: int) -> str:
+    """Part of the day for a 24-hour clock hour: 凌晨 早上 上午 中午 下午 晚上."""
+    if hour <= 4:
+        return "凌晨"
+    if hour <= 8:
+        return "早上"
+    if hour <= 11:
+        return "上午"
+    if hour == 12:
+        return "中午"
+    if hour <= 17:
+        return "下午"
+    return "晚上"
+
+
+def clock_hm(hour: int, minute: int) -> str:
+    """12-hour reading with period: (22, 5) -> 晚上十点零五分, (14, 0) -> 下午两点整."""
+    if not (0 <= hour <= 23 and 0 <= minute <= 59):
+        raise RkvoiceError("text", "bad-time", f"clock time {hour}:{minute:02d} is out of range 0:00-23:59")
+    h12 = hour % 12 or 12
+    spoken_hour = "两" if h12 == 2 else cn_int(h12)
+    if minute == 0:
+        tail = "整"
+    elif minute < 10:
+        tail = "零" + DIGITS[minute] + "分"
+    else:
+        tail = cn_int(minute) + "分"
+    return period(hour) + spoken_hour + "点" + tail
+
+
+def cn_time(t: time | datetime) -> str:
+    """Clock time: 22:05 晚上十点零五分, 14:30 下午两点三十分, 00:30 凌晨十二点三十分."""
+    if not isinstance(t, (time, datetime)):
+        raise RkvoiceError("text", "bad-time", f"cn_time needs a time or datetime, got {t!r}")
+    return clock_hm(t.hour, t.minute)
