@@ -1,0 +1,1 @@
+"""Board-side helpers that run (and are tested) anywhere: version probes, espeak-ng preload, --check."""

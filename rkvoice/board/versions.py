@@ -1,0 +1,83 @@
+"""Version probes for the board's native pieces, read without loading them.
+
+librknnrt, rknn-toolkit-lite2 and the toolkit that compiled the .rknn files must share one
+version (2.3.2 on the reference board); librkllmrt has its own. Loading a mismatched .so can
+crash the process, so versions are read from the files' bytes: Rockchip builds embed
+``<name> version: X.Y.Z (hash@date)``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import re
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+LIBRKNNRT_PATHS = (Path("/usr/lib/librknnrt.so"), Path("/usr/lib64/librknnrt.so"),
+                   Path("/usr/local/lib/librknnrt.so"), Path("/usr/lib/aarch64-linux-gnu/librknnrt.so"))
+LIBRKLLMRT_PATHS = (Path("/usr/lib/librkllmrt.so"), Path("/usr/lib64/librkllmrt.so"),
+                    Path("/usr/local/lib/librkllmrt.so"), Path("/usr/lib/aarch64-linux-gnu/librkllmrt.so"))
+NPU_DRIVER_PATHS = (Path("/sys/kernel/debug/rknpu/version"), Path("/proc/debug/rknpu/version"),
+                    Path("/sys/module/rknpu/version"))
+
+_VERSION = rb"(\d+\.\d+\.\d+(?:[a-z]+\d*)?)"
+_STAMPED = re.compile(_VERSION + rb" \([0-9a-f]{6,16}@\d{4}-\d\d-\d\dT[\d:]+\)")
+
+
+def so_version(path: Path, name: str) -> str | None:
+    """Version string embedded in a Rockchip .so: ``<name> version: X`` or the first ``X (hash@date)``."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        log.debug("cannot read %s: %s", path, exc)
+        return None
+    named = re.search(re.escape(name.encode()) + rb"[ _-]?version[:=]? *v?" + _VERSION, data, re.IGNORECASE)
+    if named:
+        return named.group(1).decode()
+    stamped = _STAMPED.search(data)
+    return stamped.group(1).decode() if stamped else None
+
+
+def first_existing(paths: tuple[Path, ...]) -> Path | None:
+    for p in paths:
+        if p.exists():
+            return p
+    return None
+
+
+def librknnrt_version(paths: tuple[Path, ...] = LIBRKNNRT_PATHS) -> tuple[Path | None, str | None]:
+    path = first_existing(paths)
+    return path, (so_version(path, "librknnrt") if path else None)
+
+
+def librkllmrt_version(paths: tuple[Path, ...] = LIBRKLLMRT_PATHS) -> tuple[Path | None, str | None]:
+    path = first_existing(paths)
+    return path, (so_version(path, "rkllm") if path else None)
+
+
+def package_version(dist: str) -> str | None:
+    """Installed version of a Python distribution (e.g. ``rknn-toolkit-lite2``), or None."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def npu_driver_version(paths: tuple[Path, ...] = NPU_DRIVER_PATHS) -> tuple[Path | None, str | None]:
+    """RKNPU kernel driver version (``RKNPU driver: v0.9.8``); debugfs may need root to read."""
+    for p in paths:
+        try:
+            text = p.read_text(errors="replace")
+        except OSError:
+            continue
+        m = re.search(r"v?(\d+\.\d+\.\d+)", text)
+        if m:
+            return p, m.group(1)
+    return None, None
+
+
+def same_release(a: str | None, b: str | None) -> bool:
+    """True when two versions agree on major.minor.patch (2.3.2 == 2.3.2b0 is False)."""
+    return a is not None and b is not None and a.strip() == b.strip()

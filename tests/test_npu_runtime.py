@@ -1,0 +1,193 @@
+import platform
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="the onnx package builds the tiny test graphs")
+from onnx import TensorProto, helper  # noqa: E402
+
+from rkvoice.errors import RkvoiceError  # noqa: E402
+from rkvoice.npu import runtime  # noqa: E402
+from rkvoice.npu.runtime import OnnxModel, RknnModel, core_mask_value, open_model  # noqa: E402
+
+
+def _tiny(path: Path) -> Path:
+    """y = float(ids) * scale + 1 ; ids int64 [1, N], scale float [1]."""
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, [1, "N"])
+    scale = helper.make_tensor_value_info("scale", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "N"])
+    one = helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])
+    nodes = [helper.make_node("Cast", ["ids"], ["f"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["f", "scale"], ["m"]),
+             helper.make_node("Add", ["m", "one"], ["y"])]
+    graph = helper.make_graph(nodes, "tiny", [ids, scale], [y], initializer=[one])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    helper.set_model_props(model, {"n_fft": "1024", "hop_length": "256"})
+    onnx.save(model, str(path))
+    return path
+
+
+def test_onnx_runs_in_input_order_and_casts_dtypes(tmp_path):
+    m = open_model(_tiny(tmp_path / "t.onnx"), threads=1)
+    assert isinstance(m, OnnxModel)
+    m.load()
+    assert m.input_names == ["ids", "scale"]
+    assert m.metadata["hop_length"] == "256"
+    # int32 ids and a float64 scale are cast to the graph's declared types
+    (y,) = m.run([np.array([[1, 2, 3]], dtype=np.int32), np.array([2.0])])
+    np.testing.assert_allclose(y, [[3.0, 5.0, 7.0]])
+    assert "onnxruntime" in m.describe()
+
+
+def test_onnx_wrong_input_count_names_inputs(tmp_path):
+    m = OnnxModel(_tiny(tmp_path / "t.onnx"))
+    m.load()
+    with pytest.raises(RkvoiceError, match="ids, scale"):
+        m.run([np.zeros((1, 2), np.int64)])
+
+
+def test_onnx_run_before_load_is_clear(tmp_path):
+    with pytest.raises(RkvoiceError, match="load"):
+        OnnxModel(_tiny(tmp_path / "t.onnx")).run([])
+
+
+def test_missing_file_names_it(tmp_path):
+    with pytest.raises(RkvoiceError, match="vocoder model file .*nope.onnx not found") as e:
+        OnnxModel(tmp_path / "nope.onnx", what="vocoder").load()
+    assert e.value.code == "missing-model"
+
+
+def test_corrupt_onnx_names_file_and_runtime_version(tmp_path):
+    import onnxruntime as ort
+
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x00not a model" * 10)
+    with pytest.raises(RkvoiceError) as e:
+        OnnxModel(bad).load()
+    assert str(bad) in str(e.value) and f"onnxruntime {ort.__version__}" in str(e.value)
+    assert e.value.code == "load-failed"
+
+
+def test_open_model_rejects_unknown_suffix(tmp_path):
+    assert isinstance(open_model(tmp_path / "m.rknn"), RknnModel)
+    with pytest.raises(RkvoiceError, match=r"\.rknn .* or \.onnx"):
+        open_model(tmp_path / "m.tflite")
+
+
+# --- RKNNLite wrapper logic, against a scripted stand-in for rknnlite.api (no NPU here) ---
+
+class _FakeLite:
+    NPU_CORE_AUTO, NPU_CORE_0, NPU_CORE_1, NPU_CORE_0_1 = 0, 1, 2, 3
+    script: dict = {}
+    instances: list = []
+
+    def __init__(self, verbose=False):
+        self.calls = []
+        self.released = False
+        _FakeLite.instances.append(self)
+
+    def load_rknn(self, path):
+        self.calls.append(("load_rknn", path))
+        return self.script.get("load", 0)
+
+    def init_runtime(self, core_mask=None):
+        self.calls.append(("init_runtime", core_mask))
+        return self.script.get("init", 0)
+
+    def inference(self, inputs):
+        self.calls.append(("inference", [a.shape for a in inputs]))
+        return None if self.script.get("fail_run") else [inputs[0] * 2]
+
+    def release(self):
+        self.released = True
+
+
+@pytest.fixture
+def fake_lite(monkeypatch, tmp_path):
+    mod = types.ModuleType("rknnlite.api")
+    mod.RKNNLite = _FakeLite
+    pkg = types.ModuleType("rknnlite")
+    pkg.api = mod
+    monkeypatch.setitem(sys.modules, "rknnlite", pkg)
+    monkeypatch.setitem(sys.modules, "rknnlite.api", mod)
+    monkeypatch.setattr(runtime, "package_version", lambda d: "2.3.2")
+    monkeypatch.setattr(runtime, "librknnrt_version", lambda: (Path("/usr/lib/librknnrt.so"), "2.3.0"))
+    _FakeLite.script = {}
+    _FakeLite.instances = []
+    f = tmp_path / "m.rknn"
+    f.write_bytes(b"RKNN")
+    return f
+
+
+def test_rknn_load_init_with_core_mask_and_run(fake_lite):
+    m = RknnModel(fake_lite, core_mask="0_1")
+    m.load()
+    (out,) = m.run([np.ones((1, 4), np.float32)])
+    np.testing.assert_allclose(out, 2.0)
+    lite = _FakeLite.instances[-1]
+    assert lite.calls[:2] == [("load_rknn", str(fake_lite)), ("init_runtime", _FakeLite.NPU_CORE_0_1)]
+    m.close()
+    assert lite.released
+
+
+def test_rknn_init_failure_names_file_and_versions(fake_lite):
+    _FakeLite.script = {"init": -1}
+    with pytest.raises(RkvoiceError) as e:
+        RknnModel(fake_lite).load()
+    msg = str(e.value)
+    assert str(fake_lite) in msg and "rknn-toolkit-lite2 2.3.2" in msg and "librknnrt 2.3.0" in msg
+    assert _FakeLite.instances[-1].released
+
+
+def test_rknn_load_failure_and_empty_inference(fake_lite):
+    _FakeLite.script = {"load": -1}
+    with pytest.raises(RkvoiceError, match="load_rknn returned -1"):
+        RknnModel(fake_lite).load()
+    _FakeLite.script = {"fail_run": True}
+    m = RknnModel(fake_lite)
+    m.load()
+    with pytest.raises(RkvoiceError, match="returned nothing"):
+        m.run([np.zeros(1)])
+
+
+def test_core_mask_values():
+    assert core_mask_value(_FakeLite, "auto") == _FakeLite.NPU_CORE_AUTO
+    assert core_mask_value(_FakeLite, "1") == _FakeLite.NPU_CORE_1
+    with pytest.raises(RkvoiceError, match="choose one of"):
+        core_mask_value(_FakeLite, "3")
+    with pytest.raises(RkvoiceError, match="cores 0 and 1"):
+        core_mask_value(_FakeLite, "0_1_2")
+
+
+def test_rknn_without_toolkit_lite_says_how_to_install(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "rknnlite", None)
+    monkeypatch.setitem(sys.modules, "rknnlite.api", None)
+    monkeypatch.setattr(runtime, "librknnrt_version", lambda: (Path("/usr/lib/librknnrt.so"), "2.3.2"))
+    f = tmp_path / "m.rknn"
+    f.write_bytes(b"x")
+    with pytest.raises(RkvoiceError, match=r"rknn-toolkit-lite2==2\.3\.2"):
+        RknnModel(f).load()
+
+
+def _on_board() -> bool:
+    return platform.machine() == "aarch64" and Path("/usr/lib/librknnrt.so").exists()
+
+
+@pytest.mark.skipif(not _on_board(), reason="RKNNLite needs an RK3576 board (aarch64 + /usr/lib/librknnrt.so); "
+                    "this machine has no NPU")
+def test_real_rknnlite_loads_installed_board_model():
+    from rkvoice.config import load_config
+
+    cfg = load_config()
+    path = cfg.models.path / "board" / "matcha" / "vocos-16khz-600.rknn"
+    if not path.exists():
+        pytest.skip(f"{path} not installed (./install.sh --profile board)")
+    m = RknnModel(path, core_mask="auto")
+    m.load()
+    outs = m.run([np.zeros((1, 80, 600), np.float32)])
+    assert [o.shape for o in outs] == [(1, 513, 600)] * 3
+    m.close()
