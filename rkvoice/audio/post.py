@@ -1,0 +1,178 @@
+"""Post-processing of synthesised pieces: trims, resampling, seam fades, fixed-size blocks.
+
+Pure functions on float32 mono arrays; nothing here keeps state or reads a clock.
+"""
+
+from __future__ import annotations
+
+import logging
+from math import gcd
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+LEAD_THRESHOLD = 0.01
+"""Leading trim: the first sample whose magnitude exceeds 1 % of full scale starts the speech."""
+
+
+def trim_lead(x: np.ndarray, rate: int, threshold: float = LEAD_THRESHOLD, keep_ms: float = 40.0) -> np.ndarray:
+    """Drop leading near-silence, keeping ``keep_ms`` before the first sample above ``threshold``.
+
+    All-quiet input gives an empty array (there is nothing to hear).
+    """
+    x = np.asarray(x, dtype=np.float32)
+    above = np.flatnonzero(np.abs(x) > threshold)
+    if above.size == 0:
+        return x[:0]
+    start = max(0, int(above[0]) - int(round(keep_ms * rate / 1000.0)))
+    return x[start:]
+
+
+def window_rms(x: np.ndarray, n: int) -> np.ndarray:
+    """RMS of consecutive ``n``-sample windows (the last, partial window zero-padded)."""
+    frames = -(-len(x) // n)
+    padded = np.zeros(frames * n, dtype=np.float64)
+    padded[: len(x)] = x
+    return np.sqrt((padded.reshape(frames, n) ** 2).mean(axis=1))
+
+
+def voiced_runs(loud: np.ndarray, bridge: int = 1) -> list[tuple[int, int]]:
+    """[start, end) window ranges of loud windows; quiet stretches of <= ``bridge`` windows are joined."""
+    runs: list[tuple[int, int]] = []
+    start = None
+    for i, v in enumerate(loud):
+        if v and start is None:
+            start = i
+        elif not v and start is not None:
+            runs.append((start, i))
+            start = None
+    if start is not None:
+        runs.append((start, len(loud)))
+    merged: list[tuple[int, int]] = []
+    for run in runs:
+        if merged and run[0] - merged[-1][1] <= bridge:
+            merged[-1] = (merged[-1][0], run[1])
+        else:
+            merged.append(run)
+    return merged
+
+
+def tail_threshold(rms: np.ndarray, floor: float = 0.005, rel: float = 0.1) -> float:
+    """Loudness that counts as voiced: 10 % of the loud end of the clip, never below ``floor``."""
+    if rms.size == 0:
+        return floor
+    return max(floor, rel * float(np.percentile(rms, 90)))
+
+
+def trim_tail(
+    x: np.ndarray,
+    rate: int,
+    win_ms: float = 100.0,
+    min_run_ms: float = 400.0,
+    keep_ms: float = 150.0,
+    bridge_ms: float = 100.0,
+    threshold: float | None = None,
+) -> np.ndarray:
+    """Cut trailing silence and isolated artefacts after the speech.
+
+    The clip is cut into ``win_ms`` windows; loud windows form runs (pauses of up to
+    ``bridge_ms`` inside speech don't break a run). The audio is kept up to the end of the
+    last run lasting at least ``min_run_ms``, plus ``keep_ms``. A short noise burst after
+    silence is dropped however loud it is, because it is too short to be a run of speech;
+    speech at the end of the clip is kept because it belongs to the last long run. A clip
+    with no long run (a very short word) is returned unchanged.
+    """
+    x = np.asarray(x, dtype=np.float32)
+    n = max(1, int(round(win_ms * rate / 1000.0)))
+    if len(x) < 2 * n:
+        return x
+    rms = window_rms(x, n)
+    thr = tail_threshold(rms) if threshold is None else threshold
+    bridge = int(bridge_ms // win_ms)
+    min_run = int(np.ceil(min_run_ms / win_ms - 1e-9))
+    long_runs = [r for r in voiced_runs(rms > thr, bridge) if r[1] - r[0] >= min_run]
+    if not long_runs:
+        return x
+    end = long_runs[-1][1] * n + int(round(keep_ms * rate / 1000.0))
+    return x[: min(len(x), end)]
+
+
+def resample(x: np.ndarray, src_rate: int, dst_rate: int) -> np.ndarray:
+    """Resample once, with soxr (high quality); scipy/numpy polyphase when soxr is missing."""
+    x = np.asarray(x, dtype=np.float32)
+    if src_rate == dst_rate or len(x) == 0:
+        return x
+    try:
+        import soxr
+    except ImportError:
+        return _resample_poly(x, src_rate, dst_rate)
+    return np.asarray(soxr.resample(x, src_rate, dst_rate, quality="HQ"), dtype=np.float32)
+
+
+def _resample_poly(x: np.ndarray, src_rate: int, dst_rate: int) -> np.ndarray:
+    g = gcd(src_rate, dst_rate)
+    up, down = dst_rate // g, src_rate // g
+    try:
+        from scipy.signal import resample_poly
+    except ImportError:
+        log.warning("neither soxr nor scipy is installed; resampling by linear interpolation")
+        n_out = int(round(len(x) * dst_rate / src_rate))
+        t = np.arange(n_out) * (src_rate / dst_rate)
+        return np.interp(t, np.arange(len(x)), x).astype(np.float32)
+    return resample_poly(x, up, down).astype(np.float32)
+
+
+def fade_edges(x: np.ndarray, rate: int, ms: float = 10.0) -> np.ndarray:
+    """Raised-cosine fade-in and fade-out of ``ms`` each, so seams between pieces don't click."""
+    x = np.array(x, dtype=np.float32, copy=True)
+    n = min(int(round(ms * rate / 1000.0)), len(x) // 2)
+    if n <= 0:
+        return x
+    ramp = (0.5 - 0.5 * np.cos(np.linspace(0.0, np.pi, n, endpoint=False) + np.pi / n)).astype(np.float32)
+    x[:n] *= ramp
+    x[-n:] *= ramp[::-1]
+    return x
+
+
+def crossfade(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
+    """Join ``a`` and ``b`` overlapping ``n`` samples with equal-gain linear ramps."""
+    a = np.asarray(a, dtype=np.float32)
+    b = np.asarray(b, dtype=np.float32)
+    n = min(n, len(a), len(b))
+    if n <= 0:
+        return np.concatenate([a, b])
+    w = np.linspace(0.0, 1.0, n + 2, dtype=np.float32)[1:-1]
+    mid = a[len(a) - n :] * (1.0 - w) + b[:n] * w
+    return np.concatenate([a[: len(a) - n], mid, b[n:]])
+
+
+def to_blocks(x: np.ndarray, block: int) -> np.ndarray:
+    """Cut into rows of ``block`` samples, zero-padding the last one. Shape (n_blocks, block)."""
+    if block <= 0:
+        raise ValueError("block size must be positive")
+    x = np.asarray(x, dtype=np.float32)
+    rows = -(-len(x) // block)
+    out = np.zeros((rows, block), dtype=np.float32)
+    out.reshape(-1)[: len(x)] = x
+    return out
+
+
+def to_pcm16(x: np.ndarray) -> np.ndarray:
+    """float32 in [-1, 1] -> int16 (clipped)."""
+    return (np.clip(np.asarray(x, dtype=np.float32), -1.0, 1.0) * 32767.0).round().astype(np.int16)
+
+
+def prepare_piece(
+    samples: np.ndarray,
+    rate: int,
+    out_rate: int,
+    block: int,
+    fade_ms: float = 10.0,
+) -> np.ndarray:
+    """Engine output -> fixed-size int16 blocks at the output rate (trims, resample, fades)."""
+    x = np.asarray(samples, dtype=np.float32).reshape(-1)
+    x = trim_tail(trim_lead(x, rate), rate)
+    x = resample(x, rate, out_rate)
+    x = fade_edges(x, out_rate, fade_ms)
+    return to_pcm16(to_blocks(x, block))
