@@ -142,6 +142,35 @@ class LlmConfig:
 
 
 @dataclass(frozen=True)
+class DaemonConfig:
+    lock_file: str = ""
+    """Single-instance lock; empty = rkvoice.lock in the state directory."""
+    max_failures: int = 5
+    """This many failed turns in a row end the process (status 3) so systemd restarts it."""
+    apology: str = "抱歉，刚才出了点问题。"
+    """Spoken after a turn that failed."""
+    answer_first_timeout_s: float = 20.0
+    """A turn is aborted when the answer's first words take longer than this."""
+    answer_gap_timeout_s: float = 10.0
+    """... or when the answer stalls this long between two pieces of text."""
+    device_retry_s: float = 1.0
+    """First wait before reopening a missing microphone; doubles up to device_retry_max_s."""
+    device_retry_max_s: float = 30.0
+    stop_timeout_s: float = 1.5
+    """On SIGTERM, wait this long for the current turn to stop (the whole exit stays under 2 s)."""
+    stall_s: float = 120.0
+    """No finished turn step for this long stops the watchdog pings (systemd restarts us)."""
+    load_timeout_s: float = 90.0
+    """Extra start-up time asked of systemd before each engine loads (EXTEND_TIMEOUT_USEC)."""
+
+    def lock_path(self, state_dir: Path) -> Path:
+        if not self.lock_file:
+            return state_dir / "rkvoice.lock"
+        p = Path(self.lock_file).expanduser()
+        return p if p.is_absolute() else ROOT / p
+
+
+@dataclass(frozen=True)
 class Config:
     tts: TtsConfig = field(default_factory=TtsConfig)
     audio: AudioConfig = field(default_factory=AudioConfig)
@@ -149,6 +178,7 @@ class Config:
     state: StateConfig = field(default_factory=StateConfig)
     llm: LlmConfig = field(default_factory=LlmConfig)
     hear: HearConfig = field(default_factory=HearConfig)
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
 
 
 def _type_name(tp: Any) -> str:
