@@ -25,6 +25,37 @@ SYSTEM_CONFIG = Path("/etc/rkvoice/config.yaml")
 
 
 @dataclass(frozen=True)
+class MatchaConfig:
+    """Matcha + Vocos voice (board: .rknn on the NPU; anywhere: the same graphs as .onnx)."""
+
+    dir: str = "board/matcha"
+    """Model directory, relative to models.dir unless absolute."""
+    acoustic: str = "matcha-s64.rknn"
+    vocoder: str = "vocos-16khz-600.rknn"
+    lexicon: str = "lexicon.txt"
+    tokens: str = "tokens.txt"
+    buckets: list[str] = field(default_factory=lambda: ["64x599"])
+    """Fixed acoustic shapes TOKENSxFRAMES (several when built with dynamic_input)."""
+    vocoder_frames: int = 600
+    """Fixed vocoder input length (0: the vocoder takes any length)."""
+    acoustic_inputs: list[str] = field(default_factory=lambda: ["x", "x_length", "noise_scale", "length_scale"])
+    """Input order of the .rknn acoustic model (ONNX models are fed by name)."""
+    sample_rate: int = 16000
+    add_blank: bool = False
+    pad_id: int = 0
+    noise_scale: float = 0.667
+    n_fft: int = 1024
+    hop_length: int = 256
+    win_length: int = 1024
+    window: str = "hann"
+    zh_syllables_per_s: float = 4.6
+    en_phones_per_s: float = 12.0
+    frame_margin: float = 1.1
+    espeak_lib_dir: str = ""
+    """Private dir of unpacked libespeak-ng1/libpcaudio0/libsonic0 (board); empty: system espeak-ng."""
+
+
+@dataclass(frozen=True)
 class TtsConfig:
     engine: str = "auto"
     """Engine name from the TTS registry, or "auto" for the best installed one for the text."""
@@ -37,6 +68,7 @@ class TtsConfig:
     chunk_chars: int = 40
     matcha_core_mask: str = "auto"
     """NPU core mask for RKNNLite: auto, 0, 1, 0_1."""
+    matcha: MatchaConfig = field(default_factory=MatchaConfig)
 
 
 @dataclass(frozen=True)
