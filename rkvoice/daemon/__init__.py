@@ -1,0 +1,1 @@
+"""The resident daemon: systemd notify/watchdog, single-instance lock, supervision of the turn loop."""

@@ -1,0 +1,84 @@
+"""Daemon entry point: logging for journald, config loading, plan selection.
+
+``assistant.py`` (no mode flag) ends up here through rkvoice.cli; ``python -m rkvoice.daemon``
+is the same thing without the rest of the CLI. ``--stages MODULE:FUNC`` swaps the product's
+engines for another plan (a ``FUNC(cfg) -> Plan``): the test suite uses it to run the real
+daemon process on scripted stages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from rkvoice.config import Config, load_config, parse_override
+from rkvoice.errors import RkvoiceError
+
+from .service import run_daemon
+from .stages import Plan
+
+log = logging.getLogger(__name__)
+
+
+def setup_logging(verbose: bool = False) -> None:
+    """Log to stderr; under systemd (JOURNAL_STREAM set) journald adds the time itself."""
+    fmt = "%(levelname)s %(name)s: %(message)s"
+    if not os.environ.get("JOURNAL_STREAM"):
+        fmt = "%(asctime)s " + fmt
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format=fmt, stream=sys.stderr)
+
+
+def resolve_plan(spec: str | None) -> Callable[[Config], Plan]:
+    if not spec:
+        from .product import product_plan
+
+        return product_plan
+    module_name, sep, attr = spec.partition(":")
+    if not sep:
+        raise RkvoiceError("daemon", "bad-stages", f"--stages expects MODULE:FUNC, got {spec!r}")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise RkvoiceError("daemon", "bad-stages", f"cannot load --stages {spec!r}: {exc}") from exc
+
+
+def config_loader(config_file: str | None, overrides: list[str]) -> Callable[[], Config]:
+    """A function re-reading the same files and overrides (called again on SIGHUP)."""
+    parsed = [parse_override(item) for item in overrides]
+
+    def load() -> Config:
+        files = None
+        if config_file:
+            from rkvoice.config import DEFAULT_CONFIG
+
+            files = [DEFAULT_CONFIG, Path(config_file)]
+        return load_config(parsed, files)
+
+    return load
+
+
+def serve(load: Callable[[], Config], stages: str | None = None) -> int:
+    """Load the config and run the daemon until it is told to stop; returns the exit status."""
+    try:
+        cfg = load()
+        plan = resolve_plan(stages)(cfg)
+    except RkvoiceError as exc:
+        log.error("%s", exc)
+        return 2
+    return run_daemon(cfg, plan, load)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m rkvoice.daemon", description="the resident rkvoice daemon")
+    ap.add_argument("--config", help="extra config file (default: /etc/rkvoice/config.yaml or $RKVOICE_CONFIG)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    ap.add_argument("--stages", help=argparse.SUPPRESS)
+    ap.add_argument("-v", "--verbose", action="store_true", help="DEBUG logs (per-chunk detail)")
+    args = ap.parse_args(argv)
+    setup_logging(args.verbose)
+    return serve(config_loader(args.config, args.set), args.stages)

@@ -1,0 +1,116 @@
+"""systemd's sd_notify protocol, spoken directly over the $NOTIFY_SOCKET datagram socket.
+
+No dependency on libsystemd or python-systemd: a notification is one datagram of
+newline-separated ``KEY=VALUE`` lines sent to the AF_UNIX socket named in $NOTIFY_SOCKET
+(a filesystem path, or an abstract name written with a leading ``@``). Outside systemd
+(no $NOTIFY_SOCKET) every call is a cheap no-op, so the daemon runs the same in a terminal.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+
+from rkvoice.errors import RkvoiceError
+
+log = logging.getLogger(__name__)
+
+
+def _address(name: str) -> str | bytes:
+    if name.startswith("@"):
+        return b"\0" + name[1:].encode()
+    if name.startswith("/"):
+        return name
+    raise RkvoiceError(
+        "daemon",
+        "bad-notify-socket",
+        f"NOTIFY_SOCKET={name!r} is neither an absolute path nor an abstract '@name'; "
+        "unset it or point it at the service manager's socket",
+    )
+
+
+class Notifier:
+    """Sends READY/WATCHDOG/STOPPING/STATUS notifications to the service manager."""
+
+    def __init__(self, socket_name: str | None = None, watchdog_usec: str | None = None) -> None:
+        name = os.environ.get("NOTIFY_SOCKET") if socket_name is None else socket_name
+        self._addr = _address(name) if name else None
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+        raw = os.environ.get("WATCHDOG_USEC") if watchdog_usec is None else watchdog_usec
+        self._watchdog_usec = _parse_usec(raw)
+
+    @property
+    def enabled(self) -> bool:
+        return self._addr is not None
+
+    @property
+    def watchdog_interval(self) -> float | None:
+        """Seconds between WATCHDOG=1 pings (half of WATCHDOG_USEC), or None without a watchdog."""
+        if not self._watchdog_usec:
+            return None
+        return self._watchdog_usec / 2 / 1_000_000
+
+    def notify(self, **fields: object) -> bool:
+        """Send one datagram, e.g. ``notify(READY=1, STATUS="listening")``.
+
+        Returns False (and logs once per failure) when the socket is gone: the daemon keeps
+        running; systemd would restart it anyway if it really stopped listening.
+        """
+        if self._addr is None:
+            return False
+        payload = "\n".join(f"{k}={_clean(v)}" for k, v in fields.items()).encode()
+        with self._lock:
+            try:
+                if self._sock is None:
+                    self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+                self._sock.sendto(payload, self._addr)
+            except OSError as exc:
+                log.warning("sd_notify %s failed: %s", ",".join(fields), exc)
+                return False
+        log.debug("sd_notify %s", payload.decode().replace("\n", " "))
+        return True
+
+    def ready(self, status: str = "") -> bool:
+        return self.notify(READY=1, **({"STATUS": status} if status else {}))
+
+    def watchdog(self) -> bool:
+        return self.notify(WATCHDOG=1)
+
+    def stopping(self, status: str = "") -> bool:
+        return self.notify(STOPPING=1, **({"STATUS": status} if status else {}))
+
+    def status(self, text: str) -> bool:
+        return self.notify(STATUS=text)
+
+    def extend_timeout(self, seconds: float) -> bool:
+        """Ask for more start-up (or stop) time while slow models load."""
+        return self.notify(EXTEND_TIMEOUT_USEC=int(seconds * 1_000_000))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._sock is not None:
+                self._sock.close()
+                self._sock = None
+
+
+def _clean(value: object) -> str:
+    # one field per line: a newline inside STATUS would start a bogus field
+    return str(value).replace("\n", " ")
+
+
+def _parse_usec(raw: str | None) -> int | None:
+    if not raw:
+        return None
+    try:
+        usec = int(raw)
+    except ValueError:
+        raise RkvoiceError(
+            "daemon", "bad-watchdog", f"WATCHDOG_USEC={raw!r} is not a number of microseconds"
+        ) from None
+    if os.environ.get("WATCHDOG_PID") not in (None, "", str(os.getpid())):
+        # the watchdog is meant for another process (e.g. our parent): don't ping it
+        return None
+    return usec if usec > 0 else None

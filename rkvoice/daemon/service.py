@@ -1,0 +1,255 @@
+"""The resident daemon: load every engine once, then supervise the turn loop for weeks.
+
+Threads: the main thread owns signals and the systemd watchdog; one worker thread runs
+turns. The main thread pings WATCHDOG=1 only while the worker is alive and has finished a
+``run_once`` within ``daemon.stall_s`` -- a wedged pipeline stops the pings and systemd
+restarts the process.
+
+- SIGTERM/SIGINT: STOPPING=1, cancel speech, let the worker finish, close the engines
+  (the answerer flushes user state), exit 0 -- all within ``daemon.stop_timeout_s`` + a bit.
+- SIGHUP: re-read the config; engines whose config changed are reloaded between turns.
+- A failed turn: logged, apologised for aloud, counted; ``daemon.max_failures`` failed
+  turns in a row end the process with status 3 so systemd restarts it.
+- A missing microphone is not a failed turn: the daemon stays READY and retries with backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+from rkvoice.clock import Clock, MonotonicClock
+from rkvoice.config import Config
+from rkvoice.errors import RkvoiceError
+
+from .engines import StageSet
+from .lock import InstanceLock
+from .sdnotify import Notifier
+from .stages import Plan, TurnLoop, TurnReport, is_device_error
+
+log = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_REPEATED_FAILURES = 3
+EXIT_FATAL = 4
+
+
+class Daemon:
+    def __init__(
+        self,
+        cfg: Config,
+        plan: Plan,
+        load_config: Callable[[], Config],
+        notifier: Notifier | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.plan = plan
+        self._load_config = load_config
+        self.notifier = notifier or Notifier()
+        self.clock = clock or MonotonicClock()
+        self.stages = StageSet(plan.stages, on_progress=self._loading)
+        self.loop: TurnLoop | None = None
+        self.stop = threading.Event()
+        self._wake = threading.Event()  # wakes the main thread early
+        self._reload = threading.Event()
+        self._exit_code = EXIT_OK
+        self._beat = self.clock.now()
+        self._failures = 0
+        self.turns = 0
+        self.on_turn: Callable[[TurnReport], None] | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def run(self, handle_signals: bool = True) -> int:
+        """Load, announce READY, supervise until stopped; returns the exit status.
+
+        ``handle_signals=False`` lets tests run the daemon on a non-main thread.
+        """
+        lock = InstanceLock(self.cfg.daemon.lock_path(self.cfg.state.path))
+        lock.acquire()
+        try:
+            return self._run_locked(handle_signals)
+        finally:
+            lock.release()
+            self.notifier.close()
+
+    def _run_locked(self, handle_signals: bool) -> int:
+        previous = self._install_signals() if handle_signals else {}
+        try:
+            self.notifier.status("loading models")
+            self.stages.load_all(self.cfg)
+            self.loop = self.plan.make_loop(self.stages.engines, self.cfg)
+            if self.stop.is_set():  # SIGTERM during start-up
+                return self._shutdown(None)
+            self.notifier.ready("listening")
+            log.info("ready: %s loaded", ", ".join(self.stages.engines))
+            worker = threading.Thread(target=self._work, name="turn-loop", daemon=True)
+            worker.start()
+            self._supervise(worker)
+            return self._shutdown(worker)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _loading(self, what: str) -> None:
+        self.notifier.status(what)
+        # slow loads on the board (Paraformer ~8.5 s): ask systemd for more start-up time
+        self.notifier.extend_timeout(self.cfg.daemon.load_timeout_s)
+
+    def _install_signals(self) -> dict[int, Any]:
+        previous = {}
+        for sig, handler in (
+            (signal.SIGTERM, self._on_stop),
+            (signal.SIGINT, self._on_stop),
+            (signal.SIGHUP, self._on_hup),
+        ):
+            previous[sig] = signal.signal(sig, handler)
+        return previous
+
+    def _on_stop(self, signum: int, _frame: FrameType | None) -> None:
+        log.info("%s: stopping", signal.Signals(signum).name)
+        self.request_stop()
+
+    def _on_hup(self, _signum: int, _frame: FrameType | None) -> None:
+        log.info("SIGHUP: reloading the config before the next turn")
+        self._reload.set()
+
+    def request_stop(self, code: int = EXIT_OK) -> None:
+        if code != EXIT_OK and self._exit_code == EXIT_OK:
+            self._exit_code = code
+        if not self.stop.is_set():
+            self.stop.set()
+            self.notifier.stopping("stopping")
+            if self.loop is not None:
+                try:
+                    self.loop.stop_speaking()
+                except Exception as exc:
+                    log.error("stopping speech failed: %s", exc)
+        self._wake.set()
+
+    def _supervise(self, worker: threading.Thread) -> None:
+        interval = self.notifier.watchdog_interval or 5.0
+        stall = self.cfg.daemon.stall_s
+        while not self.stop.is_set():
+            self._wake.wait(interval)
+            self._wake.clear()
+            if self.stop.is_set():
+                break
+            if not worker.is_alive():
+                log.error("the turn loop thread died")
+                self.request_stop(EXIT_FATAL)
+                break
+            age = self.clock.now() - self._beat
+            if age < stall:
+                self.notifier.watchdog()
+            else:
+                log.error("the turn loop is stuck (no progress for %.0f s); not feeding the watchdog", age)
+
+    def _shutdown(self, worker: threading.Thread | None) -> int:
+        t0 = time.monotonic()
+        if worker is not None:
+            worker.join(self.cfg.daemon.stop_timeout_s)
+        if worker is not None and worker.is_alive():
+            log.error("the turn did not stop within %.1f s; exiting without closing engines",
+                      self.cfg.daemon.stop_timeout_s)
+        else:
+            self.stages.close_all()
+        log.info("stopped after %d turns (shutdown %.2f s), exit %d",
+                 self.turns, time.monotonic() - t0, self._exit_code)
+        return self._exit_code
+
+    # -- worker ------------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        backoff = 0.0
+        while not self.stop.is_set():
+            self._beat = self.clock.now()
+            if self._reload.is_set():
+                self._reload.clear()
+                self._do_reload()
+                continue
+            assert self.loop is not None
+            try:
+                report = self.loop.run_once(self.stop)
+            except Exception as exc:
+                if self.stop.is_set():
+                    log.info("turn ended by shutdown: %s", exc)
+                    break
+                if is_device_error(exc):
+                    backoff = min(max(backoff * 2, self.cfg.daemon.device_retry_s),
+                                  self.cfg.daemon.device_retry_max_s)
+                    log.warning("%s; retrying in %.1f s", exc, backoff)
+                    self.notifier.status(f"waiting for the microphone: {exc}")
+                    self.stop.wait(backoff)
+                    continue
+                self._turn_failed(exc)
+                continue
+            if backoff:
+                log.info("microphone is back")
+                self.notifier.status("listening")
+                backoff = 0.0
+            if report is not None:
+                self._turn_done(report)
+
+    def _turn_done(self, report: TurnReport) -> None:
+        self.turns += 1
+        self._failures = 0
+        lat = " ".join(f"{k}={v:g}" for k, v in report.latency_ms.items())
+        log.info(
+            "turn %d: heard %r route=%s answer_chars=%d%s %s",
+            self.turns, report.transcript, report.route or "-", report.answer_chars,
+            " cancelled" if report.cancelled else "", lat,
+        )
+        if self.on_turn is not None:
+            self.on_turn(report)
+
+    def _turn_failed(self, exc: BaseException) -> None:
+        self.turns += 1
+        self._failures += 1
+        if isinstance(exc, RkvoiceError):
+            log.error("turn %d failed in %s (%s): %s", self.turns, exc.stage, exc.code, exc.message)
+        else:
+            log.error("turn %d failed: %s", self.turns, exc, exc_info=exc)
+        assert self.loop is not None
+        self.loop.apologise(self.cfg.daemon.apology)
+        if self._failures >= self.cfg.daemon.max_failures:
+            log.critical("%d turns failed in a row; exiting so the service manager restarts us",
+                         self._failures)
+            self.request_stop(EXIT_REPEATED_FAILURES)
+
+    def _do_reload(self) -> None:
+        try:
+            new_cfg = self._load_config()
+        except RkvoiceError as exc:
+            log.error("config not reloaded, keeping the running one: %s", exc)
+            return
+        self.notifier.notify(RELOADING=1, MONOTONIC_USEC=time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000)
+        try:
+            changed = self.stages.reload(self.cfg, new_cfg)
+        except Exception as exc:
+            log.error("reload failed: %s", exc)
+        else:
+            self.cfg = new_cfg
+            log.info("config reloaded; reloaded engines: %s", ", ".join(changed) or "none")
+        if set(self.stages.engines) != {s.name for s in self.plan.stages}:
+            log.critical("an engine could not be restored after a failed reload; exiting")
+            self.request_stop(EXIT_FATAL)
+            return
+        # always rebuild: a partly failed reload may still have swapped some engines
+        self.loop = self.plan.make_loop(self.stages.engines, self.cfg)
+        self.notifier.notify(READY=1, STATUS="listening")
+
+
+def run_daemon(cfg: Config, plan: Plan, load_config: Callable[[], Config]) -> int:
+    """Run until SIGTERM; returns the process exit status."""
+    try:
+        return Daemon(cfg, plan, load_config).run()
+    except RkvoiceError as exc:
+        log.error("%s", exc)
+        return 1 if exc.code == "already-running" else EXIT_FATAL
