@@ -1,0 +1,103 @@
+"""Tolerant pinyin matching of a wake phrase at the start of a transcript.
+
+Text and phrase become toneless syllables (initial + final) with the usual fuzzy pairs folded
+(zh/z, ch/c, sh/s, n/l; in/ing, en/eng, an/ang, ian/iang, uan/uang), so 小志 and 小知 read as
+小智. A syllable that matches only in its initial or only in its final costs 0.5, a wrong,
+missing or extra syllable 1; the phrase matches when the cheapest alignment over the first few
+syllables costs at most ``tolerance``. What follows the match is the request said in one breath.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from pypinyin import Style, lazy_pinyin
+
+_HAN = re.compile(r"[\u3400-\u9fff]")
+_LEAD = re.compile(r"^[\s,，。.!！?？、;；:：…~～\-—]+")
+
+_FUZZY_INITIALS = {"zh": "z", "ch": "c", "sh": "s", "l": "n"}
+_FUZZY_FINALS = {"ing": "in", "eng": "en", "ang": "an", "iang": "ian", "uang": "uan"}
+
+
+@dataclass(frozen=True)
+class Syllable:
+    initial: str
+    final: str
+    pos: int
+    """Index of the character in the original text."""
+
+
+def syllables(text: str) -> list[Syllable]:
+    """One fuzzy-normalised syllable per Han character of ``text``."""
+    positions = [m.start() for m in _HAN.finditer(text)]
+    chars = "".join(text[i] for i in positions)
+    if not chars:
+        return []
+    initials = lazy_pinyin(chars, style=Style.INITIALS, strict=False)
+    finals = lazy_pinyin(chars, style=Style.FINALS, strict=False)
+    if len(initials) != len(chars) or len(finals) != len(chars):  # a char without a reading
+        initials = [lazy_pinyin(c, style=Style.INITIALS, strict=False)[0] for c in chars]
+        finals = [lazy_pinyin(c, style=Style.FINALS, strict=False)[0] for c in chars]
+    return [
+        Syllable(_FUZZY_INITIALS.get(i, i), _FUZZY_FINALS.get(f, f), pos)
+        for i, f, pos in zip(initials, finals, positions)
+    ]
+
+
+def _sub_cost(a: Syllable, b: Syllable) -> float:
+    if a.initial == b.initial and a.final == b.final:
+        return 0.0
+    if a.initial == b.initial or a.final == b.final:
+        return 0.5
+    return 1.0
+
+
+def _distance(phrase: list[Syllable], window: list[Syllable]) -> float:
+    n, m = len(phrase), len(window)
+    prev = [float(j) for j in range(m + 1)]
+    for i in range(1, n + 1):
+        cur = [float(i)] + [0.0] * m
+        for j in range(1, m + 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + _sub_cost(phrase[i - 1], window[j - 1]))
+        prev = cur
+    return prev[m]
+
+
+@dataclass(frozen=True)
+class PhraseMatch:
+    cost: float
+    end: int
+    """Index in the text just after the matched phrase."""
+    remainder: str
+    """The text after the phrase, leading punctuation removed ('' for the phrase alone)."""
+
+
+class PhraseMatcher:
+    def __init__(self, phrase: str, tolerance: float = 0.75, max_lead: int = 2) -> None:
+        self.phrase = phrase
+        self.target = syllables(phrase)
+        if not self.target:
+            raise ValueError(f"wake phrase {phrase!r} has no Chinese characters")
+        self.tolerance = tolerance
+        self.max_lead = max_lead
+
+    def match(self, text: str) -> PhraseMatch | None:
+        """The phrase near the start of ``text`` (up to ``max_lead`` syllables in), or None."""
+        syl = syllables(text)
+        n = len(self.target)
+        best: tuple[float, int, int] | None = None  # cost, -length, end index
+        for start in range(0, min(self.max_lead, max(0, len(syl) - 1)) + 1):
+            for length in (n, n - 1, n + 1):
+                if length <= 0 or start + length > len(syl):
+                    continue
+                cost = _distance(self.target, syl[start : start + length])
+                key = (cost, -length if length == n else 0, start + length)
+                if best is None or key < best:
+                    best = key
+        if best is None or best[0] > self.tolerance:
+            return None
+        end = syl[best[2] - 1].pos + 1
+        remainder = _LEAD.sub("", text[end:]).strip()
+        return PhraseMatch(best[0], end, remainder)

@@ -1,0 +1,333 @@
+"""Audio in: microphones, WAV files and a real-time WAV feeder, all as 16 kHz mono float32 frames.
+
+Every source is an iterable of frames (``frames()``) of ``frame_samples`` samples (the last one of a
+file may be shorter). Microphone faults (no device, busy, unplugged) are logged and retried with a
+capped exponential backoff; they never end the stream, only ``close()`` does.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+from typing import Callable, Iterator, Protocol
+
+import numpy as np
+
+from rkvoice.clock import Clock, MonotonicClock
+from rkvoice.errors import RkvoiceError
+
+log = logging.getLogger(__name__)
+
+SAMPLE_RATE = 16000
+FRAME_SAMPLES = 512  # 32 ms: one silero window
+
+
+class AudioSource(Protocol):
+    sample_rate: int
+
+    def frames(self) -> Iterator[np.ndarray]:
+        """Yield float32 mono frames at ``sample_rate`` until the source ends or is closed."""
+
+    def close(self) -> None:
+        """Stop delivering frames (safe from any thread)."""
+
+
+def to_mono_16k(samples: np.ndarray, rate: int, what: str = "audio") -> np.ndarray:
+    """Downmix (mean of channels) and resample to 16 kHz float32; log once when it converts."""
+    data = np.asarray(samples, dtype=np.float32)
+    changes = []
+    if data.ndim == 2:
+        if data.shape[1] != 1:
+            changes.append(f"{data.shape[1]} channels -> mono")
+        data = data.mean(axis=1, dtype=np.float32)
+    if rate != SAMPLE_RATE:
+        import soxr
+
+        changes.append(f"{rate} Hz -> {SAMPLE_RATE} Hz")
+        data = soxr.resample(data, rate, SAMPLE_RATE, quality="HQ").astype(np.float32)
+    if changes:
+        log.info("%s: converted %s", what, ", ".join(changes))
+    return np.ascontiguousarray(data, dtype=np.float32)
+
+
+def read_wav(path: str | Path) -> np.ndarray:
+    """Read an audio file as 16 kHz mono float32, or raise a clear RkvoiceError."""
+    import soundfile as sf
+
+    p = Path(path)
+    if not p.is_file():
+        raise RkvoiceError("hear", "no-file", f"audio file {p} does not exist; pass a WAV recording")
+    try:
+        data, rate = sf.read(str(p), dtype="float32", always_2d=True)
+    except (sf.LibsndfileError, RuntimeError, ValueError) as exc:
+        raise RkvoiceError(
+            "hear",
+            "bad-audio",
+            f"{p} is not a readable audio file ({exc}); record or convert it to WAV "
+            "(e.g. arecord -f S16_LE -r 16000 -c 1 file.wav)",
+        ) from exc
+    if data.shape[0] == 0:
+        raise RkvoiceError("hear", "bad-audio", f"{p} holds no audio samples; record it again")
+    return to_mono_16k(data, int(rate), what=str(p))
+
+
+def _split(samples: np.ndarray, frame: int) -> Iterator[np.ndarray]:
+    for i in range(0, len(samples), frame):
+        yield samples[i : i + frame]
+
+
+class WavFileSource:
+    """A whole file delivered as fast as it is read (``--file`` replay)."""
+
+    sample_rate = SAMPLE_RATE
+
+    def __init__(self, path: str | Path, frame_samples: int = FRAME_SAMPLES) -> None:
+        self.path = Path(path)
+        self.frame_samples = frame_samples
+        self.samples = read_wav(self.path)
+        self._closed = threading.Event()
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.samples) / SAMPLE_RATE
+
+    def frames(self) -> Iterator[np.ndarray]:
+        for frame in _split(self.samples, self.frame_samples):
+            if self._closed.is_set():
+                return
+            yield frame
+
+    def close(self) -> None:
+        self._closed.set()
+
+
+class RealtimeSource:
+    """Feeds samples (or a WAV) at real-time pace on ``clock``: a microphone stand-in for tests.
+
+    Frame ``i`` is released at ``start + i * frame duration``; with a FakeClock the pacing costs no
+    wall time. ``tail_s`` of silence follows the audio so the last request can end.
+    """
+
+    sample_rate = SAMPLE_RATE
+
+    def __init__(
+        self,
+        audio: np.ndarray | str | Path,
+        clock: Clock | None = None,
+        frame_samples: int = FRAME_SAMPLES,
+        tail_s: float = 1.0,
+    ) -> None:
+        samples = read_wav(audio) if isinstance(audio, (str, Path)) else np.asarray(audio, np.float32)
+        tail = np.zeros(int(tail_s * SAMPLE_RATE), dtype=np.float32)
+        self.samples = np.concatenate([samples, tail])
+        self.clock = clock or MonotonicClock()
+        self.frame_samples = frame_samples
+        self._closed = threading.Event()
+        self.started_at: float | None = None
+
+    def time_of(self, audio_s: float) -> float:
+        """Clock time at which audio position ``audio_s`` is delivered."""
+        assert self.started_at is not None, "source not started"
+        return self.started_at + audio_s
+
+    def frames(self) -> Iterator[np.ndarray]:
+        self.started_at = self.clock.now()
+        dur = self.frame_samples / SAMPLE_RATE
+        for i, frame in enumerate(_split(self.samples, self.frame_samples)):
+            due = self.started_at + (i + 1) * dur  # a frame exists once all its samples were "heard"
+            wait = due - self.clock.now()
+            if wait > 0:
+                self.clock.sleep(wait)
+            if self._closed.is_set():
+                return
+            yield frame
+
+    def close(self) -> None:
+        self._closed.set()
+
+
+class DeviceError(Exception):
+    """A microphone fault worth retrying (no device, busy, unplugged)."""
+
+
+class MicStream(Protocol):
+    def read(self) -> np.ndarray:
+        """Block for one frame of 16 kHz mono float32; raise DeviceError on a device fault."""
+
+    def close(self) -> None: ...
+
+
+class Backoff:
+    """Capped exponential backoff: 0.5 s, 1 s, 2 s ... up to ``cap``; reset after a success."""
+
+    def __init__(self, first: float = 0.5, cap: float = 8.0) -> None:
+        self.first = first
+        self.cap = cap
+        self.delay = first
+
+    def next(self) -> float:
+        d = self.delay
+        self.delay = min(self.cap, self.delay * 2)
+        return d
+
+    def reset(self) -> None:
+        self.delay = self.first
+
+
+class MicSource:
+    """A microphone that survives its device: open, read, and on a fault log + wait + reopen.
+
+    ``opener`` returns a MicStream or raises DeviceError. ``wait(seconds) -> bool`` waits for the
+    backoff and returns True when the source was closed meanwhile (default: the close event).
+    """
+
+    sample_rate = SAMPLE_RATE
+
+    def __init__(
+        self,
+        opener: Callable[[], MicStream],
+        name: str,
+        backoff: Backoff | None = None,
+        wait: Callable[[float], bool] | None = None,
+    ) -> None:
+        self.opener = opener
+        self.name = name
+        self.backoff = backoff or Backoff()
+        self._closed = threading.Event()
+        self._wait = wait or self._closed.wait
+        self.faults = 0
+        self._stream: MicStream | None = None
+
+    def frames(self) -> Iterator[np.ndarray]:
+        while not self._closed.is_set():
+            try:
+                self._stream = self.opener()
+            except DeviceError as exc:
+                if self._fault("cannot open", exc):
+                    return
+                continue
+            log.info("microphone %s open", self.name)
+            try:
+                while not self._closed.is_set():
+                    frame = self._stream.read()
+                    self.backoff.reset()
+                    yield frame
+            except DeviceError as exc:
+                if self._fault("lost", exc):
+                    return
+            finally:
+                stream, self._stream = self._stream, None
+                if stream is not None:
+                    try:
+                        stream.close()
+                    except Exception:  # closing a dead device must not mask the fault
+                        log.debug("closing %s failed", self.name, exc_info=True)
+
+    def _fault(self, what: str, exc: Exception) -> bool:
+        self.faults += 1
+        delay = self.backoff.next()
+        log.warning("microphone %s %s (%s); retrying in %.1f s", self.name, what, exc, delay)
+        return bool(self._wait(delay)) or self._closed.is_set()
+
+    def close(self) -> None:
+        self._closed.set()
+
+
+class SounddeviceStream:
+    """PortAudio input via sounddevice; opens at 16 kHz or, if refused, the device rate + soxr."""
+
+    def __init__(self, device: str, frame_samples: int = FRAME_SAMPLES) -> None:
+        try:
+            import sounddevice as sd
+        except (ImportError, OSError) as exc:  # OSError: PortAudio library missing
+            raise DeviceError(f"sounddevice unavailable: {exc}") from exc
+        self._sd = sd
+        dev = None if device in ("", "default") else (int(device) if device.isdigit() else device)
+        self.frame_samples = frame_samples
+        self._resampler = None
+        try:
+            self._stream = sd.InputStream(
+                samplerate=SAMPLE_RATE, channels=1, dtype="float32", device=dev, blocksize=frame_samples
+            )
+            self._rate = SAMPLE_RATE
+        except sd.PortAudioError:
+            try:
+                info = sd.query_devices(dev, "input")
+                self._rate = int(info["default_samplerate"])
+                self._stream = sd.InputStream(samplerate=self._rate, channels=1, dtype="float32", device=dev)
+            except (sd.PortAudioError, ValueError) as exc:
+                raise DeviceError(str(exc)) from exc
+            import soxr
+
+            self._resampler = soxr.ResampleStream(self._rate, SAMPLE_RATE, 1, dtype="float32")
+            log.info("microphone runs at %d Hz; resampling to %d Hz", self._rate, SAMPLE_RATE)
+        except ValueError as exc:  # unknown device name
+            raise DeviceError(str(exc)) from exc
+        try:
+            self._stream.start()
+        except sd.PortAudioError as exc:
+            raise DeviceError(str(exc)) from exc
+        self._pending = np.zeros(0, dtype=np.float32)
+
+    def read(self) -> np.ndarray:
+        n_in = self.frame_samples if self._resampler is None else int(self.frame_samples * self._rate / SAMPLE_RATE) + 1
+        while len(self._pending) < self.frame_samples:
+            try:
+                data, overflowed = self._stream.read(n_in)
+            except self._sd.PortAudioError as exc:
+                raise DeviceError(str(exc)) from exc
+            if overflowed:
+                log.debug("microphone input overflow")
+            chunk = np.asarray(data, dtype=np.float32).reshape(-1)
+            if self._resampler is not None:
+                chunk = self._resampler.resample_chunk(chunk)
+            self._pending = np.concatenate([self._pending, chunk])
+        frame, self._pending = self._pending[: self.frame_samples], self._pending[self.frame_samples :]
+        return frame
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+class ArecordStream:
+    """ALSA capture through an ``arecord`` child process writing raw S16_LE to a pipe."""
+
+    def __init__(self, device: str, frame_samples: int = FRAME_SAMPLES) -> None:
+        exe = shutil.which("arecord")
+        if exe is None:
+            raise DeviceError("arecord not found (install alsa-utils)")
+        cmd = [exe, "-q", "-D", device, "-f", "S16_LE", "-r", str(SAMPLE_RATE), "-c", "1", "-t", "raw"]
+        self.frame_samples = frame_samples
+        self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def read(self) -> np.ndarray:
+        assert self._proc.stdout is not None
+        want = self.frame_samples * 2
+        buf = self._proc.stdout.read(want)
+        if len(buf) < want:
+            self._proc.wait(timeout=2)
+            err = (self._proc.stderr.read() if self._proc.stderr else b"").decode(errors="replace").strip()
+            raise DeviceError(f"arecord exited with {self._proc.returncode}: {err or 'no message'}")
+        return np.frombuffer(buf, dtype="<i2").astype(np.float32) / 32768.0
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+
+
+def microphone(kind: str, device: str, frame_samples: int = FRAME_SAMPLES) -> MicSource:
+    """The configured microphone (``audio.input``: sounddevice or arecord; ``audio.input_device``)."""
+    if kind == "sounddevice":
+        return MicSource(lambda: SounddeviceStream(device, frame_samples), f"sounddevice:{device}")
+    if kind == "arecord":
+        return MicSource(lambda: ArecordStream(device, frame_samples), f"arecord:{device}")
+    raise RkvoiceError(
+        "hear", "bad-input", f"unknown microphone source {kind!r} (audio.input); choose one of: arecord, sounddevice"
+    )

@@ -1,0 +1,159 @@
+"""Speech segmentation with silero VAD (sherpa-onnx ``VoiceActivityDetector``), in audio time.
+
+The segmenter counts samples, never reads a clock: ``Segment.end_s`` is where speech stopped in
+the audio stream and ``Segment.decided_s`` is where the segmenter knew it (after the configured
+trailing silence, or at the maximum request length). Tests feed audio and get exact times.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rkvoice.config import Config
+from rkvoice.errors import RkvoiceError
+
+log = logging.getLogger(__name__)
+
+SAMPLE_RATE = 16000
+WINDOW = 512  # silero's window at 16 kHz
+
+
+@dataclass(frozen=True)
+class Segment:
+    samples: np.ndarray
+    """The speech, 16 kHz mono float32."""
+    start_s: float
+    """Audio time where speech started."""
+    end_s: float
+    """Audio time where speech ended (the latency clock starts here)."""
+    decided_s: float
+    """Audio time when the segmenter closed the segment (end + trailing silence, or the cut)."""
+    truncated: bool = False
+    """True when the segment was cut at the maximum request length."""
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.samples) / SAMPLE_RATE
+
+
+def vad_model_path(cfg: Config) -> Path:
+    return cfg.models.path / "portable" / "vad" / "silero_vad.onnx"
+
+
+class Segmenter:
+    """Turns a stream of frames into speech segments. ``load()`` builds the VAD."""
+
+    def __init__(self, cfg: Config, model_path: Path | None = None) -> None:
+        self.cfg = cfg
+        self.model_path = model_path or vad_model_path(cfg)
+        h = cfg.hear
+        self.trailing_silence_s = h.trailing_silence_ms / 1000.0
+        self.max_request_s = h.max_request_s
+        self._vad = None
+        self._pending = np.zeros(0, dtype=np.float32)
+        self._fed = 0  # samples given to the VAD
+        self._speech_from: int | None = None  # sample index where the VAD first reported speech
+        self._base = 0  # sample index of the VAD's own zero (it restarts counting on reset)
+
+    def load(self) -> None:
+        if not self.model_path.is_file():
+            raise RkvoiceError(
+                "vad", "missing-model", f"silero VAD model {self.model_path} is missing; run ./install.sh"
+            )
+        import sherpa_onnx
+
+        h = self.cfg.hear
+        silero = sherpa_onnx.SileroVadModelConfig(
+            model=str(self.model_path),
+            threshold=h.vad_threshold,
+            min_silence_duration=self.trailing_silence_s,
+            min_speech_duration=h.min_speech_ms / 1000.0,
+            window_size=WINDOW,
+            max_speech_duration=h.max_request_s + 30.0,  # our own cut below is the one that counts
+        )
+        config = sherpa_onnx.VadModelConfig(silero_vad=silero, sample_rate=SAMPLE_RATE, num_threads=1)
+        self._vad = sherpa_onnx.VoiceActivityDetector(config, buffer_size_in_seconds=h.max_request_s + 30.0)
+        log.debug("VAD loaded from %s", self.model_path)
+
+    @property
+    def position_s(self) -> float:
+        """Audio time consumed so far."""
+        return (self._fed + len(self._pending)) / SAMPLE_RATE
+
+    @property
+    def in_speech(self) -> bool:
+        return self._speech_from is not None
+
+    def reset(self) -> None:
+        """Forget any speech in progress (keeps the audio clock running)."""
+        if self._vad is not None:
+            self._vad.reset()
+        self._base = self._fed
+        self._speech_from = None
+        # keep _pending: those samples are still "now"
+
+    def restart(self, at_sample: int) -> None:
+        """Forget everything; the next frame is stream sample ``at_sample`` (audio time continues)."""
+        self._pending = np.zeros(0, dtype=np.float32)
+        self._fed = at_sample
+        self.reset()
+
+    def accept(self, frame: np.ndarray) -> list[Segment]:
+        """Feed one frame; return the segments that closed in it."""
+        if self._vad is None:
+            raise RuntimeError("Segmenter.load() was not called")
+        self._pending = np.concatenate([self._pending, np.asarray(frame, dtype=np.float32)])
+        out: list[Segment] = []
+        while len(self._pending) >= WINDOW:
+            window, self._pending = self._pending[:WINDOW], self._pending[WINDOW:]
+            self._vad.accept_waveform(window)
+            self._fed += WINDOW
+            out.extend(self._collect())
+        return out
+
+    def flush(self) -> list[Segment]:
+        """End of stream: close any open segment."""
+        if self._vad is None:
+            return []
+        if len(self._pending):
+            pad = np.zeros(WINDOW - len(self._pending), dtype=np.float32)
+            self._vad.accept_waveform(np.concatenate([self._pending, pad]))
+            self._fed += len(self._pending)
+            self._pending = np.zeros(0, dtype=np.float32)
+        self._vad.flush()
+        out = self._collect()
+        self._speech_from = None
+        return out
+
+    def _collect(self) -> list[Segment]:
+        vad = self._vad
+        out: list[Segment] = []
+        decided = self._fed / SAMPLE_RATE
+        while not vad.empty():
+            seg = vad.front
+            samples = np.array(seg.samples, dtype=np.float32)
+            start = (self._base + seg.start) / SAMPLE_RATE
+            out.append(Segment(samples, start, start + len(samples) / SAMPLE_RATE, decided))
+            vad.pop()
+        if vad.is_speech_detected():
+            if self._speech_from is None:
+                self._speech_from = self._fed
+            elif (self._fed - self._speech_from) / SAMPLE_RATE >= self.max_request_s:
+                out.append(self._cut())
+        else:
+            self._speech_from = None
+        return out
+
+    def _cut(self) -> Segment:
+        """Close an over-long request at the current position."""
+        vad = self._vad
+        samples = np.array(vad.current_segment.samples, dtype=np.float32)
+        end = self._fed / SAMPLE_RATE
+        start = end - len(samples) / SAMPLE_RATE
+        log.info("request reached the %.1f s limit; cutting it", self.max_request_s)
+        self.reset()
+        return Segment(samples, start, end, end, truncated=True)

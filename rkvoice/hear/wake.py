@@ -1,0 +1,121 @@
+"""Wake engines: a streaming protocol, the registry (``hear.wake``: kws, asr-match, auto) and asr-match.
+
+An engine eats 16 kHz frames and returns a ``WakeHit`` when it heard the wake phrase. asr-match
+(portable; no Chinese keyword model installs offline) closes speech segments with the VAD,
+transcribes them and looks for the phrase with a tolerant pinyin match; the rest of the segment
+("小智小智，现在几点" -> "现在几点") is the request said in the same breath.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import numpy as np
+
+from rkvoice.config import Config
+from rkvoice.errors import RkvoiceError
+from rkvoice.hear.asr import AsrEngine
+from rkvoice.hear.pinyin_match import PhraseMatcher
+from rkvoice.hear.vad import Segment, Segmenter
+from rkvoice.registry import Registry
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WakeHit:
+    at_s: float
+    """Audio time of the wake decision."""
+    end_s: float
+    """Audio time where the speech holding the phrase ended."""
+    text: str = ""
+    """What was transcribed (asr-match), '' for a keyword spotter."""
+    request: str = ""
+    """A request said in the same breath after the phrase ('' when the phrase was alone)."""
+    asr_ms: float = 0.0
+
+
+Marker = Callable[..., object]
+
+
+class WakeEngine(Protocol):
+    def load(self) -> None: ...
+
+    def restart(self, at_sample: int) -> None:
+        """Drop any partial state; the next frame starts at stream sample ``at_sample``."""
+
+    def accept(self, frame: np.ndarray) -> WakeHit | None: ...
+
+    def flush(self) -> WakeHit | None:
+        """End of stream: decide on whatever speech is still open."""
+
+
+WAKE = Registry("wake")
+WAKE.register("asr-match", "rkvoice.hear.wake:AsrMatchWake", "VAD segment -> ASR -> pinyin match (portable)")
+WAKE.register(
+    "kws",
+    "rkvoice.hear.kws:KwsWake",
+    "sherpa-onnx keyword spotter, zipformer zh (board profile)",
+    install_hint="run ./install.sh --profile board for the keyword-spotter model",
+)
+
+
+def wake_name(cfg: Config, name: str | None = None) -> str:
+    name = name or cfg.hear.wake
+    if name == "auto":
+        return "kws" if cfg.models.profile == "board" else "asr-match"
+    WAKE.backend(name)
+    return name
+
+
+def create_wake(cfg: Config, asr: AsrEngine | None = None, name: str | None = None) -> WakeEngine:
+    """The configured wake engine, not loaded. asr-match shares the (loaded) ASR engine ``asr``."""
+    resolved = wake_name(cfg, name)
+    if resolved == "asr-match":
+        if asr is None:
+            raise RkvoiceError("wake", "needs-asr", "the asr-match wake engine needs an ASR engine")
+        return WAKE.create(resolved, cfg, asr)
+    return WAKE.create(resolved, cfg)
+
+
+class AsrMatchWake:
+    def __init__(self, cfg: Config, asr: AsrEngine, segmenter: Segmenter | None = None) -> None:
+        self.cfg = cfg
+        self.asr = asr
+        self.segmenter = segmenter or Segmenter(cfg)
+        self.matcher = PhraseMatcher(cfg.hear.wake_phrase, tolerance=cfg.hear.wake_tolerance)
+        self.last_text = ""
+
+    def load(self) -> None:
+        self.segmenter.load()
+
+    def restart(self, at_sample: int) -> None:
+        self.segmenter.restart(at_sample)
+
+    def accept(self, frame: np.ndarray) -> WakeHit | None:
+        return self._check(self.segmenter.accept(frame))
+
+    def flush(self) -> WakeHit | None:
+        return self._check(self.segmenter.flush())
+
+    def _check(self, segments: list[Segment]) -> WakeHit | None:
+        for seg in segments:
+            hit = self.check_segment(seg)
+            if hit is not None:
+                return hit
+        return None
+
+    def check_segment(self, seg: Segment) -> WakeHit | None:
+        t0 = time.monotonic()
+        text = self.asr.transcribe(seg.samples)
+        asr_ms = (time.monotonic() - t0) * 1000.0
+        self.last_text = text
+        found = self.matcher.match(text)
+        if found is None:
+            log.debug("no wake in %r (%.2f-%.2f s)", text, seg.start_s, seg.end_s)
+            return None
+        log.info("wake: %r (cost %.2f) request %r", text, found.cost, found.remainder)
+        return WakeHit(seg.decided_s, seg.end_s, text, found.remainder, asr_ms)

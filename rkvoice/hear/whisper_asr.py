@@ -1,0 +1,96 @@
+"""Whisper base through faster-whisper (CTranslate2 int8) on the CPU: the portable ASR."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from rkvoice.config import Config
+from rkvoice.errors import RkvoiceError
+
+log = logging.getLogger(__name__)
+
+# Without a simplified-Chinese prompt Whisper often answers in traditional characters.
+PROMPT = "以下是普通话的句子。"
+FILES = ("model.bin", "config.json", "tokenizer.json", "vocabulary.json")
+
+
+def whisper_dir(cfg: Config) -> Path:
+    return cfg.models.path / "portable" / "whisper-base"
+
+
+class WhisperAsr:
+    name = "whisper"
+
+    def __init__(self, cfg: Config, model_dir: Path | None = None, beam_size: int | None = None) -> None:
+        self.cfg = cfg
+        self.model_dir = model_dir or whisper_dir(cfg)
+        self.beam_size = beam_size or cfg.hear.whisper_beam
+        self.threads = cfg.hear.threads
+        self._model = None
+
+    def load(self) -> None:
+        missing = [f for f in FILES if not (self.model_dir / f).is_file()]
+        if missing:
+            raise RkvoiceError(
+                "asr",
+                "missing-model",
+                f"Whisper model files missing in {self.model_dir}: {', '.join(missing)}; run ./install.sh",
+            )
+        try:
+            from faster_whisper import WhisperModel
+        except ImportError as exc:
+            raise RkvoiceError(
+                "asr", "missing-dependency", f"whisper ASR needs faster-whisper ({exc}); pip install faster-whisper==1.2.1"
+            ) from exc
+        self._model = WhisperModel(
+            str(self.model_dir), device="cpu", compute_type="int8", cpu_threads=self.threads, num_workers=1
+        )
+        self.transcribe(np.zeros(16000, dtype=np.float32))  # warm-up: first decode allocates
+        log.info("whisper loaded from %s (beam %d, %d threads)", self.model_dir, self.beam_size, self.threads)
+
+    def transcribe(self, samples: np.ndarray) -> str:
+        if self._model is None:
+            raise RuntimeError("WhisperAsr.load() was not called")
+        audio = np.asarray(samples, dtype=np.float32)
+        if len(audio) < 1600:  # under 0.1 s: nothing to decode
+            return ""
+        segments, _info = self._model.transcribe(
+            audio,
+            language="zh",
+            task="transcribe",
+            beam_size=self.beam_size,
+            best_of=1,
+            temperature=0.0,
+            initial_prompt=PROMPT,
+            condition_on_previous_text=False,
+            without_timestamps=True,
+            vad_filter=False,
+        )
+        text = "".join(seg.text for seg in segments).strip()
+        return simplify(text)
+
+
+def simplify(text: str) -> str:
+    """Drop Whisper's prompt echo and convert any traditional characters it still emits."""
+    if text.startswith(PROMPT):
+        text = text[len(PROMPT) :]
+    return _t2s(text).strip()
+
+
+_CONVERTER = None
+
+
+def _t2s(text: str) -> str:
+    global _CONVERTER
+    if _CONVERTER is None:
+        try:
+            import opencc
+        except ImportError as exc:
+            raise RkvoiceError(
+                "asr", "missing-dependency", f"simplified output needs opencc ({exc}); pip install opencc==1.4.2"
+            ) from exc
+        _CONVERTER = opencc.OpenCC("t2s")
+    return _CONVERTER.convert(text)
