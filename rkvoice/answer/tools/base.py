@@ -1,0 +1,39 @@
+"""What a tool returns, and what tools may use (wall clock, state, scheduler, sysfs roots)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from rkvoice.answer.tools.reminders import ReminderScheduler
+    from rkvoice.state import StateStore
+
+
+@dataclass(frozen=True)
+class ToolAnswer:
+    tool: str
+    """Tool name, e.g. "time", "arithmetic" (goes into the timeline's ``route`` event)."""
+    text: str
+    """Speakable Chinese (no digits); empty for pure actions such as stop."""
+    action: str = ""
+    """A side effect the caller performs: "stop" = stop speaking."""
+
+
+def _local_now() -> datetime:
+    return datetime.now().astimezone()
+
+
+@dataclass
+class ToolContext:
+    """Everything tools touch outside themselves, injectable for tests."""
+
+    now: Callable[[], datetime] = _local_now
+    """Wall-clock time with the local time zone."""
+    store: "StateStore | None" = None
+    scheduler: "ReminderScheduler | None" = None
+    sys_root: Path = Path("/sys")
+    proc_root: Path = Path("/proc")
+    extra: dict[str, object] = field(default_factory=dict)

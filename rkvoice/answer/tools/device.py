@@ -1,0 +1,155 @@
+"""Device status from /sys and /proc: temperatures, memory, uptime, load.
+
+Values a machine does not have (no NPU zone on a PC, no thermal zones in a container) are
+left out of the answer, never invented.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from rkvoice.answer.tools.base import ToolAnswer, ToolContext
+from rkvoice.answer.tools.match import has_any
+from rkvoice.text.cn import cn_dec, cn_int
+
+log = logging.getLogger(__name__)
+
+NAME = "device"
+
+# thermal zone "type" substrings -> spoken label, in the order they are reported
+ZONE_LABELS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("芯片", ("soc", "acpitz", "x86_pkg_temp", "package")),
+    ("处理器", ("bigcore", "littlecore", "cpu", "coretemp", "core")),
+    ("神经网络处理器", ("npu",)),
+    ("图形处理器", ("gpu",)),
+    ("内存芯片", ("ddr",)),
+)
+
+TEMP_WORDS = ("温度", "多少度", "几度", "多热", "烫不烫", "热不热", "发热", "发烫")
+NOT_DEVICE_TEMP = ("天气", "气温", "外面", "室外", "体温", "水温", "明天", "最高", "最低")
+MEM_WORDS = ("内存",)
+UPTIME_WORDS = ("运行多久", "运行了多久", "开机多久", "开机多长时间", "运行时间", "开了多久", "运行多长时间",
+                "开机时间", "开了多长时间")
+LOAD_WORDS = ("负载", "cpu占用", "处理器占用", "忙不忙", "cpu使用率")
+STATUS_WORDS = ("系统状态", "设备状态", "运行状态", "机器状态", "状态怎么样", "状态如何", "系统信息", "设备信息")
+
+
+def _label(zone_type: str) -> str | None:
+    t = zone_type.lower()
+    for label, keys in ZONE_LABELS:
+        if any(k in t for k in keys):
+            return label
+    return None
+
+
+def read_temperatures(sys_root: Path) -> list[tuple[str, float]]:
+    """(label, °C) per labelled group, the hottest zone of each group."""
+    best: dict[str, float] = {}
+    for zone in sorted((sys_root / "class" / "thermal").glob("thermal_zone*")):
+        try:
+            zone_type = (zone / "type").read_text().strip()
+            milli = int((zone / "temp").read_text().strip())
+        except (OSError, ValueError):
+            continue
+        label = _label(zone_type)
+        if label is None or milli <= -273000:
+            continue
+        best[label] = max(best.get(label, -1e9), milli / 1000.0)
+    return [(label, best[label]) for label, _ in ZONE_LABELS if label in best]
+
+
+def read_meminfo(proc_root: Path) -> dict[str, int]:
+    """MemTotal/MemAvailable in kB, whatever exists."""
+    out: dict[str, int] = {}
+    try:
+        for line in (proc_root / "meminfo").read_text().splitlines():
+            key, _, rest = line.partition(":")
+            if key in ("MemTotal", "MemAvailable"):
+                out[key] = int(rest.split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
+def read_uptime(proc_root: Path) -> float | None:
+    try:
+        return float((proc_root / "uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def read_load(proc_root: Path) -> float | None:
+    try:
+        return float((proc_root / "loadavg").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def count(n: int) -> str:
+    """A count before a measure word: 2 -> 两 (两小时), else the plain reading."""
+    return "两" if n == 2 else cn_int(n)
+
+
+def spoken_duration(seconds: float) -> str:
+    minutes = int(seconds // 60)
+    days, rem = divmod(minutes, 24 * 60)
+    hours, mins = divmod(rem, 60)
+    parts = []
+    if days:
+        parts.append(f"{count(days)}天")
+    if hours:
+        parts.append(f"{count(hours)}小时")
+    if mins or not parts:
+        parts.append(f"{count(mins)}分钟")
+    return "".join(parts)
+
+
+def temperature_text(ctx: ToolContext) -> str | None:
+    temps = read_temperatures(ctx.sys_root)
+    if not temps:
+        return None
+    return "，".join(f"{label}{cn_dec(round(c, 1))}度" for label, c in temps)
+
+
+def memory_text(ctx: ToolContext) -> str | None:
+    mem = read_meminfo(ctx.proc_root)
+    if "MemTotal" not in mem:
+        return None
+    text = f"内存共{cn_int(mem['MemTotal'] // 1024)}兆"
+    if "MemAvailable" in mem:
+        text += f"，可用{cn_int(mem['MemAvailable'] // 1024)}兆"
+    return text
+
+
+def uptime_text(ctx: ToolContext) -> str | None:
+    up = read_uptime(ctx.proc_root)
+    return None if up is None else f"已经运行了{spoken_duration(up)}"
+
+
+def load_text(ctx: ToolContext) -> str | None:
+    load = read_load(ctx.proc_root)
+    return None if load is None else f"一分钟平均负载{cn_dec(round(load, 2))}"
+
+
+def handle(text: str, ctx: ToolContext) -> ToolAnswer | None:
+    if len(text) > 20:
+        return None
+    wanted = []
+    if has_any(text, STATUS_WORDS):
+        wanted = [temperature_text, memory_text, uptime_text, load_text]
+    else:
+        if has_any(text, TEMP_WORDS) and not has_any(text, NOT_DEVICE_TEMP):
+            wanted.append(temperature_text)
+        if has_any(text, MEM_WORDS):
+            wanted.append(memory_text)
+        if has_any(text, UPTIME_WORDS):
+            wanted.append(uptime_text)
+        if has_any(text, LOAD_WORDS):
+            wanted.append(load_text)
+    if not wanted:
+        return None
+    parts = [p for p in (fn(ctx) for fn in wanted) if p]
+    if not parts:
+        return ToolAnswer(NAME, "这台设备上读不到这项信息。")
+    return ToolAnswer(NAME, "，".join(parts) + "。")

@@ -1,0 +1,29 @@
+"""The router: try each tool on the cleaned transcript; the first answer wins, None -> the LLM."""
+
+from __future__ import annotations
+
+import logging
+
+from rkvoice.answer.tools import arithmetic, clock, device, network, reminders, stop, todos
+from rkvoice.answer.tools.base import ToolAnswer, ToolContext
+from rkvoice.answer.tools.match import clean
+
+log = logging.getLogger(__name__)
+
+# Order matters: "明天早上七点叫我" is a reminder before it is a clock question.
+HANDLERS = (stop.handle, reminders.handle, todos.handle, arithmetic.handle, clock.handle,
+            device.handle, network.handle)
+
+
+def route(transcript: str, ctx: ToolContext | None = None) -> ToolAnswer | None:
+    """A tool's answer for ``transcript``, or None when the LLM should answer."""
+    text = clean(transcript)
+    if not text:
+        return None
+    ctx = ctx or ToolContext()
+    for handler in HANDLERS:
+        answer = handler(text, ctx)
+        if answer is not None:
+            log.debug("routed %r to tool %s", transcript, answer.tool)
+            return answer
+    return None
