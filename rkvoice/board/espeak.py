@@ -1,0 +1,189 @@
+"""espeak-ng without root: unpack the Debian packages into a private dir and preload them.
+
+The board has no root and no apt, but a .deb is an archive: ``dpkg-deb -x`` unpacks
+libespeak-ng1, libpcaudio0, libsonic0 and espeak-ng-data into the install directory
+(libespeak-ng-libespeak1 is an empty transitional package: not it). ``LD_LIBRARY_PATH`` is
+read once at process start, so instead the process loads the libraries by absolute path with
+``RTLD_GLOBAL``, dependencies first; a later ``dlopen("libespeak-ng.so.1")`` by soname (from
+us or from a library) finds the already-loaded copy.
+
+``Espeak.phonemize(word)`` calls ``espeak_TextToPhonemes`` (IPA) through ctypes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+from rkvoice.errors import RkvoiceError
+
+log = logging.getLogger(__name__)
+
+PACKAGES = ("libpcaudio0", "libsonic0", "libespeak-ng1", "espeak-ng-data")
+"""Debian packages the board install unpacks (apt-get download on a machine with apt, or the URLs in the manifest)."""
+PRELOAD_ORDER = ("libpcaudio.so.0", "libsonic.so.0", "libespeak-ng.so.1")
+"""Dependencies first: libespeak-ng.so.1 needs the other two by soname."""
+
+_AUDIO_OUTPUT_RETRIEVAL = 1
+_CHARS_UTF8 = 1
+_PHONEMES_IPA = 0x02
+
+
+def unpack_debs(debs: list[Path], dest: Path) -> Path:
+    """``dpkg-deb -x`` each package into ``dest/root`` and gather the .so files in ``dest/lib``.
+
+    ``dest/lib`` also gets an ``espeak-ng-data`` link to the unpacked data. Returns ``dest/lib``.
+    This is what ``install.sh --profile board`` calls (``python -m rkvoice.board.espeak unpack``).
+    """
+    if shutil.which("dpkg-deb") is None:
+        raise RkvoiceError("install", "missing-tool", "dpkg-deb not found; it ships with dpkg on Debian-based boards")
+    root = dest / "root"
+    lib = dest / "lib"
+    root.mkdir(parents=True, exist_ok=True)
+    lib.mkdir(parents=True, exist_ok=True)
+    for deb in debs:
+        if not deb.is_file():
+            raise RkvoiceError("install", "missing-file", f"Debian package {deb} not found")
+        res = subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], capture_output=True, text=True)
+        if res.returncode != 0:
+            raise RkvoiceError("install", "bad-deb", f"dpkg-deb -x {deb} failed: {res.stderr.strip()}")
+    for so in root.rglob("*.so*"):
+        if so.is_file() and so.name.split(".so")[0] in ("libespeak-ng", "libpcaudio", "libsonic"):
+            target = lib / so.name
+            if target.exists() or target.is_symlink():
+                target.unlink()
+            if so.is_symlink():
+                target.symlink_to(Path(so.readlink()).name)
+            else:
+                shutil.copy2(so, target)
+    data = next((p.parent for p in root.rglob("espeak-ng-data/phontab")), None)
+    if data is not None:
+        link = lib / "espeak-ng-data"
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(data.resolve())
+    missing = [n for n in PRELOAD_ORDER if not (lib / n).exists()]
+    if missing:
+        raise RkvoiceError("install", "bad-deb", f"after unpacking, {lib} lacks {', '.join(missing)}; "
+                           f"unpack all of: {', '.join(PACKAGES)}")
+    log.info("espeak-ng unpacked into %s", lib)
+    return lib
+
+
+_loaded: dict[Path, ctypes.CDLL] = {}
+_lock = threading.Lock()
+
+
+def preload(lib_dir: Path) -> ctypes.CDLL:
+    """Load libpcaudio, libsonic, libespeak-ng from ``lib_dir`` by absolute path, RTLD_GLOBAL."""
+    lib_dir = lib_dir.resolve()
+    with _lock:
+        if lib_dir in _loaded:
+            return _loaded[lib_dir]
+        handle = None
+        for name in PRELOAD_ORDER:
+            path = lib_dir / name
+            if not path.exists():
+                raise RkvoiceError("tts", "missing-espeak", f"{path} not found; run ./install.sh --profile board "
+                                   "(it unpacks libespeak-ng1, libpcaudio0, libsonic0 there)")
+            try:
+                handle = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+            except OSError as exc:
+                raise RkvoiceError("tts", "missing-espeak", f"cannot load {path}: {exc}") from exc
+        assert handle is not None
+        _loaded[lib_dir] = handle
+        return handle
+
+
+def _bind(lib: ctypes.CDLL) -> None:
+    lib.espeak_Initialize.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+    lib.espeak_Initialize.restype = ctypes.c_int
+    lib.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
+    lib.espeak_SetVoiceByName.restype = ctypes.c_int
+    lib.espeak_TextToPhonemes.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_int]
+    lib.espeak_TextToPhonemes.restype = ctypes.c_char_p
+
+
+class Espeak:
+    """An initialised espeak-ng (one per process: the library keeps global state)."""
+
+    _instance: "Espeak | None" = None
+
+    def __init__(self, lib: ctypes.CDLL, data_parent: Path | None, voice: str = "en-us") -> None:
+        _bind(lib)
+        self._lib = lib
+        self._lock = threading.Lock()
+        path = str(data_parent).encode() if data_parent else None
+        rate = lib.espeak_Initialize(_AUDIO_OUTPUT_RETRIEVAL, 0, path, 0)
+        if rate <= 0:
+            raise RkvoiceError("tts", "espeak-init", f"espeak_Initialize failed ({rate}); espeak-ng-data "
+                               f"missing under {data_parent or 'the default location'}")
+        if lib.espeak_SetVoiceByName(voice.encode()) != 0:
+            raise RkvoiceError("tts", "espeak-init", f"espeak-ng has no voice {voice!r}")
+        self.voice = voice
+
+    @classmethod
+    def open(cls, lib_dir: Path | None = None, voice: str = "en-us") -> "Espeak":
+        """espeak-ng from a private ``lib_dir`` (preloaded by path), else the system's library."""
+        if cls._instance is not None:
+            return cls._instance
+        if lib_dir is not None:
+            data = lib_dir / "espeak-ng-data" / "phontab"
+            if not data.exists():  # espeak-ng exits the process when its data is missing: check first
+                raise RkvoiceError("tts", "missing-espeak", f"{data} not found; unpack espeak-ng-data too "
+                                   "(python -m rkvoice.board.espeak unpack DEST *.deb)")
+            inst = cls(preload(lib_dir), lib_dir.resolve(), voice)
+        else:
+            name = ctypes.util.find_library("espeak-ng")
+            if name is None:
+                raise RkvoiceError("tts", "missing-espeak", "espeak-ng is not installed; apt-get install "
+                                   "libespeak-ng1, or set tts.matcha.espeak_lib_dir to an unpacked copy")
+            inst = cls(ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL), None, voice)
+        cls._instance = inst
+        return inst
+
+    def phonemize(self, text: str) -> str:
+        """Text -> IPA phonemes (clauses joined with spaces)."""
+        buf = ctypes.create_string_buffer(text.encode("utf-8"))
+        ptr = ctypes.c_void_p(ctypes.addressof(buf))
+        out = []
+        with self._lock:
+            while ptr.value:
+                res = self._lib.espeak_TextToPhonemes(ctypes.byref(ptr), _CHARS_UTF8, _PHONEMES_IPA)
+                if res:
+                    out.append(res.decode("utf-8", "replace").strip())
+        return " ".join(p for p in out if p)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m rkvoice.board.espeak unpack DEST DEB...`` (install.sh) / ``say LIBDIR WORD``."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m rkvoice.board.espeak")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    u = sub.add_parser("unpack", help="unpack the espeak-ng .deb files into DEST/lib")
+    u.add_argument("dest", type=Path)
+    u.add_argument("debs", type=Path, nargs="+")
+    s = sub.add_parser("say", help="print the IPA of WORDS using the private copy in LIBDIR")
+    s.add_argument("lib_dir", type=Path)
+    s.add_argument("words", nargs="+")
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "unpack":
+            sys.stdout.write(f"{unpack_debs(args.debs, args.dest)}\n")
+        else:
+            sys.stdout.write(Espeak.open(args.lib_dir).phonemize(" ".join(args.words)) + "\n")
+    except RkvoiceError as exc:
+        sys.stderr.write(f"{exc}\n")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
