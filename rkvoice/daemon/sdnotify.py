@@ -39,6 +39,7 @@ class Notifier:
         self._addr = _address(name) if name else None
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()
+        self._failing = False
         raw = os.environ.get("WATCHDOG_USEC") if watchdog_usec is None else watchdog_usec
         self._watchdog_usec = _parse_usec(raw)
 
@@ -56,7 +57,7 @@ class Notifier:
     def notify(self, **fields: object) -> bool:
         """Send one datagram, e.g. ``notify(READY=1, STATUS="listening")``.
 
-        Returns False (and logs once per failure) when the socket is gone: the daemon keeps
+        Returns False (logging the first of a run of failures) when the socket is gone or full: the daemon keeps
         running; systemd would restart it anyway if it really stopped listening.
         """
         if self._addr is None:
@@ -66,10 +67,14 @@ class Notifier:
             try:
                 if self._sock is None:
                     self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
-                self._sock.sendto(payload, self._addr)
+                # never block: a full receive queue must not stall the daemon's main thread
+                self._sock.sendto(payload, socket.MSG_DONTWAIT, self._addr)
             except OSError as exc:
-                log.warning("sd_notify %s failed: %s", ",".join(fields), exc)
+                if not self._failing:
+                    log.warning("sd_notify %s failed: %s", ",".join(fields), exc)
+                self._failing = True
                 return False
+            self._failing = False
         log.debug("sd_notify %s", payload.decode().replace("\n", " "))
         return True
 

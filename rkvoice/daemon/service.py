@@ -61,6 +61,7 @@ class Daemon:
         self._exit_code = EXIT_OK
         self._beat = self.clock.now()
         self._failures = 0
+        self._signalled = ""
         self.turns = 0
         self.on_turn: Callable[[TurnReport], None] | None = None
 
@@ -112,26 +113,34 @@ class Daemon:
             previous[sig] = signal.signal(sig, handler)
         return previous
 
+    # Signal handlers only set events: the main thread may be inside the notifier or a
+    # stage when the signal arrives, so doing the work here could deadlock on their locks.
     def _on_stop(self, signum: int, _frame: FrameType | None) -> None:
-        log.info("%s: stopping", signal.Signals(signum).name)
-        self.request_stop()
+        self._signalled = signal.Signals(signum).name
+        self.stop.set()
+        self._wake.set()
 
     def _on_hup(self, _signum: int, _frame: FrameType | None) -> None:
-        log.info("SIGHUP: reloading the config before the next turn")
         self._reload.set()
+        self._wake.set()
 
     def request_stop(self, code: int = EXIT_OK) -> None:
+        """Stop from any thread (not from a signal handler): the main thread finishes the job."""
         if code != EXIT_OK and self._exit_code == EXIT_OK:
             self._exit_code = code
-        if not self.stop.is_set():
-            self.stop.set()
-            self.notifier.stopping("stopping")
-            if self.loop is not None:
-                try:
-                    self.loop.stop_speaking()
-                except Exception as exc:
-                    log.error("stopping speech failed: %s", exc)
+        self.stop.set()
         self._wake.set()
+
+    def _begin_stop(self) -> None:
+        """On the main thread: tell systemd, cancel speech so the turn ends quickly."""
+        if self._signalled:
+            log.info("%s: stopping", self._signalled)
+        self.notifier.stopping("stopping")
+        if self.loop is not None:
+            try:
+                self.loop.stop_speaking()
+            except Exception as exc:
+                log.error("stopping speech failed: %s", exc)
 
     def _supervise(self, worker: threading.Thread) -> None:
         interval = self.notifier.watchdog_interval or 5.0
@@ -153,6 +162,7 @@ class Daemon:
 
     def _shutdown(self, worker: threading.Thread | None) -> int:
         t0 = time.monotonic()
+        self._begin_stop()
         if worker is not None:
             worker.join(self.cfg.daemon.stop_timeout_s)
         if worker is not None and worker.is_alive():
@@ -172,6 +182,7 @@ class Daemon:
             self._beat = self.clock.now()
             if self._reload.is_set():
                 self._reload.clear()
+                log.info("SIGHUP: reloading the config")
                 self._do_reload()
                 continue
             assert self.loop is not None

@@ -1,0 +1,219 @@
+"""The daemon as a real process: sd_notify over a test socket, signals, lock, reload, missing mic.
+
+The process runs ``python -m rkvoice.daemon --stages test_daemon_fakes:subprocess_plan`` (scripted
+stages, no models): requests are files in a spool directory, the stages log what they do as JSON
+lines, and NOTIFY_SOCKET points at a datagram socket owned by the test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+
+
+class DaemonProc:
+    def __init__(self, tmp: Path, name: str = "d", abstract: bool = False, hold: bool = False,
+                 config: Path | None = None, lock: Path | None = None) -> None:
+        self.tmp = tmp
+        self.spool = tmp / f"{name}-spool"
+        self.spool.mkdir()
+        self.events = tmp / f"{name}-events.jsonl"
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        if abstract:
+            addr = f"@rkvoice-test-{os.getpid()}-{name}-{time.monotonic_ns()}"
+            self.sock.bind("\0" + addr[1:])
+        else:
+            addr = str(tmp / f"{name}-notify.sock")
+            self.sock.bind(addr)
+        self.config = config or tmp / f"{name}-config.yaml"
+        if config is None:
+            self.config.write_text(
+                f"daemon:\n  lock_file: {lock or tmp / 'rkvoice.lock'}\n"
+                f"state:\n  dir: {tmp / 'state'}\n",
+                encoding="utf-8",
+            )
+        env = dict(os.environ)
+        env.update(
+            NOTIFY_SOCKET=addr,
+            WATCHDOG_USEC="300000",
+            RKVOICE_TEST_SPOOL=str(self.spool),
+            RKVOICE_TEST_EVENTS=str(self.events),
+            PYTHONPATH=os.pathsep.join([str(TESTS), str(ROOT)]),
+        )
+        env.pop("WATCHDOG_PID", None)
+        env.pop("RKVOICE_CONFIG", None)
+        if hold:
+            env["RKVOICE_TEST_HOLD"] = "1"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rkvoice.daemon", "--config", str(self.config),
+             "--stages", "test_daemon_fakes:subprocess_plan"],
+            cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True,
+        )
+        self.n = 0
+        self.inbox: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self) -> None:
+        # keep the socket's queue empty, as systemd does: a full queue makes sends fail
+        while True:
+            try:
+                msg = self.sock.recv(4096).decode()
+            except OSError:
+                return
+            self.inbox.put(msg)
+
+    def recv(self, want: str, timeout: float = 20.0) -> list[str]:
+        """Datagrams up to and including the first one with the field ``want``."""
+        seen = []
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no {want} within {timeout} s; got {seen}; stderr: {self.stderr_now()}")
+            try:
+                msg = self.inbox.get(timeout=left)
+            except queue.Empty:
+                continue
+            seen.append(msg)
+            if want in msg.split("\n"):
+                return seen
+
+    def say(self, text: str) -> None:
+        self.n += 1
+        (self.spool / f"{self.n:04d}.tmp").write_text(text, encoding="utf-8")
+        os.replace(self.spool / f"{self.n:04d}.tmp", self.spool / f"{self.n:04d}.txt")
+
+    def read_events(self) -> list[list[str]]:
+        if not self.events.exists():
+            return []
+        return [json.loads(line) for line in self.events.read_text(encoding="utf-8").splitlines()]
+
+    def wait_event(self, kind: str, value: str | None = None, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(e[0] == kind and (value is None or e[1] == value) for e in self.read_events()):
+                return
+            time.sleep(0.02)
+        raise AssertionError(f"no event {kind} {value}; events: {self.read_events()}")
+
+    def stderr_now(self) -> str:
+        if self.proc.poll() is None:
+            return "(still running)"
+        return self.proc.stderr.read() if self.proc.stderr else ""
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(5)
+        if self.proc.stderr:
+            self.proc.stderr.close()
+        self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+
+
+@pytest.fixture
+def daemon(tmp_path: Path):
+    procs: list[DaemonProc] = []
+
+    def start(**kw) -> DaemonProc:
+        d = DaemonProc(tmp_path, name=f"d{len(procs)}", **kw)
+        procs.append(d)
+        return d
+
+    yield start
+    for d in procs:
+        d.close()
+
+
+def test_ready_then_watchdog_then_stopping_on_sigterm_exit_0_within_2s(daemon) -> None:
+    d = daemon(abstract=True)
+    before = d.recv("READY=1")
+    assert all("WATCHDOG=1" not in m for m in before)  # no ping before the models are up
+    d.recv("WATCHDOG=1")
+    d.say("你好")
+    d.wait_event("spoke", "你说的是你好。")
+    t0 = time.monotonic()
+    d.proc.send_signal(signal.SIGTERM)
+    d.recv("STOPPING=1")
+    code = d.proc.wait(5)
+    assert code == 0
+    assert time.monotonic() - t0 < 2.0
+    err = d.proc.stderr.read()
+    assert "turn 1: heard '你好' route=tool:echo answer_chars=13" in err
+
+
+def test_sigterm_while_speaking_cancels_speech_and_exits_0(daemon) -> None:
+    d = daemon(hold=True)
+    d.recv("READY=1")
+    d.say("讲个很长的故事")
+    d.wait_event("playing")
+    t0 = time.monotonic()
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.proc.wait(5) == 0
+    assert time.monotonic() - t0 < 2.0
+    assert ["speaker-cancel", ""] in d.read_events()
+
+
+def test_second_instance_fails_clearly_and_first_keeps_running(daemon, tmp_path: Path) -> None:
+    first = daemon()
+    first.recv("READY=1")
+    second = daemon()
+    assert second.proc.wait(20) == 1
+    err = second.proc.stderr.read()
+    assert "another rkvoice daemon is already running" in err and str(first.proc.pid) in err
+    assert first.proc.poll() is None
+    first.say("还在吗")
+    first.wait_event("spoke", "你说的是还在吗。")
+
+
+def test_sighup_reloads_only_the_engines_whose_config_changed(daemon, tmp_path: Path) -> None:
+    d = daemon()
+    d.recv("READY=1")
+    builds = [e[1] for e in d.read_events() if e[0] == "build"]
+    assert builds == ["hear:小智小智", "answer:auto", "speak:speed=1"]
+    d.config.write_text(d.config.read_text(encoding="utf-8") + "tts:\n  speed: 1.2\n", encoding="utf-8")
+    d.proc.send_signal(signal.SIGHUP)
+    d.recv("READY=1")  # READY again once reloaded
+    builds = [e[1] for e in d.read_events() if e[0] == "build"]
+    assert builds == ["hear:小智小智", "answer:auto", "speak:speed=1", "speak:speed=1.2"]
+    d.say("换了吗")
+    d.wait_event("spoke", "你说的是换了吗。")
+    # a broken config is refused and the running one kept
+    d.config.write_text(d.config.read_text(encoding="utf-8") + "bogus: 1\n", encoding="utf-8")
+    d.proc.send_signal(signal.SIGHUP)
+    d.say("还好吗")
+    d.wait_event("spoke", "你说的是还好吗。")
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.proc.wait(5) == 0
+    err = d.proc.stderr.read()
+    assert "config not reloaded, keeping the running one: config: unknown config key 'bogus'" in err
+    assert "reloaded engines: speak" in err
+
+
+def test_no_microphone_still_ready_and_recovers(daemon) -> None:
+    d = daemon()
+    d.say("NOMIC")
+    d.say("NOMIC")
+    d.recv("READY=1")
+    d.wait_event("listen-raised")
+    d.say("听得见吗")
+    d.wait_event("spoke", "你说的是听得见吗。")
+    d.recv("WATCHDOG=1")
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.proc.wait(5) == 0
+    err = d.proc.stderr.read()
+    assert "no microphone 'default' (test); retrying in" in err
+    assert "microphone is back" in err
