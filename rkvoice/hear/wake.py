@@ -88,6 +88,8 @@ class AsrMatchWake:
         self.segmenter = segmenter or Segmenter(cfg)
         self.matcher = PhraseMatcher(cfg.hear.wake_phrase, tolerance=cfg.hear.wake_tolerance)
         self.last_text = ""
+        self.on_segment: Callable[[Segment], None] | None = None
+        """Called when a segment closes, before its ASR (the loop marks speech_end there)."""
 
     def load(self) -> None:
         self.segmenter.load()
@@ -109,6 +111,8 @@ class AsrMatchWake:
         return None
 
     def check_segment(self, seg: Segment) -> WakeHit | None:
+        if self.on_segment is not None:
+            self.on_segment(seg)
         t0 = time.monotonic()
         text = self.asr.transcribe(seg.samples)
         asr_ms = (time.monotonic() - t0) * 1000.0

@@ -1,0 +1,35 @@
+"""Character error rate for Chinese transcripts (punctuation and spaces ignored, digits read out)."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+_DROP = re.compile(r"[\s\W_]+", re.UNICODE)
+_NUM = re.compile(r"\d+")
+
+
+def normalise(text: str) -> str:
+    from rkvoice.text.cn import cn_int
+
+    text = unicodedata.normalize("NFKC", text)
+    text = _NUM.sub(lambda m: cn_int(int(m.group())), text)
+    return _DROP.sub("", text).lower()
+
+
+def edit_distance(a: str, b: str) -> int:
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+        prev = cur
+    return prev[-1]
+
+
+def cer(reference: str, hypothesis: str) -> float:
+    """Edits / reference characters after normalising both; 1.0 for a non-empty hypothesis of ''."""
+    ref, hyp = normalise(reference), normalise(hypothesis)
+    if not ref:
+        return 0.0 if not hyp else 1.0
+    return edit_distance(ref, hyp) / len(ref)

@@ -1,0 +1,187 @@
+"""What the assistant hears, as a state machine in audio time: idle -> listening -> busy -> follow-up.
+
+``HearSession.accept(frame)`` returns events; it never reads a clock (positions are sample counts),
+so the same machine drives ``--file`` replay, the live microphone loop and pure tests.
+
+- idle: frames go to the wake engine. A wake with a request said in the same breath emits
+  ``Wake`` then ``Request`` (-> busy); a wake alone emits ``Wake`` (-> listening).
+- listening: the VAD closes a segment, the ASR transcribes it -> ``Request`` (-> busy); a leading
+  wake phrase is stripped. No speech for ``listen_timeout_s`` -> ``ListenTimeout`` (-> idle).
+- busy (answering/speaking): only the wake engine listens; a wake is a barge-in.
+- follow-up (after ``turn_done()``): like listening, without the wake phrase, for ``follow_up_s``;
+  then idle.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable, Union
+
+import numpy as np
+
+from rkvoice.config import Config
+from rkvoice.hear.asr import AsrEngine
+from rkvoice.hear.pinyin_match import PhraseMatcher
+from rkvoice.hear.vad import SAMPLE_RATE, Segment, Segmenter
+from rkvoice.hear.wake import WakeEngine, WakeHit
+
+log = logging.getLogger(__name__)
+
+
+class Mode(enum.Enum):
+    IDLE = "idle"
+    LISTENING = "listening"
+    BUSY = "busy"
+    FOLLOW_UP = "follow-up"
+
+
+@dataclass(frozen=True)
+class Wake:
+    hit: WakeHit
+    barge_in: bool
+
+
+@dataclass(frozen=True)
+class Request:
+    text: str
+    end_s: float
+    """Audio time where the request's speech ended."""
+    decided_s: float
+    """Audio time when the end was detected (end + trailing silence)."""
+    asr_ms: float
+    woke: bool
+    """False for a follow-up (or a --file replay) heard without the wake phrase."""
+    heard: str = ""
+    """The raw transcript (with the wake phrase, if one was said)."""
+
+
+@dataclass(frozen=True)
+class ListenTimeout:
+    at_s: float
+
+
+HearEvent = Union[Wake, Request, ListenTimeout]
+
+
+class HearSession:
+    """Needs a loaded ASR, a loaded wake engine and a loaded segmenter (for requests).
+
+    ``on_speech_end(segment)`` is called when a segment closes, before any ASR runs on it: the
+    loop marks ``speech_end`` there, so ASR time counts in the latency.
+    """
+
+    def __init__(
+        self,
+        cfg: Config,
+        asr: AsrEngine,
+        wake: WakeEngine,
+        segmenter: Segmenter,
+        on_speech_end: Callable[[Segment, Mode], None] | None = None,
+    ) -> None:
+        h = cfg.hear
+        self.asr = asr
+        self.wake = wake
+        self.segmenter = segmenter
+        self.matcher = PhraseMatcher(h.wake_phrase, tolerance=h.wake_tolerance)
+        self.listen_timeout_s = h.listen_timeout_s
+        self.follow_up_s = h.follow_up_s
+        self.on_speech_end = on_speech_end
+        self.mode = Mode.IDLE
+        self.samples = 0
+        self._deadline_s = 0.0
+        if hasattr(wake, "on_segment"):
+            wake.on_segment = self._wake_segment  # type: ignore[attr-defined]
+
+    @property
+    def now_s(self) -> float:
+        return self.samples / SAMPLE_RATE
+
+    # -- mode changes ---------------------------------------------------------------------
+
+    def start(self, mode: Mode = Mode.IDLE, window_s: float | None = None) -> None:
+        """Enter ``mode`` now; for listening/follow-up, ``window_s`` (None: no time limit)."""
+        self.mode = mode
+        if mode in (Mode.IDLE, Mode.BUSY):
+            self.wake.restart(self.samples)
+        else:
+            self.segmenter.restart(self.samples)
+            self._deadline_s = float("inf") if window_s is None else self.now_s + window_s
+        log.debug("hear mode %s at %.2f s", mode.value, self.now_s)
+
+    def turn_done(self) -> None:
+        """The answer has been spoken: open the follow-up window."""
+        if self.mode is Mode.BUSY:
+            self.start(Mode.FOLLOW_UP, self.follow_up_s)
+
+    def turn_cancelled(self) -> None:
+        """The answer stopped without a barge-in (e.g. an error): back to waiting for the wake."""
+        if self.mode is Mode.BUSY:
+            self.start(Mode.IDLE)
+
+    # -- audio ----------------------------------------------------------------------------
+
+    def accept(self, frame: np.ndarray) -> list[HearEvent]:
+        self.samples += len(frame)
+        if self.mode in (Mode.IDLE, Mode.BUSY):
+            hit = self.wake.accept(frame)
+            return self._woke(hit) if hit is not None else []
+        return self._listen(self.segmenter.accept(frame))
+
+    def flush(self) -> list[HearEvent]:
+        """End of the stream: decide on any speech still open."""
+        if self.mode in (Mode.IDLE, Mode.BUSY):
+            hit = self.wake.flush()
+            return self._woke(hit) if hit is not None else []
+        return self._listen(self.segmenter.flush(), final=True)
+
+    def _wake_segment(self, seg: Segment) -> None:
+        if self.on_speech_end is not None:
+            self.on_speech_end(seg, self.mode)
+
+    def _woke(self, hit: WakeHit) -> list[HearEvent]:
+        barge_in = self.mode is Mode.BUSY
+        events: list[HearEvent] = [Wake(hit, barge_in)]
+        if hit.request:
+            events.append(Request(hit.request, hit.end_s, hit.at_s, hit.asr_ms, True, hit.text))
+            self.start(Mode.BUSY)
+        else:
+            self.start(Mode.LISTENING, self.listen_timeout_s)
+        return events
+
+    def _listen(self, segments: list[Segment], final: bool = False) -> list[HearEvent]:
+        for seg in segments:
+            if self.on_speech_end is not None:
+                self.on_speech_end(seg, self.mode)
+            t0 = time.monotonic()
+            heard = self.asr.transcribe(seg.samples)
+            asr_ms = (time.monotonic() - t0) * 1000.0
+            woke = self.mode is Mode.LISTENING
+            text = heard.strip()
+            found = self.matcher.match(text)
+            if found is not None:
+                text, woke = found.remainder, True
+            if not _has_words(text):
+                log.info("heard %r: no request in it; still listening", heard)
+                if found is not None and self.mode is Mode.FOLLOW_UP:
+                    hit = WakeHit(seg.decided_s, seg.end_s, heard, "", asr_ms)
+                    self.start(Mode.LISTENING, self.listen_timeout_s)
+                    return [Wake(hit, False)]
+                if self.mode is Mode.LISTENING:  # someone spoke: give them a fresh window
+                    self._deadline_s = max(self._deadline_s, self.now_s + self.listen_timeout_s)
+                continue
+            self.start(Mode.BUSY)
+            return [Request(text, seg.end_s, seg.decided_s, asr_ms, woke, heard)]
+        if (final or not self.segmenter.in_speech) and self.now_s >= self._deadline_s:
+            was = self.mode
+            self.start(Mode.IDLE)
+            if was is Mode.LISTENING:
+                log.info("no request within %.1f s of the wake", self.listen_timeout_s)
+                return [ListenTimeout(self.now_s)]
+        return []
+
+
+def _has_words(text: str) -> bool:
+    return any(ch.isalnum() for ch in text)
