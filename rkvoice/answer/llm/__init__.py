@@ -1,0 +1,1 @@
+"""LLM engines behind one interface (base.LlmEngine) and a registry (registry.LLM)."""

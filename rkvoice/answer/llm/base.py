@@ -1,0 +1,47 @@
+"""The LLM engine interface: load once, stream text deltas, abort from any thread."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator, Protocol
+
+from rkvoice.config import Config
+
+Message = dict[str, str]
+"""{"role": "system" | "user" | "assistant", "content": str}"""
+
+DEFAULT_MODELS = {
+    "llama": "portable/llm/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    "rkllm": "board/llm/qwen2.5-0.5b-instruct-w4a16.rkllm",
+}
+
+
+class LlmEngine(Protocol):
+    name: str
+
+    def load(self) -> None:
+        """Load the model (seconds); raises RkvoiceError naming the missing file or library."""
+
+    def stream(self, messages: list[Message]) -> Iterator[str]:
+        """Generate a reply to ``messages``, yielding text deltas (whole characters) as they come.
+
+        Ends when the model finishes, ``max_tokens`` is reached or ``abort()`` is called.
+        """
+
+    def abort(self) -> None:
+        """Stop the running generation soon; safe from any thread, a no-op when idle."""
+
+
+def model_path(cfg: Config, engine: str) -> Path:
+    """llm.model, or the engine's default model under models.dir."""
+    if cfg.llm.model:
+        p = Path(cfg.llm.model).expanduser()
+        return p if p.is_absolute() else cfg.models.path / p
+    return cfg.models.path / DEFAULT_MODELS[engine]
+
+
+def chatml(messages: list[Message]) -> str:
+    """Qwen's ChatML prompt with the assistant turn opened (for runtimes given raw text)."""
+    out = [f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages]
+    out.append("<|im_start|>assistant\n")
+    return "".join(out)

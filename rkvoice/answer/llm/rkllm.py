@@ -1,0 +1,190 @@
+"""RKLLM engine: a ctypes binding of librkllmrt.so (ABI chosen by llm.rkllm_abi).
+
+rkllm_run is synchronous and calls our callback on the runtime's thread, one token per call,
+so it runs on a worker thread and the callback hands bytes to ``stream()`` through a queue.
+Token bytes may end inside a UTF-8 character (the runtime may also report WAITING for that):
+an incremental decoder yields whole characters only. ``abort()`` calls rkllm_abort from the
+caller's thread.
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import logging
+import queue
+import threading
+from ctypes import POINTER, byref, c_int
+from pathlib import Path
+from typing import Any, Iterator
+
+from rkvoice.answer.llm import rkllm_abi as abi_mod
+from rkvoice.answer.llm.base import Message, chatml, model_path
+from rkvoice.config import Config
+from rkvoice.errors import RkvoiceError
+
+log = logging.getLogger(__name__)
+
+_DONE = object()
+
+
+class RkllmEngine:
+    name = "rkllm"
+
+    def __init__(self, cfg: Config, lib_path: str | None = None, model: Path | None = None) -> None:
+        self.cfg = cfg
+        self.abi = abi_mod.get_abi(cfg.llm.rkllm_abi)
+        self.lib_path = lib_path or cfg.llm.rkllm_lib
+        self.model = model or model_path(cfg, "rkllm")
+        self.lib: ctypes.CDLL | None = None
+        self.handle = abi_mod.LLMHandle()
+        self._callback: Any = None  # keeps the CFUNCTYPE alive for the handle's lifetime
+        self._callbacks13: Any = None
+        self._q: queue.Queue[Any] = queue.Queue()
+        self._run_lock = threading.Lock()
+        self._aborted = threading.Event()
+        self.last_perf: dict[str, float] = {}
+
+    # -- loading ---------------------------------------------------------------------------
+    def load(self) -> None:
+        if self.lib is not None:
+            return
+        if not self.model.is_file():
+            raise RkvoiceError("llm", "model-missing",
+                               f"RKLLM model {self.model} not found; run ./install.sh --profile board or set llm.model")
+        try:
+            lib = ctypes.CDLL(self.lib_path)
+        except OSError as exc:
+            raise RkvoiceError("llm", "rkllm-lib-missing",
+                               f"cannot load {self.lib_path} ({exc}); install the RKLLM runtime or set llm.rkllm_lib"
+                               ) from exc
+        try:
+            abi_mod.bind(lib, self.abi)
+        except AttributeError as exc:
+            raise RkvoiceError("llm", "rkllm-lib-bad",
+                               f"{self.lib_path} lacks {exc}; is it librkllmrt.so of version {self.abi.version}?"
+                               ) from exc
+        llm = self.cfg.llm
+        param = lib.rkllm_createDefaultParam()
+        param.model_path = str(self.model).encode()
+        param.max_context_len = llm.context
+        param.max_new_tokens = llm.max_tokens
+        param.top_k = llm.top_k
+        param.top_p = llm.top_p
+        param.temperature = llm.temperature
+        param.repeat_penalty = llm.repeat_penalty
+        param.skip_special_token = True
+        param.is_async = False
+        param.extend_param.base_domain_id = llm.rkllm_base_domain_id
+        param.extend_param.enabled_cpus_mask = llm.rkllm_cpus_mask
+        param.extend_param.enabled_cpus_num = bin(llm.rkllm_cpus_mask).count("1")
+        self._callback = abi_mod.LLMResultCallback(self._on_result)
+        if self.abi.callbacks_struct:
+            self._callbacks13 = abi_mod.RKLLMCallback13(result_callback=self._callback)
+            cb_arg: Any = byref(self._callbacks13)
+        else:
+            cb_arg = self._callback
+        ret = lib.rkllm_init(byref(self.handle), byref(param), cb_arg)
+        if ret != 0 or not self.handle:
+            raise RkvoiceError(
+                "llm", "rkllm-init",
+                f"rkllm_init failed ({ret}) for {self.model}: check the model matches runtime ABI "
+                f"{self.abi.version} (llm.rkllm_abi), llm.context <= the model's max context, NPU driver >= 0.9.8",
+            )
+        # The prompt is built here (ChatML with our system prompt and history), so the
+        # template embedded at conversion is switched off.
+        lib.rkllm_set_chat_template(self.handle, b"", b"", b"")
+        self.lib = lib
+        log.info("rkllm loaded %s (ABI %s)", self.model, self.abi.version)
+
+    def close(self) -> None:
+        if self.lib is not None and self.handle:
+            self.lib.rkllm_destroy(self.handle)
+            self.handle = abi_mod.LLMHandle()
+        self.lib = None
+
+    # -- generation ------------------------------------------------------------------------
+    def _on_result(self, result: Any, userdata: Any, state: int) -> int:
+        try:
+            res = result.contents if result else None
+            if res is not None and res.text:
+                self._q.put(("bytes", ctypes.string_at(res.text)))
+            if state == abi_mod.FINISH and res is not None:
+                p = res.perf
+                self.last_perf = {"prefill_ms": p.prefill_time_ms, "prefill_tokens": p.prefill_tokens,
+                                  "generate_ms": p.generate_time_ms, "generate_tokens": p.generate_tokens,
+                                  "memory_mb": p.memory_usage_mb}
+            elif state == abi_mod.ERROR:
+                self._q.put(("error", None))
+        except Exception:  # never let an exception cross into C
+            log.exception("rkllm callback failed")
+        return 0
+
+    def _run(self, prompt: bytes) -> None:
+        assert self.lib is not None
+        inp = self.abi.Input()
+        inp.role = b"user"
+        inp.enable_thinking = False
+        inp.input_type = abi_mod.INPUT_PROMPT
+        inp.prompt_input = prompt
+        infer = self.abi.InferParam()
+        infer.mode = abi_mod.INFER_GENERATE
+        infer.keep_history = 0
+        if self.abi.version == "1.3":
+            infer.max_new_tokens = self.cfg.llm.max_tokens
+        try:
+            ret = self.lib.rkllm_run(self.handle, byref(inp), byref(infer), None)
+        except Exception as exc:  # pragma: no cover - ctypes errors
+            self._q.put(("exception", exc))
+            ret = -1
+        self._q.put((_DONE, ret))
+
+    def stream(self, messages: list[Message]) -> Iterator[str]:
+        if self.lib is None:
+            raise RkvoiceError("llm", "not-loaded", "rkllm engine used before load()")
+        if not self._run_lock.acquire(blocking=False):
+            raise RkvoiceError("llm", "busy", "rkllm is already generating; abort() the running answer first")
+        worker: threading.Thread | None = None
+        try:
+            self._aborted.clear()
+            self._q = queue.Queue()
+            worker = threading.Thread(target=self._run, args=(chatml(messages).encode("utf-8"),),
+                                      name="rkllm-run", daemon=True)
+            worker.start()
+            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            error = False
+            while True:
+                kind, payload = self._q.get()
+                if kind == "bytes":
+                    text = decoder.decode(payload)
+                    if text:
+                        yield text
+                elif kind == "error":
+                    error = True
+                elif kind == "exception":
+                    raise RkvoiceError("llm", "rkllm-run", f"rkllm_run failed: {payload}")
+                elif kind is _DONE:
+                    tail = decoder.decode(b"", final=True)
+                    if tail and tail != "\ufffd":
+                        yield tail
+                    elif tail:
+                        log.warning("rkllm output ended inside a UTF-8 character; dropped it")
+                    if (error or payload != 0) and not self._aborted.is_set():
+                        raise RkvoiceError("llm", "rkllm-run",
+                                           f"rkllm_run reported an error (ret {payload}); see the runtime log")
+                    break
+            worker.join()
+        finally:
+            if worker is not None and worker.is_alive():  # the consumer stopped early: stop the runtime before the next run
+                self.abort()
+                worker.join(timeout=10)
+            self._run_lock.release()
+
+    def abort(self) -> None:
+        self._aborted.set()
+        if self.lib is not None and self.handle:
+            self.lib.rkllm_abort(self.handle)
+
+    def clear_kv_cache(self) -> None:
+        if self.lib is not None:
+            self.lib.rkllm_clear_kv_cache(self.handle, 0, POINTER(c_int)(), POINTER(c_int)())

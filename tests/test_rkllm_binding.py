@@ -1,0 +1,306 @@
+"""RKLLM ctypes binding: layouts match RKLLM_ABI.md, and it runs end to end against a fake
+librkllmrt.so built here with gcc from a header written from RKLLM_ABI.md (both ABIs)."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from rkvoice.answer.llm import rkllm_abi as A
+from rkvoice.answer.llm.rkllm import RkllmEngine
+from rkvoice.config import Config, LlmConfig
+from rkvoice.errors import RkvoiceError
+
+# Sizes and offsets straight from /work/shared/RKLLM_ABI.md (LP64).
+DOC_SIZES = {
+    "1.2": {"Param": 208, "Input": 64, "InferParam": 32, "Result": 72},
+    "1.3": {"Param": 184, "Input": 160, "InferParam": 40, "Result": 72},
+}
+
+
+@pytest.mark.parametrize("version", ["1.2", "1.3"])
+def test_struct_sizes_match_doc(version: str) -> None:
+    abi = A.get_abi(version)
+    sizes = DOC_SIZES[version]
+    assert ctypes.sizeof(abi.Param) == sizes["Param"]
+    assert ctypes.sizeof(abi.Input) == sizes["Input"]
+    assert ctypes.sizeof(abi.InferParam) == sizes["InferParam"]
+    assert ctypes.sizeof(A.RKLLMResult) == sizes["Result"]
+    assert ctypes.sizeof(A.RKLLMExtendParam) == 120
+    assert abi.Param.extend_param.offset == (88 if version == "1.2" else 60)
+    for name, off in (("role", 0), ("enable_thinking", 8), ("input_type", 12), ("u", 16)):
+        assert getattr(abi.Input, name).offset == off
+
+
+def test_other_offsets_match_doc() -> None:
+    assert A.RKLLMParam12.skip_special_token.offset == 56 and A.RKLLMParam12.is_async.offset == 57
+    assert A.RKLLMParam13.ignore_eos_token.offset == 57 and A.RKLLMParam13.is_async.offset == 58
+    assert A.RKLLMInferParam12.keep_history.offset == 24
+    assert A.RKLLMInferParam13.sampling_params.offset == 24
+    assert A.RKLLMInferParam13.keep_history.offset == 32 and A.RKLLMInferParam13.max_new_tokens.offset == 36
+    assert A.RKLLMResult.perf.offset == 48 and A.RKLLMResult.token_id.offset == 8
+    assert ctypes.sizeof(A.RKLLMCallback13) == 48
+    with pytest.raises(RkvoiceError, match="choose one of: 1.2, 1.3"):
+        A.get_abi("1.1")
+
+
+HEADER = r"""
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+typedef void* LLMHandle;
+typedef enum { RKLLM_RUN_NORMAL = 0, RKLLM_RUN_WAITING = 1, RKLLM_RUN_FINISH = 2, RKLLM_RUN_ERROR = 3 } LLMCallState;
+typedef struct { int32_t base_domain_id; int8_t embed_flash; int8_t enabled_cpus_num; uint32_t enabled_cpus_mask;
+                 uint8_t n_batch; int8_t use_cross_attn; uint8_t reserved[104]; } RKLLMExtendParam;
+typedef struct {
+  const char* model_path; int32_t max_context_len; int32_t max_new_tokens; int32_t top_k; int32_t n_keep;
+  float top_p; float temperature; float repeat_penalty; float frequency_penalty; float presence_penalty;
+  int32_t mirostat; float mirostat_tau; float mirostat_eta; bool skip_special_token;
+#ifdef ABI13
+  bool ignore_eos_token; bool is_async;
+#else
+  bool is_async; const char* img_start; const char* img_end; const char* img_content;
+#endif
+  RKLLMExtendParam extend_param;
+} RKLLMParam;
+typedef struct { float* embed; size_t n_tokens; } RKLLMEmbedInput;
+typedef struct { int32_t* input_ids; size_t n_tokens; } RKLLMTokenInput;
+#ifdef ABI13
+typedef struct { char* prompt; float* image_embed; size_t n_image_tokens; size_t n_image; size_t image_width;
+                 size_t image_height; size_t extra[12]; } RKLLMMultiModalInput;
+#else
+typedef struct { char* prompt; float* image_embed; size_t n_image_tokens; size_t n_image; size_t image_width;
+                 size_t image_height; } RKLLMMultiModalInput;
+#endif
+typedef struct { const char* role; bool enable_thinking; int32_t input_type;
+  union { const char* prompt_input; RKLLMEmbedInput embed_input; RKLLMTokenInput token_input;
+          RKLLMMultiModalInput multimodal_input; }; } RKLLMInput;
+typedef struct {
+  int32_t mode; void* lora_params; void* prompt_cache_params;
+#ifdef ABI13
+  void* sampling_params; int32_t keep_history; int32_t max_new_tokens;
+#else
+  int32_t keep_history;
+#endif
+} RKLLMInferParam;
+typedef struct { const float* hidden_states; int embd_size; int num_tokens; } RKLLMResultLastHiddenLayer;
+typedef struct { const float* logits; int vocab_size; int num_tokens; } RKLLMResultLogits;
+typedef struct { float prefill_time_ms; int prefill_tokens; float generate_time_ms; int generate_tokens;
+                 float memory_usage_mb; } RKLLMPerfStat;
+typedef struct { const char* text; int32_t token_id; RKLLMResultLastHiddenLayer last_hidden_layer;
+                 RKLLMResultLogits logits; RKLLMPerfStat perf; } RKLLMResult;
+typedef int (*LLMResultCallback)(RKLLMResult* result, void* userdata, LLMCallState state);
+typedef struct { LLMResultCallback result_callback; void* result_userdata; void* tokenizer_callback;
+                 void* tokenizer_userdata; void* embed_callback; void* embed_userdata; } RKLLMCallback;
+"""
+
+# The fake runtime. The reply is "<reply>" followed by the prompt's last user line echoed
+# back, emitted in 2-byte tokens (so most Chinese characters are split across tokens: the
+# first half is reported as WAITING with the bytes, like an incomplete UTF-8 sequence).
+# A prompt containing "SLOW" produces tokens forever (until rkllm_abort); "BOOM" -> ERROR.
+FAKE = HEADER + r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+typedef struct { LLMResultCallback cb; RKLLMParam param; volatile int abort_flag; char tmpl[256]; int runs; } Fake;
+static int g_last_keep_history = -1, g_last_max_new = -1, g_last_domain = -1, g_last_cpus = -1;
+static char g_last_role[32];
+int fake_last(int what) {
+  switch (what) { case 0: return g_last_keep_history; case 1: return g_last_max_new; case 2: return g_last_domain;
+                  case 3: return g_last_cpus; default: return -1; } }
+const char* fake_last_role(void) { return g_last_role; }
+int fake_sizes(int i) {
+  switch (i) { case 0: return sizeof(RKLLMParam); case 1: return sizeof(RKLLMInput); case 2: return sizeof(RKLLMInferParam);
+               case 3: return sizeof(RKLLMResult); case 4: return offsetof(RKLLMParam, extend_param);
+               case 5: return sizeof(RKLLMCallback); default: return -1; } }
+RKLLMParam rkllm_createDefaultParam(void) {
+  RKLLMParam p; memset(&p, 0, sizeof p);
+  p.max_context_len = 512; p.max_new_tokens = -1; p.top_k = 40; p.top_p = 0.9f; p.temperature = 0.8f;
+  p.repeat_penalty = 1.1f; p.extend_param.enabled_cpus_num = 4; return p; }
+#ifdef ABI13
+int rkllm_init(LLMHandle* h, RKLLMParam* p, RKLLMCallback* cbs) { LLMResultCallback cb = cbs ? cbs->result_callback : NULL;
+#else
+int rkllm_init(LLMHandle* h, RKLLMParam* p, LLMResultCallback cb) {
+#endif
+  if (!p || !p->model_path || !cb || strstr(p->model_path, "broken") || access(p->model_path, R_OK) != 0) {
+    fprintf(stderr, "E fake-rkllm: invalid rkllm model\n"); *h = NULL; return -1; }
+  if (p->top_k != 20 || p->top_p < 0.79f || p->top_p > 0.81f) { fprintf(stderr, "bad sampling\n"); return -1; }
+  Fake* f = calloc(1, sizeof(Fake)); f->cb = cb; f->param = *p;
+  g_last_domain = p->extend_param.base_domain_id; g_last_cpus = p->extend_param.enabled_cpus_num;
+  *h = f; return 0; }
+int rkllm_set_chat_template(LLMHandle h, const char* s, const char* pre, const char* post) {
+  Fake* f = h; snprintf(f->tmpl, sizeof f->tmpl, "%s|%s|%s", s, pre, post); return 0; }
+int rkllm_clear_kv_cache(LLMHandle h, int keep, int* a, int* b) { (void)h; (void)keep; (void)a; (void)b; return 0; }
+int rkllm_abort(LLMHandle h) { ((Fake*)h)->abort_flag = 1; return 0; }
+int rkllm_destroy(LLMHandle h) { free(h); return 0; }
+typedef struct { Fake* f; char* text; int forever; int error; int max_new; int ret; } Job;
+static void* worker(void* arg) {
+  Job* j = arg; RKLLMResult r; memset(&r, 0, sizeof r);
+  size_t n = strlen(j->text); int tokens = 0; char tok[8];
+  if (j->error) { j->f->cb(NULL, NULL, RKLLM_RUN_ERROR); j->ret = -1; return NULL; }
+  for (size_t i = 0; (i < n || j->forever) && !j->f->abort_flag; i += 2) {
+    if (j->max_new > 0 && tokens >= j->max_new) break;
+    size_t k = j->forever ? (i % n) : i; size_t len = (n - k) < 2 ? (n - k) : 2;
+    memcpy(tok, j->text + k, len); tok[len] = 0; r.text = tok; r.token_id = tokens++;
+    /* a token that ends inside a multi-byte character: the runtime reports WAITING */
+    int incomplete = 0; size_t end = k + len; if (end < n && ((unsigned char)j->text[end] & 0xC0) == 0x80) incomplete = 1;
+    j->f->cb(&r, NULL, incomplete ? RKLLM_RUN_WAITING : RKLLM_RUN_NORMAL);
+    if (j->forever) usleep(2000);
+  }
+  memset(&r, 0, sizeof r); r.perf.generate_tokens = tokens; r.perf.prefill_tokens = 7; r.perf.generate_time_ms = 1.5f;
+  j->f->cb(&r, NULL, RKLLM_RUN_FINISH); j->ret = 0; return NULL; }
+int rkllm_run(LLMHandle h, RKLLMInput* in, RKLLMInferParam* ip, void* userdata) {
+  (void)userdata; Fake* f = h; f->abort_flag = 0; f->runs++;
+  if (in->input_type != 0 || !in->prompt_input) return -1;
+  snprintf(g_last_role, sizeof g_last_role, "%s", in->role ? in->role : "(null)");
+  g_last_keep_history = ip->keep_history;
+#ifdef ABI13
+  g_last_max_new = ip->max_new_tokens;
+#else
+  g_last_max_new = f->param.max_new_tokens;
+#endif
+  const char* p = in->prompt_input; const char* last = strstr(p, "<|im_start|>user\n");
+  const char* u = NULL; while (last) { u = last + strlen("<|im_start|>user\n"); last = strstr(u, "<|im_start|>user\n"); }
+  char* text = malloc(strlen(p) + 64); strcpy(text, "<reply>");
+  if (u) { const char* e = strstr(u, "<|im_end|>"); size_t l = e ? (size_t)(e - u) : strlen(u); strncat(text, u, l); }
+  Job j = { f, text, strstr(p, "SLOW") != NULL, strstr(p, "BOOM") != NULL, g_last_max_new, 0 };
+  pthread_t t; pthread_create(&t, NULL, worker, &j); pthread_join(t, NULL); free(text); return j.ret; }
+"""
+
+
+@pytest.fixture(scope="module", params=["1.2", "1.3"])
+def fake_lib(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed: cannot build the fake librkllmrt.so")
+    version = request.param
+    d = tmp_path_factory.mktemp(f"rkllm{version}")
+    src = d / "fake_rkllm.c"
+    src.write_text(FAKE)
+    lib = d / "librkllmrt.so"
+    flags = ["-DABI13"] if version == "1.3" else []
+    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-pthread", *flags, "-o", str(lib), str(src)], check=True)
+    return version, lib
+
+
+def _cfg(version: str, **llm: object) -> Config:
+    return Config(llm=dataclasses.replace(LlmConfig(), **{"rkllm_abi": version, "max_tokens": 200, **llm}))
+
+
+def _engine(fake_lib: tuple[str, Path], tmp_path: Path, **llm: object) -> RkllmEngine:
+    version, lib = fake_lib
+    model = tmp_path / "qwen.rkllm"
+    model.write_bytes(b"fake model")
+    return RkllmEngine(_cfg(version, **llm), lib_path=str(lib), model=model)
+
+
+def test_c_layouts_equal_binding(fake_lib: tuple[str, Path]) -> None:
+    version, lib = fake_lib
+    c = ctypes.CDLL(str(lib))
+    abi = A.get_abi(version)
+    assert [c.fake_sizes(i) for i in range(6)] == [
+        ctypes.sizeof(abi.Param), ctypes.sizeof(abi.Input), ctypes.sizeof(abi.InferParam),
+        ctypes.sizeof(A.RKLLMResult), abi.Param.extend_param.offset, ctypes.sizeof(A.RKLLMCallback13)]
+
+
+def test_streams_whole_characters_end_to_end(fake_lib: tuple[str, Path], tmp_path: Path) -> None:
+    eng = _engine(fake_lib, tmp_path)
+    eng.load()
+    try:
+        msgs = [{"role": "system", "content": "你是小智。"}, {"role": "user", "content": "月亮为什么会发光？"}]
+        deltas = list(eng.stream(msgs))
+        assert "".join(deltas) == "<reply>月亮为什么会发光？"
+        assert len(deltas) > 5  # streamed token by token, not in one piece
+        assert all("\ufffd" not in d for d in deltas)  # split characters were joined, never mangled
+        assert eng.last_perf["generate_tokens"] > 5 and eng.last_perf["prefill_tokens"] == 7
+        c = eng.lib
+        assert c is not None
+        c.fake_last.restype = ctypes.c_int
+        assert c.fake_last(0) == 0  # keep_history read at the right offset
+        assert c.fake_last(2) == 1 and c.fake_last(3) == 4  # base_domain_id, cpus from mask 0xF0
+        c.fake_last_role.restype = ctypes.c_char_p
+        assert c.fake_last_role() == b"user"
+        # a second turn on the same handle works
+        assert "".join(eng.stream([{"role": "user", "content": "再说一遍"}])) == "<reply>再说一遍"
+    finally:
+        eng.close()
+
+
+def test_max_new_tokens_reaches_the_runtime(fake_lib: tuple[str, Path], tmp_path: Path) -> None:
+    eng = _engine(fake_lib, tmp_path, max_tokens=3)
+    eng.load()
+    try:
+        out = "".join(eng.stream([{"role": "user", "content": "一二三四五六七八九十"}]))
+        assert out == "<reply"  # 3 tokens of 2 bytes
+    finally:
+        eng.close()
+
+
+def test_abort_from_another_thread(fake_lib: tuple[str, Path], tmp_path: Path) -> None:
+    eng = _engine(fake_lib, tmp_path)
+    eng.load()
+    try:
+        got: list[str] = []
+        first = threading.Event()
+
+        def consume() -> None:
+            for d in eng.stream([{"role": "user", "content": "SLOW 讲个很长的故事"}]):
+                got.append(d)
+                first.set()
+
+        t = threading.Thread(target=consume)
+        t.start()
+        assert first.wait(10)
+        eng.abort()
+        t.join(10)
+        assert not t.is_alive(), "abort did not end the stream"
+        assert got
+        # the engine is usable after an abort
+        assert "".join(eng.stream([{"role": "user", "content": "好"}])) == "<reply>好"
+    finally:
+        eng.close()
+
+
+def test_runtime_error_state_raises(fake_lib: tuple[str, Path], tmp_path: Path) -> None:
+    eng = _engine(fake_lib, tmp_path)
+    eng.load()
+    try:
+        with pytest.raises(RkvoiceError, match="rkllm_run reported an error"):
+            list(eng.stream([{"role": "user", "content": "BOOM"}]))
+    finally:
+        eng.close()
+
+
+def test_init_failure_is_a_clear_error(fake_lib: tuple[str, Path], tmp_path: Path) -> None:
+    version, lib = fake_lib
+    model = tmp_path / "broken.rkllm"
+    model.write_bytes(b"x")
+    eng = RkllmEngine(_cfg(version), lib_path=str(lib), model=model)
+    with pytest.raises(RkvoiceError, match=f"rkllm_init failed .*ABI {version}"):
+        eng.load()
+    missing = RkllmEngine(_cfg(version), lib_path=str(lib), model=tmp_path / "nope.rkllm")
+    with pytest.raises(RkvoiceError, match="not found"):
+        missing.load()
+
+
+def test_missing_library_is_a_clear_error(tmp_path: Path) -> None:
+    model = tmp_path / "m.rkllm"
+    model.write_bytes(b"x")
+    eng = RkllmEngine(_cfg("1.2"), lib_path=str(tmp_path / "librkllmrt.so"), model=model)
+    with pytest.raises(RkvoiceError, match="llm.rkllm_lib"):
+        eng.load()
+
+
+def test_stream_before_load_fails(tmp_path: Path) -> None:
+    eng = RkllmEngine(_cfg("1.3"), lib_path="x", model=tmp_path / "m")
+    with pytest.raises(RkvoiceError, match="before load"):
+        list(eng.stream([{"role": "user", "content": "hi"}]))
+    time.sleep(0)
