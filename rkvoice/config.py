@@ -28,12 +28,14 @@ SYSTEM_CONFIG = Path("/etc/rkvoice/config.yaml")
 class MatchaConfig:
     """Matcha + Vocos voice (board: .rknn on the NPU; anywhere: the same graphs as .onnx)."""
 
-    dir: str = "board/matcha"
-    """Model directory, relative to models.dir unless absolute."""
-    acoustic: str = "matcha-s64.rknn"
-    vocoder: str = "vocos-16khz-600.rknn"
-    lexicon: str = "lexicon.txt"
-    tokens: str = "tokens.txt"
+    dir: str = "board"
+    """Base directory of the four files below, relative to models.dir unless absolute."""
+    acoustic: str = "matcha-rknn/matcha-s64.rknn"
+    """.rknn (NPU) or .onnx (CPU, e.g. matcha-zh-en/model-steps-3.onnx)."""
+    vocoder: str = "matcha-rknn/vocos-16khz-600.rknn"
+    """.rknn or .onnx (e.g. matcha-zh-en/vocos-16khz-univ.onnx)."""
+    lexicon: str = "matcha-zh-en/lexicon.txt"
+    tokens: str = "matcha-zh-en/tokens.txt"
     buckets: list[str] = field(default_factory=lambda: ["64x599"])
     """Fixed acoustic shapes TOKENSxFRAMES (several when built with dynamic_input)."""
     vocoder_frames: int = 600

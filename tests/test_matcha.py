@@ -238,7 +238,8 @@ def _engine(tmp_path, dynamic=False, **matcha):
     _voice_files(d)
     _fake_acoustic(d / "matcha.onnx", dynamic=dynamic)
     _fake_vocos(d / "vocos.onnx", frames=0 if dynamic else 600)
-    mc = replace(MatchaConfig(), dir=str(d), acoustic="matcha.onnx", vocoder="vocos.onnx", **matcha)
+    mc = replace(MatchaConfig(), dir=str(d), acoustic="matcha.onnx", vocoder="vocos.onnx", lexicon="lexicon.txt",
+                 tokens="tokens.txt", **matcha)
     cfg = Config(tts=TtsConfig(matcha=mc), models=ModelsConfig(dir=str(tmp_path)))
     return MatchaTts(cfg, phonemizer=fake_ipa)
 
@@ -349,7 +350,7 @@ def test_engine_english_tokens_come_from_espeak_phonemes(tmp_path):
 
 def test_engine_missing_files_named_with_fix(tmp_path):
     cfg = Config(tts=TtsConfig(matcha=replace(MatchaConfig(), dir=str(tmp_path / "none"))))
-    with pytest.raises(RkvoiceError, match=r"acoustic .*matcha-s64.rknn.*install.sh --profile board") as e:
+    with pytest.raises(RkvoiceError, match=r"acoustic .*matcha-rknn/matcha-s64.rknn.*install.sh --profile board") as e:
         MatchaTts(cfg).load()
     assert e.value.code == "missing-model"
 

@@ -50,6 +50,8 @@ class MatchaTts:
         self.vocoder: ModelRuntime | None = None
         self._dynamic = False
         self._vocoder_frames = mc.vocoder_frames
+        self._add_blank = mc.add_blank
+        self._pad_id = mc.pad_id
 
     # -- loading -------------------------------------------------------------------------
     def files(self) -> dict[str, Path]:
@@ -75,6 +77,8 @@ class MatchaTts:
         meta = self.acoustic.metadata
         if meta.get("sample_rate"):
             self._rate = int(meta["sample_rate"])
+        self._add_blank = bool(int(meta.get("add_blank", int(mc.add_blank))))
+        self._pad_id = int(meta.get("pad_id", mc.pad_id))
         if self.vocoder.metadata:
             self.stft = StftConfig.from_metadata(self.vocoder.metadata, self.stft)
         if isinstance(self.acoustic, OnnxModel):
@@ -104,11 +108,10 @@ class MatchaTts:
         units = self.frontend.units(text)
         if not units:
             return []
-        mc = self.cfg.tts.matcha
         if self._dynamic:
             big = [Bucket(10**6, 10**6)]
-            return split_units(units, big, self.estimator, speed, mc.add_blank)
-        return split_units(units, self.buckets, self.estimator, speed, mc.add_blank)
+            return split_units(units, big, self.estimator, speed, self._add_blank)
+        return split_units(units, self.buckets, self.estimator, speed, self._add_blank)
 
     def generate(self, text: str, sid: int = 0, speed: float = 1.0) -> tuple[np.ndarray, int]:
         if speed <= 0:
@@ -128,7 +131,7 @@ class MatchaTts:
             bucket = choose_bucket(self.buckets, n, est)
             if n > bucket.tokens:
                 raise RkvoiceError("tts", "too-long", f"matcha piece of {n} tokens exceeds the {bucket.tokens}-token bucket")
-            x = np.full((1, bucket.tokens), mc.pad_id, dtype=np.int64)
+            x = np.full((1, bucket.tokens), self._pad_id, dtype=np.int64)
             x[0, :n] = ids
         values = {"x": x, "x_length": np.array([n], dtype=np.int64),
                   "noise_scale": np.array([mc.noise_scale], dtype=np.float32),
@@ -144,8 +147,7 @@ class MatchaTts:
         return feed, (min(est, bucket.frames) if bucket else None)
 
     def _synthesize(self, units: list[Unit], sid: int, speed: float) -> np.ndarray:
-        mc = self.cfg.tts.matcha
-        ids = ids_of(units, mc.add_blank, mc.pad_id)
+        ids = ids_of(units, self._add_blank, self._pad_id)
         feed, est = self._acoustic_inputs(ids, units, sid, speed)
         assert self.acoustic is not None
         mel = np.asarray(self.acoustic.run(feed)[0], dtype=np.float32)
