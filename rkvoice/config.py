@@ -68,6 +68,8 @@ class TtsConfig:
     first_chars: int = 24
     """Longest first piece (characters): the first sound waits for it."""
     chunk_chars: int = 40
+    max_text_chars: int = 4000
+    """Longest text one --say/--text speaks (about 15 minutes of speech); longer input is refused."""
     matcha_core_mask: str = "auto"
     """NPU core mask for RKNNLite: auto, 0, 1, 0_1."""
     matcha: MatchaConfig = field(default_factory=MatchaConfig)
