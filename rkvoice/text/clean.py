@@ -1,0 +1,82 @@
+"""Remove what a voice should not read: markdown, emoji, URLs, citation marks, control characters.
+
+Words are kept: a markdown link keeps its text, code keeps its content, a heading keeps its words.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import unicodedata
+
+log = logging.getLogger(__name__)
+
+_FULLWIDTH = {c: c - 0xFEE0 for c in list(range(0xFF10, 0xFF1A)) + list(range(0xFF21, 0xFF3B))
+              + list(range(0xFF41, 0xFF5B))}
+_FULLWIDTH[0x3000] = 0x20
+
+_FENCE = re.compile(r"^\s*(```|~~~)[^\n]*$", re.M)
+_IMAGE_OR_LINK = re.compile(r"!?\[([^\]\n]*)\]\((?:[^()\s]|\([^()\s]*\))*\)")
+_URL = re.compile(r"(?:\b(?:https?|ftp)://|\bwww\.)[!-~]+", re.I)
+_CITATION = re.compile(r"\s?\[(?:kb-[^\]\n]*|\d+(?:\s*[,，-]\s*\d+)*)\]|\s?【\d+(?:†[^】\n]*)?】")
+_HEADING = re.compile(r"^[ \t]*#{1,6}[ \t]+", re.M)
+_QUOTE = re.compile(r"^[ \t]*>+[ \t]?", re.M)
+_BULLET = re.compile(r"^[ \t]*[-*+•·▪‣◦][ \t]+", re.M)
+_RULE = re.compile(r"^[ \t]*([-*_=])(?:[ \t]*\1){2,}[ \t]*$", re.M)
+_EMPHASIS = re.compile(r"\*{1,3}|(?<![0-9A-Za-z])_{1,3}|_{1,3}(?![0-9A-Za-z])|`+|~~")
+_TABLE_PIPE = re.compile(r"[ \t]*\|[ \t]*")
+_SPACE = re.compile(r"\s+")
+
+
+def _is_dropped(ch: str) -> bool:
+    """Emoji, pictographs, their joiners and modifiers, control and format characters."""
+    o = ord(ch)
+    if ch in "\n\t":
+        return False
+    if (0x1F000 <= o <= 0x1FAFF or 0x2600 <= o <= 0x27BF or 0x2B00 <= o <= 0x2BFF
+            or 0x2300 <= o <= 0x23FF or 0xE0000 <= o <= 0xE007F or 0xFE00 <= o <= 0xFE0F
+            or o in (0x200D, 0x20E3, 0x3030, 0x303D, 0x3297, 0x3299, 0x00A9, 0x00AE, 0x2122)):
+        return True
+    cat = unicodedata.category(ch)
+    return cat in ("Cc", "Cf", "Co", "Cs", "Cn")
+
+
+_DROP_CACHE: dict[str, bool] = {}
+
+
+def _drop_chars(text: str) -> str:
+    out = []
+    for ch in text:
+        if " " <= ch < "\x7f" or ch in "\n\t":
+            out.append(ch)
+            continue
+        drop = _DROP_CACHE.get(ch)
+        if drop is None:
+            drop = _DROP_CACHE[ch] = _is_dropped(ch)
+            if len(_DROP_CACHE) > 20000:
+                _DROP_CACHE.clear()
+        if not drop:
+            out.append(ch)
+        elif unicodedata.category(ch) == "Cc":
+            out.append(" ")
+    return "".join(out)
+
+
+def clean(text: str) -> str:
+    """Strip markup and symbols a voice cannot read; collapse whitespace to single spaces."""
+    if not text:
+        return ""
+    text = text.translate(_FULLWIDTH)
+    text = _drop_chars(text)
+    text = _FENCE.sub(" ", text)
+    text = _IMAGE_OR_LINK.sub(r"\1", text)
+    text = _URL.sub(" ", text)
+    text = _CITATION.sub("", text)
+    text = _RULE.sub(" ", text)
+    text = _HEADING.sub("", text)
+    text = _QUOTE.sub("", text)
+    text = _BULLET.sub("", text)
+    text = _EMPHASIS.sub("", text)
+    if "|" in text:
+        text = _TABLE_PIPE.sub(" ", text)
+    return _SPACE.sub(" ", text).strip()

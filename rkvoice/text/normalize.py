@@ -1,0 +1,84 @@
+"""speakable(text): what a TTS voice should be handed, in words an ear understands.
+
+Steps: remove markup, emoji, URLs, citation marks and control characters (clean.py); cut the text
+into clauses at punctuation; give each clause a language by its script (Chinese characters -> zh,
+English words -> en, only digits and symbols -> the language around it); join neighbouring clauses
+of the same language into runs; normalise each run with the Chinese rules plus wetext (zh.py) or
+the English rules (en.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from rkvoice.errors import RkvoiceError
+from rkvoice.text.clean import clean
+from rkvoice.text.en import en_speakable
+from rkvoice.text.zh import UNITS, zh_speakable
+
+log = logging.getLogger(__name__)
+
+LANGS = ("zh", "en")
+# Clause ends: Chinese marks anywhere; ASCII marks only when a space follows (not 3.14, 22:05, 1,000).
+_CLAUSE = re.compile(r"[。！？；，、：…]+\s*|[.!?;:,]+(?=\s|$)\s*")
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_WORD = re.compile(r"[A-Za-z]+")
+_NOT_ENGLISH = frozenset(UNITS) | {"am", "pm"}
+
+
+def _script(segment: str) -> str | None:
+    """'zh' if it has Chinese characters, 'en' if it has an English word, else None (neutral)."""
+    if _CJK.search(segment):
+        return "zh"
+    for m in _WORD.finditer(segment):
+        w = m.group()
+        if len(w) >= 2 and not w.isupper() and w not in _NOT_ENGLISH:
+            return "en"
+    return None
+
+
+def _default_lang(text: str) -> str:
+    return "en" if "$" in text else "zh"
+
+
+def language_runs(text: str) -> list[tuple[str, str]]:
+    """Cut cleaned text into (lang, run) pairs by script, clause by clause."""
+    segments: list[str] = []
+    start = 0
+    for m in _CLAUSE.finditer(text):
+        segments.append(text[start : m.end()])
+        start = m.end()
+    if start < len(text):
+        segments.append(text[start:])
+    langs = [_script(s) for s in segments]
+    known = [lg for lg in langs if lg]
+    fill = known[0] if known else _default_lang(text)
+    runs: list[tuple[str, str]] = []
+    for seg, lg in zip(segments, langs):
+        lg = lg or (runs[-1][0] if runs else fill)
+        if runs and runs[-1][0] == lg:
+            runs[-1] = (lg, runs[-1][1] + seg)
+        else:
+            runs.append((lg, seg))
+    return runs
+
+
+def speakable(text: str, lang: str | None = None) -> str:
+    """Text rewritten for a TTS voice: numbers, times, dates, units and abbreviations as words.
+
+    ``lang`` forces "zh" or "en" for the whole text; None decides run by run by script, so mixed
+    Chinese and English text works. Markup, emoji, URLs, citation marks and control characters are
+    removed and whitespace collapsed; words are never dropped. Empty text gives "".
+    """
+    if lang is not None and lang not in LANGS:
+        raise RkvoiceError("text", "bad-language",
+                           f"speakable lang must be one of {', '.join(LANGS)} or None, got {lang!r}")
+    if not isinstance(text, str):
+        raise RkvoiceError("text", "bad-text", f"speakable needs a str, got {type(text).__name__}")
+    text = clean(text)
+    if not text:
+        return ""
+    runs = [(lang, text)] if lang else language_runs(text)
+    out = [zh_speakable(run) if lg == "zh" else en_speakable(run) for lg, run in runs]
+    return " ".join("".join(out).split())
