@@ -128,10 +128,11 @@ class BoomAnswerer(FakeAnswerer):
 
 
 def make_plan(listener: Any, answerer: Any, speaker: Any) -> Plan:
-    def loop(engines: dict[str, Any], cfg: Config) -> StagedLoop:
+    def loop(engines: dict[str, Any], cfg: Config, host: Any) -> StagedLoop:
         return StagedLoop(
             engines["hear"], engines["answer"], engines["speak"],
             first_timeout=cfg.daemon.answer_first_timeout_s, gap_timeout=cfg.daemon.answer_gap_timeout_s,
+            host=host,
         )
 
     return Plan(
@@ -327,3 +328,68 @@ def test_repeated_failures_exit_non_zero(tmp_path: Path) -> None:
     assert h.code == EXIT_REPEATED_FAILURES
     assert speaker.spoken.count(cfg.daemon.apology) == 5  # 2 before the good turn reset the count, then 3
     assert answerer.closed and speaker.closed and listener.closed  # state flushed on the way out
+
+
+def test_busy_work_older_than_stall_limit_is_reported_stalled(tmp_path: Path) -> None:
+    from rkvoice.clock import FakeClock
+
+    clock = FakeClock()
+    cfg = _cfg(tmp_path)
+    d = Daemon(cfg, make_plan(None, None, None), lambda: cfg, notifier=Notifier(socket_name=""), clock=clock)
+    assert d.stalled(10) is None
+    with d.busy("transcribe"):
+        clock.advance(9)
+        assert d.stalled(10) is None
+        clock.advance(2)
+        assert d.stalled(10) == ("transcribe", 11)
+    assert d.stalled(10) is None  # finished: no longer counts
+
+
+def test_watchdog_pings_stop_while_a_stage_is_wedged(tmp_path: Path) -> None:
+    import socket
+
+    from rkvoice.clock import FakeClock
+
+    class WedgedListener(ScriptedListener):
+        def __init__(self) -> None:
+            super().__init__()
+            self.entered = threading.Event()
+            self.release = threading.Event()
+
+        def listen(self, stop: threading.Event) -> Heard | None:
+            self.entered.set()
+            self.release.wait(10)  # a native call that never returns
+            return None
+
+    clock = FakeClock()
+    path = tmp_path / "notify"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(path))
+    sock.settimeout(5)
+    cfg = _cfg(tmp_path, stall_s=60.0)
+    listener = WedgedListener()
+    d = Daemon(cfg, make_plan(listener, FakeAnswerer(), FakeSpeaker()), lambda: cfg,
+               notifier=Notifier(socket_name=str(path), watchdog_usec="20000"), clock=clock)
+    t = threading.Thread(target=d.run, kwargs={"handle_signals": False}, daemon=True)
+    t.start()
+    try:
+        assert listener.entered.wait(5)
+        msgs: list[str] = []
+        while "WATCHDOG=1" not in msgs and len(msgs) < 50:  # STATUS..., READY, then pings
+            msgs.append(sock.recv(100).decode())
+        assert "WATCHDOG=1" in msgs
+        clock.advance(61)  # the listener has now been stuck for over a minute
+        sock.settimeout(0.3)
+        late = []
+        try:
+            for _ in range(20):
+                late.append(sock.recv(100).decode())
+        except TimeoutError:
+            pass
+        # at most one ping that was already on its way when the clock moved
+        assert late.count("WATCHDOG=1") <= 1, late
+    finally:
+        listener.release.set()
+        d.request_stop()
+        t.join(5)
+        sock.close()

@@ -1,9 +1,10 @@
 """The resident daemon: load every engine once, then supervise the turn loop for weeks.
 
 Threads: the main thread owns signals and the systemd watchdog; one worker thread runs
-turns. The main thread pings WATCHDOG=1 only while the worker is alive and has finished a
-``run_once`` within ``daemon.stall_s`` -- a wedged pipeline stops the pings and systemd
-restarts the process.
+the turn loop. The main thread pings WATCHDOG=1 only while the worker is alive and no
+work the loop marked busy (``Host.busy``: a turn, a transcription) has been running for
+``daemon.stall_s`` -- a wedged pipeline stops the pings and systemd restarts the process.
+Waiting for a wake or for a missing microphone is not busy.
 
 - SIGTERM/SIGINT: STOPPING=1, cancel speech, let the worker finish, close the engines
   (the answerer flushes user state), exit 0 -- all within ``daemon.stop_timeout_s`` + a bit.
@@ -19,7 +20,8 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
@@ -59,7 +61,10 @@ class Daemon:
         self._wake = threading.Event()  # wakes the main thread early
         self._reload = threading.Event()
         self._exit_code = EXIT_OK
-        self._beat = self.clock.now()
+        self._busy: dict[int, tuple[str, float]] = {}
+        self._busy_lock = threading.Lock()
+        self._busy_seq = 0
+        self._count_lock = threading.Lock()  # turns may end on the loop's own threads
         self._failures = 0
         self._signalled = ""
         self.turns = 0
@@ -85,7 +90,7 @@ class Daemon:
         try:
             self.notifier.status("loading models")
             self.stages.load_all(self.cfg)
-            self.loop = self.plan.make_loop(self.stages.engines, self.cfg)
+            self.loop = self.plan.make_loop(self.stages.engines, self.cfg, self)
             if self.stop.is_set():  # SIGTERM during start-up
                 return self._shutdown(None)
             self.notifier.ready("listening")
@@ -154,11 +159,43 @@ class Daemon:
                 log.error("the turn loop thread died")
                 self.request_stop(EXIT_FATAL)
                 break
-            age = self.clock.now() - self._beat
-            if age < stall:
+            stuck = self.stalled(stall)
+            if stuck is None:
                 self.notifier.watchdog()
             else:
-                log.error("the turn loop is stuck (no progress for %.0f s); not feeding the watchdog", age)
+                log.error("stuck in %s for %.0f s; not feeding the watchdog", *stuck)
+
+    # -- Host: what the hosted loop may call ---------------------------------------------------
+
+    @contextmanager
+    def busy(self, what: str) -> Iterator[None]:
+        with self._busy_lock:
+            self._busy_seq += 1
+            token = self._busy_seq
+            self._busy[token] = (what, self.clock.now())
+        try:
+            yield
+        finally:
+            with self._busy_lock:
+                del self._busy[token]
+
+    def stalled(self, stall: float) -> tuple[str, float] | None:
+        """(what, seconds) of busy work older than ``stall`` seconds, else None."""
+        now = self.clock.now()
+        with self._busy_lock:
+            for what, since in self._busy.values():
+                if now - since >= stall:
+                    return what, now - since
+        return None
+
+    def report(self, result: TurnReport | BaseException) -> None:
+        if isinstance(result, BaseException):
+            if self.stop.is_set():
+                log.info("turn ended by shutdown: %s", result)
+            else:
+                self._turn_failed(result)
+        else:
+            self._turn_done(result)
 
     def _shutdown(self, worker: threading.Thread | None) -> int:
         t0 = time.monotonic()
@@ -179,7 +216,6 @@ class Daemon:
     def _work(self) -> None:
         backoff = 0.0
         while not self.stop.is_set():
-            self._beat = self.clock.now()
             if self._reload.is_set():
                 self._reload.clear()
                 log.info("SIGHUP: reloading the config")
@@ -199,39 +235,42 @@ class Daemon:
                     self.notifier.status(f"waiting for the microphone: {exc}")
                     self.stop.wait(backoff)
                     continue
-                self._turn_failed(exc)
+                self.report(exc)
                 continue
             if backoff:
                 log.info("microphone is back")
                 self.notifier.status("listening")
                 backoff = 0.0
             if report is not None:
-                self._turn_done(report)
+                self.report(report)
 
     def _turn_done(self, report: TurnReport) -> None:
-        self.turns += 1
-        self._failures = 0
+        with self._count_lock:
+            self.turns += 1
+            self._failures = 0
+            n = self.turns
         lat = " ".join(f"{k}={v:g}" for k, v in report.latency_ms.items())
         log.info(
             "turn %d: heard %r route=%s answer_chars=%d%s %s",
-            self.turns, report.transcript, report.route or "-", report.answer_chars,
+            n, report.transcript, report.route or "-", report.answer_chars,
             " cancelled" if report.cancelled else "", lat,
         )
         if self.on_turn is not None:
             self.on_turn(report)
 
     def _turn_failed(self, exc: BaseException) -> None:
-        self.turns += 1
-        self._failures += 1
+        with self._count_lock:
+            self.turns += 1
+            self._failures += 1
+            n, failures = self.turns, self._failures
         if isinstance(exc, RkvoiceError):
-            log.error("turn %d failed in %s (%s): %s", self.turns, exc.stage, exc.code, exc.message)
+            log.error("turn %d failed in %s (%s): %s", n, exc.stage, exc.code, exc.message)
         else:
-            log.error("turn %d failed: %s", self.turns, exc, exc_info=exc)
+            log.error("turn %d failed: %s", n, exc, exc_info=exc)
         assert self.loop is not None
         self.loop.apologise(self.cfg.daemon.apology)
-        if self._failures >= self.cfg.daemon.max_failures:
-            log.critical("%d turns failed in a row; exiting so the service manager restarts us",
-                         self._failures)
+        if failures >= self.cfg.daemon.max_failures:
+            log.critical("%d turns failed in a row; exiting so the service manager restarts us", failures)
             self.request_stop(EXIT_REPEATED_FAILURES)
 
     def _do_reload(self) -> None:
@@ -253,7 +292,7 @@ class Daemon:
             self.request_stop(EXIT_FATAL)
             return
         # always rebuild: a partly failed reload may still have swapped some engines
-        self.loop = self.plan.make_loop(self.stages.engines, self.cfg)
+        self.loop = self.plan.make_loop(self.stages.engines, self.cfg, self)
         self.notifier.notify(READY=1, STATUS="listening")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -93,12 +94,25 @@ class TurnReport:
     cancelled: bool = False
 
 
+class Host(Protocol):
+    """What the supervisor offers the loop it hosts."""
+
+    def report(self, result: TurnReport | BaseException) -> None:
+        """A turn ended (a report) or failed (the exception): logged, counted, apologised for.
+        For loops that run turns on their own threads; ``run_once`` may instead return/raise."""
+
+    def busy(self, what: str) -> AbstractContextManager[None]:
+        """Marks work that must finish: stuck in it for ``daemon.stall_s`` -> no watchdog pings.
+        Waiting for the microphone or a wake is not busy."""
+
+
 class TurnLoop(Protocol):
     """What the supervisor hosts. Engines are loaded by the supervisor (StageSet), not here."""
 
     def run_once(self, stop: threading.Event) -> TurnReport | None:
         """Wait (briefly) for a request and run one whole turn. None: nothing happened.
-        Raises RkvoiceError (stage-tagged) when a stage fails; the turn is then over."""
+        Raises RkvoiceError (stage-tagged) when a stage fails; the turn is then over.
+        A loop that runs until ``stop`` (reporting through ``Host.report``) is fine too."""
 
     def stop_speaking(self) -> None: ...
 
@@ -122,7 +136,7 @@ class Plan:
     """Everything the daemon runs: the engines and how to make a turn loop from them."""
 
     stages: tuple[StageSpec, ...]
-    make_loop: Callable[[dict[str, Any], Config], TurnLoop]
+    make_loop: Callable[[dict[str, Any], Config, Host], TurnLoop]
 
 
 def is_device_error(exc: BaseException) -> bool:

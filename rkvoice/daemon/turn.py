@@ -18,7 +18,7 @@ from typing import Any
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.errors import RkvoiceError
 
-from .stages import Answerer, Listener, Speaker, TurnReport
+from .stages import Answerer, Host, Listener, Speaker, TurnReport
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,9 @@ class StagedLoop:
         first_timeout: float = 20.0,
         gap_timeout: float = 10.0,
         clock: Clock | None = None,
+        host: Host | None = None,
     ) -> None:
+        self.host = host
         self.listener = listener
         self.answerer = answerer
         self.speaker = speaker
@@ -94,6 +96,12 @@ class StagedLoop:
         self._cancel = threading.Event()
 
     def run_once(self, stop: threading.Event) -> TurnReport | None:
+        if self.host is None:
+            return self._run_once(stop)
+        with self.host.busy("turn"):
+            return self._run_once(stop)
+
+    def _run_once(self, stop: threading.Event) -> TurnReport | None:
         heard = self.listener.listen(stop)
         if heard is None or stop.is_set():
             return None
