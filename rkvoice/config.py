@@ -70,6 +70,8 @@ class TtsConfig:
     chunk_chars: int = 40
     max_text_chars: int = 4000
     """Longest text one --say/--text speaks (about 15 minutes of speech); longer input is refused."""
+    vits_voice: str = "auto"
+    """vits voice: piper-joe (portable, English), vits-zh-aishell3 (board), or auto (installed one)."""
     matcha_core_mask: str = "auto"
     """NPU core mask for RKNNLite: auto, 0, 1, 0_1."""
     matcha: MatchaConfig = field(default_factory=MatchaConfig)
