@@ -77,12 +77,12 @@ class CutPoints:
     Whitespace always stays with the piece before it.
 
     ``final=False`` is for a stream whose end is not known yet: an unclosed bracket blocks all
-    cuts after it (unless ``open_brackets_block`` is False), and a cut needs ``lookahead``
-    characters after it to be decided.
+    cuts after it (unless ``open_brackets_block`` is False), a cut needs ``lookahead`` characters
+    after it to be decided, and a word-gap or plain cut (levels 2 and 3) ``fine_lookahead``.
     """
 
     def __init__(self, text: str, final: bool = True, lookahead: int = 0,
-                 open_brackets_block: bool = True) -> None:
+                 open_brackets_block: bool = True, fine_lookahead: int = 0) -> None:
         self.text = text
         n = len(text)
         self.n = n
@@ -106,7 +106,7 @@ class CutPoints:
             blocked[k] = 1
         self.blocked = blocked
         self.levels: list[list[int]] = [[], [], [], []]
-        self._find_cuts()
+        self._find_cuts(n - fine_lookahead if not final else n)
 
     def _block_brackets(self, blocked: bytearray, open_blocks: bool) -> None:
         text = self.text
@@ -137,7 +137,7 @@ class CutPoints:
             if depth > 0:
                 blocked[k] = 1
 
-    def _find_cuts(self) -> None:
+    def _find_cuts(self, fine_end: int) -> None:
         text, n, blocked = self.text, self.n, self.blocked
         sent: list[int] = []
         clause: list[int] = []
@@ -157,8 +157,8 @@ class CutPoints:
             if p >= n or blocked[p]:
                 continue
             (sent if ch in SENTENCE_MARKS else clause).append(p)
-        words = [k for k in range(1, n) if not blocked[k] and text[k - 1].isspace()]
-        safe = [k for k in range(1, n) if not blocked[k]]
+        words = [k for k in range(1, fine_end + 1) if not blocked[k] and text[k - 1].isspace()]
+        safe = [k for k in range(1, fine_end + 1) if not blocked[k]]
         self.levels[0] = sorted(set(sent))
         self.levels[1] = sorted(set(sent) | set(clause))
         self.levels[2] = sorted(set(self.levels[1]) | set(words))

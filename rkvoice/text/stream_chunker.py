@@ -1,0 +1,135 @@
+"""Cut an LLM's text delta stream into TTS pieces as soon as each one is safe.
+
+A piece is emitted when it is a finished sentence; else a clause at a comma (English: more than
+``min_clause_words`` words; Chinese: a clause of a useful length); else ``max_words`` words
+(English) or at most ``first``/``chunk`` characters at a safe cut (Chinese). Nothing is decided on
+the last character seen when the next one could change it: "3." may become "3.14", "$29." may
+become "$29.99", "。" may be followed by a closing quote. Pieces joined give the whole stream back,
+and no piece ends inside a number, a Latin word, a URL or brackets.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from rkvoice.errors import RkvoiceError
+from rkvoice.text.split import CutPoints, pack
+
+log = logging.getLogger(__name__)
+
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_LATIN_WORD = re.compile(r"[A-Za-z]+")
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+class StreamChunker:
+    """Incremental chunker: ``feed(delta)`` returns the pieces now complete, ``flush()`` the rest."""
+
+    def __init__(self, first: int = 24, chunk: int = 40, min_clause_words: int = 5,
+                 max_words: int = 12) -> None:
+        if first < 1 or chunk < 1 or max_words < 1 or min_clause_words < 0:
+            raise RkvoiceError("text", "bad-chunk-size",
+                               "StreamChunker needs first, chunk and max_words >= 1 and min_clause_words >= 0, "
+                               f"got first={first} chunk={chunk} max_words={max_words} "
+                               f"min_clause_words={min_clause_words}")
+        self.first = first
+        self.chunk = chunk
+        self.min_clause_words = min_clause_words
+        self.max_words = max_words
+        self._buf = ""
+        self._emitted = 0
+
+    def feed(self, delta: str) -> list[str]:
+        """Add text; return the pieces that became safe to speak (possibly none)."""
+        if not isinstance(delta, str):
+            raise RkvoiceError("text", "bad-text", f"StreamChunker.feed needs a str, got {type(delta).__name__}")
+        self._buf += delta
+        return self._drain(final=False)
+
+    def flush(self) -> list[str]:
+        """End of stream: return everything not yet emitted, cut by the same rules."""
+        out = self._drain(final=True)
+        rest, self._buf = self._buf, ""
+        if rest and not rest.isspace():
+            out.append(rest)
+        elif rest and out:
+            out[-1] += rest
+        self._emitted = 0
+        return out
+
+    def reset(self) -> None:
+        """Forget the pending text (barge-in); the next piece counts as a first piece again."""
+        self._buf = ""
+        self._emitted = 0
+
+    @property
+    def pending(self) -> str:
+        """Text received but not emitted yet."""
+        return self._buf
+
+    # -- deciding -----------------------------------------------------------------------------
+
+    def _drain(self, final: bool) -> list[str]:
+        out: list[str] = []
+        while self._buf and not self._buf.isspace():
+            cut = self._next_cut(final)
+            if cut is None:
+                break
+            out.append(self._buf[:cut])
+            self._buf = self._buf[cut:]
+            self._emitted += 1
+        return out
+
+    def _next_cut(self, final: bool) -> int | None:
+        buf = self._buf
+        limit = self.first if self._emitted == 0 else self.chunk
+        cuts = CutPoints(buf, final=final, lookahead=1, fine_lookahead=2,
+                         open_brackets_block=len(buf) <= 4 * self.chunk)
+        if self._chinese(buf):
+            return self._cut_chinese(cuts, limit, final)
+        return self._cut_english(cuts, final)
+
+    @staticmethod
+    def _chinese(text: str) -> bool:
+        cjk = len(_CJK.findall(text))
+        return cjk > 0 and cjk >= len(_LATIN_WORD.findall(text))
+
+    def _cut_chinese(self, cuts: CutPoints, limit: int, final: bool) -> int | None:
+        sentence_ends = cuts.levels[0]
+        if sentence_ends and cuts.size(0, sentence_ends[0]) <= limit:
+            return sentence_ends[0]
+        useful = max(6, limit // 3)
+        for c in cuts.levels[1]:
+            size = cuts.size(0, c)
+            if size > limit:
+                break
+            if size >= useful:
+                return c
+        if cuts.size(0, cuts.n) > limit:
+            spans = pack(cuts, 0, cuts.n, limit, self.chunk)
+            if len(spans) > 1:
+                return spans[0][1]
+        return None
+
+    def _cut_english(self, cuts: CutPoints, final: bool) -> int | None:
+        text = cuts.text
+        sentence_ends = cuts.levels[0]
+        if sentence_ends and _words(text[: sentence_ends[0]]) <= self.max_words:
+            return sentence_ends[0]
+        for c in cuts.levels[1]:
+            words = _words(text[:c])
+            if words > self.max_words:
+                break
+            if words > self.min_clause_words:
+                return c
+        gaps = cuts.levels[2]
+        for c in gaps:
+            if _words(text[:c]) >= self.max_words:
+                return c
+        if final and sentence_ends:
+            return sentence_ends[0]  # a sentence longer than max_words with no gap to cut at
+        return None
