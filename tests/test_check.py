@@ -176,3 +176,12 @@ def test_portable_install_on_this_machine_passes():
         pytest.skip("portable profile not fully installed here (./install.sh): " + "; ".join(missing))
     out = io.StringIO()
     assert run_check(cfg, out) == 0, out.getvalue()
+
+
+def test_cli_check_flag_exits_1_for_a_board_config_here(tmp_path, capsys):
+    from rkvoice.cli import main
+
+    rc = main(["--check", "--set", "models.profile=board", "--set", f"models.dir={tmp_path / 'models'}"])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "[FAIL] tts   matcha" in out and "pipeline cannot run" in out
