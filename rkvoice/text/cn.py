@@ -51,7 +51,7 @@ def cn_int(n: int) -> str:
         groups.append(n % 10000)
         n //= 10000
     out: list[str] = []
-    need_zero = False
+    need_zero = False  # a zero digit sits between the last group read and the next one
     for i in range(len(groups) - 1, -1, -1):
         g = groups[i]
         if g == 0:
@@ -60,7 +60,7 @@ def cn_int(n: int) -> str:
         if out and (need_zero or g < 1000):
             out.append("零")
         out.append(_under_10000(g) + _BIG_UNITS[i])
-        need_zero = False
+        need_zero = g % 10 == 0
     text = "".join(out)
     if text.startswith("一十"):
         text = text[1:]
