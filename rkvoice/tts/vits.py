@@ -1,0 +1,331 @@
+"""The ``vits`` TTS engine: sherpa-onnx OfflineTts with a VITS voice.
+
+Two voices:
+- ``piper-joe`` (portable, English, 22.05 kHz): a Piper voice with sherpa metadata and tokens.txt
+  (models/prepare_piper.py). sherpa-onnx 2.x has no espeak-ng inside, so phonemes come from
+  piper-tts's bundled espeak-ng (``piper.phonemize_espeak``) and reach sherpa-onnx as
+  ``GenerationConfig.phoneme_codepoints``, one list per sentence.
+- ``vits-zh-aishell3`` (board, Chinese, 174 speakers): sherpa-onnx's own lexicon frontend with
+  its rule FSTs; sherpa-onnx reads the text itself.
+
+sherpa-onnx terminates the process on some bad model files instead of raising, so ``load()``
+checks every file first (present, structurally complete ONNX, sherpa metadata, tokens) and turns
+each problem into an RkvoiceError naming the file and ``./install.sh``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rkvoice.config import Config
+from rkvoice.errors import RkvoiceError
+
+log = logging.getLogger(__name__)
+
+MIN_SPEED, MAX_SPEED = 0.25, 4.0
+WARMUP = {"en": "Hello.", "zh": "你好。"}
+
+
+@dataclass(frozen=True)
+class VitsVoice:
+    name: str
+    profile: str  # folder under models/: portable or board
+    languages: tuple[str, ...]
+    models: tuple[str, ...]  # candidate model file names, first present wins
+    lexicon: str = ""
+    rule_fsts: tuple[str, ...] = ()
+    external_phonemes: bool = False  # phonemes from espeak-ng outside sherpa (Piper voices)
+
+    def dir(self, cfg: Config) -> Path:
+        return cfg.models.path / self.profile / self.name
+
+    def model_path(self, cfg: Config) -> Path:
+        d = self.dir(cfg)
+        for name in self.models:
+            if (d / name).is_file():
+                return d / name
+        return d / self.models[0]
+
+    def installed(self, cfg: Config) -> bool:
+        d = self.dir(cfg)
+        need = [self.model_path(cfg), d / "tokens.txt"] + ([d / self.lexicon] if self.lexicon else [])
+        return all(p.is_file() and p.stat().st_size > 0 for p in need)
+
+
+VOICES = {
+    "piper-joe": VitsVoice(
+        "piper-joe", "portable", ("en",), ("model.onnx",), external_phonemes=True
+    ),
+    "vits-zh-aishell3": VitsVoice(
+        "vits-zh-aishell3",
+        "board",
+        ("zh",),
+        ("vits-aishell3.int8.onnx", "model.int8.onnx", "vits-aishell3.onnx", "model.onnx"),
+        lexicon="lexicon.txt",
+        rule_fsts=("phone.fst", "date.fst", "number.fst", "new_heteronym.fst"),
+    ),
+}
+
+
+def resolve_voice(cfg: Config, voice: str | None = None, lang: str | None = None) -> VitsVoice:
+    """The voice named (or, for "auto", the installed one best for lang and the profile)."""
+    name = voice or cfg.tts.vits_voice
+    if name != "auto":
+        try:
+            return VOICES[name]
+        except KeyError:
+            raise RkvoiceError(
+                "tts", "unknown-voice",
+                f"unknown vits voice {name!r}; choose one of: auto, {', '.join(sorted(VOICES))}",
+            ) from None
+    candidates = sorted(
+        VOICES.values(),
+        key=lambda v: (
+            not v.installed(cfg),
+            lang is not None and lang not in v.languages,
+            v.profile != cfg.models.profile,
+        ),
+    )
+    return candidates[0]
+
+
+# --- ONNX metadata without the onnx package ----------------------------------------------------
+# A ModelProto is a protobuf message; metadata_props is its repeated field 14 of
+# StringStringEntryProto {key = 1, value = 2}. Walking the top-level fields is cheap (the graph is
+# one length-delimited field that is skipped) and finds truncation: a field running past the end.
+
+_METADATA_FIELD = 14
+
+
+def _varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise ValueError("truncated varint")
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("bad varint")
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _fields(buf: bytes | memoryview) -> list[tuple[int, int, int, int]]:
+    """Top-level fields as (number, wire type, start, end) byte spans; ValueError if malformed."""
+    out = []
+    pos = 0
+    while pos < len(buf):
+        start = pos
+        key, pos = _varint(buf, pos)
+        number, wire = key >> 3, key & 7
+        if number == 0:
+            raise ValueError("field number 0")
+        if wire == 0:
+            _, pos = _varint(buf, pos)
+        elif wire == 1:
+            pos += 8
+        elif wire == 2:
+            length, pos = _varint(buf, pos)
+            pos += length
+        elif wire == 5:
+            pos += 4
+        else:
+            raise ValueError(f"unsupported wire type {wire}")
+        if pos > len(buf):
+            raise ValueError("field runs past the end of the file (truncated)")
+        out.append((number, wire, start, pos))
+    return out
+
+
+def _entry(buf: bytes | memoryview, start: int, end: int) -> tuple[str, str]:
+    _, pos = _varint(buf, start)
+    length, pos = _varint(buf, pos)
+    body = bytes(buf[pos : pos + length])
+    kv = {1: "", 2: ""}
+    for number, wire, s, e in _fields(body):
+        if wire == 2 and number in kv:
+            n, p = _varint(body, s)
+            ln, p = _varint(body, p)
+            kv[number] = body[p : p + ln].decode("utf-8")
+    return kv[1], kv[2]
+
+
+def read_onnx_metadata(path: Path) -> dict[str, str]:
+    """metadata_props of an ONNX file; ValueError if the file is not a complete ONNX model."""
+    data = Path(path).read_bytes()
+    fields = _fields(data)
+    if not any(number == 7 and wire == 2 for number, wire, _, _ in fields):  # 7: graph
+        raise ValueError("no graph in the file")
+    return dict(_entry(data, s, e) for number, wire, s, e in fields if number == _METADATA_FIELD)
+
+
+def with_onnx_metadata(data: bytes, meta: dict[str, str]) -> bytes:
+    """The model bytes with metadata_props replaced by meta (in the given order)."""
+    fields = _fields(data)
+    kept = b"".join(data[s:e] for number, _, s, e in fields if number != _METADATA_FIELD)
+    extra = bytearray()
+    tag = _encode_varint((_METADATA_FIELD << 3) | 2)
+    for key, value in meta.items():
+        body = bytearray()
+        for number, text in ((1, key), (2, str(value))):
+            raw = text.encode("utf-8")
+            body += _encode_varint((number << 3) | 2) + _encode_varint(len(raw)) + raw
+        extra += tag + _encode_varint(len(body)) + body
+    return kept + bytes(extra)
+
+
+# --- the engine ---------------------------------------------------------------------------------
+
+
+class VitsTts:
+    """sherpa-onnx VITS (Piper English voice or aishell3 Chinese voices)."""
+
+    name = "vits"
+
+    def __init__(self, cfg: Config, voice: str | None = None) -> None:
+        self.cfg = cfg
+        self.voice = resolve_voice(cfg, voice)
+        self.languages = self.voice.languages
+        self.threads = cfg.tts.threads
+        self._tts = None
+        self._phonemizer = None
+        self._espeak_voice = "en-us"
+        self._rate = 0
+        self._speakers = 1
+
+    def _check_files(self) -> tuple[Path, Path, Path | None, dict[str, str]]:
+        v, d = self.voice, self.voice.dir(self.cfg)
+        model, tokens = v.model_path(self.cfg), d / "tokens.txt"
+        lexicon = d / v.lexicon if v.lexicon else None
+        profile = "" if v.profile == "portable" else f" --profile {v.profile}"
+        fix = f"run ./install.sh{profile} to install the {v.name} voice"
+        for path in [model, tokens] + ([lexicon] if lexicon else []):
+            if not path.is_file():
+                raise RkvoiceError("tts", "missing-model", f"vits voice file {path} is missing: {fix}")
+        try:
+            meta = read_onnx_metadata(model)
+        except (OSError, ValueError) as exc:
+            raise RkvoiceError(
+                "tts", "corrupt-model", f"vits model {model} is truncated or corrupt ({exc}): {fix}"
+            ) from exc
+        missing = [k for k in ("sample_rate", "n_speakers", "comment", "language") if k not in meta]
+        if missing:
+            raise RkvoiceError(
+                "tts", "corrupt-model",
+                f"vits model {model} lacks sherpa-onnx metadata ({', '.join(missing)}): {fix}",
+            )
+        try:
+            lines = tokens.read_text(encoding="utf-8").splitlines()
+            bad = [ln for ln in lines if ln.strip() and not ln.rsplit(" ", 1)[-1].isdigit()]
+        except (OSError, UnicodeDecodeError) as exc:
+            raise RkvoiceError("tts", "corrupt-model", f"vits tokens {tokens}: {exc}: {fix}") from exc
+        if not lines or bad:
+            raise RkvoiceError(
+                "tts", "corrupt-model", f"vits tokens {tokens} is empty or malformed: {fix}"
+            )
+        return model, tokens, lexicon, meta
+
+    def load(self) -> None:
+        model, tokens, lexicon, meta = self._check_files()
+        try:
+            import sherpa_onnx
+        except ImportError as exc:
+            raise RkvoiceError(
+                "tts", "missing-dependency", "vits needs sherpa-onnx: run ./install.sh"
+            ) from exc
+        d = self.voice.dir(self.cfg)
+        fsts = ",".join(str(d / f) for f in self.voice.rule_fsts if (d / f).is_file())
+        vits = sherpa_onnx.OfflineTtsVitsModelConfig(
+            model=str(model), lexicon=str(lexicon) if lexicon else "", tokens=str(tokens)
+        )
+        config = sherpa_onnx.OfflineTtsConfig(
+            model=sherpa_onnx.OfflineTtsModelConfig(
+                vits=vits, num_threads=max(1, self.threads), provider="cpu"
+            ),
+            rule_fsts=fsts,
+            max_num_sentences=1,
+        )
+        if not config.validate():
+            raise RkvoiceError("tts", "bad-config", f"sherpa-onnx rejected the {self.voice.name} files in {d}")
+        if self.voice.external_phonemes:
+            self._espeak_voice = meta.get("voice") or "en-us"
+            self._phonemizer = _espeak_phonemizer()
+        self._tts = sherpa_onnx.OfflineTts(config)
+        self._rate = int(self._tts.sample_rate)
+        self._speakers = max(1, int(self._tts.num_speakers))
+        audio, _ = self.generate(WARMUP[self.languages[0]])
+        log.info(
+            "vits %s loaded (threads=%d, %d Hz, %d speaker(s), warm-up %.2f s)",
+            self.voice.name, self.threads, self._rate, self._speakers, len(audio) / max(1, self._rate),
+        )
+
+    @property
+    def sample_rate(self) -> int:
+        if not self._rate:
+            raise RkvoiceError("tts", "not-loaded", "vits: sample_rate read before load()")
+        return self._rate
+
+    def phonemes(self, text: str) -> list[str]:
+        """espeak-ng phoneme strings, one per sentence (Piper voices only)."""
+        if self._phonemizer is None:
+            raise RkvoiceError("tts", "not-loaded", "vits: phonemes() needs load() on a Piper voice")
+        sentences = self._phonemizer.phonemize(self._espeak_voice, text)
+        return ["".join(s).strip() for s in sentences if "".join(s).strip()]
+
+    def generate(self, text: str, sid: int = 0, speed: float = 1.0) -> tuple[np.ndarray, int]:
+        if self._tts is None:
+            raise RkvoiceError("tts", "not-loaded", "vits: generate() called before load()")
+        if not 0 <= sid < self._speakers:
+            raise RkvoiceError(
+                "tts", "bad-speaker",
+                f"vits voice {self.voice.name} has {self._speakers} speaker(s); sid {sid} is out of range",
+            )
+        if not MIN_SPEED <= speed <= MAX_SPEED:
+            raise RkvoiceError("tts", "bad-speed", f"speed {speed} is outside {MIN_SPEED}..{MAX_SPEED}")
+        empty = np.zeros(0, dtype=np.float32)
+        if not text.strip():
+            return empty, self._rate
+        if self.voice.external_phonemes:
+            import sherpa_onnx
+
+            sentences = self.phonemes(text)
+            if not sentences:
+                return empty, self._rate
+            gen = sherpa_onnx.GenerationConfig()
+            gen.sid = sid
+            gen.speed = speed
+            gen.phoneme_codepoints = [[ord(c) for c in s] for s in sentences]
+            result = self._tts.generate("", gen)
+        else:
+            result = self._tts.generate(text, sid=sid, speed=speed)
+        audio = np.asarray(result.samples, dtype=np.float32)
+        return np.clip(audio, -1.0, 1.0), self._rate
+
+
+def _espeak_phonemizer():  # noqa: ANN202 - piper.phonemize_espeak.EspeakPhonemizer
+    try:
+        from piper.phonemize_espeak import EspeakPhonemizer
+    except ImportError as exc:
+        raise RkvoiceError(
+            "tts", "missing-dependency",
+            "the Piper voice needs piper-tts (espeak-ng phonemes): run ./install.sh",
+        ) from exc
+    return EspeakPhonemizer()
