@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mode = p.add_argument_group("modes")
     mode.add_argument("--say", metavar="TEXT", help="speak TEXT verbatim")
-    mode.add_argument("--text", metavar="TEXT", help="ask the assistant TEXT (for now: speak it)")
+    mode.add_argument("--text", metavar="TEXT", help="ask the assistant TEXT (local tools or the LLM) and speak the answer")
     mode.add_argument("--check", action="store_true",
                       help="report whether each stage of the configured pipeline can run here (exit 1 if not)")
     out = p.add_argument_group("speech output")
@@ -85,9 +85,12 @@ def main(argv: list[str] | None = None) -> int:
             from rkvoice.board.check import run_check
 
             return run_check(cfg, sys.stdout)
-        text = args.say if args.say is not None else args.text
-        if text is not None:
-            return run_say(text, args, cfg)
+        if args.text is not None:
+            from rkvoice.answer.cli_text import run_text
+
+            return run_text(args.text, args, cfg)
+        if args.say is not None:
+            return run_say(args.say, args, cfg)
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     except RkvoiceError as err:

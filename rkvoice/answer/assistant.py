@@ -1,0 +1,119 @@
+"""The assistant's brain: tools first, then the LLM; owns state, reminders and the conversation.
+
+``reply(text)`` returns at once with the route and a lazy stream of text deltas: a tool's
+answer is one delta, the LLM's arrives piece by piece (see generate.LlmStream).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Callable, Iterator
+
+from rkvoice.answer.conversation import Conversation
+from rkvoice.answer.generate import LlmStream
+from rkvoice.answer.llm.base import LlmEngine
+from rkvoice.answer.llm.registry import create_llm
+from rkvoice.answer.tools import ToolAnswer, ToolContext, route
+from rkvoice.answer.tools.reminders import ReminderScheduler
+from rkvoice.clock import Clock, MonotonicClock
+from rkvoice.config import Config
+from rkvoice.state import StateStore
+from rkvoice.timeline import Timeline
+
+log = logging.getLogger(__name__)
+
+
+def _local_now() -> datetime:
+    return datetime.now().astimezone()
+
+
+@dataclass
+class Reply:
+    route: str
+    """"tool:<name>" or "llm"."""
+    deltas: Iterator[str]
+    tool: ToolAnswer | None = None
+    llm: LlmStream | None = None
+    action: str = ""
+    """"stop" when the user asked to stop speaking."""
+    parts: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        if self.llm is not None:
+            return self.llm.text
+        return self.tool.text if self.tool is not None else ""
+
+
+class Assistant:
+    def __init__(
+        self,
+        cfg: Config,
+        clock: Clock | None = None,
+        llm: LlmEngine | None = None,
+        now: Callable[[], datetime] = _local_now,
+        store: StateStore | None = None,
+        on_reminder: Callable[[str], None] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.clock = clock or MonotonicClock()
+        self.now = now
+        self._llm = llm
+        self.store = store or StateStore(cfg.state.path)
+        self.scheduler = ReminderScheduler(self.store, now, on_reminder)
+        self.ctx = ToolContext(now=now, store=self.store, scheduler=self.scheduler)
+        self.conversation = Conversation(cfg, now)
+        self._lock = threading.Lock()
+
+    @property
+    def llm(self) -> LlmEngine:
+        if self._llm is None:
+            self._llm = create_llm(self.cfg)
+        return self._llm
+
+    def load(self, llm: bool = True) -> None:
+        """Load the LLM (seconds) and start the reminder thread."""
+        if llm:
+            self.llm.load()
+        self.scheduler.start()
+
+    def close(self) -> None:
+        self.scheduler.stop()
+        close = getattr(self._llm, "close", None)
+        if close is not None:
+            close()
+
+    def set_reminder_callback(self, on_due: Callable[[str], None]) -> None:
+        self.scheduler.on_due = on_due
+
+    def abort(self) -> None:
+        """Stop a running LLM answer (any thread)."""
+        if self._llm is not None:
+            self._llm.abort()
+
+    def reply(self, text: str, timeline: Timeline | None = None, cancel: threading.Event | None = None) -> Reply:
+        tool = route(text, self.ctx)
+        if tool is not None:
+            if timeline is not None:
+                timeline.mark("route", route=tool.tool)
+            deltas = iter([tool.text] if tool.text else [])
+            return Reply(f"tool:{tool.tool}", deltas, tool=tool, action=tool.action)
+        if timeline is not None:
+            timeline.mark("route", route="llm")
+        self.llm.load()  # no-op once loaded (the product loads at start)
+        stream = LlmStream(self.llm, self.conversation.messages(text), self.clock, self.cfg.llm.timeout_s,
+                           self.cfg.llm.max_answer_chars, timeline, cancel)
+
+        def deltas() -> Iterator[str]:
+            yield from stream
+            if not stream.cancelled and not stream.timed_out:
+                self.conversation.remember(text, stream.text)
+
+        return Reply("llm", deltas(), llm=stream)
+
+    # The daemon's Answerer protocol: answer(text, cancel) -> object with .route and .deltas
+    def answer(self, text: str, cancel: threading.Event) -> Reply:
+        return self.reply(text, cancel=cancel)

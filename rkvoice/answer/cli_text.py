@@ -1,0 +1,96 @@
+"""``assistant.py --text "…"``: ask the assistant (tools or LLM) and speak the answer."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rkvoice.clock import Clock, MonotonicClock
+from rkvoice.config import Config
+from rkvoice.errors import RkvoiceError
+from rkvoice.timeline import Timeline, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+
+def answer_summary(timeline: Timeline, answer: str, route: str) -> dict[str, Any]:
+    """The speaker's summary plus the answer's own figures (ms on the timeline's scale)."""
+    events = timeline.events
+    summary = timeline.summary()
+    summary["answer"] = answer
+    summary["route"] = route
+
+    def first(name: str) -> float | None:
+        return next((e["t_ms"] for e in events if e["name"] == name), None)
+
+    for name in ("llm_start", "llm_first_token", "llm_done", "text_ready", "audio_first", "play_end"):
+        t = first(name)
+        if t is not None:
+            summary[f"{name}_ms"] = t
+    start, done, audio = first("llm_start"), first("llm_done"), first("audio_first")
+    if start is not None and audio is not None:
+        summary["first_audio_from_llm_start_ms"] = round(audio - start, 3)
+    if done is not None and audio is not None:
+        summary["audio_first_before_llm_done"] = audio < done
+    return summary
+
+
+def run_text(text: str, args: argparse.Namespace, cfg: Config, clock: Clock | None = None) -> int:
+    from rkvoice.answer.assistant import Assistant
+    from rkvoice.answer.turn import Answerer
+    from rkvoice.cli import check_writable, open_output
+    from rkvoice.speaker import Speaker
+    from rkvoice.tts.registry import create_tts
+
+    clock = clock or MonotonicClock()
+    if not text.strip():
+        raise RkvoiceError("input", "empty-text", "nothing to ask: give --text a non-empty question")
+    if args.out:
+        check_writable(Path(args.out), "--out")
+    if args.metrics:
+        check_writable(Path(args.metrics), "--metrics")
+
+    assistant = Assistant(cfg, clock)
+    engine = create_tts(cfg, args.tts or None, "你好")
+    t0 = time.monotonic()
+    engine.load()
+    log.info("loaded %s in %.0f ms", getattr(engine, "name", "tts"), (time.monotonic() - t0) * 1000)
+    output = open_output(args, cfg, clock)
+    speaker = None
+    ok = False
+    timeline = Timeline(clock)
+    try:
+        speaker = Speaker(engine, output.player, cfg, clock, timeline)
+        answerer = Answerer(assistant, speaker, cfg, clock)
+        timeline.start()
+        try:
+            answered = answerer.ask(text, timeline)
+        except KeyboardInterrupt:
+            answerer.cancel()
+            raise
+        speaker.close()
+        if answered.result is not None and answered.result.status == "error":
+            raise answered.result.error
+        for part in output.parts:
+            part.close()
+        ok = True
+    finally:
+        if speaker is not None and not ok:
+            speaker.cancel()
+            speaker.close(timeout=1.0)
+        if not ok and output.wav is not None:
+            output.wav.abort()
+        assistant.close()
+    summary = answer_summary(timeline, answered.text, answered.route)
+    if args.metrics:
+        write_json_atomic(Path(args.metrics), {"events": timeline.events, "summary": summary})
+    print(answered.text or "(stopped)")
+    log.info("summary %s", summary)
+    if output.wav is not None:
+        prefix = "no sound device: " if output.wav_announce else ""
+        print(f"{prefix}wrote {output.wav.path} ({output.wav.samples / output.wav.rate:.1f} s)", file=sys.stdout)
+    return 0

@@ -1,0 +1,167 @@
+"""llama.cpp engine (portable profile) through cyllama's low-level bindings.
+
+Own generation loop rather than cyllama's high-level LLM: it sets the thread count, keeps
+characters split across tokens whole (incremental detokenisation instead of per-token pieces,
+which lose such characters), and aborts both between tokens and inside a running decode.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from cyllama.llama.llama_cpp import (
+    LlamaChatMessage,
+    LlamaContext,
+    LlamaContextParams,
+    LlamaModel,
+    LlamaModelParams,
+    LlamaSampler,
+    LlamaSamplerChainParams,
+    disable_logging,
+    ggml_backend_load_all,
+    llama_batch_get_one,
+)
+
+from rkvoice.answer.llm.base import Message, chatml, model_path
+from rkvoice.config import Config
+from rkvoice.errors import RkvoiceError
+
+log = logging.getLogger(__name__)
+
+N_BATCH = 256
+PENALTY_LAST_N = 64
+MAX_PENDING_TOKENS = 6
+"""Tokens held back waiting for a character to complete before giving up on it."""
+
+
+class LlamaEngine:
+    name = "llama"
+
+    def __init__(self, cfg: Config, model: Path | None = None) -> None:
+        self.cfg = cfg
+        self.model_file = model or model_path(cfg, "llama")
+        self.model: Any = None
+        self.vocab: Any = None
+        self.ctx: Any = None
+        self._template: str | None = None
+        self._cancel = threading.Event()
+        self._busy = threading.Lock()
+        self.last_stats: dict[str, float] = {}
+
+    def load(self) -> None:
+        if self.model is not None:
+            return
+        if not self.model_file.is_file():
+            raise RkvoiceError("llm", "model-missing",
+                               f"GGUF model {self.model_file} not found; run ./install.sh or set llm.model")
+        t0 = time.monotonic()
+        disable_logging()
+        ggml_backend_load_all()
+        params = LlamaModelParams()
+        params.n_gpu_layers = 0
+        try:
+            self.model = LlamaModel(str(self.model_file), params)
+        except Exception as exc:
+            raise RkvoiceError("llm", "model-bad", f"llama.cpp cannot load {self.model_file}: {exc}") from exc
+        self.vocab = self.model.get_vocab()
+        cparams = LlamaContextParams()
+        cparams.n_ctx = self.cfg.llm.context
+        cparams.n_batch = N_BATCH
+        cparams.n_threads = self.cfg.llm.threads
+        cparams.n_threads_batch = self.cfg.llm.threads
+        cparams.no_perf = True
+        self.ctx = LlamaContext(self.model, cparams)
+        self.ctx.install_cancel_callback()
+        self._template = self.model.get_default_chat_template() or None
+        log.info("llama loaded %s in %.1f s (%d threads, n_ctx %d)", self.model_file.name,
+                 time.monotonic() - t0, self.cfg.llm.threads, self.cfg.llm.context)
+
+    def prompt(self, messages: list[Message]) -> str:
+        if self._template:
+            try:
+                msgs = [LlamaChatMessage(role=m["role"], content=m["content"]) for m in messages]
+                return str(self.model.chat_apply_template(self._template, msgs, True))
+            except Exception:
+                log.debug("model chat template failed; using ChatML", exc_info=True)
+        return chatml(messages)
+
+    def _sampler(self) -> Any:
+        llm = self.cfg.llm
+        sp = LlamaSamplerChainParams()
+        sp.no_perf = True
+        s = LlamaSampler(sp)
+        if llm.repeat_penalty != 1.0:
+            s.add_penalties(PENALTY_LAST_N, llm.repeat_penalty, 0.0, 0.0)
+        if llm.temperature <= 0:
+            s.add_greedy()
+            return s
+        s.add_top_k(llm.top_k)
+        s.add_top_p(llm.top_p, 1)
+        s.add_temp(llm.temperature)
+        s.add_dist(int(time.time_ns() & 0x7FFFFFFF))
+        return s
+
+    def stream(self, messages: list[Message]) -> Iterator[str]:
+        if self.model is None:
+            raise RkvoiceError("llm", "not-loaded", "llama engine used before load()")
+        if not self._busy.acquire(blocking=False):
+            raise RkvoiceError("llm", "busy", "llama is already generating; abort() the running answer first")
+        try:
+            yield from self._generate(messages)
+        finally:
+            self._busy.release()
+
+    def _generate(self, messages: list[Message]) -> Iterator[str]:
+        ctx, vocab = self.ctx, self.vocab
+        self._cancel.clear()
+        ctx.cancel = False
+        tokens = vocab.tokenize(self.prompt(messages), add_special=True, parse_special=True)
+        max_new = self.cfg.llm.max_tokens
+        if len(tokens) + max_new > self.cfg.llm.context:
+            raise RkvoiceError("llm", "prompt-too-long",
+                               f"prompt of {len(tokens)} tokens + {max_new} new exceeds llm.context "
+                               f"{self.cfg.llm.context}; lower llm.history_turns or raise llm.context")
+        ctx.kv_cache_clear()
+        sampler = self._sampler()
+        t0 = time.monotonic()
+        try:
+            for i in range(0, len(tokens), N_BATCH):
+                if self._cancel.is_set():
+                    return
+                ctx.decode(llama_batch_get_one(tokens[i:i + N_BATCH], i))
+        except InterruptedError:
+            return
+        t_prefill = time.monotonic() - t0
+        pos = len(tokens)
+        pending: list[int] = []
+        n_new = 0
+        for _ in range(max_new):
+            if self._cancel.is_set():
+                break
+            tok = sampler.sample(ctx, -1)
+            if vocab.is_eog(tok):
+                break
+            n_new += 1
+            pending.append(tok)
+            text = vocab.detokenize(pending, False, False)
+            if not text.endswith("\ufffd") or len(pending) >= MAX_PENDING_TOKENS:
+                pending.clear()
+                text = text.replace("\ufffd", "")
+                if text:
+                    yield text
+            try:
+                ctx.decode(llama_batch_get_one([tok], pos))
+            except InterruptedError:
+                break
+            pos += 1
+        self.last_stats = {"prompt_tokens": len(tokens), "new_tokens": n_new, "prefill_s": t_prefill,
+                           "total_s": time.monotonic() - t0}
+
+    def abort(self) -> None:
+        self._cancel.set()
+        if self.ctx is not None:
+            self.ctx.cancel = True
