@@ -53,6 +53,8 @@ class Segmenter:
         h = cfg.hear
         self.trailing_silence_s = h.trailing_silence_ms / 1000.0
         self.max_request_s = h.max_request_s
+        # the VAD reports speech min_speech_ms after it started: count the request from its start
+        self._detect_lag_s = h.min_speech_ms / 1000.0
         self._vad = None
         self._pending = np.zeros(0, dtype=np.float32)
         self._fed = 0  # samples given to the VAD
@@ -142,7 +144,7 @@ class Segmenter:
         if vad.is_speech_detected():
             if self._speech_from is None:
                 self._speech_from = self._fed
-            elif (self._fed - self._speech_from) / SAMPLE_RATE >= self.max_request_s:
+            elif (self._fed - self._speech_from) / SAMPLE_RATE >= self.max_request_s - self._detect_lag_s:
                 out.append(self._cut())
         else:
             self._speech_from = None

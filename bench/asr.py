@@ -1,0 +1,107 @@
+"""ASR benchmark: RTF and CER of each installed ASR engine on speech made by the portable voice.
+
+    py312/bin/python bench/asr.py [--beams 1,5] [--threads 2]
+
+Prints one JSON object: per engine (and Whisper beam size) the mean CER, the real-time factor
+(decode seconds / audio seconds), mean decode ms, and every transcript.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+
+from rkvoice.config import load_config, parse_override  # noqa: E402
+from rkvoice.errors import RkvoiceError  # noqa: E402
+from rkvoice.hear.asr import ASR  # noqa: E402
+from rkvoice.hear.cer import cer, normalise  # noqa: E402
+from rkvoice.hear.sources import to_mono_16k  # noqa: E402
+
+SENTENCES = [
+    "今天天气怎么样",
+    "帮我设置一个明天早上七点的闹钟",
+    "给我讲一个笑话",
+    "现在几点了",
+    "小智小智，现在几点",
+    "我们明天一起去公园散步吧",
+    "提醒我下午三点去开会",
+    "把客厅的灯关掉",
+    "北京明天会下雨吗",
+    "播放一首轻松的音乐",
+]
+
+
+def voice(cfg):
+    try:
+        from rkvoice.tts.registry import create_tts
+
+        tts = create_tts(cfg, "fastspeech2")
+    except ImportError:
+        from rkvoice.tts.fastspeech2 import FastSpeech2Tts
+
+        tts = FastSpeech2Tts(cfg)
+    tts.load()
+    return tts
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--beams", default="1,5", help="Whisper beam sizes to compare")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    cfg = load_config([parse_override(f"hear.threads={args.threads}")])
+    tts = voice(cfg)
+    clips = []
+    for text in SENTENCES:
+        audio, rate = tts.generate(text)
+        clips.append((text, to_mono_16k(audio, rate)))
+    audio_s = sum(len(a) for _, a in clips) / 16000
+    runs = []
+    for name in ASR.names():
+        variants = [int(b) for b in args.beams.split(",")] if name == "whisper" else [None]
+        for beam in variants:
+            try:
+                engine = ASR.create(name, cfg, beam_size=beam) if beam else ASR.create(name, cfg)
+                t0 = time.perf_counter()
+                engine.load()
+                load_s = time.perf_counter() - t0
+            except RkvoiceError as exc:
+                runs.append({"engine": name, "installed": False, "why": str(exc)})
+                break
+            decode_s, errors, chars, out = 0.0, 0, 0, []
+            for text, audio in clips:
+                t0 = time.perf_counter()
+                hyp = engine.transcribe(audio)
+                dt = time.perf_counter() - t0
+                decode_s += dt
+                ref = normalise(text)
+                c = cer(text, hyp)
+                errors += round(c * len(ref))
+                chars += len(ref)
+                out.append({"ref": text, "hyp": hyp, "cer": round(c, 3), "ms": round(dt * 1000)})
+            runs.append({
+                "engine": name,
+                "beam": beam,
+                "threads": args.threads,
+                "load_s": round(load_s, 2),
+                "cer": round(errors / chars, 4),
+                "rtf": round(decode_s / audio_s, 3),
+                "mean_ms": round(1000 * decode_s / len(clips)),
+                "utterances": out,
+            })
+    print(json.dumps({"audio_s": round(audio_s, 2), "utterances": len(clips), "runs": runs},
+                     ensure_ascii=False, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,112 @@
+"""rkvoice.hear with the real installed models: silero VAD, Whisper base, asr-match wake, --file replay.
+
+Speech fixtures come from the project's portable voice (conftest ``hear_fixtures``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rkvoice.config import load_config, parse_override
+from rkvoice.hear.cer import cer
+from rkvoice.hear.loop import TurnLoop
+from rkvoice.hear.session import HearSession
+from rkvoice.hear.sources import WavFileSource, read_wav
+from rkvoice.hear.vad import Segmenter, vad_model_path
+from rkvoice.hear.wake import AsrMatchWake
+
+
+def _cfg(*overrides: str):
+    return load_config([parse_override(o) for o in overrides])
+
+
+@pytest.fixture(scope="module")
+def vad_ok():
+    path = vad_model_path(load_config())
+    if not path.is_file():
+        pytest.skip(f"silero VAD model {path} is absent (run ./install.sh)")
+
+
+def segments(path, cfg):
+    seg = Segmenter(cfg)
+    seg.load()
+    out = []
+    for frame in WavFileSource(path).frames():
+        out += seg.accept(frame)
+    return out + seg.flush()
+
+
+def test_vad_finds_one_request_and_its_end_in_audio_time(vad_ok, hear_fixtures):
+    path = hear_fixtures["req_alarm"][0]
+    audio = read_wav(path)
+    (seg,) = segments(path, _cfg("hear.trailing_silence_ms=400"))
+    speech_len = len(audio) / 16000 - 0.5 - 1.0  # the fixture pads 0.5 s before, 1.0 s after
+    assert seg.start_s == pytest.approx(0.5, abs=0.25)
+    assert seg.end_s == pytest.approx(0.5 + speech_len, abs=0.3)
+    assert seg.decided_s - seg.end_s == pytest.approx(0.4, abs=0.07)
+    assert not seg.truncated
+
+
+def test_vad_hears_nothing_in_silence_and_noise(vad_ok, hear_fixtures):
+    cfg = _cfg()
+    assert segments(hear_fixtures["silence"][0], cfg) == []
+    assert segments(hear_fixtures["noise"][0], cfg) == []
+
+
+def test_vad_cuts_a_request_at_the_maximum_length(vad_ok, hear_fixtures):
+    (seg, *rest) = segments(hear_fixtures["req_alarm"][0], _cfg("hear.max_request_s=1.0"))
+    assert seg.truncated and seg.decided_s == seg.end_s
+    assert seg.end_s - seg.start_s == pytest.approx(1.0, abs=0.2)
+    assert seg.duration_s == pytest.approx(seg.end_s - seg.start_s, abs=1e-6)
+
+
+def test_whisper_transcribes_in_simplified_chinese(hear_asr, hear_fixtures):
+    audio = read_wav(hear_fixtures["req_weather"][0])
+    text = hear_asr.transcribe(audio)
+    assert cer("今天天气怎么样", text) <= 0.15, text
+    assert hear_asr.transcribe(np.zeros(800, np.float32)) == ""
+
+
+class Recorder:
+    def respond(self, text, timeline, cancel):
+        timeline.mark("audio_first")
+        return f"answer:{text}"
+
+    def cancel(self):
+        pass
+
+
+def replay(name, hear_fixtures, asr, require_wake):
+    cfg = _cfg()
+    wake = AsrMatchWake(cfg, asr)
+    wake.load()
+    seg = Segmenter(cfg)
+    seg.load()
+    loop = TurnLoop(HearSession(cfg, asr, wake, seg), Recorder())
+    turns = loop.run_file(WavFileSource(hear_fixtures[name][0]), require_wake=require_wake)
+    return loop, turns
+
+
+@pytest.mark.parametrize("name", ["wake_request", "wake_alone", "req_weather", "unrelated", "silence", "noise"])
+def test_file_replay_with_require_wake_decides_the_wake(name, vad_ok, hear_asr, hear_fixtures):
+    _path, _text, wake_expected, request = hear_fixtures[name]
+    loop, turns = replay(name, hear_fixtures, hear_asr, require_wake=True)
+    assert bool(loop.wakes) == wake_expected, [w.hit.text for w in loop.wakes]
+    if wake_expected and request:
+        (turn,) = turns
+        assert turn.woke and cer(request, turn.transcript) <= 0.15, turn.transcript
+        summary = turn.summary()
+        assert summary["end_to_first_audio_ms"] >= 0 and summary["transcript"] == turn.transcript
+    else:
+        assert turns == []
+
+
+@pytest.mark.parametrize("name", ["req_alarm", "req_joke", "req_time", "wake_request"])
+def test_file_replay_transcribes_requests(name, vad_ok, hear_asr, hear_fixtures):
+    _path, _text, wake_expected, request = hear_fixtures[name]
+    loop, turns = replay(name, hear_fixtures, hear_asr, require_wake=False)
+    (turn,) = turns
+    assert cer(request, turn.transcript) <= 0.15, turn.transcript
+    assert turn.woke == wake_expected
+    assert [e["name"] for e in turn.timeline.events][:2] == ["speech_end", "asr_done"]
