@@ -35,6 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
     mode = p.add_argument_group("modes")
     mode.add_argument("--say", metavar="TEXT", help="speak TEXT verbatim")
     mode.add_argument("--text", metavar="TEXT", help="ask the assistant TEXT (local tools or the LLM) and speak the answer")
+    mode.add_argument("--file", metavar="WAV",
+                      help="replay a recording as if spoken into the microphone: VAD -> ASR -> answer -> speak")
+    mode.add_argument("--require-wake", action="store_true",
+                      help="with --file: act only on speech that starts with the wake phrase")
     mode.add_argument("--check", action="store_true",
                       help="report whether each stage of the configured pipeline can run here (exit 1 if not)")
     out = p.add_argument_group("speech output")
@@ -85,6 +89,12 @@ def main(argv: list[str] | None = None) -> int:
             from rkvoice.board.check import run_check
 
             return run_check(cfg, sys.stdout)
+        if args.file is not None:
+            from rkvoice.hear.cli_file import run_file
+
+            return run_file(args.file, args, cfg)
+        if args.require_wake:
+            raise RkvoiceError("input", "bad-flags", "--require-wake only applies to --file WAV")
         if args.text is not None:
             from rkvoice.answer.cli_text import run_text
 
