@@ -8,8 +8,8 @@ A turn is a stream of text pieces (a whole text, or an LLM answer arriving piece
     speaker.end_turn(turn)
     result = speaker.wait_done(turn, timeout=30)
 
-Each piece is made speakable, cut for synthesis (the turn's first chunk short, later ones
-longer), synthesised on the TTS worker while the previous chunk plays, post-processed and
+Each piece is cut for synthesis (the turn's first chunk short, later ones longer) and made
+speakable, synthesised on the TTS worker while the previous chunk plays, post-processed and
 played in order by the player thread. ``cancel()`` (barge-in, "stop") ends every turn
 started so far: queued pieces and audio are dropped, the player is cleared at once and
 synthesis stops before the next chunk. Turn ids are a generation counter: anything carrying
@@ -108,6 +108,7 @@ class Speaker:
         self._text_q: queue.Queue[Any] = queue.Queue()
         self._audio_q: queue.Queue[Any] = queue.Queue()
         self._closed = False
+        self._warm_up()
         self._worker = threading.Thread(target=self._synth_loop, name="rkvoice-tts", daemon=True)
         self._playback = threading.Thread(target=self._play_loop, name="rkvoice-player", daemon=True)
         self._worker.start()
@@ -198,6 +199,13 @@ class Speaker:
 
     # -- internals -----------------------------------------------------------------------
 
+    def _warm_up(self) -> None:
+        """Run normalisation and post-processing once so the first turn doesn't pay for lazy imports."""
+        self._normalize("今天是1月2日。")
+        rate = getattr(self.engine, "sample_rate", self.player.rate)
+        tone = (0.3 * np.sin(np.arange(rate // 2, dtype=np.float32) * 0.1)).astype(np.float32)
+        prepare_piece(tone, rate, self.player.rate, self.block, fade_ms=self.cfg.audio.crossfade_ms)
+
     def _turn(self, turn_id: int) -> _Turn:
         try:
             return self._turns[turn_id]
@@ -215,11 +223,13 @@ class Speaker:
             turn.done.set()
 
     def _pieces(self, turn: _Turn, text: str) -> list[str]:
-        spoken = self._normalize(text)
-        if not spoken.strip():
+        """Cut the written text (where numbers and words are still visible, so no cut lands
+        inside them), then make each chunk speakable; chunks with nothing to say are dropped."""
+        if not text.strip():
             return []
         first = self.cfg.tts.first_chars if turn.first_cut else self.cfg.tts.chunk_chars
-        chunks = [c for c in self._split(spoken, first, self.cfg.tts.chunk_chars) if c.strip()]
+        chunks = [self._normalize(c) for c in self._split(text, first, self.cfg.tts.chunk_chars)]
+        chunks = [c for c in chunks if c.strip()]
         if chunks:
             turn.first_cut = False
         return chunks
