@@ -29,7 +29,7 @@ _PAIRS = {"(": ")", "[": "]", "{": "}", "（": "）", "【": "】", "「": "」"
           "《": "》", "〈": "〉", "“": "”", "‘": "’"}
 _CLOSING = {v: k for k, v in _PAIRS.items()}
 
-_LATIN = r"0-9A-Za-z\u00C0-\u024F"
+_LATIN = r"\dA-Za-z\u00C0-\u024F"
 # Things never cut inside: URLs, and runs of Latin letters/digits joined by separators,
 # with an optional sign or currency before and a percent/degree after.
 _ATOM = re.compile(
