@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Convert the portable voice's MB-MelGAN vocoder to an RK3576 .rknn file (x86_64 PC).
+
+Runs in its own venv with rknn-toolkit2 2.5.0 (its numpy/onnx/torch pins clash with the
+runtime's; see the README's developer section):
+
+    python3.11 -m venv /tmp/rknn-tk-venv
+    /tmp/rknn-tk-venv/bin/pip install --no-deps rknn_toolkit2-2.5.0-cp311-*.whl
+    /tmp/rknn-tk-venv/bin/pip install "protobuf<=4.25.4" psutil ruamel.yaml scipy tqdm \
+        opencv-python-headless fast-histogram "numpy<=1.26.4" "onnx>=1.16,<1.19" onnxruntime \
+        torch==2.13.0 "setuptools<81"
+
+Subcommands:
+
+  float-copy  IN.onnx OUT.onnx
+      Rewrite the vocoder without its output QuantizeLinear/DequantizeLinear pair (the TFLite
+      model's int8 step after tanh). Needs only ``onnx``. The simulator matches onnxruntime at
+      ~31 dB SNR with the pair and 44-49 dB without it.
+
+  vocoder --onnx mb_melgan.onnx --out mb_melgan-50.rknn [--frames 50 ...] [--mel mel.npy] [--json]
+      Float copy -> rknn-toolkit2 build (fp16, no quantization) for fixed input lengths
+      (several via ``dynamic_input``; keep them <= 50 frames: from ~100 frames up the compiler
+      overflows its REGTASK registers) -> export. With ``--mel`` (a [1, T, 80] postnet mel from
+      the portable FastSpeech2) it then runs the simulator in the same process (the simulator
+      only runs a model built in that process) on every ``frames``-long window of the mel and
+      prints the SNR against onnxruntime on the same float copy.
+
+The board runs the file through ``rkvoice.npu.runtime`` (RKNNLite) and
+``rkvoice.npu.chunked_vocoder.ChunkedVocoder`` (overlapping <= 50-frame windows).
+The toolkit version must equal the board's librknnrt (``assistant.py --check`` says which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger("convert_rknn")
+
+MAX_FRAMES = 50
+"""Longest vocoder window: REGTASK register overflows start near 100 frames."""
+
+
+def strip_output_quantization(src: Path, dst: Path) -> int:
+    """Copy ``src`` with every QuantizeLinear/DequantizeLinear turned into Identity; returns the count."""
+    import onnx
+
+    model = onnx.load(str(src))
+    graph = model.graph
+    changed = 0
+    used_scales = set()
+    for node in graph.node:
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            used_scales.update(node.input[1:])
+            data = node.input[0]
+            del node.input[:]
+            node.input.append(data)
+            del node.attribute[:]
+            node.op_type = "Identity"
+            node.domain = ""
+            changed += 1
+    still_used = {i for n in graph.node for i in n.input}
+    keep = [init for init in graph.initializer if init.name not in used_scales or init.name in still_used]
+    del graph.initializer[:]
+    graph.initializer.extend(keep)
+    del graph.value_info[:]  # int8 types of the rewired tensors are stale now
+    onnx.checker.check_model(model)
+    onnx.save(model, str(dst))
+    return changed
+
+
+def snr_db(test: np.ndarray, ref: np.ndarray) -> float:
+    noise = float(np.sum((np.asarray(test, np.float64) - np.asarray(ref, np.float64)) ** 2))
+    signal = float(np.sum(np.asarray(ref, np.float64) ** 2))
+    if noise == 0.0:
+        return float("inf")
+    return 10.0 * np.log10(signal / noise)
+
+
+def build_vocoder(onnx_path: Path, out: Path, frames: list[int], target: str, mel: np.ndarray | None) -> dict:
+    from rknn.api import RKNN  # the toolkit venv only
+
+    if any(f > MAX_FRAMES for f in frames):
+        log.warning("frames %s > %d: expect REGTASK overflow errors from the compiler", frames, MAX_FRAMES)
+    report: dict = {"target": target, "frames": frames, "onnx": str(onnx_path), "rknn": str(out)}
+    with tempfile.TemporaryDirectory() as tmp:
+        float_copy = Path(tmp) / "vocoder-float.onnx"
+        report["stripped_qdq_nodes"] = strip_output_quantization(onnx_path, float_copy)
+        rknn = RKNN(verbose=False)
+        shapes = [[[1, f, 80]] for f in frames]
+        if len(frames) > 1:
+            rknn.config(target_platform=target, dynamic_input=shapes)
+            ret = rknn.load_onnx(str(float_copy))
+        else:
+            rknn.config(target_platform=target)
+            ret = rknn.load_onnx(str(float_copy), inputs=["mels"], input_size_list=shapes[0])
+        if ret != 0:
+            raise SystemExit(f"load_onnx({float_copy}) failed: {ret}")
+        t0 = time.monotonic()
+        if rknn.build(do_quantization=False) != 0:
+            raise SystemExit("rknn build failed (see the log above)")
+        report["build_s"] = round(time.monotonic() - t0, 2)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if rknn.export_rknn(str(out)) != 0:
+            raise SystemExit(f"export_rknn({out}) failed")
+        report["rknn_bytes"] = out.stat().st_size
+        if mel is not None:
+            report.update(simulate(rknn, float_copy, mel, frames))
+        rknn.release()
+    return report
+
+
+def simulate(rknn, float_copy: Path, mel: np.ndarray, frames: list[int]) -> dict:
+    """Simulator vs onnxruntime (float copy) on every window of ``mel``; SNR per window length."""
+    import onnxruntime as ort
+
+    if rknn.init_runtime() != 0:
+        raise SystemExit("init_runtime() (simulator) failed")
+    sess = ort.InferenceSession(str(float_copy), providers=["CPUExecutionProvider"])
+    mel = np.asarray(mel, np.float32)
+    result: dict = {"mel_frames": int(mel.shape[1]), "snr_db": {}, "sim_s": {}}
+    for f in frames:
+        sims, refs = [], []
+        t0 = time.monotonic()
+        for start in range(0, mel.shape[1] - f + 1, f):
+            window = np.ascontiguousarray(mel[:, start : start + f])
+            sims.append(np.asarray(rknn.inference(inputs=[window], data_format="nchw")[0]).reshape(-1))
+            refs.append(sess.run(None, {"mels": window})[0].reshape(-1))
+        if not sims:
+            raise SystemExit(f"the mel has {mel.shape[1]} frames, fewer than one {f}-frame window")
+        result["sim_s"][str(f)] = round(time.monotonic() - t0, 2)
+        result["snr_db"][str(f)] = round(snr_db(np.concatenate(sims), np.concatenate(refs)), 2)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="convert_rknn.py", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    fc = sub.add_parser("float-copy", help="strip the vocoder's Quantize/Dequantize nodes")
+    fc.add_argument("src", type=Path)
+    fc.add_argument("dst", type=Path)
+    vo = sub.add_parser("vocoder", help="MB-MelGAN ONNX -> .rknn (+ simulator SNR with --mel)")
+    vo.add_argument("--onnx", type=Path, required=True)
+    vo.add_argument("--out", type=Path, required=True)
+    vo.add_argument("--frames", type=int, action="append", help=f"fixed input length(s), <= {MAX_FRAMES}")
+    vo.add_argument("--target", default="rk3576")
+    vo.add_argument("--mel", type=Path, help="a [1, T, 80] .npy mel: simulate and report SNR")
+    vo.add_argument("--json", action="store_true", help="print the report as one JSON line")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if args.cmd == "float-copy":
+        n = strip_output_quantization(args.src, args.dst)
+        log.info("wrote %s (%d Quantize/Dequantize nodes replaced)", args.dst, n)
+        return 0
+    if not args.onnx.is_file():
+        ap.error(f"{args.onnx} not found (install the portable voice first: ./install.sh)")
+    mel = np.load(args.mel) if args.mel else None
+    report = build_vocoder(args.onnx, args.out, args.frames or [MAX_FRAMES], args.target, mel)
+    if args.json:
+        sys.stdout.write(json.dumps(report) + "\n")
+    else:
+        for k, v in report.items():
+            log.info("%s: %s", k, v)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
