@@ -1,0 +1,142 @@
+"""End to end with the real models: ``assistant.py --file`` and the live loop fed in real time.
+
+The live test feeds one WAV through RealtimeSource (no sound card): "小智小智，现在几点" -> a long
+spoken answer -> "小智小智，今天天气怎么样" while it plays -> the answer stops, a new turn answers.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pytest
+
+from rkvoice import cli
+from rkvoice.clock import MonotonicClock
+from rkvoice.config import load_config
+from rkvoice.hear.cer import cer
+from rkvoice.hear.loop import SpeakerResponder, TurnLoop, player_cue
+from rkvoice.hear.session import HearSession
+from rkvoice.hear.sources import RealtimeSource, to_mono_16k
+from rkvoice.hear.vad import Segmenter, vad_model_path
+from rkvoice.hear.wake import AsrMatchWake
+
+
+@pytest.fixture(scope="module")
+def vad_ok():
+    path = vad_model_path(load_config())
+    if not path.is_file():
+        pytest.skip(f"silero VAD model {path} is absent (run ./install.sh)")
+
+
+def test_cli_file_prints_transcript_and_answer_and_writes_latency(vad_ok, hear_asr, hear_fixtures, tmp_path, capsys):
+    wav = hear_fixtures["wake_request"][0]
+    metrics = tmp_path / "m.json"
+    code = cli.main(["--file", str(wav), "--require-wake", "--no-play", "--metrics", str(metrics)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "wake: yes" in out
+    heard = next(line for line in out.splitlines() if line.startswith("heard: "))[len("heard: "):]
+    assert cer("现在几点", heard) <= 0.15
+    assert "answer: " in out and "answer: (none)" not in out
+    summary = json.loads(metrics.read_text(encoding="utf-8"))["summary"]
+    assert summary["transcript"] == heard and summary["woke"] is True
+    assert 0 < summary["end_to_first_audio_ms"] < 30000
+    names = [e["name"] for e in json.loads(metrics.read_text(encoding="utf-8"))["events"]]
+    assert names.index("speech_end") < names.index("asr_done") < names.index("audio_first")
+    assert "wake" in names
+
+
+def test_cli_file_rejects_a_non_audio_file_in_one_line(tmp_path, capsys):
+    bad = tmp_path / "x.wav"
+    bad.write_bytes(b"RIFF....garbage")
+    assert cli.main(["--file", str(bad), "--no-play"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a readable audio file" in err[0]
+
+
+def test_require_wake_needs_file(capsys):
+    assert cli.main(["--require-wake", "--say", "你好"]) == 2
+    assert "--require-wake only applies to --file" in capsys.readouterr().err
+
+
+LONG_ANSWER = (
+    "从前有一座山，山上有一座庙，庙里住着一个老和尚和一个小和尚。"
+    "每天早上，老和尚都会给小和尚讲一个故事，故事的开头总是这样的。"
+    "从前有一座山，山上有一座庙，庙里住着一个老和尚和一个小和尚。"
+)
+
+
+def test_live_loop_wake_answer_and_barge_in(vad_ok, hear_asr, hear_voice, hear_fixtures):
+    from rkvoice.audio.players import NullPlayer
+    from rkvoice.speaker import Speaker
+
+    cfg = load_config()
+    clock = MonotonicClock()
+
+    def clip(text: str) -> np.ndarray:
+        audio, rate = hear_voice.generate(text)
+        return to_mono_16k(audio, rate)
+
+    first, second = clip("小智小智，现在几点"), clip("小智小智，今天天气怎么样")
+    at_second = 8.0  # seconds into the stream: the first answer is playing by then
+    stream = np.zeros(int((at_second + 0.5) * 16000) + len(second), np.float32)
+    stream[8000 : 8000 + len(first)] = first
+    stream[int(at_second * 16000) : int(at_second * 16000) + len(second)] = second
+
+    player = NullPlayer(cfg, clock, max_ahead_s=0.25)
+    speaker = Speaker(hear_voice, player, cfg, clock)
+    asked: list[str] = []
+
+    def answer(text: str, cancel: threading.Event):
+        asked.append(text)
+        yield LONG_ANSWER if len(asked) == 1 else "今天晴天。"
+
+    responder = SpeakerResponder(answer, speaker)
+    cancels: list[float] = []
+    plain_cancel = responder.cancel
+
+    def timed_cancel() -> None:
+        cancels.append(clock.now())
+        plain_cancel()
+
+    responder.cancel = timed_cancel
+    wake = AsrMatchWake(cfg, hear_asr)
+    wake.load()
+    seg = Segmenter(cfg)
+    seg.load()
+    cues: list[int] = []
+    play_cue = player_cue(player)
+    loop = TurnLoop(
+        HearSession(cfg, hear_asr, wake, seg),
+        responder,
+        cue=np.full(1600, 0.1, np.float32),
+        cue_out=lambda s: (cues.append(len(s)), play_cue(s)),
+        clock=clock,
+    )
+    try:
+        turns = loop.run_live(RealtimeSource(stream, clock=clock, tail_s=1.0))
+    finally:
+        speaker.cancel()
+        speaker.close(timeout=2.0)
+
+    assert len(turns) == 2, [t.transcript for t in turns]
+    one, two = turns
+    assert cer("现在几点", one.transcript) <= 0.15 and one.woke
+    assert cer("今天天气怎么样", two.transcript) <= 0.15 and two.woke
+    assert len(cues) == 2  # one cue per wake
+    names = [e["name"] for e in one.timeline.events]
+    for name in ("speech_end", "wake", "asr_done", "audio_first", "barge_in", "cancelled"):
+        assert name in names, names
+    assert "play_end" not in names  # the long answer never finished
+    assert one.cancelled and not two.cancelled
+    (barge,) = one.timeline.find("barge_in")
+    assert barge["cancel_ms"] <= 200
+    # the player fell silent within 200 ms of the wake decision
+    (t_cancel,) = cancels
+    before = [s for s in player.segments if s[0] < t_cancel]
+    assert before and max(end for _start, end in before) <= t_cancel + 0.2
+    two_names = [e["name"] for e in two.timeline.events]
+    assert "audio_first" in two_names and "play_end" in two_names
+    assert two.summary()["end_to_first_audio_ms"] > 0
