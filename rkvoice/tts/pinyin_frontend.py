@@ -34,6 +34,8 @@ _HAN = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _TOKEN = re.compile(rf"[{_HAN}]+|[A-Za-z]+|[0-9]+|\S")
 _PUNCT = set("，,、；;：:。.！!？?…—～~（）()《》“”\"'‘’「」『』【】[]·-/")
 
+_UNKNOWN = re.compile(rf"[^{_HAN}A-Za-z0-9\s{re.escape(''.join(sorted(_PUNCT)))}]")
+
 _DIGITS = "零一二三四五六七八九"
 _NUMERALS = set("零〇一二两三四五六七八九十百千万亿第")
 # Chinese letter names, as syllables of the Baker inventory (mapper pinyin + tone).
@@ -142,6 +144,10 @@ class PinyinFrontend:
     def _items(self, text: str) -> list[Syllable | str]:
         """Syllables and break marks in reading order."""
         items: list[Syllable | str] = []
+        unknown = _UNKNOWN.findall(text)
+        if unknown:
+            log.debug("characters without a reading dropped: %r", "".join(unknown)[:40])
+            text = _UNKNOWN.sub("", text)
         for token in _TOKEN.findall(text):
             first = token[0]
             if re.match(rf"[{_HAN}]", first):
@@ -231,10 +237,10 @@ def _sandhi(syls: list[Syllable]) -> list[Syllable]:
                 tone = s.tone
             out[i] = Syllable(s.pinyin, tone, s.char, s.erhua)
         elif s.char == "不" and s.pinyin == "bu":
-            if nt == 4:
-                out[i] = Syllable(s.pinyin, 2, s.char, s.erhua)
-            elif i > 0 and i + 1 < n and out[i - 1].char == out[i + 1].char:
+            if i > 0 and i + 1 < n and out[i - 1].char == out[i + 1].char:
                 out[i] = Syllable(s.pinyin, 5, s.char, s.erhua)  # 是不是
+            elif nt == 4:
+                out[i] = Syllable(s.pinyin, 2, s.char, s.erhua)
     # third tone before a third tone becomes second (the last of a run keeps tone 3)
     for i in range(n - 1):
         if out[i].tone == 3 and not out[i].erhua and next_tone(i) == 3:

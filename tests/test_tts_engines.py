@@ -1,0 +1,323 @@
+"""Contract of every TTS engine with its real installed model; registry and auto selection;
+missing/corrupt model files; the Piper preparation CLI."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rkvoice.config import ROOT, Config, load_config
+from rkvoice.errors import RkvoiceError
+from rkvoice.tts import fastspeech2, vits
+from rkvoice.tts.registry import (
+    TTS,
+    choose_engine,
+    create_tts,
+    engine_languages,
+    installed_engines,
+    text_language,
+)
+
+CFG = load_config()
+ZH = "今天天气不错，我们出去走走吧。"  # 14 syllables
+EN = "The weather is nice today, let us go for a walk."  # 11 words
+
+
+def cfg_with_models(models_dir: Path, **tts: object) -> Config:
+    over: list[dict] = [{"models": {"dir": str(models_dir)}}]
+    if tts:
+        over.append({"tts": dict(tts)})
+    return load_config(overrides=over)
+
+
+# --- engines under test: (engine, voice, language, text, plausible seconds per unit, units) ---
+
+ENGINES = {
+    "fastspeech2": dict(make=lambda: fastspeech2.FastSpeech2Tts(CFG), installed=fastspeech2.installed(CFG),
+                        text=ZH, units=14, per_unit=(0.12, 0.45), rate=24000),
+    "vits-piper-joe": dict(make=lambda: vits.VitsTts(CFG, "piper-joe"),
+                           installed=vits.VOICES["piper-joe"].installed(CFG),
+                           text=EN, units=11, per_unit=(0.15, 0.7), rate=22050),
+    "vits-zh-aishell3": dict(make=lambda: vits.VitsTts(CFG, "vits-zh-aishell3"),
+                             installed=vits.VOICES["vits-zh-aishell3"].installed(CFG),
+                             text=ZH, units=14, per_unit=(0.12, 0.5), rate=None),
+}
+_loaded: dict[str, object] = {}
+
+
+@pytest.fixture(params=sorted(ENGINES))
+def engine(request: pytest.FixtureRequest):  # noqa: ANN201
+    spec = ENGINES[request.param]
+    if not spec["installed"]:
+        where = "the board profile (./install.sh --profile board)" if "aishell3" in request.param \
+            else "./install.sh"
+        pytest.skip(f"{request.param} model files not installed here; they come with {where}")
+    if request.param not in _loaded:
+        eng = spec["make"]()
+        eng.load()
+        _loaded[request.param] = eng
+    return _loaded[request.param], spec
+
+
+def duration(audio: np.ndarray, rate: int) -> float:
+    return len(audio) / rate
+
+
+def test_generate_contract(engine) -> None:  # noqa: ANN001
+    eng, spec = engine
+    audio, rate = eng.generate(spec["text"])
+    assert rate == eng.sample_rate
+    if spec["rate"]:
+        assert rate == spec["rate"]
+    assert isinstance(audio, np.ndarray) and audio.dtype == np.float32 and audio.ndim == 1
+    assert np.all(np.isfinite(audio)) and np.max(np.abs(audio)) <= 1.0
+    lo, hi = spec["per_unit"]
+    assert lo * spec["units"] <= duration(audio, rate) <= hi * spec["units"]
+    assert float(np.sqrt(np.mean(audio**2))) > 0.01  # speech, not silence
+
+
+def test_speed_changes_duration(engine) -> None:  # noqa: ANN001
+    eng, spec = engine
+    normal = duration(*eng.generate(spec["text"]))
+    fast = duration(*eng.generate(spec["text"], speed=2.0))
+    slow = duration(*eng.generate(spec["text"], speed=0.5))
+    assert fast < 0.75 * normal
+    assert slow > 1.4 * normal
+
+
+@pytest.mark.parametrize("text", ["", "   ", "。，！……"])
+def test_unpronounceable_text_gives_no_samples(engine, text: str) -> None:  # noqa: ANN001
+    eng, _ = engine
+    audio, rate = eng.generate(text)
+    assert audio.dtype == np.float32 and len(audio) == 0 and rate == eng.sample_rate
+
+
+def test_bad_speed_and_speaker_are_clear_errors(engine) -> None:  # noqa: ANN001
+    eng, spec = engine
+    with pytest.raises(RkvoiceError, match="speed"):
+        eng.generate(spec["text"], speed=0.0)
+    with pytest.raises(RkvoiceError, match="sid 999"):
+        eng.generate(spec["text"], sid=999)
+
+
+def test_fastspeech2_emoji_only_is_empty_and_long_text_is_chunked() -> None:
+    if not fastspeech2.installed(CFG):
+        pytest.skip("fastspeech2 model files not installed (run ./install.sh)")
+    eng = _loaded.get("fastspeech2") or fastspeech2.FastSpeech2Tts(CFG)
+    if "fastspeech2" not in _loaded:
+        eng.load()
+        _loaded["fastspeech2"] = eng
+    assert len(eng.generate("😀🎉")[0]) == 0
+    pieces = eng._id_pieces(ZH * 12)  # ~170 syllables: more than one model call
+    assert len(pieces) > 1 and all(len(p) <= fastspeech2.MAX_IDS for p in pieces)
+    one_clause = "天" * 400  # no punctuation at all: cut into windows
+    assert all(len(p) <= fastspeech2.MAX_IDS for p in eng._id_pieces(one_clause))
+
+
+def test_generate_before_load_is_an_error() -> None:
+    with pytest.raises(RkvoiceError, match="before load"):
+        fastspeech2.FastSpeech2Tts(CFG).generate(ZH)
+    with pytest.raises(RkvoiceError, match="before load"):
+        vits.VitsTts(CFG, "piper-joe").generate(EN)
+
+
+# --- missing and corrupt model files ------------------------------------------------------------
+
+
+def _copy_fastspeech2(tmp: Path) -> Path:
+    if not fastspeech2.installed(CFG):
+        pytest.skip("fastspeech2 model files not installed (run ./install.sh)")
+    dst = tmp / "portable" / "fastspeech2"
+    shutil.copytree(fastspeech2.model_dir(CFG), dst)
+    return dst
+
+
+def _truncate(path: Path, keep: float = 0.5) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+
+
+@pytest.mark.parametrize("name", ["fastspeech2.onnx", "mb_melgan.onnx"])
+def test_fastspeech2_truncated_model_is_named(tmp_path: Path, name: str) -> None:
+    d = _copy_fastspeech2(tmp_path)
+    _truncate(d / name)
+    with pytest.raises(RkvoiceError) as err:
+        fastspeech2.FastSpeech2Tts(cfg_with_models(tmp_path)).load()
+    assert err.value.code == "corrupt-model"
+    assert str(d / name) in str(err.value) and "./install.sh" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_fastspeech2_missing_files_are_named(tmp_path: Path) -> None:
+    d = _copy_fastspeech2(tmp_path)
+    (d / "mb_melgan.onnx").unlink()
+    with pytest.raises(RkvoiceError) as err:
+        fastspeech2.FastSpeech2Tts(cfg_with_models(tmp_path)).load()
+    assert err.value.code == "missing-model" and "mb_melgan.onnx" in str(err.value)
+    (d / "baker_mapper.json").write_text('{"symbol_to_id": {', encoding="utf-8")
+    with pytest.raises(RkvoiceError) as err:
+        fastspeech2.FastSpeech2Tts(cfg_with_models(tmp_path)).load()
+    assert err.value.code == "corrupt-model" and "baker_mapper.json" in str(err.value)
+    shutil.rmtree(d)
+    with pytest.raises(RkvoiceError, match="missing.*install.sh"):
+        fastspeech2.FastSpeech2Tts(cfg_with_models(tmp_path)).load()
+
+
+def _copy_piper(tmp: Path) -> Path:
+    src = vits.VOICES["piper-joe"].dir(CFG)
+    if not vits.VOICES["piper-joe"].installed(CFG):
+        pytest.skip("piper-joe voice not installed (run ./install.sh)")
+    dst = tmp / "portable" / "piper-joe"
+    dst.mkdir(parents=True)
+    shutil.copyfile(src / "tokens.txt", dst / "tokens.txt")
+    return dst
+
+
+def test_vits_truncated_model_is_named(tmp_path: Path) -> None:
+    d = _copy_piper(tmp_path)
+    src = vits.VOICES["piper-joe"].dir(CFG) / "model.onnx"
+    with src.open("rb") as f:
+        (d / "model.onnx").write_bytes(f.read(src.stat().st_size // 2))
+    with pytest.raises(RkvoiceError) as err:
+        vits.VitsTts(cfg_with_models(tmp_path), "piper-joe").load()
+    assert err.value.code == "corrupt-model"
+    assert str(d / "model.onnx") in str(err.value) and "./install.sh" in str(err.value)
+
+
+def test_vits_model_without_sherpa_metadata_is_named(tmp_path: Path) -> None:
+    d = _copy_piper(tmp_path)
+    raw = vits.with_onnx_metadata((vits.VOICES["piper-joe"].dir(CFG) / "model.onnx").read_bytes(), {})
+    (d / "model.onnx").write_bytes(raw)
+    with pytest.raises(RkvoiceError, match="lacks sherpa-onnx metadata"):
+        vits.VitsTts(cfg_with_models(tmp_path), "piper-joe").load()
+
+
+def test_vits_missing_tokens_is_named(tmp_path: Path) -> None:
+    d = _copy_piper(tmp_path)
+    (d / "model.onnx").symlink_to(vits.VOICES["piper-joe"].dir(CFG) / "model.onnx")
+    (d / "tokens.txt").unlink()
+    with pytest.raises(RkvoiceError) as err:
+        vits.VitsTts(cfg_with_models(tmp_path), "piper-joe").load()
+    assert err.value.code == "missing-model" and "tokens.txt" in str(err.value)
+
+
+def test_board_voices_missing_say_how_to_get_them(tmp_path: Path) -> None:
+    cfg = cfg_with_models(tmp_path)
+    with pytest.raises(RkvoiceError, match=r"--profile board"):
+        vits.VitsTts(cfg, "vits-zh-aishell3").load()
+    with pytest.raises(RkvoiceError, match=r"--profile board"):
+        create_tts(cfg, "matcha").load()
+
+
+# --- registry and auto selection --------------------------------------------------------------
+
+
+def test_registry_names_and_unknown_engine() -> None:
+    assert TTS.names() == ["fastspeech2", "matcha", "vits"]
+    with pytest.raises(RkvoiceError) as err:
+        create_tts(CFG, "espeak")
+    assert err.value.code == "unknown-backend"
+    for choice in ("auto", "fastspeech2", "matcha", "vits"):
+        assert choice in str(err.value)
+    with pytest.raises(RkvoiceError, match="unknown vits voice"):
+        vits.VitsTts(CFG, "nope")
+
+
+def test_text_language() -> None:
+    assert text_language("今天天气不错") == "zh"
+    assert text_language("打开WiFi") == "zh"
+    assert text_language("Hello there") == "en"
+    assert text_language("") == "zh" and text_language("123。") == "zh"
+
+
+def _link_models(tmp: Path, *dirs: str) -> Path:
+    for rel in dirs:
+        src = CFG.models.path / rel
+        if not src.is_dir():
+            pytest.skip(f"{src} not installed (run ./install.sh)")
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / rel).symlink_to(src)
+    return tmp
+
+
+def test_auto_picks_by_language_and_installed_models(tmp_path: Path) -> None:
+    cfg = cfg_with_models(_link_models(tmp_path, "portable/fastspeech2", "portable/piper-joe"))
+    assert installed_engines(cfg) == ["fastspeech2", "vits"]
+    assert engine_languages(cfg) == {"fastspeech2": ("zh",), "vits": ("en",)}
+    zh = create_tts(cfg, None, "今天天气不错")
+    assert zh.name == "fastspeech2" and zh._acoustic is None  # constructed, not loaded
+    en = create_tts(cfg, "auto", "Hello there")
+    assert en.name == "vits" and en.voice.name == "piper-joe" and en._tts is None
+
+
+def test_auto_falls_back_with_a_warning_and_fails_when_nothing_is_installed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    only_zh = cfg_with_models(_link_models(tmp_path / "a", "portable/fastspeech2"))
+    with caplog.at_level(logging.WARNING, logger="rkvoice.tts.registry"):
+        assert choose_engine(only_zh, "Hello there") == ("fastspeech2", {})
+    assert "no installed voice speaks en" in caplog.text
+    empty = cfg_with_models(tmp_path / "b")
+    with pytest.raises(RkvoiceError) as err:
+        create_tts(empty, None, "你好")
+    assert err.value.code == "no-voice" and "./install.sh" in str(err.value)
+
+
+def test_explicit_vits_follows_the_text_language(tmp_path: Path) -> None:
+    cfg = cfg_with_models(_link_models(tmp_path, "portable/piper-joe"))
+    assert create_tts(cfg, "vits", "Hello").voice.name == "piper-joe"
+    pinned = cfg_with_models(tmp_path, vits_voice="vits-zh-aishell3")
+    assert create_tts(pinned, "vits", "Hello").voice.name == "vits-zh-aishell3"
+
+
+# --- models/prepare_piper.py ---------------------------------------------------------------------
+
+
+def _fake_onnx() -> bytes:
+    """A minimal protobuf with ModelProto's shape: ir_version (1), graph (7), an old metadata (14)."""
+    graph = b"\x0a\x03abc"  # GraphProto.node-ish payload; never parsed by the tool
+    old_meta = b"\x0a\x03old\x12\x01x"
+    return b"\x08\x07" + b"\x3a" + bytes([len(graph)]) + graph + b"\x72" + bytes([len(old_meta)]) + old_meta
+
+
+def _run_prepare(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "models" / "prepare_piper.py"), *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_prepare_piper_writes_metadata_and_tokens_deterministically(tmp_path: Path) -> None:
+    (tmp_path / "v.onnx").write_bytes(_fake_onnx())
+    config = {"audio": {"sample_rate": 22050}, "espeak": {"voice": "en-us"}, "num_speakers": 1,
+              "language": {"name_english": "English"}, "phoneme_type": "espeak",
+              "phoneme_id_map": {"_": [0], "^": [1], "$": [2], " ": [3], "ə": [59], "a": [14]}}
+    (tmp_path / "v.onnx.json").write_text(json.dumps(config, ensure_ascii=False), encoding="utf-8")
+    outs = []
+    for n, flags in enumerate((("--json", "--out"), ("--config", "--out-dir"))):
+        out = tmp_path / f"out{n}"
+        proc = _run_prepare("--onnx", str(tmp_path / "v.onnx"), flags[0], str(tmp_path / "v.onnx.json"),
+                            flags[1], str(out))
+        assert proc.returncode == 0, proc.stderr
+        outs.append(((out / "model.onnx").read_bytes(), (out / "tokens.txt").read_bytes()))
+    assert outs[0] == outs[1]
+    meta = vits.read_onnx_metadata(tmp_path / "out0" / "model.onnx")
+    assert meta["comment"] == "piper" and meta["model_type"] == "vits" and meta["voice"] == "en-us"
+    assert meta["sample_rate"] == "22050" and meta["n_speakers"] == "1" and "old" not in meta
+    assert outs[0][1].decode("utf-8") == "_ 0\n^ 1\n$ 2\n  3\na 14\nə 59\n"
+
+
+def test_prepare_piper_rejects_truncated_input_without_output(tmp_path: Path) -> None:
+    (tmp_path / "v.onnx").write_bytes(_fake_onnx()[:-3])
+    (tmp_path / "v.onnx.json").write_text(json.dumps({"audio": {"sample_rate": 22050},
+                                                      "espeak": {"voice": "en-us"},
+                                                      "phoneme_id_map": {"_": [0]}}))
+    proc = _run_prepare("--onnx", str(tmp_path / "v.onnx"), "--json", str(tmp_path / "v.onnx.json"),
+                        "--out", str(tmp_path / "out"))
+    assert proc.returncode == 1 and "not a complete ONNX model" in proc.stderr
+    assert not (tmp_path / "out" / "model.onnx").exists()
