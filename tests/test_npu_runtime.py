@@ -9,8 +9,10 @@ import pytest
 onnx = pytest.importorskip("onnx", reason="the onnx package builds the tiny test graphs")
 from onnx import TensorProto, helper  # noqa: E402
 
+from rkvoice.config import load_config  # noqa: E402
 from rkvoice.errors import RkvoiceError  # noqa: E402
 from rkvoice.npu import runtime  # noqa: E402
+from rkvoice.npu.chunked_vocoder import ChunkedVocoder  # noqa: E402
 from rkvoice.npu.runtime import OnnxModel, RknnModel, core_mask_value, open_model  # noqa: E402
 
 
@@ -180,7 +182,6 @@ def _on_board() -> bool:
 @pytest.mark.skipif(not _on_board(), reason="RKNNLite needs an RK3576 board (aarch64 + /usr/lib/librknnrt.so); "
                     "this machine has no NPU")
 def test_real_rknnlite_loads_installed_board_model():
-    from rkvoice.config import load_config
 
     cfg = load_config()
     path = cfg.models.path / "board" / "matcha" / "vocos-16khz-600.rknn"
@@ -191,3 +192,65 @@ def test_real_rknnlite_loads_installed_board_model():
     outs = m.run([np.zeros((1, 80, 600), np.float32)])
     assert [o.shape for o in outs] == [(1, 513, 600)] * 3
     m.close()
+
+
+# --- ChunkedVocoder: a fixed-length (NPU) vocoder over mels of any length ---
+
+
+class _Echo:
+    """A fixed-length 'vocoder' whose output sample k*hop+j is the window's frame k value (+ j/hop)."""
+
+    def __init__(self, frames, hop):
+        self.frames, self.hop, self.shapes = frames, hop, []
+
+    def run(self, inputs):
+        (mel,) = inputs
+        self.shapes.append(mel.shape)
+        assert mel.shape[1] == self.frames
+        v = mel[0, :, 0]
+        return [(np.repeat(v, self.hop) + np.tile(np.arange(self.hop) / self.hop, self.frames))[None, :, None]]
+
+
+@pytest.mark.parametrize("total", [1, 10, 26, 49, 50, 51, 100, 237])
+def test_windows_cover_every_frame_once_in_order(total):
+    echo = _Echo(50, 4)
+    voc = ChunkedVocoder(echo, frames=50, context=12, hop=4)
+    mel = np.zeros((1, total, 3), np.float32)
+    mel[0, :, 0] = np.arange(total) + 1000
+    out = voc(mel)
+    expect = np.repeat(np.arange(total) + 1000, 4) + np.tile(np.arange(4) / 4, total)
+    np.testing.assert_allclose(out, expect)
+    assert all(s == (1, 50, 3) for s in echo.shapes)
+    # every kept frame has its full context inside the mel whenever the mel allows it
+    for start, k0, k1 in voc.windows(total):
+        if total >= 50:
+            assert 0 <= start and start + 50 <= total
+            assert k0 - start >= min(12, k0) and start + 50 - k1 >= min(12, total - k1)
+
+
+def test_bad_window_and_shape():
+    with pytest.raises(RkvoiceError, match="no centre"):
+        ChunkedVocoder(_Echo(20, 1), frames=20, context=10)
+    with pytest.raises(RkvoiceError, match=r"\[1, T, C\]"):
+        ChunkedVocoder(_Echo(50, 1))(np.zeros((236, 80)))
+
+
+def test_real_mb_melgan_in_50_frame_windows_matches_whole_run():
+    cfg = load_config()
+    d = cfg.models.path / "portable" / "fastspeech2"
+    if not (d / "mb_melgan.onnx").exists() or not (d / "fastspeech2.onnx").exists():
+        pytest.skip("portable voice not installed (./install.sh): models/portable/fastspeech2/*.onnx")
+    from rkvoice.tts.fastspeech2 import FastSpeech2Tts
+
+    tts = FastSpeech2Tts(cfg)
+    tts.load()
+    mel = tts._mel(tts._id_pieces("今天天气不错，我们出去走走吧。")[0], 0, 1.0)
+    voc = OnnxModel(d / "mb_melgan.onnx")
+    voc.load()
+    whole = voc.run([mel])[0].reshape(-1)
+    snr = {}
+    for ctx in (12, 16):
+        out = ChunkedVocoder(voc, frames=50, context=ctx, hop=300)(mel)
+        assert out.shape == whole.shape
+        snr[ctx] = 10 * np.log10(np.sum(whole ** 2) / np.sum((out - whole) ** 2))
+    assert snr[12] > 30 and snr[16] > 40, snr

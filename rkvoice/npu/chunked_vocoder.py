@@ -1,0 +1,71 @@
+"""Run a fixed-length vocoder over a mel of any length, in overlapping windows.
+
+The NPU build of MB-MelGAN takes a fixed number of frames (<= 50: longer windows overflow the
+compiler's registers). A mel of T frames is cut into windows of ``frames`` with ``context``
+extra frames on each side; each window's centre part is kept, so every kept sample saw enough
+left and right context (the generator's receptive field) and the seams vanish. The last window
+is padded with the mel's quietest value. Against one whole-mel run on the CPU: context 12 of a
+50-frame window gives ~34 dB SNR, 16 gives ~48 dB (tests/test_npu_runtime.py measures it).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from rkvoice.errors import RkvoiceError
+from rkvoice.npu.runtime import ModelRuntime
+
+log = logging.getLogger(__name__)
+
+
+class ChunkedVocoder:
+    """mel [1, T, C] -> waveform [T * hop] through a runtime taking [1, frames, C]."""
+
+    def __init__(self, runtime: ModelRuntime, frames: int = 50, context: int = 12, hop: int = 300) -> None:
+        if frames <= 2 * context:
+            raise RkvoiceError("config", "bad-vocoder-window",
+                               f"vocoder window of {frames} frames leaves no centre with context {context} on each side")
+        self.runtime = runtime
+        self.frames = frames
+        self.context = context
+        self.hop = hop
+
+    @property
+    def core(self) -> int:
+        return self.frames - 2 * self.context
+
+    def windows(self, total: int) -> list[tuple[int, int, int]]:
+        """(window start, kept from, kept to) in frames for a mel of ``total`` frames."""
+        out = []
+        for keep0 in range(0, total, self.core):
+            keep1 = min(total, keep0 + self.core)
+            start = keep0 - self.context
+            if total >= self.frames:  # stay inside the mel where we can: real context beats padding
+                start = min(max(0, start), total - self.frames)
+            else:
+                start = 0
+            out.append((start, keep0, keep1))
+        return out
+
+    def __call__(self, mel: np.ndarray) -> np.ndarray:
+        mel = np.asarray(mel, dtype=np.float32)
+        if mel.ndim != 3 or mel.shape[0] != 1:
+            raise RkvoiceError("tts", "bad-shape", f"vocoder expects a mel [1, T, C], got {mel.shape}")
+        total = mel.shape[1]
+        if total == 0:
+            return np.zeros(0, dtype=np.float32)
+        fill = float(mel.min())
+        pieces = []
+        for start, keep0, keep1 in self.windows(total):
+            win = mel[:, start : start + self.frames]
+            if win.shape[1] < self.frames:
+                pad = np.full((1, self.frames - win.shape[1], mel.shape[2]), fill, dtype=np.float32)
+                win = np.concatenate([win, pad], axis=1)
+            wave = np.asarray(self.runtime.run([np.ascontiguousarray(win)])[0], dtype=np.float32).reshape(-1)
+            if wave.size != self.frames * self.hop:
+                raise RkvoiceError("tts", "bad-model", f"vocoder gave {wave.size} samples for {self.frames} frames; "
+                                   f"expected {self.frames * self.hop} (hop {self.hop})")
+            pieces.append(wave[(keep0 - start) * self.hop : (keep1 - start) * self.hop])
+        return np.concatenate(pieces)
