@@ -182,9 +182,9 @@ def _on_board() -> bool:
 @pytest.mark.skipif(not _on_board(), reason="RKNNLite needs an RK3576 board (aarch64 + /usr/lib/librknnrt.so); "
                     "this machine has no NPU")
 def test_real_rknnlite_loads_installed_board_model():
+    from rkvoice.tts.matcha_engine import MatchaTts
 
-    cfg = load_config()
-    path = cfg.models.path / "board" / "matcha" / "vocos-16khz-600.rknn"
+    path = MatchaTts(load_config()).files()["vocoder"]
     if not path.exists():
         pytest.skip(f"{path} not installed (./install.sh --profile board)")
     m = RknnModel(path, core_mask="auto")
