@@ -95,8 +95,9 @@ class StreamChunker:
 
     @staticmethod
     def _chinese(text: str) -> bool:
-        cjk = len(_CJK.findall(text))
-        return cjk > 0 and cjk >= len(_LATIN_WORD.findall(text))
+        """Character limits unless English words outnumber Chinese characters."""
+        words = len(_LATIN_WORD.findall(text))
+        return words == 0 or len(_CJK.findall(text)) >= words
 
     def _cut_chinese(self, cuts: CutPoints, limit: int, final: bool) -> int | None:
         sentence_ends = cuts.levels[0]
