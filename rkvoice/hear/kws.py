@@ -1,9 +1,9 @@
 """sherpa-onnx keyword spotter (zipformer zh, board profile) as a streaming wake engine.
 
 The keywords file is built at load time from ``hear.wake_phrase``: its pinyin tokens (the model's
-``ppinyin`` token set, e.g. ``x iǎo zh ì``) followed by ``@phrase``. Files:
-``models/board/kws-zh/{encoder.onnx, decoder.onnx, joiner.onnx, tokens.txt}`` (int8 variants
-``*.int8.onnx`` are preferred when present).
+``ppinyin`` token set, e.g. ``x iǎo zh ì``) followed by ``@phrase``. Files, as unpacked from
+sherpa-onnx-kws-zipformer-wenetspeech-3.3M-2024-01-01: ``models/board/kws-zh/{encoder*.onnx,
+decoder*.onnx, joiner*.onnx, tokens.txt}`` (``*.int8.onnx`` preferred when present).
 """
 
 from __future__ import annotations
@@ -27,13 +27,30 @@ def kws_dir(cfg: Config) -> Path:
     return cfg.models.path / "board" / "kws-zh"
 
 
+def phrase_tokens(phrase: str) -> list[str]:
+    """Partial pinyin ("ppinyin"): initial and toned final per character, e.g. 小智 -> x iǎo zh ì."""
+    from pypinyin import Style, pinyin
+
+    initials = pinyin(phrase, style=Style.INITIALS, strict=False, errors="ignore")
+    finals = pinyin(phrase, style=Style.FINALS_TONE, strict=False, errors="ignore")
+    tokens: list[str] = []
+    for (ini,), (fin,) in zip(initials, finals):
+        tokens += [t for t in (ini, fin) if t]
+    return tokens
+
+
 def keywords_line(phrase: str, tokens_file: Path) -> str:
     """``"x iǎo zh ì x iǎo zh ì @小智小智"``: the phrase in the model's own tokens."""
-    import sherpa_onnx
-
-    (tokens,) = sherpa_onnx.text2token([phrase], tokens=str(tokens_file), tokens_type="ppinyin")
-    if not tokens:
-        raise RkvoiceError("wake", "bad-phrase", f"wake phrase {phrase!r} has no tokens in {tokens_file}")
+    known = {line.split()[0] for line in tokens_file.read_text(encoding="utf-8").splitlines() if line.strip()}
+    tokens = phrase_tokens(phrase)
+    unknown = [t for t in tokens if t not in known]
+    if not tokens or unknown:
+        raise RkvoiceError(
+            "wake",
+            "bad-phrase",
+            f"wake phrase {phrase!r} cannot be spelled with the keyword model's tokens "
+            f"(unknown: {' '.join(unknown) or 'no pinyin'}); choose a Chinese phrase (hear.wake_phrase)",
+        )
     return " ".join(tokens) + f" @{phrase}"
 
 
@@ -48,9 +65,11 @@ class KwsWake:
         self._keywords_file: Path | None = None
 
     def _pick(self, stem: str) -> Path:
-        for name in (f"{stem}.int8.onnx", f"{stem}.onnx"):
-            if (self.model_dir / name).is_file():
-                return self.model_dir / name
+        # upstream names carry the recipe (encoder-epoch-12-avg-2-chunk-16-left-64.int8.onnx)
+        for pattern in (f"{stem}*.int8.onnx", f"{stem}*.onnx"):
+            found = sorted(self.model_dir.glob(pattern))
+            if found:
+                return found[0]
         raise RkvoiceError(
             "wake",
             "missing-model",

@@ -1,0 +1,94 @@
+"""ASR and wake engine registries, model-file checks, and the board engines (skipped without their models)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rkvoice.config import load_config, parse_override
+from rkvoice.errors import RkvoiceError
+from rkvoice.hear.asr import ASR, asr_name, create_asr
+from rkvoice.hear.cer import cer
+from rkvoice.hear.kws import KwsWake, keywords_line, kws_dir, phrase_tokens
+from rkvoice.hear.paraformer_asr import ParaformerAsr, paraformer_dir
+from rkvoice.hear.sources import read_wav
+from rkvoice.hear.wake import WAKE, AsrMatchWake, create_wake, wake_name
+from rkvoice.hear.whisper_asr import WhisperAsr, simplify
+
+
+def cfg(*items: str):
+    return load_config([parse_override(i) for i in items])
+
+
+def test_auto_picks_engines_by_profile():
+    assert asr_name(cfg("models.profile=portable")) == "whisper"
+    assert asr_name(cfg("models.profile=board")) == "paraformer"
+    assert wake_name(cfg("models.profile=portable")) == "asr-match"
+    assert wake_name(cfg("models.profile=board")) == "kws"
+    assert asr_name(cfg("hear.asr=paraformer")) == "paraformer"
+    assert set(ASR.names()) == {"paraformer", "whisper"} and set(WAKE.names()) == {"asr-match", "kws"}
+
+
+def test_unknown_engines_name_the_choices():
+    with pytest.raises(RkvoiceError, match="choose one of: paraformer, whisper"):
+        create_asr(cfg("hear.asr=vosk"))
+    with pytest.raises(RkvoiceError, match="choose one of: asr-match, kws"):
+        create_wake(cfg("hear.wake=porcupine"))
+    with pytest.raises(RkvoiceError, match="needs an ASR"):
+        create_wake(cfg("hear.wake=asr-match"))
+    assert isinstance(create_wake(cfg("hear.wake=asr-match"), asr=object()), AsrMatchWake)
+
+
+def test_missing_model_files_are_clear_errors(tmp_path):
+    with pytest.raises(RkvoiceError) as err:
+        WhisperAsr(cfg(), model_dir=tmp_path).load()
+    assert err.value.code == "missing-model" and "model.bin" in str(err.value) and "install.sh" in str(err.value)
+    with pytest.raises(RkvoiceError, match="model.int8.onnx and tokens.txt"):
+        ParaformerAsr(cfg(), model_dir=tmp_path).load()
+    with pytest.raises(RkvoiceError, match="encoder.onnx"):
+        KwsWake(cfg(), model_dir=tmp_path).load()
+
+
+def test_simplify_converts_traditional_and_drops_the_prompt_echo():
+    assert simplify("現在幾點了？") == "现在几点了？"
+    assert simplify("以下是普通话的句子。小誌") == "小志"
+
+
+def test_keyword_line_is_the_phrase_in_model_tokens(tmp_path):
+    assert phrase_tokens("小智小智") == ["x", "iǎo", "zh", "ì"] * 2
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text("\n".join(f"{t} {i}" for i, t in enumerate(["<blk>", "x", "iǎo", "zh", "ì", "n", "ǐ"])))
+    assert keywords_line("小智小智", tokens) == "x iǎo zh ì x iǎo zh ì @小智小智"
+    with pytest.raises(RkvoiceError, match="unknown: h ǎo"):
+        keywords_line("你好", tokens)
+
+
+def _require(path, what):
+    if not path.is_file():
+        pytest.skip(f"{what} {path} is absent: board profile model (./install.sh --profile board)")
+
+
+def test_paraformer_transcribes(hear_fixtures):
+    c = cfg()
+    _require(paraformer_dir(c) / "tokens.txt", "Paraformer")
+    asr = ParaformerAsr(c)
+    asr.load()
+    text = asr.transcribe(read_wav(hear_fixtures["req_weather"][0]))
+    assert cer("今天天气怎么样", text) <= 0.15, text
+
+
+def test_kws_spots_the_phrase_and_nothing_else(hear_fixtures):
+    c = cfg()
+    _require(kws_dir(c) / "tokens.txt", "keyword spotter")
+    kws = KwsWake(c)
+    kws.load()
+
+    def spot(name):
+        kws.restart(0)
+        audio = read_wav(hear_fixtures[name][0])
+        hits = [kws.accept(audio[i : i + 512]) for i in range(0, len(audio), 512)] + [kws.flush()]
+        return [h for h in hits if h is not None]
+
+    assert len(spot("wake_alone")) == 1
+    assert spot("req_weather") == [] and spot("noise") == []
+    kws.close()
