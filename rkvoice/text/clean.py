@@ -50,6 +50,9 @@ def _drop_chars(text: str) -> str:
         if " " <= ch < "\x7f" or ch in "\n\t":
             out.append(ch)
             continue
+        if ch.isdecimal():  # any script's digit (٣, ３) becomes an ASCII digit
+            out.append(str(unicodedata.decimal(ch)))
+            continue
         drop = _DROP_CACHE.get(ch)
         if drop is None:
             drop = _DROP_CACHE[ch] = _is_dropped(ch)

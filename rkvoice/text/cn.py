@@ -69,7 +69,7 @@ def cn_int(n: int) -> str:
 
 def cn_digits(s: str) -> str:
     """Digit by digit; '.' reads 点, anything else is dropped: "192.168.0.103" -> 一九二点一六八点零点一零三."""
-    return "".join(DIGITS[int(c)] if c in "0123456789" else "点" if c == "." else "" for c in str(s))
+    return "".join(DIGITS[int(c)] if c.isdecimal() else "点" if c == "." else "" for c in str(s))
 
 
 def cn_dec(x: float | str) -> str:
