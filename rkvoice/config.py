@@ -154,6 +154,7 @@ class LlmConfig:
     model: str = ""
     """Model file; empty = the profile's default, relative = under models.dir."""
     threads: int = 2
+    """llama.cpp threads. On a busy 2-core machine 1 is far faster (llama's threads spin at barriers)."""
     context: int = 2048
     max_tokens: int = 200
     """Longest answer in tokens; generation stops there."""
@@ -169,7 +170,7 @@ class LlmConfig:
     """Earlier question/answer pairs kept in the prompt."""
     system_prompt: str = (
         "你是小智，一个在本地设备上离线运行的中文语音助手。用口语化的简体中文回答，"
-        "简短，一般不超过三句话；不要用列表、表格、表情符号、代码或英文缩写。"
+        "一般两三句话；讲故事时讲五六句。不要用列表、表格、表情符号、代码或英文缩写。"
         "现在是{now}。"
     )
     """{now} is replaced by today's date and time in spoken Chinese."""
