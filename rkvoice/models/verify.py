@@ -1,0 +1,87 @@
+"""Check installed model files against the manifest without changing anything.
+
+Each file is checked for presence, size and sha256. Files whose bytes are not reproducible
+(the tflite -> ONNX conversion) carry ``sha256: null`` plus ``check: onnx``: for those the size
+(when the manifest gives one) must match and onnxruntime must load the graph.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+from rkvoice.models.download import sha256_file
+from rkvoice.models.manifest import FileSpec, Manifest, Model
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Problem:
+    model: str
+    path: str
+    kind: str  # missing | size | sha256 | unloadable
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.model}: {self.path}: {self.kind}: {self.detail}"
+
+
+def applies_here(model: Model) -> bool:
+    """Board-only entries marked with a platform (e.g. aarch64) are skipped elsewhere."""
+    return not model.platform or platform.machine() == model.platform
+
+
+def _onnx_loads(path: Path) -> str:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return "onnxruntime is not installed, cannot check the graph (pip install -r requirements/portable.txt)"
+    try:
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        opts.log_severity_level = 3
+        ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises several unrelated types for a bad file
+        return f"onnxruntime cannot load it: {str(exc).splitlines()[0][:200]}"
+    return ""
+
+
+def verify_file(model: Model, root: Path, spec: FileSpec) -> Problem | None:
+    path = root / model.dir / spec.path
+    rel = f"{model.dir}/{spec.path}"
+    if not path.is_file():
+        return Problem(model.id, rel, "missing", "file not found")
+    size = path.stat().st_size
+    if spec.size is not None and size != spec.size:
+        return Problem(model.id, rel, "size", f"expected {spec.size} bytes, found {size} (truncated or replaced)")
+    if spec.sha256 is not None:
+        actual = sha256_file(path)
+        if actual != spec.sha256:
+            return Problem(model.id, rel, "sha256", f"expected {spec.sha256}, found {actual}")
+    if spec.check == "onnx":
+        why = _onnx_loads(path)
+        if why:
+            return Problem(model.id, rel, "unloadable", why)
+    return None
+
+
+def verify_model(model: Model, root: Path) -> list[Problem]:
+    return [p for spec in model.files if (p := verify_file(model, root, spec)) is not None]
+
+
+def verify_profile(manifest: Manifest, root: Path, profile: str) -> tuple[list[Model], list[Problem]]:
+    """Verify every file of ``profile`` that applies to this machine; returns (checked, problems)."""
+    checked: list[Model] = []
+    problems: list[Problem] = []
+    for model in manifest.profile(profile):
+        if not applies_here(model):
+            log.info("%s: skipped (only on %s)", model.id, model.platform)
+            continue
+        checked.append(model)
+        found = verify_model(model, root)
+        problems.extend(found)
+        log.info("%s: %s", model.id, "ok" if not found else f"{len(found)} problem(s)")
+    return checked, problems
