@@ -2,13 +2,13 @@
 """Convert the portable voice's MB-MelGAN vocoder to an RK3576 .rknn file (x86_64 PC).
 
 Runs in its own venv with rknn-toolkit2 2.5.0 (its numpy/onnx/torch pins clash with the
-runtime's; see the README's developer section):
+runtime's; see the README's developer section). Create it (1.5 GB) with
 
-    python3.11 -m venv /tmp/rknn-tk-venv
-    /tmp/rknn-tk-venv/bin/pip install --no-deps rknn_toolkit2-2.5.0-cp311-*.whl
-    /tmp/rknn-tk-venv/bin/pip install "protobuf<=4.25.4" psutil ruamel.yaml scipy tqdm \
-        opencv-python-headless fast-histogram "numpy<=1.26.4" "onnx>=1.16,<1.19" onnxruntime \
-        torch==2.13.0 "setuptools<81"
+    python3 models/convert_rknn.py setup-venv /tmp/rknn-tk-venv --python python3.11
+
+(the wheel with --no-deps, then protobuf<=4.25.4, psutil, ruamel.yaml, scipy, tqdm,
+opencv-python-headless, fast-histogram, numpy<=1.26.4, onnx 1.16-1.18, onnxruntime,
+torch==2.13.0 CPU, setuptools<81) and run the conversions with /tmp/rknn-tk-venv/bin/python.
 
 Subcommands:
 
@@ -36,11 +36,12 @@ import argparse
 import json
 import logging
 import sys
+import os
+import subprocess
 import tempfile
 import time
 from pathlib import Path
-
-import numpy as np
+from typing import Any
 
 log = logging.getLogger("convert_rknn")
 
@@ -76,7 +77,9 @@ def strip_output_quantization(src: Path, dst: Path) -> int:
     return changed
 
 
-def snr_db(test: np.ndarray, ref: np.ndarray) -> float:
+def snr_db(test: Any, ref: Any) -> float:
+    import numpy as np
+
     noise = float(np.sum((np.asarray(test, np.float64) - np.asarray(ref, np.float64)) ** 2))
     signal = float(np.sum(np.asarray(ref, np.float64) ** 2))
     if noise == 0.0:
@@ -84,7 +87,7 @@ def snr_db(test: np.ndarray, ref: np.ndarray) -> float:
     return 10.0 * np.log10(signal / noise)
 
 
-def build_vocoder(onnx_path: Path, out: Path, frames: list[int], target: str, mel: np.ndarray | None) -> dict:
+def build_vocoder(onnx_path: Path, out: Path, frames: list[int], target: str, mel: Any) -> dict:
     from rknn.api import RKNN  # the toolkit venv only
 
     if any(f > MAX_FRAMES for f in frames):
@@ -117,8 +120,9 @@ def build_vocoder(onnx_path: Path, out: Path, frames: list[int], target: str, me
     return report
 
 
-def simulate(rknn, float_copy: Path, mel: np.ndarray, frames: list[int]) -> dict:
+def simulate(rknn: Any, float_copy: Path, mel: Any, frames: list[int]) -> dict:
     """Simulator vs onnxruntime (float copy) on every window of ``mel``; SNR per window length."""
+    import numpy as np
     import onnxruntime as ort
 
     if rknn.init_runtime() != 0:
@@ -140,6 +144,29 @@ def simulate(rknn, float_copy: Path, mel: np.ndarray, frames: list[int]) -> dict
     return result
 
 
+TOOLKIT = "rknn-toolkit2==2.5.0"
+TOOLKIT_DEPS = ["protobuf<=4.25.4", "psutil", "ruamel.yaml", "scipy", "tqdm", "opencv-python-headless",
+                "fast-histogram", "numpy<=1.26.4", "onnx>=1.16,<1.19", "onnxruntime", "torch==2.13.0",
+                "setuptools<81"]
+
+
+def setup_venv(venv: Path, python: str) -> int:
+    """Create the toolkit venv: the wheel without its deps (torch 2.4 + CUDA, 5.6 GB), then lean pins."""
+    def run(*cmd: str) -> None:
+        log.info("$ %s", " ".join(cmd))
+        subprocess.run(cmd, check=True)
+
+    run(python, "-m", "venv", str(venv))
+    pip = str(venv / "bin" / "pip")
+    with tempfile.TemporaryDirectory() as tmp:
+        run(pip, "download", "--no-deps", "-d", tmp, TOOLKIT)
+        wheels = sorted(Path(tmp).glob("rknn_toolkit2-*.whl"))
+        run(pip, "install", "--no-deps", *map(str, wheels))
+    run(pip, "install", *TOOLKIT_DEPS)
+    run(str(venv / "bin" / "python"), "-c", "from rknn.api import RKNN")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="convert_rknn.py", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -153,14 +180,21 @@ def main(argv: list[str] | None = None) -> int:
     vo.add_argument("--target", default="rk3576")
     vo.add_argument("--mel", type=Path, help="a [1, T, 80] .npy mel: simulate and report SNR")
     vo.add_argument("--json", action="store_true", help="print the report as one JSON line")
+    sv = sub.add_parser("setup-venv", help="create the rknn-toolkit2 venv (python 3.11; torch 2.13.0 CPU wheel)")
+    sv.add_argument("venv", type=Path, nargs="?", default=Path(os.environ.get("RKNN_TOOLKIT_VENV", "/tmp/rknn-tk-venv")))
+    sv.add_argument("--python", default="python3.11", help="a CPython 3.11 (the toolkit has cp311 wheels)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if args.cmd == "setup-venv":
+        return setup_venv(args.venv, args.python)
     if args.cmd == "float-copy":
         n = strip_output_quantization(args.src, args.dst)
         log.info("wrote %s (%d Quantize/Dequantize nodes replaced)", args.dst, n)
         return 0
     if not args.onnx.is_file():
         ap.error(f"{args.onnx} not found (install the portable voice first: ./install.sh)")
+    import numpy as np
+
     mel = np.load(args.mel) if args.mel else None
     report = build_vocoder(args.onnx, args.out, args.frames or [MAX_FRAMES], args.target, mel)
     if args.json:
