@@ -1,0 +1,244 @@
+"""Answering: routing, the bounded LLM stream (timeout, length, cancel) and the overlap of LLM
+generation with speech, with scripted fake LLM/TTS engines on a FakeClock (no timed asserts)."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pytest
+
+from rkvoice.answer.assistant import Assistant
+from rkvoice.answer.conversation import Conversation, spoken_now
+from rkvoice.answer.generate import TIMEOUT_TEXT, LlmStream
+from rkvoice.answer.llm.registry import LLM, engine_name
+from rkvoice.answer.turn import Answerer
+from rkvoice.audio.players import NullPlayer
+from rkvoice.clock import FakeClock
+from rkvoice.config import Config, LlmConfig, ModelsConfig, StateConfig
+from rkvoice.errors import RkvoiceError
+from rkvoice.speaker import Speaker
+from rkvoice.state import StateStore
+from rkvoice.text.normalize import speakable
+from rkvoice.timeline import Timeline
+
+WAIT = 10.0  # real-time safety net for thread hand-offs; never reached when things work
+TZ = timezone(timedelta(hours=8))
+NOW = datetime(2026, 10, 21, 22, 5, tzinfo=TZ)
+RATE = 16000
+
+
+class FakeLlm:
+    """Yields scripted deltas, each after ``token_s`` of fake-clock time.
+
+    ``gate``: (index, event) -> before yielding delta ``index`` wait for the event (lets a test
+    prove that audio started while the model was still generating).
+    """
+
+    name = "fake"
+
+    def __init__(self, clock: FakeClock, deltas: list[str], token_s: float = 0.05,
+                 gate: tuple[int, threading.Event] | None = None) -> None:
+        self.clock = clock
+        self.deltas = deltas
+        self.token_s = token_s
+        self.gate = gate
+        self.aborted = threading.Event()
+        self.loaded = False
+        self.seen: list[list[dict[str, str]]] = []
+
+    def load(self) -> None:
+        self.loaded = True
+
+    def stream(self, messages: list[dict[str, str]]) -> Iterator[str]:
+        self.seen.append(messages)
+        self.aborted.clear()
+        for i, d in enumerate(self.deltas):
+            if self.gate is not None and self.gate[0] == i:
+                assert self.gate[1].wait(WAIT), "gate never opened"
+            if self.aborted.is_set():
+                return
+            self.clock.sleep(self.token_s)
+            yield d
+
+    def abort(self) -> None:
+        self.aborted.set()
+
+
+class FakeTts:
+    """Instant synthesis on the fake clock: 0.2 s of tone per character."""
+
+    name = "fake-tts"
+    sample_rate = RATE
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def generate(self, text: str, sid: int = 0, speed: float = 1.0) -> tuple[np.ndarray, int]:
+        self.calls.append(text)
+        n = int(0.2 * RATE * len(text))
+        return (0.3 * np.sin(np.arange(n) * 0.05)).astype(np.float32), RATE
+
+
+def cfg_for(tmp_path: Path, **llm: object) -> Config:
+    return Config(state=StateConfig(dir=str(tmp_path / "state")),
+                  llm=dataclasses.replace(LlmConfig(), **llm))
+
+
+def make(tmp_path: Path, deltas: list[str], **kw: object):
+    clock = FakeClock()
+    cfg = cfg_for(tmp_path)
+    llm = FakeLlm(clock, deltas, **kw)  # type: ignore[arg-type]
+    events: dict[str, threading.Event] = {}
+
+    def on_event(e: dict) -> None:
+        events.setdefault(e["name"], threading.Event()).set()
+
+    tl = Timeline(clock, on_event=on_event)
+    tts = FakeTts()
+    player = NullPlayer(cfg, clock)
+    speaker = Speaker(tts, player, cfg, clock, tl, normalize=speakable)
+    assistant = Assistant(cfg, clock, llm=llm, now=lambda: NOW, store=StateStore(tmp_path / "state"))
+    return clock, llm, tl, tts, speaker, Answerer(assistant, speaker, cfg, clock), events
+
+
+STORY = ["从前，", "有一只", "小兔子住在月亮上。", "它每天晚上", "都在桂花树下", "捣药，", "累了就看看地球。",
+         "有一天，", "它看见一个", "小女孩在窗前", "向它挥手。", "小兔子很开心，", "也向她挥了挥耳朵。"]
+
+
+def names(tl: Timeline, name: str) -> list[dict]:
+    return [e for e in tl.events if e["name"] == name]
+
+
+def test_first_audio_plays_while_llm_still_generates(tmp_path: Path) -> None:
+    audio_started = threading.Event()
+    clock, llm, tl, tts, speaker, answerer, events = make(tmp_path, STORY, gate=(6, audio_started))
+    events["audio_first"] = audio_started  # the gate opens only once audio has reached the player
+    answered = answerer.ask("给我讲一个关于月亮的小故事", tl)
+    speaker.close()
+    assert answered.route == "llm" and answered.status == "done"
+    order = [e["name"] for e in tl.events]
+    assert order.index("route") < order.index("llm_first_token") < order.index("audio_first") < order.index("llm_done")
+    assert order.index("llm_done") < order.index("answer") < order.index("play_end")
+    assert names(tl, "route")[0]["route"] == "llm"
+    whole = "".join(STORY)
+    assert names(tl, "answer")[0]["text"] == whole == answered.text
+    # every character spoken once, in order, in several pieces
+    assert "".join(tts.calls) == speakable(whole)
+    assert len(tts.calls) >= 3
+    assert len(tts.calls[0]) <= Config().tts.first_chars
+
+
+def test_pieces_of_the_same_turn_keep_text_before_audio(tmp_path: Path) -> None:
+    clock, llm, tl, tts, speaker, answerer, _ = make(tmp_path, STORY)
+    answerer.ask("讲个故事", tl)
+    speaker.close()
+    chunks = {e["index"]: e["t_ms"] for e in names(tl, "chunk")}
+    for play in names(tl, "play_chunk"):
+        assert chunks[play["index"]] <= play["t_ms"]
+    assert [e["index"] for e in names(tl, "play_chunk")] == sorted(chunks)
+
+
+def test_tool_answers_skip_the_llm(tmp_path: Path) -> None:
+    clock, llm, tl, tts, speaker, answerer, _ = make(tmp_path, ["不该出现"])
+    answered = answerer.ask("现在几点", tl)
+    speaker.close()
+    assert answered.route == "tool:time" and answered.text == "现在是晚上十点零五分。"
+    assert names(tl, "route")[0]["route"] == "time"
+    assert not names(tl, "llm_first_token") and not llm.seen and not llm.loaded
+    assert "".join(tts.calls) == "现在是晚上十点零五分。"
+
+
+def test_stop_request_cancels_speech(tmp_path: Path) -> None:
+    clock, llm, tl, tts, speaker, answerer, _ = make(tmp_path, [])
+    cancelled: list[bool] = []
+    real_cancel = speaker.cancel
+    speaker.cancel = lambda: (cancelled.append(True), real_cancel())  # type: ignore[method-assign]
+    answered = answerer.ask("别说了", tl)
+    speaker.close()
+    assert answered.status == "stopped" and cancelled == [True] and tts.calls == []
+
+
+def test_cancel_mid_answer_aborts_llm_and_keeps_no_history(tmp_path: Path) -> None:
+    gate = threading.Event()
+    clock, llm, tl, tts, speaker, answerer, events = make(tmp_path, STORY, gate=(4, gate))
+    cancel = threading.Event()
+    result: list = []
+    t = threading.Thread(target=lambda: result.append(answerer.ask("讲个故事", tl, cancel)))
+    t.start()
+    assert llm.seen or events.setdefault("llm_first_token", threading.Event()).wait(WAIT)
+    cancel.set()
+    answerer.cancel()
+    gate.set()
+    t.join(WAIT)
+    speaker.close()
+    assert not t.is_alive()
+    assert llm.aborted.is_set()
+    assert result[0].status == "cancelled"
+    assert len(answerer.assistant.conversation.history) == 0
+
+
+def test_timeout_aborts_and_says_so() -> None:
+    clock = FakeClock()
+    llm = FakeLlm(clock, ["第一句话。", "第二句话，", "还没完", "还在说", "一直说"], token_s=1.0)
+    tl = Timeline(clock)
+    stream = LlmStream(llm, [{"role": "user", "content": "x"}], clock, timeout_s=2.5, max_chars=500, timeline=tl)
+    out = "".join(stream)
+    assert stream.timed_out and llm.aborted.is_set()
+    assert out == "第一句话。第二句话，" + "。" + TIMEOUT_TEXT
+    assert speakable(TIMEOUT_TEXT) == TIMEOUT_TEXT
+    done = names(tl, "llm_done")[0]
+    assert done["timed_out"] is True and names(tl, "llm_timeout")
+
+
+def test_max_answer_length_ends_at_a_sentence() -> None:
+    clock = FakeClock()
+    llm = FakeLlm(clock, ["一二三四五，", "六七八九十", "十一十二。十三", "十四十五十六"])
+    stream = LlmStream(llm, [], clock, timeout_s=60, max_chars=12, timeline=None)
+    assert "".join(stream) == "一二三四五，六七八九十十一十二。"
+    assert stream.truncated and llm.aborted.is_set()
+
+
+def test_max_answer_length_hard_cut_without_sentence_end() -> None:
+    clock = FakeClock()
+    llm = FakeLlm(clock, ["一二三四五六"] * 10)
+    stream = LlmStream(llm, [], clock, timeout_s=60, max_chars=10)
+    out = "".join(stream)
+    assert stream.truncated and len(out) <= 18
+
+
+def test_conversation_prompt_has_time_and_bounded_history(tmp_path: Path) -> None:
+    cfg = cfg_for(tmp_path, history_turns=2)
+    conv = Conversation(cfg, lambda: NOW)
+    assert spoken_now(NOW) == "二零二六年十月二十一日，星期三，晚上十点零五分"
+    sys_prompt = conv.system_prompt()
+    assert spoken_now(NOW) in sys_prompt and "{now}" not in sys_prompt
+    for i in range(4):
+        conv.remember(f"问{i}", f"答{i}")
+    msgs = conv.messages("新问题")
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert [m["content"] for m in msgs[1:]] == ["问2", "答2", "问3", "答3", "新问题"]
+
+
+def test_assistant_remembers_llm_turns(tmp_path: Path) -> None:
+    clock = FakeClock()
+    llm = FakeLlm(clock, ["好的。"])
+    a = Assistant(cfg_for(tmp_path), clock, llm=llm, now=lambda: NOW, store=StateStore(tmp_path / "s"))
+    reply = a.reply("你好")
+    assert reply.route == "llm" and "".join(reply.deltas) == "好的。"
+    reply = a.reply("再说一次")
+    "".join(reply.deltas)
+    assert llm.seen[1][1:] == [{"role": "user", "content": "你好"}, {"role": "assistant", "content": "好的。"},
+                               {"role": "user", "content": "再说一次"}]
+
+
+def test_registry_names_and_auto(tmp_path: Path) -> None:
+    assert LLM.names() == ["llama", "rkllm"]
+    assert engine_name(Config()) == "llama"
+    assert engine_name(Config(models=ModelsConfig(profile="board"))) == "rkllm"
+    with pytest.raises(RkvoiceError, match="choose one of: llama, rkllm"):
+        engine_name(Config(llm=LlmConfig(engine="gpt")))
