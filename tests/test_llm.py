@@ -1,0 +1,94 @@
+"""The llama engine with the real portable GGUF model (skipped with a reason when it is absent)."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from pathlib import Path
+
+import pytest
+
+from rkvoice.answer.llm.base import model_path
+from rkvoice.config import Config, LlmConfig
+from rkvoice.errors import RkvoiceError
+
+pytest.importorskip("cyllama", reason="cyllama (llama.cpp) is not installed: pip install cyllama==0.2.18")
+
+from rkvoice.answer.llm.llama import LlamaEngine  # noqa: E402
+
+# Short answers keep this fast on a busy 2-core machine; 1 thread avoids llama's spin barriers.
+CFG = Config(llm=dataclasses.replace(LlmConfig(), max_tokens=12, threads=1, context=512))
+MODEL = model_path(CFG, "llama")
+
+
+@pytest.fixture(scope="module")
+def engine() -> LlamaEngine:
+    if not MODEL.is_file():
+        pytest.skip(f"portable LLM model {MODEL} is not installed (./install.sh downloads it)")
+    eng = LlamaEngine(CFG)
+    eng.load()
+    return eng
+
+
+MESSAGES = [{"role": "system", "content": "你是小智，用简体中文简短回答。"},
+            {"role": "user", "content": "用一句话介绍一下月亮。"}]
+
+
+def test_streams_chinese_text_deltas(engine: LlamaEngine) -> None:
+    deltas = list(engine.stream(MESSAGES))
+    text = "".join(deltas)
+    assert len(deltas) >= 3, deltas
+    assert any("\u4e00" <= c <= "\u9fff" for c in text), text
+    assert "\ufffd" not in text
+    assert engine.last_stats["new_tokens"] <= 12
+    assert "<|im_end|>" not in text and "<|im_start|>" not in text
+
+
+def test_prompt_uses_the_models_chat_template(engine: LlamaEngine) -> None:
+    prompt = engine.prompt(MESSAGES)
+    assert prompt.startswith("<|im_start|>system\n你是小智")
+    assert prompt.endswith("<|im_start|>assistant\n")
+
+
+def test_abort_from_another_thread(engine: LlamaEngine) -> None:
+    long_cfg = dataclasses.replace(CFG, llm=dataclasses.replace(CFG.llm, max_tokens=400))
+    engine.cfg = long_cfg
+    try:
+        got: list[str] = []
+        first = threading.Event()
+
+        def consume() -> None:
+            for d in engine.stream([{"role": "user", "content": "请详细讲一个很长很长的故事。"}]):
+                got.append(d)
+                first.set()
+
+        t = threading.Thread(target=consume)
+        t.start()
+        assert first.wait(120), "no token within 120 s"
+        engine.abort()
+        t.join(60)
+        assert not t.is_alive(), "abort did not stop generation"
+        assert engine.last_stats["new_tokens"] < 60
+    finally:
+        engine.cfg = CFG
+    # usable again after an abort
+    assert "".join(engine.stream(MESSAGES))
+
+
+def test_stream_while_busy_is_refused(engine: LlamaEngine) -> None:
+    gen = engine.stream(MESSAGES)
+    next(gen)
+    with pytest.raises(RkvoiceError, match="already generating"):
+        next(engine.stream(MESSAGES))
+    gen.close()
+
+
+def test_missing_model_is_a_clear_error(tmp_path: Path) -> None:
+    eng = LlamaEngine(CFG, model=tmp_path / "none.gguf")
+    with pytest.raises(RkvoiceError, match="not found.*install.sh"):
+        eng.load()
+
+
+def test_prompt_too_long_is_a_clear_error(engine: LlamaEngine) -> None:
+    with pytest.raises(RkvoiceError, match="llm.context"):
+        list(engine.stream([{"role": "user", "content": "月亮" * 600}]))
