@@ -137,6 +137,8 @@ def test_live_loop_wake_answer_and_barge_in(vad_ok, hear_asr, hear_voice, hear_f
     (t_cancel,) = cancels
     before = [s for s in player.segments if s[0] < t_cancel]
     assert before and max(end for _start, end in before) <= t_cancel + 0.2
+    # and the wake cue started playing within 100 ms of the wake decision
+    assert any(t_cancel <= start <= t_cancel + 0.1 for start, _end in player.segments)
     two_names = [e["name"] for e in two.timeline.events]
     assert "audio_first" in two_names and "play_end" in two_names
     assert two.summary()["end_to_first_audio_ms"] > 0

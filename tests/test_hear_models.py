@@ -61,10 +61,7 @@ def test_vad_cuts_a_request_at_the_maximum_length(vad_ok, hear_fixtures):
     assert seg.duration_s == pytest.approx(seg.end_s - seg.start_s, abs=1e-6)
 
 
-def test_whisper_transcribes_in_simplified_chinese(hear_asr, hear_fixtures):
-    audio = read_wav(hear_fixtures["req_weather"][0])
-    text = hear_asr.transcribe(audio)
-    assert cer("今天天气怎么样", text) <= 0.15, text
+def test_whisper_returns_nothing_for_a_click(hear_asr):
     assert hear_asr.transcribe(np.zeros(800, np.float32)) == ""
 
 
@@ -88,7 +85,7 @@ def replay(name, hear_fixtures, asr, require_wake):
     return loop, turns
 
 
-@pytest.mark.parametrize("name", ["wake_request", "wake_alone", "req_weather", "unrelated", "silence", "noise"])
+@pytest.mark.parametrize("name", ["wake_request", "wake_alone", "unrelated", "silence", "noise"])
 def test_file_replay_with_require_wake_decides_the_wake(name, vad_ok, hear_asr, hear_fixtures):
     _path, _text, wake_expected, request = hear_fixtures[name]
     loop, turns = replay(name, hear_fixtures, hear_asr, require_wake=True)
@@ -102,7 +99,7 @@ def test_file_replay_with_require_wake_decides_the_wake(name, vad_ok, hear_asr, 
         assert turns == []
 
 
-@pytest.mark.parametrize("name", ["req_alarm", "req_joke", "req_time", "wake_request"])
+@pytest.mark.parametrize("name", ["req_weather", "req_alarm", "req_joke", "req_time"])
 def test_file_replay_transcribes_requests(name, vad_ok, hear_asr, hear_fixtures):
     _path, _text, wake_expected, request = hear_fixtures[name]
     loop, turns = replay(name, hear_fixtures, hear_asr, require_wake=False)

@@ -266,3 +266,28 @@ def test_file_replay_with_require_wake_ignores_speech_without_wake():
     loop = TurnLoop(s, FakeResponder(FakeClock()), clock=FakeClock())
     assert loop.run_file(ListSource(3.0), require_wake=True) == []
     assert loop.wakes == []
+
+
+def test_live_loop_returns_on_stop_while_the_microphone_gives_nothing():
+    class DeadMic:
+        sample_rate = SAMPLE_RATE
+
+        def __init__(self):
+            self.closed = threading.Event()
+
+        def frames(self):
+            self.closed.wait(10)  # a device that never delivers (unplugged, retrying)
+            return iter(())
+
+        def close(self):
+            self.closed.set()
+
+    stop = threading.Event()
+    mic = DeadMic()
+    s = HearSession(cfg_with(), ScriptedAsr([]), ScriptedWake([]), ScriptedSegmenter([]))
+    loop = TurnLoop(s, FakeResponder(FakeClock()), clock=FakeClock())
+    t = threading.Thread(target=loop.run_live, args=(mic, stop))
+    t.start()
+    stop.set()
+    t.join(2.0)
+    assert not t.is_alive() and mic.closed.is_set()

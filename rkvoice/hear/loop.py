@@ -261,7 +261,10 @@ class TurnLoop:
         ended = False
         try:
             while not stop.is_set():
-                kind, item = self._inbox.get()
+                try:
+                    kind, item = self._inbox.get(timeout=0.25)  # stay responsive to stop without a mic
+                except queue.Empty:
+                    continue
                 if kind == "frame":
                     self._handle(self.session.accept(item), sync=False)
                 elif kind == "done":
