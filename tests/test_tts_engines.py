@@ -321,3 +321,59 @@ def test_prepare_piper_rejects_truncated_input_without_output(tmp_path: Path) ->
                         "--out", str(tmp_path / "out"))
     assert proc.returncode == 1 and "not a complete ONNX model" in proc.stderr
     assert not (tmp_path / "out" / "model.onnx").exists()
+
+
+# --- models/convert_tflite.py canonical form ------------------------------------------------------
+
+
+def _load_convert_module():  # noqa: ANN202
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("convert_tflite", ROOT / "models" / "convert_tflite.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _graph(names: dict[str, str], swap: bool, dim: str):  # noqa: ANN202
+    onnx = pytest.importorskip("onnx", reason="onnx (dev requirement) builds the test graphs")
+    from onnx import TensorProto, helper, numpy_helper
+
+    c1 = numpy_helper.from_array(np.full((1, 4), 2.0, np.float32), names["c1"])
+    c2 = numpy_helper.from_array(np.full((1, 4), 3.0, np.float32), names["c2"])
+    add = helper.make_node("Add", ["x", names["c1"]], [names["a"]], name=names["n1"])
+    mul = helper.make_node("Mul", ["x", names["c2"]], [names["b"]], name=names["n2"])
+    out = helper.make_node("Sub", [names["a"], names["b"]], ["y"], name=names["n3"])
+    nodes = [mul, add, out] if swap else [add, mul, out]
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [dim, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [dim, 4])],
+        initializer=[c2, c1] if swap else [c1, c2],
+        doc_string=f"converted from /some/path/{dim}",
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_convert_canonical_form_is_name_and_order_independent() -> None:
+    conv = _load_convert_module()
+    first = _graph(dict(c1="const__12", c2="const_fold_opt__7", a="add__3:0", b="mul__9", n1="Add__1",
+                        n2="Mul__2", n3="Sub"), swap=False, dim="unk__100")
+    second = _graph(dict(c1="const_fold__99", c2="const__5", a="t__77", b="u__78", n1="x__1",
+                         n2="y__2", n3="z__3"), swap=True, dim="unk__200")
+    a = conv.canonicalize(first).SerializeToString(deterministic=True)
+    b = conv.canonicalize(second).SerializeToString(deterministic=True)
+    assert a == b
+    import onnxruntime as ort
+
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    (y,) = ort.InferenceSession(a, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_array_equal(y, (x + 2) - (x * 3))
+
+
+def test_convert_cli_names_missing_inputs(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "models" / "convert_tflite.py"), "--src", str(tmp_path),
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "fastspeech2_quan.tflite" in proc.stderr and "mb_melgan.tflite" in proc.stderr
+    assert not (tmp_path / "out").exists()
