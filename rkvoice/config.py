@@ -132,7 +132,25 @@ class HearConfig:
     ack: str = "chime"
     """Wake acknowledgement: chime, voice (ack_text synthesised once at start-up) or none."""
     ack_text: str = "我在"
-    frame_ms: int = 32
+
+    def __post_init__(self) -> None:
+        checks = (
+            ("wake_tolerance", 0.0 <= self.wake_tolerance <= 2.0, "between 0 and 2"),
+            ("threads", self.threads >= 1, "at least 1"),
+            ("whisper_beam", 1 <= self.whisper_beam <= 10, "between 1 and 10"),
+            ("vad_threshold", 0.0 < self.vad_threshold < 1.0, "between 0 and 1"),
+            ("trailing_silence_ms", 100 <= self.trailing_silence_ms <= 5000, "between 100 and 5000"),
+            ("min_speech_ms", 0 <= self.min_speech_ms <= 2000, "between 0 and 2000"),
+            ("max_request_s", 1.0 <= self.max_request_s <= 60.0, "between 1 and 60"),
+            ("listen_timeout_s", self.listen_timeout_s > 0, "above 0"),
+            ("follow_up_s", self.follow_up_s >= 0, "0 (off) or more"),
+            ("ack", self.ack in ("chime", "voice", "none"), "one of: chime, none, voice"),
+        )
+        for name, ok, want in checks:
+            if not ok:
+                raise RkvoiceError(
+                    "config", "bad-value", f"hear.{name}: {getattr(self, name)!r} is out of range; use {want}"
+                )
 
 
 @dataclass(frozen=True)
