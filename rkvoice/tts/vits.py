@@ -38,6 +38,7 @@ class VitsVoice:
     models: tuple[str, ...]  # candidate model file names, first present wins
     lexicon: str = ""
     rule_fsts: tuple[str, ...] = ()
+    rule_fars: tuple[str, ...] = ()
     external_phonemes: bool = False  # phonemes from espeak-ng outside sherpa (Piper voices)
 
     def dir(self, cfg: Config) -> Path:
@@ -67,6 +68,7 @@ VOICES = {
         ("vits-aishell3.int8.onnx", "model.int8.onnx", "vits-aishell3.onnx", "model.onnx"),
         lexicon="lexicon.txt",
         rule_fsts=("phone.fst", "date.fst", "number.fst", "new_heteronym.fst"),
+        rule_fars=("rule.far",),  # optional (181 MB); used when present
     ),
 }
 
@@ -253,6 +255,7 @@ class VitsTts:
             ) from exc
         d = self.voice.dir(self.cfg)
         fsts = ",".join(str(d / f) for f in self.voice.rule_fsts if (d / f).is_file())
+        fars = ",".join(str(d / f) for f in self.voice.rule_fars if (d / f).is_file())
         vits = sherpa_onnx.OfflineTtsVitsModelConfig(
             model=str(model), lexicon=str(lexicon) if lexicon else "", tokens=str(tokens)
         )
@@ -261,6 +264,7 @@ class VitsTts:
                 vits=vits, num_threads=max(1, self.threads), provider="cpu"
             ),
             rule_fsts=fsts,
+            rule_fars=fars,
             max_num_sentences=1,
         )
         if not config.validate():
