@@ -73,6 +73,11 @@ def one(text: str) -> str:
     ("内存共 3893 兆 可用 2340 兆", "内存共 三千八百九十三 兆 可用 二千三百四十 兆"),
     ("温度 soc 50.8 度", "温度 soc 五十点八度"),
     ("上午 10:30:15", "上午 十点三十分十五秒"),
+    ("会议在10:00-11:30", "会议在上午十点整到上午十一点三十分"),
+    ("下午2点见", "下午两点见"),
+    ("增长-3%", "增长负百分之三"),
+    ("CPU占用 45.5%", "CPU占用 百分之四十五点五"),
+    ("下载 2.5GB 用了 20ms", "下载 二点五吉字节 用了 二十毫秒"),
 ])
 def test_chinese(text: str, want: str) -> None:
     assert speakable(text) == want
@@ -128,6 +133,16 @@ def test_chinese_output_has_no_ascii_digits_or_units() -> None:
     ("Dr. Lee sees patients at 10:00 a.m. [kb-doctors]", "Doctor Lee sees patients at ten o'clock a m"),
     ("Fast for 8 to 12 hours.", "Fast for eight to twelve hours."),
     ("The 1st visit is free.", "The first visit is free."),
+    ("9:30 AM", "nine thirty a m"),
+    ("Closes at 5 PM today.", "Closes at five p m today."),
+    ("Call 555-1234 today.", "Call five five five one two three four today."),
+    ("We are 100% sure.", "We are one hundred percent sure."),
+    ("Budget is $1.5 million.", "Budget is one point five million dollars."),
+    ("Add 1/2 cup, open 24/7.", "Add one half cup, open twenty four seven."),
+    ("Due 10/21/2026 at noon.", "Due October twenty first, twenty twenty six at noon."),
+    ("It is 5°C outside.", "It is five degrees Celsius outside."),
+    ("Walk 3.5 km daily.", "Walk three point five kilometers daily."),
+    ("We saw 10,000 people.", "We saw ten thousand people."),
 ])
 def test_english(text: str, want: str) -> None:
     assert speakable(text) == want

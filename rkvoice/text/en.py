@@ -89,7 +89,8 @@ _TIME = re.compile(r"(?<![\d:.])(?P<h>[01]?\d|2[0-3]):(?P<m>[0-5]\d)(?![\d:])" +
 _HOUR_AMPM = re.compile(r"(?<![\d:.])(?P<h>1[0-2]|0?[1-9])" + _AMPM)
 _BARE_AMPM = re.compile(r"(?<![A-Za-z])(?P<ap>[aApP])\.[mM]\.(?![A-Za-z])")
 _ISO_DATE = re.compile(r"(?<![\d.])(\d{4})-(0?[1-9]|1[0-2])-(0?[1-9]|[12]\d|3[01])(?![\d])")
-_MONEY = re.compile(r"(?<![\w$])(?P<neg>-)?\$\s?(?P<int>\d{1,3}(?:,\d{3})+|\d+)(?:\.(?P<cents>\d{2}))?(?!\d)"
+_MONEY = re.compile(r"(?<![\w$])(?P<neg>-)?\$\s?(?P<int>\d{1,3}(?:,\d{3})+|\d+)"
+                    r"(?:\.(?P<cents>\d{2})(?!\d)|\.(?P<frac>\d+))?(?![\d.]\d)"
                     r"(?P<scale>\s?(?:thousand|million|billion)\b)?")
 _PERCENT = re.compile(r"(?<![\d.])(?P<neg>-)?(?P<n>\d+(?:\.\d+)?)\s?%")
 _ORDINAL = re.compile(r"(?<![\d.])(\d{1,3})(st|nd|rd|th)\b", re.I)
@@ -98,6 +99,7 @@ _GROUPED = re.compile(r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\d,])")
 _DECIMAL = re.compile(r"(?<![\d.])(?P<neg>-)?(?P<i>\d+)\.(?P<f>\d+)(?![\d.])")
 _DOTTED = re.compile(r"(?<![\d.])\d+(?:\.\d+){2,}(?![\d])")
 _NEGATIVE = re.compile(r"(?<![\w.-])-(?=\d)")
+_DIGIT_DASH = re.compile(r"(?<=\d)-(?=\d)")
 _INT = re.compile(r"\d+")
 _UNITS = {"km": "kilometers", "kg": "kilograms", "mg": "milligrams", "ml": "milliliters",
           "cm": "centimeters", "mm": "millimeters", "lbs": "pounds", "lb": "pounds", "mph": "miles per hour",
@@ -131,8 +133,9 @@ def _money(m: re.Match[str]) -> str:
     whole = int(m["int"].replace(",", ""))
     cents = int(m["cents"] or 0)
     neg = "minus " if m["neg"] else ""
-    if m["scale"]:
-        return neg + words_int(whole) + " " + m["scale"].strip() + " dollars"
+    if m["scale"] or m["frac"]:
+        amount = words_int(whole) + (" point " + digits(m["frac"] or str(cents).zfill(2)) if m["frac"] or cents else "")
+        return neg + amount + (" " + m["scale"].strip() if m["scale"] else "") + " dollars"
     parts = []
     if whole or not cents:
         parts.append(words_int(whole) + (" dollar" if whole == 1 else " dollars"))
@@ -165,6 +168,8 @@ def en_speakable(text: str) -> str:
     text = _MONEY.sub(_money, text)
     text = _PERCENT.sub(lambda m: ("minus " if m["neg"] else "") + (
         _decimal_plain(m["n"])) + " percent", text)
+    text = _US_DATE.sub(lambda m: f"{_MONTHS[int(m[1]) - 1]} {ordinal(int(m[2]))}, {_year(m[3])}", text)
+    text = _FRACTION.sub(_fraction, text)
     text = _UNIT.sub(lambda m: " " + _UNITS[m[1]], text)
     text = _DOTTED.sub(lambda m: " dot ".join(number(p) if len(p) <= 2 else digits(p)
                                                  for p in m.group().split(".")), text)
@@ -175,10 +180,23 @@ def en_speakable(text: str) -> str:
     for pattern, words in _SYMBOLS:
         text = pattern.sub(words, text)
     text = _NEGATIVE.sub("minus ", text)
+    text = _DIGIT_DASH.sub(" ", text)  # 555-1234: a pause, not "minus"
     text = _INT.sub(lambda m: number(m.group()), text)
     return text
 
 
 def _decimal_plain(s: str) -> str:
+    """A quantity (percent): the whole part as a natural number, decimals digit by digit."""
     whole, _, frac = s.partition(".")
-    return number(whole) + (" point " + digits(frac) if frac else "")
+    return words_int(int(whole)) + (" point " + digits(frac) if frac else "")
+
+
+_US_DATE = re.compile(r"(?<![\d/])(0?[1-9]|1[0-2])/(0?[1-9]|[12]\d|3[01])/(\d{4})(?![\d/])")
+_FRACTION = re.compile(r"(?<![\d/.])(\d{1,2})/(\d{1,2})(?![\d/])")
+_FRACTION_NAMES = {(1, 2): "one half", (1, 3): "one third", (2, 3): "two thirds", (1, 4): "one quarter",
+                   (3, 4): "three quarters", (24, 7): "twenty four seven"}
+
+
+def _fraction(m: re.Match[str]) -> str:
+    a, b = int(m[1]), int(m[2])
+    return _FRACTION_NAMES.get((a, b)) or f"{words_0_99(a)} over {words_0_99(b)}"

@@ -24,13 +24,16 @@ LANGS = ("zh", "en")
 _CLAUSE = re.compile(r"[。！？；，、：…]+\s*|[.!?;:,]+(?=\s|$)\s*")
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _WORD = re.compile(r"[A-Za-z]+")
-_NOT_ENGLISH = frozenset(UNITS) | {"am", "pm"}
+_NOT_ENGLISH = frozenset(UNITS)
+_AMPM = re.compile(r"\d\s?[aApP]\.?[mM]\b")
 
 
 def _script(segment: str) -> str | None:
     """'zh' if it has Chinese characters, 'en' if it has an English word, else None (neutral)."""
     if _CJK.search(segment):
         return "zh"
+    if _AMPM.search(segment):
+        return "en"
     for m in _WORD.finditer(segment):
         w = m.group()
         if len(w) >= 2 and not w.isupper() and w not in _NOT_ENGLISH:

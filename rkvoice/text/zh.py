@@ -100,6 +100,7 @@ _RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
     (re.compile(r"(?<!\d)(\d{4})\s*年"), lambda m: cn_digits(m[1]) + "年"),
     (re.compile(r"(?<!\d)(\d{1,2})\s*月(?!份?[\d])"), lambda m: cn_int(int(m[1])) + "月"
      if 1 <= int(m[1]) <= 12 else m.group()),
+    (re.compile(r"(?<![\d:.])(\d{1,2}[:：]\d{2})\s?[-~～—至]\s?(\d{1,2}[:：]\d{2})(?![\d:])"), lambda m: f"{m[1]}到{m[2]}"),
     (re.compile(rf"(?:(?P<p>{_PERIOD_WORDS})(?P<sp>\s?))?(?<![\d:.])(?P<h>[01]?\d|2[0-3])[:：](?P<m>[0-5]\d)"
                 r"(?::(?P<s>[0-5]\d))?(?![\d:])"), _clock),
     (re.compile(r"(?<![\d.])\d+(?:\.\d+){2,}(?![\d]|\.\d)"), lambda m: cn_digits(m.group())),
@@ -123,6 +124,7 @@ _RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
     (re.compile(r"(?<![\d.])(?P<n>\d{3,5})(?![\d.])"),
      lambda m: _phone(m["n"]) if m["n"] in _SERVICE_CODES and _alone(m) else m.group()),
     (re.compile(r"(?<![\d.])\d{13,}(?![\d.])"), lambda m: cn_digits(m.group())),
+    (re.compile(r"(?<![\d.])2(?=\s?点(?![\d零一二三四五六七八九]))"), lambda m: "两"),  # 下午2点 两点
 ]
 
 # Standalone numbers not part of an expression wetext knows (fraction, ratio, arithmetic, range).
