@@ -98,6 +98,17 @@ def test_digits_and_short_latin_words_are_read(fe: PinyinFrontend) -> None:
     assert fe.symbols("打开internationalization") == fe.symbols("打开")  # long word dropped
 
 
+def test_fullwidth_letters_and_digits_read_like_ascii(fe: PinyinFrontend) -> None:
+    assert fe.symbols("３个ＧＰＳ") == fe.symbols("3个GPS")
+
+
+def test_common_polyphones_follow_the_phrase(fe: PinyinFrontend) -> None:
+    assert syllables(fe, "银行")[1] == "h ang2"
+    assert syllables(fe, "长大")[0] == "zh ang3"
+    assert syllables(fe, "睡觉")[1] == "j iao4"
+    assert syllables(fe, "音乐")[1] == "^ ve4"
+
+
 def test_clauses_split_after_punctuation(fe: PinyinFrontend) -> None:
     assert fe.clauses("你好，世界。再见") == ["你好，", "世界。", "再见"]
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,6 +145,7 @@ class PinyinFrontend:
     def _items(self, text: str) -> list[Syllable | str]:
         """Syllables and break marks in reading order."""
         items: list[Syllable | str] = []
+        text = unicodedata.normalize("NFKC", text)  # fullwidth Ａ１ -> A1; Han characters unchanged
         unknown = _UNKNOWN.findall(text)
         if unknown:
             log.debug("characters without a reading dropped: %r", "".join(unknown)[:40])
