@@ -332,3 +332,43 @@ def test_local_source_missing_says_how_to_make_it(tmp_path):
     with pytest.raises(RkvoiceError) as err:
         fetch_mod.fetch(m.sources[0], tmp_path / "downloads")
     assert "rkllm-toolkit" in str(err.value) and str(tmp_path / "downloads") in str(err.value)
+
+
+def test_prepare_step_runs_a_module_with_fetched_source_paths(site):
+    root, manifest, hits = site
+    pkg = root / "toyprep"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "__main__.py").write_text(
+        "import sys, pathlib\n"
+        "out, src = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])\n"
+        "out.mkdir(parents=True, exist_ok=True)\n"
+        "(out / 'size.txt').write_text(str(src.stat().st_size))\n"
+    )
+    text = manifest.read_text()
+    size = text.split('a.zip", sha256: ')[1].split("size: ")[1].split("}")[0]
+    text = text.replace(
+        "      - {op: extract, source: b, member: top/readme.txt, to: readme.txt}\n",
+        "      - {op: extract, source: b, member: top/readme.txt, to: readme.txt}\n"
+        '      - {op: prepare, module: toyprep, args: ["{dest}", "{src:a}"]}\n',
+    ).replace("    files:\n", f"    files:\n      - {{path: size.txt, sha256: {hashlib.sha256(size.encode()).hexdigest()}}}\n")
+    manifest.write_text(text)
+    assert install_profile(load_manifest(manifest), root, "portable") == ["toy"]
+    assert (root / "models/portable/toy/size.txt").read_text() == size
+
+
+@pytest.mark.parametrize(
+    "step,needle",
+    [
+        ('{op: prepare, module: m, args: ["{src:nope}"]}', "{src:nope} names an unknown source"),
+        ("{op: prepare, module: m, script: s.py, args: []}", "exactly one of script: or module:"),
+        ("{op: convert, venv: [tf>=2], script: s.py, runs: [[]]}", "pinned NAME==VERSION"),
+        ("{op: concat, to: x, parts: [{source: w}]}", "at least two parts"),
+    ],
+)
+def test_step_schema_errors(tmp_path, step, needle):
+    p = tmp_path / "manifest.yaml"
+    p.write_text(GOOD.replace("{op: extract, source: w, member: toy/data/a.bin, to: a.bin}", step))
+    with pytest.raises(RkvoiceError) as err:
+        load_manifest(p)
+    assert needle in str(err.value)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -45,11 +46,14 @@ class Context:
         return self.dest / rel
 
     def fmt(self, arg: str) -> str:
+        """Fill {work} {dest} {root} {python} and {src:NAME} (the fetched file of source NAME)."""
+        arg = re.sub(r"\{src:([^}]*)\}", lambda m: str(self.fetched[m.group(1)]), arg)
         return arg.format(work=self.work, dest=self.dest, root=self.root, python=self.python)
 
 
 def _fail(ctx: Context, step: Step, msg: str) -> RkvoiceError:
-    return RkvoiceError("models", "step-failed", f"{ctx.model.id}: {step.op} -> {step.to or step.script}: {msg}")
+    what = step.to or step.script or step.module
+    return RkvoiceError("models", "step-failed", f"{ctx.model.id}: {step.op} -> {what}: {msg}")
 
 
 @contextlib.contextmanager
@@ -157,10 +161,14 @@ def _untar(ctx: Context, step: Step) -> None:
 
 
 def _run(ctx: Context, step: Step, python: str, args: tuple[str, ...]) -> None:
-    script = ctx.root / step.script
-    if not script.is_file():
-        raise _fail(ctx, step, f"script {script} is missing (it is part of the rkvoice checkout)")
-    cmd = [python, str(script), *(ctx.fmt(a) for a in args)]
+    if step.module:
+        target = ["-m", step.module]
+    else:
+        script = ctx.root / step.script
+        if not script.is_file():
+            raise _fail(ctx, step, f"script {script} is missing (it is part of the rkvoice checkout)")
+        target = [str(script)]
+    cmd = [python, *target, *(ctx.fmt(a) for a in args)]
     log.info("  running %s", " ".join(cmd[1:]))
     proc = subprocess.run(cmd, cwd=ctx.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if proc.returncode != 0:

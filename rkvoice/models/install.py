@@ -56,7 +56,7 @@ def install_model(
                         model.id, source.filename, sha256_file(fetched[source.name]))
     ctx = Context(root, model, fetched, python=python)
     for i, step in enumerate(model.steps, 1):
-        log.info("%s: step %d/%d %s %s", model.id, i, len(model.steps), step.op, step.to or step.script)
+        log.info("%s: step %d/%d %s %s", model.id, i, len(model.steps), step.op, step.to or step.script or step.module)
         run_step(ctx, step)
     problems = verify_model(model, root)
     if problems:

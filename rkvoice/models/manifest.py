@@ -63,6 +63,7 @@ class Step:
     strip: int = 0
     parts: tuple[Part, ...] = ()
     script: str = ""
+    module: str = ""
     args: tuple[str, ...] = ()
     runs: tuple[tuple[str, ...], ...] = ()  # convert: one script run per entry, same venv
     venv: tuple[str, ...] = ()
@@ -199,8 +200,10 @@ def _step(d: Any, where: str, sources: set[str]) -> Step:
         d = _take(d, where, ("op", "parts", "to"), ())
     elif op == "convert":
         d = _take(d, where, ("op", "venv", "script", "runs"), ())
-    else:  # prepare
-        d = _take(d, where, ("op", "script", "args"), ())
+    else:  # prepare: a script file of the checkout, or a module run with -m
+        d = _take(d, where, ("op", "args"), ("script", "module"))
+        if ("script" in d) == ("module" in d):
+            raise _err(where, "prepare needs exactly one of script: or module:")
     parts: list[Part] = []
     for i, p in enumerate(d.get("parts", ())):
         p = _take(p, f"{where}.parts[{i}]", ("source",), ("member",))
@@ -220,6 +223,10 @@ def _step(d: Any, where: str, sources: set[str]) -> Step:
     for a in [args, *runs] if isinstance(runs, list) else [None]:
         if not isinstance(a, list) or not all(isinstance(x, str) for x in a):
             raise _err(where, "args (and each entry of runs) must be a list of strings")
+    for a in [args, *runs] if isinstance(runs, list) else []:
+        for ref in re.findall(r"\{src:([^}]*)\}", " ".join(a)):
+            if ref not in sources:
+                raise _err(where, f"{{src:{ref}}} names an unknown source")
     if op == "convert" and not runs:
         raise _err(where, "convert needs runs: (one argument list per script run)")
     if not isinstance(venv, list) or not all(isinstance(v, str) and _PIP.match(v) for v in venv):
@@ -227,7 +234,7 @@ def _step(d: Any, where: str, sources: set[str]) -> Step:
     sha = d.get("sha256")
     return Step(
         op=op, to=d.get("to", ""), source=d.get("source", ""), member=d.get("member") or "",
-        strip=int(d.get("strip", 0)), parts=tuple(parts), script=d.get("script", ""),
+        strip=int(d.get("strip", 0)), parts=tuple(parts), script=d.get("script", ""), module=d.get("module", ""),
         args=tuple(args), runs=tuple(tuple(r) for r in runs), venv=tuple(venv), sha256=_sha(sha, where, "-") if sha is not None else None,
     )
 
