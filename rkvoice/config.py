@@ -69,6 +69,9 @@ class TtsConfig:
     """Longest first piece (characters): the first sound waits for it. bench/tts_latency.py,
     fastspeech2 on 2 x86 cores: first audio 0.22 x whole-text synthesis at 12, 0.33 at 24, no gaps."""
     chunk_chars: int = 40
+    coalesce_chars: int = 0
+    """Merge pieces of one turn that queued up while the TTS worker was busy into one synthesis
+    call of at most this many characters (never the turn's first piece); 0: off."""
     max_text_chars: int = 4000
     """Longest text one --say/--text speaks (about 15 minutes of speech); longer input is refused."""
     vits_voice: str = "auto"

@@ -14,6 +14,11 @@ played in order by the player thread. ``cancel()`` (barge-in, "stop") ends every
 started so far: queued pieces and audio are dropped, the player is cleared at once and
 synthesis stops before the next chunk. Turn ids are a generation counter: anything carrying
 an id at or below the last cancelled one is stale and dropped wherever it is found.
+
+Turns are spoken in the order they were started (a reminder started during an answer waits
+for the answer's end); every started turn must be ended or cancelled. With
+``tts.coalesce_chars`` > 0, pieces of one turn that queued up while the worker was busy are
+synthesised in one call (never the turn's first piece, never across turns).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -62,6 +68,9 @@ class _Turn:
     first_cut: bool = True
     audio_started: bool = False  # player thread
     audio_s: float = 0.0
+    inbox: deque[tuple[str, str]] = field(default_factory=deque)
+    """("piece", text) and ("end", "") items waiting for the TTS worker."""
+    synth_done: bool = False  # the worker has passed this turn's end (or its failure)
 
 
 def _default_normalize(text: str) -> str:
@@ -102,10 +111,11 @@ class Speaker:
         self._split = split or _default_split
         self.block = max(1, player.rate * cfg.audio.block_ms // 1000)
         self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._active = 1  # the turn the TTS worker serves; turns are synthesised in id order
         self._last_turn = 0
         self._cancelled_upto = 0
         self._turns: dict[int, _Turn] = {}
-        self._text_q: queue.Queue[Any] = queue.Queue()
         self._audio_q: queue.Queue[Any] = queue.Queue()
         self._closed = False
         self._warm_up()
@@ -140,7 +150,9 @@ class Speaker:
         if not turn.text_seen and text.strip():
             turn.text_seen = True
             turn.timeline.mark("text_ready", turn=turn_id)
-        self._text_q.put((turn_id, "piece", text))
+        with self._cond:
+            turn.inbox.append(("piece", text))
+            self._cond.notify_all()
 
     def end_turn(self, turn_id: int) -> None:
         """No more pieces for this turn: it is done once everything queued has played."""
@@ -148,7 +160,9 @@ class Speaker:
         if turn.ended:
             return
         turn.ended = True
-        self._text_q.put((turn_id, "end", None))
+        with self._cond:
+            turn.inbox.append(("end", ""))
+            self._cond.notify_all()
 
     def speak(self, text: str, timeline: Timeline | None = None) -> int:
         """Speak a whole text as one turn; returns the turn id (see ``wait_done``)."""
@@ -166,22 +180,28 @@ class Speaker:
 
     def cancel(self) -> None:
         """Stop every turn started so far: the player falls silent now, synthesis stops before the next chunk."""
-        with self._lock:
+        with self._cond:
             upto = self._last_turn
             self._cancelled_upto = upto
             victims = [t for t in self._turns.values() if t.id <= upto and not t.done.is_set()]
+            for t in victims:
+                t.inbox.clear()
+            self._cond.notify_all()  # the worker moves past the cancelled turns
         self.player.clear()
         for turn in victims:
             turn.timeline.mark("cancelled", turn=turn.id)
             self._finish(turn, "cancelled")
 
     def close(self, timeout: float = 5.0) -> None:
-        """Let queued turns finish, then stop both threads (call ``cancel()`` first to stop at once)."""
-        with self._lock:
+        """Let started turns finish, then stop both threads (``cancel()`` first to stop at once).
+
+        Every started turn must be ended (``end_turn``) or cancelled: turns are spoken in the
+        order they were started, so an open turn holds back the ones after it."""
+        with self._cond:
             if self._closed:
                 return
             self._closed = True
-        self._text_q.put(_STOP)
+            self._cond.notify_all()
         self._worker.join(timeout)
         self._playback.join(timeout)
 
@@ -222,44 +242,82 @@ class Speaker:
             turn.result = TurnResult(turn.id, status, turn.timeline, error, turn.chunks, round(turn.audio_s, 4))
             turn.done.set()
 
-    def _pieces(self, turn: _Turn, text: str) -> list[str]:
+    def _pieces(self, turn: _Turn, text: str, limit: int) -> list[str]:
         """Cut the written text (where numbers and words are still visible, so no cut lands
         inside them), then make each chunk speakable; chunks with nothing to say are dropped."""
         if not text.strip():
             return []
-        first = self.cfg.tts.first_chars if turn.first_cut else self.cfg.tts.chunk_chars
-        chunks = [self._normalize(c) for c in self._split(text, first, self.cfg.tts.chunk_chars)]
+        first = self.cfg.tts.first_chars if turn.first_cut else limit
+        chunks = [self._normalize(c) for c in self._split(text, first, limit)]
         chunks = [c for c in chunks if c.strip()]
         if chunks:
             turn.first_cut = False
         return chunks
 
+    def _next_item(self) -> tuple[_Turn, str, str, bool] | None:
+        """Wait for work of the active turn, moving past turns that ended or were cancelled.
+
+        None once the speaker is closed and every started turn has been served."""
+        with self._cond:
+            while True:
+                turn = self._turns.get(self._active)
+                if turn is None:
+                    if self._active <= self._last_turn:  # pruned long ago
+                        self._active += 1
+                        continue
+                    if self._closed:
+                        return None
+                elif self._stale(turn.id) or turn.synth_done:
+                    self._active += 1
+                    continue
+                elif turn.inbox:
+                    kind, text = turn.inbox.popleft()
+                    merged = False
+                    if kind == "piece" and not turn.first_cut and self.cfg.tts.coalesce_chars > 0:
+                        merged_text = self._coalesce(turn, text)
+                        merged, text = merged_text != text, merged_text
+                    return turn, kind, text, merged
+                self._cond.wait()
+
+    def _coalesce(self, turn: _Turn, text: str) -> str:
+        """Pieces of the turn that queued up while the worker was busy join this one (one synthesis call)."""
+        budget = self.cfg.tts.coalesce_chars - len(text)
+        while turn.inbox and turn.inbox[0][0] == "piece" and len(turn.inbox[0][1]) <= budget:
+            more = turn.inbox.popleft()[1]
+            text += more
+            budget -= len(more)
+        return text
+
     def _synth_loop(self) -> None:
         while True:
-            item = self._text_q.get()
-            if item is _STOP:
+            work = self._next_item()
+            if work is None:
                 self._audio_q.put(_STOP)
                 return
-            turn_id, kind, text = item
-            turn = self._turns.get(turn_id)
-            if turn is None or self._stale(turn_id) or turn.failed:
+            turn, kind, text, merged = work
+            if self._stale(turn.id):
                 continue
             if kind == "end":
-                self._audio_q.put((turn_id, "end", None))
+                turn.synth_done = True
+                self._audio_q.put((turn.id, "end", None))
                 continue
+            limit = max(self.cfg.tts.chunk_chars, self.cfg.tts.coalesce_chars) if merged else self.cfg.tts.chunk_chars
             try:
-                for chunk in self._pieces(turn, text):
-                    if self._stale(turn_id):
+                for chunk in self._pieces(turn, text, limit):
+                    if self._stale(turn.id):
                         break
                     self._synth_one(turn, chunk)
             except Exception as exc:  # an engine failure ends this turn, never the thread
                 err = exc if isinstance(exc, RkvoiceError) else RkvoiceError(
                     "tts", "synthesis-failed", f"{getattr(self.engine, 'name', 'tts')} failed: {exc}"
                 )
-                log.error("turn %d: %s", turn_id, err, exc_info=not isinstance(exc, RkvoiceError))
-                turn.failed = True
-                turn.timeline.mark("error", turn=turn_id, message=str(err))
-                self._audio_q.put((turn_id, "end", err))
+                log.error("turn %d: %s", turn.id, err, exc_info=not isinstance(exc, RkvoiceError))
+                with self._cond:
+                    turn.failed = True
+                    turn.synth_done = True
+                    turn.inbox.clear()
+                turn.timeline.mark("error", turn=turn.id, message=str(err))
+                self._audio_q.put((turn.id, "end", err))
 
     def _synth_one(self, turn: _Turn, chunk: str) -> None:
         index = turn.chunks

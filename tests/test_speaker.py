@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -58,9 +59,9 @@ def bar_split(text: str, first: int, chunk: int) -> list[str]:
     return [p for p in text.split("|") if p]
 
 
-def make(script, split=bar_split):
+def make(script, split=bar_split, cfg=None):
     clock = FakeClock()
-    cfg = Config()
+    cfg = cfg or Config()
     engine = ScriptedEngine(clock, script)
     player = NullPlayer(cfg, clock)
     audio_first = threading.Event()
@@ -248,3 +249,48 @@ def test_unknown_turn_and_ended_turn_are_clear_errors():
     with pytest.raises(RkvoiceError, match="already ended"):
         sp.say("a", turn)
     sp.close()
+
+
+def coalescing(chars: int) -> Config:
+    cfg = Config()
+    return replace(cfg, tts=replace(cfg.tts, coalesce_chars=chars))
+
+
+@pytest.mark.parametrize("chars,calls", [(0, ["a", "b", "c", "d"]), (40, ["a", "bcd"]), (2, ["a", "bc", "d"])])
+def test_pieces_queued_while_busy_merge_into_one_call(chars, calls):
+    script = {k: (0.1, 0.4) for k in ["a", "b", "c", "d", "bc", "bcd"]}
+    clock, engine, player, tl, sp, _ = make(script, split=lambda t, f, c: [t], cfg=coalescing(chars))
+    engine.gates["a"] = threading.Event()
+    turn = sp.start_turn()
+    sp.say("a", turn)  # the first piece is never merged: it sets the first-audio time
+    assert engine.entered.setdefault("a", threading.Event()).wait(WAIT)
+    for piece in "bcd":
+        sp.say(piece, turn)  # these queue up while "a" is being synthesised
+    sp.end_turn(turn)
+    engine.gates["a"].set()
+    assert sp.wait_done(turn, WAIT).status == "done"
+    sp.close()
+    assert [c[0] for c in engine.calls] == calls
+    assert [e["text"] for e in names(tl, "chunk")] == calls
+    assert player.samples == int(0.4 * RATE) * len(calls)
+
+
+def test_pieces_of_different_turns_never_merge_and_turns_keep_their_order():
+    script = {k: (0.1, 0.4) for k in ["a", "bc", "x"]}
+    clock, engine, player, tl, sp, _ = make(script, split=lambda t, f, c: [t], cfg=coalescing(40))
+    engine.gates["a"] = threading.Event()
+    t1 = sp.start_turn()
+    sp.say("a", t1)
+    assert engine.entered.setdefault("a", threading.Event()).wait(WAIT)
+    t2 = sp.start_turn(Timeline(clock))
+    sp.say("b", t1)
+    sp.say("x", t2)
+    sp.say("c", t1)
+    sp.end_turn(t1)
+    sp.end_turn(t2)
+    engine.gates["a"].set()
+    assert sp.wait_done(t1, WAIT).status == "done"
+    assert sp.wait_done(t2, WAIT).status == "done"
+    sp.close()
+    # turn 2 waits for turn 1 to end: its piece never lands in the middle of turn 1's answer
+    assert [c[0] for c in engine.calls] == ["a", "bc", "x"]
