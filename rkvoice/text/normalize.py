@@ -15,7 +15,7 @@ import re
 from rkvoice.errors import RkvoiceError
 from rkvoice.text.clean import clean
 from rkvoice.text.en import en_speakable
-from rkvoice.text.zh import UNITS, zh_speakable
+from rkvoice.text.zh import UNITS, wetext_zh, zh_speakable
 
 log = logging.getLogger(__name__)
 
@@ -85,3 +85,11 @@ def speakable(text: str, lang: str | None = None) -> str:
     runs = [(lang, text)] if lang else language_runs(text)
     out = [zh_speakable(run) if lg == "zh" else en_speakable(run) for lg, run in runs]
     return " ".join("".join(out).split())
+
+
+def load() -> None:
+    """Load the wetext FSTs now (about a second) so no spoken turn pays for it later.
+
+    Optional: speakable() loads them itself the first time a Chinese run needs wetext.
+    """
+    wetext_zh("3/4")
