@@ -92,3 +92,12 @@ def test_kws_spots_the_phrase_and_nothing_else(hear_fixtures):
     assert len(spot("wake_alone")) == 1
     assert spot("req_weather") == [] and spot("noise") == []
     kws.close()
+
+
+def test_hear_config_ranges_are_checked():
+    with pytest.raises(RkvoiceError, match="hear.max_request_s: 0.5 is out of range"):
+        cfg("hear.max_request_s=0.5")
+    with pytest.raises(RkvoiceError, match="hear.ack"):
+        cfg("hear.ack=beep")
+    with pytest.raises(RkvoiceError, match="unknown config key 'hear.wakeword'"):
+        cfg("hear.wakeword=你好")

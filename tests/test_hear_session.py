@@ -265,7 +265,7 @@ def test_file_replay_with_require_wake_ignores_speech_without_wake():
     s = HearSession(cfg_with(), ScriptedAsr(["今天几号"]), ScriptedWake([]), ScriptedSegmenter([(0.5, 1.5)]))
     loop = TurnLoop(s, FakeResponder(FakeClock()), clock=FakeClock())
     assert loop.run_file(ListSource(3.0), require_wake=True) == []
-    assert loop.wakes == []
+    assert list(loop.wakes) == []
 
 
 def test_live_loop_returns_on_stop_while_the_microphone_gives_nothing():

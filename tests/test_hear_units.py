@@ -184,6 +184,3 @@ def test_voice_cue_is_synthesised_once_at_load():
     cue = AckCue(cfg, rate=16000, tts_factory=lambda c, text: Tts())
     cue.load()
     assert calls == ["我在"] and abs(len(cue.samples) - 1600) <= 2
-    bad = AckCue(load_config([parse_override("hear.ack=beep")]))
-    with pytest.raises(RkvoiceError, match="chime, none, voice"):
-        bad.load()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Protocol
 
@@ -26,6 +27,8 @@ from rkvoice.hear.vad import Segment
 from rkvoice.timeline import Timeline, summarize, write_json_atomic
 
 log = logging.getLogger(__name__)
+
+KEEP = 64  # turns and wakes remembered (a daemon runs for weeks)
 
 
 class Responder(Protocol):
@@ -131,8 +134,8 @@ class TurnLoop:
         self.cue_out = cue_out
         self.clock = clock or MonotonicClock()
         self.on_turn = on_turn
-        self.turns: list[TurnRecord] = []
-        self.wakes: list[Wake] = []
+        self.turns: deque[TurnRecord] = deque(maxlen=KEEP)
+        self.wakes: deque[Wake] = deque(maxlen=KEEP)
         self._pending: Timeline | None = None
         self._current: TurnRecord | None = None
         self._cancel = threading.Event()
@@ -147,7 +150,7 @@ class TurnLoop:
         return tl
 
     def _speech_end(self, seg: Segment, mode: Mode) -> None:
-        if mode in (Mode.IDLE, Mode.BUSY) or self._pending is None:
+        if mode is not Mode.LISTENING or self._pending is None:  # listening: the wake is already marked
             self._pending = self._timeline()
         silence_ms = round((seg.decided_s - seg.end_s) * 1000.0, 1)
         self._pending.mark("speech_end", audio_s=round(seg.end_s, 3), silence_ms=silence_ms,
@@ -240,7 +243,7 @@ class TurnLoop:
         for frame in source.frames():
             self._handle(self.session.accept(frame), sync=True)
         self._handle(self.session.flush(), sync=True)
-        return self.turns
+        return list(self.turns)
 
     def run_live(self, source: AudioSource, stop: threading.Event | None = None) -> list[TurnRecord]:
         """Microphone loop: runs until ``stop`` is set or the source ends (then the last turn finishes)."""
@@ -285,7 +288,7 @@ class TurnLoop:
             if stop.is_set() and self._current is not None:
                 self._cancel.set()
                 self.responder.cancel()
-        return self.turns
+        return list(self.turns)
 
 
 def write_metrics(path: str, records: list[TurnRecord]) -> None:
