@@ -144,6 +144,55 @@ def simulate(rknn: Any, float_copy: Path, mel: Any, frames: list[int]) -> dict:
     return result
 
 
+def build_generic(onnx_path: Path, out: Path, shapes: dict[str, list[int]], target: str,
+                  feeds: dict[str, Any], simulate_runs: bool) -> dict:
+    """Any fixed-shape ONNX graph (e.g. Matcha 64 tokens -> 599 frames, Vocos 600 frames) -> .rknn.
+
+    With ``simulate_runs``: simulator vs onnxruntime on the given feeds (random inputs where none
+    is given), SNR per output.
+    """
+    import numpy as np
+    import onnxruntime as ort
+    from rknn.api import RKNN
+
+    names = list(shapes)
+    rknn = RKNN(verbose=False)
+    rknn.config(target_platform=target)
+    if rknn.load_onnx(str(onnx_path), inputs=names, input_size_list=[shapes[n] for n in names]) != 0:
+        raise SystemExit(f"load_onnx({onnx_path}) failed")
+    t0 = time.monotonic()
+    if rknn.build(do_quantization=False) != 0:
+        raise SystemExit("rknn build failed (see the log above)")
+    report: dict = {"target": target, "onnx": str(onnx_path), "rknn": str(out), "build_s": round(time.monotonic() - t0, 2)}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if rknn.export_rknn(str(out)) != 0:
+        raise SystemExit(f"export_rknn({out}) failed")
+    report["rknn_bytes"] = out.stat().st_size
+    if simulate_runs:
+        if rknn.init_runtime() != 0:
+            raise SystemExit("init_runtime() (simulator) failed")
+        sess = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+        types = {i.name: i.type for i in sess.get_inputs()}
+        rng = np.random.default_rng(0)
+        inputs = []
+        for n in names:
+            if n in feeds:
+                arr = np.asarray(feeds[n])
+            elif "int" in types[n]:
+                arr = rng.integers(1, 10, size=shapes[n])
+            else:
+                arr = rng.standard_normal(shapes[n])
+            inputs.append(arr.astype(np.int64 if "int64" in types[n] else np.int32 if "int32" in types[n] else np.float32))
+        t1 = time.monotonic()
+        sim = rknn.inference(inputs=inputs, data_format="nchw")
+        report["sim_s"] = round(time.monotonic() - t1, 2)
+        ref = sess.run(None, dict(zip(names, inputs)))
+        report["snr_db"] = {o.name: round(snr_db(np.asarray(a).reshape(-1), np.asarray(b).reshape(-1)), 2)
+                            for o, a, b in zip(sess.get_outputs(), sim, ref)}
+    rknn.release()
+    return report
+
+
 TOOLKIT = "rknn-toolkit2==2.5.0"
 TOOLKIT_DEPS = ["protobuf<=4.25.4", "psutil", "ruamel.yaml", "scipy", "tqdm", "opencv-python-headless",
                 "fast-histogram", "numpy<=1.26.4", "onnx>=1.16,<1.19", "onnxruntime", "torch==2.13.0",
@@ -180,6 +229,14 @@ def main(argv: list[str] | None = None) -> int:
     vo.add_argument("--target", default="rk3576")
     vo.add_argument("--mel", type=Path, help="a [1, T, 80] .npy mel: simulate and report SNR")
     vo.add_argument("--json", action="store_true", help="print the report as one JSON line")
+    ge = sub.add_parser("generic", help="any fixed-shape ONNX (Matcha, Vocos) -> .rknn (+ simulator SNR)")
+    ge.add_argument("--onnx", type=Path, required=True)
+    ge.add_argument("--out", type=Path, required=True)
+    ge.add_argument("--shape", action="append", required=True, metavar="NAME=D,D,D", help="fixed input shape, per input")
+    ge.add_argument("--feed", action="append", default=[], metavar="NAME=FILE.npy", help="simulation input")
+    ge.add_argument("--simulate", action="store_true")
+    ge.add_argument("--target", default="rk3576")
+    ge.add_argument("--json", action="store_true")
     sv = sub.add_parser("setup-venv", help="create the rknn-toolkit2 venv (python 3.11; torch 2.13.0 CPU wheel)")
     sv.add_argument("venv", type=Path, nargs="?", default=Path(os.environ.get("RKNN_TOOLKIT_VENV", "/tmp/rknn-tk-venv")))
     sv.add_argument("--python", default="python3.11", help="a CPython 3.11 (the toolkit has cp311 wheels)")
@@ -190,6 +247,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "float-copy":
         n = strip_output_quantization(args.src, args.dst)
         log.info("wrote %s (%d Quantize/Dequantize nodes replaced)", args.dst, n)
+        return 0
+    if args.cmd == "generic":
+        import numpy as np
+
+        shapes = {k: [int(d) for d in v.split(",")] for k, v in (item.split("=", 1) for item in args.shape)}
+        feeds = {k: np.load(v) for k, v in (item.split("=", 1) for item in args.feed)}
+        report = build_generic(args.onnx, args.out, shapes, args.target, feeds, args.simulate)
+        sys.stdout.write(json.dumps(report) + "\n" if args.json else f"{report}\n")
         return 0
     if not args.onnx.is_file():
         ap.error(f"{args.onnx} not found (install the portable voice first: ./install.sh)")

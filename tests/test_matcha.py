@@ -171,7 +171,8 @@ def _fake_acoustic(path, tokens=64, frames=599, dynamic=False):
             helper.make_tensor("zeros80", f, [1, 80, 1], np.zeros(80, np.float32)),
             helper.make_tensor("burst", f, [1, 1, frames],
                                np.r_[np.zeros(frames - 6), np.ones(6)].astype(np.float32)),
-            helper.make_tensor("two", f, [1], [2.0]), helper.make_tensor("eleven", f, [1], [11.0])]
+            helper.make_tensor("two", f, [1], [2.0]), helper.make_tensor("eleven", f, [1], [11.0]),
+            helper.make_tensor("zero_f", f, [1], [0.0])]
     nodes = [
         helper.make_node("Cast", ["x_length"], ["lenf"], to=f),
         helper.make_node("Mul", ["lenf", "k"], ["v0"]),
@@ -180,7 +181,14 @@ def _fake_acoustic(path, tokens=64, frames=599, dynamic=False):
         helper.make_node("Cast", ["vb"], ["v"], to=f),
         helper.make_node("Max", ["v", "burst"], ["vv"]),            # noise burst in the last frames
         helper.make_node("Mul", ["vv", "eleven"], ["s"]),
-        helper.make_node("Sub", ["s", "eleven"], ["logmel"]),      # voiced 0, silent -11
+        helper.make_node("Sub", ["s", "eleven"], ["logmel0"]),     # voiced 0, silent -11
+        # x and noise_scale feed a term that is 0 for valid inputs (ids >= 0), so no input is unused
+        helper.make_node("Cast", ["x"], ["xf"], to=f),
+        helper.make_node("ReduceMin", ["xf"], ["xmin"], keepdims=0),
+        helper.make_node("Abs", ["noise_scale"], ["ns"]),
+        helper.make_node("Add", ["xmin", "ns"], ["xn"]),
+        helper.make_node("Min", ["xn", "zero_f"], ["nil"]),
+        helper.make_node("Add", ["logmel0", "nil"], ["logmel"]),
         helper.make_node("Add", ["logmel", "zeros80"], ["mel"]),
     ]
     if dynamic:  # output only as many frames as x has tokens * k (like the real ONNX Matcha)
@@ -201,11 +209,14 @@ def _fake_vocos(path, frames=600):
     bins = 513
     spectral = np.zeros((1, bins, 1), np.float32)
     spectral[0, 28, 0] = 60.0  # 28 * 16000 / 1024 = 437.5 Hz
-    phase_rate = (2 * np.pi * np.arange(bins) * 256 / 1024).astype(np.float32).reshape(1, bins, 1)
+    # phase advance per frame of bin k is 2*pi*k*hop/n_fft = k*pi/2; kept small (mod 2*pi, frame
+    # index mod 4) so fp16 on the NPU represents it
+    phase_rate = (np.pi / 2 * (np.arange(bins) % 4)).astype(np.float32).reshape(1, bins, 1)
     init = [helper.make_tensor("spec", f, [1, bins, 1], spectral),
             helper.make_tensor("rate", f, [1, bins, 1], phase_rate),
             helper.make_tensor("eleven", f, [1], [11.0]),
-            helper.make_tensor("ones", f, [1, bins, 1], np.ones(bins, np.float32))]
+            helper.make_tensor("ones", f, [1, bins, 1], np.ones(bins, np.float32)),
+            helper.make_tensor("zero_f", f, [1], [0.0])]
     nodes = [
         helper.make_node("ReduceMean", ["mels"], ["m"], axes=[1], keepdims=1),  # [1,1,T]
         helper.make_node("Add", ["m", "eleven"], ["m1"]),
@@ -214,15 +225,21 @@ def _fake_vocos(path, frames=600):
         helper.make_node("Shape", ["mels"], ["shp"]),
         helper.make_node("Gather", ["shp", "idx2"], ["tn"], axis=0),
         helper.make_node("Range", ["zero", "tn_s", "one"], ["ti"]),
-        helper.make_node("Cast", ["ti"], ["tf"], to=f),
+        helper.make_node("Mod", ["ti", "four"], ["tmod"]),
+        helper.make_node("Cast", ["tmod"], ["tf"], to=f),
         helper.make_node("Unsqueeze", ["tf", "axes01"], ["t3"]),                # [1,1,T]
-        helper.make_node("Mul", ["rate", "t3"], ["ph"]),
+        helper.make_node("Mul", ["rate", "t3"], ["ph0"]),
+        # a term that is always 0 but depends on the input keeps x/y from being constant-folded
+        helper.make_node("Abs", ["m"], ["am"]),
+        helper.make_node("Min", ["am", "zero_f"], ["nil"]),
+        helper.make_node("Add", ["ph0", "nil"], ["ph"]),
         helper.make_node("Cos", ["ph"], ["x"]),
         helper.make_node("Sin", ["ph"], ["y"]),
     ]
     init += [helper.make_tensor("idx2", TensorProto.INT64, [1], [2]),
              helper.make_tensor("zero", TensorProto.INT64, [], [0]),
              helper.make_tensor("one", TensorProto.INT64, [], [1]),
+             helper.make_tensor("four", TensorProto.INT64, [], [4]),
              helper.make_tensor("axes01", TensorProto.INT64, [2], [0, 1])]
     nodes.insert(6, helper.make_node("Squeeze", ["tn"], ["tn_s"]))
     graph = helper.make_graph(nodes, "fake_vocos", [T("mels", f, [1, 80, fr])],
@@ -365,3 +382,46 @@ def test_empty_or_unspeakable_text_gives_no_audio(tmp_path):
     tts.load()
     audio, rate = tts.generate("☃☃")
     assert len(audio) == 0 and rate == 16000
+
+
+# ---------------------------------------------------------------- the same graphs through rknn-toolkit2
+
+def test_fake_matcha_and_vocos_build_for_rk3576_and_simulate_like_onnxruntime(tmp_path):
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from rkvoice.config import ROOT
+
+    py = Path(os.environ.get("RKNN_TOOLKIT_VENV", "/tmp/rknn-tk-venv")) / "bin" / "python"
+    if not py.exists():
+        pytest.skip(f"rknn-toolkit2 venv not found at {py.parent.parent}: create it with "
+                    "`python3 models/convert_rknn.py setup-venv --python python3.11` (1.5 GB)")
+    _fake_acoustic(tmp_path / "a.onnx")
+    _fake_vocos(tmp_path / "v.onnx")
+    x = np.zeros((1, 64), np.int64)
+    x[0, :30] = np.arange(1, 31)
+    feeds = {"x": x, "x_length": np.array([30], np.int64), "noise_scale": np.array([0.667], np.float32),
+             "length_scale": np.array([1.0], np.float32)}
+    for k, v in feeds.items():
+        np.save(tmp_path / f"{k}.npy", v)
+    mel = np.full((1, 80, 600), -11.0, np.float32)
+    mel[:, :, :120] = 0.0
+    np.save(tmp_path / "mels.npy", mel)
+
+    def convert(model, shapes, names):
+        cmd = [str(py), str(ROOT / "models" / "convert_rknn.py"), "generic", "--onnx", str(tmp_path / model),
+               "--out", str(tmp_path / (model + ".rknn")), "--simulate", "--json"]
+        for n, shp in shapes.items():
+            cmd += ["--shape", f"{n}={shp}"]
+        for n in names:
+            cmd += ["--feed", f"{n}={tmp_path / (n + '.npy')}"]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert res.returncode == 0, res.stderr[-2000:]
+        return json.loads(next(line for line in res.stdout.splitlines() if line.startswith("{")))
+
+    a = convert("a.onnx", {"x": "1,64", "x_length": "1", "noise_scale": "1", "length_scale": "1"}, feeds)
+    assert a["snr_db"]["mel"] >= 40, a
+    v = convert("v.onnx", {"mels": "1,80,600"}, ["mels"])
+    assert set(v["snr_db"]) == {"mag", "x", "y"} and min(v["snr_db"].values()) >= 40, v
