@@ -101,8 +101,10 @@ def main(argv: list[str] | None = None) -> int:
             return run_text(args.text, args, cfg)
         if args.say is not None:
             return run_say(args.say, args, cfg)
-        parser.print_help(sys.stderr)
-        return EXIT_USAGE
+        # no mode flag: the resident assistant (microphone loop; what the systemd service runs)
+        from rkvoice.daemon.entry import run_from_cli
+
+        return run_from_cli(args, lambda: load_cli_config(args))
     except RkvoiceError as err:
         log.debug("stopped by %s/%s", err.stage, err.code, exc_info=args.verbose)
         print(f"error: {err}", file=sys.stderr)

@@ -9,6 +9,7 @@ daemon process on scripted stages.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import logging
 import os
@@ -26,11 +27,13 @@ log = logging.getLogger(__name__)
 
 
 def setup_logging(verbose: bool = False) -> None:
-    """Log to stderr; under systemd (JOURNAL_STREAM set) journald adds the time itself."""
+    """INFO (one line per turn) or DEBUG (per chunk) to stderr; under systemd (JOURNAL_STREAM
+    set) journald adds the time itself. Replaces whatever the CLI configured."""
     fmt = "%(levelname)s %(name)s: %(message)s"
     if not os.environ.get("JOURNAL_STREAM"):
         fmt = "%(asctime)s " + fmt
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format=fmt, stream=sys.stderr)
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format=fmt, stream=sys.stderr,
+                        force=True)
 
 
 def resolve_plan(spec: str | None) -> Callable[[Config], Plan]:
@@ -71,6 +74,19 @@ def serve(load: Callable[[], Config], stages: str | None = None) -> int:
         log.error("%s", exc)
         return 2
     return run_daemon(cfg, plan, load)
+
+
+def run_from_cli(args: argparse.Namespace, load: Callable[[], Config]) -> int:
+    """``assistant.py`` without a mode flag. ``--no-play`` swaps the player for the null sink."""
+    setup_logging(getattr(args, "verbose", False))
+    if getattr(args, "no_play", False):
+        plain = load
+
+        def load() -> Config:
+            cfg = plain()
+            return dataclasses.replace(cfg, audio=dataclasses.replace(cfg.audio, player="null"))
+
+    return serve(load)
 
 
 def main(argv: list[str] | None = None) -> int:
