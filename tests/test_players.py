@@ -234,6 +234,10 @@ class FakeStream:
     def start(self):
         self.started = True
 
+    def die(self):
+        self.started = False
+        self.kwargs["finished_callback"]()
+
     def pull(self, frames):
         out = np.zeros((frames, 1), dtype=np.int16)
         self.kwargs["callback"](out, frames, None, None)
@@ -273,6 +277,40 @@ def test_sounddevice_player_feeds_callback_and_clear_drops_queue():
     p.clear()
     assert released.wait(2.0)
     t.join()
+
+
+def test_sounddevice_stream_that_stops_is_reported_and_reopened(caplog):
+    streams = []
+
+    def factory(**kw):
+        streams.append(FakeStream(**kw))
+        return streams[-1]
+
+    p = SounddevicePlayer(CFG, stream_factory=factory)
+    p.open()
+    p.write(block(5))
+    p.max_ahead = 0
+    blocked = threading.Event()
+    released = threading.Event()
+
+    def writer():
+        blocked.set()
+        p.write(block(6))  # waits for room on the device...
+        released.set()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    assert blocked.wait(2.0) and not released.wait(0.1)
+    with caplog.at_level(logging.WARNING, logger="rkvoice.audio.players"):
+        streams[0].die()  # ...which goes away (unplugged)
+        assert released.wait(2.0)  # the writer is not stuck
+        t.join()
+        p.write(block(7))
+    assert p.deaths == 1 and len(streams) == 2 and streams[1].started
+    assert any("stopped; opening it again" in r.getMessage() for r in caplog.records)
+    assert np.all(streams[1].pull(BLOCK) == 7)
+    p.close()
+    assert not streams[1].started
 
 
 def test_auto_selects_wav_without_sound_device(monkeypatch):

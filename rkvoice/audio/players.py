@@ -375,7 +375,8 @@ class SounddevicePlayer:
 
     ``write`` blocks while more than ``max_ahead_s`` is queued; ``clear`` empties the queue
     (the device keeps at most one callback block, ~20 ms); the callback plays zeros when
-    the queue runs dry.
+    the queue runs dry. A stream that stops by itself (device unplugged, PortAudio error)
+    is reported through its finished callback and opened again on the next write.
     """
 
     name = "sounddevice"
@@ -397,6 +398,9 @@ class SounddevicePlayer:
         self._cond = threading.Condition()
         self._stream: Any = None
         self._clears = 0
+        self._dead = False
+        self._stopping = False
+        self.deaths = 0
 
     def open(self) -> None:
         factory = self._factory
@@ -409,13 +413,16 @@ class SounddevicePlayer:
                 ) from exc
             factory = sd.OutputStream
         try:
-            self._stream = factory(
+            stream = factory(
                 samplerate=self.rate, channels=1, dtype="int16", blocksize=self.block, device=self.device,
-                callback=self._callback,
+                callback=self._callback, finished_callback=self._finished,
             )
-            self._stream.start()
+            stream.start()
         except Exception as exc:  # PortAudioError and friends
             raise RkvoiceError("player", "device", f"cannot open sound device {self.device or 'default'}: {exc}") from exc
+        with self._cond:
+            self._stream = stream
+            self._dead = False
 
     def _callback(self, outdata: Any, frames: int, time_info: Any, status: Any) -> None:
         out = np.zeros(frames, dtype=np.int16)
@@ -434,20 +441,43 @@ class SounddevicePlayer:
             self._cond.notify_all()
         outdata[:, 0] = out
 
+    def _finished(self) -> None:
+        with self._cond:
+            if not self._stopping:
+                self._dead = True
+                self._cond.notify_all()
+
+    def _revive(self) -> None:
+        """Report a stream that stopped by itself, drop what it held, open a new one."""
+        with self._cond:
+            old, self._stream = self._stream, None
+            self._queue.clear()
+            self._queued = 0
+            self.deaths += 1
+        log.warning("sound device %s stopped; opening it again", self.device or "default")
+        if old is not None:
+            try:
+                old.close()
+            except Exception:  # already broken; closing is best effort
+                log.debug("closing the dead stream failed", exc_info=True)
+        self.open()
+
     def write(self, block: np.ndarray) -> None:
         block = np.asarray(block, dtype=np.int16)
+        if self._dead or self._stream is None:
+            self._revive()
         with self._cond:
             gen = self._clears
-            self._cond.wait_for(lambda: self._queued <= self.max_ahead or self._clears != gen)
-            if self._clears != gen:
-                return
+            self._cond.wait_for(lambda: self._queued <= self.max_ahead or self._clears != gen or self._dead)
+            if self._clears != gen or self._dead:
+                return  # cleared (barge-in) or the device went away: this block is dropped
             self._queue.append(block)
             self._queued += len(block)
 
     def drain(self) -> None:
         with self._cond:
             gen = self._clears
-            self._cond.wait_for(lambda: self._queued == 0 or self._clears != gen)
+            self._cond.wait_for(lambda: self._queued == 0 or self._clears != gen or self._dead)
 
     def clear(self) -> None:
         with self._cond:
@@ -459,9 +489,11 @@ class SounddevicePlayer:
     def close(self) -> None:
         if self._stream is not None:
             self.drain()
-            self._stream.stop()
-            self._stream.close()
-            self._stream = None
+            with self._cond:
+                self._stopping = True
+                stream, self._stream = self._stream, None
+            stream.stop()
+            stream.close()
 
 
 class TeePlayer:
