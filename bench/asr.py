@@ -17,13 +17,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import numpy as np  # noqa: E402
-
-from rkvoice.config import load_config, parse_override  # noqa: E402
-from rkvoice.errors import RkvoiceError  # noqa: E402
-from rkvoice.hear.asr import ASR  # noqa: E402
-from rkvoice.hear.cer import cer, normalise  # noqa: E402
-from rkvoice.hear.sources import to_mono_16k  # noqa: E402
+from rkvoice.config import load_config, parse_override
+from rkvoice.errors import RkvoiceError
+from rkvoice.hear.asr import ASR
+from rkvoice.hear.cer import cer, normalise
+from rkvoice.hear.sources import to_mono_16k
 
 SENTENCES = [
     "今天天气怎么样",

@@ -55,7 +55,7 @@ def test_vad_hears_nothing_in_silence_and_noise(vad_ok, hear_fixtures):
 
 
 def test_vad_cuts_a_request_at_the_maximum_length(vad_ok, hear_fixtures):
-    (seg, *rest) = segments(hear_fixtures["req_alarm"][0], _cfg("hear.max_request_s=1.0"))
+    (seg, *_rest) = segments(hear_fixtures["req_alarm"][0], _cfg("hear.max_request_s=1.0"))
     assert seg.truncated and seg.decided_s == seg.end_s
     assert seg.end_s - seg.start_s == pytest.approx(1.0, abs=0.2)
     assert seg.duration_s == pytest.approx(seg.end_s - seg.start_s, abs=1e-6)
@@ -102,7 +102,7 @@ def test_file_replay_with_require_wake_decides_the_wake(name, vad_ok, hear_asr, 
 @pytest.mark.parametrize("name", ["req_weather", "req_alarm", "req_joke", "req_time"])
 def test_file_replay_transcribes_requests(name, vad_ok, hear_asr, hear_fixtures):
     _path, _text, wake_expected, request = hear_fixtures[name]
-    loop, turns = replay(name, hear_fixtures, hear_asr, require_wake=False)
+    _loop, turns = replay(name, hear_fixtures, hear_asr, require_wake=False)
     (turn,) = turns
     assert cer(request, turn.transcript) <= 0.15, turn.transcript
     assert turn.woke == wake_expected

@@ -88,7 +88,7 @@ class PhraseMatcher:
         syl = syllables(text)
         n = len(self.target)
         best: tuple[float, int, int] | None = None  # cost, -length, end index
-        for start in range(0, min(self.max_lead, max(0, len(syl) - 1)) + 1):
+        for start in range(min(self.max_lead, max(0, len(syl) - 1)) + 1):
             for length in (n, n - 1, n + 1):
                 if length <= 0 or start + length > len(syl):
                     continue

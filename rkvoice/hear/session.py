@@ -17,8 +17,8 @@ from __future__ import annotations
 import enum
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Union
 
 import numpy as np
 
@@ -63,7 +63,7 @@ class ListenTimeout:
     at_s: float
 
 
-HearEvent = Union[Wake, Request, ListenTimeout]
+HearEvent = Wake | Request | ListenTimeout
 
 
 class HearSession:

@@ -11,8 +11,9 @@ import logging
 import shutil
 import subprocess
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator, Protocol
+from typing import Protocol
 
 import numpy as np
 

@@ -75,8 +75,7 @@ class WhisperAsr:
 
 def simplify(text: str) -> str:
     """Drop Whisper's prompt echo and convert any traditional characters it still emits."""
-    if text.startswith(PROMPT):
-        text = text[len(PROMPT) :]
+    text = text.removeprefix(PROMPT)
     return _t2s(text).strip()
 
 
