@@ -53,8 +53,9 @@ class MatchaConfig:
     zh_syllables_per_s: float = 4.6
     en_phones_per_s: float = 12.0
     frame_margin: float = 1.1
-    espeak_lib_dir: str = ""
-    """Private dir of unpacked libespeak-ng1/libpcaudio0/libsonic0 (board); empty: system espeak-ng."""
+    espeak_lib_dir: str = "board/espeak/lib"
+    """Unpacked libespeak-ng1/libpcaudio0/libsonic0 + espeak-ng-data (board install), relative to
+    models.dir; when absent the system's espeak-ng is used."""
 
 
 @dataclass(frozen=True)
@@ -179,13 +180,13 @@ class LlmConfig:
     context: int = 2048
     max_tokens: int = 200
     """Longest answer in tokens; generation stops there."""
-    max_answer_chars: int = 240
+    max_answer_chars: int = 160
     """Longest spoken answer in characters; the rest is cut at a sentence end."""
     temperature: float = 0.7
     top_p: float = 0.8
     top_k: int = 20
     repeat_penalty: float = 1.05
-    timeout_s: float = 30.0
+    timeout_s: float = 45.0
     """Generation taking longer than this is aborted and the user is told."""
     history_turns: int = 4
     """Earlier question/answer pairs kept in the prompt."""

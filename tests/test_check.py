@@ -43,7 +43,7 @@ def test_rknn_build_version_from_file_bytes(tmp_path):
 
 BOARD_FILES = [
     "board/kws-zh/encoder.int8.onnx", "board/kws-zh/decoder.onnx", "board/kws-zh/joiner.int8.onnx",
-    "board/kws-zh/tokens.txt", "portable/vad/silero_vad.onnx", "board/paraformer-zh/model.int8.onnx",
+    "board/kws-zh/tokens.txt", "board/vad/silero_vad.onnx", "board/paraformer-zh/model.int8.onnx",
     "board/paraformer-zh/tokens.txt", "board/llm/qwen2.5-0.5b-instruct-w4a16.rkllm",
     "board/matcha-rknn/matcha-s64.rknn", "board/matcha-rknn/vocos-16khz-600.rknn",
     "board/matcha-zh-en/lexicon.txt", "board/matcha-zh-en/tokens.txt",

@@ -32,6 +32,11 @@ def test_unpack_preload_by_path_then_phonemize(debs, tmp_path):
                     "(the board image has it)")
     lib = espeak.unpack_debs(debs, tmp_path / "espeak")
     assert (lib / "libespeak-ng.so.1").exists() and (lib / "espeak-ng-data" / "phontab").exists()
+    # links are relative, so the install directory can move
+    moved = tmp_path / "moved"
+    (tmp_path / "espeak").rename(moved)
+    lib = moved / "lib"
+    assert (lib / "espeak-ng-data" / "phontab").exists()
     # In a fresh interpreter: preload by absolute path, then a by-soname load must hit our copy.
     code = (
         "import ctypes, sys\n"

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from rkvoice.board import versions
+from rkvoice.board.espeak import espeak_lib_dir
 from rkvoice.config import ROOT, Config
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ def _engine_files(cfg: Config, engine: str) -> list[tuple[Path, ...]]:
         d = m / "board" / "kws-zh"
         return [(d / f"{s}.int8.onnx", d / f"{s}.onnx") for s in ("encoder", "decoder", "joiner")] + [(d / "tokens.txt",)]
     if engine == "silero":
-        return [(m / "portable" / "vad" / "silero_vad.onnx",)]
+        return [(m / cfg.models.profile / "vad" / "silero_vad.onnx",)]
     if engine == "whisper":
         d = m / "portable" / "whisper-base"
         return [(d / n,) for n in ("model.bin", "config.json", "tokenizer.json", "vocabulary.json")]
@@ -85,11 +86,12 @@ def _engine_files(cfg: Config, engine: str) -> list[tuple[Path, ...]]:
         d = m / "portable" / "fastspeech2"
         return [(d / n,) for n in ("fastspeech2.onnx", "mb_melgan.onnx", "baker_mapper.json")]
     if engine == "vits":
-        if cfg.models.profile == "board":
-            d = m / "board" / "vits-aishell3"
-            return [(d / "vits-aishell3.int8.onnx", d / "vits-aishell3.onnx"), (d / "tokens.txt",)]
-        d = m / "portable" / "piper-joe"
-        return [(d / "model.onnx",), (d / "tokens.txt",)]
+        from rkvoice.tts.vits import VOICES
+
+        voice = VOICES["vits-zh-aishell3" if cfg.models.profile == "board" else "piper-joe"]
+        d = voice.dir(cfg)
+        files = [tuple(d / n for n in voice.models), (d / "tokens.txt",)]
+        return files + ([(d / voice.lexicon,)] if voice.lexicon else [])
     return []
 
 
@@ -204,17 +206,18 @@ def _check_rkllm(cfg: Config, st: StageCheck) -> None:
 
 
 def _check_espeak(cfg: Config, st: StageCheck) -> None:
-    lib_dir = cfg.tts.matcha.espeak_lib_dir
-    if lib_dir:
+    lib_dir = espeak_lib_dir(cfg)
+    if lib_dir is not None:
         from rkvoice.board.espeak import PRELOAD_ORDER
 
-        missing = [n for n in PRELOAD_ORDER if not (Path(lib_dir) / n).exists()]
-        if not (Path(lib_dir) / "espeak-ng-data" / "phontab").exists():
+        missing = [n for n in PRELOAD_ORDER if not (lib_dir / n).exists()]
+        if not (lib_dir / "espeak-ng-data" / "phontab").exists():
             missing.append("espeak-ng-data/phontab")
         if missing:
             st.notes.append(f"espeak-ng copy in {lib_dir} lacks {', '.join(missing)}: English words will be skipped")
     elif ctypes.util.find_library("espeak-ng") is None:
-        st.notes.append("no espeak-ng (tts.matcha.espeak_lib_dir unset, none on the system): English words are skipped")
+        st.notes.append("no espeak-ng (no unpacked copy at tts.matcha.espeak_lib_dir, none on the system): "
+                        "English words are skipped")
 
 
 def has_input_device() -> bool:

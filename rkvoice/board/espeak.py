@@ -15,12 +15,17 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import os
 import shutil
 import subprocess
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rkvoice.errors import RkvoiceError
+
+if TYPE_CHECKING:
+    from rkvoice.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -66,13 +71,23 @@ def unpack_debs(debs: list[Path], dest: Path) -> Path:
         link = lib / "espeak-ng-data"
         if link.is_symlink() or link.exists():
             link.unlink()
-        link.symlink_to(data.resolve())
+        link.symlink_to(os.path.relpath(data, lib))  # relative: the install dir may move
     missing = [n for n in PRELOAD_ORDER if not (lib / n).exists()]
     if missing:
         raise RkvoiceError("install", "bad-deb", f"after unpacking, {lib} lacks {', '.join(missing)}; "
                            f"unpack all of: {', '.join(PACKAGES)}")
     log.info("espeak-ng unpacked into %s", lib)
     return lib
+
+
+def espeak_lib_dir(cfg: "Config") -> Path | None:
+    """``tts.matcha.espeak_lib_dir`` (relative to models.dir) when it holds an unpacked copy, else None."""
+    raw = cfg.tts.matcha.espeak_lib_dir
+    if not raw:
+        return None
+    p = Path(raw)
+    p = p if p.is_absolute() else cfg.models.path / p
+    return p if p.is_dir() else None
 
 
 _loaded: dict[Path, ctypes.CDLL] = {}

@@ -67,7 +67,7 @@ class MatchaTts:
             raise RkvoiceError("tts", "missing-model",
                                f"matcha voice files missing: {'; '.join(missing)}; run ./install.sh "
                                "--profile board (or set tts.matcha.dir to a directory holding them)")
-        phonemizer = self._phonemizer or _system_phonemizer(mc.espeak_lib_dir)
+        phonemizer = self._phonemizer or _system_phonemizer(self.cfg)
         self.frontend = MatchaFrontend.from_files(files["lexicon"], files["tokens"], phonemizer)
         threads, mask = self.cfg.tts.threads, self.cfg.tts.matcha_core_mask
         self.acoustic = open_model(files["acoustic"], threads=threads, core_mask=mask, what="Matcha acoustic")
@@ -193,12 +193,12 @@ def _stft_parts(outs: list[np.ndarray], frames: int) -> tuple[np.ndarray, np.nda
                        "(or mag, phase)")
 
 
-def _system_phonemizer(lib_dir: str) -> Phonemizer | None:
-    """espeak-ng for English words, from the private board copy or the system; None if absent."""
+def _system_phonemizer(cfg: Config) -> Phonemizer | None:
+    """espeak-ng for English words: the unpacked board copy (tts.matcha.espeak_lib_dir) or the system's."""
     try:
-        from rkvoice.board.espeak import Espeak
+        from rkvoice.board.espeak import Espeak, espeak_lib_dir
 
-        return Espeak.open(Path(lib_dir) if lib_dir else None).phonemize
+        return Espeak.open(espeak_lib_dir(cfg)).phonemize
     except RkvoiceError as exc:
         log.warning("matcha: English words will be skipped: %s", exc)
         return None
