@@ -92,6 +92,8 @@ def test_chinese(text: str, want: str) -> None:
     ("电话 138-1234-5678", "电话 一三八一二三四五六七八"),
     ("客服 10086", "客服 一零零八六"),
     ("110", "一一零"),
+    ("请拨打 110 或 120。", "请拨打 一一零 或 一二零。"),
+    ("拨打110、119或120", "拨打一一零、一一九或一二零"),
 ])
 def test_phone_and_service_numbers_digit_by_digit(text: str, want: str) -> None:
     assert one(speakable(text)) == want

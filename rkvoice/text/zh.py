@@ -91,8 +91,29 @@ def _percent(m: re.Match[str]) -> str:
 
 _CURRENCY = {"¥": "元", "￥": "元", "$": "美元", "€": "欧元", "£": "英镑"}
 
+class _UntilStable:
+    """A pattern whose substitution repeats while it changes the text (for chained matches)."""
+
+    def __init__(self, pattern: str, limit: int = 8) -> None:
+        self.pattern = re.compile(pattern)
+        self.limit = limit
+
+    def sub(self, repl: Callable[[re.Match[str]], str], text: str) -> str:
+        for _ in range(self.limit):
+            new = self.pattern.sub(repl, text)
+            if new == text:
+                break
+            text = new
+        return text
+
+
+# A number after a phone word, or after a phone number read out and 或/和/、 (拨打 110 或 120).
+_PHONE_IN_CONTEXT = _UntilStable(
+    rf"(?P<c>(?:{_PHONE_BEFORE}\s*[:：是为]?|[幺零二三四五六七八九]{{3,}}\s?(?:或者|或|和|、|/))\s*)"
+    rf"(?P<n>\d{{3,}}(?:[- ]\d{{3,}})*)(?![\d.]|\s?[{_MEASURE}])")
+
 # (pattern, replacement) in order; each turns digits into Chinese characters.
-_RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
+_RULES: list[tuple[re.Pattern[str] | _UntilStable, Callable[[re.Match[str]], str]]] = [
     (re.compile(r"(?<![\d.])(?P<y>\d{4})\s*(?P<sep>[-/.])\s*(?P<mo>\d{1,2})\s*(?P=sep)\s*(?P<d>\d{1,2})"
                 r"(?P<hao>)(?![\d:/]|\.\d)"), _date),
     (re.compile(r"(?<!\d)(?P<y>\d{4})\s*年\s*(?P<mo>\d{1,2})\s*月\s*(?P<d>\d{1,2})\s*(?P<hao>[日号])"), _date),
@@ -106,8 +127,7 @@ _RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
     (re.compile(r"(?<![\d.])\d+(?:\.\d+){2,}(?![\d]|\.\d)"), lambda m: cn_digits(m.group())),
     (re.compile(r"(?<!\d)(?:\+?86[- ]?)?1[3-9]\d[- ]?\d{4}[- ]?\d{4}(?!\d)"), lambda m: _phone(m.group())),
     (re.compile(r"(?<!\d)(?:0\d{2,3}-\d{7,8}|[48]00-?\d{3}-?\d{4})(?!\d)"), lambda m: _phone(m.group())),
-    (re.compile(rf"(?P<c>{_PHONE_BEFORE}\s*[:：是为]?\s*)(?P<n>\d{{3,}}(?:[- ]\d{{3,}})*)(?![\d.]|\s?[{_MEASURE}])"),
-     lambda m: m["c"] + _phone(m["n"])),
+    (_PHONE_IN_CONTEXT, lambda m: m["c"] + _phone(m["n"])),
     (re.compile(r"(?<![\d.])(?P<n>\d{3,5})(?![\d.])(?=\s?(?:急救|报警|火警|匪警|热线|服务|求助|电话))"),
      lambda m: _phone(m["n"]) if m["n"] in _SERVICE_CODES else m.group()),
     (re.compile(rf"(?<![\d.])(?P<a>{_NUM})\s?[~～—至]\s?(?P<b>{_NUM})"), lambda m: m["a"] + "到" + m["b"]),
