@@ -21,7 +21,8 @@ import os
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from rkvoice.clock import Clock
 from rkvoice.errors import RkvoiceError

@@ -11,17 +11,17 @@ RATE = 16000
 
 
 def tone(seconds: float, amp: float = 0.3, freq: float = 220.0, rate: int = RATE) -> np.ndarray:
-    t = np.arange(int(round(seconds * rate))) / rate
+    t = np.arange(round(seconds * rate)) / rate
     return (amp * np.sin(2 * np.pi * freq * t)).astype(np.float32)
 
 
 def silence(seconds: float, rate: int = RATE) -> np.ndarray:
-    return np.zeros(int(round(seconds * rate)), dtype=np.float32)
+    return np.zeros(round(seconds * rate), dtype=np.float32)
 
 
 def noise(seconds: float, amp: float, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
-    return (amp * rng.uniform(-1, 1, int(round(seconds * RATE)))).astype(np.float32)
+    return (amp * rng.uniform(-1, 1, round(seconds * RATE))).astype(np.float32)
 
 
 # -- leading trim ------------------------------------------------------------------------

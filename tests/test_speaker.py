@@ -50,7 +50,7 @@ class ScriptedEngine:
             raise RuntimeError(f"boom on {text}")
         synth_s, audio_s = self.script[text]
         self.clock.sleep(synth_s)
-        n = int(round(audio_s * RATE))
+        n = round(audio_s * RATE)
         freq = 200.0 + 10 * len(self.calls)
         return (0.3 * np.sin(2 * np.pi * freq * np.arange(n) / RATE)).astype(np.float32), RATE
 

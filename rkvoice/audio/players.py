@@ -24,7 +24,8 @@ import time
 import wave
 from collections import deque
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
+from collections.abc import Callable
 
 import numpy as np
 

@@ -25,7 +25,7 @@ def trim_lead(x: np.ndarray, rate: int, threshold: float = LEAD_THRESHOLD, keep_
     above = np.flatnonzero(np.abs(x) > threshold)
     if above.size == 0:
         return x[:0]
-    start = max(0, int(above[0]) - int(round(keep_ms * rate / 1000.0)))
+    start = max(0, int(above[0]) - round(keep_ms * rate / 1000.0))
     return x[start:]
 
 
@@ -84,7 +84,7 @@ def trim_tail(
     with no long run (a very short word) is returned unchanged.
     """
     x = np.asarray(x, dtype=np.float32)
-    n = max(1, int(round(win_ms * rate / 1000.0)))
+    n = max(1, round(win_ms * rate / 1000.0))
     if len(x) < 2 * n:
         return x
     rms = window_rms(x, n)
@@ -94,7 +94,7 @@ def trim_tail(
     long_runs = [r for r in voiced_runs(rms > thr, bridge) if r[1] - r[0] >= min_run]
     if not long_runs:
         return x
-    end = long_runs[-1][1] * n + int(round(keep_ms * rate / 1000.0))
+    end = long_runs[-1][1] * n + round(keep_ms * rate / 1000.0)
     return x[: min(len(x), end)]
 
 
@@ -117,7 +117,7 @@ def _resample_poly(x: np.ndarray, src_rate: int, dst_rate: int) -> np.ndarray:
         from scipy.signal import resample_poly
     except ImportError:
         log.warning("neither soxr nor scipy is installed; resampling by linear interpolation")
-        n_out = int(round(len(x) * dst_rate / src_rate))
+        n_out = round(len(x) * dst_rate / src_rate)
         t = np.arange(n_out) * (src_rate / dst_rate)
         return np.interp(t, np.arange(len(x)), x).astype(np.float32)
     return resample_poly(x, up, down).astype(np.float32)
@@ -126,7 +126,7 @@ def _resample_poly(x: np.ndarray, src_rate: int, dst_rate: int) -> np.ndarray:
 def fade_edges(x: np.ndarray, rate: int, ms: float = 10.0) -> np.ndarray:
     """Raised-cosine fade-in and fade-out of ``ms`` each, so seams between pieces don't click."""
     x = np.array(x, dtype=np.float32, copy=True)
-    n = min(int(round(ms * rate / 1000.0)), len(x) // 2)
+    n = min(round(ms * rate / 1000.0), len(x) // 2)
     if n <= 0:
         return x
     ramp = (0.5 - 0.5 * np.cos(np.linspace(0.0, np.pi, n, endpoint=False) + np.pi / n)).astype(np.float32)
