@@ -35,9 +35,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 import os
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
