@@ -242,3 +242,45 @@ def test_registry_names_and_auto(tmp_path: Path) -> None:
     assert engine_name(Config(models=ModelsConfig(profile="board"))) == "rkllm"
     with pytest.raises(RkvoiceError, match="choose one of: llama, rkllm"):
         engine_name(Config(llm=LlmConfig(engine="gpt")))
+
+
+def test_player_about_to_run_dry_cuts_pending_text_at_a_comma(tmp_path: Path) -> None:
+    import time
+
+    deltas = ["从前有一座山。", "山里", "有座庙，", "庙里", "有个", "老和尚", "在讲", "故事。"]
+    clock, llm, tl, tts, speaker, answerer, _ = make(tmp_path, deltas, token_s=0.4)
+    said = [0]
+    real_say = speaker.say
+
+    def say(piece: str, turn: int) -> None:
+        said[0] += 1
+        real_say(piece, turn)
+
+    speaker.say = say  # type: ignore[method-assign]
+
+    def settle() -> None:  # let the speaker threads catch up before fake time moves on
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            ev = tl.events
+            n_chunk = sum(e["name"] == "chunk" for e in ev)
+            if n_chunk >= said[0] and sum(e["name"] == "play_chunk" for e in ev) == n_chunk:
+                return
+            time.sleep(0.001)
+
+    real_stream = llm.stream
+
+    def stream(messages):  # type: ignore[no-untyped-def]
+        for d in real_stream(messages):
+            settle()
+            yield d
+
+    llm.stream = stream  # type: ignore[method-assign]
+    answerer.ask("讲个故事", tl)
+    speaker.close()
+    # 0.4 s per delta, 0.2 s of speech per character: the first sentence (1.4 s of audio) runs
+    # out at 1.8 s while "庙里有个老和尚在讲故事。" completes only at 3.2 s. At 1.6 s the
+    # player is about to run dry, so "山里有座庙，" is spoken on its own, early.
+    assert [e["text"] for e in names(tl, "chunk")] == ["从前有一座山。", "山里有座庙，", "庙里有个老和尚在讲故事。"]
+    assert "".join(tts.calls) == "".join(deltas)
+    # the cut piece plays 1.6..3.0 s, the rest arrives at 3.2 s: a 200 ms gap instead of 1400 ms
+    assert tl.summary()["max_gap_ms"] == pytest.approx(200.0, abs=1.0)

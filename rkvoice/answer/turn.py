@@ -4,11 +4,16 @@ LLM deltas are cut into pieces as soon as each is safe to speak and handed to th
 so the first piece is synthesised and played while the model is still generating.
 Marks: ``route`` (tool name or llm), ``llm_first_token``, ``llm_done`` (from the LLM stream),
 ``answer`` (``text``, ``route``) when the whole answer text is known.
+
+When the LLM is slower than the listener expects at some moment (the player is about to run
+dry and nothing else is in flight), the text pending in the chunker is cut early at its last
+comma, so the listener hears a clause now instead of silence while the sentence completes.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +25,11 @@ from rkvoice.text.stream_chunker import StreamChunker
 from rkvoice.timeline import Timeline
 
 log = logging.getLogger(__name__)
+
+STARVE_MARGIN_S = 0.6
+"""Cut early when the audio handed to the player runs out within this time (synthesis + margin)."""
+MIN_EARLY_PIECE = 4
+_CLAUSE_END = re.compile(r"[，、；：,;:]")
 
 
 @dataclass
@@ -58,13 +68,20 @@ class Answerer:
             return Answered(reply.route, "", "stopped")
         turn = self.speaker.start_turn(timeline)
         chunker = StreamChunker(first=self.cfg.tts.first_chars, chunk=self.cfg.tts.chunk_chars)
+        start = timeline.mark("answer_start", turn=turn)
+        offset = self.clock.now() - start["t_ms"] / 1000.0  # clock time of the timeline's zero
         pieces = 0
+        last_say_ms = -1.0
         try:
             for delta in reply.deltas:
                 if cancel.is_set():
                     break
-                for piece in chunker.feed(delta):
+                ready = chunker.feed(delta)
+                if not ready and self._starving(timeline, turn, offset, last_say_ms):
+                    ready = self._cut_early(chunker)
+                for piece in ready:
                     self.speaker.say(piece, turn)
+                    last_say_ms = (self.clock.now() - offset) * 1000.0
                     pieces += 1
             if not cancel.is_set():
                 for piece in chunker.flush():
@@ -78,6 +95,37 @@ class Answerer:
             result = self.speaker.wait_done(turn)
         status = "cancelled" if cancel.is_set() else (result.status if result is not None else "queued")
         return Answered(reply.route, reply.text, status, pieces, turn, result)
+
+    def _starving(self, timeline: Timeline, turn: int, offset: float, last_say_ms: float) -> bool:
+        """Everything said so far is already with the player, and it plays out within the margin."""
+        chunk_ms, plays = -1.0, []
+        n_chunks = 0
+        for e in timeline.events:
+            if e.get("turn") != turn:
+                continue
+            if e["name"] == "chunk":
+                n_chunks += 1
+                chunk_ms = e["t_ms"]
+            elif e["name"] == "play_chunk":
+                plays.append((e["t_ms"], float(e["audio_s"])))
+        if not plays or len(plays) < n_chunks or last_say_ms > chunk_ms:
+            return False  # nothing heard yet, or a piece is still being synthesised
+        dry = None
+        for handed, audio_s in plays:
+            dry = (handed if dry is None else max(handed, dry)) + audio_s * 1000.0
+        now_ms = (self.clock.now() - offset) * 1000.0
+        return dry is not None and dry - now_ms < STARVE_MARGIN_S * 1000.0
+
+    @staticmethod
+    def _cut_early(chunker: StreamChunker) -> list[str]:
+        pending = chunker.pending
+        cuts = [m.end() for m in _CLAUSE_END.finditer(pending) if m.end() >= MIN_EARLY_PIECE]
+        if not cuts:
+            return []
+        piece, rest = pending[: cuts[-1]], pending[cuts[-1]:]
+        chunker.reset()
+        log.debug("player about to run dry: cutting %r early", piece)
+        return [piece, *chunker.feed(rest)]
 
     # -- rkvoice.hear.loop.Responder ------------------------------------------------------------
     def respond(self, text: str, timeline: Timeline, cancel: threading.Event) -> str:
