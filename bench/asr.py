@@ -63,7 +63,7 @@ def main() -> int:
         audio, rate = tts.generate(text)
         clips.append((text, to_mono_16k(audio, rate)))
     audio_s = sum(len(a) for _, a in clips) / 16000
-    runs = []
+    engines, runs = [], []
     for name in ASR.names():
         variants = [int(b) for b in args.beams.split(",")] if name == "whisper" else [None]
         for beam in variants:
@@ -75,27 +75,26 @@ def main() -> int:
             except RkvoiceError as exc:
                 runs.append({"engine": name, "installed": False, "why": str(exc)})
                 break
-            decode_s, errors, chars, out = 0.0, 0, 0, []
-            for text, audio in clips:
-                t0 = time.perf_counter()
-                hyp = engine.transcribe(audio)
-                dt = time.perf_counter() - t0
-                decode_s += dt
-                ref = normalise(text)
-                c = cer(text, hyp)
-                errors += round(c * len(ref))
-                chars += len(ref)
-                out.append({"ref": text, "hyp": hyp, "cer": round(c, 3), "ms": round(dt * 1000)})
-            runs.append({
-                "engine": name,
-                "beam": beam,
-                "threads": args.threads,
-                "load_s": round(load_s, 2),
-                "cer": round(errors / chars, 4),
-                "rtf": round(decode_s / audio_s, 3),
-                "mean_ms": round(1000 * decode_s / len(clips)),
-                "utterances": out,
-            })
+            run = {"engine": name, "beam": beam, "threads": args.threads, "load_s": round(load_s, 2),
+                   "decode_s": 0.0, "errors": 0, "chars": 0, "utterances": []}
+            engines.append((engine, run))
+            runs.append(run)
+    # interleaved (clip by clip, every engine in turn) so a busy machine hurts all engines alike
+    for text, audio in clips:
+        for engine, run in engines:
+            t0 = time.perf_counter()
+            hyp = engine.transcribe(audio)
+            dt = time.perf_counter() - t0
+            c = cer(text, hyp)
+            run["decode_s"] += dt
+            run["errors"] += round(c * len(normalise(text)))
+            run["chars"] += len(normalise(text))
+            run["utterances"].append({"ref": text, "hyp": hyp, "cer": round(c, 3), "ms": round(dt * 1000)})
+    for _engine, run in engines:
+        decode_s, errors, chars = run.pop("decode_s"), run.pop("errors"), run.pop("chars")
+        run["cer"] = round(errors / chars, 4)
+        run["rtf"] = round(decode_s / audio_s, 3)
+        run["mean_ms"] = round(1000 * decode_s / len(clips))
     print(json.dumps({"audio_s": round(audio_s, 2), "utterances": len(clips), "runs": runs},
                      ensure_ascii=False, indent=1))
     return 0
