@@ -118,6 +118,7 @@ else
   else
     fail "no usable Python: need python3.12, or python3 >= 3.10, or --python PATH, or --python-tarball FILE"
   fi
+  BASE="$("$BASE" -c 'import sys; print(sys.executable)')"  # through shims (pyenv) to the real binary
   if [ -x "$PY" ] && runs "$PY"; then
     echo "    reusing py312/ (Python $(pyver "$PY")); delete it to rebuild with $BASE"
   else
@@ -130,10 +131,17 @@ fi
 "$PY" -m pip --version >/dev/null 2>&1 || "$PY" -m ensurepip --upgrade >/dev/null 2>&1 \
   || fail "py312/ has no pip and ensurepip failed"
 
+# pip, minus one warning this kind of machine's pip.conf prints per package (file:// extra indexes
+# that lack most packages); every other line, and pip's exit status, pass through.
+pip_install() {  # pipefail: the status is pip's
+  "$PY" -m pip install -q --cache-dir "$CACHE/pip" "$@" 2>&1 \
+    | { grep -v -e 'is ignored: it is neither a file nor a directory' || true; }
+}
+
 # ---------------------------------------------------------------- packages
 step packages "pip install -r requirements/$PROFILE.txt -r requirements/test.txt (cache: .cache/pip)"
 mkdir -p "$CACHE/pip"
-"$PY" -m pip install -q --cache-dir "$CACHE/pip" -r "requirements/$PROFILE.txt" -r requirements/test.txt \
+pip_install -r "requirements/$PROFILE.txt" -r requirements/test.txt \
   || fail "pip install -r requirements/$PROFILE.txt failed (the pip error is above)"
 
 if [ "$PROFILE" = board ]; then
@@ -151,7 +159,7 @@ EOF
 )"
     [ -n "$RTV" ] || fail "cannot read the version string from $RT (strings $RT | grep 'librknnrt version')"
     echo "    librknnrt $RTV -> rknn-toolkit-lite2==$RTV"
-    "$PY" -m pip install -q --cache-dir "$CACHE/pip" "rknn-toolkit-lite2==$RTV" \
+    pip_install "rknn-toolkit-lite2==$RTV" \
       || fail "pip install rknn-toolkit-lite2==$RTV failed (it must equal the librknnrt version $RTV)"
   fi
 fi
