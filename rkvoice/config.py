@@ -118,6 +118,9 @@ class HearConfig:
     wake_phrase: str = "小智小智"
     wake_tolerance: float = 0.75
     """asr-match: largest pinyin mismatch cost accepted (a syllable off by initial or final = 0.5)."""
+    wake_probe_s: float = 2.5
+    """asr-match: a segment longer than this + 1.5 s is first checked on its first seconds only
+    (spares the CPU on long unrelated speech); 0: always transcribe whole segments."""
     kws_threshold: float = 0.25
     kws_score: float = 1.5
     threads: int = 2
@@ -140,6 +143,7 @@ class HearConfig:
     def __post_init__(self) -> None:
         checks = (
             ("wake_tolerance", 0.0 <= self.wake_tolerance <= 2.0, "between 0 and 2"),
+            ("wake_probe_s", self.wake_probe_s == 0 or 1.0 <= self.wake_probe_s <= 10.0, "0 (off) or 1 to 10"),
             ("threads", self.threads >= 1, "at least 1"),
             ("whisper_beam", 1 <= self.whisper_beam <= 10, "between 1 and 10"),
             ("vad_threshold", 0.0 < self.vad_threshold < 1.0, "between 0 and 1"),

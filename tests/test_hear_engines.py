@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from rkvoice.config import load_config, parse_override
@@ -100,3 +101,57 @@ def test_hear_config_ranges_are_checked():
         cfg("hear.ack=beep")
     with pytest.raises(RkvoiceError, match="unknown config key 'hear.wakeword'"):
         cfg("hear.wakeword=你好")
+
+
+class LengthAsr:
+    """Says the wake phrase (or not) and records how much audio each call got."""
+
+    name = "lengths"
+
+    def __init__(self, wake_at_start: bool) -> None:
+        self.wake_at_start = wake_at_start
+        self.seconds: list[float] = []
+
+    def transcribe(self, samples):
+        self.seconds.append(len(samples) / 16000)
+        head = "小智小智" if self.wake_at_start else "今天的新闻"
+        return head + ("，帮我关灯" if len(samples) > 40000 else "")
+
+
+def _segment(seconds: float):
+    from rkvoice.hear.vad import Segment
+
+    return Segment(np.zeros(int(seconds * 16000), np.float32), 1.0, 1.0 + seconds, 1.5 + seconds)
+
+
+def test_long_unrelated_speech_costs_one_short_probe():
+    asr = LengthAsr(wake_at_start=False)
+    wake = AsrMatchWake(cfg(), asr)
+    assert wake.check_segment(_segment(9.0)) is None
+    assert asr.seconds == [2.5]
+
+
+def test_long_wake_segment_is_probed_then_transcribed_whole():
+    asr = LengthAsr(wake_at_start=True)
+    hit = AsrMatchWake(cfg(), asr).check_segment(_segment(6.0))
+    assert asr.seconds == [2.5, 6.0]
+    assert hit is not None and hit.request == "帮我关灯" and hit.end_s == 7.0
+
+
+def test_short_segments_and_probe_off_transcribe_whole_once():
+    asr = LengthAsr(wake_at_start=True)
+    AsrMatchWake(cfg(), asr).check_segment(_segment(3.5))
+    AsrMatchWake(cfg("hear.wake_probe_s=0"), asr).check_segment(_segment(9.0))
+    assert asr.seconds == [3.5, 9.0]
+
+
+def test_native_decode_failures_become_asr_errors():
+    class Broken:
+        def transcribe(self, *a, **k):
+            raise RuntimeError("ctranslate2 out of memory")
+
+    asr = WhisperAsr(cfg())
+    asr._model = Broken()
+    with pytest.raises(RkvoiceError) as err:
+        asr.transcribe(np.zeros(16000, np.float32))
+    assert err.value.stage == "asr" and err.value.code == "decode-failed" and "out of memory" in str(err.value)

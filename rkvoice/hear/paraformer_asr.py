@@ -53,7 +53,10 @@ class ParaformerAsr:
     def transcribe(self, samples: np.ndarray) -> str:
         if self._rec is None:
             raise RuntimeError("ParaformerAsr.load() was not called")
-        stream = self._rec.create_stream()
-        stream.accept_waveform(16000, np.asarray(samples, dtype=np.float32))
-        self._rec.decode_stream(stream)
-        return stream.result.text.strip()
+        try:
+            stream = self._rec.create_stream()
+            stream.accept_waveform(16000, np.asarray(samples, dtype=np.float32))
+            self._rec.decode_stream(stream)
+            return stream.result.text.strip()
+        except Exception as exc:  # a native decode failure is this stage's error
+            raise RkvoiceError("asr", "decode-failed", f"paraformer could not decode the audio: {exc}") from exc

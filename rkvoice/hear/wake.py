@@ -25,6 +25,8 @@ from rkvoice.registry import Registry
 
 log = logging.getLogger(__name__)
 
+PROBE_MARGIN_S = 1.5  # segments up to probe + this are transcribed whole at once
+
 
 @dataclass(frozen=True)
 class WakeHit:
@@ -88,6 +90,7 @@ class AsrMatchWake:
         self.asr = asr
         self.segmenter = segmenter or Segmenter(cfg)
         self.matcher = PhraseMatcher(cfg.hear.wake_phrase, tolerance=cfg.hear.wake_tolerance)
+        self.probe_s = cfg.hear.wake_probe_s
         self.last_text = ""
         self.on_segment: Callable[[Segment], None] | None = None
         """Called when a segment closes, before its ASR (the loop marks speech_end there)."""
@@ -115,6 +118,14 @@ class AsrMatchWake:
         if self.on_segment is not None:
             self.on_segment(seg)
         t0 = time.monotonic()
+        probe_n = int(self.probe_s * 16000)
+        if self.probe_s > 0 and seg.duration_s > self.probe_s + PROBE_MARGIN_S:
+            # long speech (a TV, a conversation): look for the phrase in its first seconds only
+            head = self.asr.transcribe(seg.samples[:probe_n])
+            if self.matcher.match(head) is None:
+                self.last_text = head
+                log.debug("no wake at the start of a %.1f s segment: %r", seg.duration_s, head)
+                return None
         text = self.asr.transcribe(seg.samples)
         asr_ms = (time.monotonic() - t0) * 1000.0
         self.last_text = text

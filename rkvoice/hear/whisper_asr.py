@@ -57,6 +57,16 @@ class WhisperAsr:
         audio = np.asarray(samples, dtype=np.float32)
         if len(audio) < 1600:  # under 0.1 s: nothing to decode
             return ""
+        try:
+            return simplify(self._decode(audio))
+        except RkvoiceError:
+            raise
+        except Exception as exc:  # a native decode failure is this stage's error
+            raise RkvoiceError(
+                "asr", "decode-failed", f"whisper could not decode {len(audio) / 16000:.1f} s of audio: {exc}"
+            ) from exc
+
+    def _decode(self, audio: np.ndarray) -> str:
         segments, _info = self._model.transcribe(
             audio,
             language="zh",
@@ -69,8 +79,7 @@ class WhisperAsr:
             without_timestamps=True,
             vad_filter=False,
         )
-        text = "".join(seg.text for seg in segments).strip()
-        return simplify(text)
+        return "".join(seg.text for seg in segments).strip()
 
 
 def simplify(text: str) -> str:
