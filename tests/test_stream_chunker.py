@@ -120,6 +120,15 @@ def test_chinese_short_clause_waits() -> None:
     assert c.flush() == ["好，我"]
 
 
+def test_long_unbreakable_run_does_not_hold_back_earlier_words() -> None:
+    c = StreamChunker()
+    out = []
+    for ch in "see https://example.com/" + "a" * 400:
+        out += c.feed(ch)
+    assert out == ["see "]
+    assert c.flush() == ["https://example.com/" + "a" * 400]
+
+
 def test_flush_and_empty_stream() -> None:
     c = StreamChunker()
     assert c.flush() == []

@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _LATIN_WORD = re.compile(r"[A-Za-z]+")
+_ONE_ATOM = re.compile(r"(?:https?|ftp)://[!-~]*|[\dA-Za-z\u00C0-\u024F]*")
 
 
 def _words(text: str) -> int:
@@ -86,6 +87,8 @@ class StreamChunker:
 
     def _next_cut(self, final: bool) -> int | None:
         buf = self._buf
+        if _ONE_ATOM.fullmatch(buf):  # a single word or URL so far: nothing to decide (cheap check)
+            return None
         limit = self.first if self._emitted == 0 else self.chunk
         cuts = CutPoints(buf, final=final, lookahead=1, fine_lookahead=2,
                          open_brackets_block=len(buf) <= 4 * self.chunk)
@@ -131,6 +134,8 @@ class StreamChunker:
         for c in gaps:
             if _words(text[:c]) >= self.max_words:
                 return c
+        if gaps and cuts.size(0, cuts.n) > 4 * self.chunk:
+            return gaps[-1]  # a few very long "words" (URL, code): don't hold them back forever
         if final and sentence_ends:
             return sentence_ends[0]  # a sentence longer than max_words with no gap to cut at
         return None
