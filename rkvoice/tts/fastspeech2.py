@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
-from rkvoice.tts.pinyin_frontend import PinyinFrontend
+
+if TYPE_CHECKING:
+    from rkvoice.tts.pinyin_frontend import PinyinFrontend
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +95,12 @@ class FastSpeech2Tts:
         self._num_speakers = 1
 
     def load(self) -> None:
+        try:
+            from rkvoice.tts.pinyin_frontend import PinyinFrontend
+        except ImportError as exc:
+            raise RkvoiceError(
+                "tts", "missing-dependency", f"fastspeech2 needs {exc.name}: run ./install.sh"
+            ) from exc
         mapper = self.dir / FILES["mapper"]
         if not mapper.is_file():
             raise RkvoiceError(

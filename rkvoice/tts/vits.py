@@ -157,16 +157,17 @@ def _fields(buf: bytes | memoryview) -> list[tuple[int, int, int, int]]:
     return out
 
 
-def _entry(buf: bytes | memoryview, start: int, end: int) -> tuple[str, str]:
-    _, pos = _varint(buf, start)
+def _entry(buf: bytes | memoryview, start: int) -> tuple[str, str]:
+    """(key, value) of the StringStringEntryProto field starting at start."""
+    _, pos = _varint(buf, start)  # the field's tag
     length, pos = _varint(buf, pos)
     body = bytes(buf[pos : pos + length])
     kv = {1: "", 2: ""}
-    for number, wire, s, e in _fields(body):
+    for number, wire, field_start, _ in _fields(body):
         if wire == 2 and number in kv:
-            n, p = _varint(body, s)
-            ln, p = _varint(body, p)
-            kv[number] = body[p : p + ln].decode("utf-8")
+            _, p = _varint(body, field_start)
+            size, p = _varint(body, p)
+            kv[number] = body[p : p + size].decode("utf-8")
     return kv[1], kv[2]
 
 
@@ -176,7 +177,7 @@ def read_onnx_metadata(path: Path) -> dict[str, str]:
     fields = _fields(data)
     if not any(number == 7 and wire == 2 for number, wire, _, _ in fields):  # 7: graph
         raise ValueError("no graph in the file")
-    return dict(_entry(data, s, e) for number, wire, s, e in fields if number == _METADATA_FIELD)
+    return dict(_entry(data, start) for number, _, start, _ in fields if number == _METADATA_FIELD)
 
 
 def with_onnx_metadata(data: bytes, meta: dict[str, str]) -> bytes:
