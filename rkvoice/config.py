@@ -179,8 +179,9 @@ class LlmConfig:
     """llama (llama.cpp, portable), rkllm (RKLLM runtime on the NPU, board), or auto by profile."""
     model: str = ""
     """Model file; empty = the profile's default, relative = under models.dir."""
-    threads: int = 2
-    """llama.cpp threads. On a busy 2-core machine 1 is far faster (llama's threads spin at barriers)."""
+    threads: int = 1
+    """llama.cpp threads. 1 leaves a core to the TTS thread that runs alongside (overlap); with 2 on a
+    2-core machine llama's threads spin at barriers against TTS and collapse (see bench/overlap.py)."""
     context: int = 2048
     max_tokens: int = 200
     """Longest answer in tokens; generation stops there."""
