@@ -184,3 +184,28 @@ def test_voice_cue_is_synthesised_once_at_load():
     cue = AckCue(cfg, rate=16000, tts_factory=lambda c, text: Tts())
     cue.load()
     assert calls == ["我在"] and abs(len(cue.samples) - 1600) <= 2
+
+
+def test_player_cue_hands_int16_blocks_to_the_player():
+    import threading
+
+    from rkvoice.hear.loop import player_cue
+
+    class Recorder:
+        rate = 16000
+
+        def __init__(self):
+            self.blocks = []
+            self.done = threading.Event()
+
+        def write(self, block):
+            self.blocks.append(block)
+            if sum(map(len, self.blocks)) >= 2880:  # the 180 ms chime
+                self.done.set()
+
+    player = Recorder()
+    player_cue(player)(chime(16000))
+    assert player.done.wait(5)
+    assert all(b.dtype == np.int16 and len(b) == 320 for b in player.blocks)
+    pcm = np.concatenate(player.blocks)
+    assert 0.25 * 32767 < np.abs(pcm).max() <= 0.31 * 32767

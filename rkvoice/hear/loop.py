@@ -70,13 +70,23 @@ class SpeakerResponder:
         self.speaker.cancel()
 
 
-def player_cue(player: Any) -> Callable[[np.ndarray], None]:
-    """Play a cue through ``player`` (an opened rkvoice.audio.players Player) on a short thread."""
+def player_cue(player: Any, block_ms: int = 20) -> Callable[[np.ndarray], None]:
+    """Play a float32 cue (at ``player.rate``) through an opened Player, on a short thread.
+
+    Players take int16 blocks; the cue is cut into ``block_ms`` blocks so a clear() stops it
+    as quickly as speech.
+    """
+    from rkvoice.audio.post import to_blocks, to_pcm16
+
+    block = max(1, player.rate * block_ms // 1000)
 
     def play(samples: np.ndarray) -> None:
+        blocks = [to_pcm16(row) for row in to_blocks(samples, block)]
+
         def run() -> None:
             try:
-                player.write(samples)
+                for row in blocks:
+                    player.write(row)
             except Exception:  # a failed cue must not end the turn
                 log.warning("could not play the wake cue", exc_info=True)
 
