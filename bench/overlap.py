@@ -17,20 +17,21 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rkvoice.answer.assistant import Assistant  # noqa: E402
-from rkvoice.answer.turn import Answerer  # noqa: E402
-from rkvoice.audio.players import NullPlayer  # noqa: E402
-from rkvoice.clock import MonotonicClock  # noqa: E402
-from rkvoice.config import load_config, parse_override  # noqa: E402
-from rkvoice.errors import RkvoiceError  # noqa: E402
-from rkvoice.speaker import Speaker  # noqa: E402
-from rkvoice.timeline import Timeline  # noqa: E402
-from rkvoice.tts.registry import create_tts  # noqa: E402
+from rkvoice.answer.assistant import Assistant
+from rkvoice.answer.turn import Answerer
+from rkvoice.audio.players import NullPlayer
+from rkvoice.clock import MonotonicClock
+from rkvoice.config import load_config, parse_override
+from rkvoice.errors import RkvoiceError
+from rkvoice.speaker import Speaker
+from rkvoice.timeline import Timeline
+from rkvoice.tts.registry import create_tts
 
 
 class RecordingLlm:

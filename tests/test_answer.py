@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pytest
@@ -116,7 +116,7 @@ def names(tl: Timeline, name: str) -> list[dict]:
 
 def test_first_audio_plays_while_llm_still_generates(tmp_path: Path) -> None:
     audio_started = threading.Event()
-    clock, llm, tl, tts, speaker, answerer, events = make(tmp_path, STORY, gate=(6, audio_started))
+    _clock, _llm, tl, tts, speaker, answerer, events = make(tmp_path, STORY, gate=(6, audio_started))
     events["audio_first"] = audio_started  # the gate opens only once audio has reached the player
     answered = answerer.ask("给我讲一个关于月亮的小故事", tl)
     speaker.close()
@@ -134,7 +134,7 @@ def test_first_audio_plays_while_llm_still_generates(tmp_path: Path) -> None:
 
 
 def test_pieces_of_the_same_turn_keep_text_before_audio(tmp_path: Path) -> None:
-    clock, llm, tl, tts, speaker, answerer, _ = make(tmp_path, STORY)
+    _clock, _llm, tl, _tts, speaker, answerer, _ = make(tmp_path, STORY)
     answerer.ask("讲个故事", tl)
     speaker.close()
     chunks = {e["index"]: e["t_ms"] for e in names(tl, "chunk")}
@@ -144,7 +144,7 @@ def test_pieces_of_the_same_turn_keep_text_before_audio(tmp_path: Path) -> None:
 
 
 def test_tool_answers_skip_the_llm(tmp_path: Path) -> None:
-    clock, llm, tl, tts, speaker, answerer, _ = make(tmp_path, ["不该出现"])
+    _clock, llm, tl, tts, speaker, answerer, _ = make(tmp_path, ["不该出现"])
     answered = answerer.ask("现在几点", tl)
     speaker.close()
     assert answered.route == "tool:time" and answered.text == "现在是晚上十点零五分。"
@@ -154,7 +154,7 @@ def test_tool_answers_skip_the_llm(tmp_path: Path) -> None:
 
 
 def test_stop_request_cancels_speech(tmp_path: Path) -> None:
-    clock, llm, tl, tts, speaker, answerer, _ = make(tmp_path, [])
+    _clock, _llm, tl, tts, speaker, answerer, _ = make(tmp_path, [])
     cancelled: list[bool] = []
     real_cancel = speaker.cancel
     speaker.cancel = lambda: (cancelled.append(True), real_cancel())  # type: ignore[method-assign]
@@ -165,7 +165,7 @@ def test_stop_request_cancels_speech(tmp_path: Path) -> None:
 
 def test_cancel_mid_answer_aborts_llm_and_keeps_no_history(tmp_path: Path) -> None:
     gate = threading.Event()
-    clock, llm, tl, tts, speaker, answerer, events = make(tmp_path, STORY, gate=(4, gate))
+    _clock, llm, tl, _tts, speaker, answerer, events = make(tmp_path, STORY, gate=(4, gate))
     cancel = threading.Event()
     result: list = []
     t = threading.Thread(target=lambda: result.append(answerer.ask("讲个故事", tl, cancel)))
@@ -248,7 +248,7 @@ def test_player_about_to_run_dry_cuts_pending_text_at_a_comma(tmp_path: Path) ->
     import time
 
     deltas = ["从前有一座山。", "山里", "有座庙，", "庙里", "有个", "老和尚", "在讲", "故事。"]
-    clock, llm, tl, tts, speaker, answerer, _ = make(tmp_path, deltas, token_s=0.4)
+    _clock, llm, tl, tts, speaker, answerer, _ = make(tmp_path, deltas, token_s=0.4)
     said = [0]
     real_say = speaker.say
 

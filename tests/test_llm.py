@@ -14,7 +14,7 @@ from rkvoice.errors import RkvoiceError
 
 pytest.importorskip("cyllama", reason="cyllama (llama.cpp) is not installed: pip install cyllama==0.2.18")
 
-from rkvoice.answer.llm.llama import LlamaEngine  # noqa: E402
+from rkvoice.answer.llm.llama import LlamaEngine
 
 # Short answers keep this fast on a busy 2-core machine; 1 thread avoids llama's spin barriers.
 CFG = Config(llm=dataclasses.replace(LlmConfig(), max_tokens=12, threads=1, context=512))

@@ -137,9 +137,9 @@ def test_missing_values_are_left_out(tmp_path: Path) -> None:
     ("运行多久了", "已经运行了三小时五分钟。"),
     ("开机多长时间了", "已经运行了三小时五分钟。"),
     ("负载多少", "一分钟平均负载零点五二。"),
-    ("系统状态怎么样", "芯片五十点八度，处理器五十二点七度，神经网络处理器四十九点九度，图形处理器四十八度，"
-                  "内存芯片四十五度，内存共三千八百九十三兆，可用二千三百四十兆，已经运行了三小时五分钟，"
-                  "一分钟平均负载零点五二。"),
+    ("系统状态怎么样", ("芯片五十点八度，处理器五十二点七度，神经网络处理器四十九点九度，图形处理器四十八度，"
+                   "内存芯片四十五度，内存共三千八百九十三兆，可用二千三百四十兆，已经运行了三小时五分钟，"
+                   "一分钟平均负载零点五二。")),
 ])
 def test_memory_uptime_load_status(q: str, expected: str, tmp_path: Path) -> None:
     assert ask(q, fake_machine(tmp_path, RK3576_ZONES)).text == expected
@@ -164,7 +164,7 @@ def test_ip(q: str, tmp_path: Path) -> None:
 
 
 def test_ip_offline_and_real(tmp_path: Path) -> None:
-    ctx = make_ctx(tmp_path, extra={"ip_addresses": lambda: []})
+    ctx = make_ctx(tmp_path, extra={"ip_addresses": list})
     assert ask("本机IP", ctx).text == "现在没有联网，没有网络地址。"
     assert ask("本机IP", make_ctx(tmp_path / "r")).tool == "ip"
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Callable, Iterator
 
 from rkvoice.answer.conversation import Conversation
 from rkvoice.answer.generate import LlmStream

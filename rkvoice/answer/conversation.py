@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from datetime import datetime
-from typing import Callable
 
 from rkvoice.answer.llm.base import Message
 from rkvoice.config import Config

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 from rkvoice.answer.llm.base import LlmEngine, Message
 from rkvoice.clock import Clock, MonotonicClock

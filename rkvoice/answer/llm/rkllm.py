@@ -14,9 +14,10 @@ import ctypes
 import logging
 import queue
 import threading
+from collections.abc import Iterator
 from ctypes import POINTER, byref, c_int
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from rkvoice.answer.llm import rkllm_abi as abi_mod
 from rkvoice.answer.llm.base import Message, chatml, model_path
@@ -77,7 +78,7 @@ class RkllmEngine:
         param.is_async = False
         param.extend_param.base_domain_id = llm.rkllm_base_domain_id
         param.extend_param.enabled_cpus_mask = llm.rkllm_cpus_mask
-        param.extend_param.enabled_cpus_num = bin(llm.rkllm_cpus_mask).count("1")
+        param.extend_param.enabled_cpus_num = llm.rkllm_cpus_mask.bit_count()
         self._callback = abi_mod.LLMResultCallback(self._on_result)
         if self.abi.callbacks_struct:
             self._callbacks13 = abi_mod.RKLLMCallback13(result_callback=self._callback)
@@ -134,7 +135,7 @@ class RkllmEngine:
             infer.max_new_tokens = self.cfg.llm.max_tokens
         try:
             ret = self.lib.rkllm_run(self.handle, byref(inp), byref(infer), None)
-        except Exception as exc:  # pragma: no cover - ctypes errors
+        except (ctypes.ArgumentError, OSError) as exc:  # bad arguments reaching the runtime
             self._q.put(("exception", exc))
             ret = -1
         self._q.put((_DONE, ret))

@@ -8,8 +8,21 @@ from __future__ import annotations
 
 import ctypes
 from ctypes import (
-    CFUNCTYPE, POINTER, Structure, Union, c_bool, c_char_p, c_float, c_int, c_int8, c_int32,
-    c_size_t, c_uint8, c_uint32, c_uint64, c_void_p,
+    CFUNCTYPE,
+    POINTER,
+    Structure,
+    Union,
+    c_bool,
+    c_char_p,
+    c_float,
+    c_int,
+    c_int8,
+    c_int32,
+    c_size_t,
+    c_uint8,
+    c_uint32,
+    c_uint64,
+    c_void_p,
 )
 from dataclasses import dataclass
 from typing import Any

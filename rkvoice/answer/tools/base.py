@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rkvoice.answer.tools.reminders import ReminderScheduler
@@ -32,8 +33,8 @@ class ToolContext:
 
     now: Callable[[], datetime] = _local_now
     """Wall-clock time with the local time zone."""
-    store: "StateStore | None" = None
-    scheduler: "ReminderScheduler | None" = None
+    store: StateStore | None = None
+    scheduler: ReminderScheduler | None = None
     sys_root: Path = Path("/sys")
     proc_root: Path = Path("/proc")
     extra: dict[str, object] = field(default_factory=dict)

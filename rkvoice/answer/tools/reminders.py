@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, Callable
+from typing import Any
 
 from rkvoice.answer.tools.base import ToolAnswer, ToolContext
 from rkvoice.answer.tools.when import parse_when
@@ -45,7 +46,7 @@ def spoken_due(due: datetime, now: datetime) -> str:
 
 
 def spoken_delta(delta: timedelta) -> str:
-    s = int(round(delta.total_seconds()))
+    s = round(delta.total_seconds())
     if s < 60:
         return f"{cn_int(s)}秒"
     minutes = s // 60

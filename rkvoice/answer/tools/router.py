@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import logging
 
-from rkvoice.answer.tools import arithmetic, clock, device, network, reminders, stop, todos
+from rkvoice.answer.tools import (
+    arithmetic,
+    clock,
+    device,
+    network,
+    reminders,
+    stop,
+    todos,
+)
 from rkvoice.answer.tools.base import ToolAnswer, ToolContext
 from rkvoice.answer.tools.match import clean
 
