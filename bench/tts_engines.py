@@ -10,7 +10,8 @@ the median over --repeat runs of
 - ``whole_text_ms``: synthesis time of the whole paragraph in one call (the naive way's wait
   before the first sound), and
 - ``rtf``: whole-text synthesis seconds / audio seconds.
-The machine's load average is printed with the figures: on a shared machine they are noisy.
+``--spin`` adds fastspeech2 runs with onnxruntime's default spinning intra-op threads (the naive
+setting) beside the engine's non-spinning ones. The machine's load average is printed with the figures: on a shared machine they are noisy.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rkvoice.config import load_config  # noqa: E402
 from rkvoice.errors import RkvoiceError  # noqa: E402
+from rkvoice.tts import fastspeech2  # noqa: E402
 from rkvoice.tts.registry import create_tts  # noqa: E402
 
 TEXTS = {
@@ -38,7 +40,8 @@ TEXTS = {
 }
 
 
-def bench(engine_name: str, threads: int, repeat: int) -> dict:
+def bench(engine_name: str, threads: int, repeat: int, spin: bool = False) -> dict:
+    fastspeech2.ALLOW_SPINNING = spin
     cfg = load_config(overrides=[{"tts": {"threads": threads}}])
     lang = "en" if engine_name == "vits" else "zh"
     first, whole = TEXTS[lang]
@@ -61,6 +64,7 @@ def bench(engine_name: str, threads: int, repeat: int) -> dict:
         "engine": engine_name,
         "voice": getattr(getattr(engine, "voice", None), "name", engine_name),
         "threads": threads,
+        "spinning": spin if engine_name == "fastspeech2" else None,
         "load_s": round(load_s, 2),
         "first_clause_ms": round(statistics.median(first_ms), 1),
         "whole_text_ms": round(statistics.median(whole_ms), 1),
@@ -75,12 +79,16 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--engines", nargs="+", default=["fastspeech2", "vits"])
+    parser.add_argument("--spin", action="store_true",
+                        help="also run fastspeech2 with onnxruntime's default busy-waiting threads")
     args = parser.parse_args()
     results, skipped = [], {}
     for name in args.engines:
         for threads in args.threads:
             try:
                 results.append(bench(name, threads, args.repeat))
+                if args.spin and name == "fastspeech2" and threads > 1:
+                    results.append(bench(name, threads, args.repeat, spin=True))
             except RkvoiceError as exc:
                 skipped[name] = str(exc)
                 break

@@ -31,6 +31,9 @@ MAX_IDS = 256
 quadratic in length and a runaway input must not exhaust memory)."""
 MIN_SPEED, MAX_SPEED = 0.25, 4.0
 WARMUP_TEXT = "你好。"
+ALLOW_SPINNING = False
+"""Intra-op threads busy-wait between ops when True (onnxruntime's default); off so that idle
+worker threads don't steal a core from the player, ASR or LLM (bench/tts_engines.py --spin)."""
 
 
 def model_dir(cfg: Config) -> Path:
@@ -52,7 +55,7 @@ def session_options(threads: int):  # noqa: ANN201 - onnxruntime.SessionOptions
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if ALLOW_SPINNING else "0")
     opts.log_severity_level = 3
     return opts
 
