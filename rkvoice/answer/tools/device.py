@@ -151,5 +151,6 @@ def handle(text: str, ctx: ToolContext) -> ToolAnswer | None:
         return None
     parts = [p for p in (fn(ctx) for fn in wanted) if p]
     if not parts:
-        return ToolAnswer(NAME, "这台设备上读不到这项信息。")
+        what = "温度" if wanted == [temperature_text] else "这项信息"
+        return ToolAnswer(NAME, f"这台设备上读不到{what}。")
     return ToolAnswer(NAME, "，".join(parts) + "。")
