@@ -92,3 +92,22 @@ def test_missing_model_is_a_clear_error(tmp_path: Path) -> None:
 def test_prompt_too_long_is_a_clear_error(engine: LlamaEngine) -> None:
     with pytest.raises(RkvoiceError, match="llm.context"):
         list(engine.stream([{"role": "user", "content": "月亮" * 600}]))
+
+
+def test_prompt_prefix_is_reused_and_gives_the_same_answer(engine: LlamaEngine) -> None:
+    greedy = dataclasses.replace(CFG, llm=dataclasses.replace(CFG.llm, temperature=0.0, max_tokens=8))
+    engine.cfg = greedy
+    try:
+        engine._kv = []  # start from an empty cache
+        engine.ctx.kv_cache_clear()
+        fresh = "".join(engine.stream(MESSAGES))
+        assert engine.last_stats["reused_tokens"] == 0
+        again = "".join(engine.stream(MESSAGES))
+        stats = engine.last_stats
+        assert stats["reused_tokens"] == stats["prompt_tokens"] - 1
+        assert again == fresh
+        follow = [*MESSAGES, {"role": "assistant", "content": fresh}, {"role": "user", "content": "再说一遍"}]
+        "".join(engine.stream(follow))
+        assert engine.last_stats["reused_tokens"] >= stats["prompt_tokens"] - 1
+    finally:
+        engine.cfg = CFG

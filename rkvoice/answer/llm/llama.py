@@ -2,7 +2,9 @@
 
 Own generation loop rather than cyllama's high-level LLM: it sets the thread count, keeps
 characters split across tokens whole (incremental detokenisation instead of per-token pieces,
-which lose such characters), and aborts both between tokens and inside a running decode.
+which lose such characters), aborts both between tokens and inside a running decode, and keeps
+the KV cache of the longest common prompt prefix between turns (the system prompt's fixed
+part and the conversation so far are not computed again).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class LlamaEngine:
         self._template: str | None = None
         self._cancel = threading.Event()
         self._busy = threading.Lock()
+        self._kv: list[int] = []  # tokens whose keys/values are in the context, in order
         self.last_stats: dict[str, float] = {}
 
     def load(self) -> None:
@@ -126,15 +129,19 @@ class LlamaEngine:
             raise RkvoiceError("llm", "prompt-too-long",
                                f"prompt of {len(tokens)} tokens + {max_new} new exceeds llm.context "
                                f"{self.cfg.llm.context}; lower llm.history_turns or raise llm.context")
-        ctx.kv_cache_clear()
         sampler = self._sampler()
         t0 = time.monotonic()
+        reused = self._reuse_prefix(tokens)
         try:
-            for i in range(0, len(tokens), N_BATCH):
+            for i in range(reused, len(tokens), N_BATCH):
                 if self._cancel.is_set():
+                    self._kv = []
                     return
-                ctx.decode(llama_batch_get_one(tokens[i:i + N_BATCH], i))
+                batch = tokens[i:i + N_BATCH]
+                ctx.decode(llama_batch_get_one(batch, i))
+                self._kv.extend(batch)
         except InterruptedError:
+            self._kv = []  # a decode stopped half-way: the cache is not trusted any more
             return
         t_prefill = time.monotonic() - t0
         pos = len(tokens)
@@ -157,10 +164,28 @@ class LlamaEngine:
             try:
                 ctx.decode(llama_batch_get_one([tok], pos))
             except InterruptedError:
+                self._kv = []
                 break
+            self._kv.append(tok)
             pos += 1
-        self.last_stats = {"prompt_tokens": len(tokens), "new_tokens": n_new, "prefill_s": t_prefill,
+        self.last_stats = {"prompt_tokens": len(tokens), "reused_tokens": reused, "new_tokens": n_new,
+                           "prefill_s": t_prefill,
                            "total_s": time.monotonic() - t0}
+
+    def _reuse_prefix(self, tokens: list[int]) -> int:
+        """Keep the cached keys/values of the common prefix with the last run; returns its length."""
+        n = 0
+        for a, b in zip(self._kv, tokens):
+            if a != b:
+                break
+            n += 1
+        n = min(n, len(tokens) - 1)  # at least one prompt token is decoded, for fresh logits
+        if n > 0 and self.ctx.memory_seq_rm(0, n, -1):
+            self._kv = self._kv[:n]
+            return n
+        self.ctx.kv_cache_clear()
+        self._kv = []
+        return 0
 
     def abort(self) -> None:
         self._cancel.set()
