@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import subprocess
 import sys
@@ -377,3 +378,46 @@ def test_convert_cli_names_missing_inputs(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert "fastspeech2_quan.tflite" in proc.stderr and "mb_melgan.tflite" in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+# --- intelligibility: an independent ASR hears the words -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def whisper():  # noqa: ANN201
+    fw = pytest.importorskip("faster_whisper", reason="faster-whisper (portable ASR) not installed")
+    model_dir = CFG.models.path / "portable" / "whisper-base"
+    if not (model_dir / "model.bin").is_file():
+        pytest.skip(f"{model_dir} not installed (run ./install.sh)")
+    return fw.WhisperModel(str(model_dir), device="cpu", compute_type="int8", cpu_threads=2)
+
+
+def _transcribe(model, audio: np.ndarray, rate: int, lang: str) -> str:  # noqa: ANN001
+    import soxr
+
+    prompt = "以下是普通话的句子。" if lang == "zh" else None
+    segments, _ = model.transcribe(soxr.resample(audio, rate, 16000), language=lang, beam_size=1,
+                                   initial_prompt=prompt)
+    return "".join(s.text for s in segments)
+
+
+@pytest.mark.parametrize("name", ["fastspeech2", "vits-piper-joe"])
+def test_asr_hears_the_text(whisper, name: str) -> None:  # noqa: ANN001
+    from rkvoice.hear.cer import cer
+
+    spec = ENGINES[name]
+    if not spec["installed"]:
+        pytest.skip(f"{name} model files not installed (run ./install.sh)")
+    if name not in _loaded:
+        eng = spec["make"]()
+        eng.load()
+        _loaded[name] = eng
+    eng = _loaded[name]
+    lang = eng.languages[0]
+    text = "北京的冬天很冷，但是夏天非常热。" if lang == "zh" else "Remember to bring water and a hat."
+    heard = _transcribe(whisper, *eng.generate(text), lang)
+    if lang == "zh":
+        assert cer(text, heard) <= 0.2, heard
+    else:
+        words = set(re.findall(r"[a-z]+", heard.lower()))
+        assert {"remember", "bring", "water", "hat"} <= words, heard
