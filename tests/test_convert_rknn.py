@@ -72,8 +72,58 @@ def test_vocoder_builds_for_rk3576_and_simulator_matches_onnxruntime(tmp_path, r
                           "--mel", str(tmp_path / "mel.npy"), "--json"],
                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
-    report = json.loads(res.stdout.strip().splitlines()[-1])
+    report = json.loads(next(line for line in res.stdout.splitlines() if line.startswith("{")))
     assert out.stat().st_size == report["rknn_bytes"] > 1_000_000
     assert report["stripped_qdq_nodes"] == 3
     assert report["snr_db"]["50"] >= 40.0, report
     print(f"\nconvert+simulate: {time.monotonic() - t0:.1f} s, SNR {report['snr_db']['50']} dB")
+
+
+@pytest.fixture(scope="module")
+def real_ids():
+    _voice()
+    from rkvoice.tts.fastspeech2 import FastSpeech2Tts
+
+    tts = FastSpeech2Tts(load_config())
+    tts.load()
+    return np.asarray([tts._id_pieces("今天天气不错，我们出去走走吧。")[0]])
+
+
+def test_fastspeech2_split_at_length_regulator_reproduces_the_whole_graph(tmp_path, real_ids):
+    import onnxruntime as ort
+
+    from rkvoice.npu.length_regulator import regulate
+
+    src = _voice() / "fastspeech2.onnx"
+    report = convert_rknn.split_fastspeech2(src, tmp_path)
+    assert report["encoder_layer_norms_fused"] == 12 and report["decoder_layer_norms_fused"] == 6
+    assert report["encoder_mask_constants"] == report["decoder_mask_constants"] == 1
+    dec = onnx.load(str(tmp_path / "fastspeech2-decoder.onnx"))
+    assert "GlobalAveragePool" not in {n.op_type for n in dec.graph.node}
+    feeds = {"input_ids": real_ids.astype(np.int32), "speaker_ids": np.array([0], np.int32),
+             "speed_ratios": np.array([1.0], np.float32), "f0_ratios": np.array([1.0], np.float32),
+             "energy_ratios": np.array([1.0], np.float32)}
+    whole = ort.InferenceSession(str(src)).run(["Identity_1"], feeds)[0]
+    enc = ort.InferenceSession(str(tmp_path / "fastspeech2-encoder.onnx"))
+    names = {i.name for i in enc.get_inputs()}
+    hidden, durations = enc.run(None, {k: v for k, v in feeds.items() if k in names})
+    x, mask, total = regulate(hidden, durations)
+    mel = ort.InferenceSession(str(tmp_path / "fastspeech2-decoder.onnx")).run(None, {"t800": x, "t715": mask})[0]
+    assert mel.shape == whole.shape and total == whole.shape[1]
+    assert convert_rknn.snr_db(mel, whole) > 50
+
+
+@pytest.mark.skipif(not TOOLKIT_PY.exists(),
+                    reason=f"rknn-toolkit2 venv not found at {TOOLKIT_PY.parent.parent}: create it with "
+                    "`python3 models/convert_rknn.py setup-venv --python python3.11` (1.5 GB)")
+def test_fastspeech2_decoder_builds_and_simulates_near_onnxruntime(tmp_path, real_ids):
+    np.save(tmp_path / "ids.npy", real_ids)
+    res = subprocess.run([str(TOOLKIT_PY), str(ROOT / "models" / "convert_rknn.py"), "fastspeech2",
+                          "--onnx", str(_voice() / "fastspeech2.onnx"), "--out-dir", str(tmp_path),
+                          "--frames", "256", "--ids", str(tmp_path / "ids.npy"), "--json"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    report = json.loads(next(line for line in res.stdout.splitlines() if line.startswith("{")))
+    snr = report["snr_db"]["256"]
+    # the NPU decoder vs onnxruntime on the same padded input, and vs the unsplit CPU graph
+    assert snr["vs_onnxruntime_padded"] >= 40 and snr["vs_whole_graph"] >= 35, report
