@@ -106,7 +106,6 @@ def fuse_layer_norms(src: Path | str, dst: Path | str) -> int:
     model = onnx.load(str(src))
     g = model.graph
     consts = {i.name: numpy_helper.to_array(i) for i in g.initializer}
-    producer = {o: n for n in g.node for o in n.output}
     users: dict[str, list] = {}
     for n in g.node:
         for i in dict.fromkeys(n.input):  # a node using a tensor twice (d*d) is one user
