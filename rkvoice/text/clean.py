@@ -23,7 +23,10 @@ _HEADING = re.compile(r"^[ \t]*#{1,6}[ \t]+", re.M)
 _QUOTE = re.compile(r"^[ \t]*>+[ \t]?", re.M)
 _BULLET = re.compile(r"^[ \t]*[-*+•·▪‣◦][ \t]+", re.M)
 _RULE = re.compile(r"^[ \t]*([-*_=])(?:[ \t]*\1){2,}[ \t]*$", re.M)
-_EMPHASIS = re.compile(r"\*{1,3}|(?<![0-9A-Za-z])_{1,3}|_{1,3}(?![0-9A-Za-z])|`+|~~")
+_EMPHASIS = re.compile(r"\*+|`+")
+_STRIKE = re.compile(r"~~")
+_UNDERSCORE = re.compile(r"_+")  # __bold__ markers, and snake_case reads better as words
+_LEADING_MARK = re.compile(r"^(?:[-*+•·▪‣◦]+\s+|>+\s*|#{1,6}\s+)")
 _TABLE_PIPE = re.compile(r"[ \t]*\|[ \t]*")
 _SPACE = re.compile(r"\s+")
 
@@ -76,10 +79,17 @@ def clean(text: str) -> str:
     text = _URL.sub(" ", text)
     text = _CITATION.sub("", text)
     text = _RULE.sub(" ", text)
-    text = _HEADING.sub("", text)
-    text = _QUOTE.sub("", text)
     text = _BULLET.sub("", text)
     text = _EMPHASIS.sub("", text)
+    text = _STRIKE.sub("", text)
+    text = _HEADING.sub("", text)
+    text = _QUOTE.sub("", text)
+    text = _UNDERSCORE.sub(" ", text)
     if "|" in text:
         text = _TABLE_PIPE.sub(" ", text)
-    return _SPACE.sub(" ", text).strip()
+    text = _SPACE.sub(" ", text).strip()
+    while True:  # a bullet or quote mark the line rules could not see before collapsing
+        stripped = _LEADING_MARK.sub("", text)
+        if stripped == text:
+            return text
+        text = stripped
