@@ -107,3 +107,32 @@ def test_file_replay_transcribes_requests(name, vad_ok, hear_asr, hear_fixtures)
     assert cer(request, turn.transcript) <= 0.15, turn.transcript
     assert turn.woke == wake_expected
     assert [e["name"] for e in turn.timeline.events][:2] == ["speech_end", "asr_done"]
+
+
+def test_follow_up_window_in_audio_time(vad_ok, hear_asr, hear_voice, hear_fixtures, tmp_path):
+    """Wake + request, then a request without the wake 2 s after (inside the follow-up window),
+    then another 8 s after that (window closed: ignored)."""
+    import soundfile as sf
+
+    from rkvoice.hear.sources import to_mono_16k
+
+    def clip(text):
+        audio, rate = hear_voice.generate(text)
+        return to_mono_16k(audio, rate)
+
+    gap = lambda s: np.zeros(int(s * 16000), np.float32)
+    stream = np.concatenate([gap(0.5), clip("小智小智，现在几点"), gap(2.0), clip("明天天气怎么样"),
+                             gap(8.0), clip("给我讲一个笑话"), gap(1.0)])
+    path = tmp_path / "follow.wav"
+    sf.write(path, stream, 16000)
+    cfg = _cfg("hear.follow_up_s=5.0")
+    wake = AsrMatchWake(cfg, hear_asr)
+    wake.load()
+    seg = Segmenter(cfg)
+    seg.load()
+    loop = TurnLoop(HearSession(cfg, hear_asr, wake, seg), Recorder())
+    turns = loop.run_file(WavFileSource(path), require_wake=True)
+    assert len(turns) == 2, [t.transcript for t in turns]
+    assert turns[0].woke and cer("现在几点", turns[0].transcript) <= 0.15
+    assert not turns[1].woke and cer("明天天气怎么样", turns[1].transcript) <= 0.15
+    assert len(loop.wakes) == 1
