@@ -108,7 +108,11 @@ def _kwargs(cfg: Config, name: str, lang: str) -> dict[str, Any]:
         return {}
     from rkvoice.tts.vits import resolve_voice
 
-    return {"voice": resolve_voice(cfg, None, lang).name}
+    voice = resolve_voice(cfg, None, lang)
+    if lang not in voice.languages:
+        log.warning("vits voice %s speaks %s, not %s: the text may be misread",
+                    voice.name, "/".join(voice.languages), lang)
+    return {"voice": voice.name}
 
 
 def create_tts(cfg: Config, name: str | None = None, text: str = "") -> TtsEngine:
