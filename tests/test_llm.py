@@ -111,3 +111,13 @@ def test_prompt_prefix_is_reused_and_gives_the_same_answer(engine: LlamaEngine) 
         assert engine.last_stats["reused_tokens"] >= stats["prompt_tokens"] - 1
     finally:
         engine.cfg = CFG
+
+
+def test_prime_computes_the_system_prompt_ahead(engine: LlamaEngine) -> None:
+    engine._kv = []
+    engine.ctx.kv_cache_clear()
+    engine.prime(MESSAGES[:1])
+    n_system = len(engine._kv)
+    assert n_system > 5
+    "".join(engine.stream(MESSAGES))
+    assert engine.last_stats["reused_tokens"] >= n_system - 3  # all but the generation prompt

@@ -78,6 +78,9 @@ class Assistant:
         """Load the LLM (seconds) and start the reminder thread."""
         if llm:
             self.llm.load()
+            prime = getattr(self.llm, "prime", None)
+            if prime is not None:  # the system prompt's cache is ready before the first question
+                prime([{"role": "system", "content": self.conversation.system_prompt()}])
         self.scheduler.start()
 
     def close(self) -> None:

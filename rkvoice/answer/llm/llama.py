@@ -132,16 +132,7 @@ class LlamaEngine:
         sampler = self._sampler()
         t0 = time.monotonic()
         reused = self._reuse_prefix(tokens)
-        try:
-            for i in range(reused, len(tokens), N_BATCH):
-                if self._cancel.is_set():
-                    self._kv = []
-                    return
-                batch = tokens[i:i + N_BATCH]
-                ctx.decode(llama_batch_get_one(batch, i))
-                self._kv.extend(batch)
-        except InterruptedError:
-            self._kv = []  # a decode stopped half-way: the cache is not trusted any more
+        if not self._prefill(tokens, reused):
             return
         t_prefill = time.monotonic() - t0
         pos = len(tokens)
@@ -171,6 +162,32 @@ class LlamaEngine:
         self.last_stats = {"prompt_tokens": len(tokens), "reused_tokens": reused, "new_tokens": n_new,
                            "prefill_s": t_prefill,
                            "total_s": time.monotonic() - t0}
+
+    def _prefill(self, tokens: list[int], start: int) -> bool:
+        """Decode ``tokens[start:]`` into the cache; False if aborted (the cache is then dropped)."""
+        try:
+            for i in range(start, len(tokens), N_BATCH):
+                if self._cancel.is_set():
+                    self._kv = []
+                    return False
+                batch = tokens[i:i + N_BATCH]
+                self.ctx.decode(llama_batch_get_one(batch, i))
+                self._kv.extend(batch)
+        except InterruptedError:
+            self._kv = []  # a decode stopped half-way: the cache is not trusted any more
+            return False
+        return True
+
+    def prime(self, messages: list[Message]) -> None:
+        """Compute the cache for the start of a prompt (the system prompt) ahead of the first question."""
+        if self.model is None:
+            raise RkvoiceError("llm", "not-loaded", "llama engine used before load()")
+        with self._busy:
+            self._cancel.clear()
+            self.ctx.cancel = False
+            text = self.prompt(messages)
+            tokens = self.vocab.tokenize(text, add_special=True, parse_special=True)
+            self._prefill(tokens, self._reuse_prefix(tokens))
 
     def _reuse_prefix(self, tokens: list[int]) -> int:
         """Keep the cached keys/values of the common prefix with the last run; returns its length."""
