@@ -180,6 +180,46 @@ def pct(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(values, q)), 1)
 
 
+def resident(args: argparse.Namespace) -> int:
+    """VmRSS after loading each of the daemon's engines (the portable profile's resident set)."""
+    from rkvoice.daemon.engines import StageSet
+
+    work = Path(tempfile.mkdtemp(prefix="rkvoice-rss-"))
+    cfg = load_config([{"state": {"dir": str(work / "state")}, "audio": {"player": "null"}}])
+    plan = product_plan(cfg)
+    if args.no_llm:
+        plan = Plan(stages=tuple(StageSpec(s.name, s.key, NoLlmAssistant) if s.name == "answer" else s
+                                 for s in plan.stages), make_loop=plan.make_loop)
+    steps = [{"step": "python + rkvoice imports", "rss_mb": round(proc_status()["VmRSS"] / 1024, 1)}]
+    stages = StageSet(plan.stages)
+    for spec in plan.stages:
+        t0 = time.monotonic()
+        engine = spec.build(cfg)
+        engine.load()
+        stages.engines[spec.name] = engine
+        st = proc_status()
+        steps.append({"step": f"+ {spec.name} ({type(engine).__name__})", "load_s": round(time.monotonic() - t0, 2),
+                      "rss_mb": round(st["VmRSS"] / 1024, 1), "threads": st["Threads"]})
+    for prev, cur in zip(steps, steps[1:]):
+        cur["delta_mb"] = round(cur["rss_mb"] - prev["rss_mb"], 1)
+    hear = stages.engines["hear"]
+    result = {
+        "bench": "resident",
+        "profile": cfg.models.profile,
+        "engines": {"asr": type(hear.asr).__name__, "wake": type(hear.wake).__name__,
+                    "tts": getattr(stages.engines["speak"].tts, "name", "?"),
+                    "llm": "not loaded" if args.no_llm else cfg.llm.engine},
+        "steps": steps,
+        "total_rss_mb": steps[-1]["rss_mb"],
+    }
+    stages.close_all()
+    text = json.dumps(result, ensure_ascii=False, indent=1)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n", encoding="utf-8")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--turns", type=int, default=500)
@@ -189,6 +229,8 @@ def main() -> int:
                     help="microphone feed and null player run this many times faster than real time")
     ap.add_argument("--llm-every", type=int, default=25, help="every Nth request goes to the LLM (0: never)")
     ap.add_argument("--no-llm", action="store_true", help="don't load the LLM (tools only)")
+    ap.add_argument("--resident", action="store_true",
+                    help="only load the engines one by one and print the resident set after each")
     ap.add_argument("--out", help="also write the JSON here")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
@@ -197,6 +239,8 @@ def main() -> int:
     if args.no_llm:
         args.llm_every = 0
 
+    if args.resident:
+        return resident(args)
     work = Path(tempfile.mkdtemp(prefix="rkvoice-soak-"))
     cfg = load_config([{"state": {"dir": str(work / "state")},
                         "daemon": {"lock_file": str(work / "rkvoice.lock")},
@@ -238,6 +282,10 @@ def main() -> int:
         with lock:
             reports.append(report)
             samples.append(proc_status())
+            if daemon.turns % 25 == 0:
+                print(f"soak: {daemon.turns} turns, {len(reports)} answered, "
+                      f"rss {samples[-1]['VmRSS'] / 1024:.0f} MB, threads {samples[-1]['Threads']}, "
+                      f"fds {samples[-1]['fds']}", file=sys.stderr, flush=True)
             if daemon.turns >= args.turns:
                 daemon.request_stop()
 
