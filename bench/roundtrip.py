@@ -31,9 +31,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rkvoice.config import load_config  # noqa: E402
-from rkvoice.errors import RkvoiceError  # noqa: E402
-from rkvoice.text.normalize import speakable  # noqa: E402
+from rkvoice.config import load_config
+from rkvoice.errors import RkvoiceError
+from rkvoice.text.normalize import speakable
 
 SENTENCES = [
     "现在是 2026-10-21 22:05。",

@@ -10,9 +10,21 @@ from rkvoice.errors import RkvoiceError
 from rkvoice.text.stream_chunker import StreamChunker
 
 try:
-    from test_text_strategies import CJK_RUN, NUMBER, WORD, assert_no_cut_inside, mixed_text
+    from test_text_strategies import (
+        CJK_RUN,
+        NUMBER,
+        WORD,
+        assert_no_cut_inside,
+        mixed_text,
+    )
 except ImportError:  # tests/ imported as a package
-    from tests.test_text_strategies import CJK_RUN, NUMBER, WORD, assert_no_cut_inside, mixed_text
+    from tests.test_text_strategies import (
+        CJK_RUN,
+        NUMBER,
+        WORD,
+        assert_no_cut_inside,
+        mixed_text,
+    )
 
 
 def run(deltas: list[str], **kw: int) -> list[list[str]]:

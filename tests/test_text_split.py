@@ -7,18 +7,24 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rkvoice.errors import RkvoiceError
-from rkvoice.text.split import ABBREVIATIONS, split_for_tts, sentences
+from rkvoice.text.split import ABBREVIATIONS, sentences, split_for_tts
+
 try:
     from test_text_strategies import CJK_RUN, WORD, assert_no_cut_inside, mixed_text
 except ImportError:  # tests/ imported as a package
-    from tests.test_text_strategies import CJK_RUN, WORD, assert_no_cut_inside, mixed_text
+    from tests.test_text_strategies import (
+        CJK_RUN,
+        WORD,
+        assert_no_cut_inside,
+        mixed_text,
+    )
 
 # ---- sentences ------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("text, want", [
-    ("Please arrive fifteen minutes before your visit. Bring a photo ID and your insurance card. "
-     "If you need to cancel, call at least one day before.",
+    (("Please arrive fifteen minutes before your visit. Bring a photo ID and your insurance card. "
+      "If you need to cancel, call at least one day before."),
      ["Please arrive fifteen minutes before your visit. ", "Bring a photo ID and your insurance card. ",
       "If you need to cancel, call at least one day before."]),
     ("Dr. Smith will see you. It costs $3.50 today.", ["Dr. Smith will see you. ", "It costs $3.50 today."]),
@@ -103,7 +109,7 @@ def test_split_english_packs_sentences() -> None:
 @pytest.mark.parametrize("number", ["2026-10-21", "3.14159265", "1,000,000", "22:05", "192.168.0.1",
                                     "13812345678", "$3.50", "45.2℃", "99.5%"])
 def test_split_never_cuts_a_number(number: str) -> None:
-    for pad in range(0, 30):
+    for pad in range(30):
         text = "字" * pad + number + "字" * 30
         pieces = split_for_tts(text, first=24, chunk=24)
         assert "".join(pieces) == text
@@ -112,7 +118,7 @@ def test_split_never_cuts_a_number(number: str) -> None:
 
 @pytest.mark.parametrize("word", ["internationalization", "Python", "don't", "e-mail"])
 def test_split_never_cuts_a_latin_word(word: str) -> None:
-    for pad in range(0, 30):
+    for pad in range(30):
         text = "字" * pad + word + "字" * 30
         pieces = split_for_tts(text, first=24, chunk=24)
         assert any(word in p for p in pieces), (word, pieces)

@@ -15,14 +15,14 @@ _FULLWIDTH = {c: c - 0xFEE0 for c in list(range(0xFF10, 0xFF1A)) + list(range(0x
               + list(range(0xFF41, 0xFF5B))}
 _FULLWIDTH[0x3000] = 0x20
 
-_FENCE = re.compile(r"^\s*(```|~~~)[^\n]*$", re.M)
+_FENCE = re.compile(r"^\s*(```|~~~)[^\n]*$", re.MULTILINE)
 _IMAGE_OR_LINK = re.compile(r"!?\[([^\]\n]*)\]\((?:[^()\s]|\([^()\s]*\))*\)")
-_URL = re.compile(r"(?:\b(?:https?|ftp)://|\bwww\.)[!-~]+", re.I)
+_URL = re.compile(r"(?:\b(?:https?|ftp)://|\bwww\.)[!-~]+", re.IGNORECASE)
 _CITATION = re.compile(r"\s?\[(?:kb-[^\]\n]*|\d+(?:\s*[,，-]\s*\d+)*)\]|\s?【\d+(?:†[^】\n]*)?】")
-_HEADING = re.compile(r"^[ \t]*#{1,6}[ \t]+", re.M)
-_QUOTE = re.compile(r"^[ \t]*>+[ \t]?", re.M)
-_BULLET = re.compile(r"^[ \t]*[-*+•·▪‣◦][ \t]+", re.M)
-_RULE = re.compile(r"^[ \t]*([-*_=])(?:[ \t]*\1){2,}[ \t]*$", re.M)
+_HEADING = re.compile(r"^[ \t]*#{1,6}[ \t]+", re.MULTILINE)
+_QUOTE = re.compile(r"^[ \t]*>+[ \t]?", re.MULTILINE)
+_BULLET = re.compile(r"^[ \t]*[-*+•·▪‣◦][ \t]+", re.MULTILINE)
+_RULE = re.compile(r"^[ \t]*([-*_=])(?:[ \t]*\1){2,}[ \t]*$", re.MULTILINE)
 _EMPHASIS = re.compile(r"\*+|`+")
 _STRIKE = re.compile(r"~~")
 _UNDERSCORE = re.compile(r"_+")  # __bold__ markers, and snake_case reads better as words

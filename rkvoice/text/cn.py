@@ -96,8 +96,7 @@ def cn_date(d: date | datetime) -> str:
     """Date with weekday: 2026-10-21 -> 二零二六年十月二十一日 星期三."""
     if not isinstance(d, date):
         raise RkvoiceError("text", "bad-date", f"cn_date needs a date or datetime, got {d!r}")
-    return "%s年%s月%s日 星期%s" % (cn_digits(str(d.year)), cn_int(d.month), cn_int(d.day),
-                                 _WEEKDAYS[d.weekday()])
+    return f"{cn_day(d.year, d.month, d.day)} 星期{_WEEKDAYS[d.weekday()]}"
 
 
 def cn_day(year: int | None, month: int | None, day: int | None) -> str:

@@ -13,13 +13,17 @@ import re
 
 log = logging.getLogger(__name__)
 
-_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-         "fifteen sixteen seventeen eighteen nineteen").split()
-_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+_ONES = (
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+    "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen",
+)
+_TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
 _ORD_IRREGULAR = {"one": "first", "two": "second", "three": "third", "five": "fifth", "eight": "eighth",
                   "nine": "ninth", "twelve": "twelfth"}
-_MONTHS = ("January February March April May June July August September October November "
-           "December").split()
+_MONTHS = (
+    "January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+    "November", "December",
+)
 
 
 def words_0_99(n: int) -> str:
@@ -93,7 +97,7 @@ _MONEY = re.compile(r"(?<![\w$])(?P<neg>-)?\$\s?(?P<int>\d{1,3}(?:,\d{3})+|\d+)"
                     r"(?:\.(?P<cents>\d{2})(?!\d)|\.(?P<frac>\d+))?(?![\d.]\d)"
                     r"(?P<scale>\s?(?:thousand|million|billion)\b)?")
 _PERCENT = re.compile(r"(?<![\d.])(?P<neg>-)?(?P<n>\d+(?:\.\d+)?)\s?%")
-_ORDINAL = re.compile(r"(?<![\d.])(\d{1,3})(st|nd|rd|th)\b", re.I)
+_ORDINAL = re.compile(r"(?<![\d.])(\d{1,3})(st|nd|rd|th)\b", re.IGNORECASE)
 _RANGE = re.compile(r"(?<![\d.:,-])(\d{1,2})\s?[-–~]\s?(\d{1,2})(?![\d.:,])")
 _GROUPED = re.compile(r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\d,])")
 _DECIMAL = re.compile(r"(?<![\d.])(?P<neg>-)?(?P<i>\d+)\.(?P<f>\d+)(?![\d.])")

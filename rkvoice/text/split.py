@@ -12,6 +12,7 @@ import logging
 import re
 import unicodedata
 from bisect import bisect_left, bisect_right
+from itertools import pairwise
 
 from rkvoice.errors import RkvoiceError
 
@@ -99,7 +100,7 @@ class CutPoints:
                     or unicodedata.combining(ch) or ch in CLOSERS:
                 blocked[k] = 1
         lead = len(text) - len(text.lstrip())
-        for k in range(0, min(lead, n) + 1):
+        for k in range(min(lead, n) + 1):
             blocked[k] = 1
         undecided = n - lookahead + 1 if not final else n
         for k in range(max(undecided, 0), n + 1):
@@ -203,7 +204,7 @@ def pack(cuts: CutPoints, start: int, end: int, first: int, chunk: int) -> list[
 
     def walk(a: int, b: int, level: int) -> None:
         bounds = [a, *cuts.between(level, a, b), b]
-        for u0, u1 in zip(bounds, bounds[1:]):
+        for u0, u1 in pairwise(bounds):
             buf = state["buf"]
             if buf >= 0 and cuts.size(buf, u1) <= state["limit"]:
                 continue

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from rkvoice.text.cn import clock_hm, cn_day, cn_dec, cn_digits, cn_int
 
@@ -34,10 +34,10 @@ UNITS = {
 _UNIT_RE = "|".join(re.escape(u) for u in sorted(UNITS, key=len, reverse=True))
 
 _SERVICE_CODES = {"110", "112", "114", "119", "120", "122", "12110", "12306", "12315", "12345",
-                  "12358", "12369", "12315", "10086", "10010", "10000", "95588", "95533", "95555",
+                  "12358", "12369", "10086", "10010", "10000", "95588", "95533", "95555",
                   "95566", "95599", "95559"}
 _PHONE_BEFORE = "(?:" + "|".join(sorted(
-    "拨打 拨 打 致电 呼叫 电话 号码 热线 联系 报警 急救 火警 匪警 客服 手机 手机号 短信".split(),
+    ["拨打", "拨", "打", "致电", "呼叫", "电话", "号码", "热线", "联系", "报警", "急救", "火警", "匪警", "客服", "手机", "手机号", "短信"],
     key=len, reverse=True)) + ")"
 _MEASURE = "分元块个次下岁人件条本张只名位天年月日号号楼层室米克斤%"
 
