@@ -116,6 +116,17 @@ def test_split_never_cuts_a_number(number: str) -> None:
         assert any(number in p for p in pieces), (number, pieces)
 
 
+def test_split_keeps_a_number_with_its_unit_and_chinese_dates_whole() -> None:
+    text = "现在是2026年10月21日星期三晚上10点22分，温度25.5度。"
+    for first in range(4, 30):
+        pieces = split_for_tts(text, first=first, chunk=24)
+        assert "".join(pieces) == text
+        assert any("2026年10月21日" in p for p in pieces), pieces
+        assert any("10点22分" in p for p in pieces), pieces
+        assert any("25.5度" in p for p in pieces), pieces
+    assert split_for_tts(text, first=24) == ["现在是2026年10月21日星期三晚上", "10点22分，温度25.5度。"]
+
+
 @pytest.mark.parametrize("word", ["internationalization", "Python", "don't", "e-mail"])
 def test_split_never_cuts_a_latin_word(word: str) -> None:
     for pad in range(30):

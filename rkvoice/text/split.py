@@ -38,6 +38,11 @@ _ATOM = re.compile(
     rf"|[-+]?[$¥￥€£]?[{_LATIN}]+(?:[.,:/\-_'’@][{_LATIN}]+)*[%℃°]?"
 )
 _SENTENCE_RE = re.compile(r"[.!?]")
+# Chinese dates and clock times written with digits stay whole: 2026年10月21日, 10点22分.
+_CN_COMPOUND = re.compile(
+    r"\d{1,4}年\d{1,2}月(?:\d{1,2}[日号])?|\d{1,2}月\d{1,2}[日号]|\d{1,2}[点时]\d{1,2}分(?:\d{1,2}秒)?"
+    r"|\d{1,2}分\d{1,2}秒"
+)
 
 
 def _is_cjk(ch: str) -> bool:
@@ -90,14 +95,16 @@ class CutPoints:
         blocked = bytearray(n + 1)
         blocked[0] = 1
         blocked[n] = 1
-        for m in _ATOM.finditer(text):
-            for k in range(m.start() + 1, m.end()):
-                blocked[k] = 1
+        for pattern in (_ATOM, _CN_COMPOUND):
+            for m in pattern.finditer(text):
+                for k in range(m.start() + 1, m.end()):
+                    blocked[k] = 1
         self._block_brackets(blocked, open_brackets_block and not final)
         for k in range(1, n):
             ch = text[k]
             if ch.isspace() or ch in "\u200d\ufe0f\ufe0e" or text[k - 1] == "\u200d" \
-                    or unicodedata.combining(ch) or ch in CLOSERS:
+                    or unicodedata.combining(ch) or ch in CLOSERS \
+                    or text[k - 1].isdecimal() and _is_cjk(ch):  # a number keeps its unit: 22分, 25.5度
                 blocked[k] = 1
         lead = len(text) - len(text.lstrip())
         for k in range(min(lead, n) + 1):
