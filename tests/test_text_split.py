@@ -38,6 +38,8 @@ except ImportError:  # tests/ imported as a package
     ("Ends with a stop.", ["Ends with a stop."]),
     ("It was 5 p.m. Then we left.", ["It was 5 p.m. ", "Then we left."]),
     ("Pay $29. The rest later.", ["Pay $29. ", "The rest later."]),
+    ("Ask (Dr. Lee) first. Then wait.", ["Ask (Dr. Lee) first. ", "Then wait."]),
+    ("It is 3. Four is next.", ["It is 3. ", "Four is next."]),
     ("", []),
     ("   \n\t ", []),
 ])

@@ -67,7 +67,7 @@ def sentences(text: str) -> list[str]:
         i = m.start()
         if i + 2 >= n or flat[i + 1] != " " or not flat[i + 2].isupper():
             continue
-        if flat[i] == "." and flat[flat.rfind(" ", 0, i) + 1 : i + 1] in ABBREVIATIONS:
+        if flat[i] == "." and flat[flat.rfind(" ", 0, i) + 1 : i + 1].lstrip("(\"'[“‘") in ABBREVIATIONS:
             continue
         out.append(flat[start : i + 2])
         start = i + 2
