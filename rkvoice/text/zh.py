@@ -91,6 +91,7 @@ def _percent(m: re.Match[str]) -> str:
 
 _CURRENCY = {"¥": "元", "￥": "元", "$": "美元", "€": "欧元", "£": "英镑"}
 
+
 class _UntilStable:
     """A pattern whose substitution repeats while it changes the text (for chained matches)."""
 
@@ -144,7 +145,7 @@ _RULES: list[tuple[re.Pattern[str] | _UntilStable, Callable[[re.Match[str]], str
     (re.compile(r"(?<![\d.])(?P<n>\d{3,5})(?![\d.])"),
      lambda m: _phone(m["n"]) if m["n"] in _SERVICE_CODES and _alone(m) else m.group()),
     (re.compile(r"(?<![\d.])\d{13,}(?![\d.])"), lambda m: cn_digits(m.group())),
-    (re.compile(r"(?<![\d.])2(?=\s?点(?![\d零一二三四五六七八九]))"), lambda m: "两"),  # 下午2点 两点
+    (re.compile(r"(?<![\d.第])2(?=\s?点(?![\d零一二三四五六七八九]))"), lambda m: "两"),  # 下午2点 两点
 ]
 
 # Standalone numbers not part of an expression wetext knows (fraction, ratio, arithmetic, range).
@@ -155,9 +156,12 @@ _PLAIN_NUMBER = re.compile(rf"(?<![\d.,])(?P<neg>[-−](?=\d))?(?P<n>{_GROUPED_N
 def _alone(m: re.Match[str]) -> bool:
     """A service code written on its own: nothing but spaces or punctuation around it."""
     s = m.string
-    before = s[: m.start()].rstrip()
-    after = s[m.end():].lstrip()
-    return (not before or not before[-1].isalnum()) and (not after or not after[0].isalnum())
+    i, j = m.start() - 1, m.end()
+    while i >= 0 and s[i].isspace():
+        i -= 1
+    while j < len(s) and s[j].isspace():
+        j += 1
+    return (i < 0 or not s[i].isalnum()) and (j >= len(s) or not s[j].isalnum())
 
 
 def _plain(m: re.Match[str]) -> str:
