@@ -18,6 +18,7 @@ import logging
 import sys
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -184,11 +185,13 @@ def main() -> int:
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
-    cfg = load_config([parse_override(s) for s in args.set])
+    # a fixed sampling seed: both runs speak the same answer (override with --set llm.seed=-1)
+    cfg = load_config([{"llm": {"seed": 1234}}, *(parse_override(s) for s in args.set)])
     clock = MonotonicClock()
     tts = create_tts(cfg, args.tts, args.question)
     tts.load()
-    assistant = Assistant(cfg, clock)
+    asked_at = datetime.now().astimezone()  # one "now" for both runs: the same prompt
+    assistant = Assistant(cfg, clock, now=lambda: asked_at)
     llm = RecordingLlm(assistant.llm, clock)
     assistant._llm = llm  # record delta times
     t = time.monotonic()
@@ -198,10 +201,16 @@ def main() -> int:
     player.open()
     speaker = Speaker(tts, player, cfg, clock)
     answerer = Answerer(assistant, speaker, cfg, clock)
+    reset = getattr(llm.engine, "reset_cache", None)
+    if reset is not None:
+        reset()
     try:
         tl_o, over = run_overlapped(answerer, args.question, clock)
         deltas_o = list(llm.deltas)
         assistant.conversation.clear()  # same prompt for the second run
+        reset = getattr(llm.engine, "reset_cache", None)
+        if reset is not None:
+            reset()  # computed from scratch like the first run: same seed -> same answer
         tl_w, wait = run_wait_full(assistant, speaker, args.question, clock)
         deltas_w = list(llm.deltas)
     finally:
@@ -221,6 +230,7 @@ def main() -> int:
         "tts": getattr(tts, "name", "tts"),
         "overlapped": over,
         "wait_full": wait,
+        "same_answer": over["answer"] == wait["answer"],
         "first_audio_saved_ms": None if over["first_audio_from_llm_start_ms"] is None
         else round(wait["first_audio_from_llm_start_ms"] - over["first_audio_from_llm_start_ms"], 1),
         "png": str(Path(args.png).resolve()),

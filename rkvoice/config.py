@@ -191,6 +191,8 @@ class LlmConfig:
     top_p: float = 0.8
     top_k: int = 20
     repeat_penalty: float = 1.05
+    seed: int = -1
+    """Sampling seed; -1 = a new one per answer (benchmarks fix it to compare runs on the same text)."""
     timeout_s: float = 45.0
     """Generation taking longer than this is aborted and the user is told."""
     history_turns: int = 4

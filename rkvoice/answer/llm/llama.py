@@ -106,7 +106,7 @@ class LlamaEngine:
         s.add_top_k(llm.top_k)
         s.add_top_p(llm.top_p, 1)
         s.add_temp(llm.temperature)
-        s.add_dist(int(time.time_ns() & 0x7FFFFFFF))
+        s.add_dist(llm.seed if llm.seed >= 0 else int(time.time_ns() & 0x7FFFFFFF))
         return s
 
     def stream(self, messages: list[Message]) -> Iterator[str]:
@@ -188,6 +188,13 @@ class LlamaEngine:
             text = self.prompt(messages)
             tokens = self.vocab.tokenize(text, add_special=True, parse_special=True)
             self._prefill(tokens, self._reuse_prefix(tokens))
+
+    def reset_cache(self) -> None:
+        """Forget the cached prompt (the next answer is computed from scratch)."""
+        with self._busy:
+            self._kv = []
+            if self.ctx is not None:
+                self.ctx.kv_cache_clear()
 
     def _reuse_prefix(self, tokens: list[int]) -> int:
         """Keep the cached keys/values of the common prefix with the last run; returns its length."""
