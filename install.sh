@@ -78,6 +78,10 @@ if [ "$CHECK_ONLY" = 1 ]; then
   exit 0
 fi
 
+# Temporary files (pip builds, downloads in flight) stay inside the install directory too.
+mkdir -p "$CACHE/tmp"
+export TMPDIR="$CACHE/tmp"
+
 # ---------------------------------------------------------------- interpreter
 runs() { "$1" -c 'import sys' >/dev/null 2>&1; }
 version_ok() { "$1" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' >/dev/null 2>&1; }
