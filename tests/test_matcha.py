@@ -425,3 +425,10 @@ def test_fake_matcha_and_vocos_build_for_rk3576_and_simulate_like_onnxruntime(tm
     assert a["snr_db"]["mel"] >= 40, a
     v = convert("v.onnx", {"mels": "1,80,600"}, ["mels"])
     assert set(v["snr_db"]) == {"mag", "x", "y"} and min(v["snr_db"].values()) >= 40, v
+
+
+def test_engine_rejects_a_graph_that_is_not_matcha(tmp_path):
+    tts = _engine(tmp_path)
+    _fake_vocos(tmp_path / "matcha" / "matcha.onnx")  # a vocoder where the acoustic model belongs
+    with pytest.raises(RkvoiceError, match="not a Matcha acoustic model: inputs mels"):
+        tts.load()

@@ -82,7 +82,11 @@ class MatchaTts:
         if self.vocoder.metadata:
             self.stft = StftConfig.from_metadata(self.vocoder.metadata, self.stft)
         if isinstance(self.acoustic, OnnxModel):
-            shape = self.acoustic.input_shapes()[self.acoustic.input_names.index("x")]
+            names = self.acoustic.input_names
+            if "x" not in names:
+                raise RkvoiceError("tts", "bad-model", f"{files['acoustic']} is not a Matcha acoustic model: "
+                                   f"inputs {', '.join(names)} (expected x, x_length, noise_scale, length_scale)")
+            shape = self.acoustic.input_shapes()[names.index("x")]
             self._dynamic = not isinstance(shape[-1], int)
         if isinstance(self.vocoder, OnnxModel):
             vshape = self.vocoder.input_shapes()[0]
