@@ -95,9 +95,10 @@ def _engine_files(cfg: Config, engine: str) -> list[tuple[Path, ...]]:
     return []
 
 
-_PACKAGES = {"kws": ["sherpa_onnx"], "silero": ["sherpa_onnx"], "paraformer": ["sherpa_onnx"],
-             "vits": ["sherpa_onnx"], "whisper": ["faster_whisper"], "llama": ["llama_cpp"],
-             "fastspeech2": ["onnxruntime"]}
+# Python packages each engine imports (mirrors the engines' imports).
+_PACKAGES = {"kws": ["sherpa_onnx", "pypinyin"], "silero": ["sherpa_onnx"], "paraformer": ["sherpa_onnx"],
+             "vits": ["sherpa_onnx"], "whisper": ["faster_whisper"], "asr-match": ["pypinyin"],
+             "llama": ["cyllama"], "fastspeech2": ["onnxruntime", "pypinyin"]}
 
 
 def _rel(p: Path, cfg: Config) -> str:
@@ -255,6 +256,7 @@ def check_stage(cfg: Config, stage: str, engine: str, manifest: Path = MANIFEST,
         return st
     if engine == "asr-match":
         st.notes.append("wake by ASR + pinyin match (needs the asr stage)")
+        st.problems += [f"python package {p} is not installed" for p in _PACKAGES[engine] if module_missing(p)]
         return st
     found = _check_files(cfg, engine, st)
     _check_checksums(cfg, engine, st, found, manifest)
