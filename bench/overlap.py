@@ -137,6 +137,35 @@ def coalescing(tts: Any, chunks: list[str], limit: int, repeats: int = 3) -> dic
             "saved_pct": round(100 * (sep_ms - merged_ms) / sep_ms, 1) if sep_ms else None}
 
 
+def llm_speed(cfg: Any, threads: list[int], question: str) -> list[dict[str, Any]]:
+    """The LLM alone per thread count: first token from a fresh and from a cached prompt, tokens/s."""
+    import dataclasses
+
+    from rkvoice.answer.llm.registry import create_llm
+
+    out = []
+    msgs = [{"role": "system", "content": "你是小智，一个中文语音助手。"}, {"role": "user", "content": question}]
+    for n in threads:
+        c = dataclasses.replace(cfg, llm=dataclasses.replace(cfg.llm, threads=n, max_tokens=60))
+        eng = create_llm(c)
+        eng.load()
+        row: dict[str, Any] = {"threads": n}
+        for label in ("fresh", "cached_prompt"):
+            t = time.monotonic()
+            first_s = None
+            for _ in eng.stream(msgs):
+                if first_s is None:
+                    first_s = time.monotonic() - t
+            st = getattr(eng, "last_stats", {})
+            gen_s = st.get("total_s", 0) - st.get("prefill_s", 0)
+            row[label] = {"first_token_ms": round((first_s or 0) * 1000, 1),
+                          "tokens_per_s": round(st.get("new_tokens", 0) / gen_s, 1) if gen_s > 0 else None,
+                          "reused_tokens": st.get("reused_tokens")}
+        out.append(row)
+        del eng
+    return out
+
+
 def draw(png: Path, runs: list[tuple[str, Timeline, list[tuple[float, str]]]]) -> None:
     import matplotlib
 
@@ -182,6 +211,7 @@ def main() -> int:
     ap.add_argument("--png", default="overlap.png")
     ap.add_argument("--tts", default=None, help="TTS engine (default: tts.engine)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--compare-threads", metavar="N,M", help="also time the LLM alone with these thread counts")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
@@ -236,6 +266,8 @@ def main() -> int:
         "png": str(Path(args.png).resolve()),
         "coalescing": coalesce,
     }
+    if args.compare_threads:
+        result["llm_alone"] = llm_speed(cfg, [int(x) for x in args.compare_threads.split(",")], args.question)
     draw(Path(args.png), [("overlapped: pieces spoken while the LLM generates", tl_o, deltas_o),
                           ("naive: wait for the whole answer, then speak", tl_w, deltas_w)])
     print(json.dumps(result, ensure_ascii=False, indent=1))
