@@ -284,3 +284,22 @@ def test_player_about_to_run_dry_cuts_pending_text_at_a_comma(tmp_path: Path) ->
     assert "".join(tts.calls) == "".join(deltas)
     # the cut piece plays 1.6..3.0 s, the rest arrives at 3.2 s: a 200 ms gap instead of 1400 ms
     assert tl.summary()["max_gap_ms"] == pytest.approx(200.0, abs=1.0)
+
+
+def test_wrap_guards_the_stream_and_errors_end_the_turn(tmp_path: Path) -> None:
+    _clock, _llm, tl, tts, speaker, answerer, _ = make(tmp_path, STORY)
+
+    def deadline(deltas: Iterator[str]) -> Iterator[str]:  # like the daemon's stall guard
+        for i, d in enumerate(deltas):
+            if i == 3:
+                raise RkvoiceError("answer", "timeout", "no delta within 10 s")
+            yield d
+
+    with pytest.raises(RkvoiceError, match="no delta"):
+        answerer.ask("讲个故事", tl, wrap=deadline)
+    assert names(tl, "answer_first_text") and names(tl, "answer")
+    turn = names(tl, "answer_start")[0]["turn"]
+    result = speaker.wait_done(turn, WAIT)  # the turn was ended: what was said plays out
+    speaker.close()
+    assert result is not None and result.status == "done"
+    assert tts.calls == ["从前，"]  # pieces handed before the error; the unfinished rest is dropped

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,7 +59,8 @@ class Answerer:
         self.speaker.speak(text)
 
     def ask(self, text: str, timeline: Timeline | None = None, cancel: threading.Event | None = None,
-            wait: bool = True) -> Answered:
+            wait: bool = True, wrap: Callable[[Iterator[str]], Iterable[str]] | None = None) -> Answered:
+        """Answer ``text`` and speak it. ``wrap`` may guard the delta stream (e.g. the daemon's deadline)."""
         timeline = timeline or Timeline(self.clock)
         cancel = cancel or threading.Event()
         reply: Reply = self.assistant.reply(text, timeline, cancel)
@@ -72,10 +74,15 @@ class Answerer:
         offset = self.clock.now() - start["t_ms"] / 1000.0  # clock time of the timeline's zero
         pieces = 0
         last_say_ms = -1.0
+        deltas = wrap(reply.deltas) if wrap is not None else reply.deltas
+        first = True
         try:
-            for delta in reply.deltas:
+            for delta in deltas:
                 if cancel.is_set():
                     break
+                if first and delta:
+                    first = False
+                    timeline.mark("answer_first_text", turn=turn)
                 ready = chunker.feed(delta)
                 if not ready and self._starving(timeline, turn, offset, last_say_ms):
                     ready = self._cut_early(chunker)
