@@ -16,6 +16,7 @@ answered, RSS growth after warm-up < 5 %, threads and fds flat.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import os
@@ -23,20 +24,21 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rkvoice.clock import MonotonicClock  # noqa: E402
-from rkvoice.config import Config, load_config  # noqa: E402
-from rkvoice.daemon.product import product_plan  # noqa: E402
-from rkvoice.daemon.sdnotify import Notifier  # noqa: E402
-from rkvoice.daemon.service import Daemon  # noqa: E402
-from rkvoice.daemon.stages import Plan, StageSpec, TurnReport  # noqa: E402
+from rkvoice.clock import MonotonicClock
+from rkvoice.config import Config, load_config
+from rkvoice.daemon.product import product_plan
+from rkvoice.daemon.sdnotify import Notifier
+from rkvoice.daemon.service import Daemon
+from rkvoice.daemon.stages import Plan, StageSpec, TurnReport
 
 log = logging.getLogger("soak")
 
@@ -200,7 +202,7 @@ def resident(args: argparse.Namespace) -> int:
         st = proc_status()
         steps.append({"step": f"+ {spec.name} ({type(engine).__name__})", "load_s": round(time.monotonic() - t0, 2),
                       "rss_mb": round(st["VmRSS"] / 1024, 1), "threads": st["Threads"]})
-    for prev, cur in zip(steps, steps[1:]):
+    for prev, cur in itertools.pairwise(steps):
         cur["delta_mb"] = round(cur["rss_mb"] - prev["rss_mb"], 1)
     hear = stages.engines["hear"]
     result = {

@@ -76,6 +76,17 @@ class FakeHost:
         yield
 
 
+@dataclass
+class Rig:
+    cfg: Any
+    clock: FakeClock
+    engine: ToneEngine
+    speaker: Speaker
+    assistant: FakeAssistant
+    host: FakeHost
+    responder: GuardedResponder
+
+
 @pytest.fixture
 def rig():
     cfg = load_config([{"daemon": {"answer_first_timeout_s": 0.2, "answer_gap_timeout_s": 0.2}}])
@@ -85,68 +96,68 @@ def rig():
                       normalize=lambda t: t, split=lambda t, a, b: [t])
     assistant = FakeAssistant()
     host = FakeHost()
-    yield cfg, clock, engine, speaker, assistant, host, GuardedResponder(assistant, speaker, cfg, host)
+    yield Rig(cfg, clock, engine, speaker, assistant, host, GuardedResponder(assistant, speaker, cfg, host))
     speaker.cancel()
     speaker.close(timeout=2)
 
 
 def test_answer_is_spoken_and_the_turn_marked_busy(rig) -> None:
-    cfg, clock, engine, speaker, assistant, host, responder = rig
-    assistant.replies["几点"] = FakeReply("tool:time", iter(["现在是三点。"]))
-    tl = Timeline(clock)
-    assert responder.respond("几点", tl, threading.Event()) == "现在是三点。"
-    assert engine.texts == ["现在是三点。"]
-    assert host.busy_names == ["turn"]
-    assert responder.outcomes[id(tl)].route == "tool:time" and responder.outcomes[id(tl)].error is None
+    r = rig
+    r.assistant.replies["几点"] = FakeReply("tool:time", iter(["现在是三点。"]))
+    tl = Timeline(r.clock)
+    assert r.responder.respond("几点", tl, threading.Event()) == "现在是三点。"
+    assert r.engine.texts == ["现在是三点。"]
+    assert r.host.busy_names == ["turn"]
+    assert r.responder.outcomes[id(tl)].route == "tool:time" and r.responder.outcomes[id(tl)].error is None
 
 
 def test_failed_synthesis_mid_answer_fails_the_turn(rig) -> None:
-    cfg, clock, engine, speaker, assistant, host, responder = rig
-    assistant.replies["讲"] = FakeReply("llm", iter(["第一句。", "BOOM 第二句。"]))
-    tl = Timeline(clock)
+    r = rig
+    r.assistant.replies["讲"] = FakeReply("llm", iter(["第一句。", "BOOM 第二句。"]))
+    tl = Timeline(r.clock)
     with pytest.raises(RkvoiceError) as err:
-        responder.respond("讲", tl, threading.Event())
+        r.responder.respond("讲", tl, threading.Event())
     assert err.value.stage == "tts"
-    assert responder.outcomes[id(tl)].error is err.value
+    assert r.responder.outcomes[id(tl)].error is err.value
 
 
 def test_hung_answer_times_out_and_aborts_the_llm(rig) -> None:
-    cfg, clock, engine, speaker, assistant, host, responder = rig
+    r = rig
     release = threading.Event()
 
     def hang() -> Iterator[str]:
         release.wait(10)
         yield "太晚了"
 
-    assistant.replies["问"] = FakeReply("llm", hang())
+    r.assistant.replies["问"] = FakeReply("llm", hang())
     try:
         with pytest.raises(RkvoiceError) as err:
-            responder.respond("问", Timeline(clock), threading.Event())
+            r.responder.respond("问", Timeline(r.clock), threading.Event())
         assert err.value.code == "timeout"
-        assert assistant.aborts == 1
+        assert r.assistant.aborts == 1
     finally:
         release.set()
 
 
 def test_stop_action_cancels_speech(rig) -> None:
-    cfg, clock, engine, speaker, assistant, host, responder = rig
+    r = rig
     cancels = []
-    real_cancel = speaker.cancel
-    speaker.cancel = lambda: (cancels.append(1), real_cancel())  # type: ignore[method-assign]
-    assistant.replies["停"] = FakeReply("tool:stop", iter([]), action="stop")
-    assert responder.respond("停", Timeline(clock), threading.Event()) == ""
+    real_cancel = r.speaker.cancel
+    r.speaker.cancel = lambda: (cancels.append(1), real_cancel())  # type: ignore[method-assign]
+    r.assistant.replies["停"] = FakeReply("tool:stop", iter([]), action="stop")
+    assert r.responder.respond("停", Timeline(r.clock), threading.Event()) == ""
     assert cancels == [1]
 
 
 def test_turn_records_become_reports_or_failures(rig) -> None:
-    cfg, clock, engine, speaker, assistant, host, responder = rig
+    r = rig
 
     @dataclass
     class Engines:
         speaker: Any
         player: Any = None
 
-    live = LiveHost({"hear": None, "answer": assistant, "speak": Engines(speaker)}, cfg, host)
+    live = LiveHost({"hear": None, "answer": r.assistant, "speak": Engines(r.speaker)}, r.cfg, r.host)
     responder = live.responder
 
     @dataclass
@@ -159,16 +170,16 @@ def test_turn_records_become_reports_or_failures(rig) -> None:
         def summary(self) -> dict[str, Any]:
             return {"transcript": self.transcript, "asr_ms": 120.0, "end_to_first_audio_ms": 850.5}
 
-    assistant.replies["几点"] = FakeReply("tool:time", iter(["三点。"]))
-    ok = Record(Timeline(clock), "几点")
+    r.assistant.replies["几点"] = FakeReply("tool:time", iter(["三点。"]))
+    ok = Record(Timeline(r.clock), "几点")
     ok.answer = responder.respond("几点", ok.timeline, threading.Event())
     live._on_turn(ok)
-    assistant.replies["讲"] = FakeReply("llm", iter(["BOOM"]))
-    bad = Record(Timeline(clock), "讲", cancelled=True)
+    r.assistant.replies["讲"] = FakeReply("llm", iter(["BOOM"]))
+    bad = Record(Timeline(r.clock), "讲", cancelled=True)
     with pytest.raises(RkvoiceError):
         responder.respond("讲", bad.timeline, threading.Event())
     live._on_turn(bad)
-    good, failed = host.reports
+    good, failed = r.host.reports
     assert isinstance(good, TurnReport)
     assert (good.transcript, good.route, good.answer_chars) == ("几点", "tool:time", 3)
     assert good.latency_ms == {"asr_ms": 120.0, "end_to_first_audio_ms": 850.5}
@@ -177,8 +188,8 @@ def test_turn_records_become_reports_or_failures(rig) -> None:
 
 
 def test_assistant_py_without_a_mode_runs_the_daemon(monkeypatch: pytest.MonkeyPatch) -> None:
-    import rkvoice.daemon.entry as entry
     from rkvoice import cli
+    from rkvoice.daemon import entry
 
     seen = {}
 

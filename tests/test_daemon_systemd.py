@@ -36,7 +36,7 @@ def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path) -> None:
         pytest.skip("py312/bin/python is missing: verify checks that ExecStart's binary exists")
     _render(tmp_path)
     out = subprocess.run(["systemd-analyze", "verify", str(tmp_path / "rkvoice.service")],
-                         capture_output=True, text=True, timeout=60)
+                         check=False, capture_output=True, text=True, timeout=60)
     # verify only warns (exit 0) about unknown or unparsable settings: any output is a finding
     assert out.returncode == 0, out.stderr
     assert out.stderr.strip() == "", out.stderr
@@ -48,7 +48,7 @@ def test_verify_would_catch_a_broken_unit(tmp_path: Path) -> None:
     unit = _render(tmp_path).replace("Type=notify", "Type=notifyy")
     (tmp_path / "rkvoice.service").write_text(unit, encoding="utf-8")
     out = subprocess.run(["systemd-analyze", "verify", str(tmp_path / "rkvoice.service")],
-                         capture_output=True, text=True, timeout=60)
+                         check=False, capture_output=True, text=True, timeout=60)
     assert "notifyy" in out.stderr
 
 
@@ -88,6 +88,6 @@ def test_install_refuses_an_install_dir_without_the_interpreter(tmp_path: Path) 
     if shutil.which("systemctl") is None:
         pytest.skip("systemctl is not installed")
     out = subprocess.run([str(SCRIPT), "--install-dir", str(tmp_path), "--no-start"],
-                         capture_output=True, text=True, timeout=30)
+                         check=False, capture_output=True, text=True, timeout=30)
     assert out.returncode == 1
     assert "py312/bin/python is missing: run ./install.sh first" in out.stderr
