@@ -123,9 +123,12 @@ class TurnFeeder:
             yield np.zeros(FRAME, dtype=np.float32)
 
     def frames(self) -> Iterator[np.ndarray]:
+        # a failed turn may restart the hear loop (and this generator): resume, don't replay
         self._t0, self._n = self.clock.now(), 0
         silence = self._silence()
         for i, speech in enumerate(self.script):
+            if i < self.turns_done():
+                continue
             padded = np.concatenate([np.zeros(RATE // 4, np.float32), speech, np.zeros(RATE, np.float32)])
             n = len(padded) // FRAME * FRAME
             self.fed = i + 1

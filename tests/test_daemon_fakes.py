@@ -393,3 +393,52 @@ def test_watchdog_pings_stop_while_a_stage_is_wedged(tmp_path: Path) -> None:
         d.request_stop()
         t.join(5)
         sock.close()
+
+
+def test_reload_reaches_a_loop_that_runs_until_told(tmp_path: Path) -> None:
+    """The live hear loop runs until its stop event: a reload must still get through."""
+    builds: list[float] = []
+    runs: list[threading.Event] = []
+
+    class UntilToldLoop:
+        def run_once(self, stop: threading.Event) -> None:
+            runs.append(stop)
+            stop.wait(10)
+
+        def stop_speaking(self) -> None:
+            pass
+
+        def apologise(self, text: str) -> None:
+            pass
+
+    class Engine:
+        def __init__(self, c: Config) -> None:
+            builds.append(c.tts.speed)
+
+        def load(self) -> None:
+            pass
+
+    cfgs = [_cfg(tmp_path)]
+    plan = Plan(stages=(StageSpec("speak", lambda c: c.tts, Engine),),
+                make_loop=lambda engines, c, host: UntilToldLoop())
+    d = Daemon(cfgs[0], plan, lambda: cfgs[-1], notifier=Notifier(socket_name=""))
+    t = threading.Thread(target=d.run, kwargs={"handle_signals": False}, daemon=True)
+    t.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not runs and time.monotonic() < deadline:
+            time.sleep(0.01)
+        cfgs.append(load_config([{"tts": {"speed": 1.3}, "daemon": {"lock_file": str(tmp_path / "lock")},
+                                  "state": {"dir": str(tmp_path / "state")}}]))
+        d.request_reload()
+        while len(builds) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert builds == [1.0, 1.3]
+        assert runs[0].is_set()  # the first run was told to return
+        while len(runs) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not runs[-1].is_set()  # and the loop runs again on the new engine
+    finally:
+        d.request_stop()
+        t.join(5)
+    assert not t.is_alive()

@@ -60,6 +60,9 @@ class Daemon:
         self.stop = threading.Event()
         self._wake = threading.Event()  # wakes the main thread early
         self._reload = threading.Event()
+        # what run_once gets as its stop: set on shutdown AND on a reload request, so a loop
+        # that runs until told (the live hear loop) returns and the engines can be swapped
+        self._cycle = threading.Event()
         self._exit_code = EXIT_OK
         self._busy: dict[int, tuple[str, float]] = {}
         self._busy_lock = threading.Lock()
@@ -126,6 +129,10 @@ class Daemon:
         self._wake.set()
 
     def _on_hup(self, _signum: int, _frame: FrameType | None) -> None:
+        self.request_reload()
+
+    def request_reload(self) -> None:
+        """Re-read the config before the next turn (SIGHUP; safe from any thread)."""
         self._reload.set()
         self._wake.set()
 
@@ -134,6 +141,7 @@ class Daemon:
         if code != EXIT_OK and self._exit_code == EXIT_OK:
             self._exit_code = code
         self.stop.set()
+        self._cycle.set()
         self._wake.set()
 
     def _begin_stop(self) -> None:
@@ -141,6 +149,7 @@ class Daemon:
         if self._signalled:
             log.info("%s: stopping", self._signalled)
         self.notifier.stopping("stopping")
+        self._cycle.set()
         if self.loop is not None:
             try:
                 self.loop.stop_speaking()
@@ -154,7 +163,10 @@ class Daemon:
             self._wake.wait(interval)
             self._wake.clear()
             if self.stop.is_set():
+                self._cycle.set()
                 break
+            if self._reload.is_set():
+                self._cycle.set()  # a long-running hosted loop returns (cancelling a turn in progress)
             if not worker.is_alive():
                 log.error("the turn loop thread died")
                 self.request_stop(EXIT_FATAL)
@@ -222,8 +234,11 @@ class Daemon:
                 self._do_reload()
                 continue
             assert self.loop is not None
+            self._cycle = cycle = threading.Event()
+            if self.stop.is_set() or self._reload.is_set():
+                cycle.set()
             try:
-                report = self.loop.run_once(self.stop)
+                report = self.loop.run_once(cycle)
             except Exception as exc:
                 if self.stop.is_set():
                     log.info("turn ended by shutdown: %s", exc)
