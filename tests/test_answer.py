@@ -303,3 +303,17 @@ def test_wrap_guards_the_stream_and_errors_end_the_turn(tmp_path: Path) -> None:
     speaker.close()
     assert result is not None and result.status == "done"
     assert tts.calls == ["从前，"]  # pieces handed before the error; the unfinished rest is dropped
+
+
+def test_assistant_abort_drops_the_answer_from_history(tmp_path: Path) -> None:
+    clock = FakeClock()
+    llm = FakeLlm(clock, ["第一句。", "第二句。", "第三句。"])
+    a = Assistant(cfg_for(tmp_path), clock, llm=llm, now=lambda: NOW, store=StateStore(tmp_path / "s"))
+    reply = a.reply("讲个故事")
+    got = []
+    for d in reply.deltas:
+        got.append(d)
+        a.abort()  # e.g. the daemon's stop, from any thread
+    assert got == ["第一句。"] and llm.aborted.is_set()
+    assert reply.llm is not None and reply.llm.cancelled
+    assert len(a.conversation.history) == 0

@@ -66,7 +66,7 @@ class Assistant:
         self.scheduler = ReminderScheduler(self.store, now, on_reminder)
         self.ctx = ToolContext(now=now, store=self.store, scheduler=self.scheduler)
         self.conversation = Conversation(cfg, now)
-        self._lock = threading.Lock()
+        self._current: LlmStream | None = None
 
     @property
     def llm(self) -> LlmEngine:
@@ -93,8 +93,11 @@ class Assistant:
         self.scheduler.on_due = on_due
 
     def abort(self) -> None:
-        """Stop a running LLM answer (any thread)."""
-        if self._llm is not None:
+        """Stop a running LLM answer (any thread); it is not kept in the conversation."""
+        current = self._current
+        if current is not None:
+            current.abort()
+        elif self._llm is not None:
             self._llm.abort()
 
     def reply(self, text: str, timeline: Timeline | None = None, cancel: threading.Event | None = None) -> Reply:
@@ -111,7 +114,11 @@ class Assistant:
                            self.cfg.llm.max_answer_chars, timeline, cancel)
 
         def deltas() -> Iterator[str]:
-            yield from stream
+            self._current = stream
+            try:
+                yield from stream
+            finally:
+                self._current = None
             if not stream.cancelled and not stream.timed_out:
                 self.conversation.remember(text, stream.text)
 

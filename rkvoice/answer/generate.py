@@ -52,6 +52,11 @@ class LlmStream:
         if self.timeline is not None:
             self.timeline.mark(name, **data)
 
+    def abort(self) -> None:
+        """Stop this answer (barge-in, stop): the engine is aborted and the answer counts as cancelled."""
+        self.cancelled = True
+        self.engine.abort()
+
     def _on_timer(self) -> None:
         if not self._done.is_set():
             self.timed_out = True
@@ -105,8 +110,10 @@ class LlmStream:
                         break
                 self.text += delta
                 yield delta
+            if self.cancel is not None and self.cancel.is_set():
+                self.cancelled = True  # the engine may have ended quietly after its abort
             # The engine may have stopped because the timer aborted it.
-            if self.timed_out:
+            if self.timed_out and not self.cancelled:
                 log.warning("LLM answer timed out after %.1f s; aborted", self.timeout_s)
                 self._mark("llm_timeout", timeout_s=self.timeout_s)
                 yield ("。" if self.text and not _SENTENCE_END.search(self.text[-1:]) else "") + TIMEOUT_TEXT
