@@ -157,7 +157,7 @@ def test_always_truncated_gives_up_with_a_clear_error_and_keeps_the_part(server,
     with pytest.raises(RkvoiceError) as err:
         _get(url, tmp_path / "m.bin", size=len(DATA), retries=2)
     assert err.value.code == "download-failed"
-    assert url in str(err.value) and "3 attempts" in str(err.value)
+    assert url in str(err.value) and "3 attempts" in str(err.value) and "a rerun resumes it" in str(err.value)
     assert len(plan.requests) == 3
     assert not (tmp_path / "m.bin").exists()
     assert (tmp_path / "m.bin.part").exists()  # kept so that a rerun resumes
@@ -184,6 +184,7 @@ def test_unreachable_host_is_an_error_after_retries(tmp_path):
     with pytest.raises(RkvoiceError) as err:
         _get("http://127.0.0.1:9/nothing", tmp_path / "m.bin", retries=1)
     assert "cannot connect" in str(err.value) and "2 attempts" in str(err.value)
+    assert "partial file" not in str(err.value)  # nothing was received, nothing is kept
 
 
 def test_existing_good_file_is_not_downloaded_again(server, tmp_path):

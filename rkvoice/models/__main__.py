@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
               f"in {time.monotonic() - t0:.1f} s", file=sys.stderr)
         return 0
     except RkvoiceError as err:
-        print(f"rkvoice.models: {err}", file=sys.stderr)
+        print(f"rkvoice.models: {err.message}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("rkvoice.models: interrupted; rerun to resume (finished downloads are kept)", file=sys.stderr)

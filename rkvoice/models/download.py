@@ -193,11 +193,9 @@ def download(
         except _Retry as exc:
             last = str(exc)
             if attempt >= retries:
-                raise _fail(
-                    url, "download-failed",
-                    f"{last}; gave up after {attempt + 1} attempts (the partial file {part} is kept "
-                    "and a rerun resumes it)",
-                ) from None
+                kept = (f" (the partial file {part} is kept and a rerun resumes it)"
+                        if part.exists() and part.stat().st_size else "")
+                raise _fail(url, "download-failed", f"{last}; gave up after {attempt + 1} attempts{kept}") from None
             wait = backoff * (2 ** attempt)
             attempt += 1
             log.warning("download %s: %s; retry %d/%d in %.0f s", url, last, attempt, retries, wait)
