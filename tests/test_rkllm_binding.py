@@ -114,6 +114,8 @@ FAKE = HEADER + r"""
 typedef struct { LLMResultCallback cb; RKLLMParam param; volatile int abort_flag; char tmpl[256]; int runs; } Fake;
 static int g_last_keep_history = -1, g_last_max_new = -1, g_last_domain = -1, g_last_cpus = -1;
 static char g_last_role[32];
+static char g_last_prompt[4096];
+const char* fake_last_prompt(void) { return g_last_prompt; }
 int fake_last(int what) {
   switch (what) { case 0: return g_last_keep_history; case 1: return g_last_max_new; case 2: return g_last_domain;
                   case 3: return g_last_cpus; default: return -1; } }
@@ -137,15 +139,17 @@ int rkllm_init(LLMHandle* h, RKLLMParam* p, LLMResultCallback cb) {
   Fake* f = calloc(1, sizeof(Fake)); f->cb = cb; f->param = *p;
   g_last_domain = p->extend_param.base_domain_id; g_last_cpus = p->extend_param.enabled_cpus_num;
   *h = f; return 0; }
+#ifndef NO_TEMPLATE
 int rkllm_set_chat_template(LLMHandle h, const char* s, const char* pre, const char* post) {
   Fake* f = h; snprintf(f->tmpl, sizeof f->tmpl, "%s|%s|%s", s, pre, post); return 0; }
+#endif
 int rkllm_clear_kv_cache(LLMHandle h, int keep, int* a, int* b) { (void)h; (void)keep; (void)a; (void)b; return 0; }
 int rkllm_abort(LLMHandle h) { ((Fake*)h)->abort_flag = 1; return 0; }
 int rkllm_destroy(LLMHandle h) { free(h); return 0; }
-typedef struct { Fake* f; char* text; int forever; int error; int max_new; int ret; } Job;
+typedef struct { Fake* f; char* text; int forever; int error; int max_new; int nullwait; int ret; } Job;
 static void* worker(void* arg) {
   Job* j = arg; RKLLMResult r; memset(&r, 0, sizeof r);
-  size_t n = strlen(j->text); int tokens = 0; char tok[8];
+  size_t n = strlen(j->text); int tokens = 0; char tok[16]; char carry[16]; size_t ncarry = 0;
   if (j->error) { j->f->cb(NULL, NULL, RKLLM_RUN_ERROR); j->ret = -1; return NULL; }
   for (size_t i = 0; (i < n || j->forever) && !j->f->abort_flag; i += 2) {
     if (j->max_new > 0 && tokens >= j->max_new) break;
@@ -153,6 +157,11 @@ static void* worker(void* arg) {
     memcpy(tok, j->text + k, len); tok[len] = 0; r.text = tok; r.token_id = tokens++;
     /* a token that ends inside a multi-byte character: the runtime reports WAITING */
     int incomplete = 0; size_t end = k + len; if (end < n && ((unsigned char)j->text[end] & 0xC0) == 0x80) incomplete = 1;
+    if (j->nullwait) { /* runtime variant: WAITING carries no text, the bytes come with the next call */
+      if (incomplete) { memcpy(carry + ncarry, tok, len); ncarry += len; r.text = NULL;
+                        j->f->cb(&r, NULL, RKLLM_RUN_WAITING); continue; }
+      char whole[32]; memcpy(whole, carry, ncarry); memcpy(whole + ncarry, tok, len + 1); ncarry = 0;
+      r.text = whole; j->f->cb(&r, NULL, RKLLM_RUN_NORMAL); continue; }
     j->f->cb(&r, NULL, incomplete ? RKLLM_RUN_WAITING : RKLLM_RUN_NORMAL);
     if (j->forever) usleep(2000);
   }
@@ -162,6 +171,7 @@ int rkllm_run(LLMHandle h, RKLLMInput* in, RKLLMInferParam* ip, void* userdata) 
   (void)userdata; Fake* f = h; f->abort_flag = 0; f->runs++;
   if (in->input_type != 0 || !in->prompt_input) return -1;
   snprintf(g_last_role, sizeof g_last_role, "%s", in->role ? in->role : "(null)");
+  snprintf(g_last_prompt, sizeof g_last_prompt, "%s", in->prompt_input);
   g_last_keep_history = ip->keep_history;
 #ifdef ABI13
   g_last_max_new = ip->max_new_tokens;
@@ -172,7 +182,9 @@ int rkllm_run(LLMHandle h, RKLLMInput* in, RKLLMInferParam* ip, void* userdata) 
   const char* u = NULL; while (last) { u = last + strlen("<|im_start|>user\n"); last = strstr(u, "<|im_start|>user\n"); }
   char* text = malloc(strlen(p) + 64); strcpy(text, "<reply>");
   if (u) { const char* e = strstr(u, "<|im_end|>"); size_t l = e ? (size_t)(e - u) : strlen(u); strncat(text, u, l); }
-  Job j = { f, text, strstr(p, "SLOW") != NULL, strstr(p, "BOOM") != NULL, g_last_max_new, 0 };
+  else { const char* nl = strrchr(p, '\n'); strcat(text, nl ? nl + 1 : p); } /* no ChatML: echo the last line */
+  Job j = { f, text, strstr(p, "SLOW") != NULL, strstr(p, "BOOM") != NULL, g_last_max_new,
+            strstr(p, "NULLWAIT") != NULL, 0 };
   pthread_t t; pthread_create(&t, NULL, worker, &j); pthread_join(t, NULL); free(text); return j.ret; }
 """
 
@@ -228,8 +240,48 @@ def test_streams_whole_characters_end_to_end(fake_lib: tuple[str, Path], tmp_pat
         assert c.fake_last(2) == 1 and c.fake_last(3) == 4  # base_domain_id, cpus from mask 0xF0
         c.fake_last_role.restype = ctypes.c_char_p
         assert c.fake_last_role() == b"user"
+        c.fake_last_prompt.restype = ctypes.c_char_p
+        assert c.fake_last_prompt().decode() == (
+            "<|im_start|>system\n你是小智。<|im_end|>\n<|im_start|>user\n月亮为什么会发光？<|im_end|>\n"
+            "<|im_start|>assistant\n")
         # a second turn on the same handle works
         assert "".join(eng.stream([{"role": "user", "content": "再说一遍"}])) == "<reply>再说一遍"
+    finally:
+        eng.close()
+
+
+def test_waiting_without_text_then_whole_bytes(fake_lib: tuple[str, Path], tmp_path: Path) -> None:
+    eng = _engine(fake_lib, tmp_path)
+    eng.load()
+    try:
+        deltas = list(eng.stream([{"role": "user", "content": "NULLWAIT 月亮为什么会发光？"}]))
+        assert "".join(deltas) == "<reply>NULLWAIT 月亮为什么会发光？"
+        assert all("\ufffd" not in d for d in deltas)
+    finally:
+        eng.close()
+
+
+def test_runtime_without_set_chat_template_gets_flattened_prompt(
+        fake_lib: tuple[str, Path], tmp_path: Path) -> None:
+    version, _ = fake_lib
+    src = tmp_path / "fake.c"
+    src.write_text(FAKE)
+    lib = tmp_path / "librkllmrt.so"
+    flags = ["-DABI13"] if version == "1.3" else []
+    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-pthread", "-DNO_TEMPLATE", *flags, "-o", str(lib),
+                    str(src)], check=True)
+    model = tmp_path / "m.rkllm"
+    model.write_bytes(b"x")
+    eng = RkllmEngine(_cfg(version), lib_path=str(lib), model=model)
+    eng.load()
+    try:
+        assert eng.raw_prompt is False
+        msgs = [{"role": "system", "content": "你是小智。"}, {"role": "user", "content": "你好"},
+                {"role": "assistant", "content": "你好呀。"}, {"role": "user", "content": "几岁了？"}]
+        assert "".join(eng.stream(msgs)) == "<reply>几岁了？"
+        assert eng.lib is not None
+        eng.lib.fake_last_prompt.restype = ctypes.c_char_p
+        assert eng.lib.fake_last_prompt().decode() == "你是小智。\n用户：你好\n助手：你好呀。\n几岁了？"
     finally:
         eng.close()
 

@@ -29,6 +29,15 @@ log = logging.getLogger(__name__)
 _DONE = object()
 
 
+def flatten(messages: list[Message]) -> str:
+    """The conversation as one user text, for a runtime that applies its own chat template."""
+    names = {"user": "用户", "assistant": "助手"}
+    lines = [m["content"] if m["role"] == "system" else f"{names.get(m['role'], m['role'])}：{m['content']}"
+             for m in messages[:-1]]
+    lines.append(messages[-1]["content"] if messages else "")
+    return "\n".join(lines)
+
+
 class RkllmEngine:
     name = "rkllm"
 
@@ -45,6 +54,7 @@ class RkllmEngine:
         self._run_lock = threading.Lock()
         self._aborted = threading.Event()
         self.last_perf: dict[str, float] = {}
+        self.raw_prompt = True
 
     # -- loading ---------------------------------------------------------------------------
     def load(self) -> None:
@@ -93,8 +103,13 @@ class RkllmEngine:
                 f"{self.abi.version} (llm.rkllm_abi), llm.context <= the model's max context, NPU driver >= 0.9.8",
             )
         # The prompt is built here (ChatML with our system prompt and history), so the
-        # template embedded at conversion is switched off.
-        lib.rkllm_set_chat_template(self.handle, b"", b"", b"")
+        # template embedded at conversion is switched off. A runtime without the call keeps
+        # its template and gets the conversation as the user's text.
+        self.raw_prompt = hasattr(lib, "rkllm_set_chat_template") and \
+            lib.rkllm_set_chat_template(self.handle, b"", b"", b"") == 0
+        if not self.raw_prompt:
+            log.warning("%s cannot replace the chat template; the model's own template wraps the prompt",
+                        self.lib_path)
         self.lib = lib
         log.info("rkllm loaded %s (ABI %s)", self.model, self.abi.version)
 
@@ -149,7 +164,8 @@ class RkllmEngine:
         try:
             self._aborted.clear()
             self._q = queue.Queue()
-            worker = threading.Thread(target=self._run, args=(chatml(messages).encode("utf-8"),),
+            prompt = chatml(messages) if self.raw_prompt else flatten(messages)
+            worker = threading.Thread(target=self._run, args=(prompt.encode("utf-8"),),
                                       name="rkllm-run", daemon=True)
             worker.start()
             decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -187,5 +203,5 @@ class RkllmEngine:
             self.lib.rkllm_abort(self.handle)
 
     def clear_kv_cache(self) -> None:
-        if self.lib is not None:
+        if self.lib is not None and hasattr(self.lib, "rkllm_clear_kv_cache"):
             self.lib.rkllm_clear_kv_cache(self.handle, 0, POINTER(c_int)(), POINTER(c_int)())

@@ -226,7 +226,10 @@ def bind(lib: ctypes.CDLL, abi: Abi) -> None:
     lib.rkllm_abort.restype = c_int
     lib.rkllm_destroy.argtypes = [LLMHandle]
     lib.rkllm_destroy.restype = c_int
-    lib.rkllm_set_chat_template.argtypes = [LLMHandle, c_char_p, c_char_p, c_char_p]
-    lib.rkllm_set_chat_template.restype = c_int
-    lib.rkllm_clear_kv_cache.argtypes = [LLMHandle, c_int, POINTER(c_int), POINTER(c_int)]
-    lib.rkllm_clear_kv_cache.restype = c_int
+    # Optional (not in every 1.2.x build): looked up without failing.
+    if hasattr(lib, "rkllm_set_chat_template"):
+        lib.rkllm_set_chat_template.argtypes = [LLMHandle, c_char_p, c_char_p, c_char_p]
+        lib.rkllm_set_chat_template.restype = c_int
+    if hasattr(lib, "rkllm_clear_kv_cache"):
+        lib.rkllm_clear_kv_cache.argtypes = [LLMHandle, c_int, POINTER(c_int), POINTER(c_int)]
+        lib.rkllm_clear_kv_cache.restype = c_int
