@@ -317,3 +317,30 @@ def test_assistant_abort_drops_the_answer_from_history(tmp_path: Path) -> None:
     assert got == ["第一句。"] and llm.aborted.is_set()
     assert reply.llm is not None and reply.llm.cancelled
     assert len(a.conversation.history) == 0
+
+
+FS2 = Path(__file__).resolve().parent.parent / "models" / "portable" / "fastspeech2"
+
+
+@pytest.mark.skipif(not (FS2 / "fastspeech2.onnx").is_file(), reason="fastspeech2 model not installed (./install.sh)")
+def test_cli_text_answers_from_a_tool(tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    metrics = tmp_path / "m.json"
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "xdg"))
+    proc = subprocess.run(
+        [sys.executable, str(root / "assistant.py"), "--text", "十二乘以八等于多少", "--no-play",
+         "--metrics", str(metrics), "--tts", "fastspeech2"],
+        check=False, capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "十二乘以八等于九十六。"
+    data = json.loads(metrics.read_text(encoding="utf-8"))
+    s = data["summary"]
+    assert s["route"] == "tool:arithmetic" and s["answer"] == "十二乘以八等于九十六。"
+    names_ = [e["name"] for e in data["events"]]
+    assert names_.index("route") < names_.index("audio_first") < names_.index("play_end")
+    assert "llm_start" not in names_ and s["audio_s"] > 1.0
