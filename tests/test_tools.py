@@ -233,6 +233,10 @@ def test_todos_survive_restart(tmp_path: Path) -> None:
     ("设一个明天早上六点半的闹钟", "好的，闹钟定在明天早上六点三十分。", datetime(2026, 10, 22, 6, 30, tzinfo=TZ), ""),
     ("明早七点十五叫醒我", "好的，闹钟定在明天早上七点十五分。", datetime(2026, 10, 22, 7, 15, tzinfo=TZ), ""),
     ("十分钟后题醒我关火", "好的，十分钟后提醒你关火。", NOW + timedelta(minutes=10), "关火"),
+    ("7:30提醒我跑步", "好的，今天晚上七点三十分提醒你跑步。", datetime(2026, 10, 21, 19, 30, tzinfo=TZ), "跑步"),
+    ("后天下午两点提醒我去医院", "好的，后天下午两点整提醒你去医院。",
+     datetime(2026, 10, 23, 14, 0, tzinfo=TZ), "去医院"),
+    ("明天早上7点叫我起床", "好的，明天早上七点整叫你起床。", datetime(2026, 10, 22, 7, 0, tzinfo=TZ), "起床"),
 ])
 def test_reminder_phrasings(q: str, answer: str, due: datetime, text: str, ctx: ToolContext) -> None:
     assert ask(q, ctx).text == answer
@@ -360,6 +364,12 @@ def test_todos_and_reminders_survive_kill_9(tmp_path: Path) -> None:
     ("五减八", "五减八等于负三。"),
     ("十二成以八等于多少", "十二乘以八等于九十六。"),
     ("两千乘以三千", "二千乘以三千等于六百万。"),
+    ("2的10次方是多少", "二的十次方等于一千零二十四。"),
+    ("一百的平方", "一百的平方等于一万。"),
+    ("三的平方加四的平方等于多少", "三的平方加四的平方等于二十五。"),
+    ("十的立方", "十的立方等于一千。"),
+    ("百分之二十乘以五十", "零点二乘以五十等于十。"),
+    ("2的100次方", "这个结果太大了，我读不出来。"),
 ])
 def test_arithmetic(q: str, expected: str, ctx: ToolContext) -> None:
     ans = ask(q, ctx)

@@ -24,9 +24,14 @@ _OPS: tuple[tuple[str, str], ...] = (
     ("加上", "+"), ("加", "+"), ("+", "+"),
     ("减去", "-"), ("减掉", "-"), ("减", "-"), ("−", "-"), ("-", "-"),
     ("乘以", "*"), ("乘上", "*"), ("乘", "*"), ("×", "*"), ("*", "*"), ("x", "*"), ("✕", "*"),
-    ("除以", "/"), ("÷", "/"), ("/", "/"),
+    ("除以", "/"), ("÷", "/"), ("/", "/"), ("^", "^"),
 )
 OP_WORDS = {"+": "加", "-": "减", "*": "乘以", "/": "除以"}
+_POWERS = ((re.compile(r"的平方"), "^2"), (re.compile(r"的立方"), "^3"),
+           (re.compile(r"的([零一二两三四五六七八九十百\d]+)次方"), r"^\1"))
+MAX_EXPONENT = 64
+MAX_MAGNITUDE = 10**16
+"""Results beyond this are not read out (and huge powers are never computed)."""
 
 
 class _Parser:
@@ -44,11 +49,24 @@ class _Parser:
         self.i += 1
         return tok[1]  # type: ignore[return-value]
 
+    def _power(self) -> Fraction:
+        base = self._number()
+        tok = self._peek()
+        if tok is None or tok[1] != "^":
+            return base
+        self.i += 1
+        exp = self._number()
+        if exp.denominator != 1 or (base == 0 and exp < 0):
+            raise ValueError("exponent out of range")
+        if abs(exp) > MAX_EXPONENT and abs(base) != 1:
+            raise OverflowError
+        return base ** int(exp)
+
     def _term(self) -> Fraction:
-        value = self._number()
+        value = self._power()
         while (tok := self._peek()) is not None and tok[1] in ("*", "/"):
             self.i += 1
-            rhs = self._number()
+            rhs = self._power()
             if tok[1] == "*":
                 value *= rhs
             else:
@@ -104,6 +122,8 @@ def speak_number(x: Fraction) -> tuple[str, bool]:
 
 def evaluate(text: str) -> tuple[list[tuple[str, object]], Fraction] | None:
     expr = _SUFFIX.sub("", _PREFIX.sub("", text, count=1), count=1)
+    for pat, rep in _POWERS:
+        expr = pat.sub(rep, expr)
     tokens = tokenize(expr)
     if not tokens or sum(1 for t in tokens if t[0] == "op") < 1:
         return None
@@ -116,14 +136,26 @@ def handle(text: str, ctx: ToolContext) -> ToolAnswer | None:
         result = evaluate(text)
     except ZeroDivisionError:
         return ToolAnswer(NAME, "零不能做除数，这道题没有答案。")
+    except OverflowError:
+        return ToolAnswer(NAME, "这个结果太大了，我读不出来。")
     except ValueError:
         return None
     if result is None:
         return None
     tokens, value = result
-    spoken = "".join(
-        speak_number(t[1])[0] if t[0] == "num" else OP_WORDS[t[1]]  # type: ignore[index,arg-type]
-        for t in tokens
-    )
+    if abs(value) >= MAX_MAGNITUDE:
+        return ToolAnswer(NAME, "这个结果太大了，我读不出来。")
+    words = []
+    i = 0
+    while i < len(tokens):
+        kind, v = tokens[i]
+        if kind == "op" and v == "^":
+            exp = tokens[i + 1][1]
+            words.append("的平方" if exp == 2 else "的立方" if exp == 3 else f"的{speak_number(exp)[0]}次方")  # type: ignore[arg-type]
+            i += 2
+            continue
+        words.append(speak_number(v)[0] if kind == "num" else OP_WORDS[v])  # type: ignore[index,arg-type]
+        i += 1
+    spoken = "".join(words)
     answer, exact = speak_number(value)
     return ToolAnswer(NAME, f"{spoken}{'等于' if exact else '约等于'}{answer}。")

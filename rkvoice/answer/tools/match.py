@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+_CLOCK_COLON = re.compile(r"(\d{1,2})[:：](\d{2})")
 _PUNCT = re.compile(r"[\s，。！？、；：“”‘’\"'!?,;:（）()《》【】\[\]…~～·-]+")
 
 # Whole-word mishearings seen from Chinese ASR, mapped to what the user most likely said.
@@ -28,7 +29,8 @@ _TRAD = str.maketrans("點鐘號週幾溫記憶體鬧腦辦時間還讓請問運
 
 def clean(text: str) -> str:
     """Lower-case, simplified, no punctuation or spaces, homophones fixed."""
-    s = _PUNCT.sub("", text.translate(_TRAD)).lower()
+    s = _CLOCK_COLON.sub(r"\1点\2", text.translate(_TRAD))  # 7:30 -> 7点30 before ':' goes
+    s = _PUNCT.sub("", s).lower()
     for wrong, right in HOMOPHONES:
         if wrong in s:
             s = s.replace(wrong, right)

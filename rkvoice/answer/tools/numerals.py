@@ -17,7 +17,7 @@ BIG_UNITS = {"万": 10_000, "亿": 100_000_000}
 CN_INT_CHARS = "零〇一幺二两三四五六七八九十百千万亿0123456789"
 # One number: optional sign, an integer part in digits or Chinese, an optional fraction (点/.)
 NUMBER_RE = re.compile(
-    r"(?:负|-)?(?:\d+(?:\.\d+)?|[零〇一幺二两三四五六七八九十百千万亿\d]+(?:点[零〇一二三四五六七八九\d]+)?)"
+    r"(?:负|-)?(?:百分之)?(?:\d+(?:\.\d+)?|[零〇一幺二两三四五六七八九十百千万亿\d]+(?:点[零〇一二三四五六七八九\d]+)?)"
 )
 
 
@@ -65,6 +65,9 @@ def parse_number(s: str) -> Fraction:
     neg = s.startswith(("负", "-"))
     if neg:
         s = s[1:]
+    if s.startswith("百分之"):
+        value = parse_number(s[3:]) / 100
+        return -value if neg else value
     if "." in s:
         whole, frac = s.split(".", 1)
     elif "点" in s:

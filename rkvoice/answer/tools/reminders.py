@@ -166,7 +166,7 @@ def _content(text: str, span: tuple[int, int]) -> str:
     else:
         return ""
     rest = re.sub(r"\s+", "", rest)
-    rest = re.sub(r"^(?:一下|一声|要|去|该|记得|你)+|(?:吧|哦|啊|呀|好吗|可以吗|好不好)$", "", rest)
+    rest = re.sub(r"^(?:一下|一声|你)+|(?:吧|哦|啊|呀|好吗|可以吗|好不好)$", "", rest)
     return rest
 
 
