@@ -220,10 +220,11 @@ def _step(d: Any, where: str, sources: set[str]) -> Step:
     args = d.get("args", [])
     runs = d.get("runs", [])
     venv = d.get("venv", [])
-    for a in [args, *runs] if isinstance(runs, list) else [None]:
+    if not isinstance(runs, list):
+        raise _err(where, "runs must be a list of argument lists")
+    for a in [args, *runs]:
         if not isinstance(a, list) or not all(isinstance(x, str) for x in a):
             raise _err(where, "args (and each entry of runs) must be a list of strings")
-    for a in [args, *runs] if isinstance(runs, list) else []:
         for ref in re.findall(r"\{src:([^}]*)\}", " ".join(a)):
             if ref not in sources:
                 raise _err(where, f"{{src:{ref}}} names an unknown source")
@@ -234,8 +235,9 @@ def _step(d: Any, where: str, sources: set[str]) -> Step:
     sha = d.get("sha256")
     return Step(
         op=op, to=d.get("to", ""), source=d.get("source", ""), member=d.get("member") or "",
-        strip=int(d.get("strip", 0)), parts=tuple(parts), script=d.get("script", ""), module=d.get("module", ""),
-        args=tuple(args), runs=tuple(tuple(r) for r in runs), venv=tuple(venv), sha256=_sha(sha, where, "-") if sha is not None else None,
+        strip=int(d.get("strip", 0)), parts=tuple(parts), script=d.get("script", ""),
+        module=d.get("module", ""), args=tuple(args), runs=tuple(tuple(r) for r in runs), venv=tuple(venv),
+        sha256=_sha(sha, where, "(step)") if sha is not None else None,
     )
 
 
