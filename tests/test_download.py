@@ -39,7 +39,7 @@ def _handler(plan: Plan):
         def log_message(self, *args):  # keep pytest output clean
             pass
 
-        def do_GET(self):  # noqa: N802 (http.server API)
+        def do_GET(self):
             plan.requests.append({"path": self.path, "range": self.headers.get("Range")})
             action = plan.script.pop(0) if plan.script else "ok"
             if action == "404":
@@ -210,7 +210,7 @@ def test_complete_part_file_with_416_is_accepted_after_checksum(server, tmp_path
 
 
 def test_progress_on_a_non_terminal_prints_a_few_lines_and_a_final_one(server, tmp_path):
-    plan, url = server
+    _, url = server
     out = io.StringIO()
     _get(url, tmp_path / "m.bin", size=len(DATA), progress=out)
     lines = out.getvalue().splitlines()

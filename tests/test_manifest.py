@@ -112,12 +112,12 @@ models:
     licence: MIT
     dir: models/portable/toy
     sources:
-      w: {pip: toy==1.0, file: toy-1.0-py3-none-any.whl, sha256: %s}
+      w: {{pip: toy==1.0, file: toy-1.0-py3-none-any.whl, sha256: {}}}
     steps:
-      - {op: extract, source: w, member: toy/data/a.bin, to: a.bin}
+      - {{op: extract, source: w, member: toy/data/a.bin, to: a.bin}}
     files:
-      - {path: a.bin, sha256: %s}
-""" % ("a" * 64, "b" * 64)
+      - {{path: a.bin, sha256: {}}}
+""".format("a" * 64, "b" * 64)
 
 
 @pytest.mark.parametrize(
@@ -185,7 +185,7 @@ def site(tmp_path):
         def log_message(self, *a):
             pass
 
-        def do_GET(self):  # noqa: N802
+        def do_GET(self):
             hits.append(self.path)
             body = files.get(self.path)
             if body is None:
@@ -290,7 +290,7 @@ def test_check_cli_lists_missing_and_corrupt_files_and_changes_nothing(site, cap
 
 
 def test_a_failed_fetch_names_the_url_and_leaves_no_model_files(site, capsys):
-    root, manifest, hits = site
+    root, manifest, _ = site
     manifest.write_text(manifest.read_text().replace("/b.tar.gz", "/gone.tar.gz"))
     assert cli.main(["install", "--root", str(root), "--manifest", str(manifest)]) == 1
     err = capsys.readouterr().err
@@ -335,7 +335,7 @@ def test_local_source_missing_says_how_to_make_it(tmp_path):
 
 
 def test_prepare_step_runs_a_module_with_fetched_source_paths(site):
-    root, manifest, hits = site
+    root, manifest, _ = site
     pkg = root / "toyprep"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")

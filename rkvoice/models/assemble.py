@@ -18,8 +18,9 @@ import subprocess
 import sys
 import tarfile
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
-from typing import IO, Iterator
+from typing import IO
 
 from rkvoice.errors import RkvoiceError
 from rkvoice.models.download import sha256_file
@@ -170,7 +171,7 @@ def _run(ctx: Context, step: Step, python: str, args: tuple[str, ...]) -> None:
         target = [str(script)]
     cmd = [python, *target, *(ctx.fmt(a) for a in args)]
     log.info("  running %s", " ".join(cmd[1:]))
-    proc = subprocess.run(cmd, cwd=ctx.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(cmd, cwd=ctx.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
     if proc.returncode != 0:
         tail = " | ".join(line.strip() for line in proc.stdout.strip().splitlines()[-4:])
         raise _fail(ctx, step, f"{step.script} exited {proc.returncode}: {tail}")
@@ -182,14 +183,14 @@ def _convert(ctx: Context, step: Step) -> None:
         shutil.rmtree(venv)
     log.info("  creating a throw-away venv with %s", " ".join(step.venv))
     try:
-        proc = subprocess.run([ctx.python, "-m", "venv", str(venv)], capture_output=True, text=True)
+        proc = subprocess.run([ctx.python, "-m", "venv", str(venv)], capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise _fail(ctx, step, f"cannot create a venv: {proc.stderr.strip()[-300:]}")
         vpy = str(venv / "bin" / "python")
         proc = subprocess.run(
             [vpy, "-m", "pip", "install", "--disable-pip-version-check", "-q",
              "--cache-dir", str(ctx.pip_cache), *step.venv],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False,
         )
         if proc.returncode != 0:
             tail = " | ".join(line.strip() for line in proc.stdout.strip().splitlines()[-3:])

@@ -13,13 +13,13 @@ import hashlib
 import http.client
 import logging
 import os
-import socket
 import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TextIO
 
 from rkvoice.errors import RkvoiceError
 
@@ -124,7 +124,7 @@ def _fetch_once(url: str, part: Path, size: int | None, timeout: float,
         if exc.code in (408, 429) or exc.code >= 500:
             raise _Retry(f"HTTP {exc.code} {exc.reason}") from None
         raise _fail(url, "http-error", f"HTTP {exc.code} {exc.reason}") from None
-    except (urllib.error.URLError, socket.timeout, ConnectionError, OSError) as exc:
+    except (TimeoutError, urllib.error.URLError, ConnectionError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise _Retry(f"cannot connect: {reason}") from None
     with resp:
@@ -152,7 +152,7 @@ def _fetch_once(url: str, part: Path, size: int | None, timeout: float,
                         progress.update(len(block))
                 out.flush()
                 os.fsync(out.fileno())
-        except (http.client.IncompleteRead, socket.timeout, ConnectionError) as exc:
+        except (TimeoutError, http.client.IncompleteRead, ConnectionError) as exc:
             raise _Retry(f"connection broke after {got} bytes: {exc!r}") from None
     if expected is not None and got < expected:
         raise _Retry(f"truncated response: got {got} of {expected} bytes")

@@ -62,7 +62,7 @@ def fetch_pip(source: Source, cache: Path, python: str = sys.executable) -> Path
         "--progress-bar", "on" if sys.stderr.isatty() else "off", "-d", str(cache), source.pip,
     ]
     log.info("  %s: pip download", source.pip)
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
     if proc.returncode != 0:
         tail = " | ".join(line.strip() for line in proc.stdout.strip().splitlines()[-3:])
         raise RkvoiceError(

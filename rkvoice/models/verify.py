@@ -44,7 +44,7 @@ def _onnx_loads(path: Path) -> str:
         opts.intra_op_num_threads = 1
         opts.log_severity_level = 3
         ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # onnxruntime raises several unrelated types for a bad file
+    except Exception as exc:  # noqa: BLE001 (onnxruntime raises several unrelated types for a bad file)
         return f"onnxruntime cannot load it: {str(exc).splitlines()[0][:200]}"
     return ""
 
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m rkvoice.models.verify")
     ap.add_argument("--check", action="store_true", required=True, help="verify only (the one mode)")
-    args, rest = ap.parse_known_args(sys.argv[1:] if argv is None else argv)
+    _, rest = ap.parse_known_args(sys.argv[1:] if argv is None else argv)
     return models_main(["check", *rest])
 
 
