@@ -344,3 +344,4 @@ def test_cli_text_answers_from_a_tool(tmp_path: Path) -> None:
     names_ = [e["name"] for e in data["events"]]
     assert names_.index("route") < names_.index("audio_first") < names_.index("play_end")
     assert "llm_start" not in names_ and s["audio_s"] > 1.0
+    assert s["spoken_chars"] == s["answer_chars"] > 0  # the whole answer was spoken

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 import time
 from pathlib import Path
@@ -12,9 +13,14 @@ from typing import Any
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
+from rkvoice.text.normalize import speakable
 from rkvoice.timeline import Timeline, write_json_atomic
 
 log = logging.getLogger(__name__)
+
+
+def _letters(text: str) -> str:
+    return re.sub(r"[\W_]+", "", text)
 
 
 def answer_summary(timeline: Timeline, answer: str, route: str) -> dict[str, Any]:
@@ -31,6 +37,9 @@ def answer_summary(timeline: Timeline, answer: str, route: str) -> dict[str, Any
         t = first(name)
         if t is not None:
             summary[f"{name}_ms"] = t
+    spoken = "".join(e.get("text", "") for e in events if e["name"] == "chunk")
+    summary["spoken_chars"] = len(_letters(spoken))
+    summary["answer_chars"] = len(_letters(speakable(answer))) if answer else 0
     start, done, audio = first("llm_start"), first("llm_done"), first("audio_first")
     if start is not None and audio is not None:
         summary["first_audio_from_llm_start_ms"] = round(audio - start, 3)
