@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from rkvoice.answer.llm import rkllm as rkllm_mod
 from rkvoice.answer.llm import rkllm_abi as A
 from rkvoice.answer.llm.rkllm import RkllmEngine
 from rkvoice.config import Config, LlmConfig
@@ -341,6 +342,18 @@ def test_init_failure_is_a_clear_error(fake_lib: tuple[str, Path], tmp_path: Pat
     missing = RkllmEngine(_cfg(version), lib_path=str(lib), model=tmp_path / "nope.rkllm")
     with pytest.raises(RkvoiceError, match="not found"):
         missing.load()
+    good = tmp_path / "good.rkllm"
+    good.write_bytes(b"x")
+    again = RkllmEngine(_cfg(version), lib_path=str(lib), model=good)
+    try:
+        if version == "1.3":  # a second rkllm_init after a failure may crash 1.3.0: refused
+            with pytest.raises(RkvoiceError, match="restart rkvoice"):
+                again.load()
+        else:
+            again.load()
+            again.close()
+    finally:
+        rkllm_mod.FAILED_INITS.clear()
 
 
 def test_missing_library_is_a_clear_error(tmp_path: Path) -> None:

@@ -27,6 +27,8 @@ from rkvoice.errors import RkvoiceError
 log = logging.getLogger(__name__)
 
 _DONE = object()
+FAILED_INITS: set[str] = set()
+"""Libraries (1.3 ABI) whose rkllm_init failed in this process: a second attempt may segfault."""
 
 
 def flatten(messages: list[Message]) -> str:
@@ -75,6 +77,10 @@ class RkllmEngine:
             raise RkvoiceError("llm", "rkllm-lib-bad",
                                f"{self.lib_path} lacks {exc}; is it librkllmrt.so of version {self.abi.version}?"
                                ) from exc
+        if self.abi.version == "1.3" and self.lib_path in FAILED_INITS:
+            raise RkvoiceError("llm", "rkllm-init-again",
+                               f"rkllm_init already failed once in this process with {self.lib_path}; runtime "
+                               "1.3.0 may crash on a second attempt: fix the cause above and restart rkvoice")
         llm = self.cfg.llm
         param = lib.rkllm_createDefaultParam()
         param.model_path = str(self.model).encode()
@@ -97,6 +103,8 @@ class RkllmEngine:
             cb_arg = self._callback
         ret = lib.rkllm_init(byref(self.handle), byref(param), cb_arg)
         if ret != 0 or not self.handle:
+            if self.abi.version == "1.3":
+                FAILED_INITS.add(self.lib_path)
             raise RkvoiceError(
                 "llm", "rkllm-init",
                 f"rkllm_init failed ({ret}) for {self.model}: check the model matches runtime ABI "
