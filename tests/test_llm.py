@@ -121,3 +121,17 @@ def test_prime_computes_the_system_prompt_ahead(engine: LlamaEngine) -> None:
     assert n_system > 5
     "".join(engine.stream(MESSAGES))
     assert engine.last_stats["reused_tokens"] >= n_system - 3  # all but the generation prompt
+
+
+def test_close_frees_and_load_again_works() -> None:
+    if not MODEL.is_file():
+        pytest.skip(f"portable LLM model {MODEL} is not installed (./install.sh downloads it)")
+    eng = LlamaEngine(CFG)
+    eng.load()
+    eng.close()
+    assert eng.model is None
+    with pytest.raises(RkvoiceError, match="before load"):
+        list(eng.stream(MESSAGES))
+    eng.load()
+    assert "".join(eng.stream(MESSAGES))
+    eng.close()

@@ -211,6 +211,15 @@ class LlamaEngine:
         self._kv = []
         return 0
 
+    def close(self) -> None:
+        """Free the context and the model (an unfinished answer is aborted first)."""
+        self.abort()
+        with self._busy:
+            self.ctx = None
+            self.model = None
+            self.vocab = None
+            self._kv = []
+
     def abort(self) -> None:
         self._cancel.set()
         if self.ctx is not None:
