@@ -147,7 +147,15 @@ def test_memory_uptime_load_status(q: str, expected: str, tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("q", ["外面温度多少", "今天气温多少度", "我的体温三十八度正常吗"])
 def test_weather_is_not_device_temperature(q: str, tmp_path: Path) -> None:
-    assert route(q, fake_machine(tmp_path, RK3576_ZONES)) is None
+    ans = route(q, fake_machine(tmp_path, RK3576_ZONES))
+    assert ans is None or ans.tool == "weather"
+
+
+@pytest.mark.parametrize("q", ["今天天气怎么样", "明天会下雨吗", "外面温度多少", "今天气温多少度", "明天要带伞吗",
+                               "北京明天天气", "空气质量怎么样"])
+def test_weather_says_offline_instead_of_inventing(q: str, ctx: ToolContext) -> None:
+    ans = ask(q, ctx)
+    assert ans.tool == "weather" and "查不到天气" in ans.text
 
 
 def test_real_machine_status_is_speakable(ctx: ToolContext) -> None:

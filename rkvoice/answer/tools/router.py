@@ -12,6 +12,7 @@ from rkvoice.answer.tools import (
     reminders,
     stop,
     todos,
+    weather,
 )
 from rkvoice.answer.tools.base import ToolAnswer, ToolContext
 from rkvoice.answer.tools.match import clean
@@ -20,7 +21,7 @@ log = logging.getLogger(__name__)
 
 # Order matters: "明天早上七点叫我" is a reminder before it is a clock question.
 HANDLERS = (stop.handle, reminders.handle, todos.handle, arithmetic.handle, clock.handle,
-            device.handle, network.handle)
+            device.handle, network.handle, weather.handle)
 
 
 def route(transcript: str, ctx: ToolContext | None = None) -> ToolAnswer | None:
