@@ -372,3 +372,47 @@ def test_step_schema_errors(tmp_path, step, needle):
     with pytest.raises(RkvoiceError) as err:
         load_manifest(p)
     assert needle in str(err.value)
+
+
+# ------------------------------------------------------------------ install.sh front door
+# (interpreter choice and failure reporting; the full install is exercised by .ci/run)
+
+def _fake_bin(d: Path, name: str, body: str) -> None:
+    p = d / name
+    p.write_text("#!/bin/sh\n" + body + "\n")
+    p.chmod(0o755)
+
+
+def _run_install(tmp_path: Path, args: list[str], path_dirs: list[Path]):
+    import shutil
+    import subprocess
+
+    checkout = tmp_path / "checkout"
+    checkout.mkdir(exist_ok=True)
+    shutil.copy(ROOT / "install.sh", checkout / "install.sh")
+    env = {"PATH": ":".join(str(p) for p in path_dirs) + ":/usr/bin:/bin", "HOME": str(tmp_path)}
+    return subprocess.run(["bash", str(checkout / "install.sh"), *args], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+
+
+def test_a_python312_that_does_not_run_is_skipped_for_python3(tmp_path):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    _fake_bin(fake, "python3.12", 'echo "pyenv: python3.12: command not found" >&2; exit 127')
+    # a python3 that runs but is too old: the installer must reach it, then refuse it by name
+    _fake_bin(fake, "python3", 'case "$*" in *version_info\\ \\>=*) exit 1;; *) exit 0;; esac')
+    r = _run_install(tmp_path, [], [fake])
+    assert r.returncode == 1
+    assert "install.sh: step 'interpreter' failed: no usable Python: need python3.12, or python3 >= 3.11" in r.stderr
+    assert not (tmp_path / "checkout" / "py312").exists()
+
+
+def test_failures_name_the_step_and_bad_options_exit_2(tmp_path):
+    r = _run_install(tmp_path, ["--check"], [])
+    assert r.returncode == 1 and "step 'check' failed: py312/ does not exist yet" in r.stderr
+    assert sorted(p.name for p in (tmp_path / "checkout").iterdir()) == ["install.sh"]  # --check writes nothing
+    r = _run_install(tmp_path, ["--python", "/nonexistent/python"], [])
+    assert r.returncode == 1
+    assert "install.sh: step 'interpreter' failed: --python /nonexistent/python does not run" in r.stderr
+    r = _run_install(tmp_path, ["--profile", "desktop"], [])
+    assert r.returncode == 2 and "choose one of: portable, board" in r.stderr
