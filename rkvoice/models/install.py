@@ -48,9 +48,15 @@ def install_model(
         )
     cache = root / ".cache" / "models" / "downloads"
     fetched: dict[str, Path] = {}
-    log.info("%s: fetching %d source(s)", model.id, len(model.sources))
-    for source in model.sources:
+    total = sum(s.size or 0 for s in model.sources)
+    log.info("%s: fetching %d source(s)%s", model.id, len(model.sources),
+             f", {total / 1e6:.0f} MB" if total else "")
+    done = 0
+    for i, source in enumerate(model.sources, 1):
         fetched[source.name] = fetch(source, cache)
+        done += source.size or 0
+        if len(model.sources) > 2 and total:
+            log.info("  %d/%d sources, %.0f of %.0f MB", i, len(model.sources), done / 1e6, total / 1e6)
         if source.sha256 is None:
             log.warning("%s: %s has no published sha256; accepted on trust, sha256 is %s",
                         model.id, source.filename, sha256_file(fetched[source.name]))
