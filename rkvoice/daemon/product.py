@@ -83,7 +83,7 @@ class SpeakEngines:
     def close(self) -> None:
         if self.speaker is not None:
             self.speaker.cancel()
-            self.speaker.close(timeout=1.0)
+            self.speaker.close(timeout=0.5)  # its threads are daemon threads: exit stays < 2 s
         if self.player is not None:
             self.player.close()
 
