@@ -41,7 +41,8 @@ class Segment:
 
 
 def vad_model_path(cfg: Config) -> Path:
-    return cfg.models.path / "portable" / "vad" / "silero_vad.onnx"
+    """The profile's copy of silero: models/<profile>/vad/silero_vad.onnx (both profiles install one)."""
+    return cfg.models.path / cfg.models.profile / "vad" / "silero_vad.onnx"
 
 
 class Segmenter:
