@@ -59,6 +59,32 @@ class MatchaConfig:
 
 
 @dataclass(frozen=True)
+class FastSpeech2Config:
+    """Where the ``fastspeech2`` voice runs its MB-MelGAN vocoder (the acoustic model stays on onnxruntime)."""
+
+    vocoder: str = ""
+    """Empty: models/portable/fastspeech2/mb_melgan.onnx on onnxruntime, the whole mel in one call.
+    Otherwise a fixed-window vocoder, relative to models.dir unless absolute: a .rknn runs on the
+    NPU (RKNNLite; config.board.yaml: board/fastspeech2/mb_melgan-50.rknn from models/convert_rknn.py),
+    a .onnx on onnxruntime, both in overlapping windows of vocoder_frames."""
+    vocoder_frames: int = 50
+    """The fixed input length the .rknn was built for (convert_rknn.py vocoder --frames; <= 50)."""
+    vocoder_context: int = 16
+    """Frames of context on each side of a window's kept centre: against one whole-mel run of the
+    float vocoder 16 gives ~60-67 dB SNR (below the NPU's own fp16 error, 44-49 dB), 12 only ~37-41 dB."""
+    core_mask: str = "auto"
+    """NPU core mask for the .rknn vocoder: auto, 0, 1, 0_1."""
+
+    def __post_init__(self) -> None:
+        if self.vocoder_context < 0 or self.vocoder_frames <= 2 * self.vocoder_context:
+            raise RkvoiceError(
+                "config", "bad-value",
+                f"tts.fastspeech2: vocoder_frames {self.vocoder_frames} must exceed twice vocoder_context "
+                f"{self.vocoder_context} (e.g. frames 50, context 16)",
+            )
+
+
+@dataclass(frozen=True)
 class TtsConfig:
     engine: str = "auto"
     """Engine name from the TTS registry, or "auto" for the best installed one for the text."""
@@ -80,6 +106,7 @@ class TtsConfig:
     matcha_core_mask: str = "auto"
     """NPU core mask for RKNNLite: auto, 0, 1, 0_1."""
     matcha: MatchaConfig = field(default_factory=MatchaConfig)
+    fastspeech2: FastSpeech2Config = field(default_factory=FastSpeech2Config)
 
 
 @dataclass(frozen=True)

