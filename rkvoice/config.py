@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -352,13 +353,39 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+class _Loader(yaml.SafeLoader):
+    """SafeLoader without YAML 1.1's underscore digit groups and sexagesimal numbers.
+
+    Plain YAML reads ``0_1`` (an NPU core mask) as the integer 1 and ``22:05`` as 1325;
+    here both stay strings, so a str field gets what the user wrote.
+    """
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:0|[1-9][0-9]*|0x[0-9a-fA-F]+|0o[0-7]+)$"), list("-+0123456789")
+)
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^(?:[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[-+]?[0-9]+[eE][-+]?[0-9]+|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."),
+)
+
+
+def _yaml_load(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise RkvoiceError("config", "unreadable", f"cannot read {path}: {exc.strerror}") from exc
     try:
-        data = yaml.safe_load(text)
+        data = _yaml_load(text)
     except yaml.YAMLError as exc:
         raise RkvoiceError("config", "bad-yaml", f"{path} is not valid YAML: {exc}") from exc
     if data is None:
@@ -373,7 +400,7 @@ def parse_override(item: str) -> dict[str, Any]:
     key, sep, raw = item.partition("=")
     if not sep or not key.strip():
         raise RkvoiceError("config", "bad-override", f"--set expects KEY=VALUE, got {item!r}")
-    value = yaml.safe_load(raw) if raw.strip() else ""
+    value = _yaml_load(raw) if raw.strip() else ""
     node: dict[str, Any] = {}
     cur = node
     parts = key.strip().split(".")
