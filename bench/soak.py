@@ -283,8 +283,14 @@ def main() -> int:
     daemon_ref.append(daemon)
     lock = threading.Lock()
 
+    names: dict[str, Any] = {}
+
     def on_turn(report: TurnReport) -> None:
         with lock:
+            if not names:  # the engines are closed by the time the JSON is written
+                hear, speak = daemon.stages.engines["hear"], daemon.stages.engines["speak"]
+                names["hear"] = [type(getattr(hear, k)).__name__ for k in ("asr", "wake", "segmenter")]
+                names["tts"] = getattr(speak.tts, "name", type(speak.tts).__name__)
             reports.append(report)
             samples.append(proc_status())
             if daemon.turns % 25 == 0:
@@ -321,6 +327,8 @@ def main() -> int:
     routes: dict[str, int] = {}
     for r in reports:
         routes[r.route or "-"] = routes.get(r.route or "-", 0) + 1
+    tts_name = names.get("tts", "?")
+    hear_names = names.get("hear", [])
     heard: dict[str, int] = {}
     for r in reports:
         heard[r.transcript] = heard.get(r.transcript, 0) + 1
@@ -334,9 +342,9 @@ def main() -> int:
         "pace": args.pace,
         "pace_note": "microphone feed and null player run `pace` times faster than real time",
         "parts": {
-            "hear": "live hear loop (rkvoice.hear.loop) with the configured portable ASR/wake/VAD",
+            "hear": "live hear loop (rkvoice.hear.loop): " + " + ".join(hear_names),
             "answer": "Assistant: tools" + ("" if args.no_llm else f" + LLM (every {args.llm_every}th request)"),
-            "speak": "Speaker + " + str(cfg.tts.engine) + " TTS + null player",
+            "speak": f"Speaker + {tts_name} TTS + null player",
         },
         "routes": routes,
         "transcripts_exact": sum(1 for r in reports if r.transcript.rstrip("。？?") in expected),

@@ -217,3 +217,50 @@ def test_no_microphone_still_ready_and_recovers(daemon) -> None:
     err = d.proc.stderr.read()
     assert "no microphone 'default' (test); retrying in" in err
     assert "microphone is back" in err
+
+
+def test_real_portable_daemon_reaches_ready_without_a_microphone_and_stops_cleanly(tmp_path: Path) -> None:
+    """``assistant.py`` with no mode flag: the product's engines, the live loop, systemd's protocol."""
+    from rkvoice.config import load_config
+
+    cfg = load_config()
+    needed = [cfg.models.path / "portable" / p for p in (
+        "whisper-base/model.bin", "vad/silero_vad.onnx", "fastspeech2/fastspeech2.onnx",
+        "llm/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")]
+    missing = [str(p) for p in needed if not p.is_file()]
+    if missing:
+        pytest.skip(f"portable models absent (run ./install.sh): {', '.join(missing)}")
+    addr = str(tmp_path / "notify.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(addr)
+    sock.settimeout(120)
+    env = dict(os.environ, NOTIFY_SOCKET=addr, WATCHDOG_USEC="2000000", XDG_STATE_HOME=str(tmp_path))
+    env.pop("WATCHDOG_PID", None)
+    env.pop("RKVOICE_CONFIG", None)
+    # no sound card here -> no microphone: the daemon must still come up and keep retrying it
+    proc = subprocess.Popen([sys.executable, "assistant.py", "--no-play", "--set", "audio.input=arecord",
+                             "--set", "audio.input_device=rkvoice-test-no-such-device"],
+                            cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        seen: list[str] = []
+        for want in ("READY=1", "WATCHDOG=1"):
+            while True:
+                msg = sock.recv(4096).decode()
+                seen.append(msg)
+                if want in msg.split("\n"):
+                    break
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        while "STOPPING=1" not in sock.recv(4096).decode().split("\n"):
+            pass
+        assert proc.wait(10) == 0
+        assert time.monotonic() - t0 < 2.0
+        err = proc.stderr.read()
+        assert "ready: hear, answer, speak loaded" in err
+        assert "rkvoice-test-no-such-device" in err  # the microphone was tried (and retried)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+        proc.stderr.close()
+        sock.close()
