@@ -45,6 +45,7 @@ class FakeReply:
     route: str
     deltas: Iterator[str]
     action: str = ""
+    text: str = ""
 
 
 @dataclass
@@ -96,7 +97,7 @@ def rig():
                       normalize=lambda t: t, split=lambda t, a, b: [t])
     assistant = FakeAssistant()
     host = FakeHost()
-    yield Rig(cfg, clock, engine, speaker, assistant, host, GuardedResponder(assistant, speaker, cfg, host))
+    yield Rig(cfg, clock, engine, speaker, assistant, host, GuardedResponder(assistant, speaker, cfg, host, clock))
     speaker.cancel()
     speaker.close(timeout=2)
 
@@ -109,6 +110,26 @@ def test_answer_is_spoken_and_the_turn_marked_busy(rig) -> None:
     assert r.engine.texts == ["现在是三点。"]
     assert r.host.busy_names == ["turn"]
     assert r.responder.outcomes[id(tl)].route == "tool:time" and r.responder.outcomes[id(tl)].error is None
+
+
+def test_streamed_llm_tokens_reach_the_speaker_as_a_few_chunked_pieces(rig) -> None:
+    r = rig
+    answer = "从前有一座山，山上有一座庙，庙里有一个老和尚在给小和尚讲故事。讲的是什么呢？就是从前有一座山。"
+    tokens, i = [], 0
+    while i < len(answer):  # alternating 1- and 2-char deltas, as an LLM streams tokens
+        n = 1 + len(tokens) % 2
+        tokens.append(answer[i:i + n])
+        i += n
+    assert "".join(tokens) == answer and max(map(len, tokens)) <= 2 and len(tokens) > 30
+    r.assistant.replies["讲故事"] = FakeReply("llm", iter(tokens), text=answer)
+    tl = Timeline(r.clock)
+    assert r.responder.respond("讲故事", tl, threading.Event()) == answer
+    spoken = r.engine.texts
+    assert "".join(spoken) == answer  # everything spoken, in order
+    assert 2 <= len(spoken) <= 8, spoken  # a few pieces, not one synthesis per token
+    assert len(spoken[0]) <= r.cfg.tts.first_chars + 2  # a short first piece
+    assert all(len(p) >= 4 for p in spoken), spoken
+    assert [e["name"] for e in tl.events].count("answer_first_text") == 1
 
 
 def test_failed_synthesis_mid_answer_fails_the_turn(rig) -> None:

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from rkvoice.clock import Clock
 from rkvoice.config import Config
 
 from .stages import Host, Plan, StageSpec, TurnReport
@@ -134,41 +135,42 @@ class _Outcome:
 
 class GuardedResponder:
     """The hear loop's Responder over the Assistant and the Speaker, with the daemon's guards:
-    a deadline on the answer stream, a failed synthesis raised as a failed turn, "stop" obeyed."""
+    a deadline on the answer stream, a failed synthesis raised as a failed turn, "stop" obeyed.
 
-    def __init__(self, assistant: Any, speaker: Any, cfg: Config, host: Host) -> None:
+    The answer goes through rkvoice.answer.turn.Answerer, which cuts the LLM's token deltas into
+    speakable pieces (a short first piece, clauses after) instead of one synthesis per token.
+    ``clock`` must be the clock of the turns' timelines (the hear loop's; monotonic by default).
+    """
+
+    def __init__(self, assistant: Any, speaker: Any, cfg: Config, host: Host,
+                 clock: Clock | None = None) -> None:
+        from rkvoice.answer.turn import Answerer
+
         self.assistant = assistant
         self.speaker = speaker
         self.cfg = cfg
         self.host = host
+        self.answerer = Answerer(assistant, speaker, cfg, clock)
         self.outcomes: dict[int, _Outcome] = {}
 
     def respond(self, text: str, timeline: Any, cancel: threading.Event) -> str:
         outcome = self.outcomes[id(timeline)] = _Outcome()
         d = self.cfg.daemon
         parts: list[str] = []
+
+        def guarded(deltas: Iterator[str]) -> Iterator[str]:
+            for delta in deadline_deltas(deltas, cancel, d.answer_first_timeout_s, d.answer_gap_timeout_s):
+                if delta:
+                    parts.append(delta)
+                    log.debug("answer delta %r", delta)
+                yield delta
+
         with self.host.busy("turn"):
             try:
-                reply = self.assistant.reply(text, timeline, cancel)
-                outcome.route = reply.route
-                if getattr(reply, "action", "") == "stop":
-                    self.speaker.cancel()
-                turn = self.speaker.start_turn(timeline)
-                try:
-                    for delta in deadline_deltas(reply.deltas, cancel, d.answer_first_timeout_s,
-                                                 d.answer_gap_timeout_s):
-                        if cancel.is_set():
-                            break
-                        if delta:
-                            if not parts:
-                                timeline.mark("answer_first_text")
-                            parts.append(delta)
-                            log.debug("answer piece %r", delta)
-                            self.speaker.say(delta, turn)
-                finally:
-                    self.speaker.end_turn(turn)
-                if not cancel.is_set():
-                    result = self.speaker.wait_done(turn, timeout=d.stall_s)
+                answered = self.answerer.ask(text, timeline, cancel, wait=False, wrap=guarded)
+                outcome.route = answered.route
+                if answered.turn_id is not None and not cancel.is_set():
+                    result = self.speaker.wait_done(answered.turn_id, timeout=d.stall_s)
                     if result is not None and result.status == "error" and result.error is not None:
                         raise result.error
             except BaseException as exc:
