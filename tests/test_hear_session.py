@@ -291,3 +291,62 @@ def test_live_loop_returns_on_stop_while_the_microphone_gives_nothing():
     stop.set()
     t.join(2.0)
     assert not t.is_alive() and mic.closed.is_set()
+
+
+class _BoomVoice:
+    """A TTS engine that fails on the second piece of an answer."""
+
+    name = "boom"
+    languages = ("zh",)
+    sample_rate = SAMPLE_RATE
+
+    def generate(self, text, sid=0, speed=1.0):
+        from rkvoice.errors import RkvoiceError
+
+        if "BOOM" in text:
+            raise RkvoiceError("tts", "synth-failed", f"cannot synthesise {text!r}")
+        return np.zeros(int(0.2 * SAMPLE_RATE), np.float32), SAMPLE_RATE
+
+
+@pytest.mark.parametrize("kind", ["speaker-responder", "answerer"])
+def test_file_replay_tts_failure_mid_answer_is_a_failed_turn(kind):
+    from dataclasses import dataclass
+
+    from rkvoice.answer.turn import Answerer
+    from rkvoice.audio.players import NullPlayer
+    from rkvoice.hear.loop import SpeakerResponder
+    from rkvoice.speaker import Speaker
+
+    clock = FakeClock()
+    cfg = cfg_with()
+    speaker = Speaker(_BoomVoice(), NullPlayer(cfg, clock), cfg, clock,
+                      normalize=lambda t: t, split=lambda t, a, b: [t])
+    pieces = ["第一句话说完了。", "BOOM 第二句话说不出来。"]
+    if kind == "answerer":
+        @dataclass
+        class Reply:
+            route: str = "llm"
+            deltas: object = None
+            action: str = ""
+            text: str = "".join(pieces)
+
+        class Assistant:
+            def reply(self, text, timeline, cancel):
+                return Reply(deltas=iter(pieces))
+
+            def abort(self):
+                pass
+
+        responder = Answerer(Assistant(), speaker, cfg, clock)
+    else:
+        responder = SpeakerResponder(lambda text, cancel: iter(pieces), speaker)
+    s = HearSession(cfg, ScriptedAsr(["讲个故事"]), ScriptedWake([]), ScriptedSegmenter([(0.5, 1.5)]))
+    loop = TurnLoop(s, responder, clock=clock)
+    try:
+        (turn,) = loop.run_file(ListSource(3.0))
+    finally:
+        speaker.close(timeout=2)
+    errors = turn.timeline.find("error")
+    assert turn.cancelled  # not "done": the answer was not spoken
+    assert len(errors) == 1 and "cannot synthesise" in errors[0]["message"]
+    assert s.mode is Mode.IDLE  # back to waiting for the wake, no follow-up window

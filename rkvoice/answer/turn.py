@@ -136,7 +136,11 @@ class Answerer:
 
     # -- rkvoice.hear.loop.Responder ------------------------------------------------------------
     def respond(self, text: str, timeline: Timeline, cancel: threading.Event) -> str:
-        return self.ask(text, timeline, cancel).text
+        """Raises the speaker's error when the answer could not be spoken (the turn failed)."""
+        answered = self.ask(text, timeline, cancel)
+        if answered.status == "error" and answered.result is not None and answered.result.error is not None:
+            raise answered.result.error
+        return answered.text
 
     def cancel(self) -> None:
         self.assistant.abort()

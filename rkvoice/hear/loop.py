@@ -63,11 +63,18 @@ class SpeakerResponder:
         finally:
             self.speaker.end_turn(turn)
         if not cancel.is_set():
-            self.speaker.wait_done(turn)
+            raise_if_failed(self.speaker.wait_done(turn))
         return "".join(parts)
 
     def cancel(self) -> None:
         self.speaker.cancel()
+
+
+def raise_if_failed(result: Any) -> None:
+    """Raise the speaker's error when its turn ended in "error" (a synthesis or player failure
+    mid-answer), so the turn loop records a failed turn instead of a finished one."""
+    if result is not None and result.status == "error" and result.error is not None:
+        raise result.error
 
 
 def player_cue(player: Any, block_ms: int = 20) -> Callable[[np.ndarray], None]:
@@ -207,7 +214,8 @@ class TurnLoop:
             record.answer = self.responder.respond(record.transcript, record.timeline, cancel)
         except Exception as exc:
             log.error("turn failed: %s", exc, exc_info=not hasattr(exc, "stage"))
-            record.timeline.mark("error", message=str(exc))
+            if not any(e.get("message") == str(exc) for e in record.timeline.find("error")):
+                record.timeline.mark("error", message=str(exc))  # the speaker may have marked it
             record.cancelled = True
         finally:
             if cancel.is_set():
