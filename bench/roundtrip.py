@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import re
 import statistics
 import sys
 import time
@@ -33,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rkvoice.config import load_config
 from rkvoice.errors import RkvoiceError
+from rkvoice.hear.cer import cer
 from rkvoice.text.normalize import speakable
 
 SENTENCES = [
@@ -51,28 +51,6 @@ SENTENCES = [
     "他跑了 42.195km，比去年快了 12%。",
     "请在 2026/11/01 之前交 1,200 元。",
 ]
-
-_NOT_SPOKEN = re.compile(r"[\W_]+", re.UNICODE)
-
-
-def _strip(text: str) -> str:
-    return _NOT_SPOKEN.sub("", text)
-
-
-def edit_distance(a: str, b: str) -> int:
-    prev = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        cur = [i] + [0] * len(b)
-        for j, cb in enumerate(b, 1):
-            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
-        prev = cur
-    return prev[-1]
-
-
-def cer(reference: str, hypothesis: str) -> float:
-    ref, hyp = _strip(reference), _strip(hypothesis)
-    return edit_distance(ref, hyp) / max(1, len(ref))
-
 
 def _to_16k(samples: np.ndarray, rate: int) -> np.ndarray:
     if rate == 16000:
@@ -117,7 +95,7 @@ def main() -> int:
                 "tts_input": text,
                 "heard": heard,
                 "cer": round(cer(reference, speakable(heard, lang="zh")), 4),
-                "cer_verbatim": round(cer(reference, heard), 4),
+                "cer_verbatim": round(cer(reference, heard, read_digits=False), 4),
                 "audio_s": round(len(samples) / rate, 2),
                 "synth_s": round(synth_s, 3),
             }

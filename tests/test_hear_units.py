@@ -61,6 +61,11 @@ def test_cer_ignores_punctuation_and_reads_digits():
     assert cer("", "") == 0.0 and cer("", "嗯") == 1.0
 
 
+def test_cer_verbatim_scores_digits_as_written():
+    assert cer("早上七点", "早上7点。", read_digits=False) == pytest.approx(1 / 4)
+    assert cer("早上七点", "早上七点。", read_digits=False) == 0.0
+
+
 def test_wav_source_downmixes_and_resamples_once(tmp_path, caplog):
     t = np.arange(44100) / 44100
     stereo = np.stack([np.sin(2 * np.pi * 440 * t), np.zeros_like(t)], axis=1) * 0.5

@@ -9,11 +9,14 @@ _DROP = re.compile(r"[\s\W_]+", re.UNICODE)
 _NUM = re.compile(r"\d+")
 
 
-def normalise(text: str) -> str:
+def normalise(text: str, read_digits: bool = True) -> str:
+    """NFKC, digit runs read out as Chinese numbers (unless ``read_digits`` is False: then a
+    digit is a character like any other), punctuation and spaces dropped, lower case."""
     from rkvoice.text.cn import cn_int
 
     text = unicodedata.normalize("NFKC", text)
-    text = _NUM.sub(lambda m: cn_int(int(m.group())), text)
+    if read_digits:
+        text = _NUM.sub(lambda m: cn_int(int(m.group())), text)
     return _DROP.sub("", text).lower()
 
 
@@ -27,9 +30,10 @@ def edit_distance(a: str, b: str) -> int:
     return prev[-1]
 
 
-def cer(reference: str, hypothesis: str) -> float:
-    """Edits / reference characters after normalising both; 1.0 for a non-empty hypothesis of ''."""
-    ref, hyp = normalise(reference), normalise(hypothesis)
+def cer(reference: str, hypothesis: str, read_digits: bool = True) -> float:
+    """Edits / reference characters after normalising both; 1.0 for a non-empty hypothesis of ''.
+    ``read_digits=False`` scores digits as written (a transcript verbatim)."""
+    ref, hyp = normalise(reference, read_digits), normalise(hypothesis, read_digits)
     if not ref:
         return 0.0 if not hyp else 1.0
     return edit_distance(ref, hyp) / len(ref)
