@@ -160,9 +160,55 @@ class Output:
     wav_announce: bool = False
     parts: list[Any] = field(default_factory=list)
 
+    def commit(self, speaker: Any) -> None:
+        """Everything was spoken: join the speaker's threads, then close every output (the WAV
+        file is committed)."""
+        speaker.close()
+        for part in self.parts:
+            part.close()
+
+    def abort(self, speaker: Any | None) -> None:
+        """Something failed: stop speaking now and drop a half-written WAV file."""
+        if speaker is not None:
+            speaker.cancel()
+            speaker.close(timeout=1.0)
+        if self.wav is not None:
+            self.wav.abort()
+
+    def report(self) -> None:
+        """Say where the speech was written, when it went to a WAV file."""
+        if self.wav is not None:
+            prefix = "no sound device: " if self.wav_announce else ""
+            print(f"{prefix}wrote {self.wav.path} ({self.wav.samples / self.wav.rate:.1f} s)")
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """--out and --metrics must be writable before any model loads."""
+    if args.out:
+        check_writable(Path(args.out), "--out")
+    if args.metrics:
+        check_writable(Path(args.metrics), "--metrics")
+
+
+def load_voice(cfg: Config, name: str | None, text: str) -> Any:
+    """The TTS engine for ``text`` (``name`` or auto), loaded."""
+    from rkvoice.tts.registry import create_tts
+
+    engine = create_tts(cfg, name or None, text)
+    t0 = time.monotonic()
+    engine.load()
+    log.info("loaded %s in %.0f ms", getattr(engine, "name", "tts"), (time.monotonic() - t0) * 1000)
+    return engine
+
 
 def open_output(args: argparse.Namespace, cfg: Config, clock: Clock) -> Output:
-    from rkvoice.audio.players import NullPlayer, TeePlayer, WavPlayer, create_player, resolve_player_name
+    from rkvoice.audio.players import (
+        NullPlayer,
+        TeePlayer,
+        WavPlayer,
+        create_player,
+        resolve_player_name,
+    )
 
     wav = WavPlayer(cfg, path=args.out) if args.out else None
     announce = False
@@ -195,20 +241,11 @@ def open_output(args: argparse.Namespace, cfg: Config, clock: Clock) -> Output:
 def run_say(text: str, args: argparse.Namespace, cfg: Config, clock: Clock | None = None) -> int:
     from rkvoice.speaker import Speaker
     from rkvoice.timeline import Timeline
-    from rkvoice.tts.registry import create_tts
 
     clock = clock or MonotonicClock()
     spoken = check_text(text, cfg)
-    if args.out:
-        check_writable(Path(args.out), "--out")
-    if args.metrics:
-        check_writable(Path(args.metrics), "--metrics")
-
-    engine = create_tts(cfg, args.tts or None, text)
-    t_load = time.monotonic()
-    engine.load()
-    log.info("loaded %s in %.0f ms", getattr(engine, "name", "tts"), (time.monotonic() - t_load) * 1000)
-
+    check_outputs(args)
+    engine = load_voice(cfg, args.tts, text)
     output = open_output(args, cfg, clock)
     ok = False
     speaker = None
@@ -223,7 +260,6 @@ def run_say(text: str, args: argparse.Namespace, cfg: Config, clock: Clock | Non
             speaker.cancel()
             raise
         assert result is not None
-        speaker.close()
         if result.status == "error":
             assert result.error is not None
             raise result.error
@@ -232,20 +268,14 @@ def run_say(text: str, args: argparse.Namespace, cfg: Config, clock: Clock | Non
             samples, rate = engine.generate(spoken, sid=cfg.tts.sid, speed=cfg.tts.speed)
             synth_ms = (clock.now() - t0) * 1000.0
             timeline.mark("whole_text_synth", synth_ms=round(synth_ms, 3), audio_s=round(len(samples) / rate, 4))
-        for part in output.parts:
-            part.close()
+        output.commit(speaker)
         ok = True
     finally:
-        if speaker is not None and not ok:
-            speaker.cancel()
-            speaker.close(timeout=1.0)
-        if not ok and output.wav is not None:
-            output.wav.abort()
+        if not ok:
+            output.abort(speaker)
     summary = timeline.summary()
     if args.metrics:
         timeline.write(Path(args.metrics))
     log.info("summary %s", summary)
-    if output.wav is not None:
-        prefix = "no sound device: " if output.wav_announce else ""
-        print(f"{prefix}wrote {output.wav.path} ({output.wav.samples / output.wav.rate:.1f} s)")
+    output.report()
     return 0

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import re
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -51,23 +49,15 @@ def answer_summary(timeline: Timeline, answer: str, route: str) -> dict[str, Any
 def run_text(text: str, args: argparse.Namespace, cfg: Config, clock: Clock | None = None) -> int:
     from rkvoice.answer.assistant import Assistant
     from rkvoice.answer.turn import Answerer
-    from rkvoice.cli import check_writable, open_output
+    from rkvoice.cli import check_outputs, load_voice, open_output
     from rkvoice.speaker import Speaker
-    from rkvoice.tts.registry import create_tts
 
     clock = clock or MonotonicClock()
     if not text.strip():
         raise RkvoiceError("input", "empty-text", "nothing to ask: give --text a non-empty question")
-    if args.out:
-        check_writable(Path(args.out), "--out")
-    if args.metrics:
-        check_writable(Path(args.metrics), "--metrics")
-
+    check_outputs(args)
     assistant = Assistant(cfg, clock)
-    engine = create_tts(cfg, args.tts or None, "你好")
-    t0 = time.monotonic()
-    engine.load()
-    log.info("loaded %s in %.0f ms", getattr(engine, "name", "tts"), (time.monotonic() - t0) * 1000)
+    engine = load_voice(cfg, args.tts, "你好")
     output = open_output(args, cfg, clock)
     speaker = None
     ok = False
@@ -81,25 +71,18 @@ def run_text(text: str, args: argparse.Namespace, cfg: Config, clock: Clock | No
         except KeyboardInterrupt:
             answerer.cancel()
             raise
-        speaker.close()
         if answered.result is not None and answered.result.status == "error":
             raise answered.result.error
-        for part in output.parts:
-            part.close()
+        output.commit(speaker)
         ok = True
     finally:
-        if speaker is not None and not ok:
-            speaker.cancel()
-            speaker.close(timeout=1.0)
-        if not ok and output.wav is not None:
-            output.wav.abort()
+        if not ok:
+            output.abort(speaker)
         assistant.close()
     summary = answer_summary(timeline, answered.text, answered.route)
     if args.metrics:
         write_json_atomic(Path(args.metrics), {"events": timeline.events, "summary": summary})
     print(answered.text or "(stopped)")
     log.info("summary %s", summary)
-    if output.wav is not None:
-        prefix = "no sound device: " if output.wav_announce else ""
-        print(f"{prefix}wrote {output.wav.path} ({output.wav.samples / output.wav.rate:.1f} s)", file=sys.stdout)
+    output.report()
     return 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -43,25 +42,20 @@ def run_file(path: str, args: argparse.Namespace, cfg: Config, clock: Clock | No
     from rkvoice.answer.assistant import Assistant
     from rkvoice.answer.cli_text import answer_summary
     from rkvoice.answer.turn import Answerer
-    from rkvoice.cli import check_writable, open_output
+    from rkvoice.cli import check_outputs, load_voice, open_output
     from rkvoice.hear.cue import AckCue
     from rkvoice.hear.loop import TurnLoop, hear_summary, player_cue
     from rkvoice.hear.session import HearSession
     from rkvoice.hear.sources import WavFileSource
     from rkvoice.speaker import Speaker
-    from rkvoice.tts.registry import create_tts
 
     clock = clock or MonotonicClock()
     require_wake = bool(getattr(args, "require_wake", False))
     source = WavFileSource(path)  # a bad file fails here, before any model loads
-    if args.out:
-        check_writable(Path(args.out), "--out")
-    if args.metrics:
-        check_writable(Path(args.metrics), "--metrics")
+    check_outputs(args)
 
     asr, wake, segmenter = load_hearing(cfg, require_wake)
-    engine = create_tts(cfg, args.tts or None, "你好")
-    engine.load()
+    engine = load_voice(cfg, args.tts, "你好")
     cue = AckCue(cfg)
     cue.load()
     assistant = Assistant(cfg, clock)
@@ -78,16 +72,11 @@ def run_file(path: str, args: argparse.Namespace, cfg: Config, clock: Clock | No
         except KeyboardInterrupt:
             answerer.cancel()
             raise
-        speaker.close()
-        for part in output.parts:
-            part.close()
+        output.commit(speaker)
         ok = True
     finally:
-        if speaker is not None and not ok:
-            speaker.cancel()
-            speaker.close(timeout=1.0)
-        if not ok and output.wav is not None:
-            output.wav.abort()
+        if not ok:
+            output.abort(speaker)
         assistant.close()
 
     turn_summaries = []
@@ -113,9 +102,7 @@ def run_file(path: str, args: argparse.Namespace, cfg: Config, clock: Clock | No
             "wakes": [{"text": w.hit.text, "audio_s": round(w.hit.at_s, 3)} for w in loop.wakes],
         }
         write_json_atomic(Path(args.metrics), data)
-    if output.wav is not None:
-        prefix = "no sound device: " if output.wav_announce else ""
-        print(f"{prefix}wrote {output.wav.path} ({output.wav.samples / output.wav.rate:.1f} s)", file=sys.stdout)
+    output.report()
     for turn in turns:
         errors = turn.timeline.find("error")
         if errors:
