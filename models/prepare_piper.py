@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from rkvoice.atomic import write_atomic  # noqa: E402
 from rkvoice.tts.vits import read_onnx_metadata, with_onnx_metadata  # noqa: E402
 
 
@@ -67,12 +67,6 @@ def tokens_text(config: dict) -> str:
         rows.append((int(first), symbol))
     rows.sort()
     return "".join(f"{symbol} {i}\n" for i, symbol in rows)
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".part")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def prepare(onnx_path: Path, json_path: Path, out: Path) -> None:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from rkvoice.atomic import write_atomic
 from rkvoice.errors import RkvoiceError
 
 log = logging.getLogger(__name__)
@@ -83,20 +83,7 @@ class StateStore:
         payload = json.dumps(data, ensure_ascii=False, indent=1, sort_keys=True).encode("utf-8")
         with self._lock:
             self._ensure_dir()
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=self.dir)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(payload)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, path)
-            except BaseException:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
-                raise
-            self._fsync_dir()
+            write_atomic(path, payload, durable=True)
 
     def _remove_stale_temps(self, path: Path, age_s: float = 10.0) -> None:
         """Delete temp files left by a writer that died before its rename."""
@@ -108,15 +95,3 @@ class StateStore:
                     log.info("removed stale temp file %s", tmp)
             except OSError:
                 pass
-
-    def _fsync_dir(self) -> None:
-        try:
-            dfd = os.open(self.dir, os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            os.fsync(dfd)
-        except OSError:
-            pass
-        finally:
-            os.close(dfd)

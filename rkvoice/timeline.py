@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 from collections.abc import Callable
 
+from rkvoice.atomic import write_atomic
 from rkvoice.clock import Clock
 from rkvoice.errors import RkvoiceError
 
@@ -135,21 +134,10 @@ def summarize(events: list[Event]) -> dict[str, Any]:
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON next to ``path`` and rename over it: readers never see half a file."""
-    directory = path.parent if str(path.parent) else Path(".")
+    payload = (json.dumps(data, ensure_ascii=False, indent=1) + "\n").encode("utf-8")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        write_atomic(path, payload)
     except OSError as exc:
         raise RkvoiceError(
             "metrics", "unwritable", f"cannot write {path}: {exc.strerror}; choose a writable path"
         ) from exc
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, ensure_ascii=False, indent=1)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise

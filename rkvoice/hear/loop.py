@@ -25,7 +25,7 @@ from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.hear.session import HearEvent, HearSession, ListenTimeout, Mode, Request, Wake
 from rkvoice.hear.sources import AudioSource
 from rkvoice.hear.vad import Segment
-from rkvoice.timeline import Timeline, summarize, write_json_atomic
+from rkvoice.timeline import Timeline, summarize
 
 log = logging.getLogger(__name__)
 
@@ -308,23 +308,3 @@ class TurnLoop:
                 self._cancel.set()
                 self.responder.cancel()
         return list(self.turns)
-
-
-def write_metrics(path: str, records: list[TurnRecord]) -> None:
-    """``{"events", "summary"}`` of the first turn, plus every turn's summary under ``turns``."""
-    if not records:
-        write_json_atomic_path(path, {"events": [], "summary": {"transcript": ""}, "turns": []})
-        return
-    first = records[0]
-    data = {
-        "events": first.timeline.events,
-        "summary": {**first.summary(), "answer": first.answer},
-        "turns": [{**r.summary(), "answer": r.answer} for r in records],
-    }
-    write_json_atomic_path(path, data)
-
-
-def write_json_atomic_path(path: str, data: Any) -> None:
-    from pathlib import Path
-
-    write_json_atomic(Path(path), data)

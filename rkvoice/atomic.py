@@ -1,0 +1,47 @@
+"""Atomic file replacement: readers see the old file or the new one, never half of one.
+
+The payload goes to a temporary file ``.<name>.<random>.tmp`` in the target's directory and is
+``os.replace``d over the target. ``durable=True`` also fsyncs the file before the rename and the
+directory after it, so a crash or power cut keeps either the complete old or the complete new file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def write_atomic(path: Path, payload: bytes, durable: bool = False) -> None:
+    """Replace ``path`` with ``payload`` atomically (the temp file is removed on any failure)."""
+    directory = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    if durable:
+        fsync_dir(directory)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (best effort: not every filesystem allows it)."""
+    try:
+        dfd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
