@@ -39,6 +39,7 @@ from rkvoice.daemon.product import product_plan
 from rkvoice.daemon.sdnotify import Notifier
 from rkvoice.daemon.service import Daemon
 from rkvoice.daemon.stages import Plan, StageSpec, TurnReport
+from rkvoice.hear.sources import paced
 
 log = logging.getLogger("soak")
 
@@ -107,24 +108,15 @@ class TurnFeeder:
         self._closed = threading.Event()
         self.fed = 0
 
-    def _paced(self, frames: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
-        for frame in frames:
-            due = self._t0 + self._n * FRAME / RATE
-            self._n += 1
-            wait = due - self.clock.now()
-            if wait > 0:
-                self.clock.sleep(wait)
-            if self._closed.is_set():
-                return
-            yield frame
-
     def _silence(self) -> Iterator[np.ndarray]:
         while True:
             yield np.zeros(FRAME, dtype=np.float32)
 
     def frames(self) -> Iterator[np.ndarray]:
         # a failed turn may restart the hear loop (and this generator): resume, don't replay
-        self._t0, self._n = self.clock.now(), 0
+        yield from paced(self._unpaced(), self.clock, self.clock.now(), FRAME / RATE, self._closed)
+
+    def _unpaced(self) -> Iterator[np.ndarray]:
         silence = self._silence()
         for i, speech in enumerate(self.script):
             if i < self.turns_done():
@@ -132,16 +124,13 @@ class TurnFeeder:
             padded = np.concatenate([np.zeros(RATE // 4, np.float32), speech, np.zeros(RATE, np.float32)])
             n = len(padded) // FRAME * FRAME
             self.fed = i + 1
-            yield from self._paced(iter(padded[:n].reshape(-1, FRAME)))
+            yield from padded[:n].reshape(-1, FRAME)
             # keep the microphone "open" (silence) until the turn is over
-            for frame in self._paced(silence):
+            for frame in silence:
                 yield frame
                 if self.turns_done() >= i + 1:
                     break
-            if self._closed.is_set():
-                return
-        while not self._closed.is_set():  # the mic never ends: wait for the stop
-            yield from self._paced(iter([np.zeros(FRAME, np.float32)]))
+        yield from silence  # the mic never ends: paced() stops at close
 
     def close(self) -> None:
         self._closed.set()

@@ -239,7 +239,7 @@ def open_output(args: argparse.Namespace, cfg: Config, clock: Clock) -> Output:
 
 
 def run_say(text: str, args: argparse.Namespace, cfg: Config, clock: Clock | None = None) -> int:
-    from rkvoice.speaker import Speaker
+    from rkvoice.speaker import Speaker, raise_if_failed
     from rkvoice.timeline import Timeline
 
     clock = clock or MonotonicClock()
@@ -260,9 +260,7 @@ def run_say(text: str, args: argparse.Namespace, cfg: Config, clock: Clock | Non
             speaker.cancel()
             raise
         assert result is not None
-        if result.status == "error":
-            assert result.error is not None
-            raise result.error
+        raise_if_failed(result)
         if args.compare_whole:
             t0 = clock.now()
             samples, rate = engine.generate(spoken, sid=cfg.tts.sid, speed=cfg.tts.speed)

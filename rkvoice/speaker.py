@@ -56,6 +56,13 @@ class TurnResult:
     audio_s: float = 0.0
 
 
+def raise_if_failed(result: TurnResult | None) -> None:
+    """Raise the turn's error when it ended in "error" (a synthesis or player failure mid-answer),
+    so callers report a failed turn instead of a finished one."""
+    if result is not None and result.status == "error" and result.error is not None:
+        raise result.error
+
+
 @dataclass
 class _Turn:
     id: int

@@ -50,7 +50,7 @@ def run_text(text: str, args: argparse.Namespace, cfg: Config, clock: Clock | No
     from rkvoice.answer.assistant import Assistant
     from rkvoice.answer.turn import Answerer
     from rkvoice.cli import check_outputs, load_voice, open_output
-    from rkvoice.speaker import Speaker
+    from rkvoice.speaker import Speaker, raise_if_failed
 
     clock = clock or MonotonicClock()
     if not text.strip():
@@ -71,8 +71,7 @@ def run_text(text: str, args: argparse.Namespace, cfg: Config, clock: Clock | No
         except KeyboardInterrupt:
             answerer.cancel()
             raise
-        if answered.result is not None and answered.result.status == "error":
-            raise answered.result.error
+        raise_if_failed(answered.result)
         output.commit(speaker)
         ok = True
     finally:

@@ -22,6 +22,7 @@ from typing import Any
 from rkvoice.answer.assistant import Assistant, Reply
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
+from rkvoice.speaker import raise_if_failed
 from rkvoice.text.stream_chunker import StreamChunker
 from rkvoice.timeline import Timeline
 
@@ -138,8 +139,7 @@ class Answerer:
     def respond(self, text: str, timeline: Timeline, cancel: threading.Event) -> str:
         """Raises the speaker's error when the answer could not be spoken (the turn failed)."""
         answered = self.ask(text, timeline, cancel)
-        if answered.status == "error" and answered.result is not None and answered.result.error is not None:
-            raise answered.result.error
+        raise_if_failed(answered.result)
         return answered.text
 
     def cancel(self) -> None:

@@ -154,6 +154,8 @@ class GuardedResponder:
         self.outcomes: dict[int, _Outcome] = {}
 
     def respond(self, text: str, timeline: Any, cancel: threading.Event) -> str:
+        from rkvoice.speaker import raise_if_failed
+
         outcome = self.outcomes[id(timeline)] = _Outcome()
         d = self.cfg.daemon
         parts: list[str] = []
@@ -170,9 +172,7 @@ class GuardedResponder:
                 answered = self.answerer.ask(text, timeline, cancel, wait=False, wrap=guarded)
                 outcome.route = answered.route
                 if answered.turn_id is not None and not cancel.is_set():
-                    result = self.speaker.wait_done(answered.turn_id, timeout=d.stall_s)
-                    if result is not None and result.status == "error" and result.error is not None:
-                        raise result.error
+                    raise_if_failed(self.speaker.wait_done(answered.turn_id, timeout=d.stall_s))
             except BaseException as exc:
                 outcome.error = exc
                 self.assistant.abort()

@@ -25,6 +25,7 @@ from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.hear.session import HearEvent, HearSession, ListenTimeout, Mode, Request, Wake
 from rkvoice.hear.sources import AudioSource
 from rkvoice.hear.vad import Segment
+from rkvoice.speaker import raise_if_failed
 from rkvoice.timeline import Timeline, summarize
 
 log = logging.getLogger(__name__)
@@ -68,13 +69,6 @@ class SpeakerResponder:
 
     def cancel(self) -> None:
         self.speaker.cancel()
-
-
-def raise_if_failed(result: Any) -> None:
-    """Raise the speaker's error when its turn ended in "error" (a synthesis or player failure
-    mid-answer), so the turn loop records a failed turn instead of a finished one."""
-    if result is not None and result.status == "error" and result.error is not None:
-        raise result.error
 
 
 def player_cue(player: Any, block_ms: int = 20) -> Callable[[np.ndarray], None]:

@@ -11,7 +11,7 @@ import logging
 import shutil
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -105,6 +105,20 @@ class WavFileSource:
         self._closed.set()
 
 
+def paced(
+    frames: Iterable[np.ndarray], clock: Clock, start: float, frame_s: float, closed: threading.Event
+) -> Iterator[np.ndarray]:
+    """Yield frame ``i`` at ``start + (i + 1) * frame_s`` on ``clock`` (a frame exists once all its
+    samples were "heard"), like a microphone; stop as soon as ``closed`` is set."""
+    for i, frame in enumerate(frames):
+        wait = start + (i + 1) * frame_s - clock.now()
+        if wait > 0:
+            clock.sleep(wait)
+        if closed.is_set():
+            return
+        yield frame
+
+
 class RealtimeSource:
     """Feeds samples (or a WAV) at real-time pace on ``clock``: a microphone stand-in for tests.
 
@@ -137,14 +151,7 @@ class RealtimeSource:
     def frames(self) -> Iterator[np.ndarray]:
         self.started_at = self.clock.now()
         dur = self.frame_samples / SAMPLE_RATE
-        for i, frame in enumerate(_split(self.samples, self.frame_samples)):
-            due = self.started_at + (i + 1) * dur  # a frame exists once all its samples were "heard"
-            wait = due - self.clock.now()
-            if wait > 0:
-                self.clock.sleep(wait)
-            if self._closed.is_set():
-                return
-            yield frame
+        yield from paced(_split(self.samples, self.frame_samples), self.clock, self.started_at, dur, self._closed)
 
     def close(self) -> None:
         self._closed.set()
