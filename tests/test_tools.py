@@ -391,6 +391,19 @@ def test_division_by_zero_and_non_expressions(ctx: ToolContext) -> None:
         assert ans is None or ans.tool != "arithmetic", q
 
 
+@pytest.mark.parametrize("q", ["九成已九", "九成已九等于多少", "九成以九", "九乘已九。"])
+def test_arithmetic_accepts_asr_variants_of_chengyi(q: str, ctx: ToolContext) -> None:
+    ans = ask(q, ctx)
+    assert ans.tool == "arithmetic" and ans.text == "九乘以九等于八十一。"
+    assert evaluate(q.rstrip("。")) is not None  # the tool itself knows them, not only clean()
+
+
+@pytest.mark.parametrize("q", ["八成已经好了", "这事有九成已经定了", "九成以上", "九成已", "成已九", "打九成"])
+def test_chengyi_variants_are_no_arithmetic_in_other_sentences(q: str, ctx: ToolContext) -> None:
+    ans = route(q, ctx)
+    assert ans is None or ans.tool != "arithmetic", (q, ans)
+
+
 def test_parser_is_exact_and_never_evals() -> None:
     assert parse_number("三百六十五") == 365 and parse_number("一亿二千万") == 120_000_000
     assert parse_number("负五点五") == -5.5 and parse_number("二零二六") == 2026
