@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from rkvoice.errors import RkvoiceError
 def test_repo_defaults_load_and_are_frozen():
     cfg = load_config(files=[DEFAULT_CONFIG])
     assert isinstance(cfg, Config)
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.tts.threads = 3  # type: ignore[misc]
 
 

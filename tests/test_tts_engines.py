@@ -337,7 +337,7 @@ def _load_convert_module():  # noqa: ANN202
 
 
 def _graph(names: dict[str, str], swap: bool, dim: str):  # noqa: ANN202
-    onnx = pytest.importorskip("onnx", reason="onnx (dev requirement) builds the test graphs")
+    pytest.importorskip("onnx", reason="onnx (dev requirement) builds the test graphs")
     from onnx import TensorProto, helper, numpy_helper
 
     c1 = numpy_helper.from_array(np.full((1, 4), 2.0, np.float32), names["c1"])

@@ -122,7 +122,7 @@ def _lite_api() -> Any:
     try:
         from rknnlite.api import RKNNLite
     except ImportError as exc:
-        rt_path, rt = librknnrt_version()
+        _, rt = librknnrt_version()
         pin = f"=={rt}" if rt else " matching /usr/lib/librknnrt.so"
         raise RkvoiceError("npu", "missing-dependency",
                            f"rknn-toolkit-lite2 is not installed ({exc}); on the board run "
