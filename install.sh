@@ -185,5 +185,5 @@ if [ "$SERVICE" = 1 ]; then
 fi
 
 step done "rkvoice ($PROFILE) installed in $((SECONDS - T0)) s"
-echo "    try: py312/bin/python assistant.py --say \"你好，我是小智。\" --out hello.wav"
+echo "    try: py312/bin/python assistant.py --text \"现在几点？\" --out hello.wav"
 echo "    tests: py312/bin/python -m pytest -q tests"
