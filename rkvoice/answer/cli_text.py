@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import logging
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +48,41 @@ def answer_summary(timeline: Timeline, answer: str, route: str) -> dict[str, Any
     return summary
 
 
+@contextmanager
+def answering(
+    assistant: Any, engine: Any, output: Any, cfg: Config, clock: Clock, timeline: Timeline | None = None
+) -> Iterator[Any]:
+    """An Answerer speaking into ``output`` for one CLI run.
+
+    On success the output is committed (the WAV renamed into place); on any error or Ctrl-C
+    the answer is cancelled and the output aborted, so no half-written WAV is left. The
+    assistant is closed either way.
+    """
+    from rkvoice.answer.turn import Answerer
+    from rkvoice.speaker import Speaker
+
+    speaker = None
+    ok = False
+    try:
+        speaker = Speaker(engine, output.player, cfg, clock, timeline)
+        answerer = Answerer(assistant, speaker, cfg, clock)
+        try:
+            yield answerer
+        except KeyboardInterrupt:
+            answerer.cancel()
+            raise
+        output.commit(speaker)
+        ok = True
+    finally:
+        if not ok:
+            output.abort(speaker)
+        assistant.close()
+
+
 def run_text(text: str, args: argparse.Namespace, cfg: Config, clock: Clock | None = None) -> int:
     from rkvoice.answer.assistant import Assistant
-    from rkvoice.answer.turn import Answerer
     from rkvoice.cli import check_outputs, load_voice, open_output
-    from rkvoice.speaker import Speaker, raise_if_failed
+    from rkvoice.speaker import raise_if_failed
 
     clock = clock or MonotonicClock()
     if not text.strip():
@@ -59,25 +91,11 @@ def run_text(text: str, args: argparse.Namespace, cfg: Config, clock: Clock | No
     assistant = Assistant(cfg, clock)
     engine = load_voice(cfg, args.tts, "你好")
     output = open_output(args, cfg, clock)
-    speaker = None
-    ok = False
     timeline = Timeline(clock)
-    try:
-        speaker = Speaker(engine, output.player, cfg, clock, timeline)
-        answerer = Answerer(assistant, speaker, cfg, clock)
+    with answering(assistant, engine, output, cfg, clock, timeline) as answerer:
         timeline.start()
-        try:
-            answered = answerer.ask(text, timeline)
-        except KeyboardInterrupt:
-            answerer.cancel()
-            raise
+        answered = answerer.ask(text, timeline)
         raise_if_failed(answered.result)
-        output.commit(speaker)
-        ok = True
-    finally:
-        if not ok:
-            output.abort(speaker)
-        assistant.close()
     summary = answer_summary(timeline, answered.text, answered.route)
     if args.metrics:
         write_json_atomic(Path(args.metrics), {"events": timeline.events, "summary": summary})

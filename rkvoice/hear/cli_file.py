@@ -40,14 +40,12 @@ def load_hearing(cfg: Config, require_wake: bool) -> tuple[Any, Any, Any]:
 
 def run_file(path: str, args: argparse.Namespace, cfg: Config, clock: Clock | None = None) -> int:
     from rkvoice.answer.assistant import Assistant
-    from rkvoice.answer.cli_text import answer_summary
-    from rkvoice.answer.turn import Answerer
+    from rkvoice.answer.cli_text import answer_summary, answering
     from rkvoice.cli import check_outputs, load_voice, open_output
     from rkvoice.hear.cue import AckCue
     from rkvoice.hear.loop import TurnLoop, hear_summary, player_cue
     from rkvoice.hear.session import HearSession
     from rkvoice.hear.sources import WavFileSource
-    from rkvoice.speaker import Speaker
 
     clock = clock or MonotonicClock()
     require_wake = bool(getattr(args, "require_wake", False))
@@ -60,24 +58,10 @@ def run_file(path: str, args: argparse.Namespace, cfg: Config, clock: Clock | No
     cue.load()
     assistant = Assistant(cfg, clock)
     output = open_output(args, cfg, clock)
-    speaker = None
-    ok = False
-    try:
-        speaker = Speaker(engine, output.player, cfg, clock)
-        answerer = Answerer(assistant, speaker, cfg, clock)
+    with answering(assistant, engine, output, cfg, clock) as answerer:
         session = HearSession(cfg, asr, wake, segmenter)
         loop = TurnLoop(session, answerer, cue=cue.samples, cue_out=player_cue(output.player), clock=clock)
-        try:
-            turns = loop.run_file(source, require_wake=require_wake)
-        except KeyboardInterrupt:
-            answerer.cancel()
-            raise
-        output.commit(speaker)
-        ok = True
-    finally:
-        if not ok:
-            output.abort(speaker)
-        assistant.close()
+        turns = loop.run_file(source, require_wake=require_wake)
 
     turn_summaries = []
     for turn in turns:
