@@ -12,11 +12,23 @@ import tempfile
 from pathlib import Path
 
 
+def _file_mode() -> int:
+    """The mode a plain ``open()`` would give a new file (0o666 less the umask)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+FILE_MODE = _file_mode()
+"""mkstemp creates 0600 files; the finished file gets the usual umask-based mode instead."""
+
+
 def write_atomic(path: Path, payload: bytes, durable: bool = False) -> None:
     """Replace ``path`` with ``payload`` atomically (the temp file is removed on any failure)."""
     directory = path.parent if str(path.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     try:
+        os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
             if durable:

@@ -29,6 +29,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from rkvoice.atomic import FILE_MODE
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
@@ -197,6 +198,7 @@ class WavPlayer:
                 "unwritable",
                 f"cannot write {self.path}: {exc.strerror or exc}; choose a writable path for --out",
             ) from exc
+        os.fchmod(fd, FILE_MODE)  # a WAV like any file the user writes, not mkstemp's 0600
         self._tmp = Path(tmp)
         wav = wave.open(os.fdopen(fd, "wb"), "wb")
         wav.setnchannels(1)
