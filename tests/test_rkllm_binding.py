@@ -113,6 +113,12 @@ FAKE = HEADER + r"""
 #include <string.h>
 #include <unistd.h>
 typedef struct { LLMResultCallback cb; RKLLMParam param; volatile int abort_flag; char tmpl[256]; int runs; } Fake;
+#ifdef FAKE_VERSION
+/* what Rockchip builds embed: the runtime's version with its build stamp */
+__attribute__((used)) const char fake_rkllm_version[] = "rkllm-runtime version: " FAKE_VERSION " (0a1b2c3@2025-01-01T00:00:00)";
+#endif
+static int g_inits = 0;
+int fake_inits(void) { return g_inits; }
 static int g_last_keep_history = -1, g_last_max_new = -1, g_last_domain = -1, g_last_cpus = -1;
 static char g_last_role[32];
 static char g_last_prompt[4096];
@@ -137,6 +143,7 @@ int rkllm_init(LLMHandle* h, RKLLMParam* p, LLMResultCallback cb) {
   if (!p || !p->model_path || !cb || strstr(p->model_path, "broken") || access(p->model_path, R_OK) != 0) {
     fprintf(stderr, "E fake-rkllm: invalid rkllm model\n"); *h = NULL; return -1; }
   if (p->top_k != 20 || p->top_p < 0.79f || p->top_p > 0.81f) { fprintf(stderr, "bad sampling\n"); return -1; }
+  g_inits++;
   Fake* f = calloc(1, sizeof(Fake)); f->cb = cb; f->param = *p;
   g_last_domain = p->extend_param.base_domain_id; g_last_cpus = p->extend_param.enabled_cpus_num;
   *h = f; return 0; }
@@ -369,3 +376,81 @@ def test_stream_before_load_fails(tmp_path: Path) -> None:
     with pytest.raises(RkvoiceError, match="before load"):
         list(eng.stream([{"role": "user", "content": "hi"}]))
     time.sleep(0)
+
+
+# ---------------------------------------------------------------- runtime version (1.2.0 is refused)
+
+def _versioned_lib(tmp_path: Path, runtime: str, abi: str) -> Path:
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed: cannot build the fake librkllmrt.so")
+    src = tmp_path / "fake.c"
+    src.write_text(FAKE)
+    lib = tmp_path / f"librkllmrt-{runtime}.so"
+    flags = ["-DABI13"] if abi == "1.3" else []
+    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-pthread", f'-DFAKE_VERSION="{runtime}"', *flags,
+                    "-o", str(lib), str(src)], check=True)
+    return lib
+
+
+def _versioned_engine(tmp_path: Path, runtime: str, abi: str, lib_abi: str | None = None) -> RkllmEngine:
+    lib = _versioned_lib(tmp_path, runtime, lib_abi or abi)
+    model = tmp_path / "qwen.rkllm"
+    model.write_bytes(b"fake model")
+    return RkllmEngine(_cfg(abi), lib_path=str(lib), model=model)
+
+
+def test_runtime_1_2_0_is_refused_at_load_before_any_call(tmp_path: Path) -> None:
+    eng = _versioned_engine(tmp_path, "1.2.0", "1.2")
+    with pytest.raises(RkvoiceError, match=r"librkllmrt 1\.2\.0 is not supported .*role.*void callback.*"
+                                            r"supported: 1\.2\.1-1\.2\.3 .* or 1\.3\.x") as err:
+        eng.load()
+    assert err.value.code == "rkllm-version"
+    assert str(tmp_path / "librkllmrt-1.2.0.so") in str(err.value)  # names the file the loader really used
+    assert eng.lib is None
+    lib = ctypes.CDLL(str(tmp_path / "librkllmrt-1.2.0.so"))
+    assert lib.fake_inits() == 0  # rkllm_init was never called
+
+
+def test_runtime_of_the_other_abi_names_the_setting(tmp_path: Path) -> None:
+    eng = _versioned_engine(tmp_path, "1.3.0", "1.2", lib_abi="1.3")
+    with pytest.raises(RkvoiceError, match=r'librkllmrt 1\.3\.0 needs llm.rkllm_abi "1\.3"'):
+        eng.load()
+
+
+@pytest.mark.parametrize(("runtime", "abi"), [("1.2.1", "1.2"), ("1.2.3", "1.2"), ("1.3.0", "1.3")])
+def test_supported_runtimes_load_and_stream(tmp_path: Path, runtime: str, abi: str) -> None:
+    eng = _versioned_engine(tmp_path, runtime, abi)
+    eng.load()
+    try:
+        assert "".join(eng.stream([{"role": "user", "content": "你好"}])) == "<reply>你好"
+    finally:
+        eng.close()
+
+
+def test_runtime_abi_table() -> None:
+    assert [A.runtime_abi(v) for v in ("1.2.0", "1.2.1", "1.2.3", "1.2.4", "1.3.0", "1.3.1", "1.1.4", "2.0.0")] == [
+        None, "1.2", "1.2", None, "1.3", "1.3", None, None]
+    assert A.runtime_problem("1.2.2", "1.2") is None
+    assert "role" in (A.runtime_problem("1.2.0", "1.2") or "")
+    assert 'set llm.rkllm_abi: "1.2"' in (A.runtime_problem("1.2.2", "1.3") or "")
+
+
+def test_check_refuses_runtime_1_2_0(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rkvoice.board import check, versions
+
+    lib = tmp_path / "librkllmrt.so"
+    monkeypatch.setattr(versions, "LIBRKLLMRT_PATHS", (lib,))
+    monkeypatch.setattr(versions, "NPU_DRIVER_PATHS", (tmp_path / "none",))
+    for runtime, abi, ok, expect in (
+        ("1.2.0", "1.2", False, "librkllmrt 1.2.0 is not supported"),
+        ("1.2.1", "1.2", True, "librkllmrt 1.2.1"),
+        ("1.3.0", "1.2", False, 'set llm.rkllm_abi: "1.3"'),
+        ("1.3.0", "1.3", True, "librkllmrt 1.3.0"),
+    ):
+        lib.write_bytes(b"\x00rkllm-runtime version: " + runtime.encode() + b" (0123456@2025-01-01T00:00:00)\x00")
+        st = check.StageCheck("llm", "rkllm")
+        check._check_rkllm(_cfg(abi), st)
+        assert st.ok is ok, (runtime, abi, st)
+        assert any(expect in line for line in st.problems + st.notes), (runtime, abi, st)
+        if runtime == "1.2.0":
+            assert "1.2.1-1.2.3" in st.problems[0] and "1.3.x" in st.problems[0]

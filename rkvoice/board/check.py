@@ -199,14 +199,19 @@ def _check_rkllm(cfg: Config, st: StageCheck) -> None:
     if lib is None:
         st.problems.append(f"{cfg.llm.rkllm_lib} not found (the board image ships /usr/lib/librkllmrt.so)")
         return
+    from rkvoice.answer.llm.rkllm_abi import runtime_abi, runtime_problem
+
     ver = versions.so_version(lib, "rkllm")
     if ver is None:
         st.notes.append(f"cannot read the librkllmrt version from {lib}")
-    elif not ver.startswith(cfg.llm.rkllm_abi + "."):
-        st.problems.append(f"version mismatch: {lib} is librkllmrt {ver} but llm.rkllm_abi is {cfg.llm.rkllm_abi}; "
-                           f"set llm.rkllm_abi: \"{'.'.join(ver.split('.')[:2])}\"")
-    else:
+        return
+    problem = runtime_problem(ver, cfg.llm.rkllm_abi)
+    if problem is None:
         st.notes.append(f"librkllmrt {ver}")
+    elif runtime_abi(ver) is None:
+        st.problems.append(f"{lib}: {problem}")
+    else:
+        st.problems.append(f"version mismatch: {lib}: {problem}")
 
 
 def _check_espeak(cfg: Config, st: StageCheck) -> None:

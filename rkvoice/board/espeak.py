@@ -37,6 +37,9 @@ PRELOAD_ORDER = ("libpcaudio.so.0", "libsonic.so.0", "libespeak-ng.so.1")
 _AUDIO_OUTPUT_RETRIEVAL = 1
 _CHARS_UTF8 = 1
 _PHONEMES_IPA = 0x02
+INITIALIZE_DONT_EXIT = 0x8000
+"""espeakINITIALIZE_DONT_EXIT: without it espeak_Initialize calls exit() on a data error (missing or
+unreadable espeak-ng-data), which would take the whole resident assistant down."""
 
 
 def unpack_debs(debs: list[Path], dest: Path) -> Path:
@@ -134,7 +137,7 @@ class Espeak:
         self._lib = lib
         self._lock = threading.Lock()
         path = str(data_parent).encode() if data_parent else None
-        rate = lib.espeak_Initialize(_AUDIO_OUTPUT_RETRIEVAL, 0, path, 0)
+        rate = lib.espeak_Initialize(_AUDIO_OUTPUT_RETRIEVAL, 0, path, INITIALIZE_DONT_EXIT)
         if rate <= 0:
             raise RkvoiceError("tts", "espeak-init", f"espeak_Initialize failed ({rate}); espeak-ng-data "
                                f"missing under {data_parent or 'the default location'}")

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import codecs
 import ctypes
+import ctypes.util
 import logging
+import os
 import queue
 import threading
 from collections.abc import Iterator
@@ -21,6 +23,7 @@ from typing import Any
 
 from rkvoice.answer.llm import rkllm_abi as abi_mod
 from rkvoice.answer.llm.base import Message, chatml, model_path
+from rkvoice.board import versions
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
 
@@ -38,6 +41,42 @@ def flatten(messages: list[Message]) -> str:
              for m in messages[:-1]]
     lines.append(messages[-1]["content"] if messages else "")
     return "\n".join(lines)
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
+def loaded_path(lib: ctypes.CDLL, symbol: str) -> Path | None:
+    """The file the dynamic linker really loaded for ``lib`` (dladdr of one of its symbols).
+
+    ``llm.rkllm_lib`` is usually a bare soname, so the path the version is read from must come
+    from the loader, not from a guess of where it searched."""
+    try:
+        addr = ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value
+        libc = ctypes.CDLL(None)
+        dladdr = getattr(libc, "dladdr", None)
+        if dladdr is None:  # glibc < 2.34 keeps dladdr in libdl
+            name = ctypes.util.find_library("dl")
+            dladdr = ctypes.CDLL(name).dladdr if name else None
+        if dladdr is None or not addr:
+            return None
+        dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+        dladdr.restype = ctypes.c_int
+        info = _DlInfo()
+        if dladdr(addr, ctypes.byref(info)) == 0 or not info.dli_fname:
+            return None
+        return Path(os.fsdecode(info.dli_fname)).resolve()
+    except (AttributeError, OSError):
+        return None
+
+
+def _resolve(lib_path: str) -> Path | None:
+    p = Path(lib_path)
+    if p.is_absolute():
+        return p if p.exists() else None
+    return versions.first_existing(versions.LIBRKLLMRT_PATHS)
 
 
 class RkllmEngine:
@@ -71,6 +110,7 @@ class RkllmEngine:
             raise RkvoiceError("llm", "rkllm-lib-missing",
                                f"cannot load {self.lib_path} ({exc}); install the RKLLM runtime or set llm.rkllm_lib"
                                ) from exc
+        self._refuse_unsupported_runtime(lib)
         try:
             abi_mod.bind(lib, self.abi)
         except AttributeError as exc:
@@ -120,6 +160,20 @@ class RkllmEngine:
                         self.lib_path)
         self.lib = lib
         log.info("rkllm loaded %s (ABI %s)", self.model, self.abi.version)
+
+    def _refuse_unsupported_runtime(self, lib: ctypes.CDLL) -> None:
+        """Read the loaded library's version from its bytes and refuse one no binding here matches,
+        before any call into it (a wrong layout crashes inside rkllm_run, not with an error)."""
+        path = loaded_path(lib, "rkllm_init") or _resolve(self.lib_path)
+        version = versions.so_version(path, "rkllm") if path is not None else None
+        if version is None:
+            log.warning("cannot read the librkllmrt version of %s; assuming it matches llm.rkllm_abi %s",
+                        path or self.lib_path, self.abi.version)
+            return
+        problem = abi_mod.runtime_problem(version, self.abi.version)
+        if problem is not None:
+            raise RkvoiceError("llm", "rkllm-version", f"{path}: {problem}")
+        log.info("librkllmrt %s (%s)", version, path)
 
     def close(self) -> None:
         if self.lib is not None and self.handle:
