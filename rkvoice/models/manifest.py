@@ -4,6 +4,10 @@ The manifest is data; this module reads it into frozen dataclasses and rejects a
 does not understand (unknown keys, missing fields, bad sha256 values) with an error that names
 the entry and the field. Paths in ``files`` and step targets are relative to the model's ``dir``;
 ``{work}`` in a step target means the model's scratch directory (deleted after a good install).
+
+A model may be ``optional`` (a missing one never fails the install) and may ``need`` other models
+of its profile (the ``rknn`` step converts files another entry installed); an ``rknn`` step builds
+NPU files with rknn-toolkit2 of the board runtime's version in a throw-away venv.
 """
 
 from __future__ import annotations
@@ -19,9 +23,12 @@ from rkvoice.errors import RkvoiceError
 
 STAGES = ("wake", "vad", "asr", "llm", "tts", "text")
 PROFILES = ("portable", "board")
-STEP_OPS = ("extract", "untar", "concat", "copy", "convert", "prepare")
+STEP_OPS = ("extract", "untar", "concat", "copy", "convert", "prepare", "rknn")
+FILE_CHECKS = ("", "onnx", "rknn")
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 _PIP = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!-]+$")
+_REQ = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?([<>=!~]=?[A-Za-z0-9.*+!-]+(,[<>=!~]=?[A-Za-z0-9.*+!-]+)*)?$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 def _err(where: str, msg: str) -> RkvoiceError:
@@ -68,6 +75,8 @@ class Step:
     runs: tuple[tuple[str, ...], ...] = ()  # convert: one script run per entry, same venv
     venv: tuple[str, ...] = ()
     sha256: str | None = None
+    toolkit: str = ""  # rknn: the converter distribution, installed as NAME==<runtime version>, --no-deps
+    deps: tuple[str, ...] = ()  # rknn: its dependencies (requirement specifiers), installed after it
 
 
 @dataclass(frozen=True)
@@ -75,7 +84,7 @@ class FileSpec:
     path: str
     sha256: str | None
     size: int | None
-    check: str = ""  # extra check when sha256 is not reproducible: "onnx"
+    check: str = ""  # extra check when sha256 is not reproducible: "onnx", "rknn" (sidecar + version)
     note: str = ""
 
 
@@ -92,6 +101,8 @@ class Model:
     files: tuple[FileSpec, ...]
     platform: str = ""  # e.g. "aarch64": only installed there
     note: str = ""
+    optional: bool = False  # missing or broken: reported, never fails the install
+    needs: tuple[str, ...] = ()  # ids of models of the same profile this one is built from
 
     def source(self, name: str) -> Source:
         for s in self.sources:
@@ -200,6 +211,13 @@ def _step(d: Any, where: str, sources: set[str]) -> Step:
         d = _take(d, where, ("op", "parts", "to"), ())
     elif op == "convert":
         d = _take(d, where, ("op", "venv", "script", "runs"), ())
+    elif op == "rknn":
+        d = _take(d, where, ("op", "script", "runs", "toolkit"), ("deps",))
+        if not isinstance(d["toolkit"], str) or not _NAME.match(d["toolkit"]):
+            raise _err(where, f"toolkit must be a distribution name (its version follows the board), got {d['toolkit']!r}")
+        deps = d.get("deps", [])
+        if not isinstance(deps, list) or not all(isinstance(x, str) and _REQ.match(x) for x in deps):
+            raise _err(where, "deps must be a list of requirement specifiers (NAME, NAME==V, NAME<=V, NAME>=A,<B)")
     else:  # prepare: a script file of the checkout, or a module run with -m
         d = _take(d, where, ("op", "args"), ("script", "module"))
         if ("script" in d) == ("module" in d):
@@ -228,8 +246,8 @@ def _step(d: Any, where: str, sources: set[str]) -> Step:
         for ref in re.findall(r"\{src:([^}]*)\}", " ".join(a)):
             if ref not in sources:
                 raise _err(where, f"{{src:{ref}}} names an unknown source")
-    if op == "convert" and not runs:
-        raise _err(where, "convert needs runs: (one argument list per script run)")
+    if op in ("convert", "rknn") and not runs:
+        raise _err(where, f"{op} needs runs: (one argument list per script run)")
     if not isinstance(venv, list) or not all(isinstance(v, str) and _PIP.match(v) for v in venv):
         raise _err(where, "venv must be a list of pinned NAME==VERSION requirements")
     sha = d.get("sha256")
@@ -238,6 +256,7 @@ def _step(d: Any, where: str, sources: set[str]) -> Step:
         strip=int(d.get("strip", 0)), parts=tuple(parts), script=d.get("script", ""),
         module=d.get("module", ""), args=tuple(args), runs=tuple(tuple(r) for r in runs), venv=tuple(venv),
         sha256=_sha(sha, where, "(step)") if sha is not None else None,
+        toolkit=str(d.get("toolkit", "")), deps=tuple(d.get("deps", ())),
     )
 
 
@@ -245,8 +264,8 @@ def _file(d: Any, where: str) -> FileSpec:
     d = _take(d, where, ("path", "sha256"), ("size", "check", "note"))
     note = str(d.get("note", ""))
     check = str(d.get("check", ""))
-    if check not in ("", "onnx"):
-        raise _err(where, f"check must be 'onnx' if given, got {check!r}")
+    if check not in FILE_CHECKS:
+        raise _err(where, f"check must be one of {', '.join(c for c in FILE_CHECKS if c)} if given, got {check!r}")
     return FileSpec(
         path=_rel(d["path"], where), sha256=_sha(d["sha256"], where, note),
         size=_size(d.get("size"), where), check=check, note=note,
@@ -257,7 +276,7 @@ def _model(d: Any, where: str) -> Model:
     d = _take(
         d, where,
         ("id", "stage", "profile", "engine", "licence", "dir", "sources", "steps", "files"),
-        ("platform", "note"),
+        ("platform", "note", "optional", "needs"),
     )
     where = f"model {d['id']!r}"
     if d["stage"] not in STAGES:
@@ -269,8 +288,13 @@ def _model(d: Any, where: str) -> Model:
     mdir = str(d["dir"])
     if not mdir.startswith(f"models/{d['profile']}/"):
         raise _err(where, f"dir must be under models/{d['profile']}/, got {mdir!r}")
-    if not isinstance(d["sources"], dict) or not d["sources"]:
-        raise _err(where, "sources must be a non-empty mapping name -> source")
+    needs = d.get("needs", [])
+    if not isinstance(needs, list) or not all(isinstance(n, str) and n for n in needs):
+        raise _err(where, "needs must be a list of model ids")
+    if not isinstance(d.get("optional", False), bool):
+        raise _err(where, f"optional must be true or false, got {d['optional']!r}")
+    if not isinstance(d["sources"], dict) or not (d["sources"] or needs):
+        raise _err(where, "sources must be a non-empty mapping name -> source (empty only for a model that needs others)")
     sources = tuple(_source(n, s, f"{where} source {n!r}") for n, s in d["sources"].items())
     names = {s.name for s in sources}
     steps = tuple(_step(s, f"{where} step {i}", names) for i, s in enumerate(d["steps"] or ()))
@@ -284,6 +308,7 @@ def _model(d: Any, where: str) -> Model:
         id=str(d["id"]), stage=d["stage"], profile=d["profile"], engine=str(d["engine"]),
         licence=str(d["licence"]), dir=mdir, sources=sources, steps=steps, files=files,
         platform=str(d.get("platform", "")), note=str(d.get("note", "")),
+        optional=bool(d.get("optional", False)), needs=tuple(needs),
     )
 
 
@@ -304,4 +329,10 @@ def load_manifest(path: str | Path) -> Manifest:
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:
         raise _err(str(path), f"duplicate model id(s) {', '.join(dup)}")
+    seen: dict[str, Model] = {}
+    for m in models:  # needed models come first, so installing in file order builds them first
+        for n in m.needs:
+            if n not in seen or seen[n].profile != m.profile:
+                raise _err(f"model {m.id!r}", f"needs {n!r}, which is not a {m.profile} model listed before it")
+        seen[m.id] = m
     return Manifest(path=path, models=models)

@@ -2,7 +2,9 @@
 
 Each file is checked for presence, size and sha256. Files whose bytes are not reproducible
 (the tflite -> ONNX conversion) carry ``sha256: null`` plus ``check: onnx``: for those the size
-(when the manifest gives one) must match and onnxruntime must load the graph.
+(when the manifest gives one) must match and onnxruntime must load the graph. NPU files built
+at install time carry ``check: rknn``: their JSON sidecar must name the toolkit version of the
+runtime (when one is known: the board's librknnrt, or --toolkit-version).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from rkvoice.models.download import sha256_file
 from rkvoice.models.manifest import FileSpec, Manifest, Model
+from rkvoice.models.rknn import rknn_problem
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +25,7 @@ log = logging.getLogger(__name__)
 class Problem:
     model: str
     path: str
-    kind: str  # missing | size | sha256 | unloadable
+    kind: str  # missing | size | sha256 | unloadable | corrupt | mismatch
     detail: str
 
     def __str__(self) -> str:
@@ -49,7 +52,8 @@ def _onnx_loads(path: Path) -> str:
     return ""
 
 
-def verify_file(model: Model, root: Path, spec: FileSpec) -> Problem | None:
+def verify_file(model: Model, root: Path, spec: FileSpec, toolkit_version: str | None = None) -> Problem | None:
+    """The first problem of one file, or None; ``toolkit_version`` is what ``check: rknn`` files must name."""
     path = root / model.dir / spec.path
     rel = f"{model.dir}/{spec.path}"
     if not path.is_file():
@@ -65,14 +69,19 @@ def verify_file(model: Model, root: Path, spec: FileSpec) -> Problem | None:
         why = _onnx_loads(path)
         if why:
             return Problem(model.id, rel, "unloadable", why)
+    if spec.check == "rknn":
+        found = rknn_problem(path, toolkit_version)
+        if found:
+            return Problem(model.id, rel, found[0], found[1])
     return None
 
 
-def verify_model(model: Model, root: Path) -> list[Problem]:
-    return [p for spec in model.files if (p := verify_file(model, root, spec)) is not None]
+def verify_model(model: Model, root: Path, toolkit_version: str | None = None) -> list[Problem]:
+    return [p for spec in model.files if (p := verify_file(model, root, spec, toolkit_version)) is not None]
 
 
-def verify_profile(manifest: Manifest, root: Path, profile: str) -> tuple[list[Model], list[Problem]]:
+def verify_profile(manifest: Manifest, root: Path, profile: str,
+                   toolkit_version: str | None = None) -> tuple[list[Model], list[Problem]]:
     """Verify every file of ``profile`` that applies to this machine; returns (checked, problems)."""
     checked: list[Model] = []
     problems: list[Problem] = []
@@ -81,7 +90,7 @@ def verify_profile(manifest: Manifest, root: Path, profile: str) -> tuple[list[M
             log.info("%s: skipped (only on %s)", model.id, model.platform)
             continue
         checked.append(model)
-        found = verify_model(model, root)
+        found = verify_model(model, root, toolkit_version)
         problems.extend(found)
         log.info("%s: %s", model.id, "ok" if not found else f"{len(found)} problem(s)")
     return checked, problems

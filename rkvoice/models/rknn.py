@@ -1,0 +1,287 @@
+"""NPU files built at install time: the toolkit version, sidecars, PC drop-ins, the conversion.
+
+rknn-toolkit2 (the converter), rknn-toolkit-lite2 (the board's Python runtime) and the board's
+librknnrt.so must be one version: a .rknn built by another toolkit may load and then compute
+garbage or crash the process. So the version is never a constant here: it is read from the
+board's librknnrt.so, or given with ``--toolkit-version`` on a PC (and must then equal the
+board's when both are known). Every converted ``X.rknn`` has a JSON sidecar ``X.json``
+(models/convert_rknn.py writes it) whose ``toolkit_version`` is checked against that version.
+
+The ``rknn`` step first looks for the finished files in the download cache (built on a PC and
+copied there); only when they are not all there does it build them: a throw-away venv with
+``<toolkit>==<version>`` (installed ``--no-deps``: its declared deps pull torch with CUDA, 5.6 GB)
+plus the lean ``deps``, the converter script once per ``runs`` entry, its JSON report checked,
+the venv deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rkvoice.board import versions
+from rkvoice.errors import RkvoiceError
+
+if TYPE_CHECKING:
+    from rkvoice.models.assemble import Context
+    from rkvoice.models.manifest import Model, Step
+
+log = logging.getLogger(__name__)
+
+_VERSION = re.compile(r"^\d+\.\d+\.\d+(?:[a-z]+\d*)?$")
+_STAMP = re.compile(rb"toolkit[_ ]?version\"?[:=] *\"?v?(\d+\.\d+\.\d+(?:[a-z]+\d*)?)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Toolkit:
+    """The rknn-toolkit2 version NPU files must be built with, and where it came from."""
+
+    version: str | None
+    origin: str = ""  # "librknnrt /usr/lib/librknnrt.so" or "--toolkit-version"
+    error: RkvoiceError | None = None  # set when the version is contradictory or unreadable
+
+    def describe(self) -> str:
+        return f"{self.version} ({self.origin})" if self.version else "unknown (no librknnrt.so here)"
+
+
+def resolve_toolkit(override: str | None = None, lib_paths: tuple[Path, ...] | None = None) -> Toolkit:
+    """The board runtime's version, or ``override`` (a PC build); both given and different is refused."""
+    if override is not None and not _VERSION.match(override):
+        raise RkvoiceError("models", "bad-option", f"--toolkit-version {override!r}: expected a version like 2.3.2")
+    path, found = versions.librknnrt_version(lib_paths)
+    if override and found and override != found:
+        return Toolkit(None, "", RkvoiceError(
+            "models", "toolkit-mismatch",
+            f"--toolkit-version {override} but this board's librknnrt ({path}) is {found}; they must be equal: "
+            "drop --toolkit-version to build with the board's version",
+        ))
+    if override:
+        return Toolkit(override, "--toolkit-version")
+    if path is not None and found is None:
+        return Toolkit(None, "", RkvoiceError(
+            "models", "toolkit-unreadable",
+            f"cannot read the version string from {path} (strings {path} | grep 'librknnrt version'); "
+            "pass --toolkit-version V with the version it reports",
+        ))
+    if found:
+        return Toolkit(found, f"librknnrt {path}")
+    return Toolkit(None)
+
+
+def sidecar_of(rknn: Path) -> Path:
+    return rknn.with_suffix(".json")
+
+
+def read_sidecar(rknn: Path) -> dict[str, Any]:
+    """The sidecar JSON of ``rknn``; an error names the file and what is wrong with it."""
+    side = sidecar_of(rknn)
+    try:
+        data = json.loads(side.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RkvoiceError("models", "no-sidecar", f"{side} not found (every .rknn comes with its .json)") from None
+    except (OSError, ValueError) as exc:
+        raise RkvoiceError("models", "bad-sidecar", f"{side} is not readable JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("toolkit_version"), str):
+        raise RkvoiceError("models", "bad-sidecar", f"{side} has no toolkit_version")
+    return data
+
+
+def stamped_version(rknn: Path) -> str | None:
+    """The toolkit version rknn-toolkit2 stamps into the .rknn itself (first 4 MB), if any."""
+    try:
+        with rknn.open("rb") as fh:
+            head = fh.read(4 << 20)
+    except OSError:
+        return None
+    m = _STAMP.search(head)
+    return m.group(1).decode() if m else None
+
+
+def rknn_problem(rknn: Path, expected: str | None) -> tuple[str, str] | None:
+    """(kind, detail) when ``rknn`` cannot be used with toolkit ``expected``; None when it can.
+
+    kind: missing | corrupt | mismatch. With ``expected`` unknown (not on a board) only the
+    file, its sidecar and their agreement are checked.
+    """
+    if not rknn.is_file():
+        return "missing", f"{rknn.name} not found"
+    if rknn.stat().st_size == 0:
+        return "corrupt", f"{rknn.name} is empty"
+    try:
+        built = read_sidecar(rknn)["toolkit_version"]
+    except RkvoiceError as err:
+        return ("missing" if err.code == "no-sidecar" else "corrupt"), err.message
+    stamp = stamped_version(rknn)
+    if stamp and stamp != built:
+        return "corrupt", f"{rknn.name} says rknn-toolkit2 {stamp} but its sidecar says {built}"
+    if expected and built != expected:
+        return "mismatch", f"{rknn.name} was built by rknn-toolkit2 {built} but the runtime is {expected}"
+    return None
+
+
+def rknn_files(model: Model) -> list[str]:
+    """The model's .rknn files (relative to its dir), the ones an ``rknn`` step makes."""
+    return [f.path for f in model.files if f.check == "rknn"]
+
+
+def install_drop_ins(ctx: Context, toolkit: Toolkit) -> bool:
+    """Copy finished files from the download cache into the model dir; False if they are not all there.
+
+    A complete set whose sidecars name another toolkit than the runtime's is refused (it would
+    load and misbehave); so is a set built by mixed versions.
+    """
+    cache = ctx.root / ".cache" / "models" / "downloads"
+    names = [Path(p).name for p in rknn_files(ctx.model)]
+    present = [cache / n for n in names if (cache / n).is_file()]
+    if not present:
+        return False
+    if len(present) < len(names):
+        absent = sorted(set(names) - {p.name for p in present})
+        log.warning("%s: %s has only part of the set (missing %s); converting instead",
+                    ctx.model.id, cache, ", ".join(absent))
+        return False
+    built: set[str] = set()
+    for p in present:
+        problem = rknn_problem(p, toolkit.version)
+        if problem and problem[0] == "mismatch":
+            raise RkvoiceError(
+                "models", "toolkit-mismatch",
+                f"{problem[1]} ({toolkit.origin}); refusing the files in {cache}: rebuild them with "
+                f"--toolkit-version {toolkit.version}, or delete them to convert here",
+            )
+        if problem:
+            raise RkvoiceError("models", "bad-drop-in", f"{p}: {problem[1]}")
+        built.add(read_sidecar(p)["toolkit_version"])
+    if len(built) > 1:
+        raise RkvoiceError("models", "toolkit-mismatch",
+                           f"the files in {cache} were built by different toolkits ({', '.join(sorted(built))})")
+    if toolkit.version is None:
+        (made_by,) = built
+        log.warning("%s: taking files built by rknn-toolkit2 %s; the board's librknnrt and "
+                    "rknn-toolkit-lite2 must be %s too", ctx.model.id, made_by, made_by)
+    for rel, p in zip(rknn_files(ctx.model), present, strict=True):
+        target = ctx.dest / rel
+        for src, dst in ((p, target), (sidecar_of(p), sidecar_of(target)),
+                         (p.with_suffix(".onnx"), target.with_suffix(".onnx"))):
+            if src.is_file():
+                _copy(src, dst)
+    log.info("%s: installed %d file set(s) built elsewhere from %s (no conversion)", ctx.model.id, len(present), cache)
+    return True
+
+
+def _copy(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(dst.name + ".tmp")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
+def _pip(vpy: str, ctx: Context, args: Sequence[str], what: str) -> None:
+    cmd = [vpy, "-m", "pip", "install", "--disable-pip-version-check", "-q", "--cache-dir", str(ctx.pip_cache), *args]
+    log.info("  pip install %s", " ".join(args))
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+    if proc.returncode != 0:
+        tail = " | ".join(line.strip() for line in proc.stdout.strip().splitlines()[-3:])
+        raise RkvoiceError("models", "toolkit-install-failed", f"{ctx.model.id}: pip install {what} failed: {tail}")
+
+
+def _expected_reports(args: Sequence[str]) -> int:
+    """How many JSON lines a converter run prints: one per --tokens / --frames bucket."""
+    return sum(1 for a in args if a in ("--tokens", "--frames"))
+
+
+def _run_converter(ctx: Context, vpy: str, script: Path, args: list[str]) -> list[dict[str, Any]]:
+    """Run one converter command, log its output as it comes, return its JSON report lines."""
+    cmd = [vpy, str(script), *args]
+    log.info("  running %s %s", script.name, " ".join(args))
+    reports: list[dict[str, Any]] = []
+    tail: list[str] = []
+    with subprocess.Popen(cmd, cwd=ctx.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            parsed = _json_line(line)
+            if parsed is not None:
+                reports.append(parsed)
+            else:
+                tail = (tail + [line.strip()])[-4:]
+                log.debug("    %s", line)
+        rc = proc.wait()
+    what = f"{script.name} {args[0] if args else ''}".strip()
+    if rc != 0:
+        raise RkvoiceError("models", "convert-failed",
+                           f"{ctx.model.id}: {what} exited {rc}: {' | '.join(t for t in tail if t)}")
+    want = _expected_reports(args)
+    if not reports or (want and len(reports) != want):
+        raise RkvoiceError("models", "convert-failed",
+                           f"{ctx.model.id}: {what} printed {len(reports)} JSON report line(s), expected {want or 'some'}")
+    for r in reports:
+        if r.get("true_frames_ok") is False:
+            raise RkvoiceError("models", "convert-failed", f"{ctx.model.id}: {what}: true_frames_ok is false in {r}")
+        log.info("  %s %s: SNR vs original %s dB, simulator %s dB, build %s s, peak %s MB", r.get("model"),
+                 r.get("tokens", r.get("frames")), r.get("snr_vs_original_db"), r.get("snr_db"),
+                 r.get("build_s"), r.get("peak_rss_mb"))
+    return reports
+
+
+def _json_line(line: str) -> dict[str, Any] | None:
+    s = line.strip()
+    if not (s.startswith("{") and s.endswith("}")):
+        return None
+    try:
+        data = json.loads(s)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) and "model" in data else None
+
+
+def convert(ctx: Context, step: Step, toolkit: Toolkit, python: str | None = None) -> list[dict[str, Any]]:
+    """Build the NPU files in a throw-away venv with ``step.toolkit==toolkit.version``; returns the reports."""
+    assert toolkit.version is not None
+    script = ctx.root / step.script
+    if not script.is_file():
+        raise RkvoiceError("models", "step-failed", f"{ctx.model.id}: converter {script} is missing from the checkout")
+    venv = ctx.root / ".cache" / "models" / f"venv-{ctx.model.id}"
+    shutil.rmtree(venv, ignore_errors=True)
+    base = python or ctx.python
+    log.info("  creating a throw-away venv (%s) with %s==%s", base, step.toolkit, toolkit.version)
+    try:
+        proc = subprocess.run([base, "-m", "venv", str(venv)], capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise RkvoiceError("models", "toolkit-install-failed",
+                               f"{ctx.model.id}: {base} -m venv failed: {proc.stderr.strip()[-300:]}")
+        vpy = str(venv / "bin" / "python")
+        pin = f"{step.toolkit}=={toolkit.version}"
+        _pip(vpy, ctx, ["--no-deps", "--only-binary=:all:", pin], pin)
+        if step.deps:
+            _pip(vpy, ctx, list(step.deps), "the toolkit's dependencies")
+        reports: list[dict[str, Any]] = []
+        for args in step.runs:
+            reports += _run_converter(ctx, vpy, script, [ctx.fmt(a) for a in args])
+        return reports
+    finally:
+        shutil.rmtree(venv, ignore_errors=True)
+        log.info("  throw-away venv deleted")
+
+
+def run_rknn_step(ctx: Context, step: Step, toolkit: Toolkit, python: str | None = None) -> None:
+    """Drop-ins if complete, else a conversion with the runtime's toolkit version."""
+    if toolkit.error is not None:
+        raise toolkit.error
+    if install_drop_ins(ctx, toolkit):
+        return
+    if toolkit.version is None:
+        raise RkvoiceError(
+            "models", "no-toolkit-version",
+            f"{ctx.model.id}: no librknnrt.so here to take the rknn-toolkit2 version from; run the install "
+            "on the board, or pass --toolkit-version V (the board's librknnrt version) to build on a PC",
+        )
+    convert(ctx, step, toolkit, python)
