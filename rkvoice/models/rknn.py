@@ -185,7 +185,9 @@ def _copy(src: Path, dst: Path) -> None:
 
 
 def _pip(vpy: str, ctx: Context, args: Sequence[str], what: str) -> None:
-    cmd = [vpy, "-m", "pip", "install", "--disable-pip-version-check", "-q", "--cache-dir", str(ctx.pip_cache), *args]
+    """Install into the venv with the installer's own pip (``--python``): no pip bootstrap in the venv."""
+    cmd = [ctx.python, "-m", "pip", "--python", vpy, "install", "--disable-pip-version-check", "-q",
+           "--cache-dir", str(ctx.pip_cache), *args]
     log.info("  pip install %s", " ".join(args))
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
     if proc.returncode != 0:
@@ -254,7 +256,8 @@ def convert(ctx: Context, step: Step, toolkit: Toolkit, python: str | None = Non
     base = python or ctx.python
     log.info("  creating a throw-away venv (%s) with %s==%s", base, step.toolkit, toolkit.version)
     try:
-        proc = subprocess.run([base, "-m", "venv", str(venv)], capture_output=True, text=True, check=False)
+        proc = subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], capture_output=True, text=True,
+                              check=False)
         if proc.returncode != 0:
             raise RkvoiceError("models", "toolkit-install-failed",
                                f"{ctx.model.id}: {base} -m venv failed: {proc.stderr.strip()[-300:]}")
