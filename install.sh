@@ -107,7 +107,8 @@ pyver() { "$1" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])'; }
 # python/versions.bzl (TOOL_VERSIONS["3.12.12"], aarch64-unknown-linux-gnu, install_only build) and
 # in a second independent lock file; this x86 machine cannot reach GitHub, so it was not re-downloaded.
 PBS_FILE="cpython-3.12.12+20251031-aarch64-unknown-linux-gnu-install_only.tar.gz"
-PBS_URL="https://github.com/astral-sh/python-build-standalone/releases/download/20251031/cpython-3.12.12%2B20251031-aarch64-unknown-linux-gnu-install_only.tar.gz"
+# RKVOICE_PBS_URL: fetch the same file from a mirror instead (the sha256 stays pinned).
+PBS_URL="${RKVOICE_PBS_URL:-https://github.com/astral-sh/python-build-standalone/releases/download/20251031/cpython-3.12.12%2B20251031-aarch64-unknown-linux-gnu-install_only.tar.gz}"
 PBS_SHA256="81b644d166e0bfb918615af8a2363f8fcf26eccdcc60a5334b6a62c088470bac"
 
 # Download the pinned tarball into .cache/python/ (resumed, retried, sha256-checked); prints its path.
@@ -116,10 +117,15 @@ fetch_python_tarball() {
   mkdir -p "$CACHE/python"
   if [ -f "$file" ] && [ "$(sha256sum "$file" | cut -d' ' -f1)" = "$PBS_SHA256" ]; then echo "$file"; return 0; fi
   echo "    downloading $PBS_URL" >&2
-  if command -v python3 >/dev/null 2>&1 && python3 -c 'import sys; sys.exit(sys.version_info < (3, 8))' 2>/dev/null; then
+  if command -v python3 >/dev/null 2>&1 && PYTHONPATH="$DIR" python3 -c 'import rkvoice.models.download' 2>/dev/null; then
     # the installer's own downloader (stdlib only): resume, retry, sha256, atomic rename
-    PYTHONPATH="$DIR" python3 -c 'import sys; from rkvoice.models.download import download
-download(sys.argv[1], sys.argv[2], sha256=sys.argv[3])' "$PBS_URL" "$file" "$PBS_SHA256" >&2 || return 1
+    PYTHONPATH="$DIR" python3 -c 'import sys
+from rkvoice.errors import RkvoiceError
+from rkvoice.models.download import download
+try:
+    download(sys.argv[1], sys.argv[2], sha256=sys.argv[3])
+except RkvoiceError as err:
+    sys.exit(f"    {err.message}")' "$PBS_URL" "$file" "$PBS_SHA256" >&2 || return 1
   elif command -v curl >/dev/null 2>&1; then
     curl -fL --retry 4 -C - -o "$file.part" "$PBS_URL" >&2 || return 1
     [ "$(sha256sum "$file.part" | cut -d' ' -f1)" = "$PBS_SHA256" ] \
@@ -138,7 +144,7 @@ if [ -z "$PY_TARBALL" ] && [ -z "$PY_PATH" ] && [ "$PROFILE" = board ] && [ "$(u
    && ! { [ -x "$PY" ] && is312 "$PY"; } && ! { command -v python3.12 >/dev/null 2>&1 && runs python3.12; }; then
   echo "    no Python 3.12 here (system python3: $(python3 --version 2>&1 || echo none)): using the pinned standalone CPython"
   PY_TARBALL="$(fetch_python_tarball)" \
-    || fail "cannot download $PBS_URL (network?); download it by hand and pass --python-tarball FILE"
+    || fail "cannot fetch the pinned CPython ($PBS_URL, see above); download it by hand and pass --python-tarball FILE"
 fi
 if [ -n "$PY_TARBALL" ]; then
   [ -f "$PY_TARBALL" ] || fail "--python-tarball $PY_TARBALL: file not found"

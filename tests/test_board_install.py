@@ -397,3 +397,36 @@ def test_real_board_manifest_converts_on_the_board_with_the_lean_toolkit_deps():
                                            "vocos-f600.rknn", "vocos-f200.rknn"]
     assert m.get("board-fastspeech2-vocoder-rknn").optional
     assert not m.get("board-matcha-zh-en-onnx").optional and not npu.optional
+
+
+# ---------------------------------------------------------------- the interpreter on a board
+
+PINNED_SHA = "81b644d166e0bfb918615af8a2363f8fcf26eccdcc60a5334b6a62c088470bac"
+
+
+def test_an_aarch64_board_without_python312_fetches_the_pinned_cpython_and_checks_it(server, tmp_path):
+    """No python3.12 on an aarch64 board: install.sh downloads the pinned tarball itself (here from a
+    mirror serving the wrong bytes, which the pinned sha256 must refuse) instead of asking for one."""
+    import subprocess
+
+    base, hits = server
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / "install.sh").write_bytes((ROOT / "install.sh").read_bytes())
+    (checkout / "rkvoice").symlink_to(ROOT / "rkvoice")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name, body in {"uname": 'if [ "$1" = -m ]; then echo aarch64; else exec /bin/uname "$@"; fi',
+                       "python3.12": "exit 127"}.items():
+        (fake / name).write_text("#!/bin/sh\n" + body + "\n")
+        (fake / name).chmod(0o755)
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "HOME": str(tmp_path), "RKVOICE_PBS_URL": f"{base}/good.bin"}
+    r = subprocess.run(["bash", str(checkout / "install.sh"), "--profile", "board"], env=env,
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 1
+    assert "using the pinned standalone CPython" in r.stdout
+    assert hits == ["/good.bin"]
+    assert f"sha256 mismatch: expected {PINNED_SHA}, got {_sha(GOOD)}" in r.stderr
+    assert "step 'interpreter' failed: cannot fetch the pinned CPython" in r.stderr
+    assert list((checkout / ".cache" / "python").iterdir()) == []  # nothing unverified is kept
+    assert not (checkout / "py312").exists()
