@@ -27,22 +27,30 @@ SYSTEM_CONFIG = Path("/etc/rkvoice/config.yaml")
 
 @dataclass(frozen=True)
 class MatchaConfig:
-    """Matcha + Vocos voice (board: .rknn on the NPU; anywhere: the same graphs as .onnx)."""
+    """Matcha + Vocos voice (board: .rknn buckets on the NPU; anywhere: their .onnx twins, or the
+    published dynamic-shape ONNX files, on onnxruntime)."""
 
     dir: str = "board"
-    """Base directory of the four files below, relative to models.dir unless absolute."""
-    acoustic: str = "matcha-rknn/matcha-s64.rknn"
-    """.rknn (NPU) or .onnx (CPU, e.g. matcha-zh-en/model-steps-3.onnx)."""
-    vocoder: str = "matcha-rknn/vocos-16khz-600.rknn"
-    """.rknn or .onnx (e.g. matcha-zh-en/vocos-16khz-univ.onnx)."""
+    """Base directory of the files below, relative to models.dir unless absolute."""
+    acoustic: str = "matcha-rknn/matcha-t*"
+    """Glob of the Matcha token buckets (models/convert_rknn.py matcha: matcha-t{K}.rknn + .onnx twin +
+    .json sidecar). Without a suffix ``runtime`` picks .rknn or .onnx; a path ending in .onnx/.rknn is
+    taken as is (e.g. matcha-zh-en/model-steps-3.onnx, the published dynamic-shape graph)."""
+    vocoder: str = "matcha-rknn/vocos-f*"
+    """Glob of the Vocos frame buckets (vocos-f{N}), same rules (e.g. matcha-zh-en/vocos-16khz-univ.onnx)."""
     lexicon: str = "matcha-zh-en/lexicon.txt"
     tokens: str = "matcha-zh-en/tokens.txt"
-    buckets: list[str] = field(default_factory=lambda: ["64x599"])
-    """Fixed acoustic shapes TOKENSxFRAMES (several when built with dynamic_input)."""
-    vocoder_frames: int = 600
-    """Fixed vocoder input length (0: the vocoder takes any length)."""
-    acoustic_inputs: list[str] = field(default_factory=lambda: ["x", "x_length", "noise_scale", "length_scale"])
-    """Input order of the .rknn acoustic model (ONNX models are fed by name)."""
+    runtime: str = "auto"
+    """auto (.rknn on RKNNLite where rknn-toolkit-lite2 is installed, else the .onnx twins), rknn or onnx."""
+    vocoder_context: int = 32
+    """Frames of context either side when a mel is longer than the largest Vocos bucket (Vocos sees
+    27 frames either side: 27 or more gives the same frames as one whole-mel run)."""
+    seed: int = 0
+    """Seed of the ODE noise (drawn per generate call, so one text always sounds the same)."""
+    first_chars: int = 24
+    """Longest first piece for this voice (seeds/001: 24 characters, first audio ~0.4 s on the board)."""
+    chunk_chars: int = 40
+    """Longest later piece for this voice (seeds/001: 40)."""
     sample_rate: int = 16000
     add_blank: bool = False
     pad_id: int = 0
@@ -51,12 +59,19 @@ class MatchaConfig:
     hop_length: int = 256
     win_length: int = 1024
     window: str = "hann"
-    zh_syllables_per_s: float = 4.6
-    en_phones_per_s: float = 12.0
-    frame_margin: float = 1.1
     espeak_lib_dir: str = "board/espeak/lib"
     """Unpacked libespeak-ng1/libpcaudio0/libsonic0 + espeak-ng-data (board install), relative to
     models.dir; when absent the system's espeak-ng is used."""
+
+    def __post_init__(self) -> None:
+        for name in ("first_chars", "chunk_chars"):
+            if getattr(self, name) < 1:
+                raise RkvoiceError("config", "bad-value", f"tts.matcha.{name}: {getattr(self, name)} must be >= 1")
+        if self.vocoder_context < 0:
+            raise RkvoiceError("config", "bad-value", f"tts.matcha.vocoder_context: {self.vocoder_context} must be >= 0")
+        if self.runtime not in ("auto", "rknn", "onnx"):
+            raise RkvoiceError("config", "bad-value",
+                               f"tts.matcha.runtime: {self.runtime!r}; choose one of: auto, rknn, onnx")
 
 
 @dataclass(frozen=True)
@@ -151,6 +166,11 @@ class HearConfig:
     (spares the CPU on long unrelated speech); 0: always transcribe whole segments."""
     kws_threshold: float = 0.25
     kws_score: float = 1.5
+    kws_dir: str = ""
+    """Keyword-spotter model folder (encoder*/decoder*/joiner*.onnx + tokens.txt); empty =
+    models.dir/board/kws-zh, relative = under the install dir (the board-hearing tests' stand-ins)."""
+    paraformer_dir: str = ""
+    """Paraformer folder (model.int8.onnx or model.onnx + tokens.txt); empty = models.dir/board/paraformer-zh."""
     threads: int = 2
     """Threads for the ASR engine."""
     whisper_beam: int = 5

@@ -81,6 +81,15 @@ class _Turn:
     synth_done: bool = False  # the worker has passed this turn's end (or its failure)
 
 
+def piece_chars(cfg: Config, engine: Any) -> tuple[int, int]:
+    """(first, later) piece lengths in characters: the engine's own when it has them (the Matcha
+    voice: tts.matcha.first_chars / chunk_chars, 24 / 40), else tts.first_chars / tts.chunk_chars."""
+    own = getattr(engine, "piece_chars", None)
+    if isinstance(own, tuple) and len(own) == 2 and all(isinstance(n, int) and n > 0 for n in own):
+        return own
+    return cfg.tts.first_chars, cfg.tts.chunk_chars
+
+
 def _default_normalize(text: str) -> str:
     from rkvoice.text.normalize import speakable
 
@@ -255,7 +264,7 @@ class Speaker:
         inside them), then make each chunk speakable; chunks with nothing to say are dropped."""
         if not text.strip():
             return []
-        first = self.cfg.tts.first_chars if turn.first_cut else limit
+        first = piece_chars(self.cfg, self.engine)[0] if turn.first_cut else limit
         chunks = [self._normalize(c) for c in self._split(text, first, limit)]
         chunks = [c for c in chunks if c.strip()]
         if chunks:
@@ -309,7 +318,8 @@ class Speaker:
                 turn.synth_done = True
                 self._audio_q.put((turn.id, "end", None))
                 continue
-            limit = max(self.cfg.tts.chunk_chars, self.cfg.tts.coalesce_chars) if merged else self.cfg.tts.chunk_chars
+            chunk_chars = piece_chars(self.cfg, self.engine)[1]
+            limit = max(chunk_chars, self.cfg.tts.coalesce_chars) if merged else chunk_chars
             try:
                 for chunk in self._pieces(turn, text, limit):
                     if self._stale(turn.id):

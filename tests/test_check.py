@@ -45,7 +45,8 @@ BOARD_FILES = [
     "board/kws-zh/encoder.int8.onnx", "board/kws-zh/decoder.onnx", "board/kws-zh/joiner.int8.onnx",
     "board/kws-zh/tokens.txt", "board/vad/silero_vad.onnx", "board/paraformer-zh/model.int8.onnx",
     "board/paraformer-zh/tokens.txt", "board/llm/qwen2.5-0.5b-instruct-w4a16.rkllm",
-    "board/matcha-rknn/matcha-s64.rknn", "board/matcha-rknn/vocos-16khz-600.rknn",
+    "board/matcha-rknn/matcha-t64.rknn", "board/matcha-rknn/matcha-t64.json",
+    "board/matcha-rknn/vocos-f600.rknn", "board/matcha-rknn/vocos-f600.json",
     "board/matcha-zh-en/lexicon.txt", "board/matcha-zh-en/tokens.txt",
 ]
 
@@ -57,7 +58,7 @@ def board(tmp_path, monkeypatch):
     for rel in BOARD_FILES:
         p = models / rel
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(b'{"toolkit_version":"2.3.2"}' if p.suffix == ".rknn" else b"x")
+        p.write_bytes(b'{"toolkit_version":"2.3.2"}' if p.suffix in (".rknn", ".json") else b"x")
     rt = tmp_path / "librknnrt.so"
     rt.write_bytes(RT_STAMP)
     llm = tmp_path / "librkllmrt.so"
@@ -104,9 +105,9 @@ def test_toolkit_lite_mismatch_fails_tts_and_says_which_to_install(board, monkey
 
 def test_rknn_built_by_other_toolkit_is_named(board):
     cfg, tmp = board
-    (tmp / "models/board/matcha-rknn/vocos-16khz-600.rknn").write_bytes(b'"toolkit_version":"2.5.0"')
+    (tmp / "models/board/matcha-rknn/vocos-f600.rknn").write_bytes(b'"toolkit_version":"2.5.0"')
     checks = {c.stage: c for c in check_pipeline(cfg, Path("/x"), **NO_DEVICES)}
-    assert any("vocos-16khz-600.rknn was built by rknn-toolkit2 2.5.0" in p for p in checks["tts"].problems)
+    assert any("vocos-f600.rknn was built by rknn-toolkit2 2.5.0" in p for p in checks["tts"].problems)
 
 
 def test_rkllm_abi_mismatch_suggests_setting(board):
@@ -126,7 +127,7 @@ def test_board_config_on_this_machine_names_missing_stages(tmp_path, monkeypatch
     rc, text = _report(cfg)
     assert rc == 1
     for needle in ("models/board/kws-zh/encoder.int8.onnx or", "models/board/paraformer-zh/tokens.txt",
-                   "matcha-rknn/matcha-s64.rknn", "rknn-toolkit-lite2 is not installed",
+                   "matcha-rknn/matcha-t*.rknn", "rknn-toolkit-lite2 is not installed",
                    "librknnrt.so not found", "librkllmrt.so not found", "RKNPU driver version unreadable"):
         assert needle in text, needle
     assert "pipeline cannot run: wake, vad, asr, llm, tts not usable" in text

@@ -1,74 +1,129 @@
-"""Matcha engine: frontend, frame estimate, bucket splitting, and the whole path on tiny fake graphs.
+"""Matcha engine: the zh-en frontend on a lexicon in the real format, bucket choice, the true
+frame count, splitting, Vocos buckets and windows, load-time checks of what models declare.
 
-The fake acoustic model has the real interface (x int64 [1,64], x_length, noise_scale,
-length_scale -> mel [1,80,599]) and renders x_length*FRAMES_PER_TOKEN*length_scale voiced
-frames followed by silence and, like the real fixed-shape model, a noise burst at the very end.
-The fake vocoder maps mel [1,80,600] to mag/x/y [1,513,600]: a 437.5 Hz tone where the mel is
-voiced, nothing where it is silent.
+The voice files are made here the way sherpa-onnx's ``generate_lexicon.py`` makes them (pypinyin,
+one toned syllable per Chinese character, tokens.txt with the blank as an id-only line). The
+models are tiny hand-built ONNX graphs with the converter's contract I/O:
+
+- ``matcha-t{K}``: x int64 [1,K], x_length int64 [1], noise_scale, length_scale float [1], noise
+  float [1,80,W] -> mel [1,80,W], mel_frames float [1]. The true frame count is x_length * FPT *
+  length_scale (FPT frames per token); frames before it are voiced (0), after it silent (-11);
+  the noise adds a little texture (noise * noise_scale * 0.01) so the feed is used.
+- ``vocos-f{N}``: mels [1,80,N] -> mag, x, y [1,513,N]: a 437.5 Hz tone where the mel is voiced.
+- the dynamic pair: like the published model-steps-3.onnx / vocos-16khz-univ.onnx (any length).
 """
 
+from __future__ import annotations
+
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx", reason="the onnx package builds the tiny test graphs")
+pypinyin = pytest.importorskip("pypinyin", reason="pypinyin writes the test lexicon like sherpa-onnx does")
 from onnx import TensorProto, helper  # noqa: E402
 
-from rkvoice.config import Config, MatchaConfig, ModelsConfig, TtsConfig  # noqa: E402
+from rkvoice.config import Config, MatchaConfig, ModelsConfig, TtsConfig, load_config  # noqa: E402
 from rkvoice.errors import RkvoiceError  # noqa: E402
+from rkvoice.npu import runtime as npu_runtime  # noqa: E402
+from rkvoice.speaker import piece_chars  # noqa: E402
 from rkvoice.tts.matcha_engine import MatchaTts  # noqa: E402
-from rkvoice.tts.matcha_frames import Bucket, FrameEstimator, choose_bucket, naive_frames, split_units  # noqa: E402
-from rkvoice.tts.matcha_frontend import MatchaFrontend, Unit, ids_of, ipa_to_tokens, token_count  # noqa: E402
+from rkvoice.tts.matcha_frames import halve, smallest_at_least, split_units, vocos_windows  # noqa: E402
+from rkvoice.tts.matcha_frontend import MatchaFrontend, Unit, ids_of, ipa_to_tokens, token_count, words  # noqa: E402
 
-ZH = "你好今天天气不错我们出去走走吧是的这个那个时间地点人物事情开始结束一二三四五六七八九十"
-TOKENS_EN = list("həlˈoʊpaɪθnɛkstwɹdmAIOWɡ")
-FRAMES_PER_TOKEN = 4  # fake acoustic: voiced frames per real token
-
-
-def _voice_files(d):
-    toks = ["_", " "] + [f"p{i}" for i in range(60)] + [",", ".", "?", "!"] + TOKENS_EN
-    toks = list(dict.fromkeys(toks))
-    (d / "tokens.txt").write_text("".join(f"{t} {i}\n" if t != " " else f"  {i}\n" for i, t in enumerate(toks)),
-                                  encoding="utf-8")
-    lines = [f"{c} p{(2 * i) % 60} p{(2 * i + 1) % 60}" for i, c in enumerate(ZH)]
-    lines += ["你好 p1 p2 p3 p4", "天气 p5 p6 p7 p8", "ok p9 p10"]
-    (d / "lexicon.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+ZH = "你好今天天气不错我们出去走走吧是的这个那个时间地点人物事情开始结束一二三四五六七八九十银行长了吗"
+PHRASES = {"银行行长": ["yin2", "hang2", "hang2", "zhang3"], "行长": ["hang2", "zhang3"]}
+IPA = list("həlˈoʊpaɪθnɛkstwɹdmAIOWɡəʊɚb")
+HOP = 256
 
 
-def _frontend(tmp_path, phonemizer=None):
-    _voice_files(tmp_path)
+# ---------------------------------------------------------------- voice files in the zh-en format
+
+def _syllable(text: str) -> list[str]:
+    out = []
+    for (s,) in pypinyin.pinyin(text, style=pypinyin.Style.TONE3, neutral_tone_with_five=True):
+        out.append(s if s[-1] in "12345" else s + "1")
+    return out
+
+
+def voice_files(d: Path) -> None:
+    """tokens.txt + lexicon.txt as generate_tokens.py / generate_lexicon.py write them."""
+    lexicon = [(c, _syllable(c)) for c in dict.fromkeys(ZH)] + list(PHRASES.items())
+    syllables = sorted({s for _, ss in lexicon for s in ss})
+    toks = [" "] + [",", ".", "?", "!", ";"] + syllables + list(dict.fromkeys(IPA))
+    lines = [f"{t} {i}" if t != " " else f"  {i}" for i, t in enumerate(toks, start=1)]  # id 0 is the pad
+    (d / "tokens.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (d / "lexicon.txt").write_text("".join(f"{w} {' '.join(ss)}\n" for w, ss in lexicon), encoding="utf-8")
+
+
+def fake_ipa(word: str) -> str:
+    return {"hello": "həlˈoʊ", "python": "pˈaɪθən", "next": "nˈɛkst", "world": "wˈɜːld", "ok": "ˌoʊkˈeɪ",
+            "bob": "bˈɑːb"}.get(word.lower(), "")
+
+
+def _frontend(tmp_path: Path, phonemizer=fake_ipa) -> MatchaFrontend:
+    voice_files(tmp_path)
     return MatchaFrontend.from_files(tmp_path / "lexicon.txt", tmp_path / "tokens.txt", phonemizer)
 
 
-def fake_ipa(word):
-    return {"hello": "həlˈoʊ", "python": "pˈaɪθən", "next": "nˈɛkst"}.get(word.lower(), "")
-
-
-# ---------------------------------------------------------------- frontend
-
-def test_frontend_longest_match_punct_and_english(tmp_path):
-    fe = _frontend(tmp_path, fake_ipa)
-    units = fe.units("你好，天气不错。Hello Python！")
-    assert [u.text for u in units] == ["你好", ",", "天气", "不", "错", ".", "Hello", "Python", "!"]
-    assert [u.kind for u in units] == ["zh", "punct", "zh", "zh", "zh", "punct", "en", "en", "punct"]
+def test_lexicon_has_one_toned_syllable_per_character(tmp_path: Path) -> None:
+    fe = _frontend(tmp_path)
     t2i = fe.token2id
-    # espeak IPA goes through the zh-en replacements: oʊ -> O, aɪ -> I; a blank joins English words
-    assert units[6].ids == tuple(t2i[t] for t in ipa_to_tokens("həlˈoʊ")) + (t2i[" "],)
-    assert ipa_to_tokens("həlˈoʊ") == ["h", "ə", "l", "ˈ", "O"]
-    assert ipa_to_tokens("pˈaɪθən") == ["p", "ˈ", "I", "θ", "ə", "n"]
+    assert fe.lexicon["你"] == (t2i["ni3"],) and fe.lexicon["吗"] == (t2i["ma5"],)
+    units = fe.units("你好今天")
+    assert [u.text for u in units] == ["你", "好", "今", "天"]
+    assert fe.ids(units) == [t2i[s] for s in ("ni3", "hao3", "jin1", "tian1")]
 
 
-def test_frontend_lexicon_english_and_oov_skipped(tmp_path):
-    fe = _frontend(tmp_path, None)
-    units = fe.units("OK 你好 Zebra ☃ 吗")
-    assert [u.text for u in units] == ["OK", "你好"]  # ok from the lexicon; Zebra/☃/吗 unknown
-    assert ids_of(units) == list(units[0].ids + units[1].ids)
-    assert ids_of(units, add_blank=True, pad_id=0)[::2] == [0] * (token_count(units) + 1)
-    assert token_count(units, add_blank=True) == 2 * token_count(units) + 1
+def test_phrases_match_longest_first(tmp_path: Path) -> None:
+    fe = _frontend(tmp_path)
+    t2i = fe.token2id
+    assert fe.lexicon["行"] == (t2i["xing2"],)
+    units = fe.units("银行行长来了")  # 来 is not in the lexicon: skipped
+    assert [u.text for u in units] == ["银行行长", "了"]
+    assert units[0].ids == tuple(t2i[s] for s in ("yin2", "hang2", "hang2", "zhang3"))
+    assert [u.text for u in fe.units("行长行")] == ["行长", "行"]
 
 
-def test_frontend_bad_files_are_named(tmp_path):
+def test_english_words_get_espeak_phones_and_a_blank_after(tmp_path: Path) -> None:
+    fe = _frontend(tmp_path)
+    t2i = fe.token2id
+    blank = t2i[" "]
+    hello = [t2i[t] for t in ipa_to_tokens("həlˈoʊ")]
+    python = [t2i[t] for t in ipa_to_tokens("pˈaɪθən")]
+    assert ipa_to_tokens("həlˈoʊ") == ["h", "ə", "l", "ˈ", "O"] and ipa_to_tokens("pˈaɪθən")[2] == "I"
+    # sherpa-onnx: a blank after every English word that something follows (words, marks, Chinese)
+    assert fe.ids(fe.units("Hello Python")) == hello + [blank] + python
+    assert fe.ids(fe.units("Hello，你好")) == hello + [blank, t2i[","], t2i["ni3"], t2i["hao3"]]
+    assert fe.ids(fe.units("你好 hello")) == [t2i["ni3"], t2i["hao3"]] + hello  # none before, none at the end
+    # an unknown word after an English word takes the blank with it (sherpa looks at the skipped word)
+    assert fe.ids(fe.units("Hello Zyx 你")) == hello + [t2i["ni3"]]
+    # the blank sits between units: a piece ending in an English word has none at its end
+    units = fe.units("Hello Python")
+    assert ids_of(units[:1], blank=blank) == hello and token_count(units, blank=blank) == len(hello) + 1 + len(python)
+
+
+def test_punctuation_is_mapped_and_deduplicated(tmp_path: Path) -> None:
+    assert words("你好，，。吗？！  ok") == ["你", "好", ",", "吗", "?", "ok"]
+    fe = _frontend(tmp_path)
+    units = fe.units("你好，天气不错。")
+    assert [u.kind for u in units] == ["zh", "zh", "punct", "zh", "zh", "zh", "zh", "punct"]
+
+
+def test_a_two_tokens_per_character_lexicon_is_refused(tmp_path: Path) -> None:
+    voice_files(tmp_path)
+    toks = [line.split()[0] for line in (tmp_path / "tokens.txt").read_text(encoding="utf-8").splitlines()
+            if len(line.split()) == 2]
+    # initials + finals per character (the zh-baker layout): not what the zh-en model reads
+    (tmp_path / "lexicon.txt").write_text("".join(f"{c} {toks[5]} {toks[6]}\n" for c in ZH), encoding="utf-8")
+    with pytest.raises(RkvoiceError, match="not in the zh-en format.*2 tokens each"):
+        MatchaFrontend.from_files(tmp_path / "lexicon.txt", tmp_path / "tokens.txt")
+
+
+def test_bad_voice_files_are_named(tmp_path: Path) -> None:
     with pytest.raises(RkvoiceError, match="tokens file .*missing.txt"):
         MatchaFrontend.from_files(tmp_path / "lex.txt", tmp_path / "missing.txt")
     (tmp_path / "t.txt").write_text("a x\n")
@@ -76,321 +131,532 @@ def test_frontend_bad_files_are_named(tmp_path):
         MatchaFrontend.from_files(tmp_path / "lex.txt", tmp_path / "t.txt")
 
 
-# ---------------------------------------------------------------- frame estimate and buckets
+# ---------------------------------------------------------------- pieces, halves, windows
 
-def _zh_units(n):
-    return [Unit(ZH[i % len(ZH)], (1, 2), "zh") for i in range(n)]
-
-
-def test_estimate_corrects_chinese_overestimate_by_30_to_40_percent_before_margin():
-    est = FrameEstimator(margin=1.0)
-    b = Bucket(64, 599)
-    # two tokens (initial + final) per syllable: the naive token-linear estimate is 30-40 % over
-    for n in (16, 24, 31):
-        units = _zh_units(n)
-        naive = naive_frames(units, b)
-        ours = est.frames(units)
-        assert 1.25 <= naive / ours <= 1.45, (n, naive, ours)
+def _count(units: list[Unit]) -> int:
+    return token_count(units, blank=0)
 
 
-def test_estimate_grows_with_text_and_shrinks_with_speed():
-    est = FrameEstimator()
-    f = [est.frames(_zh_units(n)) for n in (1, 5, 10, 20)]
-    assert f == sorted(f) and len(set(f)) == 4
-    u = _zh_units(10)
-    assert est.frames(u, speed=2.0) < est.frames(u) < est.frames(u, speed=0.5)
-    assert abs(est.frames(u, speed=2.0) * 2 - est.frames(u)) <= 2
-
-
-def test_estimate_depends_on_language():
-    est = FrameEstimator(margin=1.0)
-    zh = [Unit("你", (1, 2), "zh")]
-    en = [Unit("hi", (1, 2), "en")]
-    # one Chinese syllable (two tokens) lasts longer than two English phones
-    assert est.frames(zh) > est.frames(en)
-    pause = [Unit(",", (3,), "punct")]
-    assert est.frames(zh + pause) > est.frames(zh)
-
-
-def test_bucket_parse_and_choice():
-    assert Bucket.parse("64x599") == Bucket(64, 599) == Bucket.parse(" 64:599 ")
-    with pytest.raises(RkvoiceError, match="TOKENSxFRAMES"):
-        Bucket.parse("64")
-    bs = [Bucket(64, 599), Bucket(32, 300)]
-    assert choose_bucket(bs, 20, 200) == Bucket(32, 300)
-    assert choose_bucket(bs, 20, 400) == Bucket(64, 599)
-    assert choose_bucket(bs, 40, 100) == Bucket(64, 599)
-
-
-def test_split_respects_bucket_and_cuts_after_punctuation(tmp_path):
+def test_split_fits_the_largest_bucket_and_cuts_after_punctuation(tmp_path: Path) -> None:
     fe = _frontend(tmp_path)
     text = "今天天气不错，我们出去走走吧。这个时间地点人物事情开始结束，一二三四五六七八九十，是的我们开始。"
     units = fe.units(text)
-    assert token_count(units) > 64
-    pieces = split_units(units, [Bucket(64, 599)], FrameEstimator())
-    assert len(pieces) >= 2
-    assert all(token_count(p) <= 64 for p in pieces)
-    assert [u for p in pieces for u in p if u.kind != "punct"] == [u for u in units if u.kind != "punct"]
-    assert all(p[-1].kind == "punct" for p in pieces[:-1])  # every cut is at a clause end here
+    pieces = split_units(units, 16, fe.count)
+    assert len(pieces) >= 3 and all(fe.count(p) <= 16 for p in pieces)
+    assert [u for p in pieces for u in p] == units  # nothing dropped, nothing truncated
+    assert sum(p[-1].kind == "punct" for p in pieces[:-1]) >= len(pieces) // 2
 
 
-def test_split_without_punctuation_cuts_between_words_and_by_frames():
-    units = [Unit("你好", (1,) * 4, "zh")] * 40
-    pieces = split_units(units, [Bucket(64, 599)], FrameEstimator())
-    assert all(token_count(p) <= 64 for p in pieces) and sum(len(p) for p in pieces) == 40
-    # frames bind before tokens when the bucket is short in frames
-    est = FrameEstimator()
-    small = split_units(_zh_units(30), [Bucket(64, 200)], est)
-    assert len(small) > 1 and all(est.frames(p) <= 200 for p in small)
+def test_split_cuts_an_overlong_word_into_slices() -> None:
+    pieces = split_units([Unit("supercalifragilistic", tuple(range(1, 101)), "en")], 64, _count)
+    assert [_count(p) for p in pieces] == [64, 36]
 
 
-def test_split_cuts_an_overlong_word_into_token_slices():
-    units = [Unit("supercalifragilistic", tuple(range(100)), "en")]
-    pieces = split_units(units, [Bucket(64, 5990)], FrameEstimator())
-    assert [token_count(p) for p in pieces] == [64, 36]
+def test_halve_prefers_a_mark_near_the_middle_and_splits_single_units() -> None:
+    u = [Unit(c, (1,), "zh") for c in "一二三四"] + [Unit(",", (2,), "punct")] + [Unit(c, (1,), "zh") for c in "五六七"]
+    a, b = halve(u)
+    assert a[-1].text == "," and a + b == u
+    left, right = halve([Unit("word", (1, 2, 3, 4, 5), "en", blank_after=True)])
+    assert left[0].ids == (1, 2) and right[0].ids == (3, 4, 5) and right[0].blank_after
+    with pytest.raises(RkvoiceError, match="one token"):
+        halve([Unit("a", (1,), "en")])
 
 
-# ---------------------------------------------------------------- whole engine on fake graphs
+def test_smallest_bucket_and_vocos_windows() -> None:
+    assert smallest_at_least([64, 32, 140], 20) == 32 and smallest_at_least([64, 32], 33) == 64
+    assert smallest_at_least([64, 32], 65) is None
+    for total in (1, 200, 600, 601, 1000, 2345):
+        w = vocos_windows(total, 600, 32)
+        assert w[0][1] == 0 and w[-1][2] == total and all(x[2] == y[1] for x, y in zip(w, w[1:]))
+        for start, k0, k1 in w:
+            assert start <= k0 < k1 <= start + 600 and (k0 - start >= 32 or k0 == 0)
+            assert start + 600 - k1 >= 32 or k1 == total
+    with pytest.raises(RkvoiceError, match="no centre"):
+        vocos_windows(1000, 60, 30)
 
-def _save(graph, path, meta=None):
+
+# ---------------------------------------------------------------- tiny contract graphs
+
+T = helper.make_tensor_value_info
+F = TensorProto.FLOAT
+I64 = TensorProto.INT64
+
+
+def _save(graph, path: Path, meta: dict[str, str]) -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    if meta:
-        helper.set_model_props(model, meta)
+    helper.set_model_props(model, meta)
     onnx.save(model, str(path))
 
 
-def _fake_acoustic(path, tokens=64, frames=599, dynamic=False):
-    T = helper.make_tensor_value_info
-    f = TensorProto.FLOAT
-    inputs = [T("x", TensorProto.INT64, [1, "N" if dynamic else tokens]), T("x_length", TensorProto.INT64, [1]),
-              T("noise_scale", f, [1]), T("length_scale", f, [1])]
-    out = T("mel", f, [1, 80, "F" if dynamic else frames])
-    init = [helper.make_tensor("t", f, [1, 1, frames], np.arange(frames, dtype=np.float32)),
-            helper.make_tensor("k", f, [1], [float(FRAMES_PER_TOKEN)]),
-            helper.make_tensor("zeros80", f, [1, 80, 1], np.zeros(80, np.float32)),
-            helper.make_tensor("burst", f, [1, 1, frames],
-                               np.r_[np.zeros(frames - 6), np.ones(6)].astype(np.float32)),
-            helper.make_tensor("two", f, [1], [2.0]), helper.make_tensor("eleven", f, [1], [11.0]),
-            helper.make_tensor("zero_f", f, [1], [0.0])]
+MATCHA_META = {"sample_rate": "16000", "model_type": "matcha-tts", "voice": "zh en-us", "pad_id": "0",
+               "n_speakers": "1", "use_eos_bos": "1"}
+VOCOS_META = {"n_fft": "1024", "hop_length": "256", "win_length": "1024", "window_type": "hann", "center": "1",
+              "normalized": "0"}
+
+
+def matcha_graph(path: Path, tokens: int | None, frames: int | None, fpt: float = 4.0, n_mels: int = 80,
+                 extra_input: str | None = None, frames_output: bool = True, x_type: int = I64) -> None:
+    """A fixed bucket (tokens, frames) or, with tokens None, the dynamic published-style graph."""
+    dynamic = tokens is None
+    W = frames or 4096
+    inputs = [T("x", x_type, [1, "N" if dynamic else tokens]), T("x_length", I64, [1]),
+              T("noise_scale", F, [1]), T("length_scale", F, [1])]
+    if not dynamic:
+        inputs.append(T("noise", F, [1, n_mels, W]))
+    if extra_input:
+        inputs.append(T(extra_input, F, [1]))
+    init = [helper.make_tensor("t", F, [1, 1, W], np.arange(W, dtype=np.float32)),
+            helper.make_tensor("k", F, [1], [fpt]), helper.make_tensor("eleven", F, [1], [11.0]),
+            helper.make_tensor("zeros", F, [1, n_mels, 1], np.zeros(n_mels, np.float32)),
+            helper.make_tensor("small", F, [1], [0.01]), helper.make_tensor("zero_f", F, [1], [0.0])]
     nodes = [
-        helper.make_node("Cast", ["x_length"], ["lenf"], to=f),
+        helper.make_node("Cast", ["x_length"], ["lenf"], to=F),
         helper.make_node("Mul", ["lenf", "k"], ["v0"]),
-        helper.make_node("Mul", ["v0", "length_scale"], ["voiced_n"]),
-        helper.make_node("Less", ["t", "voiced_n"], ["vb"]),
-        helper.make_node("Cast", ["vb"], ["v"], to=f),
-        helper.make_node("Max", ["v", "burst"], ["vv"]),            # noise burst in the last frames
-        helper.make_node("Mul", ["vv", "eleven"], ["s"]),
-        helper.make_node("Sub", ["s", "eleven"], ["logmel0"]),     # voiced 0, silent -11
-        # x and noise_scale feed a term that is 0 for valid inputs (ids >= 0), so no input is unused
-        helper.make_node("Cast", ["x"], ["xf"], to=f),
+        helper.make_node("Mul", ["v0", "length_scale"], ["frames_f"]),
+        helper.make_node("Less", ["t", "frames_f"], ["vb"]),
+        helper.make_node("Cast", ["vb"], ["v"], to=F),
+        helper.make_node("Mul", ["v", "eleven"], ["s"]),
+        helper.make_node("Sub", ["s", "eleven"], ["logmel0"]),  # voiced 0, silent -11
+        helper.make_node("Cast", ["x"], ["xf"], to=F),
         helper.make_node("ReduceMin", ["xf"], ["xmin"], keepdims=0),
-        helper.make_node("Abs", ["noise_scale"], ["ns"]),
-        helper.make_node("Add", ["xmin", "ns"], ["xn"]),
-        helper.make_node("Min", ["xn", "zero_f"], ["nil"]),
-        helper.make_node("Add", ["logmel0", "nil"], ["logmel"]),
-        helper.make_node("Add", ["logmel", "zeros80"], ["mel"]),
+        helper.make_node("Min", ["xmin", "zero_f"], ["nil"]),  # 0 for valid ids: x is used
+        helper.make_node("Add", ["logmel0", "nil"], ["logmel1"]),
+        helper.make_node("Add", ["logmel1", "zeros"], ["logmel2"]),
     ]
-    if dynamic:  # output only as many frames as x has tokens * k (like the real ONNX Matcha)
-        nodes[-1] = helper.make_node("Add", ["logmel", "zeros80"], ["mel_full"])
-        init += [helper.make_tensor("zero_i", TensorProto.INT64, [1], [0]),
-                 helper.make_tensor("ax", TensorProto.INT64, [1], [2])]
-        nodes += [helper.make_node("Ceil", ["voiced_n"], ["vc"]),
-                  helper.make_node("Cast", ["vc"], ["end"], to=TensorProto.INT64),
+    if extra_input:
+        nodes.append(helper.make_node("Mul", [extra_input, "zero_f"], ["extra0"]))
+        nodes.append(helper.make_node("Add", ["logmel2", "extra0"], ["logmel3"]))
+        last = "logmel3"
+    else:
+        last = "logmel2"
+    if dynamic:
+        init += [helper.make_tensor("zero_i", I64, [1], [0]), helper.make_tensor("ax", I64, [1], [2])]
+        nodes += [helper.make_node("Mul", ["noise_scale", "zero_f"], ["ns0"]),
+                  helper.make_node("Add", [last, "ns0"], ["mel_full"]),
+                  helper.make_node("Ceil", ["frames_f"], ["fc"]),
+                  helper.make_node("Cast", ["fc"], ["end"], to=I64),
                   helper.make_node("Slice", ["mel_full", "zero_i", "end", "ax"], ["mel"])]
-    _save(helper.make_graph(nodes, "fake_matcha", inputs, [out], initializer=init), path,
-          {"sample_rate": "16000", "model_type": "matcha-tts"})
+        outputs = [T("mel", F, [1, n_mels, "L"])]
+    else:
+        nodes += [helper.make_node("Mul", ["noise", "noise_scale"], ["n1"]),
+                  helper.make_node("Mul", ["n1", "small"], ["n2"]),
+                  helper.make_node("Add", [last, "n2"], ["mel"]),
+                  helper.make_node("Identity", ["frames_f"], ["mel_frames"])]
+        outputs = [T("mel", F, [1, n_mels, W])] + ([T("mel_frames", F, [1])] if frames_output else [])
+    _save(helper.make_graph(nodes, "fake_matcha", inputs, outputs, initializer=init), path, MATCHA_META)
 
 
-def _fake_vocos(path, frames=600):
-    T = helper.make_tensor_value_info
-    f = TensorProto.FLOAT
+def vocos_graph(path: Path, frames: int | None, n_mels: int = 80) -> None:
     fr = frames if frames else "T"
     bins = 513
     spectral = np.zeros((1, bins, 1), np.float32)
     spectral[0, 28, 0] = 60.0  # 28 * 16000 / 1024 = 437.5 Hz
-    # phase advance per frame of bin k is 2*pi*k*hop/n_fft = k*pi/2; kept small (mod 2*pi, frame
-    # index mod 4) so fp16 on the NPU represents it
     phase_rate = (np.pi / 2 * (np.arange(bins) % 4)).astype(np.float32).reshape(1, bins, 1)
-    init = [helper.make_tensor("spec", f, [1, bins, 1], spectral),
-            helper.make_tensor("rate", f, [1, bins, 1], phase_rate),
-            helper.make_tensor("eleven", f, [1], [11.0]),
-            helper.make_tensor("ones", f, [1, bins, 1], np.ones(bins, np.float32)),
-            helper.make_tensor("zero_f", f, [1], [0.0])]
+    init = [helper.make_tensor("spec", F, [1, bins, 1], spectral), helper.make_tensor("rate", F, [1, bins, 1], phase_rate),
+            helper.make_tensor("half", F, [1], [-5.5]), helper.make_tensor("zero_f", F, [1], [0.0]),
+            helper.make_tensor("idx2", I64, [1], [2]), helper.make_tensor("zero", I64, [], [0]),
+            helper.make_tensor("one", I64, [], [1]), helper.make_tensor("four", I64, [], [4]),
+            helper.make_tensor("axes01", I64, [2], [0, 1])]
     nodes = [
         helper.make_node("ReduceMean", ["mels"], ["m"], axes=[1], keepdims=1),  # [1,1,T]
-        helper.make_node("Add", ["m", "eleven"], ["m1"]),
-        helper.make_node("Div", ["m1", "eleven"], ["gate"]),                   # voiced 1, silent 0
+        helper.make_node("Greater", ["m", "half"], ["gb"]),
+        helper.make_node("Cast", ["gb"], ["gate"], to=F),  # voiced 1, silent 0
         helper.make_node("Mul", ["gate", "spec"], ["mag"]),
         helper.make_node("Shape", ["mels"], ["shp"]),
         helper.make_node("Gather", ["shp", "idx2"], ["tn"], axis=0),
+        helper.make_node("Squeeze", ["tn"], ["tn_s"]),
         helper.make_node("Range", ["zero", "tn_s", "one"], ["ti"]),
         helper.make_node("Mod", ["ti", "four"], ["tmod"]),
-        helper.make_node("Cast", ["tmod"], ["tf"], to=f),
-        helper.make_node("Unsqueeze", ["tf", "axes01"], ["t3"]),                # [1,1,T]
+        helper.make_node("Cast", ["tmod"], ["tf"], to=F),
+        helper.make_node("Unsqueeze", ["tf", "axes01"], ["t3"]),
         helper.make_node("Mul", ["rate", "t3"], ["ph0"]),
-        # a term that is always 0 but depends on the input keeps x/y from being constant-folded
         helper.make_node("Abs", ["m"], ["am"]),
         helper.make_node("Min", ["am", "zero_f"], ["nil"]),
         helper.make_node("Add", ["ph0", "nil"], ["ph"]),
         helper.make_node("Cos", ["ph"], ["x"]),
         helper.make_node("Sin", ["ph"], ["y"]),
     ]
-    init += [helper.make_tensor("idx2", TensorProto.INT64, [1], [2]),
-             helper.make_tensor("zero", TensorProto.INT64, [], [0]),
-             helper.make_tensor("one", TensorProto.INT64, [], [1]),
-             helper.make_tensor("four", TensorProto.INT64, [], [4]),
-             helper.make_tensor("axes01", TensorProto.INT64, [2], [0, 1])]
-    nodes.insert(6, helper.make_node("Squeeze", ["tn"], ["tn_s"]))
-    graph = helper.make_graph(nodes, "fake_vocos", [T("mels", f, [1, 80, fr])],
-                              [T("mag", f, [1, bins, fr]), T("x", f, [1, bins, fr]), T("y", f, [1, bins, fr])],
+    graph = helper.make_graph(nodes, "fake_vocos", [T("mels", F, [1, n_mels, fr])],
+                              [T("mag", F, [1, bins, fr]), T("x", F, [1, bins, fr]), T("y", F, [1, bins, fr])],
                               initializer=init)
-    _save(graph, path, {"n_fft": "1024", "hop_length": "256", "win_length": "1024", "window_type": "hann",
-                        "center": "1", "normalized": "0"})
+    _save(graph, path, VOCOS_META)
 
 
-def _engine(tmp_path, dynamic=False, **matcha):
-    d = tmp_path / "matcha"
-    d.mkdir(exist_ok=True)
-    _voice_files(d)
-    _fake_acoustic(d / "matcha.onnx", dynamic=dynamic)
-    _fake_vocos(d / "vocos.onnx", frames=0 if dynamic else 600)
-    mc = replace(MatchaConfig(), dir=str(d), acoustic="matcha.onnx", vocoder="vocos.onnx", lexicon="lexicon.txt",
-                 tokens="tokens.txt", **matcha)
-    cfg = Config(tts=TtsConfig(matcha=mc), models=ModelsConfig(dir=str(tmp_path)))
-    return MatchaTts(cfg, phonemizer=fake_ipa)
+def sidecar(model: Path, kind: str, size: int, window: int, **changes) -> None:
+    """The converter's sidecar for an .onnx twin, read from the graph itself (then ``changes``)."""
+    m = onnx.load(str(model))
+
+    def specs(values):
+        return [{"name": v.name, "shape": [d.dim_value or d.dim_param for d in v.type.tensor_type.shape.dim],
+                 "dtype": onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type).name} for v in values]
+
+    data = {"model": kind, ("tokens" if kind == "matcha" else "frames"): size, "inputs": specs(m.graph.input),
+            "outputs": specs(m.graph.output), "metadata": {p.key: p.value for p in m.metadata_props},
+            "toolkit_version": "2.3.2", "target": "rk3576", "snr_vs_original_db": 120.0, "snr_db": 55.0}
+    if kind == "matcha":
+        data["frames"] = window
+    data.update(changes)
+    model.with_suffix(".json").write_text(json.dumps(data), encoding="utf-8")
 
 
-class _Spy:
-    def __init__(self, rt):
-        self.rt, self.calls = rt, []
+BUCKETS = ((16, 160), (32, 320), (64, 600))
+
+
+def model_dir(tmp_path: Path, buckets=BUCKETS, vocos=(200, 600), fpt: float = 4.0) -> Path:
+    d = tmp_path / "board"
+    (d / "matcha-rknn").mkdir(parents=True, exist_ok=True)
+    (d / "matcha-zh-en").mkdir(exist_ok=True)
+    voice_files(d / "matcha-zh-en")
+    for k, w in buckets:
+        p = d / "matcha-rknn" / f"matcha-t{k}.onnx"
+        matcha_graph(p, k, w, fpt=fpt)
+        sidecar(p, "matcha", k, w)
+    for n in vocos:
+        p = d / "matcha-rknn" / f"vocos-f{n}.onnx"
+        vocos_graph(p, n)
+        sidecar(p, "vocos", n, n)
+    return d
+
+
+def engine(d: Path, **matcha) -> MatchaTts:
+    mc = replace(MatchaConfig(), dir=str(d), **{"runtime": "onnx", **matcha})
+    return MatchaTts(Config(tts=TtsConfig(matcha=mc), models=ModelsConfig(dir=str(d.parent))), phonemizer=fake_ipa)
+
+
+class Spy:
+    """Records the feeds and outputs of a bucket's model."""
+
+    def __init__(self, bucket) -> None:
+        self.model, self.calls = bucket.model, []
+        bucket.model = self
 
     def __getattr__(self, k):
-        return getattr(self.rt, k)
+        return getattr(self.model, k)
 
     def run(self, inputs):
-        self.calls.append([np.asarray(a).copy() for a in inputs])
-        return self.rt.run(inputs)
+        outs = self.model.run(inputs)
+        self.calls.append(([np.asarray(a).copy() for a in inputs], [np.asarray(o).copy() for o in outs]))
+        return outs
 
 
-def test_engine_pads_to_bucket_cuts_at_estimate_and_trims(tmp_path):
-    tts = _engine(tmp_path)
+def spies(tts: MatchaTts) -> dict[str, Spy]:
+    return {b.label: Spy(b) for b in tts.acoustic} | {"v" + v.label: Spy(v) for v in tts.vocoders}
+
+
+# ---------------------------------------------------------------- the engine on the buckets
+
+def test_finds_every_bucket_and_lists_its_files(tmp_path: Path) -> None:
+    tts = engine(model_dir(tmp_path))
+    files = tts.files()
+    assert {p.name for p in files.values()} >= {"matcha-t16.onnx", "matcha-t32.onnx", "matcha-t64.onnx",
+                                                "vocos-f200.onnx", "vocos-f600.onnx", "lexicon.txt", "tokens.txt"}
     tts.load()
-    assert tts.sample_rate == 16000 and tts.stft.hop_length == 256
-    tts.acoustic = _Spy(tts.acoustic)
-    tts.vocoder = _Spy(tts.vocoder)
-    text = "今天天气不错，我们出去走走吧。"
+    assert [(b.size, b.window) for b in tts.acoustic] == list(BUCKETS)
+    assert [v.size for v in tts.vocoders] == [200, 600]
+    assert tts.sample_rate == 16000 and tts.stft.hop_length == HOP and tts.max_tokens == 64
+    assert all(s["calls"] == 0 for s in tts.bucket_stats()["matcha"].values())  # warm-up not counted
+
+
+def test_each_piece_runs_in_the_smallest_bucket_and_is_cut_at_its_true_frames(tmp_path: Path) -> None:
+    tts = engine(model_dir(tmp_path))
+    tts.load()
+    s = spies(tts)
+    text = "你好。"
     audio, rate = tts.generate(text)
-    assert rate == 16000 and audio.dtype == np.float32
-    (call,) = tts.acoustic.calls
-    x, xlen = call[0], int(call[1][0])
-    units = tts.frontend.units(text)
-    assert x.shape == (1, 64) and xlen == token_count(units) and (x[0, xlen:] == 0).all()
-    (vcall,) = tts.vocoder.calls
-    assert vcall[0].shape == (1, 80, 600)  # mel padded to the vocoder's fixed length
-    est = tts.estimator.frames(units)
-    voiced = xlen * FRAMES_PER_TOKEN
-    # audio is cut at the estimate (never the full 599-frame window, so no end-burst) ...
-    assert len(audio) <= 256 * est
-    assert len(audio) < 256 * 599 // 2
-    # ... and keeps the whole voiced part, the trim leaving at most 150 ms after it
-    assert 256 * (voiced - 4) <= len(audio) <= 256 * voiced + 0.15 * 16000 + 1600
-    tone = audio[2000:4000]
+    (feeds, outs), = s["t16"].calls
+    assert not s["t32"].calls and not s["t64"].calls
+    n = tts.count(tts.frontend.units(text))
+    x, x_length, _, length_scale, noise = feeds
+    assert x.shape == (1, 16) and int(x_length[0]) == n and (x[0, n:] == 0).all()
+    frames = int(round(float(outs[1][0])))
+    assert frames == n * 4
+    (vfeeds, _), = s["vf200"].calls  # the smallest Vocos bucket holding the cut mel
+    assert vfeeds[0].shape == (1, 80, 200) and not s["vf600"].calls
+    assert (vfeeds[0][0, :, frames:] == vfeeds[0].min()).all()  # padded with silence after the cut
+    assert len(audio) == HOP * (frames - 1) and rate == 16000  # exactly the true frames, no tail trim
+    tone = audio[len(audio) // 4 : len(audio) // 4 + 1024]
     spec = np.abs(np.fft.rfft(tone * np.hanning(len(tone))))
-    assert abs(np.argmax(spec) * 16000 / len(tone) - 437.5) < 10
-    assert np.sqrt(np.mean(tone ** 2)) > 0.01
+    assert abs(np.argmax(spec) * 16000 / len(tone) - 437.5) < 20
+    stats = tts.bucket_stats()
+    assert stats["matcha"]["t16"]["calls"] == 1 and stats["vocos"]["f200"]["calls"] == 1
+    assert stats["matcha"]["t64"]["calls"] == 0 and stats["matcha"]["t16"]["mean_ms"] > 0
 
 
-def test_engine_tail_trim_removes_the_end_burst_when_the_estimate_reaches_it(tmp_path):
-    # The fake model's burst sits in frames 593-598 (like the real fixed window's end noise).
-    # Choose the margin so the estimate is 597 frames: the ISTFT then renders the burst and
-    # the tail trim must remove it (a short loud run after silence).
-    text = "今天天气不错。"
-    probe = _engine(tmp_path)
-    probe.load()
-    units = probe.frontend.units(text)
-    margin = 596.5 / (probe.estimator.seconds(units) * probe.estimator.frame_rate)
-    tts = _engine(tmp_path, frame_margin=margin)
+def test_noise_is_seeded_standard_normal_of_the_models_shape(tmp_path: Path) -> None:
+    tts = engine(model_dir(tmp_path))
     tts.load()
-    assert tts.estimator.frames(units) == 597
-    tts.vocoder = _Spy(tts.vocoder)
-    audio, _ = tts.generate(text)
-    mel = tts.vocoder.calls[0][0]
-    assert (mel[0, :, 593:597] == 0).all()  # the burst went into the vocoder ...
-    voiced = token_count(units) * FRAMES_PER_TOKEN
-    assert 256 * (voiced - 4) <= len(audio) <= 256 * voiced + 0.15 * 16000 + 1600  # ... and was trimmed
+    s = spies(tts)
+    a, _ = tts.generate("今天天气不错，我们出去走走吧。")
+    b, _ = tts.generate("今天天气不错，我们出去走走吧。")
+    first, second = s["t16"].calls
+    noise = first[0][4]
+    assert noise.shape == (1, 80, 160) and noise.dtype == np.float32
+    assert abs(float(noise.mean())) < 0.02 and abs(float(noise.std()) - 1) < 0.02
+    np.testing.assert_array_equal(noise, second[0][4])  # same text, same noise, same audio
+    np.testing.assert_array_equal(a, b)
+    other = engine(tmp_path / "board", seed=7)
+    other.load()
+    s2 = spies(other)
+    other.generate("今天天气不错，我们出去走走吧。")
+    assert not np.array_equal(s2["t16"].calls[0][0][4], noise)
 
 
-def test_engine_splits_long_text_into_bucket_pieces(tmp_path):
-    tts = _engine(tmp_path)
+def test_speed_feeds_length_scale(tmp_path: Path) -> None:
+    tts = engine(model_dir(tmp_path))
     tts.load()
-    tts.acoustic = _Spy(tts.acoustic)
-    text = "今天天气不错，我们出去走走吧。这个时间地点人物事情开始结束，一二三四五六七八九十，是的我们开始。"
-    audio, _ = tts.generate(text)
-    assert len(tts.acoustic.calls) >= 2
-    assert all(c[0].shape == (1, 64) and int(c[1][0]) <= 64 for c in tts.acoustic.calls)
-    total_voiced = sum(int(c[1][0]) for c in tts.acoustic.calls) * FRAMES_PER_TOKEN
-    assert len(audio) >= 256 * (total_voiced - 8 * len(tts.acoustic.calls))
-
-
-def test_engine_speed_feeds_length_scale(tmp_path):
-    tts = _engine(tmp_path)
-    tts.load()
-    tts.acoustic = _Spy(tts.acoustic)
+    s = spies(tts)
     slow, _ = tts.generate("今天天气不错。", speed=0.5)
     fast, _ = tts.generate("今天天气不错。", speed=2.0)
-    assert float(tts.acoustic.calls[0][3][0]) == pytest.approx(2.0)
-    assert float(tts.acoustic.calls[1][3][0]) == pytest.approx(0.5)
-    assert len(slow) > 2 * len(fast)
+    calls = s["t16"].calls + s["t32"].calls
+    assert sorted(float(c[0][3][0]) for c in calls) == [0.5, 2.0]
+    assert len(slow) > 3 * len(fast)
     with pytest.raises(RkvoiceError, match="speed"):
         tts.generate("你好", speed=0)
 
 
-def test_engine_dynamic_onnx_uses_the_true_frame_count(tmp_path):
-    tts = _engine(tmp_path, dynamic=True)
+def test_long_text_is_split_into_bucket_pieces_never_truncated(tmp_path: Path) -> None:
+    tts = engine(model_dir(tmp_path))
     tts.load()
-    tts.acoustic = _Spy(tts.acoustic)
+    s = spies(tts)
+    text = "今天天气不错，我们出去走走吧。这个时间地点人物事情开始结束，一二三四五六七八九十，是的我们开始。" * 3
+    units = tts.frontend.units(text)
+    audio, _ = tts.generate(text)
+    calls = [c for k in ("t16", "t32", "t64") for c in s[k].calls]
+    assert len(calls) >= 2 and all(int(f[1][0]) <= f[0].shape[1] for f, _ in calls)
+    assert sum(int(f[1][0]) for f, _ in calls) == tts.count(units)  # every token spoken once
+    frames = [int(round(float(o[1][0]))) for _, o in calls]
+    assert len(audio) == sum(HOP * (f - 1) for f in frames)
+
+
+def test_frames_past_the_window_go_to_a_bigger_bucket(tmp_path: Path) -> None:
+    # 8 frames a token: 14 tokens need 112 frames; t16's window holds only 100 -> rerun in t32
+    d = model_dir(tmp_path, buckets=((16, 100), (32, 320)), fpt=8.0)
+    tts = engine(d)
+    tts.load()
+    s = spies(tts)
+    text = "今天天气不错我们出去走走吧是"
+    n = tts.count(tts.frontend.units(text))
+    assert 12 < n <= 16
+    audio, _ = tts.generate(text)
+    assert len(s["t16"].calls) == 1 and len(s["t32"].calls) == 1 and tts.overflows == 1
+    assert len(audio) == HOP * (n * 8 - 1)
+
+
+def test_frames_past_every_window_split_the_piece_in_two(tmp_path: Path) -> None:
+    # 30 frames a token: a 16-token piece needs 480 frames; the only window holds 320
+    d = model_dir(tmp_path, buckets=((16, 320),), fpt=30.0)
+    tts = engine(d)
+    tts.load()
+    s = spies(tts)
+    text = "今天天气不错，我们出去走走吧。"
+    n = tts.count(tts.frontend.units(text))
+    audio, _ = tts.generate(text)
+    spoken = [int(f[1][0]) for f, o in s["t16"].calls if float(o[1][0]) <= 320]
+    assert sum(spoken) == n and len(spoken) >= 2  # both halves, nothing lost
+    assert len(audio) == sum(HOP * (k * 30 - 1) for k in spoken)
+
+
+def test_long_mel_runs_through_the_largest_vocos_in_windows_like_one_whole_run(tmp_path: Path) -> None:
+    d = model_dir(tmp_path, buckets=((64, 900),), vocos=(200,), fpt=12.0)
+    tts = engine(d)
+    tts.load()
+    s = spies(tts)
+    text = "今天天气不错，我们出去走走吧。这个时间地点人物事情开始结束，一二三四五六七八九十"
+    windowed, _ = tts.generate(text)
+    assert len(windowed) > HOP * 400
+    assert len(s["vf200"].calls) >= 3
+    vocos_graph(d / "matcha-rknn" / "whole.onnx", None)
+    whole_tts = engine(d, vocoder="matcha-rknn/whole.onnx")
+    whole_tts.load()
+    whole, _ = whole_tts.generate(text)
+    assert len(windowed) == len(whole)
+    np.testing.assert_allclose(windowed, whole, atol=1e-4)
+
+
+def test_published_dynamic_graphs_run_directly(tmp_path: Path) -> None:
+    d = tmp_path / "board"
+    (d / "matcha-zh-en").mkdir(parents=True)
+    voice_files(d / "matcha-zh-en")
+    matcha_graph(d / "matcha-zh-en" / "model-steps-3.onnx", None, None)
+    vocos_graph(d / "matcha-zh-en" / "vocos-16khz-univ.onnx", None)
+    tts = engine(d, acoustic="matcha-zh-en/model-steps-3.onnx", vocoder="matcha-zh-en/vocos-16khz-univ.onnx")
+    tts.load()
+    assert tts.acoustic[0].dynamic and tts.vocoders[0].dynamic
+    s = spies(tts)
     audio, _ = tts.generate("Hello Python，你好。")
-    (call,) = tts.acoustic.calls
-    n = int(call[1][0])
-    assert call[0].shape == (1, n)  # no padding for a dynamic model
-    assert abs(len(audio) - 256 * (n * FRAMES_PER_TOKEN - 1)) <= 256 * 2
+    (feeds, outs), = s["dynamic"].calls
+    n = int(feeds[1][0])
+    assert feeds[0].shape == (1, n) and len(feeds) == 4  # no padding, no noise input
+    assert outs[0].shape[-1] == n * 4 and len(audio) == HOP * (n * 4 - 1)
 
 
-def test_engine_english_tokens_come_from_espeak_phonemes(tmp_path):
-    tts = _engine(tmp_path)
-    tts.load()
-    units = tts.frontend.units("Hello 你好")
-    t2i = tts.frontend.token2id
-    assert units[0].ids == tuple(t2i[t] for t in ["h", "ə", "l", "ˈ", "O"])
+def test_piece_lengths_for_matcha_default_to_the_seeds(tmp_path: Path) -> None:
+    cfg = load_config()
+    assert (cfg.tts.matcha.first_chars, cfg.tts.matcha.chunk_chars) == (24, 40)
+    tts = engine(model_dir(tmp_path))
+    assert piece_chars(cfg, tts) == (24, 40)
+    assert piece_chars(cfg, object()) == (cfg.tts.first_chars, cfg.tts.chunk_chars)
+    assert piece_chars(cfg, engine(tmp_path / "board", first_chars=10, chunk_chars=30)) == (10, 30)
+    with pytest.raises(RkvoiceError, match="first_chars"):
+        MatchaConfig(first_chars=0)
 
 
-def test_engine_missing_files_named_with_fix(tmp_path):
-    cfg = Config(tts=TtsConfig(matcha=replace(MatchaConfig(), dir=str(tmp_path / "none"))))
-    with pytest.raises(RkvoiceError, match=r"acoustic .*matcha-rknn/matcha-s64.rknn.*install.sh --profile board") as e:
+# ---------------------------------------------------------------- load-time checks
+
+def _load_error(d: Path, **matcha) -> str:
+    with pytest.raises(RkvoiceError) as err:
+        engine(d, **matcha).load()
+    assert err.value.code in ("bad-model", "missing-model")
+    return str(err.value)
+
+
+def test_a_model_wanting_an_input_the_engine_cannot_feed_is_refused(tmp_path: Path) -> None:
+    d = model_dir(tmp_path, buckets=((16, 160),))
+    p = d / "matcha-rknn" / "matcha-t16.onnx"
+    matcha_graph(p, 16, 160, extra_input="speaker_embedding")
+    sidecar(p, "matcha", 16, 160)
+    assert "speaker_embedding" in _load_error(d) and "x, x_length" in _load_error(d)
+
+
+def test_a_sidecar_disagreeing_with_its_model_is_refused(tmp_path: Path) -> None:
+    d = model_dir(tmp_path, buckets=((16, 160),))
+    p = d / "matcha-rknn" / "matcha-t16.onnx"
+    data = json.loads(p.with_suffix(".json").read_text())
+    data["inputs"][0]["shape"] = [1, 32]
+    p.with_suffix(".json").write_text(json.dumps(data))
+    assert "sidecar's inputs" in _load_error(d) and "x int64 [1, 32]" in _load_error(d)
+    sidecar(p, "matcha", 32, 160)  # I/O agree, the bucket size does not
+    assert "tokens 32 but the model takes 16" in _load_error(d)
+    sidecar(p, "vocos", 16, 160)
+    assert "describes a 'vocos' model" in _load_error(d)
+
+
+def test_misnamed_files_and_incomplete_fixed_graphs_are_refused(tmp_path: Path) -> None:
+    d = model_dir(tmp_path, buckets=((16, 160),))
+    p = d / "matcha-rknn" / "matcha-t16.onnx"
+    matcha_graph(p, 32, 160)
+    sidecar(p, "matcha", 32, 160)
+    assert "named for 16 tokens but the model takes 32" in _load_error(d)
+    matcha_graph(p, 16, 160, frames_output=False)
+    sidecar(p, "matcha", 16, 160)
+    assert "mel_frames" in _load_error(d)
+    matcha_graph(p, 16, 160, x_type=TensorProto.FLOAT)
+    sidecar(p, "matcha", 16, 160)
+    assert "input x float32 [1, 16] should be int64 or int32" in _load_error(d)
+    matcha_graph(p, 16, 160, n_mels=100)
+    sidecar(p, "matcha", 16, 160)
+    assert "makes 100 mel bins but vocos-f200.onnx takes 80" in _load_error(d)
+
+
+def test_a_vocoder_in_the_acoustic_place_is_refused(tmp_path: Path) -> None:
+    d = model_dir(tmp_path, buckets=((16, 160),))
+    p = d / "matcha-rknn" / "matcha-t16.onnx"
+    vocos_graph(p, 160)
+    p.with_suffix(".json").unlink()
+    assert "not a Matcha acoustic model the engine can feed: inputs mels" in _load_error(d)
+
+
+def test_missing_buckets_and_files_are_named_with_the_fix(tmp_path: Path) -> None:
+    cfg = Config(tts=TtsConfig(matcha=replace(MatchaConfig(), dir=str(tmp_path / "none"), runtime="onnx")))
+    with pytest.raises(RkvoiceError, match=r"acoustic .*matcha-rknn/matcha-t\*\.onnx.*install.sh --profile board") as e:
         MatchaTts(cfg).load()
     assert e.value.code == "missing-model"
 
 
-def test_engine_generate_before_load(tmp_path):
+def test_generate_before_load_and_unspeakable_text(tmp_path: Path) -> None:
+    d = model_dir(tmp_path)
     with pytest.raises(RkvoiceError, match="load"):
-        _engine(tmp_path).generate("你好")
-
-
-def test_empty_or_unspeakable_text_gives_no_audio(tmp_path):
-    tts = _engine(tmp_path)
+        engine(d).generate("你好")
+    tts = engine(d)
     tts.load()
     audio, rate = tts.generate("☃☃")
     assert len(audio) == 0 and rate == 16000
 
 
+# ---------------------------------------------------------------- the .rknn path (RKNNLite faked)
+
+class FakeLite:
+    """RKNNLite stand-in: 'runs' a .rknn by running its .onnx twin; reports I/O like RKNNRuntime."""
+
+    NPU_CORE_AUTO = 0
+    rename: dict[str, str] = {}
+
+    def __init__(self, verbose: bool = False) -> None:
+        self.rknn_runtime = None
+
+    def load_rknn(self, path: str) -> int:
+        import onnxruntime as ort
+
+        self.sess = ort.InferenceSession(str(Path(path).with_suffix(".onnx")), providers=["CPUExecutionProvider"])
+        return 0
+
+    def init_runtime(self, core_mask=0) -> int:
+        self.rknn_runtime = _FakeRuntime(self.sess, self.rename)
+        return 0
+
+    def inference(self, inputs):
+        return self.sess.run(None, {i.name: a for i, a in zip(self.sess.get_inputs(), inputs)})
+
+    def release(self) -> None:
+        self.rknn_runtime = None
+
+
+class _Attr:
+    def __init__(self, name: str, shape: list[int]) -> None:
+        self.name, self.n_dims, self.dims, self.type = name.encode(), len(shape), shape + [0] * (16 - len(shape)), 1
+
+
+class _FakeRuntime:
+    def __init__(self, sess, rename: dict[str, str]) -> None:
+        self.sess, self.rename = sess, rename
+
+    def get_in_out_num(self):
+        return len(self.sess.get_inputs()), len(self.sess.get_outputs())
+
+    def get_tensor_attr(self, index: int, is_output: bool = False):
+        arg = (self.sess.get_outputs() if is_output else self.sess.get_inputs())[index]
+        return _Attr(self.rename.get(arg.name, arg.name), list(arg.shape))
+
+
+def _rknn_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    d = model_dir(tmp_path, buckets=((16, 160), (32, 320)), vocos=(200,))
+    for onnx_file in (d / "matcha-rknn").glob("*.onnx"):
+        onnx_file.with_suffix(".rknn").write_bytes(b"RKNN fake")
+    monkeypatch.setattr(npu_runtime, "_lite_api", lambda: FakeLite)
+    return d
+
+
+def test_rknn_buckets_are_fed_from_their_sidecars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    d = _rknn_dir(tmp_path, monkeypatch)
+    tts = engine(d, runtime="rknn")
+    assert {p.suffix for k, p in tts.files().items() if k.startswith(("acoustic", "vocoder"))} == {".rknn", ".json"}
+    tts.load()
+    assert all(b.path.suffix == ".rknn" for b in tts.acoustic + tts.vocoders)
+    audio, _ = tts.generate("今天天气不错。")
+    n = tts.count(tts.frontend.units("今天天气不错。"))
+    assert len(audio) == HOP * (n * 4 - 1)
+
+
+def test_rknn_without_sidecar_or_disagreeing_with_it_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    d = _rknn_dir(tmp_path, monkeypatch)
+    monkeypatch.setattr(FakeLite, "rename", {"noise": "noise_in"})
+    assert "reports inputs" in _load_error(d, runtime="rknn") and "noise_in" in _load_error(d, runtime="rknn")
+    monkeypatch.setattr(FakeLite, "rename", {})
+    (d / "matcha-rknn" / "matcha-t32.json").unlink()
+    msg = _load_error(d, runtime="rknn")
+    assert "missing: acoustic matcha-t32 sidecar" in msg and "matcha-t32.json" in msg
+    from rkvoice.tts.matcha_buckets import load_bucket
+
+    with pytest.raises(RkvoiceError, match="matcha-t32.rknn has no sidecar matcha-t32.json.*convert_rknn.py"):
+        load_bucket(d / "matcha-rknn" / "matcha-t32.rknn", "matcha")
+
+
 # ---------------------------------------------------------------- the same graphs through rknn-toolkit2
 
-def test_fake_matcha_and_vocos_build_for_rk3576_and_simulate_like_onnxruntime(tmp_path):
-    import json
+def test_contract_graphs_build_for_rk3576_and_simulate_like_onnxruntime(tmp_path: Path) -> None:
     import os
     import subprocess
-    from pathlib import Path
 
     from rkvoice.config import ROOT
 
@@ -398,12 +664,13 @@ def test_fake_matcha_and_vocos_build_for_rk3576_and_simulate_like_onnxruntime(tm
     if not py.exists():
         pytest.skip(f"rknn-toolkit2 venv not found at {py.parent.parent}: create it with "
                     "`python3 models/convert_rknn.py setup-venv --python python3.11` (1.5 GB)")
-    _fake_acoustic(tmp_path / "a.onnx")
-    _fake_vocos(tmp_path / "v.onnx")
+    matcha_graph(tmp_path / "a.onnx", 64, 600)
+    vocos_graph(tmp_path / "v.onnx", 600)
     x = np.zeros((1, 64), np.int64)
     x[0, :30] = np.arange(1, 31)
     feeds = {"x": x, "x_length": np.array([30], np.int64), "noise_scale": np.array([0.667], np.float32),
-             "length_scale": np.array([1.0], np.float32)}
+             "length_scale": np.array([1.0], np.float32),
+             "noise": np.random.default_rng(0).standard_normal((1, 80, 600), dtype=np.float32)}
     for k, v in feeds.items():
         np.save(tmp_path / f"{k}.npy", v)
     mel = np.full((1, 80, 600), -11.0, np.float32)
@@ -421,14 +688,36 @@ def test_fake_matcha_and_vocos_build_for_rk3576_and_simulate_like_onnxruntime(tm
         assert res.returncode == 0, res.stderr[-2000:]
         return json.loads(next(line for line in res.stdout.splitlines() if line.startswith("{")))
 
-    a = convert("a.onnx", {"x": "1,64", "x_length": "1", "noise_scale": "1", "length_scale": "1"}, feeds)
+    a = convert("a.onnx", {"x": "1,64", "x_length": "1", "noise_scale": "1", "length_scale": "1",
+                           "noise": "1,80,600"}, feeds)
     assert a["snr_db"]["mel"] >= 40, a
     v = convert("v.onnx", {"mels": "1,80,600"}, ["mels"])
     assert set(v["snr_db"]) == {"mag", "x", "y"} and min(v["snr_db"].values()) >= 40, v
 
 
-def test_engine_rejects_a_graph_that_is_not_matcha(tmp_path):
-    tts = _engine(tmp_path)
-    _fake_vocos(tmp_path / "matcha" / "matcha.onnx")  # a vocoder where the acoustic model belongs
-    with pytest.raises(RkvoiceError, match="not a Matcha acoustic model: inputs mels"):
-        tts.load()
+# ---------------------------------------------------------------- assistant.py --check (matcha part)
+
+def test_check_lists_buckets_and_refuses_a_sidecar_of_another_toolkit(tmp_path: Path, monkeypatch) -> None:
+    from rkvoice.board import check, versions
+
+    models = tmp_path / "models"
+    d = models / "board"
+    (d / "matcha-rknn").mkdir(parents=True)
+    (d / "matcha-zh-en").mkdir()
+    voice_files(d / "matcha-zh-en")
+    for stem, built in (("matcha-t32", "2.3.2"), ("matcha-t64", "2.3.2"), ("vocos-f600", "2.5.0")):
+        (d / "matcha-rknn" / f"{stem}.rknn").write_bytes(b"RKNN")
+        (d / "matcha-rknn" / f"{stem}.json").write_text(json.dumps({"toolkit_version": built}))
+    rt = tmp_path / "librknnrt.so"
+    rt.write_bytes(b"\x00librknnrt version: 2.3.2 (429f97ae6b@2025-04-09T09:09:27)\x00")
+    monkeypatch.setattr(versions, "LIBRKNNRT_PATHS", (rt,))
+    monkeypatch.setattr(versions, "package_version", lambda d: {"rknn-toolkit-lite2": "2.3.2"}.get(d))
+    cfg = Config(models=ModelsConfig(dir=str(models), profile="board"))
+    st = check.check_stage(cfg, "tts", "matcha", Path("/nonexistent-manifest"))
+    assert any("buckets: matcha-t32, matcha-t64, vocos-f600" in n for n in st.notes), st.notes
+    assert [p for p in st.problems if "version mismatch" in p] == [
+        "version mismatch: vocos-f600.json says its model was built by rknn-toolkit2 2.5.0 but librknnrt is 2.3.2; "
+        "rebuild it (./install.sh --profile board converts with 2.3.2)"]
+    (d / "matcha-rknn" / "vocos-f600.json").write_text("not json")
+    st = check.check_stage(cfg, "tts", "matcha", Path("/nonexistent-manifest"))
+    assert any("vocos-f600.json is not a readable sidecar" in p for p in st.problems)

@@ -184,13 +184,15 @@ def _on_board() -> bool:
 def test_real_rknnlite_loads_installed_board_model():
     from rkvoice.tts.matcha_engine import MatchaTts
 
-    path = MatchaTts(load_config()).files()["vocoder"]
-    if not path.exists():
-        pytest.skip(f"{path} not installed (./install.sh --profile board)")
+    files = MatchaTts(load_config()).files()
+    path = next((p for k, p in files.items() if k.startswith("vocoder") and p.suffix == ".rknn"), None)
+    if path is None or not path.exists():
+        pytest.skip(f"no Vocos .rknn bucket installed ({files.get('vocoder')}; ./install.sh --profile board)")
+    frames = int(path.stem.rsplit("-f", 1)[1])
     m = RknnModel(path, core_mask="auto")
     m.load()
-    outs = m.run([np.zeros((1, 80, 600), np.float32)])
-    assert [o.shape for o in outs] == [(1, 513, 600)] * 3
+    outs = m.run([np.zeros((1, 80, frames), np.float32)])
+    assert [o.shape for o in outs] == [(1, 513, frames)] * 3
     m.close()
 
 

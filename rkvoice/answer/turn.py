@@ -22,7 +22,7 @@ from typing import Any
 from rkvoice.answer.assistant import Assistant, Reply
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
-from rkvoice.speaker import raise_if_failed
+from rkvoice.speaker import piece_chars, raise_if_failed
 from rkvoice.text.stream_chunker import StreamChunker
 from rkvoice.timeline import Timeline
 
@@ -70,7 +70,8 @@ class Answerer:
             timeline.mark("answer", text="", route=reply.route)
             return Answered(reply.route, "", "stopped")
         turn = self.speaker.start_turn(timeline)
-        chunker = StreamChunker(first=self.cfg.tts.first_chars, chunk=self.cfg.tts.chunk_chars)
+        first, chunk = piece_chars(self.cfg, getattr(self.speaker, "engine", None))
+        chunker = StreamChunker(first=first, chunk=chunk)
         start = timeline.mark("answer_start", turn=turn)
         offset = self.clock.now() - start["t_ms"] / 1000.0  # clock time of the timeline's zero
         pieces = 0

@@ -63,9 +63,12 @@ def resolve_engines(cfg: Config) -> dict[str, str]:
 # Files each engine reads (alternatives in a tuple), mirroring the engines' own lookups.
 def _engine_files(cfg: Config, engine: str) -> list[tuple[Path, ...]]:
     m = cfg.models.path
-    if engine == "kws":
-        d = m / "board" / "kws-zh"
-        return [(d / f"{s}.int8.onnx", d / f"{s}.onnx") for s in ("encoder", "decoder", "joiner")] + [(d / "tokens.txt",)]
+    if engine == "kws":  # hear.kws_dir; names carry the recipe (encoder-epoch-12-...int8.onnx)
+        from rkvoice.hear.kws import STEMS, kws_dir
+
+        d = kws_dir(cfg)
+        globbed = lambda s: tuple(sorted(d.glob(f"{s}*.int8.onnx")) + sorted(d.glob(f"{s}*.onnx")))  # noqa: E731
+        return [globbed(s) or (d / f"{s}.onnx",) for s in STEMS] + [(d / "tokens.txt",)]
     if engine == "silero":
         from rkvoice.hear.vad import vad_model_path  # models/<profile>/vad/silero_vad.onnx
 
@@ -74,7 +77,9 @@ def _engine_files(cfg: Config, engine: str) -> list[tuple[Path, ...]]:
         d = m / "portable" / "whisper-base"
         return [(d / n,) for n in ("model.bin", "config.json", "tokenizer.json", "vocabulary.json")]
     if engine == "paraformer":
-        d = m / "board" / "paraformer-zh"
+        from rkvoice.hear.paraformer_asr import paraformer_dir
+
+        d = paraformer_dir(cfg)
         return [(d / "model.int8.onnx", d / "model.onnx"), (d / "tokens.txt",)]
     if engine in ("llama", "rkllm"):
         from rkvoice.answer.llm.base import model_path
@@ -214,6 +219,43 @@ def _check_rkllm(cfg: Config, st: StageCheck) -> None:
         st.problems.append(f"version mismatch: {lib}: {problem}")
 
 
+def _check_matcha_sidecars(cfg: Config, st: StageCheck, found: list[Path]) -> None:
+    """The buckets found, and each .rknn's sidecar: readable, built by the runtime's toolkit version."""
+    import json
+
+    models = sorted(p.stem for p in found if p.suffix in (".rknn", ".onnx") and p.stem.startswith(("matcha", "vocos")))
+    if models:
+        st.notes.append("buckets: " + ", ".join(models))
+    _, rt = versions.librknnrt_version()
+    for side in (p for p in found if p.suffix == ".json"):
+        try:
+            built = json.loads(side.read_text(encoding="utf-8")).get("toolkit_version")
+        except (OSError, ValueError, AttributeError) as exc:
+            st.problems.append(f"{_rel(side, cfg)} is not a readable sidecar ({exc}); rebuild it with "
+                               "models/convert_rknn.py (./install.sh --profile board)")
+            continue
+        if built and rt and str(built) != rt:
+            st.problems.append(f"version mismatch: {side.name} says its model was built by rknn-toolkit2 {built} but "
+                               f"librknnrt is {rt}; rebuild it (./install.sh --profile board converts with {rt})")
+
+
+def _check_sherpa_model(cfg: Config, engine: str, st: StageCheck) -> None:
+    """What sherpa-onnx would exit the process on (metadata, tokens, the wake phrase's tokens)."""
+    from rkvoice.errors import RkvoiceError
+
+    try:
+        if engine == "kws":
+            from rkvoice.hear.kws import check_kws
+
+            st.notes.append(f"keywords: {check_kws(cfg)}")
+        else:
+            from rkvoice.hear.paraformer_asr import check_paraformer
+
+            st.notes.append(f"model {_rel(check_paraformer(cfg)[0], cfg)}")
+    except RkvoiceError as err:
+        st.problems.append(err.message)
+
+
 def _check_espeak(cfg: Config, st: StageCheck) -> None:
     lib_dir = espeak_lib_dir(cfg)
     if lib_dir is not None:
@@ -271,6 +313,8 @@ def check_stage(cfg: Config, stage: str, engine: str, manifest: Path = MANIFEST,
     for pkg in _PACKAGES.get(engine, []):
         if module_missing(pkg):
             st.problems.append(f"python package {pkg} is not installed (./install.sh --profile {cfg.models.profile})")
+    if engine in ("kws", "paraformer") and not st.problems:
+        _check_sherpa_model(cfg, engine, st)
     if engine == "rkllm":
         _check_rkllm(cfg, st)
         _check_rknn_driver_only(st)
@@ -280,6 +324,7 @@ def check_stage(cfg: Config, stage: str, engine: str, manifest: Path = MANIFEST,
             _check_rknn(cfg, st, [p for p in found if p.suffix == ".rknn"])
         if any(p.suffix == ".onnx" for p in configured) and module_missing("onnxruntime"):
             st.problems.append("python package onnxruntime is not installed")
+        _check_matcha_sidecars(cfg, st, found)
         _check_espeak(cfg, st)
     if engine == "fastspeech2":
         _check_fastspeech2_vocoder(cfg, st, found)

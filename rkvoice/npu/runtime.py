@@ -9,6 +9,7 @@ the file and the runtime version, so a version mismatch on the board is obvious.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
 
@@ -24,6 +25,49 @@ _CORE_ATTRS = {"auto": "NPU_CORE_AUTO", "0": "NPU_CORE_0", "1": "NPU_CORE_1", "2
                "0_1": "NPU_CORE_0_1", "0_1_2": "NPU_CORE_0_1_2", "all": "NPU_CORE_ALL"}
 _ORT_DTYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(float)": np.float32,
                "tensor(float16)": np.float16, "tensor(double)": np.float64}
+
+
+_DTYPE_NAMES = {"float": "float32", "float32": "float32", "fp32": "float32", "float16": "float16",
+                "fp16": "float16", "half": "float16", "double": "float64", "float64": "float64",
+                "int64": "int64", "long": "int64", "int32": "int32", "int": "int32", "int16": "int16",
+                "int8": "int8", "uint8": "uint8", "bool": "bool"}
+
+
+def dtype_name(raw: Any) -> str:
+    """One spelling for an element type: ``tensor(int64)``, ``INT64``, ``np.int64``, ``int64`` -> ``int64``."""
+    text = str(getattr(raw, "__name__", raw)).strip().lower()
+    for prefix in ("tensor(", "tensorproto.", "numpy.", "np.", "rknn_tensor_"):
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+    text = text.rstrip(")").strip("<>'\" ").replace("class ", "")
+    return _DTYPE_NAMES.get(text, text)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One model input or output as the model declares it."""
+
+    name: str
+    shape: tuple[int | str, ...]
+    """Sizes; a symbolic (dynamic) dimension is a string."""
+    dtype: str
+    """numpy spelling: int64, float32, ..."""
+
+    @property
+    def fixed(self) -> bool:
+        return all(isinstance(d, int) and d > 0 for d in self.shape)
+
+    @property
+    def size(self) -> int | None:
+        return int(np.prod(self.shape)) if self.fixed else None
+
+    def describe(self) -> str:
+        return f"{self.name} {self.dtype} [{', '.join(str(d) for d in self.shape)}]"
+
+    @classmethod
+    def from_json(cls, item: Mapping[str, Any]) -> "TensorSpec":
+        shape = tuple(d if isinstance(d, int) else str(d) for d in item.get("shape") or ())
+        return cls(str(item["name"]), shape, dtype_name(item.get("dtype", "")))
 
 
 class ModelRuntime(Protocol):
@@ -92,6 +136,13 @@ class OnnxModel:
     def input_shapes(self) -> list[list[Any]]:
         return [list(i.shape) for i in self._session().get_inputs()]
 
+    def input_specs(self) -> list[TensorSpec]:
+        """The inputs the graph declares, in feed order (symbolic dimensions as strings)."""
+        return [_ort_spec(i) for i in self._session().get_inputs()]
+
+    def output_specs(self) -> list[TensorSpec]:
+        return [_ort_spec(o) for o in self._session().get_outputs()]
+
     @property
     def metadata(self) -> Mapping[str, str]:
         return dict(self._session().get_modelmeta().custom_metadata_map)
@@ -116,6 +167,11 @@ class OnnxModel:
 
     def close(self) -> None:
         self._sess = None
+
+
+def _ort_spec(arg: Any) -> TensorSpec:
+    shape = tuple(d if isinstance(d, int) else str(d) for d in arg.shape)
+    return TensorSpec(arg.name, shape, dtype_name(arg.type))
 
 
 def _lite_api() -> Any:
@@ -195,6 +251,24 @@ class RknnModel:
     def metadata(self) -> Mapping[str, str]:
         return {}
 
+    def query_io(self) -> tuple[list[TensorSpec], list[TensorSpec]] | None:
+        """Inputs and outputs as the loaded .rknn reports them (RKNNRuntime.get_in_out_num /
+        get_tensor_attr of rknn-toolkit-lite2 2.x); None where this RKNNLite offers no such query.
+
+        Names and element counts are what can be compared with a sidecar: RKNN may report the
+        dimensions in its own layout and the element type it computes in."""
+        rt = getattr(self._rknn, "rknn_runtime", None)
+        if rt is None or not hasattr(rt, "get_in_out_num") or not hasattr(rt, "get_tensor_attr"):
+            return None
+        try:
+            n_in, n_out = rt.get_in_out_num()
+            ins = [_rknn_spec(rt.get_tensor_attr(i)) for i in range(int(n_in))]
+            outs = [_rknn_spec(rt.get_tensor_attr(i, is_output=True)) for i in range(int(n_out))]
+        except Exception as exc:  # a private API: any failure means "cannot ask"
+            log.debug("%s: RKNNLite I/O query unavailable (%s)", self.path, exc)
+            return None
+        return ins, outs
+
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         if self._rknn is None:
             raise RkvoiceError("npu", "not-loaded", f"{self.path}: call load() before run()")
@@ -211,6 +285,15 @@ class RknnModel:
         if self._rknn is not None:
             self._rknn.release()
             self._rknn = None
+
+
+def _rknn_spec(attr: Any) -> TensorSpec:
+    name = getattr(attr, "name", "")
+    if isinstance(name, bytes):
+        name = name.decode("utf-8", "replace")
+    n_dims = int(getattr(attr, "n_dims", 0))
+    dims = tuple(int(d) for d in list(getattr(attr, "dims", ()))[:n_dims])
+    return TensorSpec(str(name).rstrip("\x00"), dims, dtype_name(getattr(attr, "type", "")))
 
 
 def open_model(path: Path | str, *, threads: int = 1, core_mask: str = "auto",

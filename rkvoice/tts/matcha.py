@@ -9,7 +9,6 @@ runtime: the .rknn files need rknn-toolkit-lite2 (``rknnlite``), which only exis
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 from rkvoice.config import Config
 from rkvoice.tts.matcha_engine import MatchaTts
@@ -19,15 +18,9 @@ __all__ = ["MatchaTts", "missing"]
 
 def missing(cfg: Config) -> list[str]:
     """What the matcha engine lacks on this machine (files, runtime); [] when it can load."""
-    mc = cfg.tts.matcha
-    base = Path(mc.dir) if Path(mc.dir).is_absolute() else cfg.models.path / mc.dir
-    out = [
-        f"{what} {base / rel}"
-        for what, rel in (("acoustic model", mc.acoustic), ("vocoder", mc.vocoder),
-                          ("lexicon", mc.lexicon), ("tokens", mc.tokens))
-        if not (base / rel).is_file()
-    ]
-    runtime = "rknnlite" if mc.acoustic.endswith(".rknn") else "onnxruntime"
+    files = MatchaTts(cfg).files()  # the buckets found (or the one expected) + lexicon + tokens
+    out = [f"{what} {p}" for what, p in files.items() if not p.is_file()]
+    runtime = "rknnlite" if any(p.suffix == ".rknn" for p in files.values()) else "onnxruntime"
     if importlib.util.find_spec(runtime) is None:
         out.append(f"runtime {runtime} (rknn-toolkit-lite2 on the board)" if runtime == "rknnlite"
                    else "runtime onnxruntime")

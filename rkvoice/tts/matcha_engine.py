@@ -1,13 +1,16 @@
-"""The ``matcha`` TTS engine: lexicon frontend -> Matcha (mel) -> Vocos (STFT) -> numpy ISTFT.
+"""The ``matcha`` TTS engine: zh-en frontend -> Matcha (mel) -> Vocos (STFT) -> numpy ISTFT.
 
-On the board both models are fixed-shape .rknn files on the NPU (64 tokens -> 599 mel frames;
-600 frames -> mag/x/y [1, 513, 600]); elsewhere the same graphs run as .onnx through
-onnxruntime. Everything but the NPU call (frontend, bucket padding, frame estimate, ISTFT,
-tail trim) is the same code for both.
+On the board the models are fixed-shape .rknn files on the NPU, one per bucket (``matcha-t{K}``:
+K tokens in, a mel of W frames plus its true frame count out; ``vocos-f{N}``: N frames in,
+mag/x/y out); elsewhere their .onnx twins run through onnxruntime, and the published
+dynamic-shape ONNX files work too. Everything but the NPU call is the same code for both.
 
-For a fixed-shape acoustic model the mel is cut at the corrected frame estimate before the
-ISTFT, so the noise the model renders into unused frames is mostly never synthesised, and
-each piece's tail is trimmed (last voiced run >= 0.4 s kept) before pieces are joined.
+A piece runs in the smallest installed Matcha bucket holding its tokens (a short first piece
+gets a small, fast bucket: first audio), its mel is cut at the model's own ``mel_frames`` (no
+frame guess, no tail trim), a piece whose frames overflow the window is cut in two and both
+halves are synthesised, and the cut mel runs in the smallest Vocos bucket holding it (or in
+overlapping windows of the largest). The ODE noise is drawn from a numpy Generator seeded per
+``generate`` call (``tts.matcha.seed``), so one text always gives the same audio.
 """
 
 from __future__ import annotations
@@ -18,19 +21,21 @@ from typing import Any
 
 import numpy as np
 
-from rkvoice.audio.post import trim_tail
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
 from rkvoice.npu.istft import StftConfig, istft_mag_phase, istft_mag_xy
-from rkvoice.npu.runtime import ModelRuntime, OnnxModel, open_model
-from rkvoice.tts.matcha_frames import Bucket, FrameEstimator, choose_bucket, split_units
-from rkvoice.tts.matcha_frontend import MatchaFrontend, Phonemizer, Unit, ids_of
+from rkvoice.tts.matcha_buckets import Bucket, expected_path, find_models, load_bucket, sidecar_of
+from rkvoice.tts.matcha_frames import halve, smallest_at_least, split_units, vocos_windows
+from rkvoice.tts.matcha_frontend import MatchaFrontend, Phonemizer, Unit
 
 log = logging.getLogger(__name__)
 
+MAX_SPLITS = 6
+"""A piece is halved at most this deep when its frames overflow every window (64 pieces)."""
+
 
 class MatchaTts:
-    """Matcha + Vocos voice, Chinese (and English with the zh-en model and espeak-ng)."""
+    """Matcha + Vocos voice, Chinese and English (zh-en model, English through espeak-ng)."""
 
     name = "matcha"
     languages = ("zh", "en")
@@ -40,24 +45,37 @@ class MatchaTts:
         mc = cfg.tts.matcha
         base = Path(mc.dir)
         self.dir = base if base.is_absolute() else cfg.models.path / base
-        self.buckets = [Bucket.parse(b) for b in mc.buckets]
         self.stft = StftConfig(n_fft=mc.n_fft, hop_length=mc.hop_length, win_length=mc.win_length,
                                window=mc.window)
         self._rate = mc.sample_rate
         self._phonemizer = phonemizer
         self.frontend: MatchaFrontend | None = None
-        self.acoustic: ModelRuntime | None = None
-        self.vocoder: ModelRuntime | None = None
-        self._dynamic = False
-        self._vocoder_frames = mc.vocoder_frames
+        self.acoustic: list[Bucket] = []
+        """Matcha buckets, smallest first (one dynamic bucket for the published ONNX)."""
+        self.vocoders: list[Bucket] = []
         self._add_blank = mc.add_blank
         self._pad_id = mc.pad_id
+        self.piece_chars = (mc.first_chars, mc.chunk_chars)
+        """First and later piece lengths the speaker cuts text into for this voice (seeds/001: 24/40)."""
+        self.overflows = 0
+        """Pieces whose true frame count overflowed their bucket's window (re-run or halved)."""
 
     # -- loading -------------------------------------------------------------------------
     def files(self) -> dict[str, Path]:
+        """Every file ``load()`` reads (a missing bucket is named by its expected path)."""
         mc = self.cfg.tts.matcha
-        return {"acoustic": self.dir / mc.acoustic, "vocoder": self.dir / mc.vocoder,
-                "lexicon": self.dir / mc.lexicon, "tokens": self.dir / mc.tokens}
+        out: dict[str, Path] = {}
+        for kind, pattern in (("acoustic", mc.acoustic), ("vocoder", mc.vocoder)):
+            found = find_models(self.dir, pattern, mc.runtime)
+            if not found:
+                out[kind] = expected_path(self.dir, pattern, mc.runtime)
+            for p in found:
+                out[f"{kind} {p.stem}"] = p
+                if p.suffix == ".rknn":
+                    out[f"{kind} {p.stem} sidecar"] = sidecar_of(p)
+        out["lexicon"] = self.dir / mc.lexicon
+        out["tokens"] = self.dir / mc.tokens
+        return out
 
     def load(self) -> None:
         mc = self.cfg.tts.matcha
@@ -70,131 +88,215 @@ class MatchaTts:
         phonemizer = self._phonemizer or _system_phonemizer(self.cfg)
         self.frontend = MatchaFrontend.from_files(files["lexicon"], files["tokens"], phonemizer)
         threads, mask = self.cfg.tts.threads, self.cfg.tts.matcha_core_mask
-        self.acoustic = open_model(files["acoustic"], threads=threads, core_mask=mask, what="Matcha acoustic")
-        self.vocoder = open_model(files["vocoder"], threads=threads, core_mask=mask, what="Vocos vocoder")
-        self.acoustic.load()
-        self.vocoder.load()
-        meta = self.acoustic.metadata
+        try:
+            self.acoustic = _sorted([load_bucket(p, "matcha", threads, mask)
+                                     for p in find_models(self.dir, mc.acoustic, mc.runtime)])
+            self.vocoders = _sorted([load_bucket(p, "vocos", threads, mask)
+                                     for p in find_models(self.dir, mc.vocoder, mc.runtime)])
+            self._configure()
+        except BaseException:
+            self.close()
+            raise
+        log.info("matcha: Matcha %s + Vocos %s (%s), %d Hz, hop %d",
+                 ", ".join(b.label for b in self.acoustic), ", ".join(b.label for b in self.vocoders),
+                 self.acoustic[0].model.describe(), self._rate, self.stft.hop_length)
+        self._warm_up()
+
+    def _configure(self) -> None:
+        """Settings from the models' metadata, and the checks that span two models."""
+        mc = self.cfg.tts.matcha
+        for group, what in ((self.acoustic, "Matcha"), (self.vocoders, "Vocos")):
+            if sum(b.dynamic for b in group) > 1 or (any(b.dynamic for b in group) and len(group) > 1):
+                raise RkvoiceError("tts", "bad-model", f"{what}: mix of dynamic and fixed models "
+                                   f"({', '.join(b.path.name for b in group)}); keep one dynamic model or the buckets")
+        meta = self.acoustic[0].meta
         if meta.get("sample_rate"):
             self._rate = int(meta["sample_rate"])
-        self._add_blank = bool(int(meta.get("add_blank", int(mc.add_blank))))
+        if "add_blank" in meta:
+            self._add_blank = bool(int(meta["add_blank"]))
+        elif meta.get("voice") == "zh en-us":  # sherpa-onnx: the zh-en model takes no interleaved blanks
+            self._add_blank = False
         self._pad_id = int(meta.get("pad_id", mc.pad_id))
-        if self.vocoder.metadata:
-            self.stft = StftConfig.from_metadata(self.vocoder.metadata, self.stft)
-        if isinstance(self.acoustic, OnnxModel):
-            names = self.acoustic.input_names
-            if "x" not in names:
-                raise RkvoiceError("tts", "bad-model", f"{files['acoustic']} is not a Matcha acoustic model: "
-                                   f"inputs {', '.join(names)} (expected x, x_length, noise_scale, length_scale)")
-            shape = self.acoustic.input_shapes()[names.index("x")]
-            self._dynamic = not isinstance(shape[-1], int)
-        if isinstance(self.vocoder, OnnxModel):
-            vshape = self.vocoder.input_shapes()[0]
-            self._vocoder_frames = vshape[-1] if isinstance(vshape[-1], int) else 0
-        log.info("matcha: %s + %s, %d Hz, hop %d, %s", self.acoustic.describe(), self.vocoder.describe(),
-                 self._rate, self.stft.hop_length, "dynamic shapes" if self._dynamic else f"buckets {mc.buckets}")
-        self.generate("你好。")  # warm-up: first NPU/ORT run allocates
+        vmeta = self.vocoders[0].meta
+        if vmeta:
+            self.stft = StftConfig.from_metadata(vmeta, self.stft)
+        for b in self.acoustic:
+            for v in self.vocoders:
+                if b.n_mels != v.n_mels:
+                    raise RkvoiceError("tts", "bad-model", f"{b.path.name} makes {b.n_mels} mel bins but "
+                                       f"{v.path.name} takes {v.n_mels}; use the vocoder made for this voice")
+        for v in self.vocoders:
+            bins = v.outputs[0].shape[1]
+            if isinstance(bins, int) and bins != self.stft.bins:
+                raise RkvoiceError("tts", "bad-model", f"{v.path.name} gives {bins} frequency bins but n_fft "
+                                   f"{self.stft.n_fft} needs {self.stft.bins}; check its n_fft metadata")
+        fixed = max((v.size for v in self.vocoders), default=0)
+        if fixed and fixed <= 2 * mc.vocoder_context:
+            raise RkvoiceError("config", "bad-value", f"tts.matcha.vocoder_context {mc.vocoder_context} leaves no "
+                               f"centre in the {fixed}-frame Vocos window; use less than {fixed // 2}")
+
+    def _warm_up(self) -> None:
+        """One call per bucket: the first NPU/ORT run of a model allocates its buffers."""
+        assert self.frontend is not None
+        units = self.frontend.units("你好。") or self.frontend.units("ok")
+        ids = self.frontend.ids(units, self._add_blank, self._pad_id) or [self._pad_id]
+        rng = np.random.default_rng(self.cfg.tts.matcha.seed)
+        for b in self.acoustic:
+            self._acoustic_run(b, ids[: b.size or len(ids)], 0, 1.0, rng)
+        for v in self.vocoders:
+            v.run({v.inputs[0].name: np.full((1, v.n_mels, v.size or 8), -11.5, np.float32)})
+        for b in self.acoustic + self.vocoders:
+            b.reset_stats()
+
+    def close(self) -> None:
+        for b in self.acoustic + self.vocoders:
+            b.close()
+        self.acoustic, self.vocoders = [], []
 
     @property
     def sample_rate(self) -> int:
         return self._rate
 
     @property
-    def estimator(self) -> FrameEstimator:
-        mc = self.cfg.tts.matcha
-        return FrameEstimator(frame_rate=self._rate / self.stft.hop_length, zh_syllables_per_s=mc.zh_syllables_per_s,
-                              en_phones_per_s=mc.en_phones_per_s, margin=mc.frame_margin)
+    def max_tokens(self) -> int:
+        """Most tokens one piece may have: the largest bucket (no limit for a dynamic model)."""
+        return max(b.size for b in self.acoustic) if self.acoustic and not self.acoustic[0].dynamic else 10**6
+
+    def bucket_stats(self) -> dict[str, dict[str, Any]]:
+        """Calls and time per bucket since load (or the last ``reset_stats``), for bench/board_report.py."""
+        return {"matcha": {b.label: b.stats() for b in self.acoustic},
+                "vocos": {v.label: v.stats() for v in self.vocoders}, "overflows": {"count": self.overflows}}
+
+    def reset_stats(self) -> None:
+        for b in self.acoustic + self.vocoders:
+            b.reset_stats()
+        self.overflows = 0
 
     # -- synthesis -----------------------------------------------------------------------
-    def pieces(self, text: str, speed: float = 1.0) -> list[list[Unit]]:
-        if self.frontend is None:
+    def count(self, units: list[Unit]) -> int:
+        assert self.frontend is not None
+        return self.frontend.count(units, self._add_blank)
+
+    def pieces(self, text: str) -> list[list[Unit]]:
+        """Text -> pieces whose tokens fit the largest bucket (nothing dropped, nothing truncated)."""
+        if self.frontend is None or not self.acoustic:
             raise RkvoiceError("tts", "not-loaded", "matcha: call load() before generate()")
         units = self.frontend.units(text)
-        if not units:
-            return []
-        if self._dynamic:
-            big = [Bucket(10**6, 10**6)]
-            return split_units(units, big, self.estimator, speed, self._add_blank)
-        return split_units(units, self.buckets, self.estimator, speed, self._add_blank)
+        return split_units(units, self.max_tokens, self.count) if units else []
 
     def generate(self, text: str, sid: int = 0, speed: float = 1.0) -> tuple[np.ndarray, int]:
         if speed <= 0:
             raise RkvoiceError("tts", "bad-speed", f"speed must be > 0, got {speed}")
-        out = [self._synthesize(p, sid, speed) for p in self.pieces(text, speed)]
+        rng = np.random.default_rng(self.cfg.tts.matcha.seed)
+        out: list[np.ndarray] = []
+        for piece in self.pieces(text):
+            out.extend(self._synthesize(piece, sid, speed, rng))
         if not out:
             return np.zeros(0, dtype=np.float32), self._rate
         return np.concatenate(out).astype(np.float32), self._rate
 
-    def _acoustic_inputs(self, ids: list[int], units: list[Unit], sid: int, speed: float) -> tuple[list[np.ndarray], int | None]:
+    def _matcha_for(self, tokens: int, frames: int = 0) -> Bucket | None:
+        """Smallest bucket holding ``tokens`` (and a window of ``frames``); the dynamic model if that is it."""
+        if self.acoustic[0].dynamic:
+            return self.acoustic[0]
+        fitting = [b for b in self.acoustic if b.size >= tokens and b.window >= frames]
+        return fitting[0] if fitting else None
+
+    def _acoustic_run(self, b: Bucket, ids: list[int], sid: int, speed: float,
+                      rng: np.random.Generator) -> tuple[np.ndarray, int]:
+        """(mel [1, n_mels, frames], true frames) of one Matcha call."""
         mc = self.cfg.tts.matcha
         n = len(ids)
-        est = self.estimator.frames(units, speed)
-        bucket = None
         x = np.asarray(ids, dtype=np.int64)[None, :]
-        if not self._dynamic:
-            bucket = choose_bucket(self.buckets, n, est)
-            if n > bucket.tokens:
-                raise RkvoiceError("tts", "too-long", f"matcha piece of {n} tokens exceeds the {bucket.tokens}-token bucket")
-            x = np.full((1, bucket.tokens), self._pad_id, dtype=np.int64)
+        if not b.dynamic:
+            x = np.full((1, b.size), self._pad_id, dtype=np.int64)
             x[0, :n] = ids
-        values = {"x": x, "x_length": np.array([n], dtype=np.int64),
-                  "noise_scale": np.array([mc.noise_scale], dtype=np.float32),
-                  "length_scale": np.array([1.0 / speed], dtype=np.float32),
-                  "sid": np.array([sid], dtype=np.int64)}
-        assert self.acoustic is not None
-        names = self.acoustic.input_names if isinstance(self.acoustic, OnnxModel) else list(mc.acoustic_inputs)
-        try:
-            feed = [values[name] for name in names]
-        except KeyError as exc:
-            raise RkvoiceError("tts", "bad-model", f"Matcha acoustic model input {exc} is not one of "
-                               f"{', '.join(values)}; set tts.matcha.acoustic_inputs") from None
-        return feed, (min(est, bucket.frames) if bucket else None)
-
-    def _synthesize(self, units: list[Unit], sid: int, speed: float) -> np.ndarray:
-        ids = ids_of(units, self._add_blank, self._pad_id)
-        feed, est = self._acoustic_inputs(ids, units, sid, speed)
-        assert self.acoustic is not None
-        mel = np.asarray(self.acoustic.run(feed)[0], dtype=np.float32)
+        feed = {"x": x, "x_length": np.array([n], dtype=np.int64),
+                "noise_scale": np.array([mc.noise_scale], dtype=np.float32),
+                "length_scale": np.array([1.0 / speed], dtype=np.float32),
+                "sid": np.array([sid], dtype=np.int64)}
+        noise = next((s for s in b.inputs if s.name == "noise"), None)
+        if noise is not None:
+            feed["noise"] = rng.standard_normal(noise.shape, dtype=np.float32)  # type: ignore[arg-type]
+        outs = b.run(feed)
+        mel = b.output(outs, "mel").astype(np.float32, copy=False)
         if mel.ndim == 2:
             mel = mel[None]
-        frames = mel.shape[-1]
-        use = frames if est is None else min(frames, est)
-        mag, a, b = self._vocode(mel[:, :, :use])
-        if b is None:
-            samples = istft_mag_phase(mag, a, self.stft)
-        else:
-            samples = istft_mag_xy(mag, a, b, self.stft)
-        log.debug("matcha piece: %d tokens, %d/%d frames, %d samples", len(ids), use, frames, len(samples))
-        return trim_tail(samples, self._rate)
+        if b.dynamic:
+            return mel, mel.shape[-1]
+        return mel, int(round(float(np.asarray(b.output(outs, "mel_frames")).reshape(-1)[0])))
 
-    def _vocode(self, mel: np.ndarray) -> tuple[np.ndarray, np.ndarray, Any]:
-        """mel [1, C, T] -> (mag, x, y) or (mag, phase, None), each [1, bins, T]."""
-        assert self.vocoder is not None
+    def _synthesize(self, piece: list[Unit], sid: int, speed: float, rng: np.random.Generator,
+                    depth: int = 0) -> list[np.ndarray]:
+        assert self.frontend is not None
+        ids = self.frontend.ids(piece, self._add_blank, self._pad_id)
+        bucket = self._matcha_for(len(ids))
+        if bucket is None:  # split_units keeps pieces within the largest bucket
+            raise RkvoiceError("tts", "too-long", f"matcha piece of {len(ids)} tokens exceeds every bucket")
+        mel, frames = self._acoustic_run(bucket, ids, sid, speed, rng)
+        if not bucket.dynamic and frames > bucket.window:
+            self.overflows += 1
+            bigger = self._matcha_for(len(ids), frames)
+            if bigger is not None:
+                log.info("matcha: %d tokens need %d frames > window %d of %s; running in %s", len(ids), frames,
+                         bucket.window, bucket.label, bigger.label)
+                mel, frames = self._acoustic_run(bigger, ids, sid, speed, rng)
+                bucket = bigger
+            if frames > bucket.window:
+                if depth >= MAX_SPLITS:
+                    raise RkvoiceError("tts", "too-long", f"matcha: {piece[0].text!r}... still needs {frames} "
+                                       f"frames after {depth} splits; is the model's duration output broken?")
+                log.info("matcha: %d tokens need %d frames > every window; synthesising it in two halves",
+                         len(ids), frames)
+                a, b = halve(piece)
+                return (self._synthesize(a, sid, speed, rng, depth + 1)
+                        + self._synthesize(b, sid, speed, rng, depth + 1))
+        if frames <= 0:
+            return []
+        samples = self._vocode(mel[:, :, :frames])
+        log.debug("matcha piece: %d tokens in %s, %d frames, %d samples", len(ids), bucket.label, frames,
+                  len(samples))
+        return [samples]
+
+    def _vocode(self, mel: np.ndarray) -> np.ndarray:
+        """mel [1, C, T] -> waveform (Vocos in the smallest frame bucket holding T, or windows)."""
+        frames = mel.shape[-1]
+        if self.vocoders[0].dynamic:
+            parts = self._vocos_call(self.vocoders[0], mel, frames)
+        else:
+            size = smallest_at_least([v.size for v in self.vocoders], frames)
+            if size is not None:
+                parts = self._vocos_call(next(v for v in self.vocoders if v.size == size), mel, frames)
+            else:
+                parts = self._windowed(mel)
+        mag, a, b = parts
+        if b is None:
+            return istft_mag_phase(mag, a, self.stft)
+        return istft_mag_xy(mag, a, b, self.stft)
+
+    def _vocos_call(self, v: Bucket, mel: np.ndarray, keep: int) -> tuple[np.ndarray, np.ndarray, Any]:
+        """Run ``v`` on ``mel`` padded with silence to its size; its first ``keep`` frames."""
         t = mel.shape[-1]
-        fixed = self._vocoder_frames
-        if fixed <= 0:
-            outs = self.vocoder.run([mel])
-            return _stft_parts(outs, t)
-        silence = float(mel.min()) if mel.size else 0.0
+        if not v.dynamic and t < v.size:
+            fill = float(mel.min()) if mel.size else -11.5
+            mel = np.concatenate([mel, np.full(mel.shape[:2] + (v.size - t,), fill, np.float32)], axis=2)
+        outs = v.run({v.inputs[0].name: mel})
+        if len(outs) >= 3:
+            return outs[0][..., :keep], outs[1][..., :keep], outs[2][..., :keep]
+        return outs[0][..., :keep], outs[1][..., :keep], None
+
+    def _windowed(self, mel: np.ndarray) -> tuple[np.ndarray, np.ndarray, Any]:
+        """A mel longer than the largest Vocos bucket: overlapping windows, centres kept."""
+        v = self.vocoders[-1]
         parts = []
-        for start in range(0, t, fixed):  # longer mels (dynamic acoustic model) go through in windows
-            chunk = mel[:, :, start : start + fixed]
-            n = chunk.shape[-1]
-            if n < fixed:
-                chunk = np.concatenate([chunk, np.full(chunk.shape[:2] + (fixed - n,), silence, np.float32)], axis=2)
-            parts.append(_stft_parts(self.vocoder.run([chunk]), n))
-        if len(parts) == 1:
-            return parts[0]
+        for start, k0, k1 in vocos_windows(mel.shape[-1], v.size, self.cfg.tts.matcha.vocoder_context):
+            out = self._vocos_call(v, mel[:, :, start : start + v.size], v.size)
+            parts.append(tuple(None if p is None else p[..., k0 - start : k1 - start] for p in out))
         return tuple(None if p[0] is None else np.concatenate(p, axis=-1) for p in zip(*parts))  # type: ignore[return-value]
 
 
-def _stft_parts(outs: list[np.ndarray], frames: int) -> tuple[np.ndarray, np.ndarray, Any]:
-    if len(outs) >= 3:
-        return outs[0][..., :frames], outs[1][..., :frames], outs[2][..., :frames]
-    if len(outs) == 2:
-        return outs[0][..., :frames], outs[1][..., :frames], None
-    raise RkvoiceError("tts", "bad-model", f"Vocos vocoder gave {len(outs)} outputs; expected mag, x, y "
-                       "(or mag, phase)")
+def _sorted(buckets: list[Bucket]) -> list[Bucket]:
+    return sorted(buckets, key=lambda b: (b.size, b.window))
 
 
 def _system_phonemizer(cfg: Config) -> Phonemizer | None:

@@ -1,114 +1,55 @@
-"""Fixed-shape buckets for Matcha: how many mel frames a piece needs, and where to split it.
+"""Pieces and windows for fixed-shape Matcha and Vocos buckets.
 
-A compiled Matcha takes a fixed number of tokens (e.g. 64) and always emits a fixed number of
-mel frames (e.g. 599, ~9.6 s at 16 kHz / hop 256); frames past the real speech come out as
-silence plus a short noise burst. The naive frame estimate scales the bucket linearly with the
-token count (599/64 frames a token) and over-estimates Chinese by 30-40 % (field measurement on
-RK3576), so the vocoder/ISTFT work and the tail trim both do more than they need. The corrected
-estimate counts what is spoken: Chinese syllables (characters), English phones and pauses,
-each at its own speaking rate, divided by the speed, plus a safety margin.
-
-Splitting packs units into pieces that fit a bucket (tokens and estimated frames), cutting
-after punctuation where it can and otherwise between words; a unit is never cut unless it
-alone is longer than the largest bucket.
+An NPU call costs the same whatever part of its fixed shape is used (seeds/001: ~0.3 s for the
+64-token Matcha, ~55 ms for the 600-frame Vocos), so a piece runs in the smallest bucket that
+holds it: ``smallest_at_least``. Text is packed into pieces whose tokens fit the largest Matcha
+bucket (``split_units``, cutting after punctuation where it can, between words otherwise, never
+dropping anything). The converted Matcha reports the true frame count of its mel; when that is
+more than the bucket's frame window, the piece was too long for the window and is cut in two
+(``halve``) and both halves are synthesised. A mel longer than the largest Vocos bucket runs
+through it in overlapping windows (``vocos_windows``).
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import re
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 
 from rkvoice.errors import RkvoiceError
-from rkvoice.tts.matcha_frontend import Unit, token_count
+from rkvoice.tts.matcha_frontend import Unit
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True, order=True)
-class Bucket:
-    tokens: int
-    frames: int
-
-    @classmethod
-    def parse(cls, text: str) -> "Bucket":
-        m = re.fullmatch(r"\s*(\d+)\s*[x:]\s*(\d+)\s*", str(text))
-        if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
-            raise RkvoiceError("config", "bad-bucket",
-                               f"tts.matcha.buckets: {text!r} should be TOKENSxFRAMES, e.g. '64x599'")
-        return cls(int(m.group(1)), int(m.group(2)))
+Counter = Callable[[list[Unit]], int]
+"""Tokens a piece feeds the model (blanks included)."""
 
 
-@dataclass(frozen=True)
-class FrameEstimator:
-    """Mel frames for a piece from what is spoken in it, at ``frame_rate`` frames per second."""
-
-    frame_rate: float = 16000 / 256
-    zh_syllables_per_s: float = 4.6
-    """Mandarin reading rate of the Baker-style voices (4-5 syllables a second)."""
-    en_phones_per_s: float = 12.0
-    pause_s: float = 0.18
-    """Per punctuation mark."""
-    edge_s: float = 0.2
-    """Leading and trailing silence the model adds to every piece."""
-    margin: float = 1.1
-    """Safety factor: a cut-off word is worse than a few frames of extra silence."""
-
-    def seconds(self, units: list[Unit], speed: float = 1.0) -> float:
-        zh = sum(len(u.text) for u in units if u.kind == "zh")
-        en = sum(len(u.ids) for u in units if u.kind == "en")
-        pauses = sum(1 for u in units if u.kind == "punct")
-        spoken = zh / self.zh_syllables_per_s + en / self.en_phones_per_s + pauses * self.pause_s
-        return (spoken + self.edge_s) / max(speed, 1e-3)
-
-    def frames(self, units: list[Unit], speed: float = 1.0) -> int:
-        return int(math.ceil(self.seconds(units, speed) * self.margin * self.frame_rate))
+def smallest_at_least(sizes: Sequence[int], n: int) -> int | None:
+    """The smallest size >= n, None when even the largest is smaller."""
+    fitting = [s for s in sorted(sizes) if s >= n]
+    return fitting[0] if fitting else None
 
 
-def naive_frames(units: list[Unit], bucket: Bucket, add_blank: bool = False, speed: float = 1.0) -> int:
-    """The uncorrected estimate: the bucket's frames scaled by the token count."""
-    n = token_count(units, add_blank)
-    return int(math.ceil(bucket.frames * n / bucket.tokens / max(speed, 1e-3)))
+def split_units(units: list[Unit], max_tokens: int, count: Counter) -> list[list[Unit]]:
+    """Pack ``units`` into pieces of at most ``max_tokens`` tokens each.
 
-
-def choose_bucket(buckets: list[Bucket], tokens: int, frames: int) -> Bucket:
-    """Smallest bucket holding ``tokens`` and ``frames``; the largest one if none does."""
-    fitting = [b for b in sorted(buckets) if b.tokens >= tokens and b.frames >= frames]
-    return fitting[0] if fitting else max(buckets)
-
-
-def split_units(units: list[Unit], buckets: list[Bucket], estimator: FrameEstimator,
-                speed: float = 1.0, add_blank: bool = False) -> list[list[Unit]]:
-    """Pack ``units`` into pieces that each fit the largest bucket (tokens and estimated frames)."""
-    if not buckets:
-        raise RkvoiceError("config", "bad-bucket", "tts.matcha.buckets is empty; e.g. ['64x599']")
-    big = max(buckets, key=lambda b: (b.tokens, b.frames))
-    max_tokens = big.tokens
-    max_frames = max(b.frames for b in buckets)
-
-    def fits(piece: list[Unit]) -> bool:
-        return token_count(piece, add_blank) <= max_tokens and estimator.frames(piece, speed) <= max_frames
-
+    A full piece is cut after its last punctuation mark when that keeps a third of it, else
+    between words; a single unit longer than the limit is cut into token slices (a very long
+    word). Every unit ends up in exactly one piece, in order.
+    """
+    if max_tokens < 1:
+        raise RkvoiceError("tts", "bad-bucket", f"a Matcha bucket of {max_tokens} tokens holds nothing")
     pieces: list[list[Unit]] = []
     cur: list[Unit] = []
-    for unit in _shrink(units, max_tokens, add_blank):
-        if fits(cur + [unit]):
+    for unit in _shrink(units, max_tokens, count):
+        if count(cur + [unit]) <= max_tokens:
             cur.append(unit)
             continue
-        if not cur:
-            log.warning("unit %r is longer than a Matcha bucket; it is spoken cut", unit.text)
-            pieces.append([unit])
-            continue
-        if unit.kind == "punct":  # keep the pause with its clause; drop it if it can't fit
-            pieces.append(cur)
-            cur = []
-            continue
         cut = _last_clause_end(cur)
-        if cut is not None and cut >= len(cur) // 3:
+        if cut is not None and cut + 1 < len(cur) and cut + 1 >= len(cur) // 3:
             pieces.append(cur[: cut + 1])
             cur = cur[cut + 1 :]
-            if not fits(cur + [unit]):
+            if count(cur + [unit]) > max_tokens:
                 pieces.append(cur)
                 cur = []
         else:
@@ -120,6 +61,44 @@ def split_units(units: list[Unit], buckets: list[Bucket], estimator: FrameEstima
     return [p for p in pieces if any(u.kind != "punct" for u in p)]
 
 
+def halve(piece: list[Unit]) -> tuple[list[Unit], list[Unit]]:
+    """Cut a piece in two near its middle: after a punctuation mark if one is near, else between
+    units; a single unit is cut between its tokens."""
+    if len(piece) == 1:
+        u = piece[0]
+        if len(u.ids) < 2:
+            raise RkvoiceError("tts", "too-long", f"Matcha cannot fit {u.text!r} (one token) into any frame window")
+        mid = len(u.ids) // 2
+        return [Unit(u.text, u.ids[:mid], u.kind)], [Unit(u.text, u.ids[mid:], u.kind, u.blank_after)]
+    mid = len(piece) // 2
+    marks = [i + 1 for i, u in enumerate(piece[:-1]) if u.kind == "punct"]
+    near = [m for m in marks if abs(m - mid) <= max(1, len(piece) // 4)]
+    cut = min(near, key=lambda m: abs(m - mid)) if near else mid
+    return piece[:cut], piece[cut:]
+
+
+def vocos_windows(total: int, frames: int, context: int) -> list[tuple[int, int, int]]:
+    """(window start, kept start, kept end) covering ``total`` frames with ``frames``-frame windows.
+
+    Each window keeps its centre; ``context`` frames either side (where the mel has them) only
+    feed the convolutions. Vocos (ConvNeXt, kernel 7, 8 blocks + the input conv) sees 27 frames
+    either side, so a context of 27 or more makes the kept frames equal to one whole-mel run.
+    """
+    if frames - 2 * context < 1:
+        raise RkvoiceError("config", "bad-value", f"tts.matcha.vocoder_context {context} leaves no centre in a "
+                           f"{frames}-frame Vocos window; use less than {frames // 2}")
+    if total <= frames:
+        return [(0, 0, total)]
+    out = []
+    kept = 0
+    while kept < total:
+        start = max(0, min(kept - context, total - frames))
+        end = total if start + frames >= total else start + frames - context
+        out.append((start, kept, end))
+        kept = end
+    return out
+
+
 def _last_clause_end(piece: list[Unit]) -> int | None:
     for i in range(len(piece) - 1, -1, -1):
         if piece[i].kind == "punct":
@@ -127,15 +106,16 @@ def _last_clause_end(piece: list[Unit]) -> int | None:
     return None
 
 
-def _shrink(units: list[Unit], max_tokens: int, add_blank: bool) -> list[Unit]:
+def _shrink(units: list[Unit], max_tokens: int, count: Counter) -> list[Unit]:
     """Cut a unit that alone exceeds the token limit (a very long word) into token slices."""
-    limit = (max_tokens - 1) // 2 if add_blank else max_tokens
     out = []
     for u in units:
-        if len(u.ids) <= limit:
+        if count([u]) <= max_tokens:
             out.append(u)
             continue
-        log.warning("%r has %d tokens, more than a Matcha bucket holds (%d); cutting it", u.text, len(u.ids), limit)
-        for k in range(0, len(u.ids), limit):
-            out.append(Unit(u.text, u.ids[k : k + limit], u.kind))
+        log.warning("%r has %d tokens, more than a Matcha bucket holds (%d); it is spoken in slices",
+                    u.text, len(u.ids), max_tokens)
+        for k in range(0, len(u.ids), max_tokens):
+            last = k + max_tokens >= len(u.ids)
+            out.append(Unit(u.text, u.ids[k : k + max_tokens], u.kind, u.blank_after and last))
     return out

@@ -1,14 +1,30 @@
-"""Text -> token ids for Matcha voices laid out like sherpa-onnx's matcha-icefall-zh-baker / zh-en.
+"""Text -> token ids for the Matcha zh-en voice, the way sherpa-onnx's zh-en frontend makes them.
 
-``tokens.txt``: one ``token id`` per line (a line holding only an id is the space token).
-``lexicon.txt``: ``word tok tok ...`` per line; Chinese words and characters (and, in the
-zh-en model, common English words). Chinese runs are matched longest-word-first against the
-lexicon; an English word missing from the lexicon goes through espeak-ng (IPA, en-us) and the
-same diphthong/affricate replacements the zh-en model was trained with, one token per
-character. Punctuation maps to its own token and ends a clause.
+The files are those of sherpa-onnx's ``matcha-icefall-zh-en``:
 
-The result is a list of ``Unit``s (a word, a character run or a punctuation mark with its
-ids), so the bucket splitter can cut between units and never inside a word.
+- ``tokens.txt``: ``token id`` per line; a line holding only an id is the blank (space) token.
+  Tokens are toned pinyin syllables (``ni3``), IPA phones for English, punctuation.
+- ``lexicon.txt``: ``word tok tok ...``; every Chinese character has exactly one toned-syllable
+  token (``你 ni3``) and multi-character phrases one per character (``银行行长 yin2 hang2 hang2
+  zhang3``), as sherpa-onnx's ``scripts/matcha-tts/zh-en/generate_lexicon.py`` writes it from
+  pypinyin. A lexicon whose characters carry another number of tokens is for another model
+  (e.g. the initials/finals of zh-baker) and is refused at load.
+
+What the frontend does, following sherpa-onnx's ``MatchaTtsLexicon``:
+1. Full-width punctuation becomes ASCII (，、：→``,`` ；→``;`` 。→``.`` ？→``?`` ！→``!``); a
+   punctuation mark right after another is dropped; spaces only separate words.
+2. The text is cut into words: each CJK character, each run of ASCII letters/digits/apostrophes,
+   each punctuation mark. From a word that is not a letter or punctuation, the longest run of up
+   to 10 words found in the lexicon is one phrase (``银行行长``).
+3. A word's ids: its lexicon entry, else the token of that exact spelling, else per character
+   (CJK), else espeak-ng's en-us IPA with the zh-en replacements (``aɪ`` -> ``I``, ...), one token
+   per character. Unknown words are skipped (logged once).
+4. After an English word (a word starting with an ASCII letter), the blank token goes in before
+   the next word that has ids: ``Hello World`` -> hello, blank, world; ``OK，好`` -> ok, blank, ``,``, 好.
+
+The result is a list of ``Unit``s (a phrase, a word or a punctuation mark with its ids, no
+blanks); ``ids_of`` joins units into the model's input for one piece, inserting the blanks, so
+a piece cut anywhere gets exactly the ids sherpa-onnx gives for the piece's text.
 """
 
 from __future__ import annotations
@@ -16,7 +32,8 @@ from __future__ import annotations
 import logging
 import re
 import unicodedata
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -30,11 +47,14 @@ Phonemizer = Callable[[str], str]
 _PUNCT_MAP = {"，": ",", "、": ",", "；": ";", "：": ",", ":": ",", "。": ".", "？": "?", "！": "!",
               "…": ".", "—": ",", "（": ",", "）": ",", "“": "", "”": "", "‘": "", "’": "'",
               "《": "", "》": "", "「": "", "」": ""}
+"""sherpa-onnx's replacements (the first eight) plus a few marks it would drop as unknown words."""
 _IPA_REPLACEMENTS = (("ɝ", "ɜɹ"), ("ɚ", "əɹ"), ("eɪ", "A"), ("aɪ", "I"), ("ɔɪ", "Y"), ("oʊ", "O"),
                      ("əʊ", "O"), ("aʊ", "W"), ("tʃ", "ʧ"), ("dʒ", "ʤ"), ("ː", ""), ("g", "ɡ"),
                      ("r", "ɹ"), ("e", "ɛ"))
-_EN_WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)*")
+_WORD = re.compile(r"[A-Za-z0-9']+")
 PUNCT = set(",.;?!")
+MAX_PHRASE = 10
+"""Longest phrase tried against the lexicon, in words (sherpa-onnx's PhraseMatcher)."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +62,9 @@ class Unit:
     text: str
     ids: tuple[int, ...]
     kind: str  # "zh", "en" or "punct"
+    blank_after: bool = False
+    """The blank token goes between this unit and the next (sherpa-onnx: after a word starting
+    with an ASCII letter, unless the next word was unknown and skipped)."""
 
 
 def is_cjk(ch: str) -> bool:
@@ -60,10 +83,7 @@ def read_tokens(path: Path) -> dict[str, int]:
         if not line.strip():
             continue
         parts = line.rsplit(maxsplit=1)
-        if len(parts) == 1:
-            tok, raw = " ", parts[0]
-        else:
-            tok, raw = parts
+        tok, raw = (" ", parts[0]) if len(parts) == 1 else parts
         try:
             out[tok] = int(raw)
         except ValueError:
@@ -74,13 +94,15 @@ def read_tokens(path: Path) -> dict[str, int]:
 
 
 def read_lexicon(path: Path, token2id: dict[str, int]) -> dict[str, tuple[int, ...]]:
+    """``word -> ids``; words lower-cased, the first of duplicates kept, entries naming a token
+    that tokens.txt lacks dropped whole (as sherpa-onnx does)."""
     out: dict[str, tuple[int, ...]] = {}
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise RkvoiceError("tts", "missing-model", f"cannot read Matcha lexicon {path}: "
                            f"{exc.strerror}; run ./install.sh --profile board") from exc
-    unknown = 0
+    dropped = 0
     for line in lines:
         parts = line.split()
         if len(parts) < 2:
@@ -88,19 +110,28 @@ def read_lexicon(path: Path, token2id: dict[str, int]) -> dict[str, tuple[int, .
         word = parts[0].lower()
         if word in out:
             continue
-        ids = []
-        for tok in parts[1:]:
-            if tok in token2id:
-                ids.append(token2id[tok])
-            else:
-                unknown += 1
-        if ids:
-            out[word] = tuple(ids)
-    if unknown:
-        log.warning("%s: %d phones not in tokens.txt were skipped", path, unknown)
+        if any(tok not in token2id for tok in parts[1:]):
+            dropped += 1
+            continue
+        out[word] = tuple(token2id[tok] for tok in parts[1:])
+    if dropped:
+        log.warning("%s: %d entries name tokens that are not in tokens.txt; skipped", path, dropped)
     if not out:
-        raise RkvoiceError("tts", "bad-model", f"Matcha lexicon {path} has no usable entries")
+        raise RkvoiceError("tts", "bad-model", f"Matcha lexicon {path} has no usable entries (do its tokens "
+                           "match tokens.txt?)")
+    _check_zh_en_format(path, out)
     return out
+
+
+def _check_zh_en_format(path: Path, lexicon: dict[str, tuple[int, ...]]) -> None:
+    """Refuse a lexicon that does not give one token per Chinese character (another model's)."""
+    per_char = Counter(len(ids) for word, ids in lexicon.items() if len(word) == 1 and is_cjk(word))
+    total = sum(per_char.values())
+    if total and per_char[1] < 0.9 * total:
+        common = per_char.most_common(1)[0][0]
+        raise RkvoiceError("tts", "bad-model", f"Matcha lexicon {path} is not in the zh-en format: its Chinese "
+                           f"characters have {common} tokens each, the zh-en model takes one toned syllable per "
+                           "character (e.g. '你 ni3'); use the lexicon.txt of matcha-icefall-zh-en")
 
 
 def ipa_to_tokens(ipa: str) -> list[str]:
@@ -109,6 +140,28 @@ def ipa_to_tokens(ipa: str) -> list[str]:
     for a, b in _IPA_REPLACEMENTS:
         s = s.replace(a, b)
     return [ch for ch in s if not ch.isspace()]
+
+
+def words(text: str) -> list[str]:
+    """Text -> sherpa-onnx's words: CJK characters, ASCII letter/digit runs, punctuation marks."""
+    text = unicodedata.normalize("NFKC", text)
+    text = "".join(_PUNCT_MAP.get(c, c) for c in text)
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        m = _WORD.match(text, i)
+        if m:
+            out.append(m.group(0))
+            i = m.end()
+            continue
+        ch = text[i]
+        i += 1
+        if ch.isspace():
+            continue
+        if ch in PUNCT and out and out[-1] in PUNCT:
+            continue  # a mark right after another
+        out.append(ch)
+    return out
 
 
 class MatchaFrontend:
@@ -120,7 +173,6 @@ class MatchaFrontend:
         self.lexicon = lexicon
         self.phonemizer = phonemizer
         self.blank = token2id.get(" ")
-        self.max_word = max((len(w) for w in lexicon if any(is_cjk(c) for c in w)), default=1)
         self._warned: set[str] = set()
 
     @classmethod
@@ -133,70 +185,67 @@ class MatchaFrontend:
             self._warned.add(what)
             log.warning("Matcha voice cannot say %r; skipped", what)
 
-    def _zh_run(self, run: str) -> list[Unit]:
-        units = []
+    def _phrases(self, ws: list[str]) -> list[str]:
+        """Join words into the longest lexicon phrases (from a word that is not a letter or a mark)."""
+        out = []
         i = 0
-        while i < len(run):
-            for n in range(min(self.max_word, len(run) - i), 0, -1):
-                ids = self.lexicon.get(run[i : i + n])
-                if ids:
-                    units.append(Unit(run[i : i + n], ids, "zh"))
-                    i += n
-                    break
-            else:
-                self._oov(run[i])
-                i += 1
-        return units
-
-    def _en_word(self, word: str) -> Unit | None:
-        ids = self.lexicon.get(word.lower())
-        if ids is None and word in self.token2id:
-            ids = (self.token2id[word],)
-        if ids is None and self.phonemizer is not None:
-            toks = ipa_to_tokens(self.phonemizer(word))
-            ids = tuple(self.token2id[t] for t in toks if t in self.token2id)
-        if not ids:
-            self._oov(word)
-            return None
-        return Unit(word, ids, "en")
-
-    def units(self, text: str) -> list[Unit]:
-        """Speakable text -> units. Characters the voice has no tokens for are skipped (logged once)."""
-        text = unicodedata.normalize("NFKC", text)
-        text = "".join(_PUNCT_MAP.get(c, c) for c in text)
-        out: list[Unit] = []
-        i = 0
-        while i < len(text):
-            ch = text[i]
-            if is_cjk(ch):
-                j = i
-                while j < len(text) and is_cjk(text[j]):
-                    j += 1
-                out.extend(self._zh_run(text[i:j]))
-                i = j
-                continue
-            m = _EN_WORD.match(text, i)
-            if m:
-                unit = self._en_word(m.group(0))
-                if unit is not None:
-                    if out and out[-1].kind == "en" and self.blank is not None:
-                        prev = out[-1]
-                        out[-1] = Unit(prev.text, prev.ids + (self.blank,), "en")
-                    out.append(unit)
-                i = m.end()
-                continue
-            if ch in PUNCT and ch in self.token2id:
-                if out and out[-1].kind != "punct":
-                    out.append(Unit(ch, (self.token2id[ch],), "punct"))
-            elif not ch.isspace() and ch not in PUNCT:
-                self._oov(ch)
-            i += 1
+        while i < len(ws):
+            end = i + 1
+            if not _alpha_or_punct(ws[i][0]):
+                for stop in range(min(i + MAX_PHRASE, len(ws)), i + 1, -1):
+                    cand = "".join(ws[i:stop])
+                    if not _alpha_or_punct(cand[-1]) and cand.lower() in self.lexicon:
+                        end = stop
+                        break
+            out.append("".join(ws[i:end]))
+            i = end
         return out
 
+    def _ids(self, w: str) -> tuple[int, ...]:
+        ids = self.lexicon.get(w.lower())
+        if ids is not None:
+            return ids
+        if w in self.token2id:
+            return (self.token2id[w],)
+        if any(is_cjk(c) for c in w):
+            return tuple(i for c in w for i in self.lexicon.get(c, ()))
+        if self.phonemizer is None or not w[0].isascii() or not w[0].isalnum():
+            return ()
+        return tuple(self.token2id[t] for t in ipa_to_tokens(self.phonemizer(w)) if t in self.token2id)
 
-def ids_of(units: list[Unit], add_blank: bool = False, pad_id: int = 0) -> list[int]:
-    """Concatenate unit ids; with ``add_blank`` interleave ``pad_id`` (x -> 0 x1 0 x2 ... 0)."""
-    ids = [i for u in units for i in u.ids]
+    def units(self, text: str) -> list[Unit]:
+        """Speakable text -> units. Words the voice has no tokens for are skipped (logged once)."""
+        out: list[Unit] = []
+        for w in self._phrases(words(text)):
+            ids = self._ids(w)
+            if not ids:
+                self._oov(w)
+                if out and out[-1].blank_after:  # sherpa-onnx looks at the skipped word, not the unit
+                    out[-1] = replace(out[-1], blank_after=False)
+                continue
+            kind = "punct" if w in PUNCT else "en" if w[0].isascii() else "zh"
+            out.append(Unit(w, ids, kind, blank_after=w[0].isascii() and w[0].isalpha()))
+        return out
+
+    def ids(self, units: list[Unit], add_blank: bool = False, pad_id: int = 0) -> list[int]:
+        return ids_of(units, add_blank, pad_id, self.blank)
+
+    def count(self, units: list[Unit], add_blank: bool = False) -> int:
+        return token_count(units, add_blank, self.blank)
+
+
+def _alpha_or_punct(ch: str) -> bool:
+    return ch.isascii() and (ch.isalpha() or (not ch.isalnum() and not ch.isspace()))
+
+
+def ids_of(units: list[Unit], add_blank: bool = False, pad_id: int = 0, blank: int | None = None) -> list[int]:
+    """Join unit ids, with ``blank`` after each English word that another unit follows; with
+    ``add_blank`` (models other than zh-en) interleave ``pad_id`` (x -> 0 x1 0 x2 ... 0)."""
+    ids: list[int] = []
+    for k, u in enumerate(units):
+        if k and blank is not None and units[k - 1].blank_after:
+            ids.append(blank)
+        ids.extend(u.ids)
     if not add_blank:
         return ids
     out = [pad_id] * (2 * len(ids) + 1)
@@ -204,6 +253,8 @@ def ids_of(units: list[Unit], add_blank: bool = False, pad_id: int = 0) -> list[
     return out
 
 
-def token_count(units: list[Unit], add_blank: bool = False) -> int:
+def token_count(units: list[Unit], add_blank: bool = False, blank: int | None = None) -> int:
     n = sum(len(u.ids) for u in units)
+    if blank is not None:
+        n += sum(1 for u in units[:-1] if u.blank_after)
     return 2 * n + 1 if add_blank else n

@@ -1,0 +1,301 @@
+"""The installed Matcha token buckets and Vocos frame buckets, and what each model declares.
+
+``models/convert_rknn.py matcha|vocos`` writes, per bucket, ``matcha-t{K}.rknn`` / ``vocos-f{N}.rknn``,
+the fixed-shape ``.onnx`` twin (what onnxruntime runs off the board) and a ``.json`` sidecar with
+the model's inputs, outputs and the original ONNX metadata. At load every model is asked what it
+takes (onnxruntime's session inputs for .onnx; the sidecar, checked against RKNNLite's own query
+where it has one, for .rknn), and anything the engine cannot feed, or a sidecar that disagrees
+with its model, is a load-time error naming the file and the fix, never garbage audio later.
+
+The published dynamic-shape ``model-steps-3.onnx`` and ``vocos-16khz-univ.onnx`` load the same way:
+a symbolic token / frame dimension makes a *dynamic* bucket (size 0) that takes any length.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rkvoice.errors import RkvoiceError
+from rkvoice.npu.runtime import ModelRuntime, OnnxModel, RknnModel, TensorSpec, open_model
+
+log = logging.getLogger(__name__)
+
+MATCHA_INPUTS = ("x", "x_length", "noise_scale", "length_scale", "noise", "sid")
+"""Every input the engine knows how to feed a Matcha graph."""
+_INT = ("int64", "int32")
+_FLOAT = ("float32", "float16")
+RUNTIMES = ("auto", "rknn", "onnx")
+
+
+def _bad(path: Path, why: str, fix: str = "rebuild it with models/convert_rknn.py") -> RkvoiceError:
+    return RkvoiceError("tts", "bad-model", f"{path}: {why}; {fix}")
+
+
+@dataclass
+class Bucket:
+    """One loaded model of fixed (or dynamic) size, timed per call."""
+
+    kind: str
+    """"matcha" or "vocos"."""
+    path: Path
+    model: ModelRuntime
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    meta: dict[str, str]
+    size: int = 0
+    """Tokens (Matcha) or frames (Vocos) the model takes; 0 = any (dynamic shape)."""
+    window: int = 0
+    """Matcha: mel frames of its fixed window (0 = dynamic). Vocos: = size."""
+    n_mels: int = 80
+    calls: int = 0
+    total_s: float = 0.0
+    max_s: float = 0.0
+    _out_index: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def dynamic(self) -> bool:
+        return self.size == 0
+
+    @property
+    def label(self) -> str:
+        if self.dynamic:
+            return "dynamic"
+        return f"t{self.size}" if self.kind == "matcha" else f"f{self.size}"
+
+    def run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Run with inputs by name (cast to the declared types), timed; outputs in declared order."""
+        arrays = [np.ascontiguousarray(np.asarray(feed[s.name]).astype(s.dtype, copy=False)) for s in self.inputs]
+        t0 = time.perf_counter()
+        outs = self.model.run(arrays)
+        dt = time.perf_counter() - t0
+        self.calls += 1
+        self.total_s += dt
+        self.max_s = max(self.max_s, dt)
+        return outs
+
+    def output(self, outs: list[np.ndarray], name: str) -> np.ndarray:
+        return np.asarray(outs[self._out_index[name]])
+
+    def stats(self) -> dict[str, Any]:
+        mean = self.total_s / self.calls if self.calls else 0.0
+        return {"calls": self.calls, "mean_ms": round(1000 * mean, 2), "max_ms": round(1000 * self.max_s, 2),
+                "size": self.size, "window": self.window, "file": self.path.name}
+
+    def reset_stats(self) -> None:
+        self.calls, self.total_s, self.max_s = 0, 0.0, 0.0
+
+    def close(self) -> None:
+        self.model.close()
+
+
+# -- finding the files ---------------------------------------------------------------------
+
+def _rknnlite_available() -> bool:
+    try:
+        return importlib.util.find_spec("rknnlite") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def find_models(base: Path, pattern: str, runtime: str = "auto") -> list[Path]:
+    """Model files matching ``pattern`` (a glob, relative to ``base`` unless absolute).
+
+    A pattern ending in .rknn or .onnx is taken as is. Without a suffix the runtime decides:
+    ``rknn`` -> the .rknn files, ``onnx`` -> their .onnx twins, ``auto`` -> .rknn when
+    rknn-toolkit-lite2 is importable (the board) and there are .rknn files, else .onnx.
+    """
+    if runtime not in RUNTIMES:
+        raise RkvoiceError("config", "bad-value", f"tts.matcha.runtime {runtime!r}; choose one of: {', '.join(RUNTIMES)}")
+    full = str(base / pattern)
+
+    def matches(suffix: str) -> list[Path]:
+        return sorted(Path(p) for p in glob.glob(full + suffix) if Path(p).is_file())
+
+    if pattern.endswith((".rknn", ".onnx")):
+        return matches("")
+    rknn, onnx = matches(".rknn"), matches(".onnx")
+    if runtime == "rknn" or (runtime == "auto" and rknn and (_rknnlite_available() or not onnx)):
+        return rknn
+    return onnx
+
+
+def expected_path(base: Path, pattern: str, runtime: str = "auto") -> Path:
+    """What to name in a 'missing' message when ``find_models`` finds nothing."""
+    if pattern.endswith((".rknn", ".onnx")):
+        return base / pattern
+    return base / (pattern + (".onnx" if runtime == "onnx" else ".rknn"))  # the board install builds .rknn
+
+
+def sidecar_of(path: Path) -> Path:
+    return path.with_suffix(".json")
+
+
+def read_sidecar(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise RkvoiceError("tts", "missing-model", f"cannot read {path}: {exc.strerror}; models/convert_rknn.py "
+                           "writes it next to the model") from exc
+    except json.JSONDecodeError as exc:
+        raise _bad(path, f"the sidecar is not JSON ({exc.msg} at line {exc.lineno})") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("inputs"), list) or not isinstance(data.get("outputs"), list):
+        raise _bad(path, "the sidecar lacks its inputs/outputs lists")
+    return data
+
+
+# -- loading and checking ------------------------------------------------------------------
+
+def load_bucket(path: Path, kind: str, threads: int = 1, core_mask: str = "auto") -> Bucket:
+    """Load one model and check what it declares against its sidecar and against what the engine feeds."""
+    side_path = sidecar_of(path)
+    side = read_sidecar(side_path) if side_path.is_file() else None
+    if path.suffix == ".rknn" and side is None:
+        raise RkvoiceError("tts", "missing-model", f"{path} has no sidecar {side_path.name} (its inputs and "
+                           "outputs); rebuild it with models/convert_rknn.py, which writes both")
+    if side is not None and side.get("model") not in (None, kind):
+        raise _bad(side_path, f"the sidecar describes a {side.get('model')!r} model where a {kind} model belongs")
+    what = "Matcha acoustic" if kind == "matcha" else "Vocos vocoder"
+    model = open_model(path, threads=threads, core_mask=core_mask, what=what)
+    model.load()
+    try:
+        bucket = _declared(path, model, side)
+        (_check_matcha if kind == "matcha" else _check_vocos)(bucket, side)
+    except BaseException:
+        model.close()
+        raise
+    return bucket
+
+
+def _declared(path: Path, model: ModelRuntime, side: dict[str, Any] | None) -> Bucket:
+    kind = "matcha" if path.name.startswith("matcha") or (side or {}).get("model") == "matcha" else "vocos"
+    side_in = [TensorSpec.from_json(i) for i in side["inputs"]] if side else None
+    side_out = [TensorSpec.from_json(o) for o in side["outputs"]] if side else None
+    meta = {str(k): str(v) for k, v in ((side or {}).get("metadata") or {}).items()}
+    if isinstance(model, OnnxModel):
+        inputs, outputs = model.input_specs(), model.output_specs()
+        meta.update(model.metadata)
+        if side_in is not None and side_out is not None:
+            _same(sidecar_of(path), "inputs", side_in, inputs)
+            _same(sidecar_of(path), "outputs", side_out, outputs)
+    else:
+        assert side_in is not None and side_out is not None
+        inputs, outputs = side_in, side_out
+        if isinstance(model, RknnModel):
+            queried = model.query_io()
+            if queried is None:
+                log.debug("%s: RKNNLite offers no I/O query; the sidecar is trusted", path)
+            else:
+                _same_as_rknn(path, "inputs", inputs, queried[0])
+                _same_as_rknn(path, "outputs", outputs, queried[1])
+    return Bucket(kind, path, model, inputs, outputs, meta)
+
+
+def _same(side_path: Path, what: str, side: list[TensorSpec], graph: list[TensorSpec]) -> None:
+    if [s.describe() for s in side] != [g.describe() for g in graph]:
+        raise _bad(side_path, f"the sidecar's {what} ({'; '.join(s.describe() for s in side)}) disagree with the "
+                   f"model's ({'; '.join(g.describe() for g in graph)})",
+                   "the sidecar belongs to another build: rebuild both with models/convert_rknn.py")
+
+
+def _same_as_rknn(path: Path, what: str, side: list[TensorSpec], queried: list[TensorSpec]) -> None:
+    """RKNN may report its own layout and compute type: compare count, names and element counts."""
+    problem = len(side) != len(queried) or any(
+        (q.name and q.name != s.name) or (q.size is not None and s.size is not None and q.size != s.size)
+        for s, q in zip(side, queried))
+    if problem:
+        raise _bad(path, f"the model reports {what} {'; '.join(q.describe() for q in queried)} but its sidecar "
+                   f"says {'; '.join(s.describe() for s in side)}",
+                   "the sidecar belongs to another build: rebuild both with models/convert_rknn.py")
+
+
+def _name_size(path: Path, prefix: str) -> int | None:
+    m = re.fullmatch(prefix + r"(\d+)", path.stem)
+    return int(m.group(1)) if m else None
+
+
+def _agree(path: Path, side: dict[str, Any] | None, key: str, value: int, what: str) -> None:
+    if side is not None and side.get(key) is not None and int(side[key]) != value:
+        raise _bad(sidecar_of(path), f"the sidecar says {key} {side[key]} but the model takes {value} {what}")
+
+
+def _find_out(b: Bucket, name: str, rank: int) -> int | None:
+    for i, o in enumerate(b.outputs):
+        if o.name == name:
+            return i
+    return next((i for i, o in enumerate(b.outputs) if len(o.shape) == rank), None)
+
+
+def _check_matcha(b: Bucket, side: dict[str, Any] | None) -> None:
+    spec = {s.name: s for s in b.inputs}
+    names = [s.name for s in b.inputs]
+    unknown = [n for n in names if n not in MATCHA_INPUTS]
+    if "x" not in spec or unknown:
+        raise _bad(b.path, f"not a Matcha acoustic model the engine can feed: inputs {', '.join(names)} "
+                   f"(it feeds {', '.join(MATCHA_INPUTS)})",
+                   "give the published model-steps-3.onnx or a bucket from models/convert_rknn.py matcha")
+    x = spec["x"]
+    for name, s in spec.items():
+        want = _INT if name in ("x", "x_length", "sid") else _FLOAT
+        if s.dtype not in want:
+            raise _bad(b.path, f"input {s.describe()} should be {' or '.join(want)}")
+        if name != "x" and name != "noise" and s.fixed and s.shape != (1,):
+            raise _bad(b.path, f"input {s.describe()} should be one value [1]")
+    if len(x.shape) != 2 or x.shape[0] not in (1, "N") and isinstance(x.shape[0], int):
+        raise _bad(b.path, f"input {x.describe()} should be [1, tokens]")
+    mel_i = _find_out(b, "mel", 3)
+    if mel_i is None:
+        raise _bad(b.path, f"no mel output [1, n_mels, frames] among {', '.join(o.describe() for o in b.outputs)}")
+    b._out_index["mel"] = mel_i
+    mel = b.outputs[mel_i]
+    if isinstance(mel.shape[1], int):
+        b.n_mels = mel.shape[1]
+    if not isinstance(x.shape[1], int):  # dynamic tokens: the published graph, mel length = output length
+        b.size, b.window = 0, 0
+        return
+    b.size = x.shape[1]
+    frames_i = next((i for i, o in enumerate(b.outputs) if o.name == "mel_frames"), None)
+    if frames_i is None:
+        frames_i = next((i for i, o in enumerate(b.outputs) if i != mel_i and o.size == 1), None)
+    if frames_i is None or not isinstance(mel.shape[2], int):
+        raise _bad(b.path, f"a fixed {b.size}-token Matcha must output mel [1, n_mels, W] and its true frame count "
+                   f"mel_frames [1]; it has {', '.join(o.describe() for o in b.outputs)}",
+                   "convert the published ONNX with models/convert_rknn.py matcha")
+    b._out_index["mel_frames"] = frames_i
+    b.window = int(mel.shape[2])
+    noise = spec.get("noise")
+    if noise is not None and (not noise.fixed or noise.shape != (1, b.n_mels, b.window)):
+        raise _bad(b.path, f"input {noise.describe()} should be [1, {b.n_mels}, {b.window}] like its mel output")
+    named = _name_size(b.path, "matcha-t")
+    if named is not None and named != b.size:
+        raise _bad(b.path, f"the file is named for {named} tokens but the model takes {b.size}")
+    _agree(b.path, side, "tokens", b.size, "tokens")
+    _agree(b.path, side, "frames", b.window, "frames")
+
+
+def _check_vocos(b: Bucket, side: dict[str, Any] | None) -> None:
+    if len(b.inputs) != 1 or len(b.inputs[0].shape) != 3 or b.inputs[0].dtype not in _FLOAT:
+        raise _bad(b.path, f"not a Vocos vocoder: inputs {'; '.join(s.describe() for s in b.inputs)} (expected one "
+                   "float mel input [1, n_mels, frames])", "give vocos-16khz-univ.onnx or models/convert_rknn.py vocos")
+    if len(b.outputs) not in (2, 3) or any(len(o.shape) != 3 for o in b.outputs):
+        raise _bad(b.path, f"not a Vocos vocoder: outputs {'; '.join(o.describe() for o in b.outputs)} (expected "
+                   "mag, x, y [1, bins, frames])", "give vocos-16khz-univ.onnx or models/convert_rknn.py vocos")
+    mels = b.inputs[0]
+    if isinstance(mels.shape[1], int):
+        b.n_mels = mels.shape[1]
+    if not isinstance(mels.shape[2], int):
+        return
+    b.size = b.window = mels.shape[2]
+    named = _name_size(b.path, "vocos-f")
+    if named is not None and named != b.size:
+        raise _bad(b.path, f"the file is named for {named} frames but the model takes {b.size}")
+    _agree(b.path, side, "frames", b.size, "frames")
