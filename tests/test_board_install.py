@@ -299,6 +299,11 @@ def test_a_model_built_from_a_missing_one_is_not_attempted(server, tmp_path):
     # not on a board: the row also says how the NPU files get built once the ONNX is there
     here = install_profile(load_manifest(manifest), tmp_path, "board", lib_paths=()).outcomes[1]
     assert here.fix.startswith("fix onnx-src first (rows above); then run on the board, or pass --toolkit-version")
+    # files built on a PC do not need the ONNX source here
+    _drop_in(tmp_path, "2.3.2")
+    report = install_profile(load_manifest(manifest), tmp_path, "board", lib_paths=(lib,))
+    assert [o.status for o in report.outcomes] == ["missing", "ok"]
+    assert not (tmp_path / "converter-ran").exists()
 
 
 FAKE_CONVERTER = """\

@@ -1,9 +1,19 @@
-"""sherpa-onnx keyword spotter (zipformer zh, board profile) as a streaming wake engine.
+"""sherpa-onnx keyword spotter (streaming zipformer2 transducer, board profile) as a wake engine.
 
-The keywords file is built at load time from ``hear.wake_phrase``: its pinyin tokens (the model's
-``ppinyin`` token set, e.g. ``x iǎo zh ì``) followed by ``@phrase``. Files, as unpacked from
-sherpa-onnx-kws-zipformer-wenetspeech-3.3M-2024-01-01: ``models/board/kws-zh/{encoder*.onnx,
-decoder*.onnx, joiner*.onnx, tokens.txt}`` (``*.int8.onnx`` preferred when present).
+The keywords file is built at load time from ``hear.wake_phrase`` alone: its pinyin tokens (the
+model's ``ppinyin`` token set, e.g. ``x iǎo zh ì``) followed by ``@phrase``. Files, as unpacked from
+sherpa-onnx-kws-zipformer-wenetspeech-3.3M-2024-01-01 (``hear.kws_dir``, default
+``models/board/kws-zh``): ``encoder*.onnx``, ``decoder*.onnx``, ``joiner*.onnx`` (``*.int8.onnx``
+preferred when present) and ``tokens.txt``.
+
+sherpa-onnx facts this code is built on (2.0.1, measured with the stand-in models):
+- it exits the process when a keyword token is not in tokens.txt or a metadata key is missing,
+  so every file and token is checked first (``rkvoice.hear.sherpa_guard``);
+- keywords passed to ``create_stream`` are added to the file's, they do not replace them: streams
+  are created without extra keywords and a detection of anything but the configured phrase is
+  dropped;
+- ``get_result`` (and ``tokens``/``timestamps``) clear the detection they return: the result is
+  read once, as one KeywordResult, before anything else asks.
 """
 
 from __future__ import annotations
@@ -14,17 +24,44 @@ from pathlib import Path
 
 import numpy as np
 
-from rkvoice.config import Config
+from rkvoice.config import ROOT, Config
 from rkvoice.errors import RkvoiceError
+from rkvoice.hear.sherpa_guard import Fix, check_kws_model, read_tokens
 from rkvoice.hear.wake import WakeHit
 
 log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 16000
+STEMS = ("encoder", "decoder", "joiner")
 
 
 def kws_dir(cfg: Config) -> Path:
-    return cfg.models.path / "board" / "kws-zh"
+    """``hear.kws_dir`` (relative to the install dir) or models.dir/board/kws-zh."""
+    configured = cfg.hear.kws_dir.strip()
+    if not configured:
+        return cfg.models.path / "board" / "kws-zh"
+    p = Path(configured).expanduser()
+    return p if p.is_absolute() else ROOT / p
+
+
+def fix_for(model_dir: Path) -> Fix:
+    return Fix("wake", f"reinstall the keyword spotter (./install.sh --profile board) or fix hear.kws_dir ({model_dir})")
+
+
+def pick_file(model_dir: Path, stem: str) -> Path:
+    """``{stem}*.int8.onnx`` first, else ``{stem}*.onnx`` (upstream names carry the recipe,
+    e.g. encoder-epoch-12-avg-2-chunk-16-left-64.int8.onnx)."""
+    for pattern in (f"{stem}*.int8.onnx", f"{stem}*.onnx"):
+        found = sorted(model_dir.glob(pattern))
+        if found:
+            return found[0]
+    raise fix_for(model_dir).error("missing-model", f"keyword spotter model missing: {model_dir}/{stem}*.onnx")
+
+
+def model_files(model_dir: Path) -> dict[str, Path]:
+    files = {stem: pick_file(model_dir, stem) for stem in STEMS}
+    files["tokens"] = model_dir / "tokens.txt"
+    return files
 
 
 def phrase_tokens(phrase: str) -> list[str]:
@@ -39,9 +76,13 @@ def phrase_tokens(phrase: str) -> list[str]:
     return tokens
 
 
-def keywords_line(phrase: str, tokens_file: Path) -> str:
-    """``"x iǎo zh ì x iǎo zh ì @小智小智"``: the phrase in the model's own tokens."""
-    known = {line.split()[0] for line in tokens_file.read_text(encoding="utf-8").splitlines() if line.strip()}
+def keywords_line(phrase: str, tokens_file: Path, known: dict[str, int] | None = None) -> str:
+    """``"x iǎo zh ì x iǎo zh ì @小智小智"``: the phrase in the model's own tokens.
+
+    A token missing from tokens.txt would make sherpa-onnx exit the process: it is an error here.
+    """
+    if known is None:
+        known = read_tokens(tokens_file, fix_for(tokens_file.parent))
     tokens = phrase_tokens(phrase)
     unknown = [t for t in tokens if t not in known]
     if not tokens or unknown:
@@ -49,9 +90,17 @@ def keywords_line(phrase: str, tokens_file: Path) -> str:
             "wake",
             "bad-phrase",
             f"wake phrase {phrase!r} cannot be spelled with the keyword model's tokens "
-            f"(unknown: {' '.join(unknown) or 'no pinyin'}); choose a Chinese phrase (hear.wake_phrase)",
+            f"(unknown: {' '.join(unknown) or 'no pinyin'}; {tokens_file}); choose a Chinese phrase (hear.wake_phrase)",
         )
     return " ".join(tokens) + f" @{phrase}"
+
+
+def check_kws(cfg: Config, model_dir: Path | None = None) -> str:
+    """Everything sherpa-onnx would exit on, without loading it; returns the keywords line."""
+    model_dir = model_dir or kws_dir(cfg)
+    files = model_files(model_dir)
+    table = check_kws_model(files["encoder"], files["decoder"], files["joiner"], files["tokens"], fix_for(model_dir))
+    return keywords_line(cfg.hear.wake_phrase, files["tokens"], table)
 
 
 class KwsWake:
@@ -63,44 +112,31 @@ class KwsWake:
         self._stream = None
         self._samples = 0
         self._keywords_file: Path | None = None
-
-    def _pick(self, stem: str) -> Path:
-        # upstream names carry the recipe (encoder-epoch-12-avg-2-chunk-16-left-64.int8.onnx)
-        for pattern in (f"{stem}*.int8.onnx", f"{stem}*.onnx"):
-            found = sorted(self.model_dir.glob(pattern))
-            if found:
-                return found[0]
-        raise RkvoiceError(
-            "wake",
-            "missing-model",
-            f"keyword spotter model missing: {self.model_dir}/{stem}.onnx; run ./install.sh --profile board",
-        )
+        self.ignored: list[str] = []
+        """Keywords detected that are not the configured phrase (dropped)."""
 
     def load(self) -> None:
-        encoder, decoder, joiner = (self._pick(s) for s in ("encoder", "decoder", "joiner"))
-        tokens = self.model_dir / "tokens.txt"
-        if not tokens.is_file():
-            raise RkvoiceError("wake", "missing-model", f"{tokens} is missing; run ./install.sh --profile board")
+        line = check_kws(self.cfg, self.model_dir)
+        files = model_files(self.model_dir)
         import sherpa_onnx
 
-        line = keywords_line(self.phrase, tokens)
         fd, name = tempfile.mkstemp(prefix="rkvoice-keywords-", suffix=".txt")
         with open(fd, "w", encoding="utf-8") as fh:
             fh.write(line + "\n")
         self._keywords_file = Path(name)
         h = self.cfg.hear
         self._kws = sherpa_onnx.KeywordSpotter(
-            tokens=str(tokens),
-            encoder=str(encoder),
-            decoder=str(decoder),
-            joiner=str(joiner),
+            tokens=str(files["tokens"]),
+            encoder=str(files["encoder"]),
+            decoder=str(files["decoder"]),
+            joiner=str(files["joiner"]),
             keywords_file=name,
             num_threads=1,
             keywords_score=h.kws_score,
             keywords_threshold=h.kws_threshold,
         )
         self._stream = self._kws.create_stream()
-        log.info("keyword spotter loaded (%s)", line)
+        log.info("keyword spotter loaded from %s (%s)", self.model_dir, line)
 
     def restart(self, at_sample: int) -> None:
         if self._kws is not None:
@@ -110,8 +146,11 @@ class KwsWake:
     def accept(self, frame: np.ndarray) -> WakeHit | None:
         if self._kws is None:
             raise RuntimeError("KwsWake.load() was not called")
-        self._stream.accept_waveform(SAMPLE_RATE, np.asarray(frame, dtype=np.float32))
-        self._samples += len(frame)
+        samples = np.asarray(frame, dtype=np.float32)
+        if samples.ndim != 1:
+            raise RkvoiceError("wake", "bad-audio", f"keyword spotter takes 16 kHz mono frames, got shape {samples.shape}")
+        self._stream.accept_waveform(SAMPLE_RATE, samples)
+        self._samples += len(samples)
         return self._decode()
 
     def flush(self) -> WakeHit | None:
@@ -123,12 +162,18 @@ class KwsWake:
     def _decode(self) -> WakeHit | None:
         while self._kws.is_ready(self._stream):
             self._kws.decode_stream(self._stream)
-            keyword = self._kws.get_result(self._stream)
-            if keyword:
-                self._kws.reset_stream(self._stream)
-                now = self._samples / SAMPLE_RATE
-                log.info("keyword spotted: %s at %.2f s", keyword, now)
-                return WakeHit(at_s=now, end_s=now)
+            result = self._kws.keyword_spotter.get_result(self._stream)  # clears it: read once
+            keyword = result.keyword.strip()
+            if not keyword:
+                continue
+            self._kws.reset_stream(self._stream)
+            if keyword != self.phrase:
+                self.ignored.append(keyword)
+                log.info("keyword %r is not the wake phrase %r: ignored", keyword, self.phrase)
+                continue
+            now = self._samples / SAMPLE_RATE
+            log.info("keyword spotted: %s (%s) at %.2f s", keyword, " ".join(result.tokens), now)
+            return WakeHit(at_s=now, end_s=now, text=keyword)
         return None
 
     def close(self) -> None:

@@ -1,4 +1,11 @@
-"""sherpa-onnx offline Paraformer (zh): the board profile's ASR (CPU, ~0.18 s per utterance)."""
+"""sherpa-onnx offline Paraformer (zh): the board profile's ASR (CPU, ~0.18 s per utterance).
+
+Files (``hear.paraformer_dir``, default ``models/board/paraformer-zh``): ``model.int8.onnx`` (or
+``model.onnx``) and ``tokens.txt``. sherpa-onnx exits the process on a model without its metadata
+(vocab_size, lfr_window_size/shift, neg_mean, inv_stddev), so ``load()`` checks the files first
+(``rkvoice.hear.sherpa_guard``). ``transcribe`` takes 16 kHz mono float32 (``hear.sources``
+converts files and microphones); shorter than 50 ms is no speech, anything else is a clear error.
+"""
 
 from __future__ import annotations
 
@@ -7,19 +14,63 @@ from pathlib import Path
 
 import numpy as np
 
-from rkvoice.config import Config
+from rkvoice.config import ROOT, Config
 from rkvoice.errors import RkvoiceError
+from rkvoice.hear.sherpa_guard import Fix, check_paraformer_model
 
 log = logging.getLogger(__name__)
 
+SAMPLE_RATE = 16000
+MIN_SAMPLES = SAMPLE_RATE // 20  # 50 ms: less than one LFR window of features
+
 
 def paraformer_dir(cfg: Config) -> Path:
-    return cfg.models.path / "board" / "paraformer-zh"
+    """``hear.paraformer_dir`` (relative to the install dir) or models.dir/board/paraformer-zh."""
+    configured = cfg.hear.paraformer_dir.strip()
+    if not configured:
+        return cfg.models.path / "board" / "paraformer-zh"
+    p = Path(configured).expanduser()
+    return p if p.is_absolute() else ROOT / p
+
+
+def fix_for(model_dir: Path) -> Fix:
+    return Fix("asr", f"reinstall the Paraformer (./install.sh --profile board) or fix hear.paraformer_dir ({model_dir})")
+
+
+def model_files(model_dir: Path) -> tuple[Path, Path]:
+    tokens = model_dir / "tokens.txt"
+    for name in ("model.int8.onnx", "model.onnx"):
+        model = model_dir / name
+        if model.is_file() and tokens.is_file():
+            return model, tokens
+    raise fix_for(model_dir).error(
+        "missing-model", f"Paraformer model missing: need {model_dir}/model.int8.onnx and tokens.txt"
+    )
+
+
+def check_paraformer(cfg: Config, model_dir: Path | None = None) -> tuple[Path, Path]:
+    """Everything sherpa-onnx would exit on, without loading it; returns (model, tokens)."""
+    model_dir = model_dir or paraformer_dir(cfg)
+    model, tokens = model_files(model_dir)
+    check_paraformer_model(model, tokens, fix_for(model_dir))
+    return model, tokens
+
+
+def as_speech(samples: np.ndarray) -> np.ndarray:
+    """16 kHz mono float32 samples, or a clear error (stereo, non-finite values)."""
+    data = np.asarray(samples, dtype=np.float32)
+    if data.ndim != 1:
+        raise RkvoiceError(
+            "asr", "bad-audio",
+            f"the recogniser takes 16 kHz mono samples, got an array of shape {data.shape} "
+            "(convert with rkvoice.hear.sources.to_mono_16k)",
+        )
+    if not np.all(np.isfinite(data)):
+        raise RkvoiceError("asr", "bad-audio", "the audio holds NaN or infinite samples")
+    return data
 
 
 class ParaformerAsr:
-    """Files: ``models/board/paraformer-zh/{model.int8.onnx | model.onnx, tokens.txt}``."""
-
     name = "paraformer"
 
     def __init__(self, cfg: Config, model_dir: Path | None = None) -> None:
@@ -28,34 +79,27 @@ class ParaformerAsr:
         self._rec = None
 
     def model_files(self) -> tuple[Path, Path]:
-        tokens = self.model_dir / "tokens.txt"
-        for name in ("model.int8.onnx", "model.onnx"):
-            model = self.model_dir / name
-            if model.is_file() and tokens.is_file():
-                return model, tokens
-        raise RkvoiceError(
-            "asr",
-            "missing-model",
-            f"Paraformer model missing: need {self.model_dir}/model.int8.onnx and tokens.txt; "
-            "run ./install.sh --profile board",
-        )
+        return model_files(self.model_dir)
 
     def load(self) -> None:
-        model, tokens = self.model_files()
+        model, tokens = check_paraformer(self.cfg, self.model_dir)
         import sherpa_onnx
 
         self._rec = sherpa_onnx.OfflineRecognizer.from_paraformer(
             paraformer=str(model), tokens=str(tokens), num_threads=self.cfg.hear.threads
         )
-        self.transcribe(np.zeros(16000, dtype=np.float32))
+        self.transcribe(np.zeros(SAMPLE_RATE, dtype=np.float32))
         log.info("paraformer loaded from %s", model)
 
     def transcribe(self, samples: np.ndarray) -> str:
         if self._rec is None:
             raise RuntimeError("ParaformerAsr.load() was not called")
+        data = as_speech(samples)
+        if len(data) < MIN_SAMPLES:
+            return ""  # a click: sherpa-onnx would log an ONNX Runtime error for an empty feature matrix
         try:
             stream = self._rec.create_stream()
-            stream.accept_waveform(16000, np.asarray(samples, dtype=np.float32))
+            stream.accept_waveform(SAMPLE_RATE, data)
             self._rec.decode_stream(stream)
             return stream.result.text.strip()
         except Exception as exc:  # a native decode failure is this stage's error

@@ -35,7 +35,7 @@ class WakeHit:
     end_s: float
     """Audio time where the speech holding the phrase ended."""
     text: str = ""
-    """What was transcribed (asr-match), '' for a keyword spotter."""
+    """What was transcribed (asr-match), or the keyword a keyword spotter detected."""
     request: str = ""
     """A request said in the same breath after the phrase ('' when the phrase was alone)."""
     asr_ms: float = 0.0

@@ -21,7 +21,7 @@ from rkvoice.models.assemble import Context, run_step
 from rkvoice.models.download import sha256_file
 from rkvoice.models.fetch import fetch
 from rkvoice.models.manifest import Manifest, Model, Source
-from rkvoice.models.rknn import Toolkit, resolve_toolkit, rknn_files
+from rkvoice.models.rknn import Toolkit, drop_ins_present, resolve_toolkit, rknn_files
 from rkvoice.models.verify import applies_here, verify_model
 
 log = logging.getLogger(__name__)
@@ -253,7 +253,9 @@ def install_profile(
 def _attempt(model: Model, root: Path, profile: str, status: dict[str, str], toolkit: Toolkit | None,
              **kw: object) -> Outcome:
     blocked = [n for n in model.needs if status.get(n, "ok") != "ok"]
-    if blocked:
+    if blocked and drop_ins_present(model, root):
+        log.info("%s: %s not installed, but its files built elsewhere are in %s", model.id, ", ".join(blocked), DOWNLOADS)
+    elif blocked:
         why = ", ".join(f"{n} ({status[n]})" for n in blocked)
         log.warning("%s: not attempted: it is built from %s", model.id, why)
         fix = f"fix {', '.join(blocked)} first (rows above)"

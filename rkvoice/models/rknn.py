@@ -132,6 +132,13 @@ def rknn_files(model: Model) -> list[str]:
     return [f.path for f in model.files if f.check == "rknn"]
 
 
+def drop_ins_present(model: Model, root: Path) -> bool:
+    """Is a complete set of the model's .rknn files (with sidecars) waiting in the download cache?"""
+    cache = root / ".cache" / "models" / "downloads"
+    names = [Path(p).name for p in rknn_files(model)]
+    return bool(names) and all((cache / n).is_file() and sidecar_of(cache / n).is_file() for n in names)
+
+
 def install_drop_ins(ctx: Context, toolkit: Toolkit) -> bool:
     """Copy finished files from the download cache into the model dir; False if they are not all there.
 

@@ -1,0 +1,142 @@
+"""What sherpa-onnx would kill the process on, checked before any sherpa object is created.
+
+sherpa-onnx 2.0.1 calls ``exit(-1)`` (status 255) from C++ when a keyword's token is missing from
+tokens.txt or a model lacks a metadata key it reads, and segfaults on a transducer without
+``model_type``: a daemon would vanish without a word when a user changes the wake phrase or drops
+in another model. Measured with the stand-ins (tests/test_board_hearing.py re-runs each case in a
+subprocess): keyword spotter encoder ``model_type`` (SIGSEGV), ``T``, ``decode_chunk_len``,
+``encoder_dims``, ``num_encoder_layers``, ``left_context_len``, ``cnn_module_kernels``,
+``query_head_dims``, ``value_head_dims``, ``num_heads``, decoder ``context_size``, ``vocab_size``,
+a keyword token not in tokens.txt; Paraformer ``vocab_size``, ``lfr_window_size``,
+``lfr_window_shift``, ``neg_mean``, ``inv_stddev`` (all exit 255); a tokens.txt without ``</s>``
+fails decoding later with an opaque IndexError. Each becomes an RkvoiceError naming the file,
+the missing key or token, and the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rkvoice.errors import RkvoiceError
+from rkvoice.tts.vits import read_onnx_metadata
+
+ZIPFORMER2_ENCODER_KEYS = (
+    "T", "decode_chunk_len", "encoder_dims", "num_encoder_layers", "left_context_len",
+    "cnn_module_kernels", "query_head_dims", "value_head_dims", "num_heads",
+)
+TRANSDUCER_DECODER_KEYS = ("context_size", "vocab_size")
+# online transducer model types sherpa-onnx 2.0.1 dispatches on; anything else crashes it
+ONLINE_TRANSDUCER_TYPES = ("conformer", "lstm", "zipformer", "zipformer2")
+PARAFORMER_KEYS = ("vocab_size", "lfr_window_size", "lfr_window_shift", "neg_mean", "inv_stddev")
+
+
+@dataclass(frozen=True)
+class Fix:
+    """Who is checking (the error's stage) and what the user should do about a bad file."""
+
+    stage: str
+    hint: str
+
+    def error(self, code: str, problem: str) -> RkvoiceError:
+        return RkvoiceError(self.stage, code, f"{problem}; {self.hint}")
+
+
+def require_file(path: Path, fix: Fix) -> Path:
+    if not path.is_file():
+        raise fix.error("missing-model", f"{path} is missing")
+    if path.stat().st_size == 0:
+        raise fix.error("corrupt-model", f"{path} is empty")
+    return path
+
+
+def onnx_metadata(path: Path, fix: Fix) -> dict[str, str]:
+    """metadata_props of a complete ONNX file (a truncated or foreign file is an error)."""
+    require_file(path, fix)
+    try:
+        return read_onnx_metadata(path)
+    except (OSError, ValueError) as exc:
+        raise fix.error("corrupt-model", f"{path} is not a complete ONNX model ({exc})") from exc
+
+
+def require_keys(meta: dict[str, str], keys: tuple[str, ...], path: Path, fix: Fix) -> None:
+    missing = [k for k in keys if not meta.get(k, "").strip()]
+    if missing:
+        raise fix.error(
+            "bad-model",
+            f"{path.name} lacks the metadata sherpa-onnx needs ({', '.join(missing)}); it would end the process",
+        )
+
+
+def require_int(meta: dict[str, str], key: str, path: Path, fix: Fix) -> int:
+    try:
+        return int(meta[key])
+    except (KeyError, ValueError):
+        raise fix.error("bad-model", f"{path.name}: metadata {key}={meta.get(key)!r} is not an integer") from None
+
+
+def read_tokens(path: Path, fix: Fix) -> dict[str, int]:
+    """tokens.txt as ``{token: id}`` (lines ``TOKEN ID``), or a clear error."""
+    require_file(path, fix)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise fix.error("corrupt-model", f"{path} is unreadable ({exc})") from exc
+    table: dict[str, int] = {}
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        token, _, ident = line.rstrip("\n").rpartition(" ")
+        if not token or not ident.lstrip("-").isdigit():
+            raise fix.error("corrupt-model", f"{path} line {n} is not 'TOKEN ID': {line!r}")
+        table[token] = int(ident)
+    if not table:
+        raise fix.error("corrupt-model", f"{path} holds no tokens")
+    return table
+
+
+def check_vocab(tokens: dict[str, int], vocab_size: int, tokens_path: Path, model: Path, fix: Fix) -> None:
+    """Every id the model can emit must name a token (sherpa-onnx indexes tokens.txt with it)."""
+    missing = set(range(vocab_size)) - set(tokens.values())
+    if missing:
+        raise fix.error(
+            "bad-model",
+            f"{tokens_path} has no token for {len(missing)} of the {vocab_size} ids {model.name} can emit "
+            f"(first: {min(missing)}): the tokens file belongs to another model",
+        )
+
+
+def check_kws_model(encoder: Path, decoder: Path, joiner: Path, tokens: Path, fix: Fix) -> dict[str, int]:
+    """The streaming transducer files a KeywordSpotter loads; returns ``tokens.txt`` as a table."""
+    enc_meta = onnx_metadata(encoder, fix)
+    kind = enc_meta.get("model_type", "")
+    if kind not in ONLINE_TRANSDUCER_TYPES:
+        raise fix.error(
+            "bad-model",
+            f"{encoder.name} has model_type {kind!r}, not one of {', '.join(ONLINE_TRANSDUCER_TYPES)} "
+            "(sherpa-onnx would crash on it)",
+        )
+    if kind == "zipformer2":
+        require_keys(enc_meta, ZIPFORMER2_ENCODER_KEYS, encoder, fix)
+    dec_meta = onnx_metadata(decoder, fix)
+    require_keys(dec_meta, TRANSDUCER_DECODER_KEYS, decoder, fix)
+    onnx_metadata(joiner, fix)
+    table = read_tokens(tokens, fix)
+    check_vocab(table, require_int(dec_meta, "vocab_size", decoder, fix), tokens, decoder, fix)
+    return table
+
+
+def check_paraformer_model(model: Path, tokens: Path, fix: Fix) -> dict[str, int]:
+    """The offline Paraformer files an OfflineRecognizer loads; returns ``tokens.txt`` as a table."""
+    meta = onnx_metadata(model, fix)
+    require_keys(meta, PARAFORMER_KEYS, model, fix)
+    window = require_int(meta, "lfr_window_size", model, fix)
+    for key in ("neg_mean", "inv_stddev"):
+        n = len(meta[key].split(","))
+        if n % window:
+            raise fix.error("bad-model", f"{model.name}: {key} has {n} values, not a multiple of lfr_window_size {window}")
+    table = read_tokens(tokens, fix)
+    if "</s>" not in table:
+        raise fix.error("bad-model", f"{tokens} has no '</s>' token (the Paraformer's end of sentence)")
+    check_vocab(table, require_int(meta, "vocab_size", model, fix), tokens, model, fix)
+    return table
