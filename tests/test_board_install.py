@@ -435,3 +435,11 @@ def test_an_aarch64_board_without_python312_fetches_the_pinned_cpython_and_check
     assert "step 'interpreter' failed: cannot fetch the pinned CPython" in r.stderr
     assert list((checkout / ".cache" / "python").iterdir()) == []  # nothing unverified is kept
     assert not (checkout / "py312").exists()
+
+
+def test_a_bad_toolkit_version_option_stops_the_installer_with_exit_2(tmp_path, capsys):
+    manifest = _npu_manifest(tmp_path, "http://127.0.0.1:9")
+    rc = cli.main(["install", "--profile", "board", "--root", str(tmp_path), "--manifest", str(manifest),
+                   "--toolkit-version", "latest"])
+    assert rc == 2 and "--toolkit-version 'latest': expected a version like 2.3.2" in capsys.readouterr().err
+    assert not (tmp_path / ".cache").exists()  # nothing attempted

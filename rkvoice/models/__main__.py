@@ -2,7 +2,8 @@
 
 ``install`` attempts every model and ends with a table (model, ok / missing / corrupt / mismatch /
 skipped, the fix); it exits 1 only when a required (not ``optional``) model is not usable, and
-names just those.
+names just those. ``check`` exits 1 when a required file does not verify. Exit 2: the installer
+itself could not run (bad manifest, bad option), so install.sh stops there.
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ def _install(args: argparse.Namespace, manifest: Manifest, root: Path, t0: float
 def _check(args: argparse.Namespace, manifest: Manifest, root: Path, t0: float) -> int:
     npu = any(s.op == "rknn" for m in manifest.profile(args.profile) for s in m.steps)
     toolkit = resolve_toolkit(args.toolkit_version) if npu else None
+    if toolkit is not None and toolkit.error is not None:
+        print(f"rkvoice.models check ({args.profile}): {toolkit.error.message}", file=sys.stderr)
+        return 1
     checked, problems = verify_profile(manifest, root, args.profile, toolkit.version if toolkit else None)
     optional = {m.id for m in checked if m.optional}
     required = [p for p in problems if p.model not in optional]
@@ -93,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         return _check(args, manifest, root, t0)
     except RkvoiceError as err:
         print(f"rkvoice.models: {err.message}", file=sys.stderr)
-        return 1
+        return 2
     except KeyboardInterrupt:
         print("rkvoice.models: interrupted; rerun to resume (finished downloads are kept)", file=sys.stderr)
         return 130
