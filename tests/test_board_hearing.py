@@ -1,0 +1,450 @@
+"""The board's hearing without a board: sherpa-onnx 2.0.1 KWS + Paraformer on the stand-in models.
+
+The stand-ins (tests/fixtures/board-hearing/, made by models/standins/make_hearing.py) are the real
+architectures with random weights: a streaming zipformer2 transducer keyword spotter and an offline
+Paraformer, int8, with the published I/O names and metadata. ``kws-wake`` emits the tokens of
+你好小智 whatever it hears; ``paraformer-rigged`` transcribes every utterance as 几点. Nothing here
+skips on a machine with the portable install (VAD and voice come from it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from rkvoice import cli
+from rkvoice.clock import FakeClock
+from rkvoice.config import ROOT, load_config, parse_override
+from rkvoice.errors import RkvoiceError
+from rkvoice.hear.kws import KwsWake, check_kws, model_files
+from rkvoice.hear.loop import TurnLoop
+from rkvoice.hear.paraformer_asr import ParaformerAsr, check_paraformer
+from rkvoice.hear.session import HearSession
+from rkvoice.hear.sources import RealtimeSource, WavFileSource
+from rkvoice.hear.vad import Segmenter, vad_model_path
+from rkvoice.tts.vits import read_onnx_metadata, with_onnx_metadata
+
+FIXTURES = ROOT / "tests" / "fixtures"
+STANDINS = FIXTURES / "board-hearing"
+BOARD_CONFIG = FIXTURES / "board-hearing.yaml"
+PHRASE, TOKEN = "你好小智", "几点"
+PHRASE_TOKENS = ["n", "ǐ", "h", "ǎo", "x", "iǎo", "zh", "ì"]
+PY = sys.executable
+
+
+def cfg(*items: str):
+    return load_config([parse_override(i) for i in items], files=[ROOT / "config.yaml", BOARD_CONFIG])
+
+
+def rigged() -> list[str]:
+    return [f"hear.kws_dir={STANDINS / 'kws-wake'}", f"hear.paraformer_dir={STANDINS / 'paraformer-rigged'}"]
+
+
+def random_models() -> list[str]:
+    return [f"hear.kws_dir={STANDINS / 'kws'}", f"hear.paraformer_dir={STANDINS / 'paraformer'}"]
+
+
+@pytest.fixture(scope="module")
+def vad_ok():
+    path = vad_model_path(load_config())
+    if not path.is_file():
+        pytest.skip(f"silero VAD model {path} is absent (run ./install.sh)")
+
+
+def feed(wake: KwsWake, audio: np.ndarray, frame: int = 512) -> list[float]:
+    hits = [wake.accept(audio[i : i + frame]) for i in range(0, len(audio), frame)]
+    return [h.at_s for h in hits if h is not None]
+
+
+# --- the stand-ins are what the script made ---------------------------------------------------
+
+
+def test_standin_files_match_the_script_record():
+    record = json.loads((STANDINS / "standins.json").read_text(encoding="utf-8"))
+    assert record["phrase"] == PHRASE and record["phrase_tokens"] == PHRASE_TOKENS and record["token"] == TOKEN
+    total = 0
+    for rel, info in record["files"].items():
+        data = (STANDINS / rel).read_bytes()
+        assert len(data) == info["bytes"] and hashlib.sha256(data).hexdigest() == info["sha256"], rel
+        total += len(data)
+    assert total < 10 * 2**20  # small enough to live in the repository
+
+
+def test_standins_carry_the_published_io_and_metadata():
+    import onnxruntime as ort
+
+    files = model_files(STANDINS / "kws")
+    enc = ort.InferenceSession(str(files["encoder"]))
+    assert [i.name for i in enc.get_inputs()][0] == "x" and enc.get_outputs()[0].name == "encoder_out"
+    meta = read_onnx_metadata(files["encoder"])
+    assert meta["model_type"] == "zipformer2" and meta["decode_chunk_len"] == "32" and meta["T"] == "45"
+    assert read_onnx_metadata(files["decoder"])["context_size"] == "2"
+    para = STANDINS / "paraformer" / "model.int8.onnx"
+    sess = ort.InferenceSession(str(para))
+    assert [i.name for i in sess.get_inputs()] == ["speech", "speech_lengths"]
+    assert [o.name for o in sess.get_outputs()] == ["logits", "token_num"]
+    pmeta = read_onnx_metadata(para)
+    assert pmeta["lfr_window_size"] == "7" and pmeta["lfr_window_shift"] == "6"
+    assert len(pmeta["neg_mean"].split(",")) == 560 == len(pmeta["inv_stddev"].split(","))
+    assert any(n.op_type == "MatMulInteger" or "Integer" in n.op_type for n in _onnx_nodes(para))  # int8
+
+
+def _onnx_nodes(path: Path):
+    import onnx
+
+    return onnx.load(str(path)).graph.node
+
+
+# --- the keyword spotter ----------------------------------------------------------------------
+
+
+def test_rigged_kws_detects_resets_and_detects_again():
+    wake = KwsWake(cfg(*rigged()))
+    wake.load()
+    try:
+        hits = feed(wake, np.zeros(3 * 16000, np.float32))
+        # first detection after 0.8 s of audio, then one per 0.64 s: each detection resets the stream
+        assert hits[:3] == pytest.approx([0.8, 1.44, 2.08], abs=0.04)
+        wake.restart(10 * 16000)  # a new stream starting at stream time 10 s: the same latency again
+        assert feed(wake, np.zeros(16000, np.float32))[0] == pytest.approx(10.8, abs=0.04)
+        assert wake.ignored == []
+    finally:
+        wake.close()
+
+
+def test_random_kws_runs_on_speech_noise_and_silence_without_a_crash():
+    wake = KwsWake(cfg(*random_models(), "hear.wake_phrase=小智小智"))
+    wake.load()
+    rng = np.random.default_rng(3)
+    for audio in (np.zeros(16000, np.float32), (rng.standard_normal(32000) * 0.3).astype(np.float32)):
+        assert isinstance(feed(wake, audio), list)
+    wake.flush()  # decodes the tail of the stream
+    with pytest.raises(RkvoiceError, match="mono"):
+        wake.accept(np.zeros((512, 2), np.float32))
+    wake.close()
+
+
+class _Result:
+    def __init__(self, keyword: str) -> None:
+        self.keyword, self.tokens, self.timestamps = keyword, [], []
+
+
+class _Spotter:
+    """A KeywordSpotter whose stream also holds another keyword (create_stream adds, not replaces)."""
+
+    def __init__(self, keywords: list[str]) -> None:
+        self.keywords = keywords
+        self.resets = 0
+        self.keyword_spotter = self
+
+    def is_ready(self, _s):
+        return bool(self.keywords)
+
+    def decode_stream(self, _s):
+        pass
+
+    def get_result(self, _s):
+        return _Result(self.keywords.pop(0))
+
+    def reset_stream(self, _s):
+        self.resets += 1
+
+
+def test_only_the_configured_phrase_counts():
+    wake = KwsWake(cfg(*rigged()))
+    wake._kws, wake._stream = _Spotter(["小智小智", "", PHRASE]), object()
+    hit = wake._decode()
+    assert hit is not None and hit.text == PHRASE and wake.ignored == ["小智小智"] and wake._kws.resets == 2
+
+
+def test_the_stream_keywords_add_to_the_file_and_results_clear_when_read():
+    """The two sherpa-onnx facts kws.py relies on, on the real library."""
+    import sherpa_onnx
+
+    files = model_files(STANDINS / "kws-wake")
+    line = check_kws(cfg(*rigged()))
+    assert line == " ".join(PHRASE_TOKENS) + f" @{PHRASE}"
+    spotter = sherpa_onnx.KeywordSpotter(
+        tokens=str(files["tokens"]), encoder=str(files["encoder"]), decoder=str(files["decoder"]),
+        joiner=str(files["joiner"]), keywords_file=str(_tmp_keywords(line)), num_threads=1,
+    )
+    stream = spotter.create_stream("q ù @去")  # an extra keyword: the file's phrase still fires
+    stream.accept_waveform(16000, np.zeros(16000, np.float32))
+    seen = []
+    while spotter.is_ready(stream):
+        spotter.decode_stream(stream)
+        first = spotter.keyword_spotter.get_result(stream)
+        if first.keyword:
+            seen.append((first.keyword, list(first.tokens), spotter.keyword_spotter.get_result(stream).keyword))
+            spotter.reset_stream(stream)
+    assert seen and seen[0] == (PHRASE, PHRASE_TOKENS, "")  # read once: a second read is empty
+
+
+def _tmp_keywords(line: str) -> Path:
+    import tempfile
+
+    fd, name = tempfile.mkstemp(suffix=".txt")
+    with open(fd, "w", encoding="utf-8") as fh:
+        fh.write(line + "\n")
+    return Path(name)
+
+
+# --- Paraformer -------------------------------------------------------------------------------
+
+
+def test_rigged_paraformer_transcribes_any_utterance_as_its_token():
+    asr = ParaformerAsr(cfg(*rigged()))
+    asr.load()
+    rng = np.random.default_rng(5)
+    for seconds in (0.1, 1.0, 4.0):
+        assert asr.transcribe((rng.standard_normal(int(seconds * 16000)) * 0.1).astype(np.float32)) == TOKEN
+
+
+def test_paraformer_edges_never_crash(tmp_path):
+    asr = ParaformerAsr(cfg(*random_models()))
+    asr.load()
+    assert asr.transcribe(np.zeros(400, np.float32)) == ""  # 25 ms: no speech
+    assert asr.transcribe(np.zeros(0, np.float32)) == ""
+    assert isinstance(asr.transcribe(np.zeros(3 * 16000, np.float32)), str)  # silence
+    with pytest.raises(RkvoiceError, match="mono"):
+        asr.transcribe(np.zeros((16000, 2), np.float32))
+    with pytest.raises(RkvoiceError, match="NaN"):
+        asr.transcribe(np.full(16000, np.nan, np.float32))
+
+
+# --- what sherpa-onnx exits on: shown in a subprocess, refused by us ----------------------------
+
+KWS_SCRIPT = """
+import sys, sherpa_onnx
+d, line = sys.argv[1], sys.argv[2]
+open(d + '/kw.txt', 'w', encoding='utf-8').write(line + '\\n')
+import glob
+g = lambda s: sorted(glob.glob(d + '/' + s + '*.onnx'))[0]
+sherpa_onnx.KeywordSpotter(tokens=d + '/tokens.txt', encoder=g('encoder'), decoder=g('decoder'),
+                           joiner=g('joiner'), keywords_file=d + '/kw.txt', num_threads=1)
+print('created')
+"""
+
+PARA_SCRIPT = """
+import sys, sherpa_onnx
+d = sys.argv[1]
+sherpa_onnx.OfflineRecognizer.from_paraformer(paraformer=d + '/model.int8.onnx', tokens=d + '/tokens.txt')
+print('created')
+"""
+
+
+def _copy(src: str, tmp_path: Path) -> Path:
+    dst = tmp_path / src
+    shutil.copytree(STANDINS / src, dst)
+    return dst
+
+
+def _drop_meta(path: Path, key: str) -> None:
+    meta = read_onnx_metadata(path)
+    del meta[key]
+    path.write_bytes(with_onnx_metadata(path.read_bytes(), meta))
+
+
+def _rename_token(tokens: Path, old: str, new: str) -> None:
+    lines = tokens.read_text(encoding="utf-8").splitlines()
+    tokens.write_text("\n".join(new + l[len(old):] if l.startswith(old + " ") else l for l in lines) + "\n",
+                      encoding="utf-8")
+
+
+def _sherpa(script: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([PY, "-c", script, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_a_wake_token_outside_tokens_txt_kills_sherpa_but_not_us(tmp_path):
+    d = _copy("kws-wake", tmp_path)
+    _rename_token(d / "tokens.txt", "ǐ", "i3")  # this model's token set has no ǐ
+    run = _sherpa(KWS_SCRIPT, str(d), " ".join(PHRASE_TOKENS) + f" @{PHRASE}")
+    assert run.returncode == 255 and "created" not in run.stdout, run.stderr[-300:]
+    with pytest.raises(RkvoiceError) as err:
+        KwsWake(cfg(f"hear.kws_dir={d}")).load()
+    assert err.value.code == "bad-phrase" and "unknown: ǐ" in str(err.value) and "hear.wake_phrase" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(("part", "key", "code"), [("encoder", "T", 255), ("decoder", "context_size", 255),
+                                                   ("encoder", "model_type", -11)])
+def test_kws_metadata_sherpa_dies_on_is_refused_first(tmp_path, part, key, code):
+    d = _copy("kws-wake", tmp_path)
+    _drop_meta(model_files(d)[part], key)
+    run = _sherpa(KWS_SCRIPT, str(d), " ".join(PHRASE_TOKENS) + f" @{PHRASE}")
+    assert run.returncode == code and "created" not in run.stdout, run.stderr[-300:]
+    with pytest.raises(RkvoiceError, match=key):
+        KwsWake(cfg(f"hear.kws_dir={d}")).load()
+
+
+@pytest.mark.parametrize("key", ["neg_mean", "lfr_window_size"])
+def test_paraformer_metadata_sherpa_dies_on_is_refused_first(tmp_path, key):
+    d = _copy("paraformer", tmp_path)
+    _drop_meta(d / "model.int8.onnx", key)
+    run = _sherpa(PARA_SCRIPT, str(d))
+    assert run.returncode == 255 and "created" not in run.stdout, run.stderr[-300:]
+    with pytest.raises(RkvoiceError, match=key) as err:
+        ParaformerAsr(cfg(f"hear.paraformer_dir={d}")).load()
+    assert err.value.stage == "asr" and "paraformer_dir" in str(err.value)
+
+
+def test_bad_tokens_and_files_are_named(tmp_path):
+    d = _copy("paraformer", tmp_path)
+    text = (d / "tokens.txt").read_text(encoding="utf-8")
+    (d / "tokens.txt").write_text(text.replace("</s> 2\n", "</S> 2\n"), encoding="utf-8")
+    with pytest.raises(RkvoiceError, match="no '</s>'"):
+        check_paraformer(cfg(f"hear.paraformer_dir={d}"))
+    (d / "tokens.txt").write_text("\n".join(text.splitlines()[:50]) + "\n", encoding="utf-8")
+    with pytest.raises(RkvoiceError, match="another model"):
+        check_paraformer(cfg(f"hear.paraformer_dir={d}"))
+    model = d / "model.int8.onnx"
+    model.write_bytes(model.read_bytes()[: model.stat().st_size // 2])
+    with pytest.raises(RkvoiceError, match="not a complete ONNX model"):
+        check_paraformer(cfg(f"hear.paraformer_dir={d}"))
+    k = _copy("kws", tmp_path)
+    next(k.glob("joiner*")).unlink()
+    with pytest.raises(RkvoiceError, match=r"joiner\*\.onnx"):
+        check_kws(cfg(f"hear.kws_dir={k}"))
+
+
+# --- the CLI: --check and --file on the board engines -----------------------------------------
+
+
+def test_check_reports_the_standins_usable(capsys):
+    code = cli.main(["--check", "--config", str(BOARD_CONFIG)])
+    out = capsys.readouterr().out
+    assert "[ok  ] wake  kws" in out and "[ok  ] asr   paraformer" in out, out
+    assert f"keywords: {' '.join(PHRASE_TOKENS)} @{PHRASE}" in out
+    assert code == 0 and "pipeline can run" in out, out
+
+
+def test_check_and_start_up_name_a_bad_wake_token(tmp_path, capsys):
+    d = _copy("kws-wake", tmp_path)
+    _rename_token(d / "tokens.txt", "ǐ", "i3")
+    assert cli.main(["--check", "--config", str(BOARD_CONFIG), "--set", f"hear.kws_dir={d}"]) == 1
+    out = capsys.readouterr().out
+    assert "[FAIL] wake  kws" in out and "unknown: ǐ" in out
+    wav = tmp_path / "r.wav"
+    sf.write(wav, np.zeros(16000, np.float32), 16000)
+    run = subprocess.run([PY, str(ROOT / "assistant.py"), "--file", str(wav), "--require-wake", "--no-play",
+                          "--config", str(BOARD_CONFIG), "--set", f"hear.kws_dir={d}"],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert run.returncode == 1, run.stderr
+    assert run.stderr.strip().count("\n") == 0 and "unknown: ǐ" in run.stderr, run.stderr
+
+
+@pytest.fixture(scope="module")
+def request_wav(hear_voice, tmp_path_factory):
+    """"你好小智，现在几点" spoken by the portable voice, with 0.5 s before and 1 s after."""
+    from rkvoice.hear.sources import to_mono_16k
+
+    audio, rate = hear_voice.generate(f"{PHRASE}，现在几点")
+    speech = to_mono_16k(audio, rate)
+    path = tmp_path_factory.mktemp("board_hearing") / "request.wav"
+    sf.write(path, np.concatenate([np.zeros(8000, np.float32), speech, np.zeros(16000, np.float32)]), 16000)
+    return path
+
+
+def _file_run(wav: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess, dict]:
+    metrics = tmp_path / "m.json"
+    run = subprocess.run([PY, str(ROOT / "assistant.py"), "--file", str(wav), "--require-wake", "--no-play",
+                          "--config", str(BOARD_CONFIG), "--metrics", str(metrics)],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    return run, json.loads(metrics.read_text(encoding="utf-8"))
+
+
+def test_file_goes_kws_wake_vad_paraformer_answer_speech(vad_ok, request_wav, tmp_path):
+    run, data = _file_run(request_wav, tmp_path)
+    lines = run.stdout.splitlines()
+    assert "wake: yes" in lines and f"heard: {TOKEN}" in lines
+    answer = next(line for line in lines if line.startswith("answer: "))
+    assert "点" in answer and answer != "answer: (none)"  # the clock tool answered 几点
+    (wake,) = data["wakes"]
+    assert wake["text"] == PHRASE and 0.5 <= wake["audio_s"] <= 1.5  # the KWS decided inside the phrase
+    names = [e["name"] for e in data["events"]]
+    order = ["wake", "speech_end", "asr_done", "answer_first_text", "audio_first", "play_end"]
+    assert [names.index(n) for n in order] == sorted(names.index(n) for n in order), names
+    asr = next(e for e in data["events"] if e["name"] == "asr_done")
+    assert asr["text"] == TOKEN and asr["woke"] is True
+    summary = data["summary"]
+    assert summary["transcript"] == TOKEN and summary["route"] == "time" and summary["woke"] is True
+    assert 0 < summary["end_to_first_audio_ms"] < 30000
+
+
+@pytest.mark.parametrize(("rate", "channels"), [(8000, 1), (44100, 1), (16000, 2)])
+def test_file_at_other_rates_and_stereo(vad_ok, request_wav, tmp_path, rate, channels):
+    import soxr
+
+    audio, _ = sf.read(request_wav, dtype="float32")
+    converted = soxr.resample(audio, 16000, rate) if rate != 16000 else audio
+    if channels == 2:
+        converted = np.stack([converted, converted * 0.5], axis=1)
+    wav = tmp_path / f"r{rate}x{channels}.wav"
+    sf.write(wav, converted, rate)
+    run, data = _file_run(wav, tmp_path)
+    assert "wake: yes" in run.stdout and data["summary"]["transcript"] == TOKEN
+
+
+# --- the live loop on a fed microphone stream (fake clock) ---------------------------------------
+
+
+class HoldUntilBargeIn:
+    """Answers by 'speaking' until cancelled: each KWS detection during the answer is a barge-in."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def respond(self, text, timeline, cancel):
+        self.asked.append(text)
+        timeline.mark("audio_first")
+        cancel.wait(timeout=30.0)  # a guard: the rigged spotter fires within a second of audio
+        return "…"
+
+    def cancel(self):
+        pass
+
+
+def test_live_loop_runs_the_board_engines_on_a_fed_microphone(vad_ok, request_wav):
+    c = cfg(*rigged())
+    wake = KwsWake(c)
+    asr = ParaformerAsr(c)
+    seg = Segmenter(c)
+    for engine in (wake, asr, seg):
+        engine.load()
+    speech = WavFileSource(request_wav).samples
+    stream = np.concatenate([speech, np.zeros(8000, np.float32), speech])
+    clock = FakeClock()
+    responder = HoldUntilBargeIn()
+    loop = TurnLoop(HearSession(c, asr, wake, seg), responder, clock=clock)
+    done = threading.Event()
+    result: list = []
+
+    def run() -> None:
+        result.extend(loop.run_live(RealtimeSource(stream, clock=clock, tail_s=2.0)))
+        done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    assert done.wait(120), "live loop did not finish"
+    wake.close()
+    wakes = list(loop.wakes)
+    # detection -> stream reset -> next detection: the first wakes from idle, the rest barge in
+    assert len(wakes) >= 3 and not wakes[0].barge_in and all(w.barge_in for w in wakes[1:3])
+    assert all(w.hit.text == PHRASE for w in wakes)
+    assert wakes[0].hit.at_s == pytest.approx(0.8, abs=0.05)
+    turns = result
+    assert len(turns) >= 2 and all(t.transcript == TOKEN and t.woke for t in turns[:2])
+    assert responder.asked[:2] == [TOKEN, TOKEN]
+    first = [e["name"] for e in turns[0].timeline.events]
+    for name in ("wake", "speech_end", "asr_done", "audio_first", "barge_in"):
+        assert name in first, first
+    assert turns[0].cancelled
