@@ -276,7 +276,7 @@ def _attempt(model: Model, root: Path, profile: str, status: dict[str, str], too
 def format_table(report: Report) -> str:
     """The per-model table install.sh ends with: id, status, and the fix for anything not ok."""
     rows = [(o.model, o.status + (" (optional)" if o.optional and o.status in FAILED else ""),
-             o.fix or ("-" if o.status in ("ok", "skipped") else "")) for o in report.outcomes]
+             o.fix or (o.detail if o.status == "skipped" else "-")) for o in report.outcomes]
     w0 = max([len("model")] + [len(r[0]) for r in rows])
     w1 = max([len("status")] + [len(r[1]) for r in rows])
     lines = [f"models ({report.profile}):", f"  {'model':<{w0}}  {'status':<{w1}}  fix"]
