@@ -59,6 +59,12 @@ def board(tmp_path, monkeypatch):
         p = models / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(b'{"toolkit_version":"2.3.2"}' if p.suffix in (".rknn", ".json") else b"x")
+    standins = Path(__file__).parent / "fixtures" / "board-hearing"  # --check reads the sherpa metadata
+    for src, dst in (("kws/encoder-*.int8.onnx", "encoder.int8.onnx"), ("kws/decoder-*.onnx", "decoder.onnx"),
+                     ("kws/joiner-*.int8.onnx", "joiner.int8.onnx"), ("kws/tokens.txt", "tokens.txt")):
+        (models / "board" / "kws-zh" / dst).write_bytes(next(standins.glob(src)).read_bytes())
+    for name in ("model.int8.onnx", "tokens.txt"):
+        (models / "board" / "paraformer-zh" / name).write_bytes((standins / "paraformer" / name).read_bytes())
     rt = tmp_path / "librknnrt.so"
     rt.write_bytes(RT_STAMP)
     llm = tmp_path / "librkllmrt.so"

@@ -45,7 +45,7 @@ def test_missing_model_files_are_clear_errors(tmp_path):
     assert err.value.code == "missing-model" and "model.bin" in str(err.value) and "install.sh" in str(err.value)
     with pytest.raises(RkvoiceError, match="model.int8.onnx and tokens.txt"):
         ParaformerAsr(cfg(), model_dir=tmp_path).load()
-    with pytest.raises(RkvoiceError, match="encoder.onnx"):
+    with pytest.raises(RkvoiceError, match=r"encoder\*\.onnx"):
         KwsWake(cfg(), model_dir=tmp_path).load()
 
 

@@ -68,7 +68,7 @@ def _engine_files(cfg: Config, engine: str) -> list[tuple[Path, ...]]:
 
         d = kws_dir(cfg)
         globbed = lambda s: tuple(sorted(d.glob(f"{s}*.int8.onnx")) + sorted(d.glob(f"{s}*.onnx")))  # noqa: E731
-        return [globbed(s) or (d / f"{s}.onnx",) for s in STEMS] + [(d / "tokens.txt",)]
+        return [globbed(s) or (d / f"{s}.int8.onnx", d / f"{s}.onnx") for s in STEMS] + [(d / "tokens.txt",)]
     if engine == "silero":
         from rkvoice.hear.vad import vad_model_path  # models/<profile>/vad/silero_vad.onnx
 
