@@ -23,7 +23,7 @@ REPORT = ROOT / "bench" / "board_report.py"
 
 def run_report(*args: str, timeout: int = 600) -> dict:
     res = subprocess.run([sys.executable, str(REPORT), *args], capture_output=True, text=True, timeout=timeout,
-                         cwd=ROOT)
+                         cwd=ROOT, check=False)
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(res.stdout)
 
@@ -78,10 +78,10 @@ def test_board_profile_here_reports_missing_engines(tmp_path: Path) -> None:
 
 def test_bad_arguments_are_one_line_errors(tmp_path: Path) -> None:
     res = subprocess.run([sys.executable, str(REPORT), "--config", str(tmp_path / "nope.yaml")],
-                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+                         capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
     assert res.returncode == 2 and "no such file" in res.stderr and not res.stdout
     res = subprocess.run([sys.executable, str(REPORT), "--set", "tts.nope=1"], capture_output=True, text=True,
-                         timeout=60, cwd=ROOT)
+                         timeout=60, cwd=ROOT, check=False)
     assert res.returncode == 2 and "unknown config key 'tts.nope'" in res.stderr
 
 

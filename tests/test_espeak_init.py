@@ -56,7 +56,7 @@ def test_initialise_passes_dont_exit(fake_espeak: Path, tmp_path: Path) -> None:
 
 
 def _in_subprocess(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
 
 
 def test_data_error_is_an_error_not_an_exit(fake_espeak: Path, tmp_path: Path) -> None:

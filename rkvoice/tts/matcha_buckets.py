@@ -26,7 +26,13 @@ from typing import Any
 import numpy as np
 
 from rkvoice.errors import RkvoiceError
-from rkvoice.npu.runtime import ModelRuntime, OnnxModel, RknnModel, TensorSpec, open_model
+from rkvoice.npu.runtime import (
+    ModelRuntime,
+    OnnxModel,
+    RknnModel,
+    TensorSpec,
+    open_model,
+)
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +174,7 @@ def load_bucket(path: Path, kind: str, threads: int = 1, core_mask: str = "auto"
     model = open_model(path, threads=threads, core_mask=core_mask, what=what)
     model.load()
     try:
-        bucket = _declared(path, model, side)
+        bucket = _declared(path, kind, model, side)
         (_check_matcha if kind == "matcha" else _check_vocos)(bucket, side)
     except BaseException:
         model.close()
@@ -176,8 +182,7 @@ def load_bucket(path: Path, kind: str, threads: int = 1, core_mask: str = "auto"
     return bucket
 
 
-def _declared(path: Path, model: ModelRuntime, side: dict[str, Any] | None) -> Bucket:
-    kind = "matcha" if path.name.startswith("matcha") or (side or {}).get("model") == "matcha" else "vocos"
+def _declared(path: Path, kind: str, model: ModelRuntime, side: dict[str, Any] | None) -> Bucket:
     side_in = [TensorSpec.from_json(i) for i in side["inputs"]] if side else None
     side_out = [TensorSpec.from_json(o) for o in side["outputs"]] if side else None
     meta = {str(k): str(v) for k, v in ((side or {}).get("metadata") or {}).items()}
@@ -250,7 +255,7 @@ def _check_matcha(b: Bucket, side: dict[str, Any] | None) -> None:
             raise _bad(b.path, f"input {s.describe()} should be {' or '.join(want)}")
         if name != "x" and name != "noise" and s.fixed and s.shape != (1,):
             raise _bad(b.path, f"input {s.describe()} should be one value [1]")
-    if len(x.shape) != 2 or x.shape[0] not in (1, "N") and isinstance(x.shape[0], int):
+    if len(x.shape) != 2 or (isinstance(x.shape[0], int) and x.shape[0] != 1):
         raise _bad(b.path, f"input {x.describe()} should be [1, tokens]")
     mel_i = _find_out(b, "mel", 3)
     if mel_i is None:

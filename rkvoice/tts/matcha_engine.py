@@ -24,8 +24,19 @@ import numpy as np
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
 from rkvoice.npu.istft import StftConfig, istft_mag_phase, istft_mag_xy
-from rkvoice.tts.matcha_buckets import Bucket, expected_path, find_models, load_bucket, sidecar_of
-from rkvoice.tts.matcha_frames import halve, smallest_at_least, split_units, vocos_windows
+from rkvoice.tts.matcha_buckets import (
+    Bucket,
+    expected_path,
+    find_models,
+    load_bucket,
+    sidecar_of,
+)
+from rkvoice.tts.matcha_frames import (
+    halve,
+    smallest_at_least,
+    split_units,
+    vocos_windows,
+)
 from rkvoice.tts.matcha_frontend import MatchaFrontend, Phonemizer, Unit
 
 log = logging.getLogger(__name__)
@@ -88,11 +99,13 @@ class MatchaTts:
         phonemizer = self._phonemizer or _system_phonemizer(self.cfg)
         self.frontend = MatchaFrontend.from_files(files["lexicon"], files["tokens"], phonemizer)
         threads, mask = self.cfg.tts.threads, self.cfg.tts.matcha_core_mask
-        try:
-            self.acoustic = _sorted([load_bucket(p, "matcha", threads, mask)
-                                     for p in find_models(self.dir, mc.acoustic, mc.runtime)])
-            self.vocoders = _sorted([load_bucket(p, "vocos", threads, mask)
-                                     for p in find_models(self.dir, mc.vocoder, mc.runtime)])
+        self.close()
+        try:  # appended one by one so that a failure releases the models loaded before it
+            for p in find_models(self.dir, mc.acoustic, mc.runtime):
+                self.acoustic.append(load_bucket(p, "matcha", threads, mask))
+            for p in find_models(self.dir, mc.vocoder, mc.runtime):
+                self.vocoders.append(load_bucket(p, "vocos", threads, mask))
+            self.acoustic, self.vocoders = _sorted(self.acoustic), _sorted(self.vocoders)
             self._configure()
         except BaseException:
             self.close()
@@ -224,7 +237,7 @@ class MatchaTts:
             mel = mel[None]
         if b.dynamic:
             return mel, mel.shape[-1]
-        return mel, int(round(float(np.asarray(b.output(outs, "mel_frames")).reshape(-1)[0])))
+        return mel, round(float(np.asarray(b.output(outs, "mel_frames")).reshape(-1)[0]))
 
     def _synthesize(self, piece: list[Unit], sid: int, speed: float, rng: np.random.Generator,
                     depth: int = 0) -> list[np.ndarray]:

@@ -33,9 +33,9 @@ import logging
 import re
 import unicodedata
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
 from rkvoice.errors import RkvoiceError
 
@@ -176,7 +176,7 @@ class MatchaFrontend:
         self._warned: set[str] = set()
 
     @classmethod
-    def from_files(cls, lexicon: Path, tokens: Path, phonemizer: Phonemizer | None = None) -> "MatchaFrontend":
+    def from_files(cls, lexicon: Path, tokens: Path, phonemizer: Phonemizer | None = None) -> MatchaFrontend:
         t2i = read_tokens(tokens)
         return cls(t2i, read_lexicon(lexicon, t2i), phonemizer)
 
