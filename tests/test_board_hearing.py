@@ -448,3 +448,84 @@ def test_live_loop_runs_the_board_engines_on_a_fed_microphone(vad_ok, request_wa
     for name in ("wake", "speech_end", "asr_done", "audio_first", "barge_in"):
         assert name in first, first
     assert turns[0].cancelled
+
+
+# --- the daemon under systemd: a wake phrase the model cannot spell never kills it ------------------
+
+
+def _notify_socket(tmp_path: Path):
+    import socket
+
+    addr = str(tmp_path / "notify.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(addr)
+    sock.settimeout(120)
+    return addr, sock
+
+
+def _until(sock, want: str) -> None:
+    while want not in sock.recv(4096).decode().split("\n"):
+        pass
+
+
+def _daemon(config: Path, addr: str, tmp_path: Path) -> subprocess.Popen:
+    import os
+
+    env = dict(os.environ, NOTIFY_SOCKET=addr, WATCHDOG_USEC="2000000", XDG_STATE_HOME=str(tmp_path))
+    env.pop("WATCHDOG_PID", None)
+    env.pop("RKVOICE_CONFIG", None)
+    return subprocess.Popen([PY, "assistant.py", "--no-play", "--config", str(config), "--set", "audio.input=arecord",
+                             "--set", "audio.input_device=rkvoice-test-no-such-device"],
+                            cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+
+
+def test_daemon_keeps_supervising_when_a_reload_brings_a_bad_wake_phrase(vad_ok, tmp_path):
+    import signal
+
+    llm = load_config().models.path / "portable" / "llm" / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+    if not llm.is_file():
+        pytest.skip(f"the portable LLM {llm} is absent (run ./install.sh): the daemon loads it")
+    bad = _copy("kws-wake", tmp_path)
+    _rename_token(bad / "tokens.txt", "ǐ", "i3")
+    config = tmp_path / "board.yaml"
+    good_text = BOARD_CONFIG.read_text(encoding="utf-8").replace("tests/fixtures/", f"{FIXTURES}/")
+    config.write_text(good_text, encoding="utf-8")
+    addr, sock = _notify_socket(tmp_path)
+    proc = _daemon(config, addr, tmp_path)
+    try:
+        _until(sock, "READY=1")
+        config.write_text(good_text.replace(f"{STANDINS}/kws-wake", str(bad)), encoding="utf-8")
+        proc.send_signal(signal.SIGHUP)
+        _until(sock, "READY=1")  # the reload failed, the previous engines are back
+        _until(sock, "WATCHDOG=1")  # and supervision goes on
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+        err = proc.stderr.read()
+        assert "unknown: ǐ" in err and "restoring the previous config" in err, err[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+        proc.stderr.close()
+        sock.close()
+
+
+def test_daemon_start_up_with_a_bad_wake_phrase_is_one_clear_line(tmp_path):
+    bad = _copy("kws-wake", tmp_path)
+    _rename_token(bad / "tokens.txt", "ǐ", "i3")
+    config = tmp_path / "board.yaml"
+    config.write_text(BOARD_CONFIG.read_text(encoding="utf-8").replace("tests/fixtures/board-hearing/kws-wake", str(bad))
+                      .replace("tests/fixtures/", f"{FIXTURES}/"), encoding="utf-8")
+    addr, sock = _notify_socket(tmp_path)
+    proc = _daemon(config, addr, tmp_path)
+    try:
+        code = proc.wait(120)
+        err = proc.stderr.read()
+        assert code not in (0, 255, -11) and "unknown: ǐ" in err, (code, err[-2000:])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+        proc.stderr.close()
+        sock.close()
