@@ -27,7 +27,8 @@ STEP_OPS = ("extract", "untar", "concat", "copy", "convert", "prepare", "rknn")
 FILE_CHECKS = ("", "onnx", "rknn")
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 _PIP = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!-]+$")
-_REQ = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?([<>=!~]=?[A-Za-z0-9.*+!-]+(,[<>=!~]=?[A-Za-z0-9.*+!-]+)*)?$")
+_REQ = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?([<>=!~]=?[A-Za-z0-9.*+!-]+(,[<>=!~]=?[A-Za-z0-9.*+!-]+)*)?"
+                  r"( *; *[a-z_]+ *[=!]= *['\"][A-Za-z0-9_.-]+['\"])?$")  # one optional marker: "; platform_machine == 'aarch64'"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -217,7 +218,8 @@ def _step(d: Any, where: str, sources: set[str]) -> Step:
             raise _err(where, f"toolkit must be a distribution name (its version follows the board), got {d['toolkit']!r}")
         deps = d.get("deps", [])
         if not isinstance(deps, list) or not all(isinstance(x, str) and _REQ.match(x) for x in deps):
-            raise _err(where, "deps must be a list of requirement specifiers (NAME, NAME==V, NAME<=V, NAME>=A,<B)")
+            raise _err(where, "deps must be a list of requirement specifiers (NAME, NAME==V, NAME>=A,<B, "
+                              "optionally '; platform_machine == \"aarch64\"')")
     else:  # prepare: a script file of the checkout, or a module run with -m
         d = _take(d, where, ("op", "args"), ("script", "module"))
         if ("script" in d) == ("module" in d):
