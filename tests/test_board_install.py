@@ -446,3 +446,16 @@ def test_a_bad_toolkit_version_option_stops_the_installer_with_exit_2(tmp_path, 
                    "--toolkit-version", "latest"])
     assert rc == 2 and "--toolkit-version 'latest': expected a version like 2.3.2" in capsys.readouterr().err
     assert not (tmp_path / ".cache").exists()  # nothing attempted
+
+
+def test_a_toolkit_option_contradicting_the_board_marks_only_the_npu_model(server, tmp_path):
+    base, _ = server
+    (tmp_path / "fake_convert.py").write_text(MARKER_SCRIPT)
+    lib = _fake_librknnrt(tmp_path / "librknnrt.so", "2.3.2")
+    report = install_profile(load_manifest(_npu_manifest(tmp_path, base)), tmp_path, "board",
+                             lib_paths=(lib,), toolkit_version="2.5.0")
+    onnx, npu = report.outcomes
+    assert onnx.status == "ok"
+    assert npu.status == "mismatch" and "--toolkit-version 2.5.0" in npu.detail and "is 2.3.2" in npu.detail
+    assert npu.fix == "./install.sh --profile board without --toolkit-version (the board's runtime decides)"
+    assert not (tmp_path / "converter-ran").exists()
