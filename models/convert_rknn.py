@@ -37,7 +37,16 @@ Subcommands:
       halves. With ``--ids`` it reports the simulator's mel SNR against onnxruntime.
 
   generic --onnx X.onnx --out X.rknn --shape NAME=D,D ... [--feed NAME=F.npy] [--simulate]
-      Any fixed-shape graph (Matcha 64 tokens -> 599 frames, Vocos 600 frames).
+      Any graph that is fixed-shape once its inputs are.
+
+  matcha --onnx model-steps-3.onnx --out DIR --tokens 32 --tokens 64 [--frames W ...]
+         [--target rk3576] [--toolkit-version V] [--verify auto|simulator|device|none|onnx-only]
+      The board's Matcha, one .rknn per token bucket (models/matcha_graph.py rewrites the dynamic
+      published graph into a static one that also outputs the true frame count; models/npu_voice.py
+      builds and checks it). One JSON line per bucket; exit 1 below the SNR thresholds.
+
+  vocos --onnx vocos-16khz-univ.onnx --out DIR --frames 600 [--frames 200 ...] [--mel mel.npy] ...
+      The board's Vocos, one .rknn per frame bucket, same checks and JSON lines.
 
 The board runs the vocoder file through ``rkvoice.npu.runtime`` (RKNNLite) and
 ``rkvoice.npu.chunked_vocoder.ChunkedVocoder`` (overlapping <= 50-frame windows).
@@ -391,13 +400,18 @@ def fastspeech2(src: Path, out_dir: Path, frames: list[int], target: str, ids: A
     return report
 
 
-TOOLKIT = "rknn-toolkit2==2.5.0"
+DEFAULT_TOOLKIT_VERSION = "2.3.2"
+"""Only the default for a PC venv: the version that matters is the board's librknnrt (--toolkit-version)."""
 TOOLKIT_DEPS = ["protobuf<=4.25.4", "psutil", "ruamel.yaml", "scipy", "tqdm", "opencv-python-headless",
-                "fast-histogram", "numpy<=1.26.4", "onnx>=1.16,<1.19", "onnxruntime", "torch==2.13.0",
-                "setuptools<81"]
+                "fast-histogram", "numpy<=1.26.4", "onnx>=1.16,<1.19", "onnxruntime", "onnxsim==0.4.36",
+                "torch==2.13.0", "setuptools<81"]
+MODEL_CODE_DEPS = ["einops", "conformer==0.3.2", "diffusers==0.25.0", "huggingface_hub<0.26", "pypinyin"]
+MODEL_CODE_NODEPS = ["matcha-tts==0.0.7.2", "vocos==0.1.0"]
+"""--model-code: the real Matcha and Vocos architectures (models/standins/make_voice.py); installed
+--no-deps because they declare training stacks (lightning, hydra, torchaudio, encodec) inference never uses."""
 
 
-def setup_venv(venv: Path, python: str) -> int:
+def setup_venv(venv: Path, python: str, version: str = DEFAULT_TOOLKIT_VERSION, model_code: bool = False) -> int:
     """Create the toolkit venv: the wheel without its deps (torch 2.4 + CUDA, 5.6 GB), then lean pins."""
     def run(*cmd: str) -> None:
         log.info("$ %s", " ".join(cmd))
@@ -406,12 +420,44 @@ def setup_venv(venv: Path, python: str) -> int:
     run(python, "-m", "venv", str(venv))
     pip = str(venv / "bin" / "pip")
     with tempfile.TemporaryDirectory() as tmp:
-        run(pip, "download", "--no-deps", "-d", tmp, TOOLKIT)
+        run(pip, "download", "--no-deps", "-d", tmp, f"rknn-toolkit2=={version}")
         wheels = sorted(Path(tmp).glob("rknn_toolkit2-*.whl"))
         run(pip, "install", "--no-deps", *map(str, wheels))
     run(pip, "install", *TOOLKIT_DEPS)
-    run(str(venv / "bin" / "python"), "-c", "from rknn.api import RKNN")
+    if model_code:
+        run(pip, "install", "--no-deps", *MODEL_CODE_NODEPS)
+        run(pip, "install", *MODEL_CODE_DEPS)
+    run(str(venv / "bin" / "python"), "-c", "from rknn.api import RKNN; import onnxsim")
     return 0
+
+
+def _voice(args: argparse.Namespace) -> int:
+    """matcha / vocos subcommands: one JSON line per bucket; 0 all pass, 1 a check failed, 2 refused."""
+    import npu_voice
+
+    # The toolkit logs to stdout; keep stdout for the JSON lines alone (its logs go to stderr).
+    sys.stdout.flush()
+    json_fd = os.dup(1)
+    os.dup2(2, 1)
+
+    def emit(report: dict) -> None:
+        os.write(json_fd, (json.dumps(report, ensure_ascii=False) + "\n").encode())
+
+    try:
+        if args.cmd == "matcha":
+            reports = npu_voice.convert_matcha(args.onnx, args.out, args.tokens, args.frames, args.target,
+                                               args.toolkit_version, args.verify, args.fuse_qkv, emit)
+        else:
+            reports = npu_voice.convert_vocos(args.onnx, args.out, args.frames or [600], args.target,
+                                              args.toolkit_version, args.verify, args.mel, emit)
+    except npu_voice.ConvertError as exc:
+        sys.stderr.write(f"convert_rknn.py {args.cmd}: {exc}\n")
+        return 2
+    failed = [r["out"] for r in reports if not r["ok"]]
+    for out in failed:
+        sys.stderr.write(f"convert_rknn.py {args.cmd}: {out} is below the thresholds (see its JSON line); "
+                         "it is written but must not be installed\n")
+    return 1 if failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -443,13 +489,34 @@ def main(argv: list[str] | None = None) -> int:
     fs.add_argument("--ids", type=Path, help="a [1, N] .npy of token ids: simulate and report SNR")
     fs.add_argument("--target", default="rk3576")
     fs.add_argument("--json", action="store_true")
+    for name, what in (("matcha", "Matcha ONNX -> fixed-shape .onnx + .rknn per token bucket, checked"),
+                       ("vocos", "Vocos ONNX -> fixed-shape .onnx + .rknn per frame bucket, checked")):
+        vp = sub.add_parser(name, help=what)
+        vp.add_argument("--onnx", type=Path, required=True)
+        vp.add_argument("--out", type=Path, required=True, help="output directory")
+        if name == "matcha":
+            vp.add_argument("--tokens", type=int, action="append", required=True, help="token bucket (repeat)")
+            vp.add_argument("--frames", type=int, action="append", help="frame window per bucket (default 9.375/token)")
+            vp.add_argument("--fuse-qkv", action="store_true",
+                            help="let onnxsim merge q/k/v (reproduces the toolkit's attention bug; for tests)")
+        else:
+            vp.add_argument("--frames", type=int, action="append", help="frame bucket (repeat; default 600)")
+            vp.add_argument("--mel", type=Path, help="a [1, n_mels, T] .npy mel for the checks")
+        vp.add_argument("--target", default="rk3576")
+        vp.add_argument("--toolkit-version", help="refuse unless the installed rknn-toolkit2 is this version")
+        vp.add_argument("--verify", default="auto", choices=["auto", "simulator", "device", "none", "onnx-only"],
+                        help="check B: simulator (x86), device (on the board), none; onnx-only skips the build")
     sv = sub.add_parser("setup-venv", help="create the rknn-toolkit2 venv (python 3.11; torch 2.13.0 CPU wheel)")
     sv.add_argument("venv", type=Path, nargs="?", default=Path(os.environ.get("RKNN_TOOLKIT_VENV", "/tmp/rknn-tk-venv")))
     sv.add_argument("--python", default="python3.11", help="a CPython 3.11 (the toolkit has cp311 wheels)")
+    sv.add_argument("--toolkit-version", default=DEFAULT_TOOLKIT_VERSION, help="rknn-toolkit2 version")
+    sv.add_argument("--model-code", action="store_true", help="also matcha-tts + vocos (for the stand-in voice)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if args.cmd == "setup-venv":
-        return setup_venv(args.venv, args.python)
+        return setup_venv(args.venv, args.python, args.toolkit_version, args.model_code)
+    if args.cmd in ("matcha", "vocos"):
+        return _voice(args)
     if args.cmd == "float-copy":
         n = strip_output_quantization(args.src, args.dst)
         log.info("wrote %s (%d Quantize/Dequantize nodes replaced)", args.dst, n)

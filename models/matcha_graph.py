@@ -1,0 +1,561 @@
+"""Rewrite a published Matcha ONNX graph into a fixed-shape graph that rknn-toolkit2 can build.
+
+The published export (icefall/sherpa-onnx ``model-steps-N.onnx``: ``x``, ``x_length``,
+``noise_scale``, ``length_scale`` -> ``mel``) sizes everything after the duration predictor by a
+data-dependent frame count: ``Range(0, T')`` builds the frame mask (T' = the true frame count T
+rounded up for the U-Net), ``CumSum`` + ``Range`` build the alignment path, ``Ceil`` rounds
+durations, ``RandomNormalLike`` draws the ODE start noise, and a final ``Slice`` cuts the mel at T.
+The NPU compiler needs static shapes. For a token bucket K and a frame window W this module
+
+1. replaces ``RandomNormalLike`` by a model input ``noise`` [1, n_mels, W] (the caller draws it:
+   reproducible, and the same noise can be fed to the original graph to compare the two),
+2. fixes ``x`` to [1, K] and replaces every data-dependent ``Range`` limit by W and every
+   data-dependent ``Slice`` end by "to the end", refusing any other data-dependent shape input,
+3. replaces ``Ceil(x)`` by ``-Floor(-x)`` and ``CumSum`` over the K durations by a MatMul with a
+   constant triangular matrix,
+4. keeps the true frame count T as a second output ``mel_frames`` (float32 [1]), so the engine cuts
+   the mel exactly instead of guessing, and
+5. masks the decoder to the length the original would have used (T'): every GroupNorm (exported as
+   Reshape -> InstanceNormalization) computes its statistics over the first T' frames only, and
+   every decoder attention gets -1e4 on keys at or beyond T'. Without this the padded frames leak
+   into the mel (measured: 39 dB at 64 tokens, 9 dB at 20 tokens); with it the fixed graph matches
+   the original to float rounding.
+
+Everything here needs only ``onnx`` and ``numpy`` (plus ``onnxsim`` for the shape folding), so it
+runs in the toolkit venv on a PC or on the board.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import numpy as np
+
+log = logging.getLogger("matcha_graph")
+
+MATCHA_INPUTS = ("x", "x_length", "noise_scale", "length_scale")
+NOISE = "noise"
+FRAMES = "mel_frames"
+DEC_LEN = "_decoder_frames"  # T' while rewriting; dropped from the deployed graph
+MASK_NEG = -1e4  # not -1e9: fp16 on the NPU turns that into -inf and then NaN
+SHAPE_INPUTS = {  # op -> indices of inputs that are shapes/extents (must not be data-dependent)
+    "Reshape": (1,), "Expand": (1,), "ConstantOfShape": (0,), "Tile": (1,), "Pad": (1,),
+    "Resize": (1, 2, 3), "Upsample": (1,), "TopK": (1,), "OneHot": (1,),
+}
+
+
+class GraphError(ValueError):
+    """The graph is not what the rewrite understands; the message says what and how to fix it."""
+
+
+@dataclass
+class Rewrite:
+    """What the rewrite did (for the report and the tests)."""
+
+    tokens: int
+    frames: int
+    n_mels: int = 80
+    vocab: int = 0
+    pad_id: int = 0
+    replaced: dict[str, int] = field(default_factory=dict)
+    decoder_lengths: list[int] = field(default_factory=list)
+
+    def count(self, what: str) -> None:
+        self.replaced[what] = self.replaced.get(what, 0) + 1
+
+
+# --------------------------------------------------------------------------------------------
+# small graph helpers
+
+
+def _const(graph: Any, name: str, value: np.ndarray) -> str:
+    from onnx import numpy_helper
+
+    graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))
+    return name
+
+
+def _node(graph: Any, op: str, inputs: list[str], output: str, **attrs: Any) -> str:
+    from onnx import helper
+
+    graph.node.append(helper.make_node(op, inputs, [output], name=output, **attrs))
+    return output
+
+
+def _producers(graph: Any) -> dict[str, Any]:
+    return {o: n for n in graph.node for o in n.output}
+
+
+def _consumers(graph: Any) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
+    for n in graph.node:
+        for i in n.input:
+            out.setdefault(i, []).append(n)
+    return out
+
+
+def _rename_input(graph: Any, old: str, new: str) -> None:
+    for n in graph.node:
+        for k, name in enumerate(n.input):
+            if name == old:
+                n.input[k] = new
+    for o in graph.output:
+        if o.name == old:
+            o.name = new
+
+
+def _elem_type(model: Any, name: str) -> int:
+    import onnx
+
+    for vi in list(model.graph.value_info) + list(model.graph.input) + list(model.graph.output):
+        if vi.name == name:
+            return vi.type.tensor_type.elem_type
+    for init in model.graph.initializer:
+        if init.name == name:
+            return init.data_type
+    return onnx.TensorProto.UNDEFINED
+
+
+def _shape(model: Any, name: str) -> list[int] | None:
+    for vi in list(model.graph.value_info) + list(model.graph.input) + list(model.graph.output):
+        if vi.name == name:
+            dims = vi.type.tensor_type.shape.dim
+            if all(d.HasField("dim_value") for d in dims):
+                return [d.dim_value for d in dims]
+            return None
+    return None
+
+
+def _set_input_shape(model: Any, name: str, dims: Iterable[int | str]) -> None:
+    for vi in model.graph.input:
+        if vi.name == name:
+            shape = vi.type.tensor_type.shape
+            del shape.dim[:]
+            for d in dims:
+                dim = shape.dim.add()
+                if isinstance(d, int):
+                    dim.dim_value = d
+                else:
+                    dim.dim_param = d
+            return
+    raise GraphError(f"no input {name}")
+
+
+# --------------------------------------------------------------------------------------------
+# checks and the noise input
+
+
+def check_matcha(model: Any) -> None:
+    """Refuse what is not a published-style Matcha acoustic graph, naming the expected I/O."""
+    names = [i.name for i in model.graph.input]
+    outs = [o.name for o in model.graph.output]
+    missing = [n for n in MATCHA_INPUTS if n not in names]
+    if missing or "mel" not in outs:
+        raise GraphError(f"not a Matcha acoustic model: inputs {names}, outputs {outs}; expected inputs "
+                         f"{list(MATCHA_INPUTS)} and output mel (sherpa-onnx matcha-icefall-*/model-steps-N.onnx)")
+    if FRAMES in outs or NOISE in names:
+        raise GraphError("this graph is already rewritten (it has mel_frames/noise); give the published ONNX")
+
+
+def noise_as_input(model: Any, n_mels: int, frames: int | str) -> str:
+    """Replace the one RandomNormalLike by a graph input ``noise`` (times its scale, plus its mean)."""
+    import onnx
+
+    graph = model.graph
+    rnd = [n for n in graph.node if n.op_type in ("RandomNormalLike", "RandomNormal")]
+    if len(rnd) != 1:
+        raise GraphError(f"expected one RandomNormalLike (the ODE start noise), found {len(rnd)}")
+    node = rnd[0]
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    graph.input.append(onnx.helper.make_tensor_value_info(NOISE, onnx.TensorProto.FLOAT, [1, n_mels, frames]))
+    out = node.output[0]
+    graph.node.remove(node)
+    value = NOISE
+    if float(attrs.get("scale", 1.0)) != 1.0:
+        value = _node(graph, "Mul", [value, _const(graph, out + "_scale", np.array(attrs["scale"], np.float32))],
+                      out + "_scaled")
+    if float(attrs.get("mean", 0.0)) != 0.0:
+        value = _node(graph, "Add", [value, _const(graph, out + "_mean", np.array(attrs["mean"], np.float32))],
+                      out + "_shifted")
+    _rename_input(graph, out, value)
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# data-dependence
+
+
+def tainted_tensors(model: Any, sources: Iterable[str]) -> set[str]:
+    """Tensors whose *values* depend on the sources (Shape/Size outputs depend only on shapes)."""
+    tainted = set(sources)
+    for n in model.graph.node:  # nodes are topologically sorted in a valid ONNX graph
+        if n.op_type in ("Shape", "Size"):
+            continue
+        if any(i in tainted for i in n.input if i):
+            tainted.update(n.output)
+    return tainted
+
+
+def find_length_points(model: Any) -> tuple[list[Any], list[Any]]:
+    """Ranges with a data-dependent limit and Slices with a data-dependent end (the frame count)."""
+    data = [i.name for i in model.graph.input]
+    tainted = tainted_tensors(model, data)
+    ranges, slices = [], []
+    for n in model.graph.node:
+        if n.op_type == "Range" and (n.input[0] in tainted or n.input[1] in tainted or n.input[2] in tainted):
+            if n.input[0] in tainted or n.input[2] in tainted:
+                raise GraphError(f"{n.name}: Range with a data-dependent start/step is not supported")
+            ranges.append(n)
+        elif n.op_type == "Slice" and any(i in tainted for i in n.input[1:] if i):
+            if n.input[1] in tainted or (len(n.input) > 4 and n.input[4] in tainted):
+                raise GraphError(f"{n.name}: Slice with a data-dependent start/step is not supported")
+            slices.append(n)
+        elif n.op_type in SHAPE_INPUTS:
+            bad = [n.input[k] for k in SHAPE_INPUTS[n.op_type] if k < len(n.input) and n.input[k] in tainted]
+            if bad:
+                raise GraphError(f"{n.name}: {n.op_type} takes a data-dependent shape ({bad[0]}); the rewrite "
+                                 "handles data-dependent Range limits and Slice ends only")
+    return ranges, slices
+
+
+# --------------------------------------------------------------------------------------------
+# the rewrite
+
+
+def fix_lengths(model: Any, rw: Rewrite) -> None:
+    """Range limits -> W (keeping T' as an output), Slice ends -> end; T as the ``mel_frames`` output."""
+    import onnx
+
+    graph = model.graph
+    ranges, slices = find_length_points(model)
+    if not ranges:
+        raise GraphError("no data-dependent Range found: is this the dynamic published Matcha export?")
+    limits = {n.input[1] for n in ranges}
+    if len(limits) != 1:
+        raise GraphError(f"expected one frame-count tensor feeding the frame Ranges, found {sorted(limits)}")
+    dec_len = limits.pop()
+    for n in ranges:
+        dtype = _elem_type(model, n.input[0])
+        np_type = onnx.helper.tensor_dtype_to_np_dtype(dtype) if dtype else np.int64
+        n.input[1] = _const(graph, f"{n.name}_fixed_limit", np.array(rw.frames, dtype=np_type))
+        rw.count("Range")
+    mel_slice = None
+    for n in slices:
+        ends = n.input[2]
+        n.input[2] = _const(graph, f"{n.name}_fixed_end", np.array([np.iinfo(np.int64).max], np.int64))
+        rw.count("Slice")
+        if _feeds_output(model, n.output[0], "mel"):
+            mel_slice = ends
+    if mel_slice is None:
+        raise GraphError("found no data-dependent Slice cutting the mel: cannot expose the true frame count")
+    frames_f = _node(graph, "Cast", [mel_slice], FRAMES + "_f", to=onnx.TensorProto.FLOAT)
+    _node(graph, "Reshape", [frames_f, _const(graph, FRAMES + "_shape", np.array([1], np.int64))], FRAMES)
+    dec_f = _node(graph, "Cast", [dec_len], DEC_LEN + "_f", to=onnx.TensorProto.FLOAT)
+    _node(graph, "Reshape", [dec_f, _const(graph, DEC_LEN + "_shape", np.array([1], np.int64))], DEC_LEN)
+    graph.output.append(onnx.helper.make_tensor_value_info(FRAMES, onnx.TensorProto.FLOAT, [1]))
+    graph.output.append(onnx.helper.make_tensor_value_info(DEC_LEN, onnx.TensorProto.FLOAT, [1]))
+
+
+def _feeds_output(model: Any, tensor: str, output: str) -> bool:
+    cons = _consumers(model.graph)
+    seen, todo = set(), [tensor]
+    while todo:
+        t = todo.pop()
+        if t == output:
+            return True
+        if t in seen:
+            continue
+        seen.add(t)
+        for n in cons.get(t, []):
+            todo.extend(n.output)
+    return False
+
+
+def replace_ceil(model: Any, rw: Rewrite) -> None:
+    """Ceil(x) -> -Floor(-x): the toolkit has no Ceil."""
+    graph = model.graph
+    for n in [n for n in graph.node if n.op_type == "Ceil"]:
+        idx = list(graph.node).index(n)
+        x, y = n.input[0], n.output[0]
+        graph.node.remove(n)
+        from onnx import helper
+
+        new = [helper.make_node("Neg", [x], [y + "_neg"], name=y + "_neg"),
+               helper.make_node("Floor", [y + "_neg"], [y + "_floor"], name=y + "_floor"),
+               helper.make_node("Neg", [y + "_floor"], [y], name=y + "_ceil")]
+        for k, m in enumerate(new):
+            graph.node.insert(idx + k, m)
+        rw.count("Ceil")
+
+
+def replace_cumsum(model: Any, rw: Rewrite) -> None:
+    """CumSum over the last axis of a static [.., K] tensor -> MatMul with an upper-triangular K x K."""
+    import onnx
+
+    graph = model.graph
+    prods = _producers(graph)
+    for n in [n for n in graph.node if n.op_type == "CumSum"]:
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
+        if attrs.get("exclusive", 0) or attrs.get("reverse", 0):
+            raise GraphError(f"{n.name}: exclusive/reverse CumSum is not supported")
+        axis = _constant_value(graph, prods, n.input[1])
+        shape = _shape(model, n.input[0])
+        if axis is None or shape is None:
+            raise GraphError(f"{n.name}: CumSum needs a constant axis and a static input shape")
+        axis = int(np.asarray(axis).reshape(-1)[0]) % len(shape)
+        if axis != len(shape) - 1:
+            raise GraphError(f"{n.name}: CumSum over axis {axis} of {shape} (only the last axis is supported)")
+        k = shape[-1]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(_elem_type(model, n.input[0]) or onnx.TensorProto.FLOAT)
+        tri = np.triu(np.ones((k, k), dtype=dtype))
+        idx = list(graph.node).index(n)
+        graph.node.remove(n)
+        graph.node.insert(idx, onnx.helper.make_node("MatMul", [n.input[0], _const(graph, n.output[0] + "_tri", tri)],
+                                                     [n.output[0]], name=n.output[0] + "_matmul"))
+        rw.count("CumSum")
+
+
+def _constant_value(graph: Any, prods: dict[str, Any], name: str) -> np.ndarray | None:
+    from onnx import numpy_helper
+
+    for init in graph.initializer:
+        if init.name == name:
+            return numpy_helper.to_array(init)
+    node = prods.get(name)
+    if node is not None and node.op_type == "Constant":
+        return numpy_helper.to_array(node.attribute[0].t)
+    return None
+
+
+def mask_decoder(model: Any, rw: Rewrite) -> None:
+    """Masked GroupNorm statistics and attention keys beyond T' for every decoder length."""
+    import onnx
+
+    graph = model.graph
+    prods = _producers(graph)
+    lengths = _decoder_lengths(rw)
+    rw.decoder_lengths = lengths
+    masks: dict[int, tuple[str, str]] = {}
+
+    def mask_for(length: int) -> tuple[str, str]:
+        """(mask [L] float 1/0 for frame < T' at this resolution, valid fraction [1])."""
+        if length not in masks:
+            ratio = rw.frames / length
+            scaled = _node(graph, "Div", [DEC_LEN, _const(graph, f"_dec_ratio_{length}", np.array([ratio], np.float32))],
+                           f"_dec_scaled_{length}")
+            neg = _node(graph, "Neg", [scaled], f"_dec_neg_{length}")
+            valid = _node(graph, "Neg", [_node(graph, "Floor", [neg], f"_dec_floor_{length}")], f"_dec_valid_{length}")
+            idx = _const(graph, f"_dec_idx_{length}", np.arange(length, dtype=np.float32))
+            diff = _node(graph, "Sub", [valid, idx], f"_dec_diff_{length}")
+            mask = _node(graph, "Clip", [diff, _const(graph, f"_dec_zero_{length}", np.array(0, np.float32)),
+                                         _const(graph, f"_dec_one_{length}", np.array(1, np.float32))],
+                         f"_dec_mask_{length}")
+            frac = _node(graph, "Div", [valid, _const(graph, f"_dec_len_{length}", np.array([length], np.float32))],
+                         f"_dec_frac_{length}")
+            masks[length] = (mask, frac)
+        return masks[length]
+
+    for n in list(graph.node):
+        if n.op_type == "InstanceNormalization":
+            src = prods.get(n.input[0])
+            if src is None or src.op_type != "Reshape":
+                continue
+            before = _shape(model, src.input[0])  # [N, C, L] before the GroupNorm reshape
+            after = _shape(model, n.input[0])  # [N, G, C/G * L]
+            if not before or not after or len(before) != 3 or before[-1] not in lengths:
+                continue
+            _masked_instance_norm(model, n, before, after, mask_for(before[-1]))
+            rw.count("GroupNorm")
+        elif n.op_type == "Softmax":
+            shape = _shape(model, n.input[0])
+            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
+            if not shape or shape[-1] not in lengths or attrs.get("axis", -1) not in (-1, len(shape) - 1):
+                continue
+            mask, _ = mask_for(shape[-1])
+            bias = _node(graph, "Mul", [_node(graph, "Sub", [mask, f"_dec_one_{shape[-1]}"], n.name + "_m1"),
+                                        _const(graph, n.name + "_neg", np.array(-MASK_NEG, np.float32))],
+                         n.name + "_keybias")
+            biased = _node(graph, "Add", [n.input[0], bias], n.name + "_biased")
+            n.input[0] = biased
+            rw.count("attention")
+    if not rw.replaced.get("GroupNorm"):
+        raise GraphError("found no decoder GroupNorm to mask: unexpected Matcha decoder layout")
+
+
+def _decoder_lengths(rw: Rewrite) -> list[int]:
+    lengths, length = [], rw.frames
+    while length >= 8:
+        lengths.append(length)
+        length = -(-length // 2)
+    if rw.tokens in lengths:
+        raise GraphError(f"frame window {rw.frames} gives a decoder length equal to the {rw.tokens}-token "
+                         "bucket; choose another --frames")
+    return lengths
+
+
+def _masked_instance_norm(model: Any, node: Any, before: list[int], after: list[int],
+                          mask_frac: tuple[str, str]) -> None:
+    """y [N, G, (C/G)*L] -> normalised over the first T' frames of each group; scale/bias kept."""
+    import onnx
+
+    graph = model.graph
+    mask, frac = mask_frac
+    n_, c, length = before
+    g = after[1]
+    eps = 1e-5
+    for a in node.attribute:
+        if a.name == "epsilon":
+            eps = onnx.helper.get_attribute_value(a)
+    p = node.name or node.output[0]
+    y = node.input[0]
+    y4 = _node(graph, "Reshape", [y, _const(graph, p + "_4d", np.array([n_, g, c // g, length], np.int64))], p + "_y4")
+    m4 = _node(graph, "Reshape", [mask, _const(graph, p + "_m4d", np.array([1, 1, 1, length], np.int64))], p + "_m4")
+    axes = [2, 3]
+    mean = _node(graph, "Div", [_node(graph, "ReduceMean", [_node(graph, "Mul", [y4, m4], p + "_ym")], p + "_sum",
+                                      axes=axes, keepdims=1), frac], p + "_mean")
+    centred = _node(graph, "Sub", [y4, mean], p + "_c")
+    cm = _node(graph, "Mul", [centred, m4], p + "_cm")
+    var = _node(graph, "Div", [_node(graph, "ReduceMean", [_node(graph, "Mul", [cm, cm], p + "_sq")], p + "_vsum",
+                                     axes=axes, keepdims=1), frac], p + "_var")
+    std = _node(graph, "Sqrt", [_node(graph, "Add", [var, _const(graph, p + "_eps", np.array(eps, np.float32))],
+                                      p + "_ve")], p + "_std")
+    normed = _node(graph, "Div", [centred, std], p + "_n4")
+    flat = _node(graph, "Reshape", [normed, _const(graph, p + "_3d", np.array(after, np.int64))], p + "_n3")
+    scale = _const(graph, p + "_scale3", _initializer(graph, node.input[1]).reshape(1, g, 1))
+    bias = _const(graph, p + "_bias3", _initializer(graph, node.input[2]).reshape(1, g, 1))
+    out = node.output[0]
+    graph.node.remove(node)
+    _node(graph, "Add", [_node(graph, "Mul", [flat, scale], p + "_scaled"), bias], out)
+
+
+def _initializer(graph: Any, name: str) -> np.ndarray:
+    value = _constant_value(graph, _producers(graph), name)
+    if value is None:
+        raise GraphError(f"InstanceNormalization scale/bias {name} is not a constant")
+    return value.astype(np.float32)
+
+
+def _toposort(graph: Any) -> None:
+    """Appended nodes go where their inputs exist (ONNX requires topological order)."""
+    available = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""}
+    pending, ordered = list(graph.node), []
+    while pending:
+        progressed = False
+        rest = []
+        for n in pending:
+            if all(i in available for i in n.input):
+                ordered.append(n)
+                available.update(n.output)
+                progressed = True
+            else:
+                rest.append(n)
+        if not progressed:
+            raise GraphError(f"graph has a cycle or a missing input near {rest[0].name}")
+        pending = rest
+    del graph.node[:]
+    graph.node.extend(ordered)
+
+
+def vocab_size(model: Any) -> int:
+    """Rows of the embedding table the token ids index (the Gather fed by ``x``)."""
+    graph = model.graph
+    prods = _producers(graph)
+    for n in graph.node:
+        if n.op_type == "Gather" and n.input[1] == "x":
+            table = _constant_value(graph, prods, n.input[0])
+            if table is not None:
+                return int(table.shape[0])
+    raise GraphError("found no embedding Gather on x: cannot tell the vocabulary size")
+
+
+def simplify(model: Any, fuse_qkv: bool = False) -> Any:
+    """onnxsim with static shapes; ``fuse_qkv`` stays off: merged q/k/v MatMuls are read in the wrong
+    head order by rknn-toolkit2's fused attention (simulator ~1-13 dB instead of 60+)."""
+    import onnxsim
+
+    skipped = [] if fuse_qkv else ["fuse_qkv"]
+    out, ok = onnxsim.simplify(model, skipped_optimizers=skipped)
+    if not ok:
+        raise GraphError("onnxsim could not validate the simplified graph")
+    return out
+
+
+def rewrite(model: Any, tokens: int, frames: int, fuse_qkv: bool = False) -> tuple[Any, Any, Rewrite]:
+    """(fixed graph, reference graph with T' output, report) for one token bucket and frame window."""
+    import onnx
+
+    check_matcha(model)
+    if frames % 4:
+        raise GraphError(f"--frames {frames}: use a multiple of 4 (the decoder halves the length twice)")
+    rw = Rewrite(tokens=tokens, frames=frames, vocab=vocab_size(model),
+                 pad_id=int({p.key: p.value for p in model.metadata_props}.get("pad_id", 0)))
+    out_shape = _output_dims(model, "mel")
+    rw.n_mels = out_shape[1] if out_shape and isinstance(out_shape[1], int) else 80
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    noise_as_input(m, rw.n_mels, frames)
+    _set_input_shape(m, "x", [1, tokens])
+    _set_input_shape(m, "x_length", [1])
+    for name in ("noise_scale", "length_scale"):
+        _set_input_shape(m, name, [1])
+    fix_lengths(m, rw)
+    replace_ceil(m, rw)
+    _toposort(m.graph)
+    m = onnx.shape_inference.infer_shapes(simplify(m, fuse_qkv))
+    replace_cumsum(m, rw)
+    mask_decoder(m, rw)
+    _toposort(m.graph)
+    m = onnx.shape_inference.infer_shapes(simplify(m, fuse_qkv))
+    reference = onnx.ModelProto()
+    reference.CopyFrom(m)
+    outs = [o for o in m.graph.output if o.name != DEC_LEN]
+    del m.graph.output[:]
+    m.graph.output.extend(outs)
+    m = simplify(m, fuse_qkv)
+    left = sorted({n.op_type for n in m.graph.node} & {"Range", "CumSum", "Ceil", "RandomNormalLike", "Loop", "If"})
+    if left:
+        raise GraphError(f"rewrite left unsupported ops: {left}")
+    _copy_metadata(model, m, rw)
+    _copy_metadata(model, reference, rw)
+    return m, reference, rw
+
+
+def _output_dims(model: Any, name: str) -> list[Any] | None:
+    for o in model.graph.output:
+        if o.name == name:
+            return [d.dim_value if d.HasField("dim_value") else d.dim_param for d in o.type.tensor_type.shape.dim]
+    return None
+
+
+def _copy_metadata(src: Any, dst: Any, rw: Rewrite) -> None:
+    meta = {p.key: p.value for p in src.metadata_props}
+    meta.update({"rkvoice_tokens": str(rw.tokens), "rkvoice_frames": str(rw.frames),
+                 "rkvoice_rewrite": ",".join(f"{k}={v}" for k, v in sorted(rw.replaced.items()))})
+    del dst.metadata_props[:]
+    for k, v in meta.items():
+        p = dst.metadata_props.add()
+        p.key, p.value = k, v
+
+
+def original_with_noise(model: Any, n_mels: int = 80) -> Any:
+    """The original dynamic graph with its noise as an input (to compare against the rewrite), and T'
+    exposed as ``_decoder_frames`` so the caller can size that noise."""
+    import onnx
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    noise_as_input(m, n_mels, "T")
+    ranges, _ = find_length_points(m)
+    dec_len = ranges[0].input[1]
+    f = _node(m.graph, "Cast", [dec_len], DEC_LEN + "_f", to=onnx.TensorProto.FLOAT)
+    _node(m.graph, "Reshape", [f, _const(m.graph, DEC_LEN + "_shape", np.array([1], np.int64))], DEC_LEN)
+    m.graph.output.append(onnx.helper.make_tensor_value_info(DEC_LEN, onnx.TensorProto.FLOAT, [1]))
+    _toposort(m.graph)
+    return m
+
+
+def default_frames(tokens: int, frames_per_token: float = 9.375) -> int:
+    """Frame window for a token bucket: the field's 64 tokens -> 600 (599 in seeds/001), rounded up to 4."""
+    return int(-(-int(np.ceil(tokens * frames_per_token)) // 4) * 4)

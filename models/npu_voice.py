@@ -1,0 +1,373 @@
+"""Build and prove the board voice: Matcha (per token bucket) and Vocos (per frame bucket) -> .rknn.
+
+Called by ``models/convert_rknn.py matcha|vocos`` in the toolkit venv (a PC, or the board itself at
+install time). For every bucket it writes ``NAME.onnx`` (the fixed-shape graph, which onnxruntime
+runs off the board), ``NAME.rknn`` and ``NAME.json`` (a sidecar: I/O, metadata, toolkit version and
+the measured figures), and prints one JSON line. Two checks gate each file (exit 1 below either):
+
+A. the fixed graph against the original dynamic graph, both fp32 on onnxruntime, same inputs and
+   noise, over the true frames, for a short input (<= 16 tokens) and a full bucket: >= 60 dB;
+B. rknn-toolkit2's simulator (or the NPU itself on an aarch64 board) against onnxruntime on the
+   fixed graph: Matcha mel >= 40 dB; Vocos mag/x/y >= 40 dB and its ISTFT waveform >= 35 dB, with
+   the window's last quarter checked on its own (a model that silently holds fewer frames than it
+   claims fails there).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import logging
+import platform
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import matcha_graph as mg  # noqa: E402
+
+log = logging.getLogger("npu_voice")
+
+ORIGINAL_DB = 60.0
+MATCHA_SIM_DB = 40.0
+VOCOS_SIM_DB = 40.0
+WAVE_SIM_DB = 35.0
+SHORT_TOKENS = 16
+VOCOS_OUTPUTS = ("mag", "x", "y")
+
+
+class ConvertError(RuntimeError):
+    """A refusal with the fix in its message (exit 2)."""
+
+
+def snr_db(ref: np.ndarray, test: np.ndarray) -> float:
+    ref = np.asarray(ref, np.float64)
+    err = float(((ref - np.asarray(test, np.float64)) ** 2).sum())
+    sig = float((ref**2).sum())
+    if err == 0.0:
+        return 200.0
+    return round(10.0 * np.log10(max(sig, 1e-30) / err), 2)
+
+
+def peak_rss_mb() -> int:
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def toolkit_version(required: str | None) -> str:
+    """The installed rknn-toolkit2 version; refuse a mismatch with the board's runtime."""
+    try:
+        have = importlib.metadata.version("rknn-toolkit2")
+    except importlib.metadata.PackageNotFoundError:
+        raise ConvertError("rknn-toolkit2 is not installed in this interpreter; create the toolkit venv: "
+                           "python3 models/convert_rknn.py setup-venv DIR --toolkit-version V") from None
+    if required and have != required:
+        raise ConvertError(f"rknn-toolkit2 {have} is installed but --toolkit-version {required} was asked (the "
+                           f"board's librknnrt must equal the converting toolkit): pip install rknn-toolkit2=={required} "
+                           "in a fresh venv")
+    return have
+
+
+def load_onnx(path: Path) -> Any:
+    import onnx
+
+    if not path.is_file():
+        raise ConvertError(f"{path}: no such file (download it first: ./install.sh --profile board)")
+    try:
+        return onnx.load(str(path))
+    except Exception as exc:  # protobuf DecodeError and friends
+        raise ConvertError(f"{path} is not an ONNX model ({type(exc).__name__}); re-download it") from None
+
+
+def _session(model_or_path: Any) -> Any:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 2
+    so.log_severity_level = 3
+    data = model_or_path.SerializeToString() if hasattr(model_or_path, "SerializeToString") else str(model_or_path)
+    return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+
+
+def _io(model: Any) -> dict[str, list[dict]]:
+    import onnx
+
+    def one(vi: Any) -> dict:
+        dims = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in vi.type.tensor_type.shape.dim]
+        return {"name": vi.name, "shape": dims,
+                "dtype": str(onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))}
+
+    return {"inputs": [one(i) for i in model.graph.input], "outputs": [one(o) for o in model.graph.output]}
+
+
+class Npu:
+    """An rknn-toolkit2 build of one fixed graph, run in its simulator (x86) or on the NPU (board)."""
+
+    def __init__(self, onnx_path: Path, target: str, fuse_qkv_opt: bool = False) -> None:
+        from rknn.api import RKNN
+
+        self.rknn = RKNN(verbose=False)
+        self.rknn.config(target_platform=target, optimization_level=3)
+        t0 = time.monotonic()
+        if self.rknn.load_onnx(model=str(onnx_path)) != 0:
+            raise ConvertError(f"rknn-toolkit2 could not load {onnx_path} (see its log above)")
+        if self.rknn.build(do_quantization=False) != 0:
+            raise ConvertError(f"rknn-toolkit2 could not build {onnx_path} (see its log above)")
+        self.build_s = round(time.monotonic() - t0, 1)
+        self.target = target
+
+    def export(self, path: Path) -> None:
+        if self.rknn.export_rknn(str(path)) != 0:
+            raise ConvertError(f"rknn-toolkit2 could not write {path}")
+
+    def start(self, mode: str) -> str:
+        """'simulator' on x86_64; 'device' runs on this board's NPU; returns what ran (or 'none')."""
+        if mode == "auto":
+            mode = "simulator" if platform.machine() in ("x86_64", "AMD64") else "device"
+        if mode == "none":
+            return "none"
+        ret = self.rknn.init_runtime() if mode == "simulator" else self.rknn.init_runtime(target=self.target)
+        if ret != 0:
+            raise ConvertError(f"rknn-toolkit2 init_runtime ({mode}) failed; pass --verify none to skip check B")
+        return mode
+
+    def run(self, feeds: list[np.ndarray]) -> list[np.ndarray]:
+        return [np.asarray(o) for o in self.rknn.inference(inputs=feeds)]
+
+    def release(self) -> None:
+        self.rknn.release()
+
+
+# --------------------------------------------------------------------------------------------
+# Matcha
+
+
+def _matcha_feeds(rw: mg.Rewrite, n: int, rng: np.random.Generator, noise: np.ndarray) -> dict[str, np.ndarray]:
+    x = np.full((1, rw.tokens), rw.pad_id, np.int64)
+    pick = np.arange(rw.vocab)
+    pick = pick[pick != rw.pad_id]
+    x[0, :n] = rng.choice(pick, size=n)
+    return {"x": x, "x_length": np.array([n], np.int64), "noise_scale": np.array([0.667], np.float32),
+            "length_scale": np.array([1.0], np.float32), "noise": noise}
+
+
+def check_matcha_original(src: Any, reference: Any, rw: mg.Rewrite, seed: int = 0) -> tuple[float, bool, list[dict]]:
+    """Check A: rewritten vs original on onnxruntime (fp32), same ids and noise, over the true frames."""
+    orig = _session(mg.original_with_noise(src, rw.n_mels))
+    fixed = _session(reference)
+    rng = np.random.default_rng(seed)
+    noise = rng.standard_normal((1, rw.n_mels, rw.frames)).astype(np.float32)
+    worst, frames_ok, probes = 200.0, True, []
+    for n in sorted({min(SHORT_TOKENS, rw.tokens), rw.tokens}):
+        feeds = _matcha_feeds(rw, n, rng, noise)
+        mel, frames, dec = fixed.run(["mel", mg.FRAMES, mg.DEC_LEN], feeds)
+        t, t_dec = int(round(float(frames[0]))), int(round(float(dec[0])))
+        if t_dec > rw.frames:
+            raise ConvertError(f"--tokens {rw.tokens}: {n} tokens need {t_dec} frames but the window holds "
+                               f"{rw.frames}; pass a larger --frames (>= {t_dec}, a multiple of 4)")
+        o_feeds = dict(feeds, x=feeds["x"][:, :n], noise=noise[:, :, :t_dec])
+        mel_o, _ = orig.run(["mel", mg.DEC_LEN], o_feeds)
+        ok = mel_o.shape[-1] == t
+        db = snr_db(mel_o, mel[:, :, :t]) if ok else -100.0
+        probes.append({"tokens": n, "frames": t, "original_frames": int(mel_o.shape[-1]), "snr_db": db})
+        worst, frames_ok = min(worst, db), frames_ok and ok
+    return worst, frames_ok, probes
+
+
+def check_matcha_npu(npu: Npu, fixed_path: Path, rw: mg.Rewrite, seed: int = 1) -> tuple[float, bool, list[dict]]:
+    """Check B: the built model (simulator/NPU) against onnxruntime on the fixed graph."""
+    sess = _session(fixed_path)
+    names = [i.name for i in sess.get_inputs()]
+    rng = np.random.default_rng(seed)
+    noise = rng.standard_normal((1, rw.n_mels, rw.frames)).astype(np.float32)
+    worst, frames_ok, probes = 200.0, True, []
+    for n in sorted({min(SHORT_TOKENS, rw.tokens), rw.tokens}):
+        feeds = _matcha_feeds(rw, n, rng, noise)
+        mel, frames = sess.run(["mel", mg.FRAMES], feeds)
+        outs = npu.run([feeds[k] for k in names])
+        t = int(round(float(frames[0])))
+        t_npu = int(round(float(np.asarray(outs[1]).reshape(-1)[0])))
+        use = min(t, rw.frames)
+        db = snr_db(mel[:, :, :use], outs[0].reshape(mel.shape)[:, :, :use])
+        probes.append({"tokens": n, "frames": t, "npu_frames": t_npu, "snr_db": db})
+        worst, frames_ok = min(worst, db), frames_ok and t == t_npu
+    return worst, frames_ok, probes
+
+
+def convert_matcha(onnx_path: Path, out_dir: Path, tokens: list[int], frames: list[int] | None, target: str,
+                   required_toolkit: str | None, verify: str = "auto", fuse_qkv: bool = False,
+                   emit: Callable[[dict], None] | None = None) -> list[dict]:
+    version = toolkit_version(required_toolkit) if verify != "onnx-only" else "none"
+    src = load_onnx(onnx_path)
+    try:
+        mg.check_matcha(src)
+    except mg.GraphError as exc:
+        raise ConvertError(f"{onnx_path}: {exc}") from None
+    if frames and len(frames) != len(tokens):
+        raise ConvertError("give one --frames per --tokens (or none: 9.375 frames per token)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    reports = []
+    for i, k in enumerate(tokens):
+        if k < 4:
+            raise ConvertError(f"--tokens {k}: a bucket needs at least 4 tokens")
+        w = frames[i] if frames else mg.default_frames(k)
+        try:
+            fixed, reference, rw = mg.rewrite(src, k, w, fuse_qkv=fuse_qkv)
+        except mg.GraphError as exc:
+            raise ConvertError(f"{onnx_path}: {exc}") from None
+        name = f"matcha-t{k}"
+        fixed_path = out_dir / f"{name}.onnx"
+        import onnx
+
+        onnx.save(fixed, str(fixed_path))
+        snr_a, frames_ok, probes_a = check_matcha_original(src, reference, rw)
+        report = {"model": "matcha", "out": str(out_dir / f"{name}.rknn"), "tokens": k, "frames": w,
+                  "snr_vs_original_db": snr_a, "snr_db": None, "true_frames_ok": frames_ok, "build_s": None,
+                  "peak_rss_mb": None, "toolkit_version": version, "target": target, "verify": "none",
+                  "rewrite": rw.replaced, "probes_original": probes_a}
+        if verify != "onnx-only":
+            npu = Npu(fixed_path, target)
+            npu.export(out_dir / f"{name}.rknn")
+            report["build_s"] = npu.build_s
+            report["verify"] = npu.start(verify)
+            if report["verify"] != "none":
+                snr_b, ok_b, probes_b = check_matcha_npu(npu, fixed_path, rw)
+                report.update(snr_db=snr_b, true_frames_ok=frames_ok and ok_b, probes_npu=probes_b)
+            npu.release()
+        report["peak_rss_mb"] = peak_rss_mb()
+        report["ok"] = _matcha_ok(report)
+        _write_sidecar(out_dir / f"{name}.json", fixed, report, rw.tokens, w)
+        if emit:
+            emit(report)
+        reports.append(report)
+    return reports
+
+
+def _matcha_ok(r: dict) -> bool:
+    ok = r["snr_vs_original_db"] >= ORIGINAL_DB and r["true_frames_ok"]
+    if r["verify"] != "none":
+        ok = ok and r["snr_db"] is not None and r["snr_db"] >= MATCHA_SIM_DB
+    return bool(ok)
+
+
+def _write_sidecar(path: Path, model: Any, report: dict, tokens: int | None, frames: int) -> None:
+    side = {"model": report["model"], "frames": frames, **_io(model),
+            "metadata": {p.key: p.value for p in model.metadata_props},
+            **{k: report[k] for k in ("toolkit_version", "target", "snr_vs_original_db", "snr_db",
+                                       "true_frames_ok", "build_s", "peak_rss_mb", "verify", "ok")}}
+    if tokens is not None:
+        side["tokens"] = tokens
+    path.write_text(json.dumps(side, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+
+
+# --------------------------------------------------------------------------------------------
+# Vocos
+
+
+def check_vocos_io(model: Any, path: Path) -> int:
+    names = [i.name for i in model.graph.input]
+    outs = [o.name for o in model.graph.output]
+    if len(names) != 1 or tuple(outs[:3]) != VOCOS_OUTPUTS:
+        raise ConvertError(f"{path}: not a Vocos mag/x/y vocoder: inputs {names}, outputs {outs}; expected one "
+                           "mel input [1, n_mels, T] and outputs mag, x, y (sherpa-onnx vocos-*-univ.onnx)")
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    n_mels = dims[1].dim_value if len(dims) == 3 and dims[1].HasField("dim_value") else 0
+    if not n_mels:
+        raise ConvertError(f"{path}: input {names[0]} is not [N, n_mels, T] with a fixed n_mels")
+    return n_mels
+
+
+def test_mel(n_mels: int, frames: int, seed: int) -> np.ndarray:
+    """A speech-like log-mel: smooth in time and frequency, -11..2 (natural log of magnitude)."""
+    rng = np.random.default_rng(seed)
+    raw = rng.standard_normal((n_mels, frames + 8))
+    kernel = np.hanning(9) / np.hanning(9).sum()
+    smooth = np.apply_along_axis(lambda r: np.convolve(r, kernel, mode="valid"), 1, raw)
+    smooth = np.apply_along_axis(lambda c: np.convolve(c, kernel, mode="same"), 0, smooth)
+    tilt = np.linspace(0.0, -4.0, n_mels)[:, None]
+    return (smooth * 6.0 + tilt - 4.0).clip(-11.5, 2.0)[None].astype(np.float32)
+
+
+def _stft_config(meta: dict) -> Any:
+    from rkvoice.npu.istft import StftConfig
+
+    return StftConfig(n_fft=int(meta.get("n_fft", 1024)), hop_length=int(meta.get("hop_length", 256)),
+                      win_length=int(meta.get("win_length", meta.get("n_fft", 1024))),
+                      window=str(meta.get("window_type", "hann")))
+
+
+def convert_vocos(onnx_path: Path, out_dir: Path, frames: list[int], target: str, required_toolkit: str | None,
+                  verify: str = "auto", mel_path: Path | None = None,
+                  emit: Callable[[dict], None] | None = None) -> list[dict]:
+    import onnx
+
+    from rkvoice.npu.istft import istft_mag_xy
+
+    version = toolkit_version(required_toolkit) if verify != "onnx-only" else "none"
+    src = load_onnx(onnx_path)
+    n_mels = check_vocos_io(src, onnx_path)
+    meta = {p.key: p.value for p in src.metadata_props}
+    stft = _stft_config(meta)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    orig = _session(src)
+    in_name = src.graph.input[0].name
+    reports = []
+    for n in frames:
+        if n < 16:
+            raise ConvertError(f"--frames {n}: a Vocos window needs at least 16 frames")
+        fixed = onnx.ModelProto()
+        fixed.CopyFrom(src)
+        mg._set_input_shape(fixed, in_name, [1, n_mels, n])
+        fixed = onnx.shape_inference.infer_shapes(mg.simplify(fixed))
+        name = f"vocos-f{n}"
+        fixed_path = out_dir / f"{name}.onnx"
+        onnx.save(fixed, str(fixed_path))
+        mel = np.load(mel_path)[..., :n] if mel_path else test_mel(n_mels, n, seed=n)
+        if mel.shape[-1] < n:
+            mel = np.concatenate([mel, np.full(mel.shape[:2] + (n - mel.shape[-1],), mel.min(), np.float32)], axis=2)
+        sess = _session(fixed_path)
+        ref = sess.run(list(VOCOS_OUTPUTS), {in_name: mel})
+        base = orig.run(list(VOCOS_OUTPUTS), {in_name: mel})
+        snr_a = min(snr_db(b, r) for b, r in zip(base, ref))
+        report = {"model": "vocos", "out": str(out_dir / f"{name}.rknn"), "frames": n, "snr_vs_original_db": snr_a,
+                  "snr_db": None, "wave_snr_db": None, "tail_snr_db": None, "true_frames_ok": True,
+                  "capacity_ok": None, "build_s": None, "peak_rss_mb": None, "toolkit_version": version,
+                  "target": target, "verify": "none"}
+        if verify != "onnx-only":
+            npu = Npu(fixed_path, target)
+            npu.export(out_dir / f"{name}.rknn")
+            report["build_s"] = npu.build_s
+            report["verify"] = npu.start(verify)
+            if report["verify"] != "none":
+                outs = npu.run([mel])
+                shaped = [np.asarray(o) for o in outs[:3]]
+                capacity = all(o.size == r.size for o, r in zip(shaped, ref))
+                if capacity:
+                    shaped = [o.reshape(r.shape) for o, r in zip(shaped, ref)]
+                    q = max(1, n // 4)
+                    report["snr_db"] = min(snr_db(r, o) for r, o in zip(ref, shaped))
+                    report["tail_snr_db"] = min(snr_db(r[..., -q:], o[..., -q:]) for r, o in zip(ref, shaped))
+                    wave_ref = istft_mag_xy(ref[0], ref[1], ref[2], stft)
+                    wave = istft_mag_xy(shaped[0], shaped[1], shaped[2], stft)
+                    report["wave_snr_db"] = snr_db(wave_ref, wave)
+                report["capacity_ok"] = bool(capacity and report["tail_snr_db"] >= VOCOS_SIM_DB)
+            npu.release()
+        report["peak_rss_mb"] = peak_rss_mb()
+        report["ok"] = _vocos_ok(report)
+        _write_sidecar(out_dir / f"{name}.json", fixed, report, None, n)
+        if emit:
+            emit(report)
+        reports.append(report)
+    return reports
+
+
+def _vocos_ok(r: dict) -> bool:
+    ok = r["snr_vs_original_db"] >= ORIGINAL_DB
+    if r["verify"] != "none":
+        ok = ok and bool(r["capacity_ok"]) and (r["snr_db"] or 0) >= VOCOS_SIM_DB and (r["wave_snr_db"] or 0) >= WAVE_SIM_DB
+    return bool(ok)
