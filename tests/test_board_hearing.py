@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -77,6 +78,24 @@ def test_standin_files_match_the_script_record():
         assert len(data) == info["bytes"] and hashlib.sha256(data).hexdigest() == info["sha256"], rel
         total += len(data)
     assert total < 10 * 2**20  # small enough to live in the repository
+
+
+STANDINS_VENV = Path(os.environ.get("RKVOICE_STANDINS_VENV", "/tmp/rkvoice-standins-venv"))
+
+
+def test_the_script_rebuilds_the_committed_standins_byte_for_byte(tmp_path):
+    py = STANDINS_VENV / "bin" / "python"
+    if not py.is_file():
+        pytest.skip(f"stand-in build venv {STANDINS_VENV} is absent: python3.11 -m venv {STANDINS_VENV} && "
+                    f"{STANDINS_VENV}/bin/pip install -r models/standins/requirements.txt && "
+                    f"{STANDINS_VENV}/bin/pip install --no-deps -r models/standins/requirements-nodeps.txt")
+    out = tmp_path / "rebuilt"
+    run = subprocess.run([str(py), str(ROOT / "models" / "standins" / "make_hearing.py"), "--out", str(out)],
+                         capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-2000:]
+    committed = json.loads((STANDINS / "standins.json").read_text(encoding="utf-8"))
+    rebuilt = json.loads((out / "standins.json").read_text(encoding="utf-8"))
+    assert rebuilt == committed
 
 
 def test_standins_carry_the_published_io_and_metadata():
@@ -469,8 +488,6 @@ def _until(sock, want: str) -> None:
 
 
 def _daemon(config: Path, addr: str, tmp_path: Path) -> subprocess.Popen:
-    import os
-
     env = dict(os.environ, NOTIFY_SOCKET=addr, WATCHDOG_USEC="2000000", XDG_STATE_HOME=str(tmp_path))
     env.pop("WATCHDOG_PID", None)
     env.pop("RKVOICE_CONFIG", None)
