@@ -233,10 +233,13 @@ step models "fetch, assemble and verify the $PROFILE models (models/manifest.yam
 # Every model is attempted; the table at the end lists each one with its fix. Exit 1 = a required
 # model is not usable (named on the last line), anything else = the installer itself failed.
 MODELS_RC=0
-"$PY" -m rkvoice.models install --profile "$PROFILE" ${MODEL_ARGS[@]+"${MODEL_ARGS[@]}"} || MODELS_RC=$?
+REPORT="$CACHE/models/install-report.json"
+"$PY" -m rkvoice.models install --profile "$PROFILE" --report "$REPORT" ${MODEL_ARGS[@]+"${MODEL_ARGS[@]}"} \
+  || MODELS_RC=$?
 case "$MODELS_RC" in
   0) ;;
-  1) PENDING+=("required model(s) not installed (named above; the table says how to fix each)") ;;
+  1) FAILED_IDS="$("$PY" -c 'import json, sys; print(", ".join(o["model"] for o in json.load(open(sys.argv[1])) if o["fails"]))' "$REPORT")"
+     PENDING+=("required model(s) not installed: ${FAILED_IDS:-see above} (the table above says how to fix each)") ;;
   *) fail "the model installer failed (exit $MODELS_RC; the 'rkvoice.models:' line above says why)" ;;
 esac
 

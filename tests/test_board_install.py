@@ -108,9 +108,13 @@ def test_every_model_is_attempted_and_only_required_failures_fail(server, tmp_pa
         _url_model("m-corrupt", f"{base}/bad.bin", _sha(GOOD)),
         _url_model("m-optional", f"{base}/also-gone.bin", _sha(GOOD), optional=True),
     ]))
-    rc = cli.main(["install", "--profile", "board", "--root", str(tmp_path), "--manifest", str(manifest)])
+    rc = cli.main(["install", "--profile", "board", "--root", str(tmp_path), "--manifest", str(manifest),
+                   "--report", str(tmp_path / "report.json")])
     out, err = capsys.readouterr()
     assert rc == 1
+    report = {o["model"]: o for o in json.loads((tmp_path / "report.json").read_text())}
+    assert [m for m, o in report.items() if o["fails"]] == ["m-404", "m-corrupt"]
+    assert report["m-optional"]["status"] == "missing" and report["m-optional"]["optional"]
     rows = _rows(out)
     assert rows["m-ok"][0] == "ok"
     assert rows["m-404"][0] == "missing"

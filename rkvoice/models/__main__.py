@@ -9,6 +9,8 @@ itself could not run (bad manifest, bad option), so install.sh stops there.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import logging
 import sys
 import time
@@ -40,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
                         "give it on a PC to build for a board with that runtime)")
     p.add_argument("--toolkit-python", default=None, metavar="PATH",
                    help="interpreter for the throw-away converter venv (default: this one)")
+    p.add_argument("--report", type=Path, default=None, metavar="FILE",
+                   help="install: also write the table as JSON (one object per model) to FILE")
     p.add_argument("-q", "--quiet", action="store_true")
     return p
 
@@ -54,6 +58,10 @@ def _install(args: argparse.Namespace, manifest: Manifest, root: Path, t0: float
     log.info("models (%s): %s in %.1f s", args.profile,
              f"installed {', '.join(changed)}" if changed else "nothing installed", time.monotonic() - t0)
     print(format_table(report), flush=True)
+    if args.report is not None:
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        args.report.write_text(json.dumps([dataclasses.asdict(o) | {"fails": o.fails} for o in report.outcomes],
+                                          ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     failed = report.failed
     if failed:
         print(f"rkvoice.models: required model(s) not installed: {', '.join(o.model for o in failed)} "
