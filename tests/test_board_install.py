@@ -369,7 +369,8 @@ def test_the_conversion_runs_in_a_throw_away_venv_with_the_runtime_toolkit(serve
     npu = report.outcomes[1]
     assert (npu.status, npu.changed) == ("ok", True), npu.detail
     dest = tmp_path / "models/board/npu"
-    assert {p.name for p in dest.iterdir()} == {"matcha-t32.rknn", "matcha-t32.json", "vocos-f600.rknn", "vocos-f600.json"}
+    assert {p.name for p in dest.iterdir()} == {"matcha-t32.rknn", "matcha-t32.json",
+                                                "vocos-f600.rknn", "vocos-f600.json"}
     assert json.loads((dest / "vocos-f600.json").read_text())["toolkit_version"] == "2.3.2"
     venv = Path((tmp_path / ".cache/models/venv-seen").read_text())
     assert venv.name == "venv-npu" and not venv.exists()  # used, then deleted

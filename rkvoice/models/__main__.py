@@ -86,7 +86,8 @@ def _check(args: argparse.Namespace, manifest: Manifest, root: Path, t0: float) 
         print(f"rkvoice.models check ({args.profile}): {len(required)} problem(s):", file=sys.stderr)
         for p in required:
             print(f"  {p}", file=sys.stderr)
-        print(f"fix: run {rerun_command(args.profile)} (it re-fetches only what is missing or corrupt)", file=sys.stderr)
+        print(f"fix: run {rerun_command(args.profile)} (it re-fetches only what is missing or corrupt)",
+              file=sys.stderr)
         return 1
     print(f"rkvoice.models check ({args.profile}): {len(checked)} model(s), all required files verified "
           f"in {time.monotonic() - t0:.1f} s", file=sys.stderr)

@@ -195,9 +195,11 @@ def classify(model: Model, err: RkvoiceError, profile: str, toolkit: Toolkit | N
             fix = f"{rerun} without --toolkit-version (the board's runtime decides)"
         else:
             stems = " ".join(f"{DOWNLOADS}/{Path(p).stem}.*" for p in rknn_files(model))
-            fix = f"rm {stems} (to convert here), or rebuild them with --toolkit-version {toolkit.version if toolkit else 'V'}"
+            version = toolkit.version if toolkit and toolkit.version else "V"
+            fix = f"rm {stems} (to convert here), or rebuild them with --toolkit-version {version}"
     elif err.code in ("convert-failed", "toolkit-install-failed"):
-        fix = f"see the converter output above; retry alone: py312/bin/python -m rkvoice.models install --profile {profile} --only {model.id}"
+        fix = ("see the converter output above; retry alone: py312/bin/python -m rkvoice.models install "
+               f"--profile {profile} --only {model.id}")
     elif err.code in ("bad-drop-in",):
         status = "corrupt"
         fix = f"rebuild the files in {DOWNLOADS} (models/convert_rknn.py) or delete them to convert here"
@@ -254,7 +256,8 @@ def _attempt(model: Model, root: Path, profile: str, status: dict[str, str], too
              **kw: object) -> Outcome:
     blocked = [n for n in model.needs if status.get(n, "ok") != "ok"]
     if blocked and drop_ins_present(model, root):
-        log.info("%s: %s not installed, but its files built elsewhere are in %s", model.id, ", ".join(blocked), DOWNLOADS)
+        log.info("%s: %s not installed, but its files built elsewhere are in %s",
+                 model.id, ", ".join(blocked), DOWNLOADS)
     elif blocked:
         why = ", ".join(f"{n} ({status[n]})" for n in blocked)
         log.warning("%s: not attempted: it is built from %s", model.id, why)

@@ -27,8 +27,11 @@ STEP_OPS = ("extract", "untar", "concat", "copy", "convert", "prepare", "rknn")
 FILE_CHECKS = ("", "onnx", "rknn")
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 _PIP = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!-]+$")
-_REQ = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?([<>=!~]=?[A-Za-z0-9.*+!-]+(,[<>=!~]=?[A-Za-z0-9.*+!-]+)*)?"
-                  r"( *; *[a-z_]+ *[=!]= *['\"][A-Za-z0-9_.-]+['\"])?$")  # one optional marker: "; platform_machine == 'aarch64'"
+_SPEC = r"[<>=!~]=?[A-Za-z0-9.*+!-]+"
+_REQ = re.compile(  # NAME[extras] with optional specifiers and one optional marker ("; platform_machine == 'x'")
+    rf"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?({_SPEC}(,{_SPEC})*)?"
+    r"( *; *[a-z_]+ *[=!]= *['\"][A-Za-z0-9_.-]+['\"])?$"
+)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -215,7 +218,8 @@ def _step(d: Any, where: str, sources: set[str]) -> Step:
     elif op == "rknn":
         d = _take(d, where, ("op", "script", "runs", "toolkit"), ("deps",))
         if not isinstance(d["toolkit"], str) or not _NAME.match(d["toolkit"]):
-            raise _err(where, f"toolkit must be a distribution name (its version follows the board), got {d['toolkit']!r}")
+            raise _err(where, "toolkit must be a distribution name (its version follows the board), "
+                              f"got {d['toolkit']!r}")
         deps = d.get("deps", [])
         if not isinstance(deps, list) or not all(isinstance(x, str) and _REQ.match(x) for x in deps):
             raise _err(where, "deps must be a list of requirement specifiers (NAME, NAME==V, NAME>=A,<B, "
@@ -296,7 +300,8 @@ def _model(d: Any, where: str) -> Model:
     if not isinstance(d.get("optional", False), bool):
         raise _err(where, f"optional must be true or false, got {d['optional']!r}")
     if not isinstance(d["sources"], dict) or not (d["sources"] or needs):
-        raise _err(where, "sources must be a non-empty mapping name -> source (empty only for a model that needs others)")
+        raise _err(where, "sources must be a non-empty mapping name -> source "
+                          "(empty only for a model that needs others)")
     sources = tuple(_source(n, s, f"{where} source {n!r}") for n, s in d["sources"].items())
     names = {s.name for s in sources}
     steps = tuple(_step(s, f"{where} step {i}", names) for i, s in enumerate(d["steps"] or ()))

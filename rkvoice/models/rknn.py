@@ -231,7 +231,8 @@ def _run_converter(ctx: Context, vpy: str, script: Path, args: list[str]) -> lis
     want = _expected_reports(args)
     if not reports or (want and len(reports) != want):
         raise RkvoiceError("models", "convert-failed",
-                           f"{ctx.model.id}: {what} printed {len(reports)} JSON report line(s), expected {want or 'some'}")
+                           f"{ctx.model.id}: {what} printed {len(reports)} JSON report line(s), "
+                           f"expected {want or 'some'}")
     for r in reports:
         if r.get("true_frames_ok") is False:
             raise RkvoiceError("models", "convert-failed", f"{ctx.model.id}: {what}: true_frames_ok is false in {r}")
