@@ -273,3 +273,52 @@ def test_regulate_repeats_tokens_and_pads_with_mask():
         regulate(h, np.array([[2, 0, 3]]), frames=4)
     with pytest.raises(RkvoiceError, match=r"hidden \[1, N, D\]"):
         regulate(h, np.array([[1, 1]]))
+
+
+# --- what a model declares: one spelling of element types, specs from onnxruntime and RKNNLite ---
+
+def test_dtype_names_and_tensor_specs():
+    from rkvoice.npu.runtime import TensorSpec, dtype_name
+
+    assert {dtype_name(x) for x in ("tensor(int64)", "INT64", np.int64, "int64")} == {"int64"}
+    assert {dtype_name(x) for x in ("tensor(float)", "float", np.float32, "FP32")} == {"float32"}
+    assert dtype_name("tensor(float16)") == "float16"
+    s = TensorSpec.from_json({"name": "noise", "shape": [1, 80, 600], "dtype": "float32"})
+    assert s.fixed and s.size == 48000 and s.describe() == "noise float32 [1, 80, 600]"
+    d = TensorSpec.from_json({"name": "x", "shape": [1, "N"], "dtype": "int64"})
+    assert not d.fixed and d.size is None and d.shape == (1, "N")
+
+
+def test_onnx_specs_and_rknn_query(tmp_path, monkeypatch):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Identity", ["mels"], ["mag"])], "g",
+                          [helper.make_tensor_value_info("mels", TensorProto.FLOAT, [1, 80, "T"])],
+                          [helper.make_tensor_value_info("mag", TensorProto.FLOAT, [1, 80, "T"])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "v.onnx"))
+    om = OnnxModel(tmp_path / "v.onnx")
+    om.load()
+    (spec,) = om.input_specs()
+    assert (spec.name, spec.shape, spec.dtype) == ("mels", (1, 80, "T"), "float32")
+    assert [o.name for o in om.output_specs()] == ["mag"]
+
+    class Attr:
+        def __init__(self, name, dims):
+            self.name, self.n_dims, self.dims, self.type = name.encode(), len(dims), dims + [0] * 4, "float16"
+
+    class Runtime:
+        def get_in_out_num(self):
+            return 1, 1
+
+        def get_tensor_attr(self, index, is_output=False):
+            return Attr("mag" if is_output else "mels", [1, 80, 600])
+
+    rm = RknnModel(tmp_path / "v.rknn")
+    rm._rknn = type("Lite", (), {"rknn_runtime": Runtime()})()
+    ins, outs = rm.query_io()
+    assert (ins[0].name, ins[0].shape, ins[0].dtype, outs[0].name) == ("mels", (1, 80, 600), "float16", "mag")
+    rm._rknn = type("OldLite", (), {"rknn_runtime": object()})()  # no query in this RKNNLite
+    assert rm.query_io() is None

@@ -454,3 +454,13 @@ def test_check_refuses_runtime_1_2_0(tmp_path: Path, monkeypatch: pytest.MonkeyP
         assert any(expect in line for line in st.problems + st.notes), (runtime, abi, st)
         if runtime == "1.2.0":
             assert "1.2.1-1.2.3" in st.problems[0] and "1.3.x" in st.problems[0]
+
+
+def test_loaded_path_is_the_file_the_linker_used() -> None:
+    import ctypes.util
+
+    name = ctypes.util.find_library("m")
+    if name is None:
+        pytest.skip("no libm to look up")
+    path = rkllm_mod.loaded_path(ctypes.CDLL(name), "cos")
+    assert path is not None and path.is_file() and path.name.startswith("libm")
