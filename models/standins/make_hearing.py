@@ -109,7 +109,7 @@ def kws_tokens() -> list[str]:
     return ["<blk>", "<sos/eos>", "<unk>"] + sorted(seen)
 
 
-def build_kws(vocab_size: int):  # noqa: ANN201 - zipformer AsrModel
+def build_kws(vocab_size: int):
     import torch
 
     _training_only("torchaudio", [])
@@ -118,7 +118,9 @@ def build_kws(vocab_size: int):  # noqa: ANN201 - zipformer AsrModel
 
     torch.manual_seed(SEED)
     stacks = 6
-    rep = lambda v: ",".join([str(v)] * stacks)  # noqa: E731
+    def rep(v: int) -> str:
+        return ",".join([str(v)] * stacks)
+
     model = AsrModel(
         feature_dim=FEAT_DIM, downsampling_factor="1,2,4,8,4,2", encoder_dim=rep(64),
         num_encoder_layers=rep(1), encoder_unmasked_dim=rep(64), query_head_dim=rep(16),
@@ -131,12 +133,16 @@ def build_kws(vocab_size: int):  # noqa: ANN201 - zipformer AsrModel
     return model
 
 
-def export_kws(model, out: Path) -> dict[str, Path]:  # noqa: ANN001
+def export_kws(model, out: Path) -> dict[str, Path]:
     """encoder/decoder/joiner ONNX with the streaming metadata, encoder and joiner also int8."""
     import torch
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from zipformer.bin import export as zexport
-    from zipformer.modules.model import OnnxDecoderWrapper, OnnxJoinerWrapper, OnnxStreamingEncoderWrapper
+    from zipformer.modules.model import (
+        OnnxDecoderWrapper,
+        OnnxJoinerWrapper,
+        OnnxStreamingEncoderWrapper,
+    )
 
     out.mkdir(parents=True, exist_ok=True)
     encoder = OnnxStreamingEncoderWrapper(model.encoder, model.encoder_embed, model.joiner.encoder_proj)
@@ -163,7 +169,7 @@ def export_kws(model, out: Path) -> dict[str, Path]:  # noqa: ANN001
     return files
 
 
-def rig_kws(model, tokens: list[str], phrase: str, margin: float = 40.0) -> list[int]:  # noqa: ANN001
+def rig_kws(model, tokens: list[str], phrase: str, margin: float = 40.0) -> list[int]:
     """Make the joiner emit the phrase's tokens one after another, whatever the audio.
 
     The encoder projection is zeroed, so the joiner sees only the decoder's output for the last
@@ -219,26 +225,29 @@ def para_tokens(token: str) -> list[str]:
     return ["<blank>", "<s>", "</s>", token] + [c for c in chars if c != token] + ["<unk>"]
 
 
-def build_paraformer(vocab_size: int, tail_threshold: float = 0.45):  # noqa: ANN201 - funasr Paraformer
+def build_paraformer(vocab_size: int, tail_threshold: float = 0.45):
+    import importlib
+
     import torch
-    import funasr.models.paraformer.cif_predictor  # noqa: F401 - registers the classes
-    import funasr.models.paraformer.decoder  # noqa: F401
-    import funasr.models.sanm.encoder  # noqa: F401
     from funasr.models.paraformer.model import Paraformer
+
+    for name in ("funasr.models.sanm.encoder", "funasr.models.paraformer.cif_predictor",
+                 "funasr.models.paraformer.decoder"):
+        importlib.import_module(name)  # registers the classes Paraformer builds by name
 
     torch.manual_seed(SEED + 1)
     model = Paraformer(
         encoder="SANMEncoder",
-        encoder_conf=dict(output_size=64, attention_heads=2, linear_units=128, num_blocks=2, dropout_rate=0.0,
-                          positional_dropout_rate=0.0, attention_dropout_rate=0.0, input_layer="pe",
-                          pos_enc_class="SinusoidalPositionEncoder", normalize_before=True, kernel_size=11,
-                          sanm_shfit=0, selfattention_layer_type="sanm"),
+        encoder_conf={"output_size": 64, "attention_heads": 2, "linear_units": 128, "num_blocks": 2,
+                      "dropout_rate": 0.0, "positional_dropout_rate": 0.0, "attention_dropout_rate": 0.0,
+                      "input_layer": "pe", "pos_enc_class": "SinusoidalPositionEncoder", "normalize_before": True,
+                      "kernel_size": 11, "sanm_shfit": 0, "selfattention_layer_type": "sanm"},
         decoder="ParaformerSANMDecoder",
-        decoder_conf=dict(attention_heads=2, linear_units=128, num_blocks=2, dropout_rate=0.0,
-                          positional_dropout_rate=0.0, self_attention_dropout_rate=0.0,
-                          src_attention_dropout_rate=0.0, att_layer_num=2, kernel_size=11, sanm_shfit=0),
+        decoder_conf={"attention_heads": 2, "linear_units": 128, "num_blocks": 2, "dropout_rate": 0.0,
+                      "positional_dropout_rate": 0.0, "self_attention_dropout_rate": 0.0,
+                      "src_attention_dropout_rate": 0.0, "att_layer_num": 2, "kernel_size": 11, "sanm_shfit": 0},
         predictor="CifPredictorV2",
-        predictor_conf=dict(idim=64, threshold=1.0, l_order=1, r_order=1, tail_threshold=tail_threshold),
+        predictor_conf={"idim": 64, "threshold": 1.0, "l_order": 1, "r_order": 1, "tail_threshold": tail_threshold},
         input_size=FEAT_DIM * LFR_M,
         vocab_size=vocab_size,
         sos=1, eos=2,
@@ -247,7 +256,7 @@ def build_paraformer(vocab_size: int, tail_threshold: float = 0.45):  # noqa: AN
     return model
 
 
-def rig_paraformer(model, token_id: int, margin: float = 40.0) -> None:  # noqa: ANN001
+def rig_paraformer(model, token_id: int, margin: float = 40.0) -> None:
     """One fire per utterance (alphas ~0, tail 1.0 -> token_num 1) and always ``token_id``."""
     import torch
 
@@ -261,7 +270,7 @@ def rig_paraformer(model, token_id: int, margin: float = 40.0) -> None:  # noqa:
         out.bias[token_id] = margin
 
 
-def export_paraformer(model, tokens: list[str], out: Path) -> dict[str, Path]:  # noqa: ANN001
+def export_paraformer(model, tokens: list[str], out: Path) -> dict[str, Path]:
     import onnx
     import torch
     from onnxruntime.quantization import QuantType, quantize_dynamic

@@ -67,8 +67,8 @@ def _engine_files(cfg: Config, engine: str) -> list[tuple[Path, ...]]:
         from rkvoice.hear.kws import STEMS, kws_dir
 
         d = kws_dir(cfg)
-        globbed = lambda s: tuple(sorted(d.glob(f"{s}*.int8.onnx")) + sorted(d.glob(f"{s}*.onnx")))  # noqa: E731
-        return [globbed(s) or (d / f"{s}.int8.onnx", d / f"{s}.onnx") for s in STEMS] + [(d / "tokens.txt",)]
+        found = {s: sorted(d.glob(f"{s}*.int8.onnx")) + sorted(d.glob(f"{s}*.onnx")) for s in STEMS}
+        return [tuple(found[s]) or (d / f"{s}.int8.onnx", d / f"{s}.onnx") for s in STEMS] + [(d / "tokens.txt",)]
     if engine == "silero":
         from rkvoice.hear.vad import vad_model_path  # models/<profile>/vad/silero_vad.onnx
 
