@@ -61,6 +61,11 @@ def test_keyword_line_is_the_phrase_in_model_tokens(tmp_path):
     assert keywords_line("小智小智", tokens) == "x iǎo zh ì x iǎo zh ì @小智小智"
     with pytest.raises(RkvoiceError, match="unknown: h ǎo"):
         keywords_line("你好", tokens)
+    # spaces and punctuation are not spoken; Latin letters and digits would silently drop out
+    assert keywords_line("小智，小智 ", tokens) == "x iǎo zh ì x iǎo zh ì @小智小智"
+    for phrase, why in (("Hey小智", "cannot spell: H e y"), ("小智2", "cannot spell: 2"), ("！", "no characters")):
+        with pytest.raises(RkvoiceError, match=why):
+            keywords_line(phrase, tokens)
 
 
 def _require(path, what):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -76,23 +77,41 @@ def phrase_tokens(phrase: str) -> list[str]:
     return tokens
 
 
+def spoken_text(phrase: str) -> str:
+    """The phrase without spaces and punctuation: what the keywords file shows after ``@`` and what
+    a detection reports (``@`` or a line break inside it would break the keywords file)."""
+    return "".join(c for c in phrase if not c.isspace() and not unicodedata.category(c).startswith(("P", "S")))
+
+
+def _is_han(ch: str) -> bool:
+    return "CJK" in unicodedata.name(ch, "")
+
+
 def keywords_line(phrase: str, tokens_file: Path, known: dict[str, int] | None = None) -> str:
     """``"x iǎo zh ì x iǎo zh ì @小智小智"``: the phrase in the model's own tokens.
 
-    A token missing from tokens.txt would make sherpa-onnx exit the process: it is an error here.
+    A token missing from tokens.txt would make sherpa-onnx exit the process, and a character
+    pinyin cannot spell (Latin letters, digits) would silently drop out of the phrase: both are
+    errors here.
     """
+    text = spoken_text(phrase)
+    fix = "choose a phrase of Chinese characters (hear.wake_phrase)"
+    foreign = [c for c in text if not _is_han(c)]
+    if not text or foreign:
+        what = f"characters the keyword model cannot spell: {' '.join(foreign)}" if text else "no characters"
+        raise RkvoiceError("wake", "bad-phrase", f"wake phrase {phrase!r} has {what}; {fix}")
     if known is None:
         known = read_tokens(tokens_file, fix_for(tokens_file.parent))
-    tokens = phrase_tokens(phrase)
+    tokens = phrase_tokens(text)
     unknown = [t for t in tokens if t not in known]
     if not tokens or unknown:
         raise RkvoiceError(
             "wake",
             "bad-phrase",
             f"wake phrase {phrase!r} cannot be spelled with the keyword model's tokens "
-            f"(unknown: {' '.join(unknown) or 'no pinyin'}; {tokens_file}); choose a Chinese phrase (hear.wake_phrase)",
+            f"(unknown: {' '.join(unknown) or 'no pinyin'}; {tokens_file}); {fix}",
         )
-    return " ".join(tokens) + f" @{phrase}"
+    return " ".join(tokens) + f" @{text}"
 
 
 def check_kws(cfg: Config, model_dir: Path | None = None) -> str:
@@ -107,7 +126,7 @@ class KwsWake:
     def __init__(self, cfg: Config, model_dir: Path | None = None) -> None:
         self.cfg = cfg
         self.model_dir = model_dir or kws_dir(cfg)
-        self.phrase = cfg.hear.wake_phrase
+        self.phrase = spoken_text(cfg.hear.wake_phrase)
         self._kws = None
         self._stream = None
         self._samples = 0
