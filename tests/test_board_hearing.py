@@ -319,6 +319,8 @@ def test_paraformer_metadata_sherpa_dies_on_is_refused_first(tmp_path, key):
 def test_bad_tokens_and_files_are_named(tmp_path):
     d = _copy("paraformer", tmp_path)
     text = (d / "tokens.txt").read_text(encoding="utf-8")
+    (d / "tokens.txt").write_text(text.replace(" ", "\t"), encoding="utf-8")  # tab-separated: still fine
+    assert check_paraformer(cfg(f"hear.paraformer_dir={d}"))[1] == d / "tokens.txt"
     (d / "tokens.txt").write_text(text.replace("</s> 2\n", "</S> 2\n"), encoding="utf-8")
     with pytest.raises(RkvoiceError, match="no '</s>'"):
         check_paraformer(cfg(f"hear.paraformer_dir={d}"))

@@ -86,7 +86,9 @@ def read_tokens(path: Path, fix: Fix) -> dict[str, int]:
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        token, _, ident = line.rstrip("\n").rpartition(" ")
+        token, sep, ident = line.rpartition(" ")
+        if not sep:  # sherpa-onnx reads whitespace-separated pairs: a tab works too
+            token, _, ident = line.rpartition("\t")
         if not token or not ident.lstrip("-").isdigit():
             raise fix.error("corrupt-model", f"{path} line {n} is not 'TOKEN ID': {line!r}")
         table[token] = int(ident)
