@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import unicodedata
+from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -130,8 +131,7 @@ class KwsWake:
         self._kws = None
         self._stream = None
         self._samples = 0
-        self._keywords_file: Path | None = None
-        self.ignored: list[str] = []
+        self.ignored: deque[str] = deque(maxlen=16)
         """Keywords detected that are not the configured phrase (dropped)."""
 
     def load(self) -> None:
@@ -142,18 +142,20 @@ class KwsWake:
         fd, name = tempfile.mkstemp(prefix="rkvoice-keywords-", suffix=".txt")
         with open(fd, "w", encoding="utf-8") as fh:
             fh.write(line + "\n")
-        self._keywords_file = Path(name)
         h = self.cfg.hear
-        self._kws = sherpa_onnx.KeywordSpotter(
-            tokens=str(files["tokens"]),
-            encoder=str(files["encoder"]),
-            decoder=str(files["decoder"]),
-            joiner=str(files["joiner"]),
-            keywords_file=name,
-            num_threads=1,
-            keywords_score=h.kws_score,
-            keywords_threshold=h.kws_threshold,
-        )
+        try:  # sherpa-onnx reads the keywords file once, while constructing
+            self._kws = sherpa_onnx.KeywordSpotter(
+                tokens=str(files["tokens"]),
+                encoder=str(files["encoder"]),
+                decoder=str(files["decoder"]),
+                joiner=str(files["joiner"]),
+                keywords_file=name,
+                num_threads=1,
+                keywords_score=h.kws_score,
+                keywords_threshold=h.kws_threshold,
+            )
+        finally:
+            Path(name).unlink(missing_ok=True)
         self._stream = self._kws.create_stream()
         log.info("keyword spotter loaded from %s (%s)", self.model_dir, line)
 
@@ -196,5 +198,5 @@ class KwsWake:
         return None
 
     def close(self) -> None:
-        if self._keywords_file is not None:
-            self._keywords_file.unlink(missing_ok=True)
+        self._stream = None
+        self._kws = None
