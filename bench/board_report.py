@@ -324,7 +324,8 @@ def report(cfg: Config, runs: int, with_llm: bool) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", type=Path, help="config file layered over config.yaml (e.g. config.board.yaml)")
+    ap.add_argument("--config", type=Path, help="config file layered over config.yaml (e.g. config.board.yaml); "
+                    "default: /etc/rkvoice/config.yaml (or $RKVOICE_CONFIG) when present, as the daemon")
     ap.add_argument("--set", action="append", default=[], help="config override KEY=VALUE")
     ap.add_argument("--runs", type=int, default=3, help="TTS runs (medians)")
     ap.add_argument("--no-llm", action="store_true", help="do not load or measure the LLM")
@@ -335,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.config is not None and not args.config.is_file():
             raise RkvoiceError("config", "unreadable", f"--config {args.config}: no such file")
-        files = [DEFAULT_CONFIG] + ([args.config] if args.config else [])
+        files = [DEFAULT_CONFIG, args.config] if args.config else None  # None: + /etc/rkvoice/config.yaml
         cfg = load_config([parse_override(s) for s in args.set], files=files)
         if args.runs < 1:
             raise RkvoiceError("bench", "bad-value", f"--runs {args.runs}: give 1 or more")
