@@ -734,3 +734,18 @@ def test_check_lists_buckets_and_refuses_a_sidecar_of_another_toolkit(tmp_path: 
     (d / "matcha-rknn" / "vocos-f600.json").write_text("not json")
     st = check.check_stage(cfg, "tts", "matcha", Path("/nonexistent-manifest"))
     assert any("vocos-f600.json is not a readable sidecar" in p for p in st.problems)
+
+
+def test_rknn_files_open_through_the_runtime_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # tests/npu_sim.py swaps rkvoice.npu.runtime.open_model to run .rknn files in the simulator
+    d = _rknn_dir(tmp_path, monkeypatch)
+    opened: list[str] = []
+    real = npu_runtime.open_model
+
+    def spy(path, **kw):
+        opened.append(Path(path).name)
+        return real(path, **kw)
+
+    monkeypatch.setattr(npu_runtime, "open_model", spy)
+    engine(d, runtime="rknn").load()
+    assert sorted(opened) == ["matcha-t16.rknn", "matcha-t32.rknn", "vocos-f200.rknn"]
