@@ -26,13 +26,8 @@ from typing import Any
 import numpy as np
 
 from rkvoice.errors import RkvoiceError
-from rkvoice.npu.runtime import (
-    ModelRuntime,
-    OnnxModel,
-    RknnModel,
-    TensorSpec,
-    open_model,
-)
+from rkvoice.npu import runtime as npu_runtime
+from rkvoice.npu.runtime import ModelRuntime, OnnxModel, RknnModel, TensorSpec
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +166,8 @@ def load_bucket(path: Path, kind: str, threads: int = 1, core_mask: str = "auto"
     if side is not None and side.get("model") not in (None, kind):
         raise _bad(side_path, f"the sidecar describes a {side.get('model')!r} model where a {kind} model belongs")
     what = "Matcha acoustic" if kind == "matcha" else "Vocos vocoder"
-    model = open_model(path, threads=threads, core_mask=core_mask, what=what)
+    # looked up at call time: a test may run the .rknn files elsewhere (tests/npu_sim.py: the simulator)
+    model = npu_runtime.open_model(path, threads=threads, core_mask=core_mask, what=what)
     model.load()
     try:
         bucket = _declared(path, kind, model, side)
