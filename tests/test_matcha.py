@@ -749,3 +749,28 @@ def test_rknn_files_open_through_the_runtime_module(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(npu_runtime, "open_model", spy)
     engine(d, runtime="rknn").load()
     assert sorted(opened) == ["matcha-t16.rknn", "matcha-t32.rknn", "vocos-f200.rknn"]
+
+
+def test_runtime_choice_between_rknn_files_and_their_onnx_twins(tmp_path: Path, monkeypatch) -> None:
+    from rkvoice.tts import matcha_buckets as mb
+
+    d = tmp_path / "m"
+    d.mkdir()
+    for stem in ("matcha-t32", "matcha-t64"):
+        for suffix in (".rknn", ".onnx"):
+            (d / (stem + suffix)).write_bytes(b"x")
+    names = lambda runtime: [p.name for p in mb.find_models(d, "matcha-t*", runtime)]  # noqa: E731
+    monkeypatch.setattr(mb, "_rknnlite_available", lambda: False)
+    assert names("auto") == ["matcha-t32.onnx", "matcha-t64.onnx"]  # off the board: the twins
+    assert names("rknn") == ["matcha-t32.rknn", "matcha-t64.rknn"]
+    monkeypatch.setattr(mb, "_rknnlite_available", lambda: True)
+    assert names("auto") == ["matcha-t32.rknn", "matcha-t64.rknn"]  # the board: the NPU files
+    assert names("onnx") == ["matcha-t32.onnx", "matcha-t64.onnx"]
+    for p in d.glob("*.onnx"):
+        p.unlink()
+    monkeypatch.setattr(mb, "_rknnlite_available", lambda: False)
+    assert names("auto") == ["matcha-t32.rknn", "matcha-t64.rknn"]  # only .rknn: load says what is missing
+    assert mb.expected_path(tmp_path, "x/matcha-t*", "auto").name == "matcha-t*.rknn"
+    assert [p.name for p in mb.find_models(d, "matcha-t64.rknn")] == ["matcha-t64.rknn"]
+    with pytest.raises(RkvoiceError, match="auto, rknn, onnx"):
+        MatchaConfig(runtime="npu")
