@@ -288,11 +288,15 @@ class MatchaTts:
         return istft_mag_xy(mag, a, b, self.stft)
 
     def _vocos_call(self, v: Bucket, mel: np.ndarray, keep: int) -> tuple[np.ndarray, np.ndarray, Any]:
-        """Run ``v`` on ``mel`` padded with silence to its size; its first ``keep`` frames."""
+        """Run ``v`` on ``mel`` padded with zeros to its size; its first ``keep`` frames.
+
+        Zeros, because Vocos's first convolution pads its input with zeros: the padded run then
+        matches a run on exactly ``t`` frames best (real-architecture stand-in, 150 of 200 frames:
+        66.6 dB on the complex spectrum, against 43-44 dB padding with the mel's minimum, -11.5 or
+        its last frame)."""
         t = mel.shape[-1]
         if not v.dynamic and t < v.size:
-            fill = float(mel.min()) if mel.size else -11.5
-            mel = np.concatenate([mel, np.full(mel.shape[:2] + (v.size - t,), fill, np.float32)], axis=2)
+            mel = np.concatenate([mel, np.zeros(mel.shape[:2] + (v.size - t,), np.float32)], axis=2)
         outs = v.run({v.inputs[0].name: mel})
         if len(outs) >= 3:
             return outs[0][..., :keep], outs[1][..., :keep], outs[2][..., :keep]
