@@ -133,22 +133,27 @@ def measure_tts(engine: Any, cfg: Config, runs: int) -> dict[str, Any]:
             raise RkvoiceError("bench", "tts-failed", f"speaking the test text ended with "
                                f"{result and result.status}: {result and result.error}")
         s = timeline.summary()
+        s["played_s"] = result.audio_s
         chunked.append(s)
         t0 = time.monotonic()
         samples, rate = engine.generate(speakable(TEXT), sid=cfg.tts.sid, speed=cfg.tts.speed)
         synth = time.monotonic() - t0
         whole.append({"synth_s": synth, "audio_s": len(samples) / rate, "rate": rate})
+    heard = [s for s in chunked if s.get("first_audio_ms") is not None]
     out: dict[str, Any] = {
         "text_chars": len(TEXT),
-        "first_audio_ms": median([s["first_audio_ms"] for s in chunked]),
-        "max_gap_ms": max(s["max_gap_ms"] for s in chunked),
-        "chunks": chunked[0]["chunks"],
+        "first_audio_ms": median([s["first_audio_ms"] for s in heard]) if heard else None,
+        "max_gap_ms": max((s.get("max_gap_ms", 0.0) for s in heard), default=None),
+        "played_s": round(chunked[0]["played_s"], 3),
+        "chunks": chunked[0].get("chunks"),
         "rtf": median([w["synth_s"] / w["audio_s"] for w in whole if w["audio_s"]]),
         "audio_s": round(whole[0]["audio_s"], 3),
         "sample_rate": whole[0]["rate"],
         "runs": runs,
-        "raw_first_audio_ms": [round(s["first_audio_ms"], 1) for s in chunked],
+        "raw_first_audio_ms": [round(s["first_audio_ms"], 1) for s in heard],
     }
+    if not heard:  # every sample below the player's lead-trim threshold: the voice is silent
+        out["silent"] = "no audio reached the player: the voice's output is below the 1 % lead-trim threshold"
     if hasattr(engine, "bucket_stats"):
         out["buckets"] = engine.bucket_stats()
     return out

@@ -102,3 +102,26 @@ def test_matcha_report_times_every_bucket(tmp_path: Path) -> None:
     assert used and all(v["mean_ms"] > 0 and v["max_ms"] >= v["mean_ms"] for v in used.values())
     assert buckets["matcha"]["t64"]["window"] == 600 and buckets["vocos"]["f200"]["size"] == 200
     assert r["tts"]["first_audio_ms"] > 0 and r["tts"]["sample_rate"] == 16000
+
+
+def test_a_silent_voice_is_reported_not_a_crash() -> None:
+    import importlib.util
+
+    import numpy as np
+
+    spec = importlib.util.spec_from_file_location("board_report", REPORT)
+    assert spec is not None and spec.loader is not None
+    br = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(br)
+
+    class Silent:
+        name = "silent"
+        sample_rate = 16000
+
+        def generate(self, text, sid=0, speed=1.0):
+            return np.full(16000, 1e-4, np.float32), 16000  # below the player's 1 % lead-trim threshold
+
+    cfg = load_config([{"audio": {"player": "null"}}])
+    out = br.measure_tts(Silent(), cfg, 1)
+    assert out["first_audio_ms"] is None and out["played_s"] == 0.0 and "silent" in out
+    assert out["audio_s"] == 1.0 and out["rtf"] >= 0
