@@ -454,6 +454,14 @@ def test_frames_past_the_window_go_to_a_bigger_bucket(tmp_path: Path) -> None:
     audio, _ = tts.generate(text)
     assert len(s["t16"].calls) == 1 and len(s["t32"].calls) == 1 and tts.overflows == 1
     assert len(audio) == HOP * (n * 8 - 1)
+    # the engine has seen 8 frames a token: the same piece now goes straight to t32, no wasted call
+    again, _ = tts.generate(text)
+    assert len(s["t16"].calls) == 1 and len(s["t32"].calls) == 2 and tts.overflows == 1
+    np.testing.assert_array_equal(again, audio)
+    # ... while a piece that fits t16's window at that rate still runs there
+    short = "你好"
+    tts.generate(short)
+    assert len(s["t16"].calls) == 2
 
 
 def test_frames_past_every_window_split_the_piece_in_two(tmp_path: Path) -> None:

@@ -16,6 +16,9 @@ overlapping windows of the largest). The ODE noise is drawn from a numpy Generat
 from __future__ import annotations
 
 import logging
+import math
+import statistics
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,8 @@ from rkvoice.tts.matcha_frontend import MatchaFrontend, Phonemizer, Unit
 
 log = logging.getLogger(__name__)
 
+RATE_MARGIN = 1.05
+"""Head-room on the expected frame count when choosing a bucket."""
 MAX_SPLITS = 6
 """A piece is halved at most this deep when its frames overflow every window (64 pieces)."""
 
@@ -70,6 +75,9 @@ class MatchaTts:
         """First and later piece lengths the speaker cuts text into for this voice (seeds/001: 24/40)."""
         self.overflows = 0
         """Pieces whose true frame count overflowed their bucket's window (re-run or halved)."""
+        self._rates: deque[float] = deque(maxlen=32)
+        """Frames per token (at speed 1) of recent Matcha calls: only to skip a bucket whose window
+        a piece would overflow (a wasted NPU call); the mel is always cut at the model's own count."""
 
     # -- loading -------------------------------------------------------------------------
     def files(self) -> dict[str, Path]:
@@ -208,6 +216,12 @@ class MatchaTts:
             return np.zeros(0, dtype=np.float32), self._rate
         return np.concatenate(out).astype(np.float32), self._rate
 
+    def _expected_frames(self, tokens: int, speed: float) -> int:
+        """Frames a piece will likely need, from the median rate of recent calls (0: no history yet)."""
+        if not self._rates:
+            return 0
+        return math.ceil(tokens * statistics.median(self._rates) * RATE_MARGIN / speed)
+
     def _matcha_for(self, tokens: int, frames: int = 0) -> Bucket | None:
         """Smallest bucket holding ``tokens`` (and a window of ``frames``); the dynamic model if that is it."""
         if self.acoustic[0].dynamic:
@@ -243,10 +257,12 @@ class MatchaTts:
                     depth: int = 0) -> list[np.ndarray]:
         assert self.frontend is not None
         ids = self.frontend.ids(piece, self._add_blank, self._pad_id)
-        bucket = self._matcha_for(len(ids))
+        bucket = self._matcha_for(len(ids), self._expected_frames(len(ids), speed)) or self._matcha_for(len(ids))
         if bucket is None:  # split_units keeps pieces within the largest bucket
             raise RkvoiceError("tts", "too-long", f"matcha piece of {len(ids)} tokens exceeds every bucket")
         mel, frames = self._acoustic_run(bucket, ids, sid, speed, rng)
+        if ids and frames > 0:
+            self._rates.append(frames * speed / len(ids))
         if not bucket.dynamic and frames > bucket.window:
             self.overflows += 1
             bigger = self._matcha_for(len(ids), frames)
