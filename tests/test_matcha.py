@@ -570,6 +570,13 @@ def test_misnamed_files_and_incomplete_fixed_graphs_are_refused(tmp_path: Path) 
     assert "makes 100 mel bins but vocos-f200.onnx takes 80" in _load_error(d)
 
 
+def test_a_dynamic_graph_wanting_noise_is_refused(tmp_path: Path) -> None:
+    d = model_dir(tmp_path, buckets=())
+    matcha_graph(d / "matcha-zh-en" / "noisy.onnx", None, None, extra_input="noise")
+    msg = _load_error(d, acoustic="matcha-zh-en/noisy.onnx")
+    assert "dynamic-shape Matcha with input noise" in msg and "model-steps-3.onnx" in msg
+
+
 def test_a_vocoder_in_the_acoustic_place_is_refused(tmp_path: Path) -> None:
     d = model_dir(tmp_path, buckets=((16, 160),))
     p = d / "matcha-rknn" / "matcha-t16.onnx"

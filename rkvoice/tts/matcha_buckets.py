@@ -261,6 +261,10 @@ def _check_matcha(b: Bucket, side: dict[str, Any] | None) -> None:
     if isinstance(mel.shape[1], int):
         b.n_mels = mel.shape[1]
     if not isinstance(x.shape[1], int):  # dynamic tokens: the published graph, mel length = output length
+        if "noise" in spec:
+            raise _bad(b.path, f"a dynamic-shape Matcha with input {spec['noise'].describe()}: the noise length "
+                       "depends on the predicted durations, which the engine cannot know before the call",
+                       "give the published model-steps-3.onnx (noise drawn inside) or a fixed bucket")
         b.size, b.window = 0, 0
         return
     b.size = x.shape[1]
