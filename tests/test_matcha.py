@@ -789,3 +789,31 @@ def test_runtime_choice_between_rknn_files_and_their_onnx_twins(tmp_path: Path, 
     assert [p.name for p in mb.find_models(d, "matcha-t64.rknn")] == ["matcha-t64.rknn"]
     with pytest.raises(RkvoiceError, match="auto, rknn, onnx"):
         MatchaConfig(runtime="npu")
+
+
+def test_the_speaker_cuts_matcha_text_into_its_own_piece_lengths() -> None:
+    from rkvoice.audio.players import NullPlayer
+    from rkvoice.clock import FakeClock
+    from rkvoice.speaker import Speaker
+
+    class Voice:  # what the speaker sees of MatchaTts: generate() and piece_chars
+        name, sample_rate, piece_chars = "matcha", 16000, (24, 40)
+
+        def generate(self, text, sid=0, speed=1.0):
+            return np.full(1600, 0.2, np.float32), 16000
+
+    calls = []
+
+    def split(text, first, chunk):
+        calls.append((first, chunk))
+        return [text]
+
+    cfg = Config()
+    sp = Speaker(Voice(), NullPlayer(cfg, FakeClock()), cfg, FakeClock(), split=split)
+    turn = sp.start_turn()
+    for piece in ("今天天气不错，", "我们出去走走吧。"):
+        sp.say(piece, turn)
+    sp.end_turn(turn)
+    assert sp.wait_done(turn, 10).status == "done"
+    sp.close()
+    assert calls[-2:] == [(24, 40), (40, 40)] and (cfg.tts.first_chars, cfg.tts.chunk_chars) == (12, 40)
