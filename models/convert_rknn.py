@@ -443,13 +443,14 @@ def _voice(args: argparse.Namespace) -> int:
     def emit(report: dict) -> None:
         os.write(json_fd, (json.dumps(report, ensure_ascii=False) + "\n").encode())
 
+    keep: list | None = [] if args.serve else None
     try:
         if args.cmd == "matcha":
             reports = npu_voice.convert_matcha(args.onnx, args.out, args.tokens, args.frames, args.target,
-                                               args.toolkit_version, args.verify, args.fuse_qkv, emit)
+                                               args.toolkit_version, args.verify, args.fuse_qkv, emit, keep)
         else:
             reports = npu_voice.convert_vocos(args.onnx, args.out, args.frames or [600], args.target,
-                                              args.toolkit_version, args.verify, args.mel, emit)
+                                              args.toolkit_version, args.verify, args.mel, emit, keep)
     except npu_voice.ConvertError as exc:
         sys.stderr.write(f"convert_rknn.py {args.cmd}: {exc}\n")
         return 2
@@ -457,6 +458,12 @@ def _voice(args: argparse.Namespace) -> int:
     for out in failed:
         sys.stderr.write(f"convert_rknn.py {args.cmd}: {out} is below the thresholds (see its JSON line); "
                          "it is written but must not be installed\n")
+    if keep is not None:
+        import npu_serve
+
+        npu_serve.serve([npu.run for npu in keep], os.fdopen(json_fd, "wb"), sys.stdin.buffer)
+        for npu in keep:
+            npu.release()
     return 1 if failed else 0
 
 
@@ -504,6 +511,8 @@ def main(argv: list[str] | None = None) -> int:
             vp.add_argument("--mel", type=Path, help="a [1, n_mels, T] .npy mel for the checks")
         vp.add_argument("--target", default="rk3576")
         vp.add_argument("--toolkit-version", help="refuse unless the installed rknn-toolkit2 is this version")
+        vp.add_argument("--serve", action="store_true",
+                        help="then answer run requests on stdin/stdout with the built models (models/npu_serve.py)")
         vp.add_argument("--verify", default="auto", choices=["auto", "simulator", "device", "none", "onnx-only"],
                         help="check B: simulator (x86), device (on the board), none; onnx-only skips the build")
     sv = sub.add_parser("setup-venv", help="create the rknn-toolkit2 venv (python 3.11; torch 2.13.0 CPU wheel)")

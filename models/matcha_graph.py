@@ -357,6 +357,27 @@ def mask_decoder(model: Any, rw: Rewrite) -> None:
             masks[length] = (mask, frac)
         return masks[length]
 
+    biases: dict[int, str] = {}
+
+    def key_bias_for(length: int) -> str:
+        """-1e4 on keys at or past T' (0 before): its own small chain from T', not the GroupNorm mask's
+        (one tensor feeding both the norms and the attentions ties the whole decoder into one
+        layout mesh, and rknn-toolkit2's transpose passes then take ~10x longer to build it)."""
+        if length not in biases:
+            ratio = rw.frames / length
+            scaled = _node(graph, "Div", [DEC_LEN, _const(graph, f"_key_ratio_{length}", np.array([ratio], np.float32))],
+                           f"_key_scaled_{length}")
+            start = _node(graph, "Neg", [_node(graph, "Floor", [_node(graph, "Neg", [scaled], f"_key_neg_{length}")],
+                                               f"_key_floor_{length}")], f"_key_valid_{length}")
+            idx = _const(graph, f"_key_idx_{length}", np.arange(1, length + 1, dtype=np.float32))
+            past = _node(graph, "Clip", [_node(graph, "Sub", [idx, start], f"_key_over_{length}"),
+                                         _const(graph, f"_key_zero_{length}", np.array(0, np.float32)),
+                                         _const(graph, f"_key_one_{length}", np.array(1, np.float32))],
+                         f"_key_past_{length}")
+            biases[length] = _node(graph, "Mul", [past, _const(graph, f"_key_neg_big_{length}",
+                                                               np.array(MASK_NEG, np.float32))], f"_key_bias_{length}")
+        return biases[length]
+
     for n in list(graph.node):
         if n.op_type == "InstanceNormalization":
             src = prods.get(n.input[0])
@@ -373,10 +394,7 @@ def mask_decoder(model: Any, rw: Rewrite) -> None:
             attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
             if not shape or shape[-1] not in lengths or attrs.get("axis", -1) not in (-1, len(shape) - 1):
                 continue
-            mask, _ = mask_for(shape[-1])
-            bias = _node(graph, "Mul", [_node(graph, "Sub", [mask, f"_dec_one_{shape[-1]}"], n.name + "_m1"),
-                                        _const(graph, n.name + "_neg", np.array(-MASK_NEG, np.float32))],
-                         n.name + "_keybias")
+            bias = key_bias_for(shape[-1])
             biased = _node(graph, "Add", [n.input[0], bias], n.name + "_biased")
             n.input[0] = biased
             rw.count("attention")
@@ -397,12 +415,15 @@ def _decoder_lengths(rw: Rewrite) -> list[int]:
 
 def _masked_instance_norm(model: Any, node: Any, before: list[int], after: list[int],
                           mask_frac: tuple[str, str]) -> None:
-    """y [N, G, (C/G)*L] -> normalised over the first T' frames of each group; scale/bias kept."""
+    """y [N, G, (C/G)*L] -> normalised over the first T' frames of each group; scale/bias kept.
+
+    Stays in the GroupNorm's own 3-D layout (the mask tiled over the group's channels once per
+    shape) so the toolkit sees the same Reshape/ReduceMean shapes it fuses in a LayerNorm."""
     import onnx
 
     graph = model.graph
     mask, frac = mask_frac
-    n_, c, length = before
+    _, c, length = before
     g = after[1]
     eps = 1e-5
     for a in node.attribute:
@@ -410,24 +431,32 @@ def _masked_instance_norm(model: Any, node: Any, before: list[int], after: list[
             eps = onnx.helper.get_attribute_value(a)
     p = node.name or node.output[0]
     y = node.input[0]
-    y4 = _node(graph, "Reshape", [y, _const(graph, p + "_4d", np.array([n_, g, c // g, length], np.int64))], p + "_y4")
-    m4 = _node(graph, "Reshape", [mask, _const(graph, p + "_m4d", np.array([1, 1, 1, length], np.int64))], p + "_m4")
-    axes = [2, 3]
-    mean = _node(graph, "Div", [_node(graph, "ReduceMean", [_node(graph, "Mul", [y4, m4], p + "_ym")], p + "_sum",
-                                      axes=axes, keepdims=1), frac], p + "_mean")
-    centred = _node(graph, "Sub", [y4, mean], p + "_c")
-    cm = _node(graph, "Mul", [centred, m4], p + "_cm")
-    var = _node(graph, "Div", [_node(graph, "ReduceMean", [_node(graph, "Mul", [cm, cm], p + "_sq")], p + "_vsum",
-                                     axes=axes, keepdims=1), frac], p + "_var")
+    flat = f"_dec_mflat_{c // g}x{length}"
+    if not any(n.output[0] == flat for n in graph.node):
+        m3 = _node(graph, "Reshape", [mask, _const(graph, flat + "_3d", np.array([1, 1, length], np.int64))], flat + "_m3")
+        _node(graph, "Tile", [m3, _const(graph, flat + "_reps", np.array([1, 1, c // g], np.int64))], flat)
+    inv = f"{frac}_inv"
+    if not any(n.output[0] == inv for n in graph.node):
+        _node(graph, "Reciprocal", [frac], inv)
+    axes = [2]
+    mean = _node(graph, "Mul", [_node(graph, "ReduceMean", [_node(graph, "Mul", [y, flat], p + "_ym")], p + "_sum",
+                                      axes=axes, keepdims=1), inv], p + "_mean")
+    centred = _node(graph, "Sub", [y, mean], p + "_c")
+    cm = _node(graph, "Mul", [centred, flat], p + "_cm")
+    var = _node(graph, "Mul", [_node(graph, "ReduceMean", [_node(graph, "Mul", [cm, cm], p + "_sq")], p + "_vsum",
+                                     axes=axes, keepdims=1), inv], p + "_var")
     std = _node(graph, "Sqrt", [_node(graph, "Add", [var, _const(graph, p + "_eps", np.array(eps, np.float32))],
                                       p + "_ve")], p + "_std")
-    normed = _node(graph, "Div", [centred, std], p + "_n4")
-    flat = _node(graph, "Reshape", [normed, _const(graph, p + "_3d", np.array(after, np.int64))], p + "_n3")
-    scale = _const(graph, p + "_scale3", _initializer(graph, node.input[1]).reshape(1, g, 1))
-    bias = _const(graph, p + "_bias3", _initializer(graph, node.input[2]).reshape(1, g, 1))
+    normed = _node(graph, "Div", [centred, std], p + "_n")
+    scale_v, bias_v = _initializer(graph, node.input[1]), _initializer(graph, node.input[2])
     out = node.output[0]
     graph.node.remove(node)
-    _node(graph, "Add", [_node(graph, "Mul", [flat, scale], p + "_scaled"), bias], out)
+    if np.all(scale_v == 1) and np.all(bias_v == 0):  # torch's GroupNorm export: affine applied after
+        _node(graph, "Identity", [normed], out)
+        return
+    scale = _const(graph, p + "_scale3", scale_v.reshape(1, g, 1))
+    bias = _const(graph, p + "_bias3", bias_v.reshape(1, g, 1))
+    _node(graph, "Add", [_node(graph, "Mul", [normed, scale], p + "_scaled"), bias], out)
 
 
 def _initializer(graph: Any, name: str) -> np.ndarray:

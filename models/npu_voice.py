@@ -201,7 +201,7 @@ def check_matcha_npu(npu: Npu, fixed_path: Path, rw: mg.Rewrite, seed: int = 1) 
 
 def convert_matcha(onnx_path: Path, out_dir: Path, tokens: list[int], frames: list[int] | None, target: str,
                    required_toolkit: str | None, verify: str = "auto", fuse_qkv: bool = False,
-                   emit: Callable[[dict], None] | None = None) -> list[dict]:
+                   emit: Callable[[dict], None] | None = None, keep: list | None = None) -> list[dict]:
     version = toolkit_version(required_toolkit) if verify != "onnx-only" else "none"
     src = load_onnx(onnx_path)
     try:
@@ -238,7 +238,7 @@ def convert_matcha(onnx_path: Path, out_dir: Path, tokens: list[int], frames: li
             if report["verify"] != "none":
                 snr_b, ok_b, probes_b = check_matcha_npu(npu, fixed_path, rw)
                 report.update(snr_db=snr_b, true_frames_ok=frames_ok and ok_b, probes_npu=probes_b)
-            npu.release()
+            _keep_or_release(npu, keep)
         report["peak_rss_mb"] = peak_rss_mb()
         report["ok"] = _matcha_ok(report)
         _write_sidecar(out_dir / f"{name}.json", fixed, report, rw.tokens, w)
@@ -246,6 +246,14 @@ def convert_matcha(onnx_path: Path, out_dir: Path, tokens: list[int], frames: li
             emit(report)
         reports.append(report)
     return reports
+
+
+def _keep_or_release(npu: Npu, keep: list | None) -> None:
+    """``keep`` collects built models for --serve (the simulator runs only what this process built)."""
+    if keep is None:
+        npu.release()
+    else:
+        keep.append(npu)
 
 
 def _matcha_ok(r: dict) -> bool:
@@ -303,7 +311,7 @@ def _stft_config(meta: dict) -> Any:
 
 def convert_vocos(onnx_path: Path, out_dir: Path, frames: list[int], target: str, required_toolkit: str | None,
                   verify: str = "auto", mel_path: Path | None = None,
-                  emit: Callable[[dict], None] | None = None) -> list[dict]:
+                  emit: Callable[[dict], None] | None = None, keep: list | None = None) -> list[dict]:
     import onnx
 
     from rkvoice.npu.istft import istft_mag_xy
@@ -356,7 +364,7 @@ def convert_vocos(onnx_path: Path, out_dir: Path, frames: list[int], target: str
                     wave = istft_mag_xy(shaped[0], shaped[1], shaped[2], stft)
                     report["wave_snr_db"] = snr_db(wave_ref, wave)
                 report["capacity_ok"] = bool(capacity and report["tail_snr_db"] >= VOCOS_SIM_DB)
-            npu.release()
+            _keep_or_release(npu, keep)
         report["peak_rss_mb"] = peak_rss_mb()
         report["ok"] = _vocos_ok(report)
         _write_sidecar(out_dir / f"{name}.json", fixed, report, None, n)
