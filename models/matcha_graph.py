@@ -248,8 +248,9 @@ def fix_lengths(model: Any, rw: Rewrite) -> None:
         rw.count("Slice")
         if _feeds_output(model, n.output[0], "mel"):
             mel_slice = ends
-    if mel_slice is None:
-        raise GraphError("found no data-dependent Slice cutting the mel: cannot expose the true frame count")
+    if mel_slice is None:  # an export that returns the decoder's whole length: T' is the frame count
+        log.warning("no data-dependent Slice cuts the mel: reporting the decoder length as mel_frames")
+        mel_slice = dec_len
     frames_f = _node(graph, "Cast", [mel_slice], FRAMES + "_f", to=onnx.TensorProto.FLOAT)
     _node(graph, "Reshape", [frames_f, _const(graph, FRAMES + "_shape", np.array([1], np.int64))], FRAMES)
     dec_f = _node(graph, "Cast", [dec_len], DEC_LEN + "_f", to=onnx.TensorProto.FLOAT)
@@ -491,8 +492,11 @@ def vocab_size(model: Any) -> int:
     """Rows of the embedding table the token ids index (the Gather fed by ``x``)."""
     graph = model.graph
     prods = _producers(graph)
-    for n in graph.node:
-        if n.op_type == "Gather" and n.input[1] == "x":
+    ids = {"x"}
+    for n in graph.node:  # x itself or a Cast of it indexes the table
+        if n.op_type == "Cast" and n.input[0] in ids:
+            ids.add(n.output[0])
+        if n.op_type == "Gather" and n.input[1] in ids:
             table = _constant_value(graph, prods, n.input[0])
             if table is not None:
                 return int(table.shape[0])
@@ -518,6 +522,9 @@ def rewrite(model: Any, tokens: int, frames: int, fuse_qkv: bool = False) -> tup
     check_matcha(model)
     if frames % 4:
         raise GraphError(f"--frames {frames}: use a multiple of 4 (the decoder halves the length twice)")
+    if frames <= 2 * tokens:
+        raise GraphError(f"--frames {frames} is too small for a {tokens}-token bucket (a token lasts several "
+                         f"frames); pass a larger --frames, or none for the default")
     rw = Rewrite(tokens=tokens, frames=frames, vocab=vocab_size(model),
                  pad_id=int({p.key: p.value for p in model.metadata_props}.get("pad_id", 0)))
     out_shape = _output_dims(model, "mel")
@@ -568,14 +575,16 @@ def _copy_metadata(src: Any, dst: Any, rw: Rewrite) -> None:
         p.key, p.value = k, v
 
 
-def original_with_noise(model: Any, n_mels: int = 80) -> Any:
+def original_with_noise(model: Any, n_mels: int = 80, noise: bool = True) -> Any:
     """The original dynamic graph with its noise as an input (to compare against the rewrite), and T'
-    exposed as ``_decoder_frames`` so the caller can size that noise."""
+    exposed as ``_decoder_frames`` so the caller can size that noise (``noise=False``: keep the
+    graph's own noise, only expose T', e.g. to probe how many frames a bucket needs)."""
     import onnx
 
     m = onnx.ModelProto()
     m.CopyFrom(model)
-    noise_as_input(m, n_mels, "T")
+    if noise:
+        noise_as_input(m, n_mels, "T")
     ranges, _ = find_length_points(m)
     dec_len = ranges[0].input[1]
     f = _node(m.graph, "Cast", [dec_len], DEC_LEN + "_f", to=onnx.TensorProto.FLOAT)

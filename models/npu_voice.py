@@ -156,6 +156,23 @@ def _matcha_feeds(rw: mg.Rewrite, n: int, rng: np.random.Generator, noise: np.nd
             "length_scale": np.array([1.0], np.float32), "noise": noise}
 
 
+def window_for(src: Any, tokens: int, probes: int = 4, headroom: float = 1.25) -> int:
+    """Default frame window: the field's 9.375 frames a token, or more when this model speaks slower:
+    the longest T' of a few full buckets of random tokens on the original graph, plus 25 %."""
+    sess = _session(mg.original_with_noise(src, noise=False))
+    rw = mg.Rewrite(tokens=tokens, frames=0, vocab=mg.vocab_size(src),
+                    pad_id=int({p.key: p.value for p in src.metadata_props}.get("pad_id", 0)))
+    rng = np.random.default_rng(7)
+    longest = 0
+    for _ in range(probes):
+        feeds = _matcha_feeds(rw, tokens, rng, np.zeros(0, np.float32))
+        del feeds["noise"]
+        (dec,) = sess.run([mg.DEC_LEN], feeds)
+        longest = max(longest, int(round(float(dec[0]))))
+    need = int(-(-int(np.ceil(longest * headroom)) // 4) * 4)
+    return max(mg.default_frames(tokens), need)
+
+
 def check_matcha_original(src: Any, reference: Any, rw: mg.Rewrite, seed: int = 0) -> tuple[float, bool, list[dict]]:
     """Check A: rewritten vs original on onnxruntime (fp32), same ids and noise, over the true frames."""
     orig = _session(mg.original_with_noise(src, rw.n_mels))
@@ -215,7 +232,7 @@ def convert_matcha(onnx_path: Path, out_dir: Path, tokens: list[int], frames: li
     for i, k in enumerate(tokens):
         if k < 4:
             raise ConvertError(f"--tokens {k}: a bucket needs at least 4 tokens")
-        w = frames[i] if frames else mg.default_frames(k)
+        w = frames[i] if frames else window_for(src, k)
         try:
             fixed, reference, rw = mg.rewrite(src, k, w, fuse_qkv=fuse_qkv)
         except mg.GraphError as exc:
@@ -230,16 +247,11 @@ def convert_matcha(onnx_path: Path, out_dir: Path, tokens: list[int], frames: li
                   "snr_vs_original_db": snr_a, "snr_db": None, "true_frames_ok": frames_ok, "build_s": None,
                   "peak_rss_mb": None, "toolkit_version": version, "target": target, "verify": "none",
                   "rewrite": rw.replaced, "probes_original": probes_a}
-        if verify != "onnx-only":
-            npu = Npu(fixed_path, target)
-            npu.export(out_dir / f"{name}.rknn")
-            report["build_s"] = npu.build_s
-            report["verify"] = npu.start(verify)
-            if report["verify"] != "none":
-                snr_b, ok_b, probes_b = check_matcha_npu(npu, fixed_path, rw)
-                report.update(snr_db=snr_b, true_frames_ok=frames_ok and ok_b, probes_npu=probes_b)
-            _keep_or_release(npu, keep)
-        report["peak_rss_mb"] = peak_rss_mb()
+        def check_b(npu: Npu, report: dict = report, fixed_path: Path = fixed_path, rw: mg.Rewrite = rw) -> None:
+            snr_b, ok_b, probes_b = check_matcha_npu(npu, fixed_path, rw)
+            report.update(snr_db=snr_b, true_frames_ok=report["true_frames_ok"] and ok_b, probes_npu=probes_b)
+
+        _build_and_check(fixed_path, report, target, verify, check_b, keep)
         report["ok"] = _matcha_ok(report)
         _write_sidecar(out_dir / f"{name}.json", fixed, report, rw.tokens, w)
         if emit:
@@ -248,12 +260,22 @@ def convert_matcha(onnx_path: Path, out_dir: Path, tokens: list[int], frames: li
     return reports
 
 
-def _keep_or_release(npu: Npu, keep: list | None) -> None:
-    """``keep`` collects built models for --serve (the simulator runs only what this process built)."""
-    if keep is None:
-        npu.release()
-    else:
-        keep.append(npu)
+def _build_and_check(fixed_path: Path, report: dict, target: str, verify: str,
+                     check_b: Callable[[Npu], None], keep: list | None) -> None:
+    """Build ``NAME.rknn`` from the fixed graph, run check B where possible, record time and memory.
+    ``keep`` collects the builds for --serve (the simulator runs only what this process built)."""
+    if verify != "onnx-only":
+        npu = Npu(fixed_path, target)
+        npu.export(fixed_path.with_suffix(".rknn"))
+        report["build_s"] = npu.build_s
+        report["verify"] = npu.start(verify)
+        if report["verify"] != "none":
+            check_b(npu)
+        if keep is None:
+            npu.release()
+        else:
+            keep.append(npu)
+    report["peak_rss_mb"] = peak_rss_mb()
 
 
 def _matcha_ok(r: dict) -> bool:
@@ -346,26 +368,19 @@ def convert_vocos(onnx_path: Path, out_dir: Path, frames: list[int], target: str
                   "snr_db": None, "wave_snr_db": None, "tail_snr_db": None, "true_frames_ok": True,
                   "capacity_ok": None, "build_s": None, "peak_rss_mb": None, "toolkit_version": version,
                   "target": target, "verify": "none"}
-        if verify != "onnx-only":
-            npu = Npu(fixed_path, target)
-            npu.export(out_dir / f"{name}.rknn")
-            report["build_s"] = npu.build_s
-            report["verify"] = npu.start(verify)
-            if report["verify"] != "none":
-                outs = npu.run([mel])
-                shaped = [np.asarray(o) for o in outs[:3]]
-                capacity = all(o.size == r.size for o, r in zip(shaped, ref))
-                if capacity:
-                    shaped = [o.reshape(r.shape) for o, r in zip(shaped, ref)]
-                    q = max(1, n // 4)
-                    report["snr_db"] = min(snr_db(r, o) for r, o in zip(ref, shaped))
-                    report["tail_snr_db"] = min(snr_db(r[..., -q:], o[..., -q:]) for r, o in zip(ref, shaped))
-                    wave_ref = istft_mag_xy(ref[0], ref[1], ref[2], stft)
-                    wave = istft_mag_xy(shaped[0], shaped[1], shaped[2], stft)
-                    report["wave_snr_db"] = snr_db(wave_ref, wave)
-                report["capacity_ok"] = bool(capacity and report["tail_snr_db"] >= VOCOS_SIM_DB)
-            _keep_or_release(npu, keep)
-        report["peak_rss_mb"] = peak_rss_mb()
+        def check_b(npu: Npu, report: dict = report, mel: np.ndarray = mel, ref: list = ref, n: int = n) -> None:
+            shaped = [np.asarray(o) for o in npu.run([mel])[:3]]
+            capacity = all(o.size == r.size for o, r in zip(shaped, ref))
+            if capacity:
+                shaped = [o.reshape(r.shape) for o, r in zip(shaped, ref)]
+                q = max(1, n // 4)
+                report["snr_db"] = min(snr_db(r, o) for r, o in zip(ref, shaped))
+                report["tail_snr_db"] = min(snr_db(r[..., -q:], o[..., -q:]) for r, o in zip(ref, shaped))
+                wave_ref = istft_mag_xy(ref[0], ref[1], ref[2], stft)
+                report["wave_snr_db"] = snr_db(wave_ref, istft_mag_xy(shaped[0], shaped[1], shaped[2], stft))
+            report["capacity_ok"] = bool(capacity and report["tail_snr_db"] >= VOCOS_SIM_DB)
+
+        _build_and_check(fixed_path, report, target, verify, check_b, keep)
         report["ok"] = _vocos_ok(report)
         _write_sidecar(out_dir / f"{name}.json", fixed, report, None, n)
         if emit:

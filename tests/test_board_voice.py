@@ -133,19 +133,25 @@ def test_fixed_matcha_has_no_dynamic_ops_and_reports_true_frames(converted):
     ops = {n.op_type for n in fixed.graph.node}
     assert not ops & {"Range", "CumSum", "Ceil", "RandomNormalLike", "RandomNormal"}
     sess = ort.InferenceSession(str(out / "matcha-t32.onnx"))
+    window = json.loads((out / "matcha-t32.json").read_text())["frames"]
     rng = np.random.default_rng(3)
-    noise = rng.standard_normal((1, 80, 300)).astype(np.float32)
+    noise = rng.standard_normal((1, 80, window)).astype(np.float32)
     frames = []
     for n in (4, 12, 24):  # more tokens, more frames; the window is never the answer
         x = np.zeros((1, 32), np.int64)
         x[0, :n] = rng.integers(5, 400, n)
-        mel, t = sess.run(None, {"x": x, "x_length": np.array([n]), "noise_scale": np.array([0.667], np.float32),
-                                 "length_scale": np.array([1.0], np.float32), "noise": noise})
+        feeds = {"x": x, "x_length": np.array([n]), "noise_scale": np.array([0.667], np.float32),
+                 "length_scale": np.array([1.0], np.float32), "noise": noise}
+        mel, t = sess.run(None, feeds)
         frames.append(int(round(float(t[0]))))
-        assert mel.shape == (1, 80, 300)
-        tail = mel[:, :, frames[-1]:]  # the decoder's output mask: past the true length only the mel mean
-        assert np.allclose(tail, tail[:, :, :1]) and not np.allclose(mel[:, :, :frames[-1]], tail[:, :, :1])
-    assert frames[0] < frames[1] < frames[2] < 300
+        assert mel.shape == (1, 80, window)
+        # the masked decoder: what lies past the true length (padding, rounded up to 4) cannot reach it
+        other = noise.copy()
+        other[:, :, frames[-1] + 4:] = rng.standard_normal(other[:, :, frames[-1] + 4:].shape)
+        mel2, t2 = sess.run(None, dict(feeds, noise=other))
+        assert t2[0] == t[0] and not np.allclose(mel2, mel)
+        assert np.allclose(mel2[:, :, :frames[-1]], mel[:, :, :frames[-1]], rtol=0, atol=1e-4)
+    assert frames[0] < frames[1] < frames[2] < window
 
 
 def test_vocos_buckets_meet_thresholds_and_hold_their_frames(converted, capsys):
