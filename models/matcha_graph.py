@@ -33,6 +33,22 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from onnx_edit import (
+    GraphError,
+    const as _const,
+    constant_value as _constant_value,
+    consumers as _consumers,
+    elem_type as _elem_type,
+    feeds_output as _feeds_output,
+    node as _node,
+    output_dims as _output_dims,
+    producers as _producers,
+    rename_input as _rename_input,
+    set_input_shape as _set_input_shape,
+    shape as _shape,
+    toposort as _toposort,
+)
+
 log = logging.getLogger("matcha_graph")
 
 MATCHA_INPUTS = ("x", "x_length", "noise_scale", "length_scale")
@@ -44,10 +60,6 @@ SHAPE_INPUTS = {  # op -> indices of inputs that are shapes/extents (must not be
     "Reshape": (1,), "Expand": (1,), "ConstantOfShape": (0,), "Tile": (1,), "Pad": (1,),
     "Resize": (1, 2, 3), "Upsample": (1,), "TopK": (1,), "OneHot": (1,),
 }
-
-
-class GraphError(ValueError):
-    """The graph is not what the rewrite understands; the message says what and how to fix it."""
 
 
 @dataclass
@@ -64,83 +76,6 @@ class Rewrite:
 
     def count(self, what: str) -> None:
         self.replaced[what] = self.replaced.get(what, 0) + 1
-
-
-# --------------------------------------------------------------------------------------------
-# small graph helpers
-
-
-def _const(graph: Any, name: str, value: np.ndarray) -> str:
-    from onnx import numpy_helper
-
-    graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))
-    return name
-
-
-def _node(graph: Any, op: str, inputs: list[str], output: str, **attrs: Any) -> str:
-    from onnx import helper
-
-    graph.node.append(helper.make_node(op, inputs, [output], name=output, **attrs))
-    return output
-
-
-def _producers(graph: Any) -> dict[str, Any]:
-    return {o: n for n in graph.node for o in n.output}
-
-
-def _consumers(graph: Any) -> dict[str, list[Any]]:
-    out: dict[str, list[Any]] = {}
-    for n in graph.node:
-        for i in n.input:
-            out.setdefault(i, []).append(n)
-    return out
-
-
-def _rename_input(graph: Any, old: str, new: str) -> None:
-    for n in graph.node:
-        for k, name in enumerate(n.input):
-            if name == old:
-                n.input[k] = new
-    for o in graph.output:
-        if o.name == old:
-            o.name = new
-
-
-def _elem_type(model: Any, name: str) -> int:
-    import onnx
-
-    for vi in list(model.graph.value_info) + list(model.graph.input) + list(model.graph.output):
-        if vi.name == name:
-            return vi.type.tensor_type.elem_type
-    for init in model.graph.initializer:
-        if init.name == name:
-            return init.data_type
-    return onnx.TensorProto.UNDEFINED
-
-
-def _shape(model: Any, name: str) -> list[int] | None:
-    for vi in list(model.graph.value_info) + list(model.graph.input) + list(model.graph.output):
-        if vi.name == name:
-            dims = vi.type.tensor_type.shape.dim
-            if all(d.HasField("dim_value") for d in dims):
-                return [d.dim_value for d in dims]
-            return None
-    return None
-
-
-def _set_input_shape(model: Any, name: str, dims: Iterable[int | str]) -> None:
-    for vi in model.graph.input:
-        if vi.name == name:
-            shape = vi.type.tensor_type.shape
-            del shape.dim[:]
-            for d in dims:
-                dim = shape.dim.add()
-                if isinstance(d, int):
-                    dim.dim_value = d
-                else:
-                    dim.dim_param = d
-            return
-    raise GraphError(f"no input {name}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -259,21 +194,6 @@ def fix_lengths(model: Any, rw: Rewrite) -> None:
     graph.output.append(onnx.helper.make_tensor_value_info(DEC_LEN, onnx.TensorProto.FLOAT, [1]))
 
 
-def _feeds_output(model: Any, tensor: str, output: str) -> bool:
-    cons = _consumers(model.graph)
-    seen, todo = set(), [tensor]
-    while todo:
-        t = todo.pop()
-        if t == output:
-            return True
-        if t in seen:
-            continue
-        seen.add(t)
-        for n in cons.get(t, []):
-            todo.extend(n.output)
-    return False
-
-
 def replace_ceil(model: Any, rw: Rewrite) -> None:
     """Ceil(x) -> -Floor(-x): the toolkit has no Ceil."""
     graph = model.graph
@@ -316,18 +236,6 @@ def replace_cumsum(model: Any, rw: Rewrite) -> None:
         graph.node.insert(idx, onnx.helper.make_node("MatMul", [n.input[0], _const(graph, n.output[0] + "_tri", tri)],
                                                      [n.output[0]], name=n.output[0] + "_matmul"))
         rw.count("CumSum")
-
-
-def _constant_value(graph: Any, prods: dict[str, Any], name: str) -> np.ndarray | None:
-    from onnx import numpy_helper
-
-    for init in graph.initializer:
-        if init.name == name:
-            return numpy_helper.to_array(init)
-    node = prods.get(name)
-    if node is not None and node.op_type == "Constant":
-        return numpy_helper.to_array(node.attribute[0].t)
-    return None
 
 
 def mask_decoder(model: Any, rw: Rewrite) -> None:
@@ -467,27 +375,6 @@ def _initializer(graph: Any, name: str) -> np.ndarray:
     return value.astype(np.float32)
 
 
-def _toposort(graph: Any) -> None:
-    """Appended nodes go where their inputs exist (ONNX requires topological order)."""
-    available = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""}
-    pending, ordered = list(graph.node), []
-    while pending:
-        progressed = False
-        rest = []
-        for n in pending:
-            if all(i in available for i in n.input):
-                ordered.append(n)
-                available.update(n.output)
-                progressed = True
-            else:
-                rest.append(n)
-        if not progressed:
-            raise GraphError(f"graph has a cycle or a missing input near {rest[0].name}")
-        pending = rest
-    del graph.node[:]
-    graph.node.extend(ordered)
-
-
 def vocab_size(model: Any) -> int:
     """Rows of the embedding table the token ids index (the Gather fed by ``x``)."""
     graph = model.graph
@@ -556,13 +443,6 @@ def rewrite(model: Any, tokens: int, frames: int, fuse_qkv: bool = False) -> tup
     _copy_metadata(model, m, rw)
     _copy_metadata(model, reference, rw)
     return m, reference, rw
-
-
-def _output_dims(model: Any, name: str) -> list[Any] | None:
-    for o in model.graph.output:
-        if o.name == name:
-            return [d.dim_value if d.HasField("dim_value") else d.dim_param for d in o.type.tensor_type.shape.dim]
-    return None
 
 
 def _copy_metadata(src: Any, dst: Any, rw: Rewrite) -> None:
