@@ -28,24 +28,45 @@ runs in the toolkit venv on a PC or on the board.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
-
 from onnx_edit import (
     GraphError,
+)
+from onnx_edit import (
     const as _const,
+)
+from onnx_edit import (
     constant_value as _constant_value,
-    consumers as _consumers,
+)
+from onnx_edit import (
     elem_type as _elem_type,
+)
+from onnx_edit import (
     feeds_output as _feeds_output,
+)
+from onnx_edit import (
     node as _node,
+)
+from onnx_edit import (
     output_dims as _output_dims,
+)
+from onnx_edit import (
     producers as _producers,
+)
+from onnx_edit import (
     rename_input as _rename_input,
+)
+from onnx_edit import (
     set_input_shape as _set_input_shape,
+)
+from onnx_edit import (
     shape as _shape,
+)
+from onnx_edit import (
     toposort as _toposort,
 )
 

@@ -7,7 +7,8 @@ static shapes and constant values, restore topological order, run onnxsim. Only 
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
 from rkvoice.atomic import write_atomic
 from rkvoice.clock import Clock

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-
 # --- hear helper fixtures: speech made by the project's own portable voice ------------------------
 
 HEAR_FIXTURES = {

@@ -275,7 +275,7 @@ def _drop_meta(path: Path, key: str) -> None:
 
 def _rename_token(tokens: Path, old: str, new: str) -> None:
     lines = tokens.read_text(encoding="utf-8").splitlines()
-    tokens.write_text("\n".join(new + l[len(old):] if l.startswith(old + " ") else l for l in lines) + "\n",
+    tokens.write_text("\n".join(new + line[len(old):] if line.startswith(old + " ") else line for line in lines) + "\n",
                       encoding="utf-8")
 
 

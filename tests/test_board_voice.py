@@ -18,12 +18,12 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-import sys
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/npu_sim.py
 
 from rkvoice.config import ROOT
@@ -231,8 +231,9 @@ def _engine(out: Path, runtime: str):
 
 
 def _both_engines(out: Path, servers, monkeypatch):
-    import rkvoice.npu.runtime as runtime
     from npu_sim import SimulatedModel, rknn_opener
+
+    import rkvoice.npu.runtime as runtime
 
     ref = _engine(out, "onnx")
     monkeypatch.setattr(runtime, "open_model", rknn_opener(servers))

@@ -120,7 +120,8 @@ def test_follow_up_window_in_audio_time(vad_ok, hear_asr, hear_voice, hear_fixtu
         audio, rate = hear_voice.generate(text)
         return to_mono_16k(audio, rate)
 
-    gap = lambda s: np.zeros(int(s * 16000), np.float32)
+    def gap(s):
+        return np.zeros(int(s * 16000), np.float32)
     stream = np.concatenate([gap(0.5), clip("小智小智，现在几点"), gap(2.0), clip("明天天气怎么样"),
                              gap(8.0), clip("给我讲一个笑话"), gap(1.0)])
     path = tmp_path / "follow.wav"

@@ -132,7 +132,6 @@ def write_lexicon(out: Path, tokens: list[str]) -> None:
 
 def build_matcha(n_vocab: int, seed: int, frames_per_token: float, small: bool):
     import torch
-
     from matcha.models.matcha_tts import MatchaTTS
 
     ns = types.SimpleNamespace
@@ -194,7 +193,6 @@ def export_matcha(model, path: Path, steps: int, pad_id: int) -> None:
 
 def build_vocos(seed: int, small: bool):
     import torch
-
     from vocos.heads import ISTFTHead
     from vocos.models import VocosBackbone
 

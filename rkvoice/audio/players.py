@@ -23,9 +23,9 @@ import threading
 import time
 import wave
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
-from collections.abc import Callable
 
 import numpy as np
 

@@ -19,9 +19,10 @@ import importlib.util
 import logging
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TextIO
 
 from rkvoice.board import versions
 from rkvoice.board.espeak import espeak_lib_dir

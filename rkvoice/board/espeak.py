@@ -83,7 +83,7 @@ def unpack_debs(debs: list[Path], dest: Path) -> Path:
     return lib
 
 
-def espeak_lib_dir(cfg: "Config") -> Path | None:
+def espeak_lib_dir(cfg: Config) -> Path | None:
     """``tts.matcha.espeak_lib_dir`` (relative to models.dir) when it holds an unpacked copy, else None."""
     raw = cfg.tts.matcha.espeak_lib_dir
     if not raw:
@@ -130,7 +130,7 @@ def _bind(lib: ctypes.CDLL) -> None:
 class Espeak:
     """An initialised espeak-ng (one per process: the library keeps global state)."""
 
-    _instance: "Espeak | None" = None
+    _instance: Espeak | None = None
 
     def __init__(self, lib: ctypes.CDLL, data_parent: Path | None, voice: str = "en-us") -> None:
         _bind(lib)
@@ -146,7 +146,7 @@ class Espeak:
         self.voice = voice
 
     @classmethod
-    def open(cls, lib_dir: Path | None = None, voice: str = "en-us") -> "Espeak":
+    def open(cls, lib_dir: Path | None = None, voice: str = "en-us") -> Espeak:
         """espeak-ng from a private ``lib_dir`` (preloaded by path), else the system's library."""
         if cls._instance is not None:
             return cls._instance

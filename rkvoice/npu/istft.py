@@ -12,8 +12,9 @@ the first and last ``n_fft // 2`` samples are dropped, so ``T`` frames give
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -61,7 +62,7 @@ class StftConfig:
         return self.n_fft // 2 + 1
 
     @classmethod
-    def from_metadata(cls, meta: Mapping[str, Any], base: "StftConfig | None" = None) -> "StftConfig":
+    def from_metadata(cls, meta: Mapping[str, Any], base: StftConfig | None = None) -> StftConfig:
         """Build from ONNX custom metadata (string values), falling back to ``base``."""
         b = base or cls()
 

@@ -9,9 +9,10 @@ the file and the runtime version, so a version mismatch on the board is obvious.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -65,7 +66,7 @@ class TensorSpec:
         return f"{self.name} {self.dtype} [{', '.join(str(d) for d in self.shape)}]"
 
     @classmethod
-    def from_json(cls, item: Mapping[str, Any]) -> "TensorSpec":
+    def from_json(cls, item: Mapping[str, Any]) -> TensorSpec:
         shape = tuple(d if isinstance(d, int) else str(d) for d in item.get("shape") or ())
         return cls(str(item["name"]), shape, dtype_name(item.get("dtype", "")))
 

@@ -75,7 +75,7 @@ class PinyinFrontend:
                 raise ValueError(f"symbol map lacks {required!r}")
 
     @classmethod
-    def from_mapper(cls, path: Path) -> "PinyinFrontend":
+    def from_mapper(cls, path: Path) -> PinyinFrontend:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         return cls(dict(data["symbol_to_id"]), dict(data["pinyin_dict"]))
 
