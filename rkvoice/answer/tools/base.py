@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from rkvoice.answer.tools.reminders import ReminderScheduler
+    from rkvoice.answer.tools.scheduler import ReminderScheduler
     from rkvoice.state import StateStore
 
 

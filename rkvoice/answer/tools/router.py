@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import logging
 
-from rkvoice.answer.tools import (
-    arithmetic,
-    clock,
-    device,
-    network,
-    reminders,
-    stop,
-    todos,
-    weather,
-)
+import rkvoice.answer.tools.arithmetic as arithmetic
+import rkvoice.answer.tools.clock as clock
+import rkvoice.answer.tools.device as device
+import rkvoice.answer.tools.network as network
+import rkvoice.answer.tools.reminders as reminders
+import rkvoice.answer.tools.stop as stop
+import rkvoice.answer.tools.todos as todos
+import rkvoice.answer.tools.weather as weather
 from rkvoice.answer.tools.base import ToolAnswer, ToolContext
 from rkvoice.answer.tools.match import clean
 
