@@ -1,4 +1,4 @@
-"""Backend registries: name -> lazily imported factory, with clear errors."""
+"""Backend registries: name -> lazily imported factory and what it needs, with clear errors."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rkvoice.errors import RkvoiceError
+from rkvoice.needs import Needs, NeedsFn
 
 
 @dataclass(frozen=True)
@@ -16,6 +17,8 @@ class Backend:
     target: str  # "package.module:ClassName", imported only when used
     summary: str
     install_hint: str = ""
+    needs: NeedsFn | None = None
+    """``needs(cfg, **kwargs) -> Needs``: files, packages, devices, runtimes (rkvoice.needs)."""
 
 
 class Registry:
@@ -25,8 +28,9 @@ class Registry:
         self.stage = stage
         self._backends: dict[str, Backend] = {}
 
-    def register(self, name: str, target: str, summary: str, install_hint: str = "") -> None:
-        self._backends[name] = Backend(name, target, summary, install_hint)
+    def register(self, name: str, target: str, summary: str, install_hint: str = "",
+                 needs: NeedsFn | None = None) -> None:
+        self._backends[name] = Backend(name, target, summary, install_hint, needs)
 
     def names(self) -> list[str]:
         return sorted(self._backends)
@@ -40,6 +44,11 @@ class Registry:
                 "unknown-backend",
                 f"unknown {self.stage} backend {name!r}; choose one of: {', '.join(self.names())}",
             ) from None
+
+    def needs(self, name: str, cfg: Any, **kwargs: Any) -> Needs:
+        """What backend ``name`` needs under ``cfg`` (nothing declared: no needs)."""
+        backend = self.backend(name)
+        return backend.needs(cfg, **kwargs) if backend.needs is not None else Needs()
 
     def factory(self, name: str) -> Callable[..., Any]:
         backend = self.backend(name)

@@ -1,5 +1,5 @@
-"""The TTS backend registry and ``create_tts``: pick an engine by name or, for "auto", by the
-installed model files and the language of the text.
+"""The TTS backend registry and ``create_tts``: each engine with what it needs, and the one place
+"auto" is resolved (by the installed engines and the language of the text).
 
     engine = create_tts(cfg, "auto", text="今天天气不错")   # constructed, not loaded
     engine.load()
@@ -13,10 +13,66 @@ from typing import Any
 
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
+from rkvoice.needs import (
+    DeviceNeed,
+    FileNeed,
+    Needs,
+    PackageNeed,
+    RuntimeNeed,
+    install_command,
+    installed,
+)
 from rkvoice.registry import Registry
 from rkvoice.tts.base import TtsEngine
 
 log = logging.getLogger(__name__)
+
+RKNNLITE = PackageNeed("rknnlite", "rknn-toolkit-lite2")
+ONNXRUNTIME = PackageNeed("onnxruntime", "onnxruntime")
+PYPINYIN = PackageNeed("pypinyin", "pypinyin")
+
+
+def npu_needs(models: tuple[Any, ...]) -> Needs:
+    """An .rknn model: rknn-toolkit-lite2, the NPU, and a librknnrt of the toolkit version that built it."""
+    return Needs(packages=(RKNNLITE,), devices=(DeviceNeed("npu"),), runtimes=(RuntimeNeed("librknnrt", models),))
+
+
+def fastspeech2_needs(cfg: Config, **_: Any) -> Needs:
+    from rkvoice.tts.fastspeech2 import files
+
+    found = files(cfg)
+    needs = Needs(files=tuple(FileNeed(role, (p,)) for role, p in found.items()),
+                  packages=(ONNXRUNTIME, PYPINYIN), install=install_command(cfg.models.profile))
+    if found["vocoder"].suffix == ".rknn":  # config.board.yaml: the vocoder on the NPU
+        needs += npu_needs((found["vocoder"],))
+    return needs
+
+
+def vits_needs(cfg: Config, voice: str | None = None, **_: Any) -> Needs:
+    from rkvoice.tts.vits import resolve_voice
+
+    v = resolve_voice(cfg, voice)
+    d = v.dir(cfg)
+    files = [FileNeed("model", tuple(d / n for n in v.models)), FileNeed("tokens", (d / "tokens.txt",))]
+    if v.lexicon:
+        files.append(FileNeed("lexicon", (d / v.lexicon,)))
+    packages = [PackageNeed("sherpa_onnx", "sherpa-onnx")]
+    if v.external_phonemes:  # Piper voices: espeak-ng phonemes from piper-tts
+        packages.append(PackageNeed("piper", "piper-tts"))
+    return Needs(files=tuple(files), packages=tuple(packages), install=install_command(v.profile))
+
+
+def matcha_needs(cfg: Config, **_: Any) -> Needs:
+    from rkvoice.tts.matcha_engine import MatchaTts
+
+    found = MatchaTts(cfg).files()  # the buckets found (or the one expected) + sidecars, lexicon, tokens
+    needs = Needs(files=tuple(FileNeed(role, (p,)) for role, p in found.items()),
+                  install=install_command("board"))
+    rknn = tuple(p for p in found.values() if p.suffix in (".rknn", ".json"))
+    if any(p.suffix == ".rknn" for p in rknn):
+        return needs + npu_needs(rknn)
+    return needs + Needs(packages=(ONNXRUNTIME,))
+
 
 TTS = Registry("tts")
 TTS.register(
@@ -24,18 +80,21 @@ TTS.register(
     "rkvoice.tts.fastspeech2:FastSpeech2Tts",
     "FastSpeech2 + MB-MelGAN via onnxruntime; portable Chinese voice (Baker, 24 kHz)",
     install_hint="run ./install.sh (needs onnxruntime and pypinyin)",
+    needs=fastspeech2_needs,
 )
 TTS.register(
     "vits",
     "rkvoice.tts.vits:VitsTts",
     "sherpa-onnx VITS: English Piper voice (portable) or aishell3 Chinese voices (board)",
     install_hint="run ./install.sh (needs sherpa-onnx, and piper-tts for the Piper voice)",
+    needs=vits_needs,
 )
 TTS.register(
     "matcha",
     "rkvoice.tts.matcha:MatchaTts",
     "Matcha + Vocos on the NPU (board; RKNN), Chinese and English, 16 kHz",
     install_hint="run ./install.sh --profile board on the board (needs rknn-toolkit-lite2)",
+    needs=matcha_needs,
 )
 
 AUTO = "auto"
@@ -44,6 +103,8 @@ _LATIN = re.compile(r"[A-Za-z]")
 
 # Engines in order of preference per language; "vits" stands for its voice speaking that language.
 PREFERENCE = {"zh": ("matcha", "fastspeech2", "vits"), "en": ("vits", "matcha", "fastspeech2")}
+LANGUAGES = {"matcha": ("zh", "en"), "fastspeech2": ("zh",)}
+"""Languages of the single-voice engines; a vits engine speaks its voice's languages."""
 
 
 def text_language(text: str) -> str:
@@ -55,26 +116,15 @@ def text_language(text: str) -> str:
     return "zh"
 
 
-def _matcha_installed(cfg: Config) -> bool:
-    try:
-        from rkvoice.tts.matcha import missing
-    except ImportError:  # its module's own dependencies are absent
-        return False
-    return not missing(cfg)
-
-
 def engine_languages(cfg: Config) -> dict[str, tuple[str, ...]]:
     """Installed engines (model files present, runtime importable) -> languages they speak."""
-    from rkvoice.tts import fastspeech2, vits
+    from rkvoice.tts.vits import VOICES
 
-    out: dict[str, tuple[str, ...]] = {}
-    if _matcha_installed(cfg):
-        out["matcha"] = ("zh", "en")
-    if fastspeech2.installed(cfg):
-        out["fastspeech2"] = ("zh",)
-    langs = tuple(sorted({lang for v in vits.VOICES.values() if v.installed(cfg) for lang in v.languages}))
+    out = {name: langs for name, langs in LANGUAGES.items() if installed(TTS.needs(name, cfg))}
+    langs = sorted({lang for v in VOICES.values() if installed(TTS.needs("vits", cfg, voice=v.name))
+                    for lang in v.languages})
     if langs:
-        out["vits"] = langs
+        out["vits"] = tuple(langs)
     return out
 
 
@@ -103,30 +153,50 @@ def choose_engine(cfg: Config, text: str = "") -> tuple[str, dict[str, Any]]:
     return name, _kwargs(cfg, name, lang)
 
 
-def _kwargs(cfg: Config, name: str, lang: str) -> dict[str, Any]:
+def profile_engine(cfg: Config, text: str = "") -> tuple[str, dict[str, Any]]:
+    """The engine this profile's install provides for the language of ``text`` (named by --check
+    when no voice is installed): the first preferred one whose files live under models/<profile>/."""
+    lang = text_language(text)
+    home = cfg.models.path / cfg.models.profile
+    for name in PREFERENCE[lang]:
+        kwargs = _kwargs(cfg, name, lang, warn=False)
+        files = TTS.needs(name, cfg, **kwargs).files
+        if files and all(p.is_relative_to(home) for f in files for p in f.paths):
+            return name, kwargs
+    return PREFERENCE[lang][0], {}
+
+
+def _kwargs(cfg: Config, name: str, lang: str, warn: bool = True) -> dict[str, Any]:
     if name != "vits":
         return {}
     from rkvoice.tts.vits import resolve_voice
 
     voice = resolve_voice(cfg, None, lang)
-    if lang not in voice.languages:
+    if warn and lang not in voice.languages:
         log.warning("vits voice %s speaks %s, not %s: the text may be misread",
                     voice.name, "/".join(voice.languages), lang)
     return {"voice": voice.name}
 
 
-def create_tts(cfg: Config, name: str | None = None, text: str = "") -> TtsEngine:
-    """A constructed (not loaded) engine: ``name``, else ``cfg.tts.engine``; "auto" picks the best
-    installed engine for the language of ``text``. Unknown names raise RkvoiceError listing choices."""
+def resolve(cfg: Config, name: str | None = None, text: str = "") -> tuple[str, dict[str, Any]]:
+    """The engine ``create_tts`` builds for ``text``: (name, constructor kwargs). ``name``, else
+    ``cfg.tts.engine``; "auto" picks the best installed engine for the language of ``text``."""
     name = name or cfg.tts.engine
     if name == AUTO:
-        name, kwargs = choose_engine(cfg, text)
-        log.info("tts auto: %s %s for %s text", name, kwargs or "", text_language(text))
-    else:
-        if name not in TTS.names():
-            raise RkvoiceError(
-                "tts", "unknown-backend",
-                f"unknown tts engine {name!r}; choose one of: {AUTO}, {', '.join(TTS.names())}",
-            )
-        kwargs = _kwargs(cfg, name, text_language(text)) if name == "vits" and text else {}
-    return TTS.create(name, cfg, **kwargs)
+        return choose_engine(cfg, text)
+    if name not in TTS.names():
+        raise RkvoiceError(
+            "tts", "unknown-backend",
+            f"unknown tts engine {name!r}; choose one of: {AUTO}, {', '.join(TTS.names())}",
+        )
+    return name, _kwargs(cfg, name, text_language(text)) if name == "vits" and text else {}
+
+
+def create_tts(cfg: Config, name: str | None = None, text: str = "") -> TtsEngine:
+    """A constructed (not loaded) engine (see ``resolve``). Unknown names raise RkvoiceError listing
+    the choices; "auto" with no voice installed raises one naming ./install.sh."""
+    chosen, kwargs = resolve(cfg, name, text)
+    if (name or cfg.tts.engine) == AUTO:
+        log.info("tts auto: %s %s for %s text", chosen, kwargs or "", text_language(text))
+    engine: TtsEngine = TTS.create(chosen, cfg, **kwargs)
+    return engine

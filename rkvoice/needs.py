@@ -1,0 +1,211 @@
+"""What an engine needs on this machine, and which of it is missing here, with the fix.
+
+Every registry entry (TTS, ASR, wake, LLM engines and players) declares its needs next to its
+factory: ``REGISTRY.register(name, target, summary, needs=fn)`` with ``fn(cfg, **kwargs) -> Needs``
+(``kwargs`` are the constructor arguments the registry's choice passes, e.g. a vits voice).
+``missing(needs, probe)`` answers without importing a runtime or loading a model, so both the
+"auto" choices (is this engine installed?) and ``--check`` read the same declarations.
+
+Runtime versions (librknnrt, librkllmrt) are declared here and judged in
+``rkvoice.board.runtimes`` from the libraries' bytes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+Device = Literal["sound-output", "microphone", "npu"]
+Library = Literal["librknnrt", "librkllmrt"]
+
+
+@dataclass(frozen=True)
+class FileNeed:
+    role: str
+    """What the file is to the engine ("acoustic model", "tokens")."""
+    paths: tuple[Path, ...]
+    """Any one of them will do; the first is named when none is there."""
+
+
+@dataclass(frozen=True)
+class PackageNeed:
+    module: str
+    """Import name (sherpa_onnx)."""
+    dist: str
+    """Distribution to install (sherpa-onnx)."""
+
+
+@dataclass(frozen=True)
+class ProgramNeed:
+    program: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class DeviceNeed:
+    device: Device
+
+
+@dataclass(frozen=True)
+class RuntimeNeed:
+    library: Library
+    built_for: tuple[Path, ...] = ()
+    """librknnrt: .rknn models and sidecars whose toolkit version must equal the library's."""
+    abi: str = ""
+    """librkllmrt: the binding ABI (llm.rkllm_abi) the library's version must fit."""
+    library_path: str = ""
+    """librkllmrt: llm.rkllm_lib when it names an absolute path."""
+
+
+@dataclass(frozen=True)
+class Needs:
+    files: tuple[FileNeed, ...] = ()
+    packages: tuple[PackageNeed, ...] = ()
+    programs: tuple[ProgramNeed, ...] = ()
+    devices: tuple[DeviceNeed, ...] = ()
+    runtimes: tuple[RuntimeNeed, ...] = ()
+    install: str = "./install.sh"
+    """The command that installs the missing files and packages for this profile."""
+
+    def __add__(self, other: Needs) -> Needs:
+        return Needs(self.files + other.files, self.packages + other.packages, self.programs + other.programs,
+                     self.devices + other.devices, self.runtimes + other.runtimes, self.install)
+
+
+NeedsFn = Callable[..., Needs]
+"""``fn(cfg, **kwargs) -> Needs``, declared with each registry entry."""
+
+
+def install_command(profile: str) -> str:
+    return f"./install.sh --profile {profile}"
+
+
+def requirements_fix(profile: str, dist: str) -> str:
+    return f"py312/bin/pip install -r requirements/{profile}.txt (it pins {dist}; ./install.sh does it)"
+
+
+def module_found(name: str) -> bool:
+    """True when ``name`` can be imported (found on the path; nothing is imported)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def file_present(path: Path) -> bool:
+    """A non-empty regular file (an empty model file is as good as none)."""
+    try:
+        return path.is_file() and path.stat().st_size > 0
+    except OSError:
+        return False
+
+
+def npu_present() -> bool:
+    """The RKNPU driver's device node or version file, or the NPU runtime library."""
+    from rkvoice.board import versions
+
+    nodes = (Path("/dev/rknpu"), *versions.NPU_DRIVER_PATHS, *versions.LIBRKNNRT_PATHS)
+    return any(p.exists() for p in nodes)
+
+
+@dataclass
+class Probe:
+    """How this machine is asked; tests replace the device probes."""
+
+    sound_output: Callable[[], str | None] = field(default_factory=lambda: _default_output)
+    """Name of a usable output backend ("aplay", "sounddevice") or None."""
+    microphone: Callable[[], bool] = field(default_factory=lambda: _default_microphone)
+    npu: Callable[[], bool] = npu_present
+    module: Callable[[str], bool] = module_found
+    program: Callable[[str], bool] = lambda name: shutil.which(name) is not None
+
+    def device(self, device: Device) -> bool:
+        if device == "sound-output":
+            return self.sound_output() is not None
+        if device == "microphone":
+            return self.microphone()
+        return self.npu()
+
+
+def _default_output() -> str | None:
+    from rkvoice.audio.devices import has_sound_device
+
+    return has_sound_device()
+
+
+def _default_microphone() -> bool:
+    from rkvoice.audio.devices import has_input_device
+
+    return has_input_device()
+
+
+@dataclass(frozen=True)
+class Lack:
+    kind: Literal["file", "package", "program", "device"]
+    what: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.what} ({self.fix})"
+
+
+DEVICE_FIX = {
+    "sound-output": "connect a sound card or set audio.player to wav or null",
+    "microphone": "connect a microphone (--text and --file work without one)",
+    "npu": "this engine runs on the RK3576 NPU: use the board image, or choose a CPU engine",
+}
+
+
+def present_file(need: FileNeed) -> Path | None:
+    return next((p for p in need.paths if file_present(p)), None)
+
+
+def missing(needs: Needs, probe: Probe | None = None, relative_to: Path | None = None,
+            *, devices: bool = True) -> list[Lack]:
+    """What of ``needs`` this machine lacks (files, packages, programs, devices), each with its fix.
+
+    Runtime versions are not judged here (rkvoice.board.runtimes reads them from the libraries).
+    """
+    probe = probe or Probe()
+    out: list[Lack] = []
+    for f in needs.files:
+        if present_file(f) is None:
+            names = " or ".join(_shown(p, relative_to) for p in f.paths)
+            out.append(Lack("file", f"missing {names}", f"run {needs.install}"))
+    for pkg in needs.packages:
+        if not probe.module(pkg.module):
+            out.append(Lack("package", f"python package {pkg.module} is not installed",
+                            _package_fix(pkg, needs.install)))
+    for prog in needs.programs:
+        if not probe.program(prog.program):
+            out.append(Lack("program", f"{prog.program} not found", prog.fix))
+    if devices:
+        for dev in needs.devices:
+            if not probe.device(dev.device):
+                out.append(Lack("device", f"no {dev.device.replace('-', ' ')} device", DEVICE_FIX[dev.device]))
+    return out
+
+
+def installed(needs: Needs, probe: Probe | None = None) -> bool:
+    """Files present and packages importable (devices and runtime versions aside)."""
+    return not missing(needs, probe, devices=False)
+
+
+def _package_fix(pkg: PackageNeed, install: str) -> str:
+    if pkg.dist == "rknn-toolkit-lite2":
+        return "py312/bin/pip install rknn-toolkit-lite2==<the librknnrt version>; aarch64 wheels only"
+    profile = install.rpartition(" ")[2] if "--profile" in install else "portable"
+    return requirements_fix(profile, pkg.dist)
+
+
+def _shown(path: Path, root: Path | None) -> str:
+    if root is not None:
+        try:
+            return str(path.relative_to(root))
+        except ValueError:
+            pass
+    return str(path)
