@@ -13,10 +13,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import shutil
 import subprocess
-import sys
 import tarfile
 import zipfile
 from collections.abc import Iterator
@@ -24,38 +22,14 @@ from pathlib import Path, PurePosixPath
 from typing import IO
 
 from rkvoice.errors import RkvoiceError
+from rkvoice.models.context import Context
 from rkvoice.models.download import sha256_file
-from rkvoice.models.manifest import Model, Step
-from rkvoice.models.rknn import Toolkit, run_rknn_step
+from rkvoice.models.manifest import Step
+from rkvoice.models.rknn import run_rknn_step
 
 log = logging.getLogger(__name__)
 
-
-class Context:
-    """Where one model's install reads and writes."""
-
-    def __init__(self, root: Path, model: Model, fetched: dict[str, Path], python: str = sys.executable,
-                 toolkit: Toolkit | None = None, toolkit_python: str | None = None) -> None:
-        self.root = root
-        self.toolkit = toolkit if toolkit is not None else Toolkit(None)
-        self.toolkit_python = toolkit_python
-        self.model = model
-        self.fetched = fetched
-        self.python = python
-        self.dest = root / model.dir
-        self.work = root / ".cache" / "models" / "work" / model.id
-        self.pip_cache = root / ".cache" / "pip"
-
-    def path(self, rel: str) -> Path:
-        if rel.startswith("{work}/"):
-            return self.work / rel[len("{work}/"):]
-        return self.dest / rel
-
-    def fmt(self, arg: str) -> str:
-        """Fill {work} {dest} {root} {python} {toolkit_version} and {src:NAME} (the fetched file of NAME)."""
-        arg = re.sub(r"\{src:([^}]*)\}", lambda m: str(self.fetched[m.group(1)]), arg)
-        return arg.format(work=self.work, dest=self.dest, root=self.root, python=self.python,
-                          toolkit_version=self.toolkit.version or "")
+CHUNK = 1 << 20
 
 
 def _fail(ctx: Context, step: Step, msg: str) -> RkvoiceError:
@@ -82,36 +56,28 @@ def _atomic(target: Path) -> Iterator[IO[bytes]]:
 def open_member(archive: Path, member: str | None) -> Iterator[IO[bytes]]:
     """Open ``member`` of a zip/wheel or tar archive (or the file itself when member is None)."""
     if member is None:
-        with open(archive, "rb") as f:
-            yield f
+        with open(archive, "rb") as whole:
+            yield whole
         return
     if zipfile.is_zipfile(archive):
         with zipfile.ZipFile(archive) as z:
             try:
-                info = z.getinfo(member)
+                zinfo = z.getinfo(member)
             except KeyError:
                 raise KeyError(f"{member} is not in {archive.name}") from None
-            with z.open(info) as f:
-                yield f
+            with z.open(zinfo) as zf:
+                yield zf
         return
     with tarfile.open(archive) as t:
         try:
-            info = t.getmember(member)
+            tinfo = t.getmember(member)
         except KeyError:
             raise KeyError(f"{member} is not in {archive.name}") from None
-        f = t.extractfile(info)
-        if f is None:
+        tf = t.extractfile(tinfo)
+        if tf is None:
             raise KeyError(f"{member} in {archive.name} is not a regular file")
-        with f:
-            yield f
-
-
-def _copy_into(src: IO[bytes], out: IO[bytes]) -> int:
-    n = 0
-    while block := src.read(1 << 20):
-        out.write(block)
-        n += len(block)
-    return n
+        with tf:
+            yield tf
 
 
 def _extract(ctx: Context, step: Step) -> None:
@@ -119,7 +85,7 @@ def _extract(ctx: Context, step: Step) -> None:
     archive = ctx.fetched[step.source]
     try:
         with open_member(archive, step.member or None) as src, _atomic(target) as out:
-            _copy_into(src, out)
+            shutil.copyfileobj(src, out, CHUNK)
     except KeyError as exc:
         raise _fail(ctx, step, str(exc.args[0])) from None
     except (zipfile.BadZipFile, tarfile.TarError, OSError) as exc:
@@ -138,7 +104,7 @@ def _concat(ctx: Context, step: Step) -> None:
             archive = ctx.fetched[part.source]
             try:
                 with open_member(archive, part.member) as src:
-                    _copy_into(src, out)
+                    shutil.copyfileobj(src, out, CHUNK)
             except KeyError as exc:
                 raise _fail(ctx, step, f"part {i}: {exc.args[0]}") from None
 
@@ -162,7 +128,7 @@ def _untar(ctx: Context, step: Step) -> None:
                 f = t.extractfile(info)
                 assert f is not None
                 with f, _atomic(out_path) as out:
-                    _copy_into(f, out)
+                    shutil.copyfileobj(f, out, CHUNK)
     except tarfile.TarError as exc:
         raise _fail(ctx, step, f"cannot read {archive.name}: {exc}") from None
 

@@ -18,10 +18,11 @@ from pathlib import Path
 
 from rkvoice.errors import RkvoiceError
 from rkvoice.models.assemble import Context, run_step
+from rkvoice.models.context import Toolkit
 from rkvoice.models.download import sha256_file
 from rkvoice.models.fetch import fetch
 from rkvoice.models.manifest import Manifest, Model, Source
-from rkvoice.models.rknn import Toolkit, drop_ins_present, resolve_toolkit, rknn_files
+from rkvoice.models.rknn import drop_ins_present, resolve_toolkit, rknn_files
 from rkvoice.models.verify import applies_here, verify_model
 
 log = logging.getLogger(__name__)

@@ -23,33 +23,20 @@ import re
 import shutil
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rkvoice.board import versions
 from rkvoice.errors import RkvoiceError
+from rkvoice.models.context import Context, Toolkit
 
 if TYPE_CHECKING:
-    from rkvoice.models.assemble import Context
     from rkvoice.models.manifest import Model, Step
 
 log = logging.getLogger(__name__)
 
 _VERSION = re.compile(r"^\d+\.\d+\.\d+(?:[a-z]+\d*)?$")
 _STAMP = re.compile(rb"toolkit[_ ]?version\"?[:=] *\"?v?(\d+\.\d+\.\d+(?:[a-z]+\d*)?)", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class Toolkit:
-    """The rknn-toolkit2 version NPU files must be built with, and where it came from."""
-
-    version: str | None
-    origin: str = ""  # "librknnrt /usr/lib/librknnrt.so" or "--toolkit-version"
-    error: RkvoiceError | None = None  # set when the version is contradictory or unreadable
-
-    def describe(self) -> str:
-        return f"{self.version} ({self.origin})" if self.version else "unknown (no librknnrt.so here)"
 
 
 def resolve_toolkit(override: str | None = None, lib_paths: tuple[Path, ...] | None = None) -> Toolkit:

@@ -95,19 +95,3 @@ def verify_profile(manifest: Manifest, root: Path, profile: str,
         log.info("%s: %s", model.id, "ok" if not found else f"{len(found)} problem(s)")
     return checked, problems
 
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m rkvoice.models.verify --check [--profile P]``: same as ``python -m rkvoice.models check``."""
-    import argparse
-    import sys
-
-    from rkvoice.models.__main__ import main as models_main
-
-    ap = argparse.ArgumentParser(prog="python -m rkvoice.models.verify")
-    ap.add_argument("--check", action="store_true", required=True, help="verify only (the one mode)")
-    _, rest = ap.parse_known_args(sys.argv[1:] if argv is None else argv)
-    return models_main(["check", *rest])
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
