@@ -1,4 +1,4 @@
-"""Wake engines: a streaming protocol, the registry (``hear.wake``: kws, asr-match, auto) and asr-match.
+"""Wake engines: a streaming protocol and asr-match (the registry is rkvoice.hear.registry).
 
 An engine eats 16 kHz frames and returns a ``WakeHit`` when it heard the wake phrase. asr-match
 (portable; no Chinese keyword model installs offline) closes speech segments with the VAD,
@@ -17,11 +17,9 @@ from typing import Protocol
 import numpy as np
 
 from rkvoice.config import Config
-from rkvoice.errors import RkvoiceError
 from rkvoice.hear.asr import AsrEngine
 from rkvoice.hear.pinyin_match import PhraseMatcher
 from rkvoice.hear.vad import Segment, Segmenter
-from rkvoice.registry import Registry
 
 log = logging.getLogger(__name__)
 
@@ -54,34 +52,6 @@ class WakeEngine(Protocol):
 
     def flush(self) -> WakeHit | None:
         """End of stream: decide on whatever speech is still open."""
-
-
-WAKE = Registry("wake")
-WAKE.register("asr-match", "rkvoice.hear.wake:AsrMatchWake", "VAD segment -> ASR -> pinyin match (portable)")
-WAKE.register(
-    "kws",
-    "rkvoice.hear.kws:KwsWake",
-    "sherpa-onnx keyword spotter, zipformer zh (board profile)",
-    install_hint="run ./install.sh --profile board for the keyword-spotter model",
-)
-
-
-def wake_name(cfg: Config, name: str | None = None) -> str:
-    name = name or cfg.hear.wake
-    if name == "auto":
-        return "kws" if cfg.models.profile == "board" else "asr-match"
-    WAKE.backend(name)
-    return name
-
-
-def create_wake(cfg: Config, asr: AsrEngine | None = None, name: str | None = None) -> WakeEngine:
-    """The configured wake engine, not loaded. asr-match shares the (loaded) ASR engine ``asr``."""
-    resolved = wake_name(cfg, name)
-    if resolved == "asr-match":
-        if asr is None:
-            raise RkvoiceError("wake", "needs-asr", "the asr-match wake engine needs an ASR engine")
-        return WAKE.create(resolved, cfg, asr)
-    return WAKE.create(resolved, cfg)
 
 
 class AsrMatchWake:

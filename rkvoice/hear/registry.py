@@ -1,0 +1,76 @@
+"""Wake engines by name (``hear.wake``: kws, asr-match, auto), each with what it needs, and the
+voice-activity model both the asr-match wake and the loop's segmenter read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rkvoice.config import Config
+from rkvoice.errors import RkvoiceError
+from rkvoice.hear.asr import AsrEngine
+from rkvoice.hear.wake import WakeEngine
+from rkvoice.needs import DeviceNeed, FileNeed, Needs, PackageNeed, install_command
+from rkvoice.registry import Registry
+
+SHERPA = PackageNeed("sherpa_onnx", "sherpa-onnx")
+PYPINYIN = PackageNeed("pypinyin", "pypinyin")
+MICROPHONE = DeviceNeed("microphone")
+
+
+def vad_needs(cfg: Config) -> Needs:
+    """Silero VAD through sherpa-onnx (models/<profile>/vad/silero_vad.onnx)."""
+    from rkvoice.hear.vad import vad_model_path
+
+    return Needs(files=(FileNeed("vad model", (vad_model_path(cfg),)),), packages=(SHERPA,),
+                 install=install_command(cfg.models.profile))
+
+
+def asr_match_needs(cfg: Config, **_: Any) -> Needs:
+    """The pinyin match and the VAD that closes segments (the ASR engine is its own stage)."""
+    return vad_needs(cfg) + Needs(packages=(PYPINYIN,), devices=(MICROPHONE,))
+
+
+def kws_needs(cfg: Config, **_: Any) -> Needs:
+    from rkvoice.hear.kws import STEMS, kws_dir
+
+    d = kws_dir(cfg)  # upstream names carry the recipe: encoder-epoch-12-...int8.onnx
+    files = []
+    for stem in STEMS:
+        found = sorted(d.glob(f"{stem}*.int8.onnx")) + sorted(d.glob(f"{stem}*.onnx"))
+        files.append(FileNeed(stem, tuple(found) or (d / f"{stem}.int8.onnx", d / f"{stem}.onnx")))
+    files.append(FileNeed("tokens", (d / "tokens.txt",)))
+    return Needs(files=tuple(files), packages=(SHERPA, PYPINYIN), devices=(MICROPHONE,),
+                 install=install_command("board"))
+
+
+WAKE = Registry("wake")
+WAKE.register("asr-match", "rkvoice.hear.wake:AsrMatchWake", "VAD segment -> ASR -> pinyin match (portable)",
+              needs=asr_match_needs)
+WAKE.register(
+    "kws",
+    "rkvoice.hear.kws:KwsWake",
+    "sherpa-onnx keyword spotter, zipformer zh (board profile)",
+    install_hint="run ./install.sh --profile board for the keyword-spotter model",
+    needs=kws_needs,
+)
+
+
+def wake_name(cfg: Config, name: str | None = None) -> str:
+    """Resolve ``auto``: kws on the board profile, asr-match elsewhere."""
+    name = name or cfg.hear.wake
+    if name == "auto":
+        return "kws" if cfg.models.profile == "board" else "asr-match"
+    WAKE.backend(name)  # unknown names fail here, naming the choices
+    return name
+
+
+def create_wake(cfg: Config, asr: AsrEngine | None = None, name: str | None = None) -> WakeEngine:
+    """The configured wake engine, not loaded. asr-match shares the (loaded) ASR engine ``asr``."""
+    resolved = wake_name(cfg, name)
+    if resolved == "asr-match":
+        if asr is None:
+            raise RkvoiceError("wake", "needs-asr", "the asr-match wake engine needs an ASR engine")
+        engine: WakeEngine = WAKE.create(resolved, cfg, asr)
+    else:
+        engine = WAKE.create(resolved, cfg)
+    return engine
