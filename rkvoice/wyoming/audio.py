@@ -1,0 +1,96 @@
+"""PCM in any common format -> 16 kHz mono float32 for the engines, and engine audio -> PCM chunks.
+
+Incoming audio is checked against the stream's declared format (``audio-start``, or the first
+chunk's own fields), converted chunk by chunk (integer widths 1-4 bytes, any channel count, any
+rate 8-192 kHz; channels averaged, resampled with soxr's streaming resampler) and counted, so a
+stream longer than the allowed seconds is refused while it arrives rather than after.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from rkvoice.errors import RkvoiceError
+
+log = logging.getLogger(__name__)
+
+TARGET_RATE = 16000
+MIN_RATE, MAX_RATE = 8000, 192000
+MAX_CHANNELS = 8
+
+
+def check_format(rate: object, width: object, channels: object) -> tuple[int, int, int]:
+    """(rate, width, channels) as ints, or an RkvoiceError saying which field is unusable."""
+    if (
+        isinstance(rate, int) and MIN_RATE <= rate <= MAX_RATE
+        and isinstance(width, int) and width in (1, 2, 3, 4)
+        and isinstance(channels, int) and 1 <= channels <= MAX_CHANNELS
+    ):
+        return rate, width, channels
+    raise RkvoiceError(
+        "wyoming", "bad-audio-format",
+        f"audio format rate={rate!r} width={width!r} channels={channels!r} is not served; send PCM at "
+        f"{MIN_RATE}-{MAX_RATE} Hz, width 1-4 bytes, 1-{MAX_CHANNELS} channels",
+    )
+
+
+def pcm_to_float(data: bytes, width: int, channels: int) -> np.ndarray:
+    """Interleaved little-endian PCM -> mono float32 in [-1, 1] (width 1 is unsigned, as in WAV)."""
+    frame = width * channels
+    if len(data) % frame:
+        raise RkvoiceError(
+            "wyoming", "bad-audio-chunk",
+            f"an audio chunk of {len(data)} bytes is not a whole number of {width}-byte x {channels}-channel frames",
+        )
+    if width == 1:
+        x = (np.frombuffer(data, np.uint8).astype(np.float32) - 128.0) / 128.0
+    elif width == 2:
+        x = np.frombuffer(data, "<i2").astype(np.float32) / 32768.0
+    elif width == 3:
+        raw = np.frombuffer(data, np.uint8).reshape(-1, 3).astype(np.int32)
+        ints = raw[:, 0] | (raw[:, 1] << 8) | (raw[:, 2] << 16)
+        ints = np.where(ints >= 1 << 23, ints - (1 << 24), ints)
+        x = ints.astype(np.float32) / float(1 << 23)
+    else:
+        x = np.frombuffer(data, "<i4").astype(np.float32) / float(1 << 31)
+    if channels > 1:
+        x = x.reshape(-1, channels).mean(axis=1)
+    return x.astype(np.float32, copy=False)
+
+
+class AudioIn:
+    """One incoming audio stream: format checks, conversion to 16 kHz mono, a length limit."""
+
+    def __init__(self, rate: object, width: object, channels: object, max_s: float) -> None:
+        self.rate, self.width, self.channels = check_format(rate, width, channels)
+        self.max_s = max_s
+        self.seconds = 0.0
+        self._resampler = None
+        if self.rate != TARGET_RATE:
+            import soxr
+
+            self._resampler = soxr.ResampleStream(self.rate, TARGET_RATE, 1, dtype="float32")
+
+    def same_format(self, rate: object, width: object, channels: object) -> bool:
+        return (rate, width, channels) == (self.rate, self.width, self.channels)
+
+    def convert(self, data: bytes, last: bool = False) -> np.ndarray:
+        """One chunk's PCM -> 16 kHz mono float32; RkvoiceError once the stream passes ``max_s``."""
+        x = pcm_to_float(data, self.width, self.channels)
+        self.seconds += len(x) / self.rate
+        if self.seconds > self.max_s:
+            raise RkvoiceError(
+                "wyoming", "audio-too-long",
+                f"the audio stream passed {self.max_s:g} s (wyoming.max_audio_s); send shorter requests",
+            )
+        if self._resampler is None:
+            return x
+        return np.asarray(self._resampler.resample_chunk(x, last=last), dtype=np.float32)
+
+    def finish(self) -> np.ndarray:
+        """What the resampler still holds at the end of the stream."""
+        if self._resampler is None:
+            return np.zeros(0, np.float32)
+        return np.asarray(self._resampler.resample_chunk(np.zeros(0, np.float32), last=True), dtype=np.float32)

@@ -1,0 +1,193 @@
+"""Sharing one set of loaded engines between the local assistant and Wyoming clients.
+
+The engines are not thread-safe, the board has 2 CPU cores and one NPU, and the local turn has
+deadlines. Each engine therefore sits behind a ``PriorityGate``: one holder at a time, and a
+local caller waiting for the gate always goes before every waiting Wyoming request.
+
+- ASR and TTS: a Wyoming request takes the gate for one engine call only (one transcription, one
+  synthesised piece) and gives it back between pieces, so a local turn waits at most for the piece
+  being synthesised (about a second) before it jumps the queue.
+- Answers: a Wyoming request holds the assistant gate for its whole reply; a local turn that wants
+  the assistant aborts that reply (the client gets ``not-handled``) and takes over at once.
+
+The local loop gets the same engines through ``Engines.local_*()``: views whose calls take the
+gate at local priority. The daemon hands those views to its loop and the ``Engines`` to
+``serve_wyoming``; the server alone (``--wyoming`` without the daemon) has no local caller.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+class PriorityGate:
+    """A lock with two queues: ``local()`` callers are admitted before any ``remote()`` caller."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._cond = threading.Condition()
+        self._held_by: str | None = None
+        self._local_waiting = 0
+        self._on_preempt: Callable[[], None] | None = None
+
+    @contextmanager
+    def local(self) -> Iterator[None]:
+        with self._cond:
+            self._local_waiting += 1
+            try:
+                if self._held_by == "remote" and self._on_preempt is not None:
+                    log.info("%s: the local turn preempts a Wyoming request", self.name)
+                    self._on_preempt()
+                while self._held_by is not None:
+                    self._cond.wait()
+            finally:
+                self._local_waiting -= 1
+            self._held_by = "local"
+        try:
+            yield
+        finally:
+            self._release()
+
+    @contextmanager
+    def remote(self, on_preempt: Callable[[], None] | None = None) -> Iterator[None]:
+        """Wait until no local caller holds or wants the gate. ``on_preempt`` is called (under the
+        gate's lock, so it must only signal) when a local caller arrives while this one holds it."""
+        with self._cond:
+            while self._held_by is not None or self._local_waiting:
+                self._cond.wait()
+            self._held_by = "remote"
+            self._on_preempt = on_preempt
+        try:
+            yield
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        with self._cond:
+            self._held_by = None
+            self._on_preempt = None
+            self._cond.notify_all()
+
+
+class LocalAsr:
+    """The ASR engine as the local loop sees it: same calls, gate taken at local priority."""
+
+    def __init__(self, engine: Any, gate: PriorityGate) -> None:
+        self._engine = engine
+        self._gate = gate
+
+    def transcribe(self, samples: np.ndarray) -> str:
+        with self._gate.local():
+            return str(self._engine.transcribe(samples))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+
+class LocalTts:
+    """The TTS engine as the local speaker sees it: ``generate`` at local priority."""
+
+    def __init__(self, engine: Any, gate: PriorityGate) -> None:
+        self._engine = engine
+        self._gate = gate
+
+    def generate(self, text: str, sid: int = 0, speed: float = 1.0) -> tuple[np.ndarray, int]:
+        with self._gate.local():
+            samples, rate = self._engine.generate(text, sid, speed)
+        return samples, int(rate)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+
+class LocalAssistant:
+    """The assistant as the local turn sees it: ``answer``/``reply`` preempt a Wyoming answer and
+    hold the gate until the reply's text stream is consumed or closed."""
+
+    def __init__(self, assistant: Any, gate: PriorityGate) -> None:
+        self._assistant = assistant
+        self._gate = gate
+
+    def reply(self, text: str, *args: Any, **kwargs: Any) -> Any:
+        held = self._gate.local()
+        held.__enter__()
+        try:
+            result = self._assistant.reply(text, *args, **kwargs)
+        except BaseException:
+            held.__exit__(None, None, None)
+            raise
+        result.deltas = _then_release(result.deltas, held)
+        return result
+
+    def answer(self, text: str, cancel: threading.Event) -> Any:
+        return self.reply(text, cancel=cancel)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._assistant, name)
+
+
+def _then_release(deltas: Iterator[str], held: Any) -> Iterator[str]:
+    try:
+        yield from deltas
+    finally:
+        held.__exit__(None, None, None)
+
+
+@dataclass
+class Engines:
+    """Loaded engines shared by every connection, each behind its own gate.
+
+    ``asr`` (loaded), ``tts`` (the default voice, loaded), ``assistant`` (an Assistant),
+    ``wake_factory`` (a callable making a new, loaded wake engine for one detect stream: a wake
+    engine keeps stream state, so each stream has its own; the asr-match engine shares ``asr``
+    through ``remote_asr``). Further voices are loaded on first use and kept.
+    """
+
+    asr: Any
+    tts: Any
+    assistant: Any
+    wake_factory: Callable[[Any], Any]
+    voices: dict[str, Any] = field(default_factory=dict)
+    """Voice name -> loaded engine (the default voice included once it is known)."""
+    asr_gate: PriorityGate = field(default_factory=lambda: PriorityGate("asr"))
+    tts_gate: PriorityGate = field(default_factory=lambda: PriorityGate("tts"))
+    answer_gate: PriorityGate = field(default_factory=lambda: PriorityGate("answer"))
+    voices_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def local_asr(self) -> LocalAsr:
+        return LocalAsr(self.asr, self.asr_gate)
+
+    def local_tts(self) -> LocalTts:
+        return LocalTts(self.tts, self.tts_gate)
+
+    def local_assistant(self) -> LocalAssistant:
+        return LocalAssistant(self.assistant, self.answer_gate)
+
+    def remote_asr(self) -> RemoteAsr:
+        return RemoteAsr(self.asr, self.asr_gate)
+
+
+class RemoteAsr:
+    """The ASR engine at Wyoming priority (handed to the asr-match wake engines of detect streams)."""
+
+    name = "remote-asr"
+
+    def __init__(self, engine: Any, gate: PriorityGate) -> None:
+        self._engine = engine
+        self._gate = gate
+
+    def load(self) -> None:
+        """Already loaded: the shared engine was loaded once at start."""
+
+    def transcribe(self, samples: np.ndarray) -> str:
+        with self._gate.remote():
+            return str(self._engine.transcribe(samples))

@@ -1,0 +1,88 @@
+"""The ``info`` answer to ``describe``: what this server offers, built from the loaded engines.
+
+One program per service: asr (the configured ASR engine, Chinese), tts (every installed voice with
+its languages and, for a loaded multi-speaker voice, its speakers), wake (the configured wake phrase)
+and handle (local tools first, else the LLM; answers stream as the LLM produces them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from wyoming.info import (
+    AsrModel,
+    AsrProgram,
+    Attribution,
+    HandleModel,
+    HandleProgram,
+    Info,
+    TtsProgram,
+    TtsVoice,
+    TtsVoiceSpeaker,
+    WakeModel,
+    WakeProgram,
+)
+
+from rkvoice import __version__
+from rkvoice.config import Config
+
+from .tts import Voices, speaker_count
+
+ATTRIBUTION = Attribution(name="rkvoice", url="")
+ASR_LANGUAGES = {"whisper": ["zh"], "paraformer": ["zh"]}
+"""Languages each ASR engine transcribes (both are run in Chinese mode)."""
+WAKE_LANGUAGES = ["zh"]
+HANDLE_LANGUAGES = ["zh"]
+
+
+def asr_languages(engine: Any) -> list[str]:
+    return list(ASR_LANGUAGES.get(str(getattr(engine, "name", "")), ["zh"]))
+
+
+def wake_model_name(cfg: Config) -> str:
+    """The wake word's name in ``info`` and ``detection``: its pinyin, without spaces or tones."""
+    from pypinyin import lazy_pinyin
+
+    return "".join(lazy_pinyin(cfg.hear.wake_phrase)) or "wake"
+
+
+def build_info(cfg: Config, asr: Any, voices: Voices, llm_name: str) -> Info:
+    asr_name = str(getattr(asr, "name", "asr"))
+    tts_voices = []
+    for spec in voices.specs.values():
+        loaded = voices.engines.voices.get(spec.name)
+        speakers = None
+        if loaded is not None and speaker_count(loaded) > 1:
+            speakers = [TtsVoiceSpeaker(name=str(i)) for i in range(speaker_count(loaded))]
+        tts_voices.append(TtsVoice(
+            name=spec.name, description=f"{spec.engine} voice" + (" (default)" if spec.name == voices.default else ""),
+            attribution=ATTRIBUTION, installed=True, version=__version__,
+            languages=list(spec.languages), speakers=speakers,
+        ))
+    wake = wake_model_name(cfg)
+    return Info(
+        asr=[AsrProgram(
+            name="rkvoice-asr", description=f"rkvoice speech recognition ({asr_name})", attribution=ATTRIBUTION,
+            installed=True, version=__version__, supports_transcript_streaming=False,
+            models=[AsrModel(name=asr_name, description=asr_name, attribution=ATTRIBUTION, installed=True,
+                             version=__version__, languages=asr_languages(asr))],
+        )],
+        tts=[TtsProgram(
+            name="rkvoice-tts", description="rkvoice speech synthesis", attribution=ATTRIBUTION, installed=True,
+            version=__version__, voices=tts_voices, supports_synthesize_streaming=True,
+        )],
+        wake=[WakeProgram(
+            name="rkvoice-wake", description=f"rkvoice wake word ({cfg.hear.wake})", attribution=ATTRIBUTION,
+            installed=True, version=__version__,
+            models=[WakeModel(name=wake, description=cfg.hear.wake_phrase, attribution=ATTRIBUTION,
+                              installed=True, version=__version__, languages=WAKE_LANGUAGES,
+                              phrase=cfg.hear.wake_phrase)],
+        )],
+        handle=[HandleProgram(
+            name="rkvoice-handle", description="rkvoice answers: local tools first, else the LLM",
+            attribution=ATTRIBUTION, installed=True, version=__version__, supports_handled_streaming=True,
+            models=[HandleModel(name=f"tools+{llm_name}", description="local tools, then the LLM",
+                                attribution=ATTRIBUTION, installed=True, version=__version__,
+                                languages=HANDLE_LANGUAGES)],
+        )],
+    )

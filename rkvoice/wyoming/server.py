@@ -1,0 +1,166 @@
+"""Serving rkvoice over the Wyoming protocol: ``serve_wyoming(cfg, uri)`` blocks until ``stop`` is set.
+
+    serve_wyoming(cfg, "tcp://127.0.0.1:10700")                  # loads the profile's engines
+    serve_wyoming(cfg, uri, engines=shared, stop=stop_event)      # the daemon's loaded engines
+
+The engines are loaded once and shared by every connection (``Engines``, see gate.py for how the
+local turn keeps priority over Wyoming requests). The protocol has no authentication: a TCP
+address other than loopback is served, with a warning, because exposing the server is the user's
+choice. With ``zeroconf`` the TCP server is announced as ``_wyoming._tcp``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from wyoming.server import AsyncServer, AsyncTcpServer, AsyncUnixServer
+
+from rkvoice.config import Config
+from rkvoice.errors import RkvoiceError
+
+from .config import Endpoint, WyomingConfig, from_cfg, parse_uri
+from .discovery import Announcer
+from .gate import Engines
+from .handler import Context, WyomingHandler
+from .info import build_info, wake_model_name
+from .tts import Voices
+
+log = logging.getLogger(__name__)
+
+
+def wake_factory(cfg: Config) -> Callable[[Any], Any]:
+    """A maker of loaded wake engines for detect streams (asr-match transcribes through ``asr``)."""
+    from rkvoice.hear.registry import create_wake
+
+    def build(asr: Any) -> Any:
+        engine = create_wake(cfg, asr)
+        engine.load()
+        return engine
+
+    return build
+
+
+def load_engines(cfg: Config, *, llm: bool = True) -> Engines:
+    """The configured profile's ASR, Chinese voice and assistant, loaded (``llm=False``: the LLM
+    loads on the first question a tool does not answer)."""
+    from rkvoice.answer.assistant import Assistant
+    from rkvoice.hear.asr import create_asr
+    from rkvoice.tts.registry import create_tts
+
+    asr = create_asr(cfg)
+    asr.load()
+    tts = create_tts(cfg, text="你好")
+    tts.load()
+    assistant = Assistant(cfg)
+    assistant.load(llm=llm)
+    return Engines(asr=asr, tts=tts, assistant=assistant, wake_factory=wake_factory(cfg))
+
+
+def _llm_name(cfg: Config) -> str:
+    return "llm" if cfg.llm.engine == "auto" else cfg.llm.engine
+
+
+class WyomingServer:
+    """The listening server; ``start()`` binds, ``stop()`` closes it and every connection."""
+
+    def __init__(self, cfg: Config, wcfg: WyomingConfig, engines: Engines) -> None:
+        if not wcfg.uri:
+            raise RkvoiceError("wyoming", "no-uri", "no Wyoming address given; set wyoming.uri or pass "
+                                                    "--wyoming tcp://127.0.0.1:10700")
+        self.cfg = cfg
+        self.wcfg = wcfg
+        self.endpoint: Endpoint = parse_uri(wcfg.uri)
+        self.engines = engines
+        voices = Voices(cfg, engines)
+        self.context = Context(cfg, wcfg, engines, voices,
+                               build_info(cfg, engines.asr, voices, _llm_name(cfg)), wake_model_name(cfg))
+        self._server: AsyncServer | None = None
+        self._announcer: Announcer | None = None
+        self.port = self.endpoint.port
+
+    def _handler(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> WyomingHandler:
+        return WyomingHandler(self.context, reader, writer)
+
+    async def start(self) -> None:
+        ep = self.endpoint
+        if ep.scheme == "unix":
+            Path(ep.path).parent.mkdir(parents=True, exist_ok=True)
+            server: AsyncServer = AsyncUnixServer(ep.path)
+        else:
+            if not ep.loopback:
+                log.warning("wyoming: serving on %s:%d, reachable from other machines; the Wyoming protocol has "
+                            "no authentication, so anyone who can reach this port can use the assistant",
+                            ep.host, ep.port)
+            server = AsyncTcpServer(ep.host, ep.port)
+        try:
+            await server.start(self._handler)
+        except OSError as exc:
+            raise RkvoiceError("wyoming", "bind-failed",
+                               f"cannot serve on {self.wcfg.uri}: {exc.strerror or exc}; pick a free port "
+                               "or another socket path") from exc
+        self._server = server
+        if isinstance(server, AsyncTcpServer) and ep.port == 0:  # port 0: the system chose one
+            inner = getattr(server, "_server", None)
+            if inner is not None and inner.sockets:
+                self.port = int(inner.sockets[0].getsockname()[1])
+        log.info("wyoming: serving %s", self.address)
+        if self.wcfg.zeroconf:
+            if ep.scheme != "tcp":
+                log.warning("zeroconf: a unix socket cannot be announced on the network; not announcing")
+            else:
+                if ep.loopback:
+                    log.warning("zeroconf: %s is a loopback address; other machines cannot reach it", ep.host)
+                self._announcer = Announcer(f"rkvoice-{self.port}", ep.host, self.port)
+                await self._announcer.start()
+
+    @property
+    def address(self) -> str:
+        ep = self.endpoint
+        return f"unix://{ep.path}" if ep.scheme == "unix" else f"tcp://{ep.host}:{self.port}"
+
+    async def stop(self) -> None:
+        if self._announcer is not None:
+            await self._announcer.stop()
+            self._announcer = None
+        if self._server is not None:
+            await self._server.stop()
+            self._server = None
+
+
+async def serve_wyoming_async(cfg: Config, uri: str = "", *, zeroconf: bool | None = None,
+                              engines: Engines | None = None, stop: asyncio.Event | None = None,
+                              ready: Callable[[WyomingServer], None] | None = None) -> None:
+    """Serve until ``stop`` is set (forever without one). ``ready(server)`` runs once it listens."""
+    wcfg = from_cfg(cfg, uri=uri or None, zeroconf=zeroconf)
+    if engines is None:
+        engines = await asyncio.to_thread(load_engines, cfg)
+    server = WyomingServer(cfg, wcfg, engines)
+    await server.start()
+    try:
+        if ready is not None:
+            ready(server)
+        await (stop or asyncio.Event()).wait()
+    finally:
+        await server.stop()
+
+
+def serve_wyoming(cfg: Config, uri: str = "", *, zeroconf: bool | None = None, engines: Engines | None = None,
+                  stop: threading.Event | None = None,
+                  ready: Callable[[WyomingServer], None] | None = None) -> None:
+    """Blocking entry for the CLI and the daemon: serve on ``uri`` (else ``wyoming.uri``) until ``stop``
+    is set. ``engines`` are the daemon's loaded engines; without them the profile's are loaded here."""
+
+    async def main() -> None:
+        done = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        if stop is not None:
+            threading.Thread(target=lambda: (stop.wait(), loop.call_soon_threadsafe(done.set)),
+                             name="wyoming-stop", daemon=True).start()
+        await serve_wyoming_async(cfg, uri, zeroconf=zeroconf, engines=engines, stop=done, ready=ready)
+
+    asyncio.run(main())
