@@ -184,7 +184,7 @@ def test_dying_aplay_is_reported_and_reopened(tmp_path, caplog):
     clock = FakeClock()
     p = AplayPlayer(CFG, clock, command=(str(script),), retry_s=0.5, max_ahead_s=None)
     p.open()
-    with caplog.at_level(logging.WARNING, logger="rkvoice.audio.players"):
+    with caplog.at_level(logging.WARNING, logger="rkvoice.audio.device_players"):
         for _ in range(3):
             p.write(block())
         first = p._proc.pid
@@ -301,7 +301,7 @@ def test_sounddevice_stream_that_stops_is_reported_and_reopened(caplog):
     t = threading.Thread(target=writer)
     t.start()
     assert blocked.wait(2.0) and not released.wait(0.1)
-    with caplog.at_level(logging.WARNING, logger="rkvoice.audio.players"):
+    with caplog.at_level(logging.WARNING, logger="rkvoice.audio.device_players"):
         streams[0].die()  # ...which goes away (unplugged)
         assert released.wait(2.0)  # the writer is not stuck
         t.join()
@@ -313,11 +313,34 @@ def test_sounddevice_stream_that_stops_is_reported_and_reopened(caplog):
     assert not streams[1].started
 
 
-def test_auto_selects_wav_without_sound_device(monkeypatch):
+@pytest.mark.parametrize("daemon, without_device", [(True, "null"), (False, "wav")])
+def test_auto_player_is_the_device_else_null_for_the_daemon_and_wav_for_the_cli(monkeypatch, caplog, daemon,
+                                                                                without_device):
     monkeypatch.setattr(players, "has_sound_device", lambda: None)
-    assert players.resolve_player_name(Config()) == "wav"
+    with caplog.at_level(logging.WARNING, logger="rkvoice.audio.players"):
+        assert players.choose_player(Config(), daemon=daemon) == without_device
+    assert any("not played" in r.getMessage() for r in caplog.records) == daemon
     monkeypatch.setattr(players, "has_sound_device", lambda: "aplay")
-    assert players.resolve_player_name(Config()) == "aplay"
+    assert players.choose_player(Config(), daemon=daemon) == "aplay"
+    assert players.choose_player(Config(), daemon=daemon, device=lambda: "sounddevice") == "sounddevice"
+    assert players.resolve_player_name(Config()) == "aplay"  # the command-line choice
+
+
+@pytest.mark.parametrize("name", ["aplay", "sounddevice", "wav", "null"])
+def test_explicit_player_is_kept_with_or_without_a_device(name):
+    from dataclasses import replace
+
+    cfg = replace(Config(), audio=replace(Config().audio, player=name))
+    for daemon in (True, False):
+        assert players.choose_player(cfg, daemon=daemon, device=lambda: None) == name
+
+
+def test_created_players_come_from_their_modules():
+    from rkvoice.audio import device_players, sinks
+
+    assert isinstance(players.create_player("null", Config()), sinks.NullPlayer)
+    assert isinstance(players.create_player("aplay", Config()), device_players.AplayPlayer)
+    assert players.AplayPlayer is device_players.AplayPlayer and players.WavPlayer is sinks.WavPlayer
 
 
 def test_unknown_player_names_the_choices():

@@ -1,0 +1,42 @@
+"""Is there a sound output device, a microphone? Asked without opening either."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+ASOUND = Path("/proc/asound")
+
+
+def has_sound_device() -> str | None:
+    """Name of a usable output backend ("aplay" or "sounddevice"), or None."""
+    cards = ASOUND / "cards"
+    if shutil.which("aplay") and cards.exists():
+        text = cards.read_text(errors="replace")
+        if text.strip() and "no soundcards" not in text:
+            return "aplay"
+    try:
+        import sounddevice as sd
+
+        if any(d.get("max_output_channels", 0) > 0 for d in sd.query_devices()):
+            return "sounddevice"
+    except Exception:  # no PortAudio, no devices: both mean "no sound device"
+        log.debug("sounddevice has no output device", exc_info=True)
+    return None
+
+
+def has_input_device() -> bool:
+    """True when ALSA lists a capture PCM or PortAudio an input device."""
+    pcm = ASOUND / "pcm"
+    if pcm.exists() and "capture" in pcm.read_text(errors="replace"):
+        return True
+    try:
+        import sounddevice as sd
+
+        return any(d.get("max_input_channels", 0) > 0 for d in sd.query_devices())
+    except Exception:  # no PortAudio or no devices
+        log.debug("sounddevice has no input device", exc_info=True)
+        return False

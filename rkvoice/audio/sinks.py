@@ -1,0 +1,264 @@
+"""Players that need no sound device, and the audio-time accounting the real-time players share.
+
+- ``PacedPlayer``: audio-time accounting (``dry_at``: the clock time at which the device runs out
+  of audio) and waits that a ``clear()`` interrupts; waiting uses the injected clock (a FakeClock
+  advances instead of sleeping).
+- ``NullPlayer``: consumes audio at real-time pace and logs what was heard when.
+- ``WavPlayer``: writes a WAV file, renamed into place on close.
+- ``TeePlayer``: hands every block to several players.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import threading
+import time
+import wave
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rkvoice.atomic import FILE_MODE
+from rkvoice.clock import Clock, MonotonicClock
+from rkvoice.config import Config
+from rkvoice.errors import RkvoiceError
+
+log = logging.getLogger(__name__)
+
+
+class PacedPlayer:
+    """Audio-time accounting and interruptible waits shared by the real-time players."""
+
+    name = "paced"
+
+    def __init__(self, rate: int, clock: Clock, max_ahead_s: float | None = 0.25, latency_s: float = 0.0) -> None:
+        self.rate = rate
+        self._clock = clock
+        self.max_ahead_s = max_ahead_s
+        self.latency_s = latency_s
+        self._cond = threading.Condition()
+        self._clears = 0
+        self.dry_at: float | None = None
+
+    def _account(self, n_samples: int) -> tuple[float, float]:
+        """Book ``n_samples`` on the device; returns (start, end) of their playback."""
+        with self._cond:
+            now = self._clock.now()
+            start = now if self.dry_at is None or self.dry_at < now else self.dry_at
+            self.dry_at = start + n_samples / self.rate
+            return start, self.dry_at
+
+    def _wait_until(self, deadline: float) -> bool:
+        """Wait for the clock to reach ``deadline``; False if a clear() came first."""
+        with self._cond:
+            gen = self._clears
+        while True:
+            remaining = deadline - self._clock.now()
+            if remaining <= 0:
+                return True
+            if isinstance(self._clock, MonotonicClock):
+                with self._cond:
+                    if self._cond.wait_for(lambda: self._clears != gen, timeout=remaining):
+                        return False
+            else:  # a controlled clock: sleeping moves it
+                self._clock.sleep(remaining)
+            with self._cond:
+                if self._clears != gen:
+                    return False
+
+    def _pace(self) -> None:
+        """Block while more than ``max_ahead_s`` of audio is queued on the device."""
+        if self.max_ahead_s is None or self.dry_at is None:
+            return
+        self._wait_until(self.dry_at - self.max_ahead_s)
+
+    def _mark_cleared(self) -> None:
+        with self._cond:
+            self._clears += 1
+            self.dry_at = self._clock.now()
+            self._cond.notify_all()
+
+    def drain(self) -> None:
+        if self.dry_at is not None:
+            self._wait_until(self.dry_at + self.latency_s)
+
+    def clear(self) -> None:
+        self._mark_cleared()
+
+
+
+class NullPlayer(PacedPlayer):
+    """Consumes audio at real-time pace on the injected clock and keeps a log of what played.
+
+    ``segments`` lists (start, end) clock times of audio that was (or is being) heard;
+    ``clear()`` cuts the current segment at the moment of the clear.
+    """
+
+    name = "null"
+
+    def __init__(self, cfg: Config, clock: Clock | None = None, max_ahead_s: float | None = None) -> None:
+        super().__init__(cfg.audio.output_rate, clock or MonotonicClock(), max_ahead_s=max_ahead_s)
+        self.segments: list[list[float]] = []
+        self.samples = 0
+        self.blocks = 0
+
+    def open(self) -> None:
+        pass
+
+    def write(self, block: np.ndarray) -> None:
+        self._pace()
+        start, end = self._account(len(block))
+        with self._cond:
+            self.samples += len(block)
+            self.blocks += 1
+            if self.segments and abs(self.segments[-1][1] - start) < 1e-9:
+                self.segments[-1][1] = end
+            else:
+                self.segments.append([start, end])
+
+    def clear(self) -> None:
+        with self._cond:
+            now = self._clock.now()
+            for seg in self.segments:
+                seg[1] = min(seg[1], max(seg[0], now))
+        self._mark_cleared()
+
+    def heard_until(self) -> float | None:
+        with self._cond:
+            return self.segments[-1][1] if self.segments else None
+
+    def close(self) -> None:
+        pass
+
+
+
+def default_wav_path() -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path(tempfile.gettempdir()) / f"rkvoice-{stamp}-{os.getpid()}.wav"
+
+
+class WavPlayer:
+    """Writes the audio to a WAV file: a temp file in the same folder, renamed on close().
+
+    ``abort()`` (or a close after an error) removes the temp file: a half-written WAV never
+    appears at ``path``.
+    """
+
+    name = "wav"
+
+    def __init__(self, cfg: Config, clock: Clock | None = None, path: str | Path | None = None) -> None:
+        self.rate = cfg.audio.output_rate
+        self.path = Path(path) if path is not None else default_wav_path()
+        self._tmp: Path | None = None
+        self._wav: Any = None
+        self._lock = threading.Lock()
+        self.samples = 0
+
+    def open(self) -> None:
+        if self.path.is_dir():
+            raise RkvoiceError("player", "bad-out", f"--out {self.path} is a directory; give a file name ending in .wav")
+        directory = self.path.parent
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".part", dir=directory)
+        except OSError as exc:
+            raise RkvoiceError(
+                "player",
+                "unwritable",
+                f"cannot write {self.path}: {exc.strerror or exc}; choose a writable path for --out",
+            ) from exc
+        os.fchmod(fd, FILE_MODE)  # a WAV like any file the user writes, not mkstemp's 0600
+        self._tmp = Path(tmp)
+        wav = wave.open(os.fdopen(fd, "wb"), "wb")
+        wav.setnchannels(1)
+        wav.setsampwidth(2)
+        wav.setframerate(self.rate)
+        self._wav = wav
+
+    def write(self, block: np.ndarray) -> None:
+        with self._lock:
+            if self._wav is None:
+                raise RkvoiceError("player", "not-open", "the WAV player was used before open()")
+            self._wav.writeframes(np.asarray(block, dtype="<i2").tobytes())
+            self.samples += len(block)
+
+    def drain(self) -> None:
+        pass
+
+    def clear(self) -> None:
+        pass  # nothing is buffered: what was written stays, later blocks are not written
+
+    def close(self) -> None:
+        """Finish the file and rename it into place."""
+        with self._lock:
+            if self._wav is None or self._tmp is None:
+                return
+            try:
+                self._wav.close()
+                os.replace(self._tmp, self.path)
+            except OSError as exc:
+                self._remove_tmp()
+                raise RkvoiceError("player", "unwritable", f"cannot write {self.path}: {exc.strerror or exc}") from exc
+            finally:
+                self._wav = None
+            log.info("wrote %s (%.2f s)", self.path, self.samples / self.rate)
+
+    def abort(self) -> None:
+        """Drop the partial file."""
+        with self._lock:
+            if self._wav is not None:
+                try:
+                    self._wav.close()
+                except (OSError, wave.Error):
+                    pass
+                self._wav = None
+            self._remove_tmp()
+
+    def _remove_tmp(self) -> None:
+        if self._tmp is not None:
+            try:
+                self._tmp.unlink()
+            except FileNotFoundError:
+                pass
+            self._tmp = None
+
+
+
+class TeePlayer:
+    """Hands every block to several players (e.g. a paced null sink and a WAV recorder).
+
+    The first player sets the pace; ``close`` closes all, ``abort`` aborts those that can.
+    """
+
+    def __init__(self, *players: Any) -> None:
+        self.players = players
+        self.name = "+".join(p.name for p in players)
+        self.rate = players[0].rate
+
+    def open(self) -> None:
+        for p in self.players:
+            p.open()
+
+    def write(self, block: np.ndarray) -> None:
+        for p in self.players:
+            p.write(block)
+
+    def drain(self) -> None:
+        for p in self.players:
+            p.drain()
+
+    def clear(self) -> None:
+        for p in self.players:
+            p.clear()
+
+    def close(self) -> None:
+        for p in self.players:
+            p.close()
+
+    def abort(self) -> None:
+        for p in self.players:
+            if hasattr(p, "abort"):
+                p.abort()
+
