@@ -1,13 +1,15 @@
-"""ASR engines: a small protocol and the registry (``hear.asr``: whisper, paraformer, auto)."""
+"""ASR engines: a small protocol and the registry (``hear.asr``: whisper, paraformer, auto), each
+engine with what it needs."""
 
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from rkvoice.config import Config
+from rkvoice.needs import FileNeed, Needs, PackageNeed, install_command
 from rkvoice.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -23,18 +25,42 @@ class AsrEngine(Protocol):
         """16 kHz mono float32 speech -> simplified Chinese text ('' when nothing was said)."""
 
 
+WHISPER_FILES = ("model.bin", "config.json", "tokenizer.json", "vocabulary.json")
+
+
+def whisper_needs(cfg: Config, **_: Any) -> Needs:
+    """CTranslate2 Whisper base (models/portable/whisper-base); opencc makes its output simplified."""
+    from rkvoice.hear.whisper_asr import whisper_dir
+
+    d = whisper_dir(cfg)
+    return Needs(files=tuple(FileNeed(n, (d / n,)) for n in WHISPER_FILES),
+                 packages=(PackageNeed("faster_whisper", "faster-whisper"), PackageNeed("opencc", "opencc")),
+                 install=install_command("portable"))
+
+
+def paraformer_needs(cfg: Config, **_: Any) -> Needs:
+    from rkvoice.hear.paraformer_asr import paraformer_dir
+
+    d = paraformer_dir(cfg)
+    return Needs(files=(FileNeed("model", (d / "model.int8.onnx", d / "model.onnx")),
+                        FileNeed("tokens", (d / "tokens.txt",))),
+                 packages=(PackageNeed("sherpa_onnx", "sherpa-onnx"),), install=install_command("board"))
+
+
 ASR = Registry("asr")
 ASR.register(
     "whisper",
     "rkvoice.hear.whisper_asr:WhisperAsr",
     "Whisper base, CTranslate2 int8 via faster-whisper (portable)",
     install_hint="pip install faster-whisper==1.2.1 and run ./install.sh for the portable models",
+    needs=whisper_needs,
 )
 ASR.register(
     "paraformer",
     "rkvoice.hear.paraformer_asr:ParaformerAsr",
     "sherpa-onnx offline Paraformer zh (board profile)",
     install_hint="pip install sherpa-onnx and run ./install.sh --profile board",
+    needs=paraformer_needs,
 )
 
 
@@ -49,4 +75,5 @@ def asr_name(cfg: Config, name: str | None = None) -> str:
 
 def create_asr(cfg: Config, name: str | None = None) -> AsrEngine:
     """The configured ASR engine, not loaded yet."""
-    return ASR.create(asr_name(cfg, name), cfg)
+    engine: AsrEngine = ASR.create(asr_name(cfg, name), cfg)
+    return engine

@@ -1,19 +1,37 @@
-"""LLM backends by name: ``llama`` (llama.cpp, portable) and ``rkllm`` (RKLLM on the NPU, board)."""
+"""LLM backends by name: ``llama`` (llama.cpp, portable) and ``rkllm`` (RKLLM on the NPU, board),
+each with what it needs."""
 
 from __future__ import annotations
 
-from rkvoice.answer.llm.base import LlmEngine
+from typing import Any
+
+from rkvoice.answer.llm.base import LlmEngine, model_path
 from rkvoice.config import Config
+from rkvoice.needs import DeviceNeed, FileNeed, Needs, PackageNeed, RuntimeNeed, install_command
 from rkvoice.registry import Registry
+
+
+def llama_needs(cfg: Config, **_: Any) -> Needs:
+    return Needs(files=(FileNeed("model", (model_path(cfg, "llama"),)),),
+                 packages=(PackageNeed("cyllama", "cyllama"),), install=install_command("portable"))
+
+
+def rkllm_needs(cfg: Config, **_: Any) -> Needs:
+    """The .rkllm model, the NPU, and a librkllmrt whose version fits ``llm.rkllm_abi``."""
+    return Needs(files=(FileNeed("model", (model_path(cfg, "rkllm"),)),), devices=(DeviceNeed("npu"),),
+                 runtimes=(RuntimeNeed("librkllmrt", abi=cfg.llm.rkllm_abi, library_path=cfg.llm.rkllm_lib),),
+                 install=install_command("board"))
+
 
 LLM = Registry("llm")
 LLM.register("llama", "rkvoice.answer.llm.llama:LlamaEngine", "llama.cpp (cyllama) with a GGUF model",
-             "pip install cyllama==0.2.18 (./install.sh does it)")
+             "pip install cyllama==0.2.18 (./install.sh does it)", needs=llama_needs)
 LLM.register("rkllm", "rkvoice.answer.llm.rkllm:RkllmEngine", "RKLLM runtime (librkllmrt.so) on the RK3576 NPU",
-             "the board image provides librkllmrt.so")
+             "the board image provides librkllmrt.so", needs=rkllm_needs)
 
 
 def engine_name(cfg: Config, name: str | None = None) -> str:
+    """Resolve ``auto``: rkllm on the board profile, llama elsewhere."""
     name = name or cfg.llm.engine
     if name == "auto":
         return "rkllm" if cfg.models.profile == "board" else "llama"
@@ -23,4 +41,5 @@ def engine_name(cfg: Config, name: str | None = None) -> str:
 
 def create_llm(cfg: Config, name: str | None = None) -> LlmEngine:
     """The configured engine, not loaded yet."""
-    return LLM.create(engine_name(cfg, name), cfg)
+    engine: LlmEngine = LLM.create(engine_name(cfg, name), cfg)
+    return engine
