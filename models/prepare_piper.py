@@ -5,9 +5,11 @@
 
 Writes OUT/model.onnx (the Piper graph with sherpa-onnx's metadata: model_type, comment=piper,
 language, voice, n_speakers, sample_rate, ...) and OUT/tokens.txt ("symbol id" per line from the
-voice's phoneme_id_map, sorted by id). The metadata is written straight into the ONNX protobuf
-(no onnx package needed); the graph bytes are untouched, so the output is byte-for-byte
-deterministic for a given input. Files are written under temporary names and renamed at the end.
+voice's phoneme_id_map, sorted by id). The metadata is written with the onnx package (pinned in
+requirements/portable.txt, the profile this voice belongs to) and read back with onnxruntime, as
+sherpa-onnx's loader will see it; the other fields keep their bytes, so the output is
+byte-for-byte deterministic for a given input. Files are written under temporary names and
+renamed at the end.
 ``--config`` and ``--out-dir`` are accepted as aliases of ``--json`` and ``--out``.
 Exit status 0 on success, 1 with a one-line message otherwise.
 """
@@ -22,7 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rkvoice.atomic import write_atomic  # noqa: E402
-from rkvoice.tts.vits import read_onnx_metadata, with_onnx_metadata  # noqa: E402
+from rkvoice.models.onnx_meta import with_onnx_metadata  # noqa: E402
+from rkvoice.tts.vits import read_onnx_metadata  # noqa: E402
 
 
 class PrepareError(Exception):
@@ -83,8 +86,13 @@ def prepare(onnx_path: Path, json_path: Path, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "tokens.txt", tokens.encode("utf-8"))
     write_atomic(out / "model.onnx", model)
-    if read_onnx_metadata(out / "model.onnx") != meta:  # read back what sherpa-onnx will read
-        raise PrepareError(f"metadata did not round-trip in {out / 'model.onnx'}")
+    try:  # read back what sherpa-onnx will read
+        problem = "" if read_onnx_metadata(out / "model.onnx") == meta else "its metadata did not round-trip"
+    except ValueError as exc:
+        problem = f"it does not load in onnxruntime: {exc}"
+    if problem:
+        (out / "model.onnx").unlink()
+        raise PrepareError(f"{onnx_path} -> {out / 'model.onnx'}: {problem}")
 
 
 def main(argv: list[str] | None = None) -> int:

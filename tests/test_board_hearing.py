@@ -32,7 +32,8 @@ from rkvoice.hear.paraformer_asr import ParaformerAsr, check_paraformer
 from rkvoice.hear.session import HearSession
 from rkvoice.hear.sources import RealtimeSource, WavFileSource
 from rkvoice.hear.vad import Segmenter, vad_model_path
-from rkvoice.tts.vits import read_onnx_metadata, with_onnx_metadata
+from rkvoice.models.onnx_meta import with_onnx_metadata
+from rkvoice.tts.vits import read_onnx_metadata
 
 FIXTURES = ROOT / "tests" / "fixtures"
 STANDINS = FIXTURES / "board-hearing"

@@ -16,6 +16,7 @@ import pytest
 
 from rkvoice.config import ROOT, Config, load_config
 from rkvoice.errors import RkvoiceError
+from rkvoice.models.onnx_meta import with_onnx_metadata
 from rkvoice.tts import fastspeech2, vits
 from rkvoice.tts.registry import (
     TTS,
@@ -194,7 +195,7 @@ def test_vits_truncated_model_is_named(tmp_path: Path) -> None:
 
 def test_vits_model_without_sherpa_metadata_is_named(tmp_path: Path) -> None:
     d = _copy_piper(tmp_path)
-    raw = vits.with_onnx_metadata((vits.VOICES["piper-joe"].dir(CFG) / "model.onnx").read_bytes(), {})
+    raw = with_onnx_metadata((vits.VOICES["piper-joe"].dir(CFG) / "model.onnx").read_bytes(), {})
     (d / "model.onnx").write_bytes(raw)
     with pytest.raises(RkvoiceError, match="lacks sherpa-onnx metadata"):
         vits.VitsTts(cfg_with_models(tmp_path), "piper-joe").load()
@@ -281,11 +282,17 @@ def test_explicit_vits_follows_the_text_language(tmp_path: Path) -> None:
 # --- models/prepare_piper.py ---------------------------------------------------------------------
 
 
-def _fake_onnx() -> bytes:
-    """A minimal protobuf with ModelProto's shape: ir_version (1), graph (7), an old metadata (14)."""
-    graph = b"\x0a\x03abc"  # GraphProto.node-ish payload; never parsed by the tool
-    old_meta = b"\x0a\x03old\x12\x01x"
-    return b"\x08\x07" + b"\x3a" + bytes([len(graph)]) + graph + b"\x72" + bytes([len(old_meta)]) + old_meta
+def _tiny_onnx() -> bytes:
+    """A real one-node ONNX model (Identity) carrying an old metadata entry the tool must replace."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    helper.set_model_props(model, {"old": "x"})
+    return model.SerializeToString()
 
 
 def _run_prepare(*args: str) -> subprocess.CompletedProcess:
@@ -294,7 +301,7 @@ def _run_prepare(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_prepare_piper_writes_metadata_and_tokens_deterministically(tmp_path: Path) -> None:
-    (tmp_path / "v.onnx").write_bytes(_fake_onnx())
+    (tmp_path / "v.onnx").write_bytes(_tiny_onnx())
     config = {"audio": {"sample_rate": 22050}, "espeak": {"voice": "en-us"}, "num_speakers": 1,
               "language": {"name_english": "English"}, "phoneme_type": "espeak",
               "phoneme_id_map": {"_": [0], "^": [1], "$": [2], " ": [3], "ə": [59], "a": [14]}}
@@ -314,7 +321,7 @@ def test_prepare_piper_writes_metadata_and_tokens_deterministically(tmp_path: Pa
 
 
 def test_prepare_piper_rejects_truncated_input_without_output(tmp_path: Path) -> None:
-    (tmp_path / "v.onnx").write_bytes(_fake_onnx()[:-3])
+    (tmp_path / "v.onnx").write_bytes(_tiny_onnx()[:-3])
     (tmp_path / "v.onnx.json").write_text(json.dumps({"audio": {"sample_rate": 22050},
                                                       "espeak": {"voice": "en-us"},
                                                       "phoneme_id_map": {"_": [0]}}))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -95,104 +96,26 @@ def resolve_voice(cfg: Config, voice: str | None = None, lang: str | None = None
     return candidates[0]
 
 
-# --- ONNX metadata without the onnx package ----------------------------------------------------
-# A ModelProto is a protobuf message; metadata_props is its repeated field 14 of
-# StringStringEntryProto {key = 1, value = 2}. Walking the top-level fields is cheap (the graph is
-# one length-delimited field that is skipped) and finds truncation: a field running past the end.
-
-_METADATA_FIELD = 14
-
-
-def _varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise ValueError("truncated varint")
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("bad varint")
-
-
-def _encode_varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _fields(buf: bytes | memoryview) -> list[tuple[int, int, int, int]]:
-    """Top-level fields as (number, wire type, start, end) byte spans; ValueError if malformed."""
-    out = []
-    pos = 0
-    while pos < len(buf):
-        start = pos
-        key, pos = _varint(buf, pos)
-        number, wire = key >> 3, key & 7
-        if number == 0:
-            raise ValueError("field number 0")
-        if wire == 0:
-            _, pos = _varint(buf, pos)
-        elif wire == 1:
-            pos += 8
-        elif wire == 2:
-            length, pos = _varint(buf, pos)
-            pos += length
-        elif wire == 5:
-            pos += 4
-        else:
-            raise ValueError(f"unsupported wire type {wire}")
-        if pos > len(buf):
-            raise ValueError("field runs past the end of the file (truncated)")
-        out.append((number, wire, start, pos))
-    return out
-
-
-def _entry(buf: bytes | memoryview, start: int) -> tuple[str, str]:
-    """(key, value) of the StringStringEntryProto field starting at start."""
-    _, pos = _varint(buf, start)  # the field's tag
-    length, pos = _varint(buf, pos)
-    body = bytes(buf[pos : pos + length])
-    kv = {1: "", 2: ""}
-    for number, wire, field_start, _ in _fields(body):
-        if wire == 2 and number in kv:
-            _, p = _varint(body, field_start)
-            size, p = _varint(body, p)
-            kv[number] = body[p : p + size].decode("utf-8")
-    return kv[1], kv[2]
-
-
 def read_onnx_metadata(path: Path) -> dict[str, str]:
-    """metadata_props of an ONNX file; ValueError if the file is not a complete ONNX model."""
-    data = Path(path).read_bytes()
-    fields = _fields(data)
-    if not any(number == 7 and wire == 2 for number, wire, _, _ in fields):  # 7: graph
-        raise ValueError("no graph in the file")
-    return dict(_entry(data, start) for number, _, start, _ in fields if number == _METADATA_FIELD)
+    """metadata_props of an ONNX file as onnxruntime reads them; ValueError if it is not a complete model.
 
+    onnxruntime parses the whole file (a truncated or foreign file fails here, not in sherpa-onnx,
+    which would end the process); graph optimisations are off, so this costs about one file read.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found")
+    import onnxruntime as ort
 
-def with_onnx_metadata(data: bytes, meta: dict[str, str]) -> bytes:
-    """The model bytes with metadata_props replaced by meta (in the given order)."""
-    fields = _fields(data)
-    kept = b"".join(data[s:e] for number, _, s, e in fields if number != _METADATA_FIELD)
-    extra = bytearray()
-    tag = _encode_varint((_METADATA_FIELD << 3) | 2)
-    for key, value in meta.items():
-        body = bytearray()
-        for number, text in ((1, key), (2, str(value))):
-            raw = text.encode("utf-8")
-            body += _encode_varint((number << 3) | 2) + _encode_varint(len(raw)) + raw
-        extra += tag + _encode_varint(len(body)) + body
-    return kept + bytes(extra)
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.intra_op_num_threads = 1
+    opts.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 (onnxruntime raises several unrelated types for a bad file)
+        raise ValueError(str(exc).splitlines()[0][:300]) from exc
+    return dict(session.get_modelmeta().custom_metadata_map)
 
 
 # --- the engine ---------------------------------------------------------------------------------
@@ -208,8 +131,8 @@ class VitsTts:
         self.voice = resolve_voice(cfg, voice)
         self.languages = self.voice.languages
         self.threads = cfg.tts.threads
-        self._tts = None
-        self._phonemizer = None
+        self._tts: Any = None  # sherpa_onnx.OfflineTts (the package has no type information)
+        self._phonemizer: Any = None  # piper.phonemize_espeak.EspeakPhonemizer
         self._espeak_voice = "en-us"
         self._rate = 0
         self._speakers = 1

@@ -1,0 +1,28 @@
+"""Rewrite an ONNX model's metadata_props with the onnx package (install steps and tests only).
+
+The runtime reads metadata with onnxruntime (``rkvoice.tts.vits.read_onnx_metadata``); writing
+needs ``onnx``, which the portable requirements pin and the board's do not, so nothing the
+board runs imports this module.
+"""
+
+from __future__ import annotations
+
+import onnx
+import onnx.helper
+from google.protobuf.message import DecodeError
+
+
+def with_onnx_metadata(data: bytes, meta: dict[str, str]) -> bytes:
+    """The model bytes with metadata_props replaced by ``meta`` (in its order); ValueError if unparsable.
+
+    Protobuf serialises fields in number order, so a model whose fields already are in that order
+    (what exporters write) keeps its other bytes unchanged and the output is deterministic.
+    """
+    try:
+        model = onnx.load_from_string(data)
+    except DecodeError as exc:
+        raise ValueError(f"not an ONNX protobuf ({exc})") from exc
+    if not model.HasField("graph"):
+        raise ValueError("no graph in the model")
+    onnx.helper.set_model_props(model, {k: str(v) for k, v in meta.items()})
+    return model.SerializeToString()
