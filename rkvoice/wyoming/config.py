@@ -52,8 +52,9 @@ class WyomingConfig:
 
 
 def from_cfg(cfg: Any, **overrides: Any) -> WyomingConfig:
-    """The ``wyoming`` section of ``cfg`` (a WyomingConfig, a mapping or absent), then ``overrides``."""
-    section = getattr(cfg, "wyoming", None)
+    """The ``wyoming`` section of ``cfg`` (a WyomingConfig, a mapping or absent; or ``cfg`` itself when it
+    is a WyomingConfig), then the ``overrides`` that are not None."""
+    section = cfg if isinstance(cfg, WyomingConfig) else getattr(cfg, "wyoming", None)
     known = {f.name for f in fields(WyomingConfig)}
     if section is None:
         base = WyomingConfig()

@@ -110,8 +110,8 @@ class LocalTts:
 
 
 class LocalAssistant:
-    """The assistant as the local turn sees it: ``answer``/``reply`` preempt a Wyoming answer and
-    hold the gate until the reply's text stream is consumed or closed."""
+    """The assistant as the local turn sees it: ``reply`` preempts a Wyoming answer and holds the gate
+    until the reply's text stream is consumed or closed."""
 
     def __init__(self, assistant: Any, gate: PriorityGate) -> None:
         self._assistant = assistant
@@ -127,9 +127,6 @@ class LocalAssistant:
             raise
         result.deltas = _then_release(result.deltas, held)
         return result
-
-    def answer(self, text: str, cancel: threading.Event) -> Any:
-        return self.reply(text, cancel=cancel)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._assistant, name)

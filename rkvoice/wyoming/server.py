@@ -134,9 +134,11 @@ class WyomingServer:
 
 async def serve_wyoming_async(cfg: Config, uri: str = "", *, zeroconf: bool | None = None,
                               engines: Engines | None = None, stop: asyncio.Event | None = None,
-                              ready: Callable[[WyomingServer], None] | None = None) -> None:
-    """Serve until ``stop`` is set (forever without one). ``ready(server)`` runs once it listens."""
-    wcfg = from_cfg(cfg, uri=uri or None, zeroconf=zeroconf)
+                              ready: Callable[[WyomingServer], None] | None = None,
+                              settings: WyomingConfig | None = None) -> None:
+    """Serve until ``stop`` is set (forever without one). ``ready(server)`` runs once it listens.
+    ``settings`` replaces the ``wyoming`` section of ``cfg``; ``uri`` and ``zeroconf`` override either."""
+    wcfg = from_cfg(settings if settings is not None else cfg, uri=uri or None, zeroconf=zeroconf)
     if engines is None:
         engines = await asyncio.to_thread(load_engines, cfg)
     server = WyomingServer(cfg, wcfg, engines)
@@ -151,7 +153,8 @@ async def serve_wyoming_async(cfg: Config, uri: str = "", *, zeroconf: bool | No
 
 def serve_wyoming(cfg: Config, uri: str = "", *, zeroconf: bool | None = None, engines: Engines | None = None,
                   stop: threading.Event | None = None,
-                  ready: Callable[[WyomingServer], None] | None = None) -> None:
+                  ready: Callable[[WyomingServer], None] | None = None,
+                  settings: WyomingConfig | None = None) -> None:
     """Blocking entry for the CLI and the daemon: serve on ``uri`` (else ``wyoming.uri``) until ``stop``
     is set. ``engines`` are the daemon's loaded engines; without them the profile's are loaded here."""
 
@@ -161,6 +164,7 @@ def serve_wyoming(cfg: Config, uri: str = "", *, zeroconf: bool | None = None, e
         if stop is not None:
             threading.Thread(target=lambda: (stop.wait(), loop.call_soon_threadsafe(done.set)),
                              name="wyoming-stop", daemon=True).start()
-        await serve_wyoming_async(cfg, uri, zeroconf=zeroconf, engines=engines, stop=done, ready=ready)
+        await serve_wyoming_async(cfg, uri, zeroconf=zeroconf, engines=engines, stop=done, ready=ready,
+                                  settings=settings)
 
     asyncio.run(main())

@@ -120,9 +120,11 @@ async def answer(engines: Engines, text: str, send: Send, max_chars: int) -> Non
         await send(NotHandled(text=f"the transcript has {len(text)} characters; at most {max_chars} are "
                                    "answered (wyoming.max_text_chars)").event())
         return
+    from rkvoice.turn import Turn
+
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-    cancel = threading.Event()
+    turn = Turn(text=text)
     preempted = threading.Event()
 
     def put(kind: str, value: Any) -> None:
@@ -130,14 +132,14 @@ async def answer(engines: Engines, text: str, send: Send, max_chars: int) -> Non
 
     def preempt() -> None:
         preempted.set()
-        cancel.set()
+        turn.cancel("preempted")
 
     def work() -> None:
         try:
             with engines.answer_gate.remote(on_preempt=preempt):
-                if cancel.is_set():
+                if turn.cancelled:
                     return
-                reply = engines.assistant.reply(text, cancel=cancel)
+                reply = engines.assistant.reply(text, turn)
                 put("route", reply.route)
                 for delta in reply.deltas:
                     put("delta", delta)
@@ -152,9 +154,12 @@ async def answer(engines: Engines, text: str, send: Send, max_chars: int) -> Non
     worker = loop.run_in_executor(None, work)
     try:
         await _relay(queue, send, preempted, text)
+    except BaseException:
+        turn.cancel("client gone")  # a client gone mid-answer (or a cancelled task) stops the LLM
+        raise
     finally:
-        cancel.set()  # a client gone mid-answer stops the LLM
         await asyncio.shield(worker)
+        turn.finish()
 
 
 async def _relay(queue: asyncio.Queue[tuple[str, Any]], send: Send, preempted: threading.Event, text: str) -> None:
