@@ -53,9 +53,12 @@ def server(hear_asr, hear_voice, tmp_path_factory):
     started: list[Any] = []
     ready = threading.Event()
 
+    def on_ready(listening: Any) -> None:
+        started.append(listening)
+        ready.set()
+
     def run() -> None:
-        serve_wyoming(cfg, "tcp://127.0.0.1:0", engines=engines, stop=stop, settings=LIMITS,
-                      ready=lambda s: (started.append(s), ready.set()))
+        serve_wyoming(cfg, "tcp://127.0.0.1:0", engines=engines, stop=stop, settings=LIMITS, ready=on_ready)
 
     thread = threading.Thread(target=run, name="wyoming-test-server", daemon=True)
     thread.start()
@@ -79,7 +82,7 @@ def client(server: Any) -> AsyncTcpClient:
 
 async def read_until(c: AsyncTcpClient, done: Callable[[Event], bool]) -> list[Event]:
     """Events up to and including the first one ``done`` accepts; fails on a closed connection."""
-    out = []
+    out: list[Event] = []
     while True:
         event = await c.read_event()
         assert event is not None, f"connection closed after {[e.type for e in out]}"
@@ -363,7 +366,7 @@ def test_concurrent_clients_are_all_answered(server, hear_fixtures):
         return len(got) / got_rate
 
     async def go() -> list[Any]:
-        return await asyncio.gather(transcribe(), speak(), transcribe(), speak(), describe_ok(server))
+        return list(await asyncio.gather(transcribe(), speak(), transcribe(), speak(), describe_ok(server)))
 
     results = run(go())
     assert all(cer(text, t) <= 0.15 for t in results[0:3:2]), results

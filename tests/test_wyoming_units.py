@@ -1,0 +1,158 @@
+"""Wyoming server parts without models: settings, audio conversion, the priority gate, discovery."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+pytest.importorskip("wyoming", reason="wyoming is not installed (requirements/portable.txt)")
+
+from rkvoice.errors import RkvoiceError  # noqa: E402
+from rkvoice.wyoming.audio import AudioIn, pcm_to_float  # noqa: E402
+from rkvoice.wyoming.config import WyomingConfig, from_cfg, parse_uri  # noqa: E402
+from rkvoice.wyoming.discovery import Announcer  # noqa: E402
+from rkvoice.wyoming.gate import LocalAssistant, PriorityGate  # noqa: E402
+
+
+def test_uri_forms():
+    assert parse_uri("tcp://127.0.0.1:10700").loopback
+    assert parse_uri("unix:///run/rkvoice/w.sock").path == "/run/rkvoice/w.sock"
+    assert not parse_uri("tcp://0.0.0.0:10700").loopback
+    assert not parse_uri("tcp://192.168.1.5:10700").loopback
+    for bad in ("http://x:1", "tcp://127.0.0.1", "tcp://:10700", "unix://", "10700"):
+        with pytest.raises(RkvoiceError, match="tcp://127.0.0.1:10700"):
+            parse_uri(bad)
+
+
+def test_settings_are_checked_and_read_from_the_config():
+    assert from_cfg(SimpleNamespace()) == WyomingConfig()
+    got = from_cfg(SimpleNamespace(wyoming={"uri": "tcp://127.0.0.1:1", "max_audio_s": 5}), zeroconf=True)
+    assert (got.uri, got.max_audio_s, got.zeroconf) == ("tcp://127.0.0.1:1", 5, True)
+    assert from_cfg(SimpleNamespace(wyoming={"uri": "tcp://127.0.0.1:1"}), uri=None).uri == "tcp://127.0.0.1:1"
+    with pytest.raises(RkvoiceError, match="unknown wyoming key.*colour"):
+        from_cfg(SimpleNamespace(wyoming={"colour": "red"}))
+    with pytest.raises(RkvoiceError, match="wyoming.max_audio_s"):
+        WyomingConfig(max_audio_s=0)
+    with pytest.raises(RkvoiceError, match="wyoming.idle_timeout_s"):
+        WyomingConfig(idle_timeout_s=-1)
+    with pytest.raises(RkvoiceError, match="only tcp:// and unix://"):
+        WyomingConfig(uri="stdio://")
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 4])
+def test_pcm_of_every_width_and_channels_becomes_mono_float(width):
+    x = np.sin(np.linspace(0, 20, 400)).astype(np.float32) * 0.5
+    scale = {1: 127, 2: 32767, 3: 2**23 - 1, 4: 2**31 - 1}[width]
+    ints = np.round(x * scale).astype(np.int64)
+    stereo = np.stack([ints, ints], axis=1).reshape(-1)
+    if width == 1:
+        data = (stereo + 128).astype(np.uint8).tobytes()
+    elif width == 3:
+        data = b"".join(int(v).to_bytes(3, "little", signed=True) for v in stereo)
+    else:
+        data = stereo.astype(f"<i{width}").tobytes()
+    got = pcm_to_float(data, width, 2)
+    assert got.dtype == np.float32 and len(got) == len(x)
+    assert np.max(np.abs(got - x)) < 2.0 / scale + 1e-6
+
+
+def test_audio_stream_resamples_counts_and_refuses_past_the_limit():
+    stream = AudioIn(48000, 2, 1, max_s=1.0)
+    second = (np.zeros(48000, "<i2")).tobytes()
+    out = stream.convert(second[: len(second) // 2])
+    out = np.concatenate([out, stream.convert(second[len(second) // 2:]), stream.finish()])
+    assert abs(len(out) - 16000) <= 2
+    with pytest.raises(RkvoiceError, match="max_audio_s"):
+        stream.convert(b"\0\0" * 10)
+
+
+def test_bad_format_and_torn_frames_are_refused():
+    with pytest.raises(RkvoiceError, match="rate=1000"):
+        AudioIn(1000, 2, 1, 10)
+    with pytest.raises(RkvoiceError, match="width=5"):
+        AudioIn(16000, 5, 1, 10)
+    with pytest.raises(RkvoiceError, match="whole number"):
+        AudioIn(16000, 2, 2, 10).convert(b"\0" * 6)
+
+
+def test_a_waiting_local_caller_goes_before_waiting_remote_callers():
+    gate = PriorityGate("test")
+    order: list[str] = []
+    holding = threading.Event()
+    release = threading.Event()
+
+    def holder() -> None:
+        with gate.remote():
+            holding.set()
+            release.wait(5)
+
+    def remote() -> None:
+        with gate.remote():
+            order.append("remote")
+
+    def local() -> None:
+        with gate.local():
+            order.append("local")
+
+    threads = [threading.Thread(target=holder)]
+    threads[0].start()
+    assert holding.wait(5)
+    for target in (remote, remote, local):
+        t = threading.Thread(target=target)
+        t.start()
+        threads.append(t)
+        time.sleep(0.05)  # queued behind the holder in this order
+    release.set()
+    for t in threads:
+        t.join(5)
+    assert order == ["local", "remote", "remote"]
+
+
+def test_a_local_caller_preempts_a_remote_holder():
+    gate = PriorityGate("answer")
+    preempted = threading.Event()
+    holding = threading.Event()
+
+    def remote() -> None:
+        with gate.remote(on_preempt=preempted.set):
+            holding.set()
+            assert preempted.wait(5)  # a preempted holder stops early and lets go
+
+    t = threading.Thread(target=remote)
+    t.start()
+    assert holding.wait(5)
+    with gate.local():
+        assert preempted.is_set()
+    t.join(5)
+
+
+def test_local_assistant_holds_the_gate_until_its_reply_is_consumed():
+    gate = PriorityGate("answer")
+    reply = SimpleNamespace(route="tool:time", deltas=iter(["现在", "三点"]))
+    local = LocalAssistant(SimpleNamespace(reply=lambda text, turn=None: reply), gate)
+    got = local.reply("现在几点")
+    taken = threading.Event()
+
+    def remote() -> None:
+        with gate.remote():
+            taken.set()
+
+    t = threading.Thread(target=remote)
+    t.start()
+    assert not taken.wait(0.2)  # the reply is still being read
+    assert "".join(got.deltas) == "现在三点"
+    assert taken.wait(5)
+    t.join(5)
+
+
+def test_a_failed_announcement_is_a_warning(caplog):
+    announcer = Announcer("rkvoice-test", "not-an-address", 10700)
+    with caplog.at_level(logging.WARNING, logger="rkvoice.wyoming.discovery"):
+        assert asyncio.run(announcer.start()) is False
+    assert "could not announce" in caplog.text
