@@ -1,0 +1,212 @@
+"""Wyoming load: N concurrent clients x M mixed requests against a real in-process server; prints JSON.
+
+Each request is its own connection (as Home Assistant makes them), cycling through transcribe (a
+Chinese request WAV made by the portable voice, sent as 16-bit 16 kHz), synthesize, streamed
+synthesis, detect (the wake phrase), handle (a question a local tool answers) and describe. After
+a warm-up round of every kind the resident set (VmRSS) is read, the load runs, and it is read
+again. Time to first audio is shown beside the time to the last audio of the same answers: a
+server that synthesised the whole text first would send its first chunk only at the latter.
+
+    py312/bin/python bench/wyoming_load.py --clients 8 --requests 20
+
+Pass: every request answered, no errors, RSS growth < 5 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from wyoming.asr import Transcribe, Transcript  # noqa: E402
+from wyoming.audio import AudioChunk, AudioStart, AudioStop  # noqa: E402
+from wyoming.client import AsyncTcpClient  # noqa: E402
+from wyoming.event import Event  # noqa: E402
+from wyoming.handle import Handled  # noqa: E402
+from wyoming.info import Describe  # noqa: E402
+from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop  # noqa: E402
+from wyoming.wake import Detect  # noqa: E402
+
+from rkvoice.config import load_config  # noqa: E402
+from rkvoice.wyoming import Engines, serve_wyoming  # noqa: E402
+from rkvoice.wyoming.server import wake_factory  # noqa: E402
+
+KINDS = ("transcribe", "synthesize", "stream", "detect", "handle", "describe")
+SAY = "今天天气不错，我们一起去公园散步吧。"
+RATE = 16000
+END = {"transcribe": "transcript", "synthesize": "audio-stop", "stream": "synthesize-stopped",
+       "detect": "detection", "handle": "handled", "describe": "info"}
+
+
+def rss_kb() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def speech(voice: Any, text: str) -> bytes:
+    import soxr
+
+    audio, rate = voice.generate(text)
+    audio = soxr.resample(np.asarray(audio, np.float32), rate, RATE)
+    pad = np.zeros(RATE // 2, np.float32)
+    audio = np.concatenate([pad, audio, pad, pad])
+    return (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes()
+
+
+async def send_pcm(c: AsyncTcpClient, pcm: bytes) -> None:
+    await c.write_event(AudioStart(rate=RATE, width=2, channels=1).event())
+    step = RATE // 10 * 2
+    for i in range(0, len(pcm), step):
+        await c.write_event(AudioChunk(rate=RATE, width=2, channels=1, audio=pcm[i:i + step]).event())
+    await c.write_event(AudioStop().event())
+
+
+async def one(port: int, kind: str, audio: dict[str, bytes]) -> dict[str, Any]:
+    t0 = time.monotonic()
+    first_audio = last_audio = None
+    async with AsyncTcpClient("127.0.0.1", port) as c:
+        if kind == "transcribe":
+            await c.write_event(Transcribe(language="zh").event())
+            await send_pcm(c, audio["request"])
+        elif kind == "synthesize":
+            await c.write_event(Synthesize(text=SAY).event())
+        elif kind == "stream":
+            await c.write_event(SynthesizeStart().event())
+            for part in ("今天天气不错，", "我们一起去", "公园散步吧。"):
+                await c.write_event(SynthesizeChunk(text=part).event())
+            await c.write_event(SynthesizeStop().event())
+        elif kind == "detect":
+            await c.write_event(Detect().event())
+            await send_pcm(c, audio["wake"])
+        elif kind == "handle":
+            await c.write_event(Transcript(text="现在几点").event())
+        else:
+            await c.write_event(Describe().event())
+        sent = time.monotonic()
+        while True:
+            event: Event | None = await c.read_event()
+            if event is None:
+                return {"kind": kind, "error": "closed"}
+            if event.type == "error":
+                return {"kind": kind, "error": event.data.get("text", "")}
+            if event.type == "audio-chunk":
+                last_audio = time.monotonic()
+                first_audio = first_audio or last_audio
+            if event.type == END[kind] or (kind == "detect" and event.type == "not-detected"):
+                break
+    out: dict[str, Any] = {"kind": kind, "total_ms": (time.monotonic() - t0) * 1000}
+    if event.type == "not-detected":
+        out["error"] = "wake phrase not detected"
+    if kind == "transcribe":
+        out["to_transcript_ms"] = (time.monotonic() - sent) * 1000
+        out["text"] = Transcript.from_event(event).text
+    if kind == "handle" and "点" not in (Handled.from_event(event).text or ""):
+        out["error"] = f"unexpected answer {event.data}"
+    if first_audio is not None and last_audio is not None:
+        out["first_audio_ms"] = (first_audio - t0) * 1000
+        out["last_audio_ms"] = (last_audio - t0) * 1000
+    return out
+
+
+async def client(port: int, index: int, requests: int, audio: dict[str, bytes]) -> list[dict[str, Any]]:
+    results = []
+    for i in range(requests):
+        kind = KINDS[(index + i) % len(KINDS)]
+        try:
+            results.append(await asyncio.wait_for(one(port, kind, audio), 300))
+        except Exception as exc:  # counted as an error in the report
+            results.append({"kind": kind, "error": f"{type(exc).__name__}: {exc}"})
+    return results
+
+
+def pct(values: list[float], q: float) -> float | None:
+    return round(float(np.percentile(values, q)), 1) if values else None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--requests", type=int, default=20, help="requests per client")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+
+    from rkvoice.answer.assistant import Assistant
+    from rkvoice.hear.asr import create_asr
+    from rkvoice.state import StateStore
+    from rkvoice.tts.registry import create_tts
+
+    cfg = load_config()
+    asr = create_asr(cfg)
+    asr.load()
+    tts = create_tts(cfg, "fastspeech2")
+    tts.load()
+    state = tempfile.TemporaryDirectory(prefix="wyoming-bench-")
+    engines = Engines(asr=asr, tts=tts, assistant=Assistant(cfg, store=StateStore(Path(state.name))),
+                      wake_factory=wake_factory(cfg))
+    audio = {"request": speech(tts, "今天天气怎么样"), "wake": speech(tts, "小智小智")}
+
+    stop = threading.Event()
+    ready = threading.Event()
+    servers: list[Any] = []
+
+    def on_ready(server: Any) -> None:
+        servers.append(server)
+        ready.set()
+
+    thread = threading.Thread(target=serve_wyoming, args=(cfg, "tcp://127.0.0.1:0"),
+                              kwargs={"engines": engines, "stop": stop, "ready": on_ready}, daemon=True)
+    thread.start()
+    if not ready.wait(60):
+        raise SystemExit("the server did not start")
+    port = servers[0].port
+
+    async def run(clients: int, requests: int) -> list[dict[str, Any]]:
+        batches = await asyncio.gather(*(client(port, i, requests, audio) for i in range(clients)))
+        return [r for batch in batches for r in batch]
+
+    warm = asyncio.run(run(len(KINDS), 2))  # every kind, twice, concurrently: first-use allocations
+    rss_before = rss_kb()
+    t0 = time.monotonic()
+    results = asyncio.run(run(args.clients, args.requests))
+    wall = time.monotonic() - t0
+    rss_after = rss_kb()
+    stop.set()
+    thread.join(30)
+
+    errors = [r for r in results if "error" in r]
+    first = [r["first_audio_ms"] for r in results if "first_audio_ms" in r]
+    last = [r["last_audio_ms"] for r in results if "last_audio_ms" in r]
+    to_text = [r["to_transcript_ms"] for r in results if "to_transcript_ms" in r]
+    report = {
+        "clients": args.clients, "requests_per_client": args.requests,
+        "requested": args.clients * args.requests, "done": len(results) - len(errors), "errors": len(errors),
+        "error_samples": errors[:5], "warmup_errors": sum("error" in r for r in warm),
+        "by_kind": {k: sum(r["kind"] == k for r in results) for k in KINDS},
+        "wall_s": round(wall, 1),
+        "first_audio_ms": {"p50": pct(first, 50), "p90": pct(first, 90)},
+        "last_audio_ms_whole_text_first_chunk_would_be": {"p50": pct(last, 50), "p90": pct(last, 90)},
+        "to_transcript_ms": {"p50": pct(to_text, 50), "p90": pct(to_text, 90)},
+        "transcripts_seen": sorted({r["text"] for r in results if "text" in r}),
+        "rss_kb_before": rss_before, "rss_kb_after": rss_after,
+        "rss_growth_pct": round((rss_after - rss_before) / rss_before * 100, 2),
+    }
+    print(json.dumps(report, ensure_ascii=False, indent=1))
+    state.cleanup()
+
+
+if __name__ == "__main__":
+    main()
