@@ -85,7 +85,7 @@ def install_command(profile: str) -> str:
 
 
 def requirements_fix(profile: str, dist: str) -> str:
-    return f"py312/bin/pip install -r requirements/{profile}.txt (it pins {dist}; ./install.sh does it)"
+    return f"py312/bin/pip install -r requirements/{profile}.txt, which pins {dist}; ./install.sh does it"
 
 
 def module_found(name: str) -> bool:

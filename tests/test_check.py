@@ -7,7 +7,8 @@ import pytest
 
 from rkvoice.board import check, versions
 from rkvoice.board.check import check_pipeline, rknn_build_version, run_check
-from rkvoice.config import Config, LlmConfig, ModelsConfig, load_config
+from rkvoice.config import Config, LlmConfig, ModelsConfig, TtsConfig, load_config
+from rkvoice.errors import RkvoiceError
 
 RT_STAMP = b"\x00junk\x00librknnrt version: 2.3.2 (429f97ae6b@2025-04-09T09:09:27)\x00more"
 
@@ -170,9 +171,92 @@ models:
 def test_explicit_device_player_without_device_fails(tmp_path):
     cfg = load_config([{"audio": {"player": "aplay"}}])
     st = check.check_stage(cfg, "audio", "aplay", **NO_DEVICES)
-    assert not st.ok and "no sound output device" in st.problems[0]
-    st = check.check_stage(cfg, "audio", "auto", output_device=lambda: "aplay", input_device=lambda: True)
-    assert st.ok and st.notes == ["output: aplay"]
+    assert not st.ok and any("no sound output device" in p for p in st.problems), st.problems
+    st = check.check_stage(cfg, "audio", "auto", output_device=lambda: "sounddevice", input_device=lambda: True)
+    assert st.engine == "sounddevice" and st.notes == ["output: sounddevice"]
+
+
+@pytest.mark.parametrize("player", ["auto", "wav", "null", "aplay", "sounddevice"])
+@pytest.mark.parametrize("device", [None, "aplay", "sounddevice"])
+def test_check_reports_the_players_the_daemon_and_the_cli_choose(player, device):
+    from rkvoice.audio.players import choose_player
+
+    cfg = load_config([{"audio": {"player": player}}])
+    daemon = choose_player(cfg, daemon=True, device=lambda: device)
+    cli = choose_player(cfg, daemon=False, device=lambda: device)
+    checks = {c.stage: c for c in check_pipeline(cfg, Path("/x"), output_device=lambda: device,
+                                                 input_device=lambda: False)}
+    audio = checks["audio"]
+    assert audio.engine == (daemon if daemon == cli else f"{daemon} (daemon), {cli} (command line)")
+    if player == "auto" and device is None:  # the daemon does not write WAV files for weeks
+        assert audio.engine == "null (daemon), wav (command line)" and audio.ok
+        assert "the daemon synthesises answers without playing them" in audio.notes[0]
+    if player in ("aplay", "sounddevice") and device is None:
+        assert any("no sound output device" in p for p in audio.problems)
+
+
+def _created_name(registry, engine) -> str:
+    """The registry name whose factory made ``engine``."""
+    return next(n for n in registry.names() if registry.backend(n).target.endswith(":" + type(engine).__name__))
+
+
+@pytest.mark.parametrize("profile", ["portable", "board"])
+@pytest.mark.parametrize("overrides", [{}, {"hear": {"wake": "asr-match", "asr": "whisper"}, "llm": {"engine": "llama"}},
+                                       {"hear": {"wake": "kws", "asr": "paraformer"}, "llm": {"engine": "rkllm"},
+                                        "tts": {"engine": "vits"}}])
+def test_check_names_the_engines_the_factories_create(profile, overrides, tmp_path):
+    from rkvoice.answer.llm.registry import LLM, create_llm
+    from rkvoice.hear.asr import ASR, create_asr
+    from rkvoice.hear.registry import WAKE, create_wake
+    from rkvoice.tts.registry import TTS, create_tts
+
+    cfg = load_config([{**overrides, "models": {"profile": profile}}])
+    engines = {c.stage: c.engine for c in check_pipeline(cfg, Path("/x"), **NO_DEVICES)}
+    asr = create_asr(cfg)
+    assert engines["asr"] == _created_name(ASR, asr)
+    assert engines["wake"] == _created_name(WAKE, create_wake(cfg, asr))
+    assert engines["llm"] == _created_name(LLM, create_llm(cfg))
+    try:
+        voice = create_tts(cfg, None, check.DAEMON_TEXT)
+    except RkvoiceError as err:  # nothing installed for this profile: the check fails the stage with it
+        tts = next(c for c in check_pipeline(cfg, Path("/x"), **NO_DEVICES) if c.stage == "tts")
+        assert err.message in tts.problems and not tts.ok
+        return
+    assert engines["tts"] == _created_name(TTS, voice)
+
+
+TTS_ENGINES = [("fastspeech2", "portable"), ("vits", "portable"), ("vits", "board"), ("matcha", "board")]
+
+
+@pytest.mark.parametrize("engine, profile", TTS_ENGINES)
+def test_missing_voice_files_are_reported_with_the_fix_and_refused_at_load(engine, profile, tmp_path):
+    from rkvoice.tts.registry import TTS, create_tts, resolve
+
+    voice = "piper-joe" if profile == "portable" else "vits-zh-aishell3"  # used by the vits engine
+    cfg = Config(models=ModelsConfig(dir=str(tmp_path / "models"), profile=profile), tts=TtsConfig(vits_voice=voice))
+    st = check.check_stage(cfg, "tts", engine, Path("/x"), **NO_DEVICES)
+    declared = TTS.needs(engine, cfg, **resolve(cfg, engine, check.DAEMON_TEXT)[1]).files
+    assert declared and not st.ok
+    for need in declared:
+        shown = " or ".join(str(p.relative_to(tmp_path)) for p in need.paths)
+        assert any(p.startswith(f"missing {shown} (run ./install.sh --profile") for p in st.problems), (shown, st.problems)
+    with pytest.raises(RkvoiceError) as err:
+        create_tts(cfg, engine, check.DAEMON_TEXT).load()
+    assert str(tmp_path) in str(err.value) and "install.sh" in str(err.value)
+
+
+@pytest.mark.parametrize("stage, engine, profile", [("asr", "whisper", "portable"), ("asr", "paraformer", "board"),
+                                                    ("wake", "kws", "board"), ("wake", "asr-match", "portable"),
+                                                    ("llm", "llama", "portable"), ("llm", "rkllm", "board"),
+                                                    ("vad", "silero", "portable")])
+def test_missing_hearing_and_llm_files_are_reported_with_the_fix(stage, engine, profile, tmp_path):
+    cfg = Config(models=ModelsConfig(dir=str(tmp_path / "models"), profile=profile))
+    st = check.check_stage(cfg, stage, engine, Path("/x"), **NO_DEVICES)
+    needs = check.stage_needs(cfg, stage, engine)
+    assert needs.files and not st.ok
+    for need in needs.files:
+        shown = " or ".join(str(p.relative_to(tmp_path)) for p in need.paths)
+        assert f"missing {shown} (run {needs.install})" in st.problems
 
 
 def test_portable_install_on_this_machine_passes():

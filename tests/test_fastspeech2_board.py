@@ -238,7 +238,7 @@ def test_silero_path_follows_the_profile_and_check_agrees():
     assert vad_model_path(PORTABLE) == PORTABLE.models.path / "portable/vad/silero_vad.onnx"
     assert vad_model_path(board) == board.models.path / "board/vad/silero_vad.onnx"
     for cfg in (PORTABLE, board):
-        assert check._engine_files(cfg, "silero") == [(vad_model_path(cfg),)]
+        assert [f.paths for f in check.stage_needs(cfg, "vad", "silero").files] == [(vad_model_path(cfg),)]
 
 
 RT_STAMP = b"\x00librknnrt version: 2.3.2 (429f97ae6b@2025-04-09T09:09:27)\x00"

@@ -77,10 +77,12 @@ class Player(Protocol):
     def close(self) -> None: ...
 
 
-def choose_player(cfg: Config, *, daemon: bool, device: Callable[[], str | None] | None = None) -> str:
+def choose_player(cfg: Config, *, daemon: bool, device: Callable[[], str | None] | None = None,
+                  warn: bool = True) -> str:
     """``audio.player``, with ``auto`` resolved: the sound device's player if there is one, else
-    ``null`` for the daemon (it must not grow a WAV file for weeks) or ``wav`` for a command-line
-    run (the speech goes to a file). ``device`` replaces the sound-device probe."""
+    ``null`` for the daemon (it must not grow a WAV file for weeks; logged as a warning unless
+    ``warn`` is False) or ``wav`` for a command-line run (the speech goes to a file). ``device``
+    replaces the sound-device probe."""
     name = cfg.audio.player
     if name != AUTO:
         PLAYERS.backend(name)  # unknown names fail here, listing the choices
@@ -89,7 +91,8 @@ def choose_player(cfg: Config, *, daemon: bool, device: Callable[[], str | None]
     if found:
         return found
     if daemon:
-        log.warning("no sound device: answers are synthesised but not played (audio.player=null)")
+        if warn:
+            log.warning("no sound device: answers are synthesised but not played (audio.player=null)")
         return "null"
     return "wav"
 

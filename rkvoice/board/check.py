@@ -1,13 +1,14 @@
 """``assistant.py --check``: can the configured pipeline run here, and if not, why.
 
-For each stage (wake, vad, asr, llm, tts, audio) the engine the config selects is resolved
-("auto" by ``models.profile``) and checked without loading any model: its files exist and
-match the manifest's size/sha256 (the install helper's verifier), the Python packages it
-imports are installed, and for the NPU engines the native pieces agree: librknnrt,
-rknn-toolkit-lite2 and the toolkit that built the .rknn files share a version, librkllmrt
-matches the configured RKLLM ABI, the RKNPU driver is there. Versions are read from the files'
-bytes, never by loading a possibly mismatched library. A missing sound device is reported;
-it only fails the check when a device player (aplay, sounddevice) is configured explicitly.
+The check keeps no catalogue of its own: for each stage it asks the stage's registry which
+engine the daemon and the command line would choose (``wake_name``, ``asr_name``, ``engine_name``,
+``rkvoice.tts.registry.resolve`` for the daemon's first Chinese sentence, ``choose_player`` for
+the daemon and for command-line runs) and what that engine declares it needs
+(``rkvoice.needs``), and reports what is missing with the fix. Without loading any model it also
+compares the found files with the manifest's size/sha256, reads what sherpa-onnx would exit the
+process on (kws, paraformer), and judges the NPU runtimes' versions from the files' bytes
+(``rkvoice.board.runtimes``). A missing microphone is a note (--text and --file still work); a
+missing sound device fails the check only when a device player is configured explicitly.
 
 Exit status: 0 when every stage can run, 1 otherwise.
 """
@@ -15,23 +16,29 @@ Exit status: 0 when every stage can run, 1 otherwise.
 from __future__ import annotations
 
 import ctypes.util
-import importlib.util
 import logging
-import re
-import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
-from rkvoice.board import versions
+from rkvoice.board import runtimes
 from rkvoice.board.espeak import espeak_lib_dir
+from rkvoice.board.runtimes import rknn_build_version
 from rkvoice.config import ROOT, Config
+from rkvoice.errors import RkvoiceError
+from rkvoice.needs import Needs, Probe, RuntimeNeed, missing, module_found, present_file
 
 log = logging.getLogger(__name__)
 
+__all__ = ["StageCheck", "check_pipeline", "check_stage", "render", "resolve_engines", "rknn_build_version",
+           "run_check"]
+
 MANIFEST = ROOT / "models" / "manifest.yaml"
-ASOUND = Path("/proc/asound")
+DAEMON_TEXT = "你好"
+"""The daemon loads its voice for Chinese first (rkvoice.daemon.product)."""
+RUNTIME_PACKAGES = ("rknnlite",)
+"""Judged with their runtime's version (rkvoice.board.runtimes), not as a bare import."""
 
 
 @dataclass
@@ -48,91 +55,111 @@ class StageCheck:
         return not self.problems
 
 
-def resolve_engines(cfg: Config) -> dict[str, str]:
-    board = cfg.models.profile == "board"
-    pick = lambda value, b, p: value if value != "auto" else (b if board else p)  # noqa: E731
-    return {
-        "wake": pick(cfg.hear.wake, "kws", "asr-match"),
-        "vad": "silero",
-        "asr": pick(cfg.hear.asr, "paraformer", "whisper"),
-        "llm": pick(cfg.llm.engine, "rkllm", "llama"),
-        "tts": pick(cfg.tts.engine, "matcha", "fastspeech2"),
-        "audio": cfg.audio.player,
-    }
+def module_missing(name: str) -> bool:
+    return not module_found(name)
 
 
-# Files each engine reads (alternatives in a tuple), mirroring the engines' own lookups.
-def _engine_files(cfg: Config, engine: str) -> list[tuple[Path, ...]]:
-    m = cfg.models.path
-    if engine == "kws":  # hear.kws_dir; names carry the recipe (encoder-epoch-12-...int8.onnx)
-        from rkvoice.hear.kws import STEMS, kws_dir
-
-        d = kws_dir(cfg)
-        found = {s: sorted(d.glob(f"{s}*.int8.onnx")) + sorted(d.glob(f"{s}*.onnx")) for s in STEMS}
-        return [tuple(found[s]) or (d / f"{s}.int8.onnx", d / f"{s}.onnx") for s in STEMS] + [(d / "tokens.txt",)]
-    if engine == "silero":
-        from rkvoice.hear.vad import vad_model_path  # models/<profile>/vad/silero_vad.onnx
-
-        return [(vad_model_path(cfg),)]
-    if engine == "whisper":
-        d = m / "portable" / "whisper-base"
-        return [(d / n,) for n in ("model.bin", "config.json", "tokenizer.json", "vocabulary.json")]
-    if engine == "paraformer":
-        from rkvoice.hear.paraformer_asr import paraformer_dir
-
-        d = paraformer_dir(cfg)
-        return [(d / "model.int8.onnx", d / "model.onnx"), (d / "tokens.txt",)]
-    if engine in ("llama", "rkllm"):
-        from rkvoice.answer.llm.base import model_path
-
-        return [(model_path(cfg, engine),)]
-    if engine == "matcha":
-        from rkvoice.tts.matcha_engine import MatchaTts
-
-        return [(p,) for p in MatchaTts(cfg).files().values()]
-    if engine == "fastspeech2":
-        from rkvoice.tts.fastspeech2 import files
-
-        return [(p,) for p in files(cfg).values()]  # the vocoder: tts.fastspeech2.vocoder (.rknn on the board)
-    if engine == "vits":
-        from rkvoice.tts.vits import VOICES
-
-        voice = VOICES["vits-zh-aishell3" if cfg.models.profile == "board" else "piper-joe"]
-        d = voice.dir(cfg)
-        files = [tuple(d / n for n in voice.models), (d / "tokens.txt",)]
-        return files + ([(d / voice.lexicon,)] if voice.lexicon else [])
-    return []
+def _probe(output_device: Callable[[], str | None] | None, input_device: Callable[[], bool] | None) -> Probe:
+    probe = Probe(module=lambda name: not module_missing(name))
+    if output_device is not None:
+        probe.sound_output = output_device
+    if input_device is not None:
+        probe.microphone = input_device
+    return probe
 
 
-# Python packages each engine imports (mirrors the engines' imports).
-_PACKAGES = {"kws": ["sherpa_onnx", "pypinyin"], "silero": ["sherpa_onnx"], "paraformer": ["sherpa_onnx"],
-             "vits": ["sherpa_onnx"], "whisper": ["faster_whisper"], "asr-match": ["pypinyin"],
-             "llama": ["cyllama"], "fastspeech2": ["onnxruntime", "pypinyin"]}
+def _players(cfg: Config, probe: Probe) -> tuple[str, str]:
+    """(daemon's player, command line's player): the choice both make, on this probe's device."""
+    from rkvoice.audio.players import choose_player
+
+    return (choose_player(cfg, daemon=True, device=probe.sound_output, warn=False),
+            choose_player(cfg, daemon=False, device=probe.sound_output))
 
 
-def _rel(p: Path, cfg: Config) -> str:
+def _tts_choice(cfg: Config, probe: Probe, text: str = DAEMON_TEXT) -> tuple[str, dict[str, Any], str | None]:
+    """(engine, kwargs, why it cannot be built): ``create_tts``'s choice; with no voice installed,
+    the profile's own voice (whose missing files the report names)."""
+    from rkvoice.tts.registry import profile_engine, resolve
+
+    try:
+        name, kwargs = resolve(cfg, None, text, probe)
+    except RkvoiceError as err:
+        if err.code != "no-voice":
+            return cfg.tts.engine, {}, err.message
+        name, kwargs = profile_engine(cfg, text)
+        return name, kwargs, err.message
+    return name, kwargs, None
+
+
+def _choices(cfg: Config, output_device: Callable[[], str | None] | None) -> dict[str, tuple[str, str | None]]:
+    """Stage -> (engine the daemon runs, why it cannot be chosen or None), from the registries."""
+    from rkvoice.answer.llm.registry import engine_name
+    from rkvoice.hear.asr import asr_name
+    from rkvoice.hear.registry import wake_name
+
+    def pick(choose: Callable[[], str], configured: str) -> tuple[str, str | None]:
+        try:
+            return choose(), None
+        except RkvoiceError as err:  # an unknown name: reported on its stage
+            return configured, err.message
+
+    tts, _, why = _tts_choice(cfg, _probe(output_device, None))
+    return {"wake": pick(lambda: wake_name(cfg), cfg.hear.wake), "vad": ("silero", None),
+            "asr": pick(lambda: asr_name(cfg), cfg.hear.asr), "llm": pick(lambda: engine_name(cfg), cfg.llm.engine),
+            "tts": (tts, why),
+            "audio": pick(lambda: _players(cfg, _probe(output_device, None))[0], cfg.audio.player)}
+
+
+def resolve_engines(cfg: Config, output_device: Callable[[], str | None] | None = None) -> dict[str, str]:
+    """Stage -> the engine the daemon runs (the registries' choices; audio: the daemon's player)."""
+    return {stage: name for stage, (name, _) in _choices(cfg, output_device).items()}
+
+
+def stage_needs(cfg: Config, stage: str, engine: str, **kwargs: Any) -> Needs:
+    """What ``engine`` of ``stage`` declares it needs (its registry entry; vad: the loop's model)."""
+    if stage == "vad":
+        from rkvoice.hear.registry import vad_needs
+
+        return vad_needs(cfg)
+    registry: Any
+    if stage == "wake":
+        from rkvoice.hear.registry import WAKE as registry
+    elif stage == "asr":
+        from rkvoice.hear.asr import ASR as registry
+    elif stage == "llm":
+        from rkvoice.answer.llm.registry import LLM as registry
+    elif stage == "tts":
+        from rkvoice.tts.registry import TTS as registry
+    elif stage == "audio":
+        from rkvoice.audio.players import PLAYERS as registry
+    else:
+        raise RkvoiceError("check", "unknown-stage", f"unknown stage {stage!r}")
+    needs: Needs = registry.needs(engine, cfg, **kwargs)
+    return needs
+
+
+def _shown(p: Path, cfg: Config) -> str:
     try:
         return str(p.relative_to(cfg.models.path.parent))
     except ValueError:
         return str(p)
 
 
-def module_missing(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is None
-    except (ImportError, ValueError):
-        return True
-
-
-def _check_files(cfg: Config, engine: str, st: StageCheck) -> list[Path]:
-    found = []
-    for alts in _engine_files(cfg, engine):
-        hit = next((p for p in alts if p.is_file()), None)
-        if hit is None:
-            names = " or ".join(_rel(p, cfg) for p in alts)
-            st.problems.append(f"missing {names} (run ./install.sh --profile {cfg.models.profile})")
+def _report_needs(cfg: Config, st: StageCheck, needs: Needs, probe: Probe) -> list[Path]:
+    """Missing files, packages, programs and devices into ``st``; returns the files found."""
+    for lack in missing(needs, probe, relative_to=cfg.models.path.parent):
+        if lack.kind == "package" and any(m in lack.what.split() for m in RUNTIME_PACKAGES) and needs.runtimes:
+            continue
+        if lack.kind == "device" and "microphone" in lack.what:
+            st.notes.append("no microphone: the live loop cannot listen (--text and --file still work)")
         else:
-            found.append(hit)
+            st.problems.append(str(lack))
+    found = [p for p in (present_file(f) for f in needs.files) if p is not None]
+    if needs.runtimes:
+        shown = {p: _shown(p, cfg) for r in needs.runtimes for p in r.built_for}
+        result = runtimes.check_runtimes(needs.runtimes, shown)
+        st.problems += result.problems
+        st.notes += result.notes
     return found
 
 
@@ -152,98 +179,14 @@ def _check_checksums(cfg: Config, engine: str, st: StageCheck, found: list[Path]
         if model.engine != engine or model.profile != cfg.models.profile:
             continue
         for spec in model.files:
-            path = (root / model.dir / spec.path).resolve()
-            if path not in wanted:
-                continue
-            problem = verify_file(model, root, spec)
-            if problem is not None:
-                st.problems.append(f"{problem.path}: {problem.kind}: {problem.detail}")
-
-
-def _check_rknn(cfg: Config, st: StageCheck, rknn_files: list[Path]) -> None:
-    lite = versions.package_version("rknn-toolkit-lite2")
-    rt_path, rt = versions.librknnrt_version()
-    if lite is None:
-        st.problems.append("rknn-toolkit-lite2 is not installed (py312/bin/pip install "
-                           f"rknn-toolkit-lite2=={rt or '<librknnrt version>'}; aarch64 wheels only)")
-    if rt_path is None:
-        st.problems.append("librknnrt.so not found in /usr/lib (it comes with the board image / rknpu2)")
-    elif rt is None:
-        st.problems.append(f"cannot read the librknnrt version from {rt_path}")
-    if lite and rt and lite != rt:
-        st.problems.append(f"version mismatch: librknnrt {rt} ({rt_path}) but rknn-toolkit-lite2 {lite}; "
-                           f"install rknn-toolkit-lite2=={rt}")
-    for f in rknn_files:
-        built = rknn_build_version(f)
-        if built and rt and built != rt:
-            st.problems.append(f"version mismatch: {f.name} was built by rknn-toolkit2 {built} but librknnrt is {rt}; "
-                               f"rebuild it with models/convert_rknn.py under toolkit {rt}")
-    drv_path, drv = versions.npu_driver_version()
-    if drv:
-        st.notes.append(f"RKNPU driver {drv} ({drv_path})")
-    else:
-        st.notes.append("RKNPU driver version unreadable (" + ", ".join(str(p) for p in versions.NPU_DRIVER_PATHS)
-                        + "; debugfs needs root)")
-    if rt and lite == rt:
-        st.notes.append(f"librknnrt {rt} = rknn-toolkit-lite2 {lite}")
-
-
-def rknn_build_version(path: Path) -> str | None:
-    """The rknn-toolkit2 version stamped into a .rknn file (first 4 MB), if found."""
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(4 << 20)
-    except OSError:
-        return None
-    m = re.search(rb"toolkit[_ ]?version\"?[:=] *\"?v?(\d+\.\d+\.\d+(?:[a-z]+\d*)?)", head, re.IGNORECASE)
-    return m.group(1).decode() if m else None
-
-
-def _check_rkllm(cfg: Config, st: StageCheck) -> None:
-    named = Path(cfg.llm.rkllm_lib)
-    lib = named if named.is_absolute() and named.exists() else versions.first_existing(versions.LIBRKLLMRT_PATHS)
-    if lib is None:
-        st.problems.append(f"{cfg.llm.rkllm_lib} not found (the board image ships /usr/lib/librkllmrt.so)")
-        return
-    from rkvoice.answer.llm.rkllm_abi import runtime_abi, runtime_problem
-
-    ver = versions.so_version(lib, "rkllm")
-    if ver is None:
-        st.notes.append(f"cannot read the librkllmrt version from {lib}")
-        return
-    problem = runtime_problem(ver, cfg.llm.rkllm_abi)
-    if problem is None:
-        st.notes.append(f"librkllmrt {ver}")
-    elif runtime_abi(ver) is None:
-        st.problems.append(f"{lib}: {problem}")
-    else:
-        st.problems.append(f"version mismatch: {lib}: {problem}")
-
-
-def _check_matcha_sidecars(cfg: Config, st: StageCheck, found: list[Path]) -> None:
-    """The buckets found, and each .rknn's sidecar: readable, built by the runtime's toolkit version."""
-    import json
-
-    models = sorted(p.stem for p in found if p.suffix in (".rknn", ".onnx") and p.stem.startswith(("matcha", "vocos")))
-    if models:
-        st.notes.append("buckets: " + ", ".join(models))
-    _, rt = versions.librknnrt_version()
-    for side in (p for p in found if p.suffix == ".json"):
-        try:
-            built = json.loads(side.read_text(encoding="utf-8")).get("toolkit_version")
-        except (OSError, ValueError, AttributeError) as exc:
-            st.problems.append(f"{_rel(side, cfg)} is not a readable sidecar ({exc}); rebuild it with "
-                               "models/convert_rknn.py (./install.sh --profile board)")
-            continue
-        if built and rt and str(built) != rt:
-            st.problems.append(f"version mismatch: {side.name} says its model was built by rknn-toolkit2 {built} but "
-                               f"librknnrt is {rt}; rebuild it (./install.sh --profile board converts with {rt})")
+            if (root / model.dir / spec.path).resolve() in wanted:
+                problem = verify_file(model, root, spec)
+                if problem is not None:
+                    st.problems.append(f"{problem.path}: {problem.kind}: {problem.detail}")
 
 
 def _check_sherpa_model(cfg: Config, engine: str, st: StageCheck) -> None:
     """What sherpa-onnx would exit the process on (metadata, tokens, the wake phrase's tokens)."""
-    from rkvoice.errors import RkvoiceError
-
     try:
         if engine == "kws":
             from rkvoice.hear.kws import check_kws
@@ -252,7 +195,7 @@ def _check_sherpa_model(cfg: Config, engine: str, st: StageCheck) -> None:
         else:
             from rkvoice.hear.paraformer_asr import check_paraformer
 
-            st.notes.append(f"model {_rel(check_paraformer(cfg)[0], cfg)}")
+            st.notes.append(f"model {_shown(check_paraformer(cfg)[0], cfg)}")
     except RkvoiceError as err:
         st.problems.append(err.message)
 
@@ -262,78 +205,18 @@ def _check_espeak(cfg: Config, st: StageCheck) -> None:
     if lib_dir is not None:
         from rkvoice.board.espeak import PRELOAD_ORDER
 
-        missing = [n for n in PRELOAD_ORDER if not (lib_dir / n).exists()]
+        lacking = [n for n in PRELOAD_ORDER if not (lib_dir / n).exists()]
         if not (lib_dir / "espeak-ng-data" / "phontab").exists():
-            missing.append("espeak-ng-data/phontab")
-        if missing:
-            st.notes.append(f"espeak-ng copy in {lib_dir} lacks {', '.join(missing)}: English words will be skipped")
+            lacking.append("espeak-ng-data/phontab")
+        if lacking:
+            st.notes.append(f"espeak-ng copy in {lib_dir} lacks {', '.join(lacking)}: English words will be skipped")
     elif ctypes.util.find_library("espeak-ng") is None:
         st.notes.append("no espeak-ng (no unpacked copy at tts.matcha.espeak_lib_dir, none on the system): "
                         "English words are skipped")
 
 
-def has_input_device() -> bool:
-    pcm = ASOUND / "pcm"
-    if pcm.exists() and "capture" in pcm.read_text(errors="replace"):
-        return True
-    try:
-        import sounddevice as sd
-
-        return any(d.get("max_input_channels", 0) > 0 for d in sd.query_devices())
-    except Exception:  # no PortAudio or no devices
-        return False
-
-
-def _output_device() -> str | None:
-    from rkvoice.audio.players import has_sound_device
-
-    return has_sound_device()
-
-
-def check_stage(cfg: Config, stage: str, engine: str, manifest: Path = MANIFEST,
-                output_device: Callable[[], str | None] = _output_device,
-                input_device: Callable[[], bool] = has_input_device) -> StageCheck:
-    st = StageCheck(stage, engine)
-    if stage == "audio":
-        dev = output_device()
-        if engine in ("aplay", "sounddevice") and dev is None:
-            st.problems.append(f"audio.player is {engine} but there is no sound output device")
-        elif engine == "aplay" and shutil.which("aplay") is None:
-            st.problems.append("aplay not found (apt-get install alsa-utils)")
-        elif engine == "auto":
-            st.notes.append(f"output: {dev}" if dev else "no audio device: answers are written to WAV files")
-        if not input_device():
-            st.notes.append("no microphone: the live loop cannot listen (--text and --file still work)")
-        return st
-    if engine == "asr-match":
-        st.notes.append("wake by ASR + pinyin match (needs the asr stage)")
-        st.problems += [f"python package {p} is not installed" for p in _PACKAGES[engine] if module_missing(p)]
-        return st
-    found = _check_files(cfg, engine, st)
-    _check_checksums(cfg, engine, st, found, manifest)
-    for pkg in _PACKAGES.get(engine, []):
-        if module_missing(pkg):
-            st.problems.append(f"python package {pkg} is not installed (./install.sh --profile {cfg.models.profile})")
-    if engine in ("kws", "paraformer") and not st.problems:
-        _check_sherpa_model(cfg, engine, st)
-    if engine == "rkllm":
-        _check_rkllm(cfg, st)
-        _check_rknn_driver_only(st)
-    if engine == "matcha":
-        configured = [alts[0] for alts in _engine_files(cfg, engine)]
-        if any(p.suffix == ".rknn" for p in configured):
-            _check_rknn(cfg, st, [p for p in found if p.suffix == ".rknn"])
-        if any(p.suffix == ".onnx" for p in configured) and module_missing("onnxruntime"):
-            st.problems.append("python package onnxruntime is not installed")
-        _check_matcha_sidecars(cfg, st, found)
-        _check_espeak(cfg, st)
-    if engine == "fastspeech2":
-        _check_fastspeech2_vocoder(cfg, st, found)
-    return st
-
-
-def _check_fastspeech2_vocoder(cfg: Config, st: StageCheck, found: list[Path]) -> None:
-    """A configured .rknn vocoder (config.board.yaml) needs the NPU runtime and a valid core mask."""
+def _check_fastspeech2_vocoder(cfg: Config, st: StageCheck) -> None:
+    """A configured vocoder (config.board.yaml): its windows, the .rknn core mask, a known suffix."""
     from rkvoice.npu.runtime import CORE_MASKS
     from rkvoice.tts.fastspeech2 import vocoder_path
 
@@ -341,22 +224,92 @@ def _check_fastspeech2_vocoder(cfg: Config, st: StageCheck, found: list[Path]) -
     if not fs.vocoder.strip():
         return
     vocoder = vocoder_path(cfg)
-    st.notes.append(f"vocoder {_rel(vocoder, cfg)} in {fs.vocoder_frames}-frame windows, context {fs.vocoder_context}")
+    st.notes.append(f"vocoder {_shown(vocoder, cfg)} in {fs.vocoder_frames}-frame windows, context {fs.vocoder_context}")
     if vocoder.suffix == ".rknn":
-        _check_rknn(cfg, st, [p for p in found if p == vocoder])
         if fs.core_mask.strip().lower() not in CORE_MASKS:
             st.problems.append(f"tts.fastspeech2.core_mask {fs.core_mask!r} is not one of: {', '.join(CORE_MASKS)}")
     elif vocoder.suffix != ".onnx":
         st.problems.append(f"tts.fastspeech2.vocoder {fs.vocoder!r} must end in .rknn (NPU) or .onnx (CPU)")
 
 
-def _check_rknn_driver_only(st: StageCheck) -> None:
-    drv_path, drv = versions.npu_driver_version()
-    st.notes.append(f"RKNPU driver {drv} ({drv_path})" if drv else "RKNPU driver version unreadable")
+def _check_audio(cfg: Config, st: StageCheck, probe: Probe) -> None:
+    cfg = replace(cfg, audio=replace(cfg.audio, player=st.engine))
+    daemon, cli = _players(cfg, probe)
+    st.engine = daemon if daemon == cli else f"{daemon} (daemon), {cli} (command line)"
+    for name in dict.fromkeys((daemon, cli)):
+        _report_needs(cfg, st, stage_needs(cfg, "audio", name), probe)
+    device = probe.sound_output()
+    if device:
+        st.notes.append(f"output: {device}")
+    elif daemon != cli:
+        st.notes.append("no audio device: the daemon synthesises answers without playing them; "
+                        "command-line runs write them to a WAV file (or --out)")
 
 
-def check_pipeline(cfg: Config, manifest: Path = MANIFEST, **probes: Callable) -> list[StageCheck]:
-    return [check_stage(cfg, stage, engine, manifest, **probes) for stage, engine in resolve_engines(cfg).items()]
+def check_stage(cfg: Config, stage: str, engine: str, manifest: Path = MANIFEST,
+                output_device: Callable[[], str | None] | None = None,
+                input_device: Callable[[], bool] | None = None) -> StageCheck:
+    """One stage with the given engine (``audio``: the configured player name, auto resolved)."""
+    probe = _probe(output_device, input_device)
+    st = StageCheck(stage, engine)
+    if stage == "audio":
+        _check_audio(cfg, st, probe)
+        return st
+    kwargs: dict[str, Any] = {}
+    if stage == "tts":
+        from rkvoice.tts.registry import resolve
+
+        _, kwargs = resolve(cfg, engine, DAEMON_TEXT, probe)
+    found = _report_needs(cfg, st, stage_needs(cfg, stage, engine, **kwargs), probe)
+    if stage == "wake" and engine == "asr-match":
+        st.notes.append("wake by ASR + pinyin match (needs the asr stage)")
+    _check_checksums(cfg, engine, st, found, manifest)
+    if engine in ("kws", "paraformer") and not st.problems:
+        _check_sherpa_model(cfg, engine, st)
+    if engine == "matcha":
+        buckets = sorted(p.stem for p in found if p.suffix in (".rknn", ".onnx") and p.stem.startswith(("matcha", "vocos")))
+        if buckets:
+            st.notes.append("buckets: " + ", ".join(buckets))
+        _check_espeak(cfg, st)
+    if engine == "fastspeech2":
+        _check_fastspeech2_vocoder(cfg, st)
+    return st
+
+
+def _check_tts(cfg: Config, name: str, why: str | None, manifest: Path, probes: dict[str, Any]) -> StageCheck:
+    from rkvoice.tts.registry import TTS
+
+    if name not in TTS.names():
+        return StageCheck("tts", name, [why or f"unknown tts engine {name!r}"])
+    st = check_stage(cfg, "tts", name, manifest, **probes)
+    if why:
+        st.problems.insert(0, why)
+        return st
+    en, en_kwargs, _ = _tts_choice(cfg, _probe(None, None), "Hello")
+    if en != name or "voice" in en_kwargs:
+        voice = f" ({en_kwargs['voice']})" if "voice" in en_kwargs else ""
+        st.notes.append(f"English text: {en}{voice}")
+    return st
+
+
+def check_pipeline(cfg: Config, manifest: Path = MANIFEST, **probes: Any) -> list[StageCheck]:
+    """Every stage with the engine the daemon would run (audio: the daemon's and the CLI's player)."""
+    out = []
+    for stage, (engine, why) in _choices(cfg, probes.get("output_device")).items():
+        if stage == "tts":
+            out.append(_check_tts(cfg, engine, why, manifest, probes))
+        elif why is not None:
+            out.append(StageCheck(stage, engine, [why]))
+        else:
+            out.append(check_stage(cfg, stage, cfg.audio.player if stage == "audio" else engine, manifest, **probes))
+    return out
+
+
+def _check_rkllm(cfg: Config, st: StageCheck) -> None:
+    """librkllmrt against ``llm.rkllm_abi`` into ``st``."""
+    found = runtimes.check_librkllmrt(RuntimeNeed("librkllmrt", abi=cfg.llm.rkllm_abi, library_path=cfg.llm.rkllm_lib))
+    st.problems += found.problems
+    st.notes += found.notes
 
 
 def render(checks: list[StageCheck]) -> str:
@@ -371,7 +324,7 @@ def render(checks: list[StageCheck]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_check(cfg: Config, out: TextIO, manifest: Path = MANIFEST, **probes: Callable) -> int:
+def run_check(cfg: Config, out: TextIO, manifest: Path = MANIFEST, **probes: Any) -> int:
     """Print the report; 0 when the configured pipeline can run, 1 otherwise."""
     checks = check_pipeline(cfg, manifest, **probes)
     out.write(f"profile {cfg.models.profile}, models in {cfg.models.path}\n")

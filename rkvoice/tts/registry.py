@@ -18,6 +18,7 @@ from rkvoice.needs import (
     FileNeed,
     Needs,
     PackageNeed,
+    Probe,
     RuntimeNeed,
     install_command,
     installed,
@@ -116,12 +117,13 @@ def text_language(text: str) -> str:
     return "zh"
 
 
-def engine_languages(cfg: Config) -> dict[str, tuple[str, ...]]:
-    """Installed engines (model files present, runtime importable) -> languages they speak."""
+def engine_languages(cfg: Config, probe: Probe | None = None) -> dict[str, tuple[str, ...]]:
+    """Installed engines (model files present, runtime importable) -> languages they speak.
+    ``probe`` replaces the import check (rkvoice.needs.Probe)."""
     from rkvoice.tts.vits import VOICES
 
-    out = {name: langs for name, langs in LANGUAGES.items() if installed(TTS.needs(name, cfg))}
-    langs = sorted({lang for v in VOICES.values() if installed(TTS.needs("vits", cfg, voice=v.name))
+    out = {name: langs for name, langs in LANGUAGES.items() if installed(TTS.needs(name, cfg), probe)}
+    langs = sorted({lang for v in VOICES.values() if installed(TTS.needs("vits", cfg, voice=v.name), probe)
                     for lang in v.languages})
     if langs:
         out["vits"] = tuple(langs)
@@ -133,10 +135,10 @@ def installed_engines(cfg: Config) -> list[str]:
     return sorted(engine_languages(cfg))
 
 
-def choose_engine(cfg: Config, text: str = "") -> tuple[str, dict[str, Any]]:
+def choose_engine(cfg: Config, text: str = "", probe: Probe | None = None) -> tuple[str, dict[str, Any]]:
     """The "auto" choice for text: (engine name, extra constructor kwargs)."""
     lang = text_language(text)
-    available = engine_languages(cfg)
+    available = engine_languages(cfg, probe)
     for name in PREFERENCE[lang]:
         if lang in available.get(name, ()):
             return name, _kwargs(cfg, name, lang)
@@ -178,12 +180,13 @@ def _kwargs(cfg: Config, name: str, lang: str, warn: bool = True) -> dict[str, A
     return {"voice": voice.name}
 
 
-def resolve(cfg: Config, name: str | None = None, text: str = "") -> tuple[str, dict[str, Any]]:
+def resolve(cfg: Config, name: str | None = None, text: str = "",
+            probe: Probe | None = None) -> tuple[str, dict[str, Any]]:
     """The engine ``create_tts`` builds for ``text``: (name, constructor kwargs). ``name``, else
     ``cfg.tts.engine``; "auto" picks the best installed engine for the language of ``text``."""
     name = name or cfg.tts.engine
     if name == AUTO:
-        return choose_engine(cfg, text)
+        return choose_engine(cfg, text, probe)
     if name not in TTS.names():
         raise RkvoiceError(
             "tts", "unknown-backend",

@@ -1,0 +1,131 @@
+"""The NPU runtimes' versions, judged from the files' bytes (a possibly mismatched library is
+never loaded): librknnrt against rknn-toolkit-lite2 and the toolkit that built each .rknn model
+(stamped in the model or written in its sidecar), librkllmrt against ``llm.rkllm_abi``, and the
+RKNPU driver version as a fact."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rkvoice.board import versions
+from rkvoice.needs import RuntimeNeed
+
+
+@dataclass
+class Findings:
+    problems: list[str] = field(default_factory=list)
+    """Reasons the engine cannot run."""
+    notes: list[str] = field(default_factory=list)
+    """Facts and warnings that do not stop it."""
+
+
+def rknn_build_version(path: Path) -> str | None:
+    """The rknn-toolkit2 version stamped into a .rknn file (first 4 MB), if found."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(4 << 20)
+    except OSError:
+        return None
+    m = re.search(rb"toolkit[_ ]?version\"?[:=] *\"?v?(\d+\.\d+\.\d+(?:[a-z]+\d*)?)", head, re.IGNORECASE)
+    return m.group(1).decode() if m else None
+
+
+def driver_note() -> str:
+    drv_path, drv = versions.npu_driver_version()
+    if drv:
+        return f"RKNPU driver {drv} ({drv_path})"
+    return ("RKNPU driver version unreadable (" + ", ".join(str(p) for p in versions.NPU_DRIVER_PATHS)
+            + "; debugfs needs root)")
+
+
+def check_librknnrt(need: RuntimeNeed, shown: dict[Path, str] | None = None) -> Findings:
+    """librknnrt present and readable, equal to rknn-toolkit-lite2 and to the toolkit that built
+    each present .rknn model (``need.built_for``: models and sidecars). ``shown`` names files."""
+    out = Findings()
+    shown = shown or {}
+    lite = versions.package_version("rknn-toolkit-lite2")
+    rt_path, rt = versions.librknnrt_version()
+    if lite is None:
+        out.problems.append("rknn-toolkit-lite2 is not installed (py312/bin/pip install "
+                            f"rknn-toolkit-lite2=={rt or '<librknnrt version>'}; aarch64 wheels only)")
+    if rt_path is None:
+        out.problems.append("librknnrt.so not found in /usr/lib (it comes with the board image / rknpu2)")
+    elif rt is None:
+        out.problems.append(f"cannot read the librknnrt version from {rt_path}")
+    if lite and rt and lite != rt:
+        out.problems.append(f"version mismatch: librknnrt {rt} ({rt_path}) but rknn-toolkit-lite2 {lite}; "
+                            f"install rknn-toolkit-lite2=={rt}")
+    for f in need.built_for:
+        if not f.is_file():
+            continue  # reported missing with the files
+        if f.suffix == ".json":
+            _check_sidecar(f, rt, shown.get(f, str(f)), out)
+            continue
+        built = rknn_build_version(f)
+        if built and rt and built != rt:
+            out.problems.append(f"version mismatch: {f.name} was built by rknn-toolkit2 {built} but librknnrt is "
+                                f"{rt}; rebuild it with models/convert_rknn.py under toolkit {rt}")
+    out.notes.append(driver_note())
+    if rt and lite == rt:
+        out.notes.append(f"librknnrt {rt} = rknn-toolkit-lite2 {lite}")
+    return out
+
+
+def _check_sidecar(side: Path, rt: str | None, shown: str, out: Findings) -> None:
+    try:
+        built = json.loads(side.read_text(encoding="utf-8")).get("toolkit_version")
+    except (OSError, ValueError, AttributeError) as exc:
+        out.problems.append(f"{shown} is not a readable sidecar ({exc}); rebuild it with "
+                            "models/convert_rknn.py (./install.sh --profile board)")
+        return
+    if built and rt and str(built) != rt:
+        out.problems.append(f"version mismatch: {side.name} says its model was built by rknn-toolkit2 {built} but "
+                            f"librknnrt is {rt}; rebuild it (./install.sh --profile board converts with {rt})")
+
+
+def check_librkllmrt(need: RuntimeNeed) -> Findings:
+    """librkllmrt present (``need.library_path`` when absolute, else the board's paths), its
+    version readable and fitting the binding ABI ``need.abi``."""
+    from rkvoice.answer.llm.rkllm_abi import runtime_abi, runtime_problem
+
+    out = Findings()
+    named = Path(need.library_path or "librkllmrt.so")
+    lib = named if named.is_absolute() and named.exists() else versions.first_existing(versions.LIBRKLLMRT_PATHS)
+    if lib is None:
+        out.problems.append(f"{need.library_path or 'librkllmrt.so'} not found "
+                            "(the board image ships /usr/lib/librkllmrt.so)")
+        return out
+    ver = versions.so_version(lib, "rkllm")
+    if ver is None:
+        out.notes.append(f"cannot read the librkllmrt version from {lib}")
+        return out
+    problem = runtime_problem(ver, need.abi)
+    if problem is None:
+        out.notes.append(f"librkllmrt {ver}")
+    elif runtime_abi(ver) is None:
+        out.problems.append(f"{lib}: {problem}")
+    else:
+        out.problems.append(f"version mismatch: {lib}: {problem}")
+    return out
+
+
+def check_runtimes(needs: tuple[RuntimeNeed, ...], shown: dict[Path, str] | None = None) -> Findings:
+    """Every runtime declared, each library once (models to match merged), plus the driver note."""
+    out = Findings()
+    rknn = [n for n in needs if n.library == "librknnrt"]
+    if rknn:
+        merged = RuntimeNeed("librknnrt", tuple(dict.fromkeys(p for n in rknn for p in n.built_for)))
+        found = check_librknnrt(merged, shown)
+        out.problems += found.problems
+        out.notes += found.notes
+    for need in needs:
+        if need.library == "librkllmrt":
+            found = check_librkllmrt(need)
+            out.problems += found.problems
+            out.notes += found.notes
+            if not rknn:
+                out.notes.append(driver_note())
+    return out
