@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,7 @@ pytest.importorskip("wyoming", reason="wyoming is not installed (requirements/po
 
 from wyoming.asr import Transcribe, Transcript  # noqa: E402
 from wyoming.audio import AudioChunk, AudioStart, AudioStop  # noqa: E402
-from wyoming.client import AsyncTcpClient  # noqa: E402
+from wyoming.client import AsyncTcpClient, AsyncUnixClient  # noqa: E402
 from wyoming.error import Error  # noqa: E402
 from wyoming.event import Event  # noqa: E402
 from wyoming.handle import Handled, HandledStop, NotHandled  # noqa: E402
@@ -39,16 +40,23 @@ TIMEOUT = 60.0
 
 
 @pytest.fixture(scope="module")
-def server(hear_asr, hear_voice, tmp_path_factory):
-    """A real server on a free loopback port over the portable engines, for the whole module."""
+def engines(hear_asr, hear_voice, tmp_path_factory):
+    """The portable engines, loaded once for the module (the assistant's state in a temp dir)."""
     from rkvoice.answer.assistant import Assistant
     from rkvoice.config import load_config
     from rkvoice.state import StateStore
 
     cfg = load_config()
     store = StateStore(tmp_path_factory.mktemp("wyoming_state"))
-    engines = Engines(asr=hear_asr, tts=hear_voice, assistant=Assistant(cfg, store=store),
-                      wake_factory=wake_factory(cfg))
+    return Engines(asr=hear_asr, tts=hear_voice, assistant=Assistant(cfg, store=store),
+                   wake_factory=wake_factory(cfg))
+
+
+@contextmanager
+def serving(engines: Engines, uri: str, settings: WyomingConfig = LIMITS) -> Iterator[Any]:
+    """A real server (serve_wyoming on its own thread) until the block ends."""
+    from rkvoice.config import load_config
+
     stop = threading.Event()
     started: list[Any] = []
     ready = threading.Event()
@@ -58,15 +66,24 @@ def server(hear_asr, hear_voice, tmp_path_factory):
         ready.set()
 
     def run() -> None:
-        serve_wyoming(cfg, "tcp://127.0.0.1:0", engines=engines, stop=stop, settings=LIMITS, ready=on_ready)
+        serve_wyoming(load_config(), uri, engines=engines, stop=stop, settings=settings, ready=on_ready)
 
     thread = threading.Thread(target=run, name="wyoming-test-server", daemon=True)
     thread.start()
     assert ready.wait(30), "the server did not start"
-    yield started[0]
-    stop.set()
-    thread.join(10)
-    assert not thread.is_alive()
+    try:
+        yield started[0]
+    finally:
+        stop.set()
+        thread.join(10)
+        assert not thread.is_alive()
+
+
+@pytest.fixture(scope="module")
+def server(engines):
+    """A real server on a free loopback port over the portable engines, for the whole module."""
+    with serving(engines, "tcp://127.0.0.1:0") as listening:
+        yield listening
 
 
 def run(coro: Awaitable[Any]) -> Any:
@@ -371,3 +388,20 @@ def test_concurrent_clients_are_all_answered(server, hear_fixtures):
     results = run(go())
     assert all(cer(text, t) <= 0.15 for t in results[0:3:2]), results
     assert all(s > 0.5 for s in results[1:4:2])
+
+
+def test_unix_socket_and_the_client_limit(engines, tmp_path):
+    path = tmp_path / "run" / "wyoming.sock"
+
+    async def go() -> tuple[Event | None, Info]:
+        async with AsyncUnixClient(str(path)) as first:
+            await first.write_event(Describe().event())
+            info = Info.from_event((await read_until(first, lambda e: Info.is_type(e.type)))[-1])
+            async with AsyncUnixClient(str(path)) as second:  # one too many while the first is open
+                refused = await second.read_event()
+        return refused, info
+
+    with serving(engines, f"unix://{path}", WyomingConfig(max_clients=1)):
+        refused, info = run(go())
+    assert info.tts and refused is not None and Error.from_event(refused).code == "busy"
+    assert not path.exists()  # the socket file is removed when the server stops
