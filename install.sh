@@ -111,29 +111,28 @@ PBS_FILE="cpython-3.12.12+20251031-aarch64-unknown-linux-gnu-install_only.tar.gz
 PBS_URL="${RKVOICE_PBS_URL:-https://github.com/astral-sh/python-build-standalone/releases/download/20251031/cpython-3.12.12%2B20251031-aarch64-unknown-linux-gnu-install_only.tar.gz}"
 PBS_SHA256="81b644d166e0bfb918615af8a2363f8fcf26eccdcc60a5334b6a62c088470bac"
 
-# Download the pinned tarball into .cache/python/ (resumed, retried, sha256-checked); prints its path.
+# Download the pinned tarball into .cache/python/ (curl resumes and retries; without curl, python3's
+# urllib), check its sha256, rename it into place; prints its path.
 fetch_python_tarball() {
-  local file="$CACHE/python/$PBS_FILE"
+  local file="$CACHE/python/$PBS_FILE" got
   mkdir -p "$CACHE/python"
   if [ -f "$file" ] && [ "$(sha256sum "$file" | cut -d' ' -f1)" = "$PBS_SHA256" ]; then echo "$file"; return 0; fi
   echo "    downloading $PBS_URL" >&2
-  if command -v python3 >/dev/null 2>&1 && PYTHONPATH="$DIR" python3 -c 'import rkvoice.models.download' 2>/dev/null; then
-    # the installer's own downloader (stdlib only): resume, retry, sha256, atomic rename
-    PYTHONPATH="$DIR" python3 -c 'import sys
-from rkvoice.errors import RkvoiceError
-from rkvoice.models.download import download
-try:
-    download(sys.argv[1], sys.argv[2], sha256=sys.argv[3])
-except RkvoiceError as err:
-    sys.exit(f"    {err.message}")' "$PBS_URL" "$file" "$PBS_SHA256" >&2 || return 1
-  elif command -v curl >/dev/null 2>&1; then
+  if command -v curl >/dev/null 2>&1; then
     curl -fL --retry 4 -C - -o "$file.part" "$PBS_URL" >&2 || return 1
-    [ "$(sha256sum "$file.part" | cut -d' ' -f1)" = "$PBS_SHA256" ] \
-      || { rm -f "$file.part"; echo "    sha256 mismatch for $PBS_URL (expected $PBS_SHA256); deleted" >&2; return 1; }
-    mv "$file.part" "$file"
+  elif command -v python3 >/dev/null 2>&1; then
+    python3 -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
+      "$PBS_URL" "$file.part" >&2 || return 1
   else
-    echo "    neither python3 nor curl is available to download it" >&2; return 1
+    echo "    neither curl nor python3 is available to download it" >&2; return 1
   fi
+  got="$(sha256sum "$file.part" | cut -d' ' -f1)"
+  [ "$got" = "$PBS_SHA256" ] || {
+    rm -f "$file.part"
+    echo "    $PBS_URL: sha256 mismatch: expected $PBS_SHA256, got $got; the download was deleted" >&2
+    return 1
+  }
+  mv "$file.part" "$file"
   echo "$file"
 }
 

