@@ -68,24 +68,21 @@ class Needs:
     programs: tuple[ProgramNeed, ...] = ()
     devices: tuple[DeviceNeed, ...] = ()
     runtimes: tuple[RuntimeNeed, ...] = ()
-    install: str = "./install.sh"
-    """The command that installs the missing files and packages for this profile."""
+    profile: str = ""
+    """The install profile (portable, board) whose ./install.sh provides the files and packages."""
+
+    @property
+    def install(self) -> str:
+        """The command that installs what is missing."""
+        return f"./install.sh --profile {self.profile}" if self.profile else "./install.sh"
 
     def __add__(self, other: Needs) -> Needs:
         return Needs(self.files + other.files, self.packages + other.packages, self.programs + other.programs,
-                     self.devices + other.devices, self.runtimes + other.runtimes, self.install)
+                     self.devices + other.devices, self.runtimes + other.runtimes, self.profile or other.profile)
 
 
 NeedsFn = Callable[..., Needs]
 """``fn(cfg, **kwargs) -> Needs``, declared with each registry entry."""
-
-
-def install_command(profile: str) -> str:
-    return f"./install.sh --profile {profile}"
-
-
-def requirements_fix(profile: str, dist: str) -> str:
-    return f"py312/bin/pip install -r requirements/{profile}.txt, which pins {dist}; ./install.sh does it"
 
 
 def module_found(name: str) -> bool:
@@ -146,6 +143,8 @@ def _default_microphone() -> bool:
 @dataclass(frozen=True)
 class Lack:
     kind: Literal["file", "package", "program", "device"]
+    name: str
+    """The path, import name, program or device lacking."""
     what: str
     fix: str
 
@@ -175,18 +174,19 @@ def missing(needs: Needs, probe: Probe | None = None, relative_to: Path | None =
     for f in needs.files:
         if present_file(f) is None:
             names = " or ".join(_shown(p, relative_to) for p in f.paths)
-            out.append(Lack("file", f"missing {names}", f"run {needs.install}"))
+            out.append(Lack("file", str(f.paths[0]), f"missing {names}", f"run {needs.install}"))
     for pkg in needs.packages:
         if not probe.module(pkg.module):
-            out.append(Lack("package", f"python package {pkg.module} is not installed",
-                            _package_fix(pkg, needs.install)))
+            out.append(Lack("package", pkg.module, f"python package {pkg.module} is not installed",
+                            _package_fix(pkg, needs.profile)))
     for prog in needs.programs:
         if not probe.program(prog.program):
-            out.append(Lack("program", f"{prog.program} not found", prog.fix))
+            out.append(Lack("program", prog.program, f"{prog.program} not found", prog.fix))
     if devices:
         for dev in needs.devices:
             if not probe.device(dev.device):
-                out.append(Lack("device", f"no {dev.device.replace('-', ' ')} device", DEVICE_FIX[dev.device]))
+                out.append(Lack("device", dev.device, f"no {dev.device.replace('-', ' ')} device",
+                                DEVICE_FIX[dev.device]))
     return out
 
 
@@ -195,11 +195,11 @@ def installed(needs: Needs, probe: Probe | None = None) -> bool:
     return not missing(needs, probe, devices=False)
 
 
-def _package_fix(pkg: PackageNeed, install: str) -> str:
+def _package_fix(pkg: PackageNeed, profile: str) -> str:
     if pkg.dist == "rknn-toolkit-lite2":
         return "py312/bin/pip install rknn-toolkit-lite2==<the librknnrt version>; aarch64 wheels only"
-    profile = install.rpartition(" ")[2] if "--profile" in install else "portable"
-    return requirements_fix(profile, pkg.dist)
+    return (f"py312/bin/pip install -r requirements/{profile or 'portable'}.txt, which pins {pkg.dist}; "
+            "./install.sh does it")
 
 
 def _shown(path: Path, root: Path | None) -> str:

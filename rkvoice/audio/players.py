@@ -32,9 +32,7 @@ from rkvoice.registry import Registry
 
 __all__ = [
     "PLAYERS", "AplayPlayer", "NullPlayer", "PacedPlayer", "Player", "SounddevicePlayer", "TeePlayer",
-    "WavPlayer", "choose_player", "create_player", "default_wav_path", "has_input_device", "has_sound_device",
-    "resolve_player_name",
-]
+    "WavPlayer", "choose_player", "create_player", "default_wav_path", "has_input_device", "has_sound_device"]
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +45,7 @@ def aplay_needs(cfg: Config, **_: Any) -> Needs:
 
 def sounddevice_needs(cfg: Config, **_: Any) -> Needs:
     return Needs(packages=(PackageNeed("sounddevice", "sounddevice"),), devices=(SOUND_OUTPUT,),
-                 install=f"./install.sh --profile {cfg.models.profile}")
+                 profile=cfg.models.profile)
 
 
 PLAYERS = Registry("player")
@@ -95,11 +93,6 @@ def choose_player(cfg: Config, *, daemon: bool, device: Callable[[], str | None]
             log.warning("no sound device: answers are synthesised but not played (audio.player=null)")
         return "null"
     return "wav"
-
-
-def resolve_player_name(cfg: Config) -> str:
-    """The command-line choice: ``choose_player(cfg, daemon=False)``."""
-    return choose_player(cfg, daemon=False)
 
 
 def create_player(name: str, cfg: Config, clock: Clock | None = None, **kwargs: Any) -> Player:

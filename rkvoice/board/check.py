@@ -148,9 +148,9 @@ def _shown(p: Path, cfg: Config) -> str:
 def _report_needs(cfg: Config, st: StageCheck, needs: Needs, probe: Probe) -> list[Path]:
     """Missing files, packages, programs and devices into ``st``; returns the files found."""
     for lack in missing(needs, probe, relative_to=cfg.models.path.parent):
-        if lack.kind == "package" and any(m in lack.what.split() for m in RUNTIME_PACKAGES) and needs.runtimes:
+        if lack.kind == "package" and lack.name in RUNTIME_PACKAGES and needs.runtimes:
             continue
-        if lack.kind == "device" and "microphone" in lack.what:
+        if lack.kind == "device" and lack.name == "microphone":
             st.notes.append("no microphone: the live loop cannot listen (--text and --file still work)")
         else:
             st.problems.append(str(lack))

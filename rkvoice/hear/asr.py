@@ -9,7 +9,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from rkvoice.config import Config
-from rkvoice.needs import FileNeed, Needs, PackageNeed, install_command
+from rkvoice.needs import FileNeed, Needs, PackageNeed
 from rkvoice.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ def whisper_needs(cfg: Config, **_: Any) -> Needs:
     d = whisper_dir(cfg)
     return Needs(files=tuple(FileNeed(n, (d / n,)) for n in WHISPER_FILES),
                  packages=(PackageNeed("faster_whisper", "faster-whisper"), PackageNeed("opencc", "opencc")),
-                 install=install_command("portable"))
+                 profile="portable")
 
 
 def paraformer_needs(cfg: Config, **_: Any) -> Needs:
@@ -44,7 +44,7 @@ def paraformer_needs(cfg: Config, **_: Any) -> Needs:
     d = paraformer_dir(cfg)
     return Needs(files=(FileNeed("model", (d / "model.int8.onnx", d / "model.onnx")),
                         FileNeed("tokens", (d / "tokens.txt",))),
-                 packages=(PackageNeed("sherpa_onnx", "sherpa-onnx"),), install=install_command("board"))
+                 packages=(PackageNeed("sherpa_onnx", "sherpa-onnx"),), profile="board")
 
 
 ASR = Registry("asr")

@@ -9,7 +9,7 @@ from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
 from rkvoice.hear.asr import AsrEngine
 from rkvoice.hear.wake import WakeEngine
-from rkvoice.needs import DeviceNeed, FileNeed, Needs, PackageNeed, install_command
+from rkvoice.needs import DeviceNeed, FileNeed, Needs, PackageNeed
 from rkvoice.registry import Registry
 
 SHERPA = PackageNeed("sherpa_onnx", "sherpa-onnx")
@@ -22,7 +22,7 @@ def vad_needs(cfg: Config) -> Needs:
     from rkvoice.hear.vad import vad_model_path
 
     return Needs(files=(FileNeed("vad model", (vad_model_path(cfg),)),), packages=(SHERPA,),
-                 install=install_command(cfg.models.profile))
+                 profile=cfg.models.profile)
 
 
 def asr_match_needs(cfg: Config, **_: Any) -> Needs:
@@ -40,7 +40,7 @@ def kws_needs(cfg: Config, **_: Any) -> Needs:
         files.append(FileNeed(stem, tuple(found) or (d / f"{stem}.int8.onnx", d / f"{stem}.onnx")))
     files.append(FileNeed("tokens", (d / "tokens.txt",)))
     return Needs(files=tuple(files), packages=(SHERPA, PYPINYIN), devices=(MICROPHONE,),
-                 install=install_command("board"))
+                 profile="board")
 
 
 WAKE = Registry("wake")

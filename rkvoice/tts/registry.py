@@ -20,7 +20,6 @@ from rkvoice.needs import (
     PackageNeed,
     Probe,
     RuntimeNeed,
-    install_command,
     installed,
 )
 from rkvoice.registry import Registry
@@ -43,7 +42,7 @@ def fastspeech2_needs(cfg: Config, **_: Any) -> Needs:
 
     found = files(cfg)
     needs = Needs(files=tuple(FileNeed(role, (p,)) for role, p in found.items()),
-                  packages=(ONNXRUNTIME, PYPINYIN), install=install_command(cfg.models.profile))
+                  packages=(ONNXRUNTIME, PYPINYIN), profile=cfg.models.profile)
     if found["vocoder"].suffix == ".rknn":  # config.board.yaml: the vocoder on the NPU
         needs += npu_needs((found["vocoder"],))
     return needs
@@ -60,7 +59,7 @@ def vits_needs(cfg: Config, voice: str | None = None, **_: Any) -> Needs:
     packages = [PackageNeed("sherpa_onnx", "sherpa-onnx")]
     if v.external_phonemes:  # Piper voices: espeak-ng phonemes from piper-tts
         packages.append(PackageNeed("piper", "piper-tts"))
-    return Needs(files=tuple(files), packages=tuple(packages), install=install_command(v.profile))
+    return Needs(files=tuple(files), packages=tuple(packages), profile=v.profile)
 
 
 def matcha_needs(cfg: Config, **_: Any) -> Needs:
@@ -68,7 +67,7 @@ def matcha_needs(cfg: Config, **_: Any) -> Needs:
 
     found = MatchaTts(cfg).files()  # the buckets found (or the one expected) + sidecars, lexicon, tokens
     needs = Needs(files=tuple(FileNeed(role, (p,)) for role, p in found.items()),
-                  install=install_command("board"))
+                  profile="board")
     rknn = tuple(p for p in found.values() if p.suffix in (".rknn", ".json"))
     if any(p.suffix == ".rknn" for p in rknn):
         return needs + npu_needs(rknn)

@@ -7,20 +7,20 @@ from typing import Any
 
 from rkvoice.answer.llm.base import LlmEngine, model_path
 from rkvoice.config import Config
-from rkvoice.needs import DeviceNeed, FileNeed, Needs, PackageNeed, RuntimeNeed, install_command
+from rkvoice.needs import DeviceNeed, FileNeed, Needs, PackageNeed, RuntimeNeed
 from rkvoice.registry import Registry
 
 
 def llama_needs(cfg: Config, **_: Any) -> Needs:
     return Needs(files=(FileNeed("model", (model_path(cfg, "llama"),)),),
-                 packages=(PackageNeed("cyllama", "cyllama"),), install=install_command("portable"))
+                 packages=(PackageNeed("cyllama", "cyllama"),), profile="portable")
 
 
 def rkllm_needs(cfg: Config, **_: Any) -> Needs:
     """The .rkllm model, the NPU, and a librkllmrt whose version fits ``llm.rkllm_abi``."""
     return Needs(files=(FileNeed("model", (model_path(cfg, "rkllm"),)),), devices=(DeviceNeed("npu"),),
                  runtimes=(RuntimeNeed("librkllmrt", abi=cfg.llm.rkllm_abi, library_path=cfg.llm.rkllm_lib),),
-                 install=install_command("board"))
+                 profile="board")
 
 
 LLM = Registry("llm")
