@@ -276,3 +276,17 @@ def test_cli_check_flag_exits_1_for_a_board_config_here(tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 1
     assert "[FAIL] tts   matcha" in out and "pipeline cannot run" in out
+
+
+def test_unknown_engine_names_fail_their_stage_with_the_choices():
+    base = Config()  # built directly: these names are refused at use, whatever the loader accepts
+    cfg = replace(base, hear=replace(base.hear, wake="porcupine", asr="vosk"), llm=replace(base.llm, engine="gpt"),
+                  tts=replace(base.tts, engine="espeak"), audio=replace(base.audio, player="speakers"))
+    out = io.StringIO()
+    assert run_check(cfg, out, Path("/x"), **NO_DEVICES) == 1
+    checks = {c.stage: c for c in check_pipeline(cfg, Path("/x"), **NO_DEVICES)}
+    for stage, name in (("wake", "porcupine"), ("asr", "vosk"), ("llm", "gpt"), ("tts", "espeak"),
+                        ("audio", "speakers")):
+        assert checks[stage].engine == name and not checks[stage].ok
+        assert "choose one of" in checks[stage].problems[0], checks[stage].problems
+    assert checks["vad"].ok
