@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rkvoice.config_fields import Section, num, one_of
 from rkvoice.config_yaml import build, merge, read_yaml, yaml_load
@@ -205,9 +205,13 @@ class LlmConfig(Section):
     """llama (llama.cpp, portable), rkllm (RKLLM runtime on the NPU, board), or auto by profile."""
     model: str = ""
     """Model file; empty = the profile's default, relative = under models.dir."""
-    threads: int = num(1, 1, 256)
-    """llama.cpp threads. 1 leaves a core to the TTS thread that runs alongside (overlap); with 2 on a
-    2-core machine llama's threads spin at barriers against TTS and collapse (see bench/overlap.py)."""
+    threads: int | Literal["auto"] = num("auto", 1, 256)
+    """llama.cpp threads while generating (one token at a time). auto: one less than the cores this
+    process may use, at least 1, so the TTS thread that runs alongside keeps a core (with every core
+    busy llama's threads spin at barriers against TTS and collapse; see bench/overlap.py)."""
+    threads_batch: int | Literal["auto"] = num("auto", 1, 256)
+    """llama.cpp threads while evaluating the prompt (nothing is spoken yet). auto: every core this
+    process may use (bench/llm_threads.py)."""
     context: int = num(2048, 128, 131_072)
     max_tokens: int = num(200, 1, 8192)
     """Longest answer in tokens; generation stops there."""
@@ -227,9 +231,8 @@ class LlmConfig(Section):
     system_prompt: str = (
         "你是小智，一个在本地设备上离线运行的中文语音助手。用口语化的简体中文回答，"
         "一般两三句话；讲故事时讲五六句。不要用列表、表格、表情符号、代码或英文缩写。"
-        "现在是{now}。"
     )
-    """{now} is replaced by today's date and time in spoken Chinese."""
+    """The stable instructions, first in every prompt (their cache is kept between turns)."""
     rkllm_abi: str = "1.2"
     """librkllmrt.so ABI on the board: 1.2 (1.2.1-1.2.3) or 1.3 (1.3.0)."""
     rkllm_lib: str = "librkllmrt.so"

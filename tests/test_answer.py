@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from rkvoice.answer.assistant import Assistant
-from rkvoice.answer.conversation import Conversation, spoken_now
+from rkvoice.answer.conversation import spoken_now
 from rkvoice.answer.generate import TIMEOUT_TEXT, LlmStream
 from rkvoice.answer.llm.registry import LLM, engine_name
 from rkvoice.answer.turn import Answerer
@@ -211,19 +211,6 @@ def test_max_answer_length_hard_cut_without_sentence_end() -> None:
     assert stream.truncated and len(out) <= 18
 
 
-def test_conversation_prompt_has_time_and_bounded_history(tmp_path: Path) -> None:
-    cfg = cfg_for(tmp_path, history_turns=2)
-    conv = Conversation(cfg, lambda: NOW)
-    assert spoken_now(NOW) == "二零二六年十月二十一日，星期三，晚上十点零五分"
-    sys_prompt = conv.system_prompt()
-    assert spoken_now(NOW) in sys_prompt and "{now}" not in sys_prompt
-    for i in range(4):
-        conv.remember(f"问{i}", f"答{i}")
-    msgs = conv.messages("新问题")
-    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user", "assistant", "user"]
-    assert [m["content"] for m in msgs[1:]] == ["问2", "答2", "问3", "答3", "新问题"]
-
-
 def test_assistant_remembers_llm_turns(tmp_path: Path) -> None:
     clock = FakeClock()
     llm = FakeLlm(clock, ["好的。"])
@@ -232,8 +219,9 @@ def test_assistant_remembers_llm_turns(tmp_path: Path) -> None:
     assert reply.route == "llm" and "".join(reply.deltas) == "好的。"
     reply = a.reply("再说一次")
     "".join(reply.deltas)
-    assert llm.seen[1][1:] == [{"role": "user", "content": "你好"}, {"role": "assistant", "content": "好的。"},
-                               {"role": "user", "content": "再说一次"}]
+    t = f"[{spoken_now(NOW)}] "  # the time opens each question (tests/test_conversation.py)
+    assert llm.seen[1][1:] == [{"role": "user", "content": t + "你好"}, {"role": "assistant", "content": "好的。"},
+                               {"role": "user", "content": t + "再说一次"}]
 
 
 def test_registry_names_and_auto(tmp_path: Path) -> None:

@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from rkvoice.answer.conversation import Conversation
 from rkvoice.answer.llm.base import model_path
 from rkvoice.config import Config, LlmConfig
 from rkvoice.errors import RkvoiceError
 
 pytest.importorskip("cyllama", reason="cyllama (llama.cpp) is not installed: pip install cyllama==0.2.18")
 
-from rkvoice.answer.llm.llama import LlamaEngine
+from rkvoice.answer.llm.llama import LlamaEngine, thread_counts, usable_cores
 
-# Short answers keep this fast on a busy 2-core machine; 1 thread avoids llama's spin barriers.
+# Short answers keep this fast on a busy 2-core machine; 1 generating thread (what auto gives on 2
+# cores) avoids llama's spin barriers, the prompt runs on every core (threads_batch auto).
 CFG = Config(llm=dataclasses.replace(LlmConfig(), max_tokens=12, threads=1, context=512))
 MODEL = model_path(CFG, "llama")
 
@@ -95,7 +99,9 @@ def test_prompt_too_long_is_a_clear_error(engine: LlamaEngine) -> None:
 
 
 def test_prompt_prefix_is_reused_and_gives_the_same_answer(engine: LlamaEngine) -> None:
-    greedy = dataclasses.replace(CFG, llm=dataclasses.replace(CFG.llm, temperature=0.0, max_tokens=8))
+    short = "你是小智，用简体中文简短回答。"  # a short system prompt keeps the first turn quick
+    greedy = dataclasses.replace(CFG, llm=dataclasses.replace(CFG.llm, temperature=0.0, max_tokens=6,
+                                                              system_prompt=short))
     engine.cfg = greedy
     try:
         engine._kv = []  # start from an empty cache
@@ -135,3 +141,45 @@ def test_close_frees_and_load_again_works() -> None:
     eng.load()
     assert "".join(eng.stream(MESSAGES))
     eng.close()
+
+
+def test_thread_counts_auto_and_fixed() -> None:
+    auto = LlmConfig()
+    assert (auto.threads, auto.threads_batch) == ("auto", "auto")
+    assert thread_counts(auto, cores=2) == (1, 2)  # generation leaves the TTS thread a core
+    assert thread_counts(auto, cores=1) == (1, 1)
+    assert thread_counts(auto, cores=8) == (7, 8)
+    assert thread_counts(dataclasses.replace(auto, threads=3, threads_batch=1), cores=2) == (3, 1)
+    assert usable_cores() == len(os.sched_getaffinity(0))
+
+
+def test_the_context_runs_with_those_counts(engine: LlamaEngine) -> None:
+    want = thread_counts(CFG.llm)
+    assert (engine.threads, engine.threads_batch) == want == (1, usable_cores())
+    assert (engine.ctx.n_threads(), engine.ctx.n_threads_batch()) == want
+
+
+def test_the_next_turn_evaluates_only_the_new_question(engine: LlamaEngine) -> None:
+    """The time moved out of the system prompt: a later minute still reuses the whole last turn."""
+    short = "你是小智，用简体中文简短回答。"  # a short system prompt keeps the first turn quick
+    greedy = dataclasses.replace(CFG, llm=dataclasses.replace(CFG.llm, temperature=0.0, max_tokens=6,
+                                                              system_prompt=short))
+    engine.cfg = greedy
+    clock = [datetime(2026, 10, 21, 22, 5)]
+    conv = Conversation(greedy, lambda: clock[0])
+    try:
+        engine.reset_cache()
+        answer = "".join(engine.stream(conv.messages("用一句话介绍一下月亮。")))
+        first = dict(engine.last_stats)
+        conv.remember("用一句话介绍一下月亮。", answer)
+        clock[0] += timedelta(minutes=3)
+        engine.ctx.synchronize()  # llama.cpp counts a decode when its result is waited for
+        engine.ctx.reset_perf_data()
+        "".join(engine.stream(conv.messages("那太阳呢？")))
+        second = engine.last_stats
+        evaluated = engine.ctx.get_perf_data()["n_p_eval"]  # prompt tokens llama.cpp computed
+    finally:
+        engine.cfg = CFG
+    assert second["reused_tokens"] >= first["prompt_tokens"] + first["new_tokens"] - 2  # question and answer
+    assert evaluated == second["prompt_tokens"] - second["reused_tokens"]
+    assert evaluated < 40 < second["prompt_tokens"]

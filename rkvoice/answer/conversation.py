@@ -1,4 +1,11 @@
-"""The LLM's prompt: a system prompt with today's date and time (spoken form), bounded history."""
+"""The LLM's prompt: stable instructions, bounded history, the date and time in the newest question.
+
+Laid out for the llama engine's prefix cache: the system prompt never changes, the current date
+and time (which change every minute) open the newest user turn, and the history keeps every
+question as it was sent, time included. The next prompt then starts with exactly the tokens the
+last one computed (system prompt, earlier turns, the last answer) and only the new question is
+evaluated.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,9 @@ from rkvoice.answer.llm.base import Message
 from rkvoice.config import Config
 from rkvoice.text.cn import cn_date, cn_time
 
+TIME_NOTE = "用户的话开头方括号里是说话时的日期和时间，需要时才用。"
+"""Appended to the system prompt: what the bracketed time before each question is."""
+
 
 def spoken_now(now: datetime) -> str:
     """二零二六年十月二十一日，星期三，晚上十点零五分."""
@@ -17,28 +27,46 @@ def spoken_now(now: datetime) -> str:
 
 
 class Conversation:
-    """Keeps the last ``llm.history_turns`` question/answer pairs."""
+    """Keeps the last ``llm.history_turns`` question/answer pairs, as they were sent to the LLM."""
 
     def __init__(self, cfg: Config, now: Callable[[], datetime]) -> None:
         self.cfg = cfg
         self.now = now
         self.history: deque[tuple[str, str]] = deque(maxlen=max(0, cfg.llm.history_turns))
+        self._asked: tuple[str, str] = ("", "")  # (user text, the question as sent) of the last messages()
+
+    @property
+    def _time_in_system(self) -> bool:
+        return "{now}" in self.cfg.llm.system_prompt
 
     def system_prompt(self) -> str:
+        """llm.system_prompt and TIME_NOTE. A custom prompt with ``{now}`` gets the time there
+        instead (and not in the questions): the whole prompt is then recomputed each new minute."""
         template = self.cfg.llm.system_prompt
-        return template.replace("{now}", spoken_now(self.now()))
+        if self._time_in_system:
+            return template.replace("{now}", spoken_now(self.now()))
+        return template + TIME_NOTE
+
+    def question(self, user_text: str) -> str:
+        """The user turn as sent: ``[date and time] text``."""
+        return user_text if self._time_in_system else f"[{spoken_now(self.now())}] {user_text}"
 
     def messages(self, user_text: str) -> list[Message]:
+        asked = self.question(user_text)
+        self._asked = (user_text, asked)
         msgs: list[Message] = [{"role": "system", "content": self.system_prompt()}]
         for q, a in self.history:
             msgs.append({"role": "user", "content": q})
             msgs.append({"role": "assistant", "content": a})
-        msgs.append({"role": "user", "content": user_text})
+        msgs.append({"role": "user", "content": asked})
         return msgs
 
     def remember(self, user_text: str, answer: str) -> None:
+        """Keep a finished pair; the question as ``messages()`` sent it, so the next prompt's prefix
+        is the one already computed."""
         if self.history.maxlen and answer.strip():
-            self.history.append((user_text, answer))
+            sent = self._asked[1] if self._asked[0] == user_text else self.question(user_text)
+            self.history.append((sent, answer))
 
     def clear(self) -> None:
         self.history.clear()

@@ -1,15 +1,17 @@
 """llama.cpp engine (portable profile) through cyllama's low-level bindings.
 
-Own generation loop rather than cyllama's high-level LLM: it sets the thread count, keeps
-characters split across tokens whole (incremental detokenisation instead of per-token pieces,
-which lose such characters), aborts both between tokens and inside a running decode, and keeps
-the KV cache of the longest common prompt prefix between turns (the system prompt's fixed
-part and the conversation so far are not computed again).
+Own generation loop rather than cyllama's high-level LLM: it sets the thread counts (the prompt
+on every core, generation on ``llm.threads``), keeps characters split across tokens whole
+(incremental detokenisation instead of per-token pieces, which lose such characters), aborts both
+between tokens and inside a running decode, and keeps the KV cache of the longest common prompt
+prefix between turns (the system prompt and the conversation so far are not computed again; the
+current time sits in the newest user turn, see rkvoice.answer.conversation).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -30,7 +32,7 @@ from cyllama.llama.llama_cpp import (
 )
 
 from rkvoice.answer.llm.base import Message, chatml, model_path
-from rkvoice.config import Config
+from rkvoice.config import Config, LlmConfig
 from rkvoice.errors import RkvoiceError
 
 log = logging.getLogger(__name__)
@@ -39,6 +41,23 @@ N_BATCH = 256
 PENALTY_LAST_N = 64
 MAX_PENDING_TOKENS = 6
 """Tokens held back waiting for a character to complete before giving up on it."""
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, e.g. under taskset or a cgroup)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def thread_counts(llm: LlmConfig, cores: int | None = None) -> tuple[int, int]:
+    """(generation, prompt) threads: ``auto`` is one core less than usable for generation (the
+    TTS thread speaks alongside it) and every usable core for the prompt (nothing speaks yet)."""
+    cores = usable_cores() if cores is None else cores
+    gen = max(1, cores - 1) if llm.threads == "auto" else llm.threads
+    batch = cores if llm.threads_batch == "auto" else llm.threads_batch
+    return gen, batch
 
 
 class LlamaEngine:
@@ -54,6 +73,7 @@ class LlamaEngine:
         self._cancel = threading.Event()
         self._busy = threading.Lock()
         self._kv: list[int] = []  # tokens whose keys/values are in the context, in order
+        self.threads = self.threads_batch = 0  # set by load()
         self.last_stats: dict[str, float] = {}
 
     def load(self) -> None:
@@ -75,14 +95,16 @@ class LlamaEngine:
         cparams = LlamaContextParams()
         cparams.n_ctx = self.cfg.llm.context
         cparams.n_batch = N_BATCH
-        cparams.n_threads = self.cfg.llm.threads
-        cparams.n_threads_batch = self.cfg.llm.threads
+        self.threads, self.threads_batch = thread_counts(self.cfg.llm)
+        cparams.n_threads = self.threads  # llama.cpp: batches of one token (generation)
+        cparams.n_threads_batch = self.threads_batch  # batches of more (the prompt)
         cparams.no_perf = True
         self.ctx = LlamaContext(self.model, cparams)
         self.ctx.install_cancel_callback()
         self._template = self.model.get_default_chat_template() or None
-        log.info("llama loaded %s in %.1f s (%d threads, n_ctx %d)", self.model_file.name,
-                 time.monotonic() - t0, self.cfg.llm.threads, self.cfg.llm.context)
+        log.info("llama loaded %s in %.1f s (%d threads generating, %d on the prompt, n_ctx %d)",
+                 self.model_file.name, time.monotonic() - t0, self.threads, self.threads_batch,
+                 self.cfg.llm.context)
 
     def prompt(self, messages: list[Message]) -> str:
         if self._template:

@@ -1,0 +1,80 @@
+"""The LLM prompt's layout: stable system prompt, time in the newest question, history as sent."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime, timedelta
+
+from rkvoice.answer.conversation import TIME_NOTE, Conversation, spoken_now
+from rkvoice.config import Config, LlmConfig
+
+NOW = datetime(2026, 10, 21, 22, 5)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = NOW
+
+    def __call__(self) -> datetime:
+        return self.t
+
+
+def _cfg(**llm: object) -> Config:
+    return Config(llm=dataclasses.replace(LlmConfig(), **llm))
+
+
+def test_spoken_now() -> None:
+    assert spoken_now(NOW) == "二零二六年十月二十一日，星期三，晚上十点零五分"
+
+
+def test_time_opens_the_newest_question_and_the_system_prompt_never_changes() -> None:
+    clock = Clock()
+    conv = Conversation(_cfg(), clock)
+    first = conv.messages("今天适合出门吗？")
+    assert first[0] == {"role": "system", "content": LlmConfig().system_prompt + TIME_NOTE}
+    assert first[-1] == {"role": "user", "content": f"[{spoken_now(NOW)}] 今天适合出门吗？"}
+    clock.t = NOW + timedelta(days=1, minutes=7)
+    assert conv.messages("x")[0] == first[0]  # a day later: same system prompt, same cached tokens
+    assert conv.messages("x")[-1]["content"].startswith("[二零二六年十月二十二日，星期四，晚上十点十二分] ")
+
+
+def test_history_keeps_questions_as_sent_so_the_next_prompt_extends_the_last() -> None:
+    clock = Clock()
+    conv = Conversation(_cfg(), clock)
+    first = conv.messages("你好")
+    clock.t = NOW + timedelta(minutes=3)  # the answer took long enough for the minute to change
+    conv.remember("你好", "你好，有什么事？")
+    second = conv.messages("讲个笑话")
+    assert second[: len(first)] == first  # the first prompt is a prefix of the second
+    assert second[len(first)] == {"role": "assistant", "content": "你好，有什么事？"}
+    assert second[-1]["content"] == f"[{spoken_now(clock.t)}] 讲个笑话"
+
+
+def test_history_is_bounded_and_skips_empty_answers() -> None:
+    conv = Conversation(_cfg(history_turns=2), Clock())
+    for i in range(4):
+        conv.messages(f"问{i}")
+        conv.remember(f"问{i}", f"答{i}")
+    conv.messages("空")
+    conv.remember("空", "  ")
+    msgs = conv.messages("新问题")
+    t = f"[{spoken_now(NOW)}] "
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert [m["content"] for m in msgs[1:]] == [t + "问2", "答2", t + "问3", "答3", t + "新问题"]
+    conv.clear()
+    assert len(conv.messages("x")) == 2
+    assert len(Conversation(_cfg(history_turns=0), Clock()).history) == 0
+
+
+def test_remember_without_messages_stamps_the_question_now() -> None:
+    conv = Conversation(_cfg(), Clock())
+    conv.messages("甲")
+    conv.remember("乙", "答")  # not the question messages() built last
+    assert conv.history[-1] == (f"[{spoken_now(NOW)}] 乙", "答")
+
+
+def test_a_custom_prompt_with_now_keeps_the_time_there() -> None:
+    conv = Conversation(_cfg(system_prompt="你是助手。现在是{now}。"), Clock())
+    msgs = conv.messages("几点了")
+    assert msgs[0]["content"] == f"你是助手。现在是{spoken_now(NOW)}。"
+    assert msgs[-1]["content"] == "几点了"
