@@ -14,6 +14,9 @@ class Clock(Protocol):
     def sleep(self, seconds: float) -> None:
         """Block for ``seconds`` of this clock's time."""
 
+    def wait(self, event: threading.Event, timeout: float | None) -> bool:
+        """Block until ``event`` is set (True) or ``timeout`` seconds of this clock pass (False)."""
+
 
 class MonotonicClock:
     """The real clock (time.monotonic)."""
@@ -24,6 +27,9 @@ class MonotonicClock:
     def sleep(self, seconds: float) -> None:
         if seconds > 0:
             time.sleep(seconds)
+
+    def wait(self, event: threading.Event, timeout: float | None) -> bool:
+        return event.wait(timeout)
 
 
 class FakeClock:
@@ -49,3 +55,14 @@ class FakeClock:
             raise ValueError("a clock cannot go backwards")
         with self._lock:
             self._t += seconds
+
+    def wait(self, event: threading.Event, timeout: float | None) -> bool:
+        """Returns when ``event`` is set, or once the test has advanced the clock past the timeout.
+
+        The fake time only moves when the test says so, so this checks it between short real waits
+        (test clock only: the product's MonotonicClock waits on the event itself)."""
+        deadline = None if timeout is None else self.now() + timeout
+        while not event.wait(0.002):
+            if deadline is not None and self.now() >= deadline:
+                return event.is_set()
+        return True

@@ -1,24 +1,24 @@
 """The pipelined speaker: text pieces of a turn -> TTS worker thread -> post-processing -> player thread.
 
-A turn is a stream of text pieces (a whole text, or an LLM answer arriving piece by piece):
+A turn (rkvoice.turn.Turn) is spoken as a stream of text pieces (a whole text, or an LLM answer
+arriving piece by piece):
 
-    turn = speaker.start_turn()
-    speaker.say("今天天气不错，", turn)      # any number of pieces, as they arrive
-    speaker.say("我们出去走走吧。", turn)
-    speaker.end_turn(turn)
-    result = speaker.wait_done(turn, timeout=30)
+    speaker.start(turn)
+    speaker.say(turn, "今天天气不错，")      # any number of pieces, as they arrive
+    speaker.say(turn, "我们出去走走吧。")
+    speaker.end(turn)
+    speaker.wait(turn)                     # until it has played, was cancelled or failed
 
 Each piece is cut for synthesis (the turn's first chunk short, later ones longer) and made
 speakable, synthesised on the TTS worker while the previous chunk plays, post-processed and
-played in order by the player thread. ``cancel()`` (barge-in, "stop") ends every turn
-started so far: queued pieces and audio are dropped, the player is cleared at once and
-synthesis stops before the next chunk. Turn ids are a generation counter: anything carrying
-an id at or below the last cancelled one is stale and dropped wherever it is found.
+played in order by the player thread. Cancelling the turn (``turn.cancel()``) drops its queued
+pieces and audio wherever they are, clears the player at once and stops synthesis before the next
+chunk; a synthesis or player failure fails the turn (``turn.fail``).
 
-Turns are spoken in the order they were started (a reminder started during an answer waits
-for the answer's end); every started turn must be ended or cancelled. With
-``tts.coalesce_chars`` > 0, pieces of one turn that queued up while the worker was busy are
-synthesised in one call (never the turn's first piece, never across turns).
+Turns are spoken in the order they were started (a reminder started during an answer waits for
+the answer's end); every started turn must be ended or cancelled. With ``tts.coalesce_chars`` > 0,
+pieces of one turn that queued up while the worker was busy are synthesised in one call (never the
+turn's first piece, never across turns).
 """
 
 from __future__ import annotations
@@ -33,11 +33,14 @@ from typing import Any
 
 import numpy as np
 
+from rkvoice.audio.players import Player
 from rkvoice.audio.post import prepare_piece
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
-from rkvoice.timeline import Timeline
+from rkvoice.timeline import Ev, Timeline
+from rkvoice.tts.base import TtsEngine
+from rkvoice.turn import Turn
 
 log = logging.getLogger(__name__)
 
@@ -45,43 +48,25 @@ _STOP = object()
 
 
 @dataclass
-class TurnResult:
-    """How a turn ended: ``status`` is "done", "cancelled" or "error" (then ``error`` says why)."""
+class _Queue:
+    """The speaker's own bookkeeping for one turn it speaks."""
 
-    turn_id: int
-    status: str
-    timeline: Timeline
-    error: RkvoiceError | None = None
-    chunks: int = 0
-    audio_s: float = 0.0
-
-
-def raise_if_failed(result: TurnResult | None) -> None:
-    """Raise the turn's error when it ended in "error" (a synthesis or player failure mid-answer),
-    so callers report a failed turn instead of a finished one."""
-    if result is not None and result.status == "error" and result.error is not None:
-        raise result.error
-
-
-@dataclass
-class _Turn:
-    id: int
-    timeline: Timeline
-    done: threading.Event = field(default_factory=threading.Event)
-    result: TurnResult | None = None
-    text_seen: bool = False
-    ended: bool = False
-    failed: bool = False
-    chunks: int = 0  # cut so far (worker thread)
-    first_cut: bool = True
-    audio_started: bool = False  # player thread
-    audio_s: float = 0.0
+    turn: Turn
     inbox: deque[tuple[str, str]] = field(default_factory=deque)
     """("piece", text) and ("end", "") items waiting for the TTS worker."""
+    played: threading.Event = field(default_factory=threading.Event)
+    text_seen: bool = False
+    ended: bool = False
     synth_done: bool = False  # the worker has passed this turn's end (or its failure)
+    first_cut: bool = True
+    chunks: int = 0  # cut so far (worker thread)
+    in_flight: int = 0  # pieces taken by the worker and not yet handed to the player
+    audio_started: bool = False  # player thread
+    audio_s: float = 0.0
+    dry_at: float | None = None  # clock time the player runs out of this turn's audio
 
 
-def piece_chars(cfg: Config, engine: Any) -> tuple[int, int]:
+def piece_chars(cfg: Config, engine: object) -> tuple[int, int]:
     """(first, later) piece lengths in characters: the engine's own when it has them (the Matcha
     voice: tts.matcha.first_chars / chunk_chars, 24 / 40), else tts.first_chars / tts.chunk_chars."""
     own = getattr(engine, "piece_chars", None)
@@ -103,19 +88,18 @@ def _default_split(text: str, first: int, chunk: int) -> list[str]:
 
 
 class Speaker:
-    """Speaks turns of text pieces through ``engine`` (a loaded TtsEngine) into ``player`` (opened).
+    """Speaks turns through ``engine`` (a loaded TtsEngine) into ``player`` (opened).
 
-    The caller owns the engine and the player (loads/opens and closes them); the speaker
-    owns its two threads, started here and stopped by ``close()``.
+    The caller owns the engine and the player (loads/opens and closes them); the speaker owns
+    its two threads, started by ``load()`` and stopped by ``close()``.
     """
 
     def __init__(
         self,
-        engine: Any,
-        player: Any,
+        engine: TtsEngine,
+        player: Player,
         cfg: Config,
         clock: Clock | None = None,
-        timeline: Timeline | None = None,
         normalize: Callable[[str], str] | None = None,
         split: Callable[[str, int, int], list[str]] | None = None,
     ) -> None:
@@ -123,104 +107,109 @@ class Speaker:
         self.player = player
         self.cfg = cfg
         self.clock = clock or MonotonicClock()
-        self._default_timeline = timeline
         self._normalize = normalize or _default_normalize
         self._split = split or _default_split
         self.block = max(1, player.rate * cfg.audio.block_ms // 1000)
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
-        self._active = 1  # the turn the TTS worker serves; turns are synthesised in id order
-        self._last_turn = 0
-        self._cancelled_upto = 0
-        self._turns: dict[int, _Turn] = {}
+        self._cond = threading.Condition()
+        self._order: deque[_Queue] = deque()  # started turns not yet passed by the worker, in order
+        self._queues: dict[int, _Queue] = {}
         self._audio_q: queue.Queue[Any] = queue.Queue()
         self._closed = False
-        self._warm_up()
-        self._worker = threading.Thread(target=self._synth_loop, name="rkvoice-tts", daemon=True)
-        self._playback = threading.Thread(target=self._play_loop, name="rkvoice-player", daemon=True)
-        self._worker.start()
-        self._playback.start()
+        self._threads: list[threading.Thread] = []
 
-    # -- the caller's side -------------------------------------------------------------
+    # -- lifecycle -----------------------------------------------------------------------
 
-    def start_turn(self, timeline: Timeline | None = None) -> int:
-        """Open a new turn and return its id. Its marks go to ``timeline`` (or the speaker's, or a new one)."""
-        with self._lock:
-            if self._closed:
-                raise RkvoiceError("speak", "closed", "the speaker was closed")
-            self._last_turn += 1
-            turn_id = self._last_turn
-            tl = timeline or self._default_timeline or Timeline(self.clock)
-            self._turns[turn_id] = _Turn(turn_id, tl)
-            for old in [t for t in self._turns if t < turn_id - 64 and self._turns[t].done.is_set()]:
-                del self._turns[old]
-        return turn_id
-
-    def say(self, text: str, turn_id: int) -> None:
-        """Queue one text piece of the turn. Pieces of a cancelled turn are dropped."""
-        turn = self._turn(turn_id)
-        if self._stale(turn_id) or turn.failed:
-            log.debug("dropping piece of stale turn %d: %r", turn_id, text)
+    def load(self) -> None:
+        """Warm up (lazy imports, resampler) and start the TTS worker and the player thread."""
+        if self._threads:
             return
-        if turn.ended:
-            raise RkvoiceError("speak", "turn-ended", f"turn {turn_id} was already ended; start a new turn")
-        if not turn.text_seen and text.strip():
-            turn.text_seen = True
-            turn.timeline.mark("text_ready", turn=turn_id)
-        with self._cond:
-            turn.inbox.append(("piece", text))
-            self._cond.notify_all()
-
-    def end_turn(self, turn_id: int) -> None:
-        """No more pieces for this turn: it is done once everything queued has played."""
-        turn = self._turn(turn_id)
-        if turn.ended:
-            return
-        turn.ended = True
-        with self._cond:
-            turn.inbox.append(("end", ""))
-            self._cond.notify_all()
-
-    def speak(self, text: str, timeline: Timeline | None = None) -> int:
-        """Speak a whole text as one turn; returns the turn id (see ``wait_done``)."""
-        turn_id = self.start_turn(timeline)
-        self.say(text, turn_id)
-        self.end_turn(turn_id)
-        return turn_id
-
-    def wait_done(self, turn_id: int, timeout: float | None = None) -> TurnResult | None:
-        """Block until the turn has played out, was cancelled or failed; None on timeout."""
-        turn = self._turn(turn_id)
-        if not turn.done.wait(timeout):
-            return None
-        return turn.result
-
-    def cancel(self) -> None:
-        """Stop every turn started so far: the player falls silent now, synthesis stops before the next chunk."""
-        with self._cond:
-            upto = self._last_turn
-            self._cancelled_upto = upto
-            victims = [t for t in self._turns.values() if t.id <= upto and not t.done.is_set()]
-            for t in victims:
-                t.inbox.clear()
-            self._cond.notify_all()  # the worker moves past the cancelled turns
-        self.player.clear()
-        for turn in victims:
-            turn.timeline.mark("cancelled", turn=turn.id)
-            self._finish(turn, "cancelled")
+        self._normalize("今天是1月2日。")
+        rate = getattr(self.engine, "sample_rate", self.player.rate)
+        tone = (0.3 * np.sin(np.arange(rate // 2, dtype=np.float32) * 0.1)).astype(np.float32)
+        prepare_piece(tone, rate, self.player.rate, self.block, fade_ms=self.cfg.audio.crossfade_ms)
+        self._threads = [
+            threading.Thread(target=self._synth_loop, name="rkvoice-tts", daemon=True),
+            threading.Thread(target=self._play_loop, name="rkvoice-player", daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
 
     def close(self, timeout: float = 5.0) -> None:
-        """Let started turns finish, then stop both threads (``cancel()`` first to stop at once).
-
-        Every started turn must be ended (``end_turn``) or cancelled: turns are spoken in the
-        order they were started, so an open turn holds back the ones after it."""
+        """Let started turns finish, then stop both threads (cancel the turns first to stop at once)."""
         with self._cond:
             if self._closed:
                 return
             self._closed = True
             self._cond.notify_all()
-        self._worker.join(timeout)
-        self._playback.join(timeout)
+        for t in self._threads:
+            t.join(timeout)
+
+    # -- the caller's side -------------------------------------------------------------
+
+    def start(self, turn: Turn) -> None:
+        """Queue ``turn`` for speaking (after every turn started before it)."""
+        if not self._threads:
+            raise RkvoiceError("speak", "not-loaded", "the speaker was not loaded (call load() first)")
+        q = _Queue(turn)
+        with self._cond:
+            if self._closed:
+                raise RkvoiceError("speak", "closed", "the speaker was closed")
+            self._queues[turn.id] = q
+            self._order.append(q)
+        turn.on_cancel(self._dropped)
+
+    def say(self, turn: Turn, text: str) -> None:
+        """Queue one text piece of the turn. Pieces of a cancelled turn are dropped."""
+        q = self._queue(turn)
+        if turn.cancelled:
+            log.debug("dropping piece of cancelled turn %d: %r", turn.id, text)
+            return
+        if q.ended:
+            raise RkvoiceError("speak", "turn-ended", f"turn {turn.id} was already ended; start a new turn")
+        if not q.text_seen and text.strip():
+            q.text_seen = True
+            turn.timeline.mark(Ev.TEXT_READY, turn=turn.id)
+        with self._cond:
+            q.inbox.append(("piece", text))
+            self._cond.notify_all()
+
+    def end(self, turn: Turn) -> None:
+        """No more pieces for this turn: it has played once everything queued has played."""
+        q = self._queue(turn)
+        with self._cond:
+            if q.ended:
+                return
+            q.ended = True
+            q.inbox.append(("end", ""))
+            self._cond.notify_all()
+
+    def speak(self, text: str, timeline: Timeline | None = None) -> Turn:
+        """Speak a whole text as a turn of its own; ``wait(turn)`` blocks until it has played."""
+        turn = Turn(timeline or Timeline(self.clock), text=text)
+        self.start(turn)
+        self.say(turn, text)
+        self.end(turn)
+        return turn
+
+    def wait(self, turn: Turn, timeout: float | None = None) -> bool:
+        """Block until the turn has played out, was cancelled or failed; False on timeout."""
+        return self.clock.wait(self._queue(turn).played, timeout)
+
+    def audio_ahead_s(self, turn: Turn) -> float | None:
+        """Seconds until the player runs out of this turn's audio; None while a piece of the turn
+        is still waiting for or in synthesis (more audio is on its way) or before any was played."""
+        q = self._queue(turn)
+        with self._cond:
+            if q.inbox and q.inbox[0][0] == "piece" or q.in_flight or q.dry_at is None:
+                return None
+            return max(0.0, q.dry_at - self.clock.now())
+
+    def cancel_all(self, reason: str = "stop") -> None:
+        """Cancel every turn started so far (the user said "stop"; shutdown)."""
+        with self._cond:
+            turns = [q.turn for q in self._queues.values() if not q.played.is_set()]
+        for turn in turns:
+            turn.cancel(reason)
 
     def wait_handed(self) -> None:
         """Block until every chunk queued so far has been handed to the player.
@@ -230,77 +219,76 @@ class Speaker:
         """
         self._audio_q.join()
 
-    @property
-    def current_turn(self) -> int:
-        return self._last_turn
-
     # -- internals -----------------------------------------------------------------------
 
-    def _warm_up(self) -> None:
-        """Run normalisation and post-processing once so the first turn doesn't pay for lazy imports."""
-        self._normalize("今天是1月2日。")
-        rate = getattr(self.engine, "sample_rate", self.player.rate)
-        tone = (0.3 * np.sin(np.arange(rate // 2, dtype=np.float32) * 0.1)).astype(np.float32)
-        prepare_piece(tone, rate, self.player.rate, self.block, fade_ms=self.cfg.audio.crossfade_ms)
-
-    def _turn(self, turn_id: int) -> _Turn:
+    def _queue(self, turn: Turn) -> _Queue:
         try:
-            return self._turns[turn_id]
+            return self._queues[turn.id]
         except KeyError:
-            raise RkvoiceError("speak", "unknown-turn", f"turn {turn_id} was never started (call start_turn)") from None
+            raise RkvoiceError("speak", "unknown-turn", f"turn {turn.id} was never started (call start)") from None
 
-    def _stale(self, turn_id: int) -> bool:
-        return turn_id <= self._cancelled_upto
+    def _dropped(self, turn: Turn) -> None:
+        """turn.cancel() callback: drop its queued pieces and audio, silence the player now."""
+        q = self._queues.get(turn.id)
+        if q is None:
+            return
+        with self._cond:
+            q.inbox.clear()
+            self._cond.notify_all()  # the worker moves past the cancelled turn
+        if q.audio_started or q.in_flight:
+            self.player.clear()
+        q.played.set()
 
-    def _finish(self, turn: _Turn, status: str, error: RkvoiceError | None = None) -> None:
-        with self._lock:
-            if turn.done.is_set():
-                return
-            turn.result = TurnResult(turn.id, status, turn.timeline, error, turn.chunks, round(turn.audio_s, 4))
-            turn.done.set()
+    def _played(self, q: _Queue) -> None:
+        q.played.set()
+        with self._cond:  # keep the last turns for late wait()/audio_ahead_s() calls; forget older ones
+            done = [tid for tid, other in self._queues.items() if other.played.is_set()]
+            for tid in done[:-64]:
+                del self._queues[tid]
 
-    def _pieces(self, turn: _Turn, text: str, limit: int) -> list[str]:
+    def _pieces(self, q: _Queue, text: str, limit: int) -> list[str]:
         """Cut the written text (where numbers and words are still visible, so no cut lands
         inside them), then make each chunk speakable; chunks with nothing to say are dropped."""
         if not text.strip():
             return []
-        first = piece_chars(self.cfg, self.engine)[0] if turn.first_cut else limit
+        first = piece_chars(self.cfg, self.engine)[0] if q.first_cut else limit
         chunks = [self._normalize(c) for c in self._split(text, first, limit)]
         chunks = [c for c in chunks if c.strip()]
         if chunks:
-            turn.first_cut = False
+            q.first_cut = False
         return chunks
 
-    def _next_item(self) -> tuple[_Turn, str, str, bool] | None:
-        """Wait for work of the active turn, moving past turns that ended or were cancelled.
+    def _next_item(self) -> tuple[_Queue, str, str, bool] | None:
+        """Wait for work of the oldest turn, moving past turns that ended or were cancelled.
 
         None once the speaker is closed and every started turn has been served."""
         with self._cond:
             while True:
-                turn = self._turns.get(self._active)
-                if turn is None:
-                    if self._active <= self._last_turn:  # pruned long ago
-                        self._active += 1
-                        continue
+                if not self._order:
                     if self._closed:
                         return None
-                elif self._stale(turn.id) or turn.synth_done:
-                    self._active += 1
+                    self._cond.wait()
                     continue
-                elif turn.inbox:
-                    kind, text = turn.inbox.popleft()
+                q = self._order[0]
+                if q.turn.cancelled or q.synth_done:
+                    self._order.popleft()
+                    continue
+                if q.inbox:
+                    kind, text = q.inbox.popleft()
                     merged = False
-                    if kind == "piece" and not turn.first_cut and self.cfg.tts.coalesce_chars > 0:
-                        merged_text = self._coalesce(turn, text)
-                        merged, text = merged_text != text, merged_text
-                    return turn, kind, text, merged
+                    if kind == "piece":
+                        q.in_flight += 1
+                        if not q.first_cut and self.cfg.tts.coalesce_chars > 0:
+                            joined = self._coalesce(q, text)
+                            merged, text = joined != text, joined
+                    return q, kind, text, merged
                 self._cond.wait()
 
-    def _coalesce(self, turn: _Turn, text: str) -> str:
+    def _coalesce(self, q: _Queue, text: str) -> str:
         """Pieces of the turn that queued up while the worker was busy join this one (one synthesis call)."""
         budget = self.cfg.tts.coalesce_chars - len(text)
-        while turn.inbox and turn.inbox[0][0] == "piece" and len(turn.inbox[0][1]) <= budget:
-            more = turn.inbox.popleft()[1]
+        while q.inbox and q.inbox[0][0] == "piece" and len(q.inbox[0][1]) <= budget:
+            more = q.inbox.popleft()[1]
             text += more
             budget -= len(more)
         return text
@@ -311,96 +299,96 @@ class Speaker:
             if work is None:
                 self._audio_q.put(_STOP)
                 return
-            turn, kind, text, merged = work
-            if self._stale(turn.id):
-                continue
+            q, kind, text, merged = work
             if kind == "end":
-                turn.synth_done = True
-                self._audio_q.put((turn.id, "end", None))
+                q.synth_done = True
+                self._audio_q.put((q, "end", None))
                 continue
             chunk_chars = piece_chars(self.cfg, self.engine)[1]
             limit = max(chunk_chars, self.cfg.tts.coalesce_chars) if merged else chunk_chars
             try:
-                for chunk in self._pieces(turn, text, limit):
-                    if self._stale(turn.id):
+                for chunk in self._pieces(q, text, limit):
+                    if q.turn.cancelled:
                         break
-                    self._synth_one(turn, chunk)
-            except Exception as exc:  # an engine failure ends this turn, never the thread
+                    self._synth_one(q, chunk)
+            except Exception as exc:  # an engine failure fails this turn, never the thread
                 err = exc if isinstance(exc, RkvoiceError) else RkvoiceError(
                     "tts", "synthesis-failed", f"{getattr(self.engine, 'name', 'tts')} failed: {exc}"
                 )
-                log.error("turn %d: %s", turn.id, err, exc_info=not isinstance(exc, RkvoiceError))
+                log.error("turn %d: %s", q.turn.id, err, exc_info=not isinstance(exc, RkvoiceError))
+                q.turn.timeline.mark(Ev.ERROR, turn=q.turn.id, message=str(err))
                 with self._cond:
-                    turn.failed = True
-                    turn.synth_done = True
-                    turn.inbox.clear()
-                turn.timeline.mark("error", turn=turn.id, message=str(err))
-                self._audio_q.put((turn.id, "end", err))
+                    q.synth_done = True
+                self._audio_q.put((q, "end", err))
+            finally:
+                with self._cond:
+                    q.in_flight -= 1
 
-    def _synth_one(self, turn: _Turn, chunk: str) -> None:
-        index = turn.chunks
-        turn.chunks += 1
-        tl = turn.timeline
-        tl.mark("chunk", turn=turn.id, index=index, text=chunk)
+    def _synth_one(self, q: _Queue, chunk: str) -> None:
+        index = q.chunks
+        q.chunks += 1
+        tl, tid = q.turn.timeline, q.turn.id
+        tl.mark(Ev.CHUNK, turn=tid, index=index, text=chunk)
         t0 = self.clock.now()
-        tl.mark("synth_start", turn=turn.id, index=index)
+        tl.mark(Ev.SYNTH_START, turn=tid, index=index)
         samples, rate = self.engine.generate(chunk, sid=self.cfg.tts.sid, speed=self.cfg.tts.speed)
         synth_ms = (self.clock.now() - t0) * 1000.0
         samples = np.asarray(samples, dtype=np.float32).reshape(-1)
-        tl.mark(
-            "synth_end", turn=turn.id, index=index, synth_ms=round(synth_ms, 3), audio_s=round(len(samples) / rate, 4)
-        )
-        if self._stale(turn.id):
+        tl.mark(Ev.SYNTH_END, turn=tid, index=index, synth_ms=round(synth_ms, 3), audio_s=round(len(samples) / rate, 4))
+        if q.turn.cancelled:
             return
         blocks = prepare_piece(samples, rate, self.player.rate, self.block, fade_ms=self.cfg.audio.crossfade_ms)
         if len(blocks):
-            self._audio_q.put((turn.id, "audio", (index, blocks)))
+            self._audio_q.put((q, "audio", (index, blocks)))
 
     def _play_loop(self) -> None:
         while True:
             item = self._audio_q.get()
-            turn: _Turn | None = None
+            q: _Queue | None = None
             try:
                 if item is _STOP:
                     return
-                turn_id, kind, payload = item
-                turn = self._turns.get(turn_id)
-                if turn is None or self._stale(turn_id):
+                q, kind, payload = item
+                if q.turn.cancelled:
                     continue
                 if kind == "audio":
-                    self._play_chunk(turn, *payload)
+                    self._play_chunk(q, *payload)
                 else:
-                    self._end_playback(turn, payload)
-            except Exception as exc:  # a broken player ends the turn, never the thread
+                    self._end_playback(q, payload)
+            except Exception as exc:  # a broken player fails the turn, never the thread
                 err = exc if isinstance(exc, RkvoiceError) else RkvoiceError("player", "failed", str(exc))
                 log.error("player: %s", err, exc_info=not isinstance(exc, RkvoiceError))
-                if turn is not None:
-                    turn.timeline.mark("error", turn=turn.id, message=str(err))
-                    turn.failed = True
-                    self._finish(turn, "error", err)
+                if q is not None:
+                    q.turn.timeline.mark(Ev.ERROR, turn=q.turn.id, message=str(err))
+                    q.turn.fail(err)
             finally:
                 self._audio_q.task_done()
 
-    def _play_chunk(self, turn: _Turn, index: int, blocks: np.ndarray) -> None:
-        if turn.failed:
-            return
+    def _play_chunk(self, q: _Queue, index: int, blocks: np.ndarray) -> None:
         audio_s = blocks.size / self.player.rate
-        if not turn.audio_started:
-            turn.audio_started = True
-            turn.timeline.mark("audio_first", turn=turn.id)
-        turn.timeline.mark("play_chunk", turn=turn.id, index=index, audio_s=round(audio_s, 4))
-        turn.audio_s += audio_s
+        turn = q.turn
+        if not q.audio_started:
+            q.audio_started = True
+            turn.timeline.mark(Ev.AUDIO_FIRST, turn=turn.id)
+        turn.timeline.mark(Ev.PLAY_CHUNK, turn=turn.id, index=index, audio_s=round(audio_s, 4))
+        q.audio_s += audio_s
+        with self._cond:
+            now = self.clock.now()
+            q.dry_at = max(now, q.dry_at or now) + audio_s
         for block in blocks:
-            if self._stale(turn.id):
+            if turn.cancelled:
                 return
             self.player.write(block)
-            if self._stale(turn.id):  # cancel() cleared the player while this block went in
+            if turn.cancelled:  # the cancel cleared the player while this block went in
                 self.player.clear()
                 return
 
-    def _end_playback(self, turn: _Turn, error: RkvoiceError | None) -> None:
-        self.player.drain()
-        if self._stale(turn.id) or turn.done.is_set():
+    def _end_playback(self, q: _Queue, error: RkvoiceError | None) -> None:
+        if error is not None:
+            q.turn.fail(error)
             return
-        turn.timeline.mark("play_end", turn=turn.id)
-        self._finish(turn, "error" if error else "done", error)
+        self.player.drain()
+        if q.turn.cancelled:
+            return
+        q.turn.timeline.mark(Ev.PLAY_END, turn=q.turn.id)
+        self._played(q)

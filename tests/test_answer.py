@@ -16,7 +16,7 @@ from rkvoice.answer.assistant import Assistant
 from rkvoice.answer.conversation import spoken_now
 from rkvoice.answer.generate import TIMEOUT_TEXT, LlmStream
 from rkvoice.answer.llm.registry import LLM, engine_name
-from rkvoice.answer.turn import Answerer
+from rkvoice.answer.respond import Answerer
 from rkvoice.audio.players import NullPlayer
 from rkvoice.clock import FakeClock
 from rkvoice.config import Config, LlmConfig, ModelsConfig, StateConfig
@@ -24,7 +24,8 @@ from rkvoice.errors import RkvoiceError
 from rkvoice.speaker import Speaker
 from rkvoice.state import StateStore
 from rkvoice.text.normalize import speakable
-from rkvoice.timeline import Timeline
+from rkvoice.timeline import Ev, Event, Timeline
+from rkvoice.turn import Turn
 
 WAIT = 10.0  # real-time safety net for thread hand-offs; never reached when things work
 TZ = timezone(timedelta(hours=8))
@@ -95,38 +96,46 @@ def make(tmp_path: Path, deltas: list[str], **kw: object):
     llm = FakeLlm(clock, deltas, **kw)  # type: ignore[arg-type]
     events: dict[str, threading.Event] = {}
 
-    def on_event(e: dict) -> None:
-        events.setdefault(e["name"], threading.Event()).set()
+    def on_event(e: Event) -> None:
+        events.setdefault(str(e.name), threading.Event()).set()
 
     tl = Timeline(clock, on_event=on_event)
     tts = FakeTts()
     player = NullPlayer(cfg, clock)
-    speaker = Speaker(tts, player, cfg, clock, tl, normalize=speakable)
+    speaker = Speaker(tts, player, cfg, clock, normalize=speakable)
+    speaker.load()
     assistant = Assistant(cfg, clock, llm=llm, now=lambda: NOW, store=StateStore(tmp_path / "state"))
-    return clock, llm, tl, tts, speaker, Answerer(assistant, speaker, cfg, clock), events
+    return clock, llm, tl, tts, speaker, Answerer(assistant, speaker, cfg), events
+
+
+def ask(answerer: Answerer, text: str, tl: Timeline) -> Turn:
+    """One turn answered and spoken (as the turn loop does it)."""
+    turn = Turn(tl, text=text)
+    turn.finish(answerer.respond(turn))
+    return turn
 
 
 STORY = ["从前，", "有一只", "小兔子住在月亮上。", "它每天晚上", "都在桂花树下", "捣药，", "累了就看看地球。",
          "有一天，", "它看见一个", "小女孩在窗前", "向它挥手。", "小兔子很开心，", "也向她挥了挥耳朵。"]
 
 
-def names(tl: Timeline, name: str) -> list[dict]:
-    return [e for e in tl.events if e["name"] == name]
+def names(tl: Timeline, name: str) -> list[Event]:
+    return tl.find(Ev(name))
 
 
 def test_first_audio_plays_while_llm_still_generates(tmp_path: Path) -> None:
     audio_started = threading.Event()
     _clock, _llm, tl, tts, speaker, answerer, events = make(tmp_path, STORY, gate=(6, audio_started))
     events["audio_first"] = audio_started  # the gate opens only once audio has reached the player
-    answered = answerer.ask("给我讲一个关于月亮的小故事", tl)
+    answered = ask(answerer, "给我讲一个关于月亮的小故事", tl)
     speaker.close()
-    assert answered.route == "llm" and answered.status == "done"
-    order = [e["name"] for e in tl.events]
+    assert answered.route == "llm" and not answered.cancelled and answered.exception is None
+    order = [str(e.name) for e in tl.events]
     assert order.index("route") < order.index("llm_first_token") < order.index("audio_first") < order.index("llm_done")
     assert order.index("llm_done") < order.index("answer") < order.index("play_end")
-    assert names(tl, "route")[0]["route"] == "llm"
+    assert names(tl, "route")[0].get("route") == "llm"
     whole = "".join(STORY)
-    assert names(tl, "answer")[0]["text"] == whole == answered.text
+    assert names(tl, "answer")[0].get("text") == whole == answered.result
     # every character spoken once, in order, in several pieces
     assert "".join(tts.calls) == speakable(whole)
     assert len(tts.calls) >= 3
@@ -135,50 +144,48 @@ def test_first_audio_plays_while_llm_still_generates(tmp_path: Path) -> None:
 
 def test_pieces_of_the_same_turn_keep_text_before_audio(tmp_path: Path) -> None:
     _clock, _llm, tl, _tts, speaker, answerer, _ = make(tmp_path, STORY)
-    answerer.ask("讲个故事", tl)
+    ask(answerer, "讲个故事", tl)
     speaker.close()
-    chunks = {e["index"]: e["t_ms"] for e in names(tl, "chunk")}
+    chunks = {e.get("index"): e.t_ms for e in names(tl, "chunk")}
     for play in names(tl, "play_chunk"):
-        assert chunks[play["index"]] <= play["t_ms"]
-    assert [e["index"] for e in names(tl, "play_chunk")] == sorted(chunks)
+        assert chunks[play.get("index")] <= play.t_ms
+    assert [e.get("index") for e in names(tl, "play_chunk")] == sorted(chunks)
 
 
 def test_tool_answers_skip_the_llm(tmp_path: Path) -> None:
     _clock, llm, tl, tts, speaker, answerer, _ = make(tmp_path, ["不该出现"])
-    answered = answerer.ask("现在几点", tl)
+    answered = ask(answerer, "现在几点", tl)
     speaker.close()
-    assert answered.route == "tool:time" and answered.text == "现在是晚上十点零五分。"
-    assert names(tl, "route")[0]["route"] == "time"
+    assert answered.route == "tool:time" and answered.result == "现在是晚上十点零五分。"
+    assert names(tl, "route")[0].get("route") == "time"
     assert not names(tl, "llm_first_token") and not llm.seen and not llm.loaded
     assert "".join(tts.calls) == "现在是晚上十点零五分。"
 
 
 def test_stop_request_cancels_speech(tmp_path: Path) -> None:
     _clock, _llm, tl, tts, speaker, answerer, _ = make(tmp_path, [])
-    cancelled: list[bool] = []
-    real_cancel = speaker.cancel
-    speaker.cancel = lambda: (cancelled.append(True), real_cancel())  # type: ignore[method-assign]
-    answered = answerer.ask("别说了", tl)
+    playing = speaker.speak("一段很长的提醒，还在播放。")
+    answered = ask(answerer, "别说了", tl)
+    assert speaker.wait(playing, WAIT)
     speaker.close()
-    assert answered.status == "stopped" and cancelled == [True] and tts.calls == []
+    assert answered.route == "tool:stop" and answered.result == ""
+    assert playing.cancelled and playing.reason == "stop"  # what was speaking stops through its turn
 
 
 def test_cancel_mid_answer_aborts_llm_and_keeps_no_history(tmp_path: Path) -> None:
     gate = threading.Event()
     _clock, llm, tl, _tts, speaker, answerer, events = make(tmp_path, STORY, gate=(4, gate))
-    cancel = threading.Event()
-    result: list = []
-    t = threading.Thread(target=lambda: result.append(answerer.ask("讲个故事", tl, cancel)))
+    turn = Turn(tl, text="讲个故事")
+    t = threading.Thread(target=lambda: turn.finish(answerer.respond(turn)))
     t.start()
     assert llm.seen or events.setdefault("llm_first_token", threading.Event()).wait(WAIT)
-    cancel.set()
-    answerer.cancel()
+    turn.cancel("barge-in")  # the one way to stop a turn: the LLM and the speaker let go of it
     gate.set()
     t.join(WAIT)
     speaker.close()
     assert not t.is_alive()
     assert llm.aborted.is_set()
-    assert result[0].status == "cancelled"
+    assert turn.cancelled and turn.done.is_set() and turn.exception is None
     assert len(answerer.assistant.conversation.history) == 0
 
 
@@ -186,19 +193,19 @@ def test_timeout_aborts_and_says_so() -> None:
     clock = FakeClock()
     llm = FakeLlm(clock, ["第一句话。", "第二句话，", "还没完", "还在说", "一直说"], token_s=1.0)
     tl = Timeline(clock)
-    stream = LlmStream(llm, [{"role": "user", "content": "x"}], clock, timeout_s=2.5, max_chars=500, timeline=tl)
+    stream = LlmStream(llm, [{"role": "user", "content": "x"}], clock, timeout_s=2.5, max_chars=500, turn=Turn(tl))
     out = "".join(stream)
     assert stream.timed_out and llm.aborted.is_set()
     assert out == "第一句话。第二句话，" + "。" + TIMEOUT_TEXT
     assert speakable(TIMEOUT_TEXT) == TIMEOUT_TEXT
     done = names(tl, "llm_done")[0]
-    assert done["timed_out"] is True and names(tl, "llm_timeout")
+    assert done.get("timed_out") is True and names(tl, "llm_timeout")
 
 
 def test_max_answer_length_ends_at_a_sentence() -> None:
     clock = FakeClock()
     llm = FakeLlm(clock, ["一二三四五，", "六七八九十", "十一十二。十三", "十四十五十六"])
-    stream = LlmStream(llm, [], clock, timeout_s=60, max_chars=12, timeline=None)
+    stream = LlmStream(llm, [], clock, timeout_s=60, max_chars=12, turn=None)
     assert "".join(stream) == "一二三四五，六七八九十十一十二。"
     assert stream.truncated and llm.aborted.is_set()
 
@@ -240,9 +247,9 @@ def test_player_about_to_run_dry_cuts_pending_text_at_a_comma(tmp_path: Path) ->
     said = [0]
     real_say = speaker.say
 
-    def say(piece: str, turn: int) -> None:
+    def say(turn: Turn, piece: str) -> None:
         said[0] += 1
-        real_say(piece, turn)
+        real_say(turn, piece)
 
     speaker.say = say  # type: ignore[method-assign]
 
@@ -250,8 +257,8 @@ def test_player_about_to_run_dry_cuts_pending_text_at_a_comma(tmp_path: Path) ->
         deadline = time.monotonic() + WAIT
         while time.monotonic() < deadline:
             ev = tl.events
-            n_chunk = sum(e["name"] == "chunk" for e in ev)
-            if n_chunk >= said[0] and sum(e["name"] == "play_chunk" for e in ev) == n_chunk:
+            n_chunk = sum(e.name is Ev.CHUNK for e in ev)
+            if n_chunk >= said[0] and sum(e.name is Ev.PLAY_CHUNK for e in ev) == n_chunk:
                 return
             time.sleep(0.001)
 
@@ -263,45 +270,56 @@ def test_player_about_to_run_dry_cuts_pending_text_at_a_comma(tmp_path: Path) ->
             yield d
 
     llm.stream = stream  # type: ignore[method-assign]
-    answerer.ask("讲个故事", tl)
+    ask(answerer, "讲个故事", tl)
     speaker.close()
     # 0.4 s per delta, 0.2 s of speech per character: the first sentence (1.4 s of audio) runs
     # out at 1.8 s while "庙里有个老和尚在讲故事。" completes only at 3.2 s. At 1.6 s the
     # player is about to run dry, so "山里有座庙，" is spoken on its own, early.
-    assert [e["text"] for e in names(tl, "chunk")] == ["从前有一座山。", "山里有座庙，", "庙里有个老和尚在讲故事。"]
+    assert [e.get("text") for e in names(tl, "chunk")] == ["从前有一座山。", "山里有座庙，", "庙里有个老和尚在讲故事。"]
     assert "".join(tts.calls) == "".join(deltas)
     # the cut piece plays 1.6..3.0 s, the rest arrives at 3.2 s: a 200 ms gap instead of 1400 ms
     assert tl.summary()["max_gap_ms"] == pytest.approx(200.0, abs=1.0)
 
 
-def test_wrap_guards_the_stream_and_errors_end_the_turn(tmp_path: Path) -> None:
-    _clock, _llm, tl, tts, speaker, answerer, _ = make(tmp_path, STORY)
+def test_stalled_answer_fails_the_turn_by_the_gap_deadline(tmp_path: Path) -> None:
+    stalled = threading.Event()
+    clock, llm, tl, tts, speaker, answerer, _ = make(tmp_path, STORY, gate=(3, stalled))
+    turn = Turn(tl, text="讲个故事")
+    errors: list[BaseException] = []
 
-    def deadline(deltas: Iterator[str]) -> Iterator[str]:  # like the daemon's stall guard
-        for i, d in enumerate(deltas):
-            if i == 3:
-                raise RkvoiceError("answer", "timeout", "no delta within 10 s")
-            yield d
+    def run() -> None:
+        try:
+            answerer.respond(turn)
+        except RkvoiceError as exc:
+            errors.append(exc)
 
-    with pytest.raises(RkvoiceError, match="no delta"):
-        answerer.ask("讲个故事", tl, wrap=deadline)
-    assert names(tl, "answer_first_text") and names(tl, "answer")
-    turn = names(tl, "answer_start")[0]["turn"]
-    result = speaker.wait_done(turn, WAIT)  # the turn was ended: what was said plays out
+    t = threading.Thread(target=run)
+    t.start()
+    waited = 0.0
+    while t.is_alive() and waited < 60:  # the deadline waits on the turn's (fake) clock
+        clock.advance(0.5)
+        waited += 0.5
+        t.join(0.01)
+    stalled.set()
     speaker.close()
-    assert result is not None and result.status == "done"
-    assert tts.calls == ["从前，"]  # pieces handed before the error; the unfinished rest is dropped
+    gap = answerer.cfg.daemon.answer_gap_timeout_s
+    assert errors and getattr(errors[0], "code", "") == "timeout" and "next words" in str(errors[0])
+    assert turn.reason == "timeout" and turn.exception is errors[0]
+    assert llm.aborted.is_set()  # the turn's cancel reached the LLM
+    assert gap <= waited <= gap + 2
+    assert names(tl, "answer_first_text") and names(tl, "answer")
 
 
-def test_assistant_abort_drops_the_answer_from_history(tmp_path: Path) -> None:
+def test_reply_stops_when_its_turn_is_cancelled(tmp_path: Path) -> None:
     clock = FakeClock()
     llm = FakeLlm(clock, ["第一句。", "第二句。", "第三句。"])
     a = Assistant(cfg_for(tmp_path), clock, llm=llm, now=lambda: NOW, store=StateStore(tmp_path / "s"))
-    reply = a.reply("讲个故事")
+    turn = Turn(Timeline(clock), text="讲个故事")
+    reply = a.reply("讲个故事", turn)
     got = []
     for d in reply.deltas:
         got.append(d)
-        a.abort()  # e.g. the daemon's stop, from any thread
+        turn.cancel("stop")  # from any thread
     assert got == ["第一句。"] and llm.aborted.is_set()
     assert reply.llm is not None and reply.llm.cancelled
     assert len(a.conversation.history) == 0

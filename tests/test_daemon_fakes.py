@@ -1,7 +1,7 @@
-"""Scripted fake stages for the daemon, and the fault-injection tests that run on them in-process.
-
-The same fakes back the subprocess tests (test_daemon_service.py) through ``subprocess_plan``,
-selected with ``python -m rkvoice.daemon --stages test_daemon_fakes:subprocess_plan``.
+"""The daemon's supervision around the product's turn loop, on scripted fake engines, in-process:
+fault injection (ASR, TTS and LLM failures, a lost microphone, repeated failures), the watchdog,
+reload. The same stages back the subprocess tests (test_daemon_service.py) through
+``subprocess_plan``, selected with ``python -m rkvoice.daemon --stages test_daemon_fakes:subprocess_plan``.
 """
 
 from __future__ import annotations
@@ -10,139 +10,319 @@ import json
 import os
 import queue
 import threading
-import time
-from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
+from fakes import FakeVoice, MarkerWake, ScriptedAsr, ScriptedLlm, ScriptedMic, ScriptedSegmenter, wait_until
 
+from rkvoice.answer.assistant import Assistant
+from rkvoice.audio.players import NullPlayer
+from rkvoice.clock import FakeClock
 from rkvoice.config import Config, load_config
+from rkvoice.daemon.product import HearEngines, SpeakEngines, answer_key, hear_key, speak_key
 from rkvoice.daemon.sdnotify import Notifier
 from rkvoice.daemon.service import EXIT_OK, EXIT_REPEATED_FAILURES, Daemon
-from rkvoice.daemon.stages import Answer, Heard, Plan, Spoken, StageSpec, TurnReport
-from rkvoice.daemon.turn import StagedLoop, deadline_deltas
+from rkvoice.daemon.stages import Plan, StageSpec
 from rkvoice.errors import RkvoiceError
+from rkvoice.hear.session import Mode
+from rkvoice.hear.sources import AudioSource
+from rkvoice.turn import Turn
 
-# -- fakes ---------------------------------------------------------------------------------
+QUESTION = "给我讲讲长城的历史"  # no tool takes it: the LLM answers
 
 
-class ScriptedListener:
-    """Hands out scripted requests; an Exception instance in the script is raised instead."""
+class FakeHear(HearEngines):
+    """The hear stage with a marker wake engine (requests said in one breath with the wake phrase)."""
 
-    def __init__(self, script: Iterable[Any] = (), log: list | None = None) -> None:
-        self.script: queue.Queue[Any] = queue.Queue()
-        for item in script:
-            self.script.put(item)
-        self.loaded = False
+    def __init__(self, cfg: Config, script: list[Any]) -> None:
+        super().__init__(cfg)
+        self.script = script
         self.closed = False
-        self.log = log if log is not None else []
 
     def load(self) -> None:
-        self.loaded = True
+        self.asr = ScriptedAsr([])
+        self.wake = MarkerWake(self.script)
+        self.segmenter = ScriptedSegmenter()
 
-    def listen(self, stop: threading.Event) -> Heard | None:
-        try:
-            item = self.script.get(timeout=0.05)
-        except queue.Empty:
-            stop.wait(0.05)
+    def close(self) -> None:
+        self.closed = True
+
+
+class Rig:
+    """Stages of fakes: scripted hearing, the real Assistant on a scripted LLM, the real Speaker on a
+    fake voice and a null player. ``mic_errors`` device errors come before the microphone works."""
+
+    def __init__(self, script: list[Any], llm: ScriptedLlm | None = None, mic_errors: int = 0) -> None:
+        self.script = script
+        self.llm = llm or ScriptedLlm()
+        self.voice = FakeVoice(char_s=0.005)
+        self.mic_errors = mic_errors
+        self.mic_opened = 0
+        self.hear: FakeHear | None = None
+        self.assistant: Assistant | None = None
+        self.speak: SpeakEngines | None = None
+        self.daemon: Daemon | None = None
+
+    def plan(self) -> Plan:
+        def hear(c: Config) -> FakeHear:
+            self.hear = FakeHear(c, self.script)
+            return self.hear
+
+        def answer(c: Config) -> Assistant:
+            self.assistant = Assistant(c, llm=self.llm)
+            return self.assistant
+
+        def speak(c: Config) -> SpeakEngines:
+            self.speak = SpeakEngines(c, player=lambda cc: NullPlayer(cc), tts=lambda cc: self.voice)
+            return self.speak
+
+        return Plan(stages=(StageSpec("hear", hear_key, hear), StageSpec("answer", answer_key, answer),
+                            StageSpec("speak", speak_key, speak)), source=self.source)
+
+    def source(self, cfg: Config) -> AudioSource:
+        self.mic_opened += 1
+        if self.mic_opened <= self.mic_errors:
+            raise RkvoiceError("audio", "device-lost", "microphone unplugged (test)")
+        return ScriptedMic(len(self.script), self._ready)
+
+    def _ready(self, done: int) -> bool:
+        """The previous script item was heard and its turn (if any) is over."""
+        d = self.daemon
+        if d is None or d.loop is None or self.hear is None or self.hear.wake is None:
+            return False
+        wake = self.hear.wake
+        assert isinstance(wake, MarkerWake)
+        loop = d.loop.loop
+        return wake.seen >= done and loop.current is None and loop.session.mode is Mode.IDLE
+
+
+def _cfg(tmp_path: Path, **daemon: Any) -> Config:
+    settings = {"lock_file": str(tmp_path / "lock"), "device_retry_s": 0.01, "device_retry_max_s": 0.02}
+    settings.update(daemon)
+    return load_config([{"daemon": settings, "state": {"dir": str(tmp_path / "state")},
+                         "hear": {"ack": "none", "follow_up_s": 0.3}}])
+
+
+class Harness:
+    """Runs a Daemon on a thread (no signal handlers there) and collects its finished turns."""
+
+    def __init__(self, cfg: Config, rig: Rig, clock: Any = None, notifier: Notifier | None = None) -> None:
+        kwargs = {"clock": clock} if clock is not None else {}
+        self.daemon = rig.daemon = Daemon(cfg, rig.plan(), lambda: cfg,
+                                          notifier=notifier or Notifier(socket_name=""), **kwargs)
+        self.turns: queue.Queue[Turn] = queue.Queue()
+        self.daemon.on_turn = self.turns.put
+        self.code: int | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        self.code = self.daemon.run(handle_signals=False)
+
+    def __enter__(self) -> Harness:
+        self.thread.start()
+        return self
+
+    def next_turn(self) -> Turn:
+        return self.turns.get(timeout=10)
+
+    def __exit__(self, *exc: object) -> None:
+        self.daemon.request_stop()
+        self.thread.join(5)
+
+
+def spoken(rig: Rig) -> list[str]:
+    return rig.voice.said
+
+
+def test_asr_failure_ends_the_turn_with_an_apology_and_the_next_turn_works(tmp_path: Path) -> None:
+    rig = Rig([RkvoiceError("asr", "decode-failed", "whisper crashed"), QUESTION])
+    cfg = _cfg(tmp_path)
+    with Harness(cfg, rig) as h:
+        turn = h.next_turn()
+    assert turn.text == QUESTION and turn.route == "llm" and turn.exception is None
+    assert turn.result == "好的，这是回答。"
+    assert spoken(rig)[0] == cfg.daemon.apology and "".join(spoken(rig)[1:]) == "好的，这是回答。"
+    assert h.daemon._failures == 0 and h.daemon.turns == 2
+
+
+class BoomLlm(ScriptedLlm):
+    """The answer to a question with "tts-fail" in it has a piece the voice cannot synthesise."""
+
+    def stream(self, messages: list[dict[str, str]]) -> Any:
+        if "tts-fail" in messages[-1]["content"]:
+            yield from ["第一句能说。", "BOOM 这句合成失败。", "不该说到这里。"]
+        else:
+            yield from super().stream(messages)
+
+
+def test_tts_failure_mid_answer_stops_that_answer_then_next_turn_works(tmp_path: Path) -> None:
+    rig = Rig(["tts-fail " + QUESTION, QUESTION], llm=BoomLlm())
+    cfg = _cfg(tmp_path)
+    with Harness(cfg, rig) as h:
+        turn = h.next_turn()
+    assert turn.text == QUESTION and turn.exception is None
+    assert spoken(rig) == ["第一句能说。", cfg.daemon.apology, "好的，", "这是回答。"] or \
+        spoken(rig) == ["第一句能说。", cfg.daemon.apology, "好的，这是回答。"]
+    assert h.daemon.turns == 2 and h.daemon._failures == 0
+
+
+def test_llm_hang_is_aborted_by_the_deadline_and_the_next_turn_works(tmp_path: Path) -> None:
+    rig = Rig(["hang forever " + QUESTION, QUESTION])
+    cfg = _cfg(tmp_path, answer_first_timeout_s=0.2)
+    with Harness(cfg, rig) as h:
+        turn = h.next_turn()
+        rig.llm.release.set()
+    assert turn.text == QUESTION and turn.exception is None
+    assert spoken(rig)[0] == cfg.daemon.apology
+    assert h.daemon._failures == 0
+
+
+def test_microphone_disappears_and_returns_without_counting_failures(tmp_path: Path) -> None:
+    rig = Rig([QUESTION], mic_errors=6)
+    cfg = _cfg(tmp_path, max_failures=2)
+    with Harness(cfg, rig) as h:
+        turn = h.next_turn()
+    assert turn.text == QUESTION and turn.exception is None
+    assert cfg.daemon.apology not in spoken(rig)  # no apology for a missing mic
+    assert rig.mic_opened == 7
+    assert h.code is None or h.code == EXIT_OK
+
+
+def test_repeated_failures_exit_non_zero_and_flush_state(tmp_path: Path) -> None:
+    boom = RkvoiceError("asr", "decode-failed", "whisper crashed")
+    rig = Rig([boom, boom, QUESTION, boom, boom, boom])
+    cfg = _cfg(tmp_path, max_failures=3)
+    h = Harness(cfg, rig)
+    h.thread.start()
+    h.thread.join(15)
+    assert h.code == EXIT_REPEATED_FAILURES
+    assert spoken(rig).count(cfg.daemon.apology) == 5  # 2 before the good turn reset the count, then 3
+    assert rig.hear is not None and rig.hear.closed  # engines closed (user state flushed) on the way out
+
+
+def test_barge_in_cancels_the_answer_through_its_turn(tmp_path: Path) -> None:
+    """A wake while answering cancels the turn: the LLM is aborted, speech stops, the new turn runs."""
+    long_answer = ScriptedLlm([f"第{i}段很长的回答，" for i in range(40)], delta_s=0.05)
+    rig = Rig([QUESTION, "现在几点"], llm=long_answer)
+    cfg = _cfg(tmp_path)
+    h = Harness(cfg, rig)
+    seen_first = threading.Event()
+    real_ready = rig._ready
+
+    def ready(done: int) -> bool:  # say the second request while the first answer is playing
+        if done == 1:
+            return seen_first.is_set()
+        return real_ready(done)
+
+    rig._ready = ready  # type: ignore[method-assign]
+    with h:
+        assert wait_until(lambda: len(spoken(rig)) >= 1)
+        seen_first.set()
+        first = h.next_turn()
+        second = h.next_turn()
+    assert first.cancelled and first.reason == "barge-in" and first.exception is None
+    assert long_answer.aborted.is_set()
+    assert second.text == "现在几点" and second.route == "tool:time" and not second.cancelled
+    assert first.timeline.find(__import__("rkvoice.timeline", fromlist=["Ev"]).Ev.BARGE_IN)
+
+
+def test_busy_work_older_than_stall_limit_is_reported_stalled(tmp_path: Path) -> None:
+    clock = FakeClock()
+    cfg = _cfg(tmp_path)
+    d = Daemon(cfg, Rig([]).plan(), lambda: cfg, notifier=Notifier(socket_name=""), clock=clock)
+    assert d.stalled(10) is None
+    with d.busy("transcribe"):
+        clock.advance(9)
+        assert d.stalled(10) is None
+        clock.advance(2)
+        assert d.stalled(10) == ("transcribe", 11)
+    assert d.stalled(10) is None  # finished: no longer counts
+
+
+def test_watchdog_pings_stop_while_hearing_is_wedged(tmp_path: Path) -> None:
+    import socket
+
+    release = threading.Event()
+    entered = threading.Event()
+
+    class WedgedWake(MarkerWake):
+        def accept(self, frame: Any) -> Any:
+            if int(frame[0]) > 0:
+                entered.set()
+                release.wait(10)  # a native call that never returns
             return None
-        if isinstance(item, BaseException):
-            self.log.append(("listen-raised", repr(item)))
-            raise item
-        return Heard(text=item, speech_end=time.monotonic(), asr_ms=12.0)
 
-    def close(self) -> None:
-        self.closed = True
+    class WedgedHear(FakeHear):
+        def load(self) -> None:
+            super().load()
+            self.wake = WedgedWake(self.script)
 
-
-class FakeAnswerer:
-    """'hang' never answers (until released); anything else gets a two-piece answer."""
-
-    def __init__(self) -> None:
-        self.released = threading.Event()
-        self.cancelled: list[str] = []
-        self.closed = False
-
-    def load(self) -> None:
-        pass
-
-    def answer(self, text: str, cancel: threading.Event) -> Answer:
-        def deltas() -> Iterator[str]:
-            if "hang" in text:
-                # a wedged native call: ignores everything until the test releases it
-                self.released.wait(10)
-                self.cancelled.append(text)
-                return
-            yield f"你说的是{text}。"
-            yield "这是第二句。"
-
-        return Answer(route="tool:echo" if "hang" not in text else "llm", deltas=deltas())
-
-    def close(self) -> None:
-        self.closed = True
-
-
-class FakeSpeaker:
-    """Records what it 'plays'; a piece containing 'BOOM' fails synthesis mid-answer."""
-
-    def __init__(self, log: list | None = None, boom: str = "BOOM", hold: threading.Event | None = None):
-        self.spoken: list[str] = []
-        self.log = log if log is not None else []
-        self.boom = boom
-        self.hold = hold  # when set: block "playing" until cancelled
-        self.cancels = 0
-        self.closed = False
-
-    def load(self) -> None:
-        pass
-
-    def speak(self, deltas: Iterable[str], cancel: threading.Event) -> Spoken:
-        first = None
-        for piece in deltas:
-            if self.boom in piece:
-                raise RkvoiceError("tts", "synth-failed", f"cannot synthesise {piece!r}")
-            self.spoken.append(piece)
-            self.log.append(("spoke", piece))
-            first = first or time.monotonic()
-            if self.hold is not None:
-                self.log.append(("playing", piece))
-                cancel.wait(30)
-            if cancel.is_set():
-                return Spoken(first_audio=first, cancelled=True)
-        return Spoken(first_audio=first, audio_s=1.0)
-
-    def cancel(self) -> None:
-        self.cancels += 1
-        self.log.append(("speaker-cancel", ""))
-
-    def close(self) -> None:
-        self.closed = True
+    rig = Rig([QUESTION])
+    clock = FakeClock()
+    path = tmp_path / "notify"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(path))
+    sock.settimeout(5)
+    cfg = _cfg(tmp_path, stall_s=60.0)
+    plan = rig.plan()
+    wedged = Plan(stages=(StageSpec("hear", hear_key, lambda c: WedgedHear(c, rig.script)), *plan.stages[1:]),
+                  source=lambda c: ScriptedMic(1, lambda done: True))
+    d = Daemon(cfg, wedged, lambda: cfg, notifier=Notifier(socket_name=str(path), watchdog_usec="20000"),
+               clock=clock)
+    t = threading.Thread(target=d.run, kwargs={"handle_signals": False}, daemon=True)
+    t.start()
+    try:
+        assert entered.wait(5)
+        msgs: list[str] = []
+        while "WATCHDOG=1" not in msgs and len(msgs) < 50:  # STATUS..., READY, then pings
+            msgs.append(sock.recv(100).decode())
+        assert "WATCHDOG=1" in msgs
+        clock.advance(61)  # hearing has now been stuck for over a minute
+        sock.settimeout(0.3)
+        late = []
+        try:
+            for _ in range(20):
+                late.append(sock.recv(100).decode())
+        except TimeoutError:
+            pass
+        # at most one ping that was already on its way when the clock moved
+        assert late.count("WATCHDOG=1") <= 1, late
+    finally:
+        release.set()
+        d.request_stop()
+        t.join(5)
+        sock.close()
 
 
-class BoomAnswerer(FakeAnswerer):
-    def answer(self, text: str, cancel: threading.Event) -> Answer:
-        if "tts-fail" in text:
-            return Answer(route="tool:echo", deltas=iter(["第一句能说。", "BOOM 这句合成失败。", "不该说到这里。"]))
-        return super().answer(text, cancel)
+def test_reload_reaches_the_running_loop_and_swaps_only_the_changed_engine(tmp_path: Path) -> None:
+    rig = Rig([])
+    builds: list[float] = []
+    plan = rig.plan()
+    speak_build = plan.stages[2].build
 
+    def counted(c: Config) -> Any:
+        builds.append(c.tts.speed)
+        return speak_build(c)
 
-def make_plan(listener: Any, answerer: Any, speaker: Any) -> Plan:
-    def loop(engines: dict[str, Any], cfg: Config, host: Any) -> StagedLoop:
-        return StagedLoop(
-            engines["hear"], engines["answer"], engines["speak"],
-            first_timeout=cfg.daemon.answer_first_timeout_s, gap_timeout=cfg.daemon.answer_gap_timeout_s,
-            host=host,
-        )
-
-    return Plan(
-        stages=(
-            StageSpec("hear", lambda c: c.hear, lambda c: listener),
-            StageSpec("answer", lambda c: c.llm, lambda c: answerer),
-            StageSpec("speak", lambda c: c.tts, lambda c: speaker),
-        ),
-        make_loop=loop,
-    )
+    plan = Plan(stages=(*plan.stages[:2], StageSpec("speak", speak_key, counted)), source=plan.source)
+    cfgs = [_cfg(tmp_path)]
+    d = rig.daemon = Daemon(cfgs[0], plan, lambda: cfgs[-1], notifier=Notifier(socket_name=""))
+    t = threading.Thread(target=d.run, kwargs={"handle_signals": False}, daemon=True)
+    t.start()
+    try:
+        assert wait_until(lambda: d.loop is not None and rig.mic_opened == 1)
+        first_loop = d.loop
+        cfgs.append(load_config([{"tts": {"speed": 1.3}, "daemon": {"lock_file": str(tmp_path / "lock")},
+                                  "state": {"dir": str(tmp_path / "state")}, "hear": {"ack": "none"}}]))
+        d.request_reload()
+        assert wait_until(lambda: len(builds) == 2 and rig.mic_opened == 2)
+        assert builds == [1.0, 1.3]
+        assert d.loop is not first_loop  # the loop runs again, on the new engine
+        assert d.stages.engines["hear"] is rig.hear and not rig.hear.closed  # hear was not reloaded
+    finally:
+        d.request_stop()
+        t.join(5)
+    assert not t.is_alive()
 
 
 # -- the plan the subprocess tests run ----------------------------------------------------------
@@ -159,286 +339,94 @@ class _EventLog:
             f.write(json.dumps(item, ensure_ascii=False) + "\n")
 
 
-class SpoolListener(ScriptedListener):
-    """Requests are files dropped into $RKVOICE_TEST_SPOOL; 'NOMIC' files simulate a missing microphone."""
+class SpoolMic:
+    """Requests are files dropped into $RKVOICE_TEST_SPOOL, said in one breath with the wake phrase
+    (marker frames for MarkerWake); a 'NOMIC' file is a microphone that just disappeared. The
+    daemon runs with hear.follow_up_s=0, so every request starts with the wake phrase."""
 
-    def __init__(self, log: _EventLog) -> None:
-        super().__init__(log=log)  # type: ignore[arg-type]
+    sample_rate = 16000
+
+    def __init__(self, script: list[Any], log: _EventLog) -> None:
+        self.script = script
+        self.log = log
         self.spool = Path(os.environ["RKVOICE_TEST_SPOOL"])
+        self._closed = threading.Event()
 
-    def listen(self, stop: threading.Event) -> Heard | None:
-        for f in sorted(self.spool.glob("*.txt")):
-            text = f.read_text(encoding="utf-8")
-            f.unlink()
-            if text == "NOMIC":
-                self.log.append(("listen-raised", "device-missing"))
-                raise RkvoiceError("audio", "device-missing", "no microphone 'default' (test)")
-            self.log.append(("heard", text))
-            return Heard(text=text, speech_end=time.monotonic())
-        stop.wait(0.05)
-        return None
+    def frames(self) -> Any:
+        import numpy as np
+
+        while not self._closed.wait(0.02):  # test fake: a real mic blocks on its device instead
+            for f in sorted(self.spool.glob("*.txt")):
+                text = f.read_text(encoding="utf-8")
+                f.unlink()
+                if text == "NOMIC":
+                    self.log.append(("listen-raised", "device-missing"))
+                    raise RkvoiceError("audio", "device-missing", "no microphone 'default' (test)")
+                self.log.append(("heard", text))
+                self.script.append(text)
+                yield np.zeros(512, np.float32)  # a frame of silence ends any follow-up window first
+                frame = np.zeros(512, np.float32)
+                frame[0] = len(self.script)
+                yield frame
+
+    def close(self) -> None:
+        self._closed.set()
+
+
+class LoggedVoice(FakeVoice):
+    def __init__(self, log: _EventLog) -> None:
+        super().__init__(char_s=0.005)
+        self.log = log
+
+    def generate(self, text: str, sid: int = 0, speed: float = 1.0) -> Any:
+        out = super().generate(text, sid, speed)
+        self.log.append(("spoke", text))
+        return out
+
+
+class EchoLlm(ScriptedLlm):
+    """Says "你说的是<question>。这是第二句。"; with $RKVOICE_TEST_HOLD it keeps talking until aborted."""
+
+    def __init__(self, log: _EventLog, hold: bool) -> None:
+        super().__init__()
+        self.log = log
+        self.hold = hold
+
+    def stream(self, messages: list[dict[str, str]]) -> Any:
+        self.aborted.clear()
+        question = messages[-1]["content"].rsplit("]", 1)[-1].strip()  # without the time stamp, if any
+        yield f"你说的是{question}。"
+        if self.hold:
+            self.log.append(("playing", question))
+            while not self.aborted.wait(0.05):
+                yield "还有很多要说的内容，"
+            self.log.append(("llm-abort", ""))
+            return
+        yield "这是第二句。"
 
 
 def subprocess_plan(cfg: Config) -> Plan:
     events = _EventLog()
+    script: list[Any] = []
+    hold = bool(os.environ.get("RKVOICE_TEST_HOLD"))
 
     def built(name: str, make: Any) -> Any:
         def build(c: Config) -> Any:
             events.append(("build", f"{name}:{_key(name, c)}"))
-            return make()
+            return make(c)
 
         return build
 
-    hold = threading.Event() if os.environ.get("RKVOICE_TEST_HOLD") else None
-    base = make_plan(None, None, None)
     return Plan(
         stages=(
-            StageSpec("hear", base.stages[0].key, built("hear", lambda: SpoolListener(events))),
-            StageSpec("answer", base.stages[1].key, built("answer", FakeAnswerer)),
-            StageSpec("speak", base.stages[2].key, built("speak", lambda: FakeSpeaker(events, hold=hold))),
+            StageSpec("hear", hear_key, built("hear", lambda c: FakeHear(c, script))),
+            StageSpec("answer", answer_key, built("answer", lambda c: Assistant(c, llm=EchoLlm(events, hold)))),
+            StageSpec("speak", speak_key, built("speak", lambda c: SpeakEngines(
+                c, player=lambda cc: NullPlayer(cc), tts=lambda cc: LoggedVoice(events)))),
         ),
-        make_loop=base.make_loop,
+        source=lambda c: SpoolMic(script, events),
     )
 
 
 def _key(name: str, c: Config) -> str:
     return {"hear": c.hear.wake_phrase, "answer": c.llm.engine, "speak": f"speed={c.tts.speed:g}"}[name]
-
-
-# -- in-process fault injection -----------------------------------------------------------------
-
-
-def _cfg(tmp_path: Path, **daemon: Any) -> Config:
-    settings = {"lock_file": str(tmp_path / "lock"), "device_retry_s": 0.01, "device_retry_max_s": 0.02}
-    settings.update(daemon)
-    return load_config([{"daemon": settings, "state": {"dir": str(tmp_path / "state")}}])
-
-
-class Harness:
-    """Runs a Daemon on a thread (no signal handlers there) and collects its turns."""
-
-    def __init__(self, cfg: Config, plan: Plan) -> None:
-        self.daemon = Daemon(cfg, plan, lambda: cfg, notifier=Notifier(socket_name=""))
-        self.reports: queue.Queue[TurnReport] = queue.Queue()
-        self.daemon.on_turn = self.reports.put
-        self.code: int | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        self.code = self.daemon.run(handle_signals=False)
-
-    def __enter__(self) -> Harness:
-        self.thread.start()
-        return self
-
-    def next_report(self) -> TurnReport:
-        return self.reports.get(timeout=10)
-
-    def __exit__(self, *exc: object) -> None:
-        self.daemon.request_stop()
-        self.thread.join(5)
-
-
-def test_asr_failure_ends_the_turn_with_an_apology_and_the_next_turn_works(tmp_path: Path) -> None:
-    listener = ScriptedListener([RkvoiceError("asr", "decode-failed", "whisper crashed"), "现在几点"])
-    speaker = FakeSpeaker()
-    cfg = _cfg(tmp_path)
-    with Harness(cfg, make_plan(listener, FakeAnswerer(), speaker)) as h:
-        report = h.next_report()
-    assert report.transcript == "现在几点"
-    assert report.route == "tool:echo"
-    assert speaker.spoken == [cfg.daemon.apology, "你说的是现在几点。", "这是第二句。"]
-    assert report.answer_chars == len("你说的是现在几点。这是第二句。")
-    assert h.daemon._failures == 0 and h.daemon.turns == 2
-
-
-def test_tts_failure_mid_answer_stops_that_answer_then_next_turn_works(tmp_path: Path) -> None:
-    listener = ScriptedListener(["tts-fail please", "你好"])
-    speaker = FakeSpeaker()
-    cfg = _cfg(tmp_path)
-    with Harness(cfg, make_plan(listener, BoomAnswerer(), speaker)) as h:
-        report = h.next_report()
-    assert speaker.spoken == ["第一句能说。", cfg.daemon.apology, "你说的是你好。", "这是第二句。"]
-    assert report.transcript == "你好"
-
-
-def test_llm_hang_is_aborted_by_the_timeout_and_the_next_turn_works(tmp_path: Path) -> None:
-    listener = ScriptedListener(["hang forever", "你好"])
-    answerer = FakeAnswerer()
-    speaker = FakeSpeaker()
-    cfg = _cfg(tmp_path, answer_first_timeout_s=0.2)
-    with Harness(cfg, make_plan(listener, answerer, speaker)) as h:
-        report = h.next_report()
-        answerer.released.set()
-    assert speaker.spoken == [cfg.daemon.apology, "你说的是你好。", "这是第二句。"]
-    assert report.transcript == "你好"
-    assert h.daemon._failures == 0
-
-
-def test_deadline_sets_cancel_so_a_cooperative_answerer_aborts() -> None:
-    cancel = threading.Event()
-    stopped = threading.Event()
-
-    def slow() -> Iterator[str]:
-        yield "第一段"
-        cancel.wait(10)  # a cooperative LLM checks the cancel event between tokens
-        stopped.set()
-
-    it = deadline_deltas(slow(), cancel, first_timeout=5, gap_timeout=0.1)
-    assert next(it) == "第一段"
-    with pytest.raises(RkvoiceError) as err:
-        next(it)
-    assert err.value.code == "timeout" and "next words" in err.value.message
-    assert cancel.is_set()
-    assert stopped.wait(5)
-
-
-def test_deadline_passes_the_answerers_own_error_through() -> None:
-    def broken() -> Iterator[str]:
-        yield "好"
-        raise RkvoiceError("llm", "crashed", "model crashed")
-
-    with pytest.raises(RkvoiceError) as err:
-        list(deadline_deltas(broken(), threading.Event(), 1, 1))
-    assert err.value.stage == "llm"
-
-
-def test_microphone_disappears_and_returns_without_counting_failures(tmp_path: Path) -> None:
-    lost = RkvoiceError("audio", "device-lost", "microphone unplugged")
-    listener = ScriptedListener([lost, lost, lost, lost, lost, lost, "你好"])
-    speaker = FakeSpeaker()
-    cfg = _cfg(tmp_path, max_failures=2)
-    with Harness(cfg, make_plan(listener, FakeAnswerer(), speaker)) as h:
-        report = h.next_report()
-    assert report.transcript == "你好"
-    assert speaker.spoken == ["你说的是你好。", "这是第二句。"]  # no apology for a missing mic
-    assert sum(1 for e in listener.log if e[0] == "listen-raised") == 6
-    assert h.code is None or h.code == EXIT_OK
-
-
-def test_repeated_failures_exit_non_zero(tmp_path: Path) -> None:
-    boom = RkvoiceError("asr", "decode-failed", "whisper crashed")
-    listener = ScriptedListener([boom, boom, "ok", boom, boom, boom])
-    speaker = FakeSpeaker()
-    answerer = FakeAnswerer()
-    cfg = _cfg(tmp_path, max_failures=3)
-    h = Harness(cfg, make_plan(listener, answerer, speaker))
-    h.thread.start()
-    h.thread.join(10)
-    assert h.code == EXIT_REPEATED_FAILURES
-    assert speaker.spoken.count(cfg.daemon.apology) == 5  # 2 before the good turn reset the count, then 3
-    assert answerer.closed and speaker.closed and listener.closed  # state flushed on the way out
-
-
-def test_busy_work_older_than_stall_limit_is_reported_stalled(tmp_path: Path) -> None:
-    from rkvoice.clock import FakeClock
-
-    clock = FakeClock()
-    cfg = _cfg(tmp_path)
-    d = Daemon(cfg, make_plan(None, None, None), lambda: cfg, notifier=Notifier(socket_name=""), clock=clock)
-    assert d.stalled(10) is None
-    with d.busy("transcribe"):
-        clock.advance(9)
-        assert d.stalled(10) is None
-        clock.advance(2)
-        assert d.stalled(10) == ("transcribe", 11)
-    assert d.stalled(10) is None  # finished: no longer counts
-
-
-def test_watchdog_pings_stop_while_a_stage_is_wedged(tmp_path: Path) -> None:
-    import socket
-
-    from rkvoice.clock import FakeClock
-
-    class WedgedListener(ScriptedListener):
-        def __init__(self) -> None:
-            super().__init__()
-            self.entered = threading.Event()
-            self.release = threading.Event()
-
-        def listen(self, stop: threading.Event) -> Heard | None:
-            self.entered.set()
-            self.release.wait(10)  # a native call that never returns
-            return None
-
-    clock = FakeClock()
-    path = tmp_path / "notify"
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(str(path))
-    sock.settimeout(5)
-    cfg = _cfg(tmp_path, stall_s=60.0)
-    listener = WedgedListener()
-    d = Daemon(cfg, make_plan(listener, FakeAnswerer(), FakeSpeaker()), lambda: cfg,
-               notifier=Notifier(socket_name=str(path), watchdog_usec="20000"), clock=clock)
-    t = threading.Thread(target=d.run, kwargs={"handle_signals": False}, daemon=True)
-    t.start()
-    try:
-        assert listener.entered.wait(5)
-        msgs: list[str] = []
-        while "WATCHDOG=1" not in msgs and len(msgs) < 50:  # STATUS..., READY, then pings
-            msgs.append(sock.recv(100).decode())
-        assert "WATCHDOG=1" in msgs
-        clock.advance(61)  # the listener has now been stuck for over a minute
-        sock.settimeout(0.3)
-        late = []
-        try:
-            for _ in range(20):
-                late.append(sock.recv(100).decode())
-        except TimeoutError:
-            pass
-        # at most one ping that was already on its way when the clock moved
-        assert late.count("WATCHDOG=1") <= 1, late
-    finally:
-        listener.release.set()
-        d.request_stop()
-        t.join(5)
-        sock.close()
-
-
-def test_reload_reaches_a_loop_that_runs_until_told(tmp_path: Path) -> None:
-    """The live hear loop runs until its stop event: a reload must still get through."""
-    builds: list[float] = []
-    runs: list[threading.Event] = []
-
-    class UntilToldLoop:
-        def run_once(self, stop: threading.Event) -> None:
-            runs.append(stop)
-            stop.wait(10)
-
-        def stop_speaking(self) -> None:
-            pass
-
-        def apologise(self, text: str) -> None:
-            pass
-
-    class Engine:
-        def __init__(self, c: Config) -> None:
-            builds.append(c.tts.speed)
-
-        def load(self) -> None:
-            pass
-
-    cfgs = [_cfg(tmp_path)]
-    plan = Plan(stages=(StageSpec("speak", lambda c: c.tts, Engine),),
-                make_loop=lambda engines, c, host: UntilToldLoop())
-    d = Daemon(cfgs[0], plan, lambda: cfgs[-1], notifier=Notifier(socket_name=""))
-    t = threading.Thread(target=d.run, kwargs={"handle_signals": False}, daemon=True)
-    t.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not runs and time.monotonic() < deadline:
-            time.sleep(0.01)
-        cfgs.append(load_config([{"tts": {"speed": 1.3}, "daemon": {"lock_file": str(tmp_path / "lock")},
-                                  "state": {"dir": str(tmp_path / "state")}}]))
-        d.request_reload()
-        while len(builds) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert builds == [1.0, 1.3]
-        assert runs[0].is_set()  # the first run was told to return
-        while len(runs) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert not runs[-1].is_set()  # and the loop runs again on the new engine
-    finally:
-        d.request_stop()
-        t.join(5)
-    assert not t.is_alive()

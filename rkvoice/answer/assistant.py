@@ -7,7 +7,6 @@ answer is one delta, the LLM's arrives piece by piece (see generate.LlmStream).
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -21,7 +20,8 @@ from rkvoice.answer.tools.reminders import ReminderScheduler
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
 from rkvoice.state import StateStore
-from rkvoice.timeline import Timeline
+from rkvoice.timeline import Ev
+from rkvoice.turn import Turn
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,6 @@ class Assistant:
         self.scheduler = ReminderScheduler(self.store, now, on_reminder)
         self.ctx = ToolContext(now=now, store=self.store, scheduler=self.scheduler)
         self.conversation = Conversation(cfg, now)
-        self._current: LlmStream | None = None
 
     @property
     def llm(self) -> LlmEngine:
@@ -92,38 +91,22 @@ class Assistant:
     def set_reminder_callback(self, on_due: Callable[[str], None]) -> None:
         self.scheduler.on_due = on_due
 
-    def abort(self) -> None:
-        """Stop a running LLM answer (any thread); it is not kept in the conversation."""
-        current = self._current
-        if current is not None:
-            current.abort()
-        elif self._llm is not None:
-            self._llm.abort()
-
-    def reply(self, text: str, timeline: Timeline | None = None, cancel: threading.Event | None = None) -> Reply:
+    def reply(self, text: str, turn: Turn | None = None) -> Reply:
+        """Route ``text``; the LLM's generation stops when ``turn`` is cancelled."""
         tool = route(text, self.ctx)
         if tool is not None:
-            if timeline is not None:
-                timeline.mark("route", route=tool.tool)
-            deltas = iter([tool.text] if tool.text else [])
-            return Reply(f"tool:{tool.tool}", deltas, tool=tool, action=tool.action)
-        if timeline is not None:
-            timeline.mark("route", route="llm")
+            if turn is not None:
+                turn.timeline.mark(Ev.ROUTE, route=tool.tool)
+            return Reply(f"tool:{tool.tool}", iter([tool.text] if tool.text else []), tool=tool, action=tool.action)
+        if turn is not None:
+            turn.timeline.mark(Ev.ROUTE, route="llm")
         self.llm.load()  # no-op once loaded (the product loads at start)
         stream = LlmStream(self.llm, self.conversation.messages(text), self.clock, self.cfg.llm.timeout_s,
-                           self.cfg.llm.max_answer_chars, timeline, cancel)
+                           self.cfg.llm.max_answer_chars, turn)
 
         def deltas() -> Iterator[str]:
-            self._current = stream
-            try:
-                yield from stream
-            finally:
-                self._current = None
+            yield from stream
             if not stream.cancelled and not stream.timed_out:
                 self.conversation.remember(text, stream.text)
 
         return Reply("llm", deltas(), llm=stream)
-
-    # The daemon's Answerer protocol: answer(text, cancel) -> object with .route and .deltas
-    def answer(self, text: str, cancel: threading.Event) -> Reply:
-        return self.reply(text, cancel=cancel)

@@ -28,11 +28,13 @@ from typing import Any
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
+from rkvoice.turn import Turn
 
 from .engines import StageSet
 from .lock import InstanceLock
+from .product import LiveHost
 from .sdnotify import Notifier
-from .stages import Plan, TurnLoop, TurnReport, is_device_error
+from .stages import Plan, is_device_error
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +58,11 @@ class Daemon:
         self.notifier = notifier or Notifier()
         self.clock = clock or MonotonicClock()
         self.stages = StageSet(plan.stages, on_progress=self._loading)
-        self.loop: TurnLoop | None = None
+        self.loop: LiveHost | None = None
         self.stop = threading.Event()
         self._wake = threading.Event()  # wakes the main thread early
         self._reload = threading.Event()
-        # what run_once gets as its stop: set on shutdown AND on a reload request, so a loop
-        # that runs until told (the live hear loop) returns and the engines can be swapped
-        self._cycle = threading.Event()
+        self._new_cfg: Config | None = None  # read by the main thread, applied by the worker between runs
         self._exit_code = EXIT_OK
         self._busy: dict[int, tuple[str, float]] = {}
         self._busy_lock = threading.Lock()
@@ -71,7 +71,7 @@ class Daemon:
         self._failures = 0
         self._signalled = ""
         self.turns = 0
-        self.on_turn: Callable[[TurnReport], None] | None = None
+        self.on_turn: Callable[[Turn], None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -93,7 +93,7 @@ class Daemon:
         try:
             self.notifier.status("loading models")
             self.stages.load_all(self.cfg)
-            self.loop = self.plan.make_loop(self.stages.engines, self.cfg, self)
+            self.loop = self._make_loop()
             if self.stop.is_set():  # SIGTERM during start-up
                 return self._shutdown(None)
             self.notifier.ready("listening")
@@ -106,13 +106,24 @@ class Daemon:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
+    def _make_loop(self) -> LiveHost:
+        return LiveHost(self.stages.engines, self.cfg, self, self.plan.source)
+
+    def _interrupt(self, reason: str) -> None:
+        """Make the hosted loop return (cancelling the turn in progress)."""
+        if self.loop is not None:
+            try:
+                self.loop.interrupt(reason)
+            except Exception as exc:
+                log.error("stopping the turn loop failed: %s", exc)
+
     def _loading(self, what: str) -> None:
         self.notifier.status(what)
         # slow loads on the board (Paraformer ~8.5 s): ask systemd for more start-up time
         self.notifier.extend_timeout(self.cfg.daemon.load_timeout_s)
 
     def _install_signals(self) -> dict[int, Any]:
-        previous = {}
+        previous: dict[int, Any] = {}
         for sig, handler in (
             (signal.SIGTERM, self._on_stop),
             (signal.SIGINT, self._on_stop),
@@ -141,7 +152,6 @@ class Daemon:
         if code != EXIT_OK and self._exit_code == EXIT_OK:
             self._exit_code = code
         self.stop.set()
-        self._cycle.set()
         self._wake.set()
 
     def _begin_stop(self) -> None:
@@ -149,12 +159,7 @@ class Daemon:
         if self._signalled:
             log.info("%s: stopping", self._signalled)
         self.notifier.stopping("stopping")
-        self._cycle.set()
-        if self.loop is not None:
-            try:
-                self.loop.stop_speaking()
-            except Exception as exc:
-                log.error("stopping speech failed: %s", exc)
+        self._interrupt("shutdown")
 
     def _supervise(self, worker: threading.Thread) -> None:
         interval = self.notifier.watchdog_interval or 5.0
@@ -163,10 +168,10 @@ class Daemon:
             self._wake.wait(interval)
             self._wake.clear()
             if self.stop.is_set():
-                self._cycle.set()
                 break
             if self._reload.is_set():
-                self._cycle.set()  # a long-running hosted loop returns (cancelling a turn in progress)
+                self._reload.clear()
+                self._read_new_config()
             if not worker.is_alive():
                 log.error("the turn loop thread died")
                 self.request_stop(EXIT_FATAL)
@@ -200,14 +205,15 @@ class Daemon:
                     return what, now - since
         return None
 
-    def report(self, result: TurnReport | BaseException) -> None:
-        if isinstance(result, BaseException):
-            if self.stop.is_set():
-                log.info("turn ended by shutdown: %s", result)
-            else:
-                self._turn_failed(result)
-        else:
+    def report(self, result: Turn | BaseException) -> None:
+        exc = result.exception if isinstance(result, Turn) else result
+        if exc is None:
+            assert isinstance(result, Turn)
             self._turn_done(result)
+        elif self.stop.is_set():
+            log.info("turn ended by shutdown: %s", exc)
+        else:
+            self._turn_failed(exc)
 
     def _shutdown(self, worker: threading.Thread | None) -> int:
         t0 = time.monotonic()
@@ -228,17 +234,13 @@ class Daemon:
     def _work(self) -> None:
         backoff = 0.0
         while not self.stop.is_set():
-            if self._reload.is_set():
-                self._reload.clear()
-                log.info("SIGHUP: reloading the config")
-                self._do_reload()
+            new_cfg, self._new_cfg = self._new_cfg, None
+            if new_cfg is not None:
+                self._do_reload(new_cfg)
                 continue
             assert self.loop is not None
-            self._cycle = cycle = threading.Event()
-            if self.stop.is_set() or self._reload.is_set():
-                cycle.set()
             try:
-                report = self.loop.run_once(cycle)
+                self.loop.run()
             except Exception as exc:
                 if self.stop.is_set():
                     log.info("turn ended by shutdown: %s", exc)
@@ -256,22 +258,22 @@ class Daemon:
                 log.info("microphone is back")
                 self.notifier.status("listening")
                 backoff = 0.0
-            if report is not None:
-                self.report(report)
 
-    def _turn_done(self, report: TurnReport) -> None:
+    def _turn_done(self, turn: Turn) -> None:
         with self._count_lock:
             self.turns += 1
             self._failures = 0
             n = self.turns
-        lat = " ".join(f"{k}={v:g}" for k, v in report.latency_ms.items())
+        summary = turn.summary()
+        lat = " ".join(f"{k}={summary[k]:g}" for k in ("asr_ms", "end_to_first_audio_ms")
+                       if isinstance(summary.get(k), (int, float)))
         log.info(
             "turn %d: heard %r route=%s answer_chars=%d%s %s",
-            n, report.transcript, report.route or "-", report.answer_chars,
-            " cancelled" if report.cancelled else "", lat,
+            n, turn.text, turn.route or "-", len(turn.result or ""),
+            f" cancelled ({turn.reason})" if turn.cancelled else "", lat,
         )
         if self.on_turn is not None:
-            self.on_turn(report)
+            self.on_turn(turn)
 
     def _turn_failed(self, exc: BaseException) -> None:
         with self._count_lock:
@@ -288,12 +290,18 @@ class Daemon:
             log.critical("%d turns failed in a row; exiting so the service manager restarts us", failures)
             self.request_stop(EXIT_REPEATED_FAILURES)
 
-    def _do_reload(self) -> None:
+    def _read_new_config(self) -> None:
+        """On the main thread: a config that does not load is refused here, and the running turn
+        loop goes on undisturbed; a good one is handed to the worker, and the loop returns."""
+        log.info("SIGHUP: reloading the config")
         try:
-            new_cfg = self._load_config()
+            self._new_cfg = self._load_config()
         except RkvoiceError as exc:
             log.error("config not reloaded, keeping the running one: %s", exc)
             return
+        self._interrupt("reload")
+
+    def _do_reload(self, new_cfg: Config) -> None:
         self.notifier.notify(RELOADING=1, MONOTONIC_USEC=time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000)
         try:
             changed = self.stages.reload(self.cfg, new_cfg)
@@ -307,7 +315,7 @@ class Daemon:
             self.request_stop(EXIT_FATAL)
             return
         # always rebuild: a partly failed reload may still have swapped some engines
-        self.loop = self.plan.make_loop(self.stages.engines, self.cfg, self)
+        self.loop = self._make_loop()
         self.notifier.notify(READY=1, STATUS="listening")
 
 

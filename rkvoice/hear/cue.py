@@ -1,14 +1,14 @@
-"""The wake acknowledgement: a short chime, or "我在" synthesised once at start-up, kept in memory."""
+"""The wake acknowledgement: a short chime, or "我在" said once at start-up by the loaded voice, kept in memory."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 import numpy as np
 
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
+from rkvoice.tts.base import TtsEngine
 
 log = logging.getLogger(__name__)
 
@@ -29,13 +29,15 @@ def chime(rate: int = 16000, level: float = 0.3) -> np.ndarray:
 
 
 class AckCue:
-    """``load()`` renders the cue once (``hear.ack``: chime, voice, none) at ``rate``."""
+    """``load()`` renders the cue once (``hear.ack``: chime, voice, none) at ``rate``.
 
-    def __init__(self, cfg: Config, rate: int | None = None, tts_factory: Callable[[Config, str], object] | None = None):
+    ``voice`` is the loaded TTS engine the answers are spoken with (needed for ``voice``)."""
+
+    def __init__(self, cfg: Config, voice: TtsEngine | None = None, rate: int | None = None) -> None:
         self.cfg = cfg
         self.rate = rate or cfg.audio.output_rate
         self.kind = cfg.hear.ack
-        self._tts_factory = tts_factory
+        self.voice = voice
         self.samples = np.zeros(0, dtype=np.float32)
 
     def load(self) -> None:
@@ -51,14 +53,9 @@ class AckCue:
 
     def _voice(self) -> np.ndarray:
         text = self.cfg.hear.ack_text
-        if self._tts_factory is None:
-            from rkvoice.tts.registry import create_tts
-
-            tts = create_tts(self.cfg, None, text)
-        else:
-            tts = self._tts_factory(self.cfg, text)
-        tts.load()
-        samples, rate = tts.generate(text, sid=self.cfg.tts.sid, speed=self.cfg.tts.speed)
+        if self.voice is None:
+            raise RkvoiceError("hear", "no-voice", "hear.ack=voice needs the loaded voice; pass it to AckCue")
+        samples, rate = self.voice.generate(text, sid=self.cfg.tts.sid, speed=self.cfg.tts.speed)
         samples = np.asarray(samples, dtype=np.float32)
         if rate != self.rate:
             import soxr

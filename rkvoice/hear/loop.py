@@ -1,32 +1,36 @@
-"""The turn loop: frames -> HearSession -> (cue, answer, speak), for ``--file`` replay and the live mic.
+"""The turn loop: frames -> HearSession -> (cue, answer, speak). The one loop the product runs,
+for ``--file`` replay, the live microphone and the daemon (which wraps it with its supervision).
 
-Each turn gets its own Timeline with ``speech_end`` (marked when the VAD closed the request,
-before ASR), ``wake``, ``cue``, ``asr_done`` (``text``) and then the speaker's marks
-(``audio_first`` ...). ``hear_summary`` adds ``transcript`` and ``end_to_first_audio_ms``.
+Each request becomes a rkvoice.turn.Turn whose timeline holds ``speech_end`` (marked when the VAD
+closed the request, before ASR), ``wake``, ``cue``, ``asr_done`` and then the answer's and the
+speaker's marks. A wake during a turn cancels it (barge-in) through the turn handle.
 
-Live mode runs three kinds of threads: the source thread (frames into a queue), the hear thread
-(this loop: VAD, wake, ASR) and one worker per turn (answer + speak). While a turn runs the
-session only listens for the wake phrase; a wake then cancels the turn (barge-in) at once.
+Live mode runs three kinds of threads: the source thread (frames into the inbox), the hear thread
+(this loop: VAD, wake, ASR) and one worker per turn (answer + speak). ``interrupt()`` (shutdown,
+reload) puts a message in the same inbox, so the loop never waits with a timeout.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 import numpy as np
 
+from rkvoice.audio.players import Player
 from rkvoice.clock import Clock, MonotonicClock
+from rkvoice.errors import RkvoiceError
 from rkvoice.hear.session import HearEvent, HearSession, ListenTimeout, Mode, Request, Wake
 from rkvoice.hear.sources import AudioSource
 from rkvoice.hear.vad import Segment
-from rkvoice.speaker import raise_if_failed
-from rkvoice.timeline import Timeline, summarize
+from rkvoice.timeline import Ev, Timeline
+from rkvoice.turn import Turn
 
 log = logging.getLogger(__name__)
 
@@ -34,44 +38,12 @@ KEEP = 64  # turns and wakes remembered (a daemon runs for weeks)
 
 
 class Responder(Protocol):
-    def respond(self, text: str, timeline: Timeline, cancel: threading.Event) -> str:
-        """Answer ``text`` and speak it; block until it has played or ``cancel`` is set.
-        Returns the answer text (what was handed to the speaker)."""
-
-    def cancel(self) -> None:
-        """Stop synthesis and playback now."""
+    def respond(self, turn: Turn) -> str:
+        """Answer ``turn.text`` and speak it; block until it has played or the turn is cancelled.
+        Returns the answer text; raises when the turn failed."""
 
 
-class SpeakerResponder:
-    """Adapts ``answer(text, cancel) -> text deltas`` and an rkvoice.speaker.Speaker."""
-
-    def __init__(self, answer: Callable[[str, threading.Event], Iterable[str]], speaker: Any) -> None:
-        self.answer = answer
-        self.speaker = speaker
-
-    def respond(self, text: str, timeline: Timeline, cancel: threading.Event) -> str:
-        turn = self.speaker.start_turn(timeline)
-        parts: list[str] = []
-        try:
-            for delta in self.answer(text, cancel):
-                if cancel.is_set():
-                    break
-                if delta:
-                    if not parts:
-                        timeline.mark("answer_first_text")
-                    parts.append(delta)
-                    self.speaker.say(delta, turn)
-        finally:
-            self.speaker.end_turn(turn)
-        if not cancel.is_set():
-            raise_if_failed(self.speaker.wait_done(turn))
-        return "".join(parts)
-
-    def cancel(self) -> None:
-        self.speaker.cancel()
-
-
-def player_cue(player: Any, block_ms: int = 20) -> Callable[[np.ndarray], None]:
+def player_cue(player: Player, block_ms: int = 20) -> Callable[[np.ndarray], None]:
     """Play a float32 cue (at ``player.rate``) through an opened Player, on a short thread.
 
     Players take int16 blocks; the cue is cut into ``block_ms`` blocks so a clear() stops it
@@ -96,40 +68,17 @@ def player_cue(player: Any, block_ms: int = 20) -> Callable[[np.ndarray], None]:
     return play
 
 
-@dataclass
-class TurnRecord:
-    timeline: Timeline
-    transcript: str
-    woke: bool
-    answer: str = ""
-    cancelled: bool = False
-    done: threading.Event = field(default_factory=threading.Event)
-
-    def summary(self) -> dict[str, Any]:
-        events = self.timeline.events
-        return {**summarize(events), **hear_summary(events)}
-
-
-def hear_summary(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """``transcript``, ``end_to_first_audio_ms`` (speech_end -> audio_first), ``asr_ms``, ``woke``."""
-    out: dict[str, Any] = {}
-    asr = next((e for e in events if e["name"] == "asr_done"), None)
-    if asr is None:
-        return out
-    out["transcript"] = asr.get("text", "")
-    out["asr_ms"] = asr.get("asr_ms")
-    out["woke"] = bool(asr.get("woke")) or any(e["name"] == "wake" for e in events)
-    ends = [e for e in events if e["name"] == "speech_end" and e["t_ms"] <= asr["t_ms"]]
-    first = next((e for e in events if e["name"] == "audio_first"), None)
-    if ends:
-        out["vad_silence_ms"] = ends[-1].get("silence_ms")
-        if first is not None:
-            out["end_to_first_audio_ms"] = round(first["t_ms"] - ends[-1]["t_ms"], 3)
-    return out
+def _not_busy(_what: str) -> AbstractContextManager[None]:
+    return contextlib.nullcontext()
 
 
 class TurnLoop:
-    """Drives a HearSession from an AudioSource and runs a turn for each request."""
+    """Drives a HearSession from an AudioSource and runs a turn for each request.
+
+    ``busy(what)`` marks work that must finish (the daemon's watchdog); ``on_turn(turn)`` is called
+    when a turn is over; ``on_error(exc)`` when hearing failed (a model error), after which the loop
+    goes on listening. Without ``on_error`` such an error ends the loop.
+    """
 
     def __init__(
         self,
@@ -138,7 +87,9 @@ class TurnLoop:
         cue: np.ndarray | None = None,
         cue_out: Callable[[np.ndarray], None] | None = None,
         clock: Clock | None = None,
-        on_turn: Callable[[TurnRecord], None] | None = None,
+        on_turn: Callable[[Turn], None] | None = None,
+        on_error: Callable[[BaseException], None] | None = None,
+        busy: Callable[[str], AbstractContextManager[None]] = _not_busy,
     ) -> None:
         self.session = session
         self.responder = responder
@@ -146,13 +97,31 @@ class TurnLoop:
         self.cue_out = cue_out
         self.clock = clock or MonotonicClock()
         self.on_turn = on_turn
-        self.turns: deque[TurnRecord] = deque(maxlen=KEEP)
+        self.on_error = on_error
+        self.busy = busy
+        self.turns: deque[Turn] = deque(maxlen=KEEP)
         self.wakes: deque[Wake] = deque(maxlen=KEEP)
         self._pending: Timeline | None = None
-        self._current: TurnRecord | None = None
-        self._cancel = threading.Event()
-        self._inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._current: Turn | None = None
+        self._lock = threading.Lock()
+        self._inbox: queue.Queue[tuple[str, Any]] | None = None  # the running run_live's
+        self._stop_asked = False
         session.on_speech_end = self._speech_end
+
+    @property
+    def current(self) -> Turn | None:
+        return self._current
+
+    def interrupt(self, reason: str = "shutdown") -> None:
+        """From any thread: cancel the running turn and make ``run_live`` return."""
+        turn = self._current
+        if turn is not None:
+            turn.cancel(reason)
+        with self._lock:
+            self._stop_asked = True  # also stops a run_live that is only about to start
+            inbox = self._inbox
+        if inbox is not None:
+            inbox.put(("stop", None))
 
     # -- shared event handling ------------------------------------------------------------
 
@@ -165,7 +134,7 @@ class TurnLoop:
         if mode is not Mode.LISTENING or self._pending is None:  # listening: the wake is already marked
             self._pending = self._timeline()
         silence_ms = round((seg.decided_s - seg.end_s) * 1000.0, 1)
-        self._pending.mark("speech_end", audio_s=round(seg.end_s, 3), silence_ms=silence_ms,
+        self._pending.mark(Ev.SPEECH_END, audio_s=round(seg.end_s, 3), silence_ms=silence_ms,
                            truncated=seg.truncated)
 
     def _on_wake(self, ev: Wake) -> None:
@@ -174,131 +143,141 @@ class TurnLoop:
             self._barge_in()
         if not ev.hit.request or self._pending is None:
             self._pending = self._timeline()
-        self._pending.mark("wake", text=ev.hit.text, barge_in=ev.barge_in, audio_s=round(ev.hit.at_s, 3))
+        self._pending.mark(Ev.WAKE, text=ev.hit.text, barge_in=ev.barge_in, audio_s=round(ev.hit.at_s, 3))
         if len(self.cue) and self.cue_out is not None:
             t0 = self.clock.now()
             self.cue_out(self.cue)
-            self._pending.mark("cue", delay_ms=round((self.clock.now() - t0) * 1000.0, 3))
+            self._pending.mark(Ev.CUE, delay_ms=round((self.clock.now() - t0) * 1000.0, 3))
 
     def _barge_in(self) -> None:
-        turn = self._current
+        turn, self._current = self._current, None
+        if turn is None:
+            return
         t0 = self.clock.now()
-        self._cancel.set()
-        self.responder.cancel()
+        turn.cancel("barge-in")
         cancel_ms = round((self.clock.now() - t0) * 1000.0, 3)
-        self._current = None
-        if turn is not None:
-            turn.cancelled = True
-            turn.timeline.mark("barge_in", cancel_ms=cancel_ms)
-        log.info("barge-in: turn cancelled in %.1f ms", cancel_ms)
+        turn.timeline.mark(Ev.BARGE_IN, cancel_ms=cancel_ms)
+        log.info("barge-in: turn %d cancelled in %.1f ms", turn.id, cancel_ms)
 
-    def _start_turn(self, ev: Request) -> TurnRecord:
+    def _start_turn(self, ev: Request) -> Turn:
         tl = self._pending or self._timeline()
         self._pending = None
-        tl.mark("asr_done", text=ev.text, heard=ev.heard, asr_ms=round(ev.asr_ms, 1), woke=ev.woke)
+        tl.mark(Ev.ASR_DONE, text=ev.text, heard=ev.heard, asr_ms=round(ev.asr_ms, 1), woke=ev.woke)
         log.info("request: %r", ev.text)
-        self._cancel = threading.Event()
-        record = TurnRecord(tl, ev.text, ev.woke)
-        self.turns.append(record)
-        self._current = record
-        return record
+        turn = Turn(tl, text=ev.text)
+        turn.woke = ev.woke
+        self.turns.append(turn)
+        self._current = turn
+        return turn
 
-    def _run_turn(self, record: TurnRecord, cancel: threading.Event) -> None:
+    def _run_turn(self, turn: Turn) -> None:
         try:
-            record.answer = self.responder.respond(record.transcript, record.timeline, cancel)
+            with self.busy("turn"):
+                turn.finish(self.responder.respond(turn))
         except Exception as exc:
-            log.error("turn failed: %s", exc, exc_info=not hasattr(exc, "stage"))
-            if not any(e.get("message") == str(exc) for e in record.timeline.find("error")):
-                record.timeline.mark("error", message=str(exc))  # the speaker may have marked it
-            record.cancelled = True
+            log.error("turn %d failed: %s", turn.id, exc, exc_info=not isinstance(exc, RkvoiceError))
+            if not any(e.get("message") == str(exc) for e in turn.timeline.find(Ev.ERROR)):
+                turn.timeline.mark(Ev.ERROR, message=str(exc))  # the speaker may have marked it
+            turn.fail(exc)
         finally:
-            if cancel.is_set():
-                record.cancelled = True
-            record.done.set()
+            turn.finish()
             if self.on_turn is not None:
-                self.on_turn(record)
+                self.on_turn(turn)
+
+    def _accept(self, frame: np.ndarray | None) -> list[HearEvent]:
+        try:
+            with self.busy("hear"):
+                return self.session.accept(frame) if frame is not None else self.session.flush()
+        except RkvoiceError as exc:
+            if self.on_error is None or (exc.stage == "audio" and exc.code.startswith("device")):
+                raise
+            self.session.start(Mode.IDLE)
+            self.on_error(exc)
+            return []
 
     def _handle(self, events: list[HearEvent], sync: bool) -> None:
         for ev in events:
             if isinstance(ev, Wake):
                 self._on_wake(ev)
             elif isinstance(ev, Request):
-                record = self._start_turn(ev)
-                cancel = self._cancel
+                turn = self._start_turn(ev)
                 if sync:
-                    self._run_turn(record, cancel)
-                    self._finished(record)
+                    self._run_turn(turn)
+                    self._finished(turn)
                 else:
-                    threading.Thread(
-                        target=self._worker, args=(record, cancel), name="rkvoice-turn", daemon=True
-                    ).start()
+                    threading.Thread(target=self._worker, args=(turn, self._inbox), name="rkvoice-turn",
+                                     daemon=True).start()
             elif isinstance(ev, ListenTimeout):
                 self._pending = None
 
-    def _worker(self, record: TurnRecord, cancel: threading.Event) -> None:
-        self._run_turn(record, cancel)
-        self._inbox.put(("done", record))
+    def _worker(self, turn: Turn, inbox: queue.Queue[tuple[str, Any]] | None) -> None:
+        self._run_turn(turn)
+        if inbox is not None:
+            inbox.put(("done", turn))
 
-    def _finished(self, record: TurnRecord) -> None:
-        if record is not self._current:
+    def _finished(self, turn: Turn) -> None:
+        if turn is not self._current:
             return  # an old, barged-in turn
         self._current = None
-        if record.cancelled:
+        if turn.cancelled:
             self.session.turn_cancelled()
         else:
             self.session.turn_done()
 
     # -- drivers ----------------------------------------------------------------------------
 
-    def run_file(self, source: AudioSource, require_wake: bool = False) -> list[TurnRecord]:
+    def run_file(self, source: AudioSource, require_wake: bool = False) -> list[Turn]:
         """Replay a recording as fast as it can be read; each turn runs to its end before more audio."""
         self.session.start(Mode.IDLE if require_wake else Mode.FOLLOW_UP, None)
         for frame in source.frames():
-            self._handle(self.session.accept(frame), sync=True)
-        self._handle(self.session.flush(), sync=True)
+            self._handle(self._accept(frame), sync=True)
+        self._handle(self._accept(None), sync=True)
         return list(self.turns)
 
-    def run_live(self, source: AudioSource, stop: threading.Event | None = None) -> list[TurnRecord]:
-        """Microphone loop: runs until ``stop`` is set or the source ends (then the last turn finishes)."""
-        stop = stop or threading.Event()
+    def run_live(self, source: AudioSource) -> list[Turn]:
+        """Microphone loop: runs until ``interrupt()`` or the source ends (then the last turn finishes)."""
+        inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
+        with self._lock:
+            if self._stop_asked:
+                self._stop_asked = False
+                source.close()
+                return list(self.turns)
+            self._inbox = inbox
         self.session.start(Mode.IDLE)
 
         def pump() -> None:
             try:
                 for frame in source.frames():
-                    if stop.is_set():
-                        break
-                    self._inbox.put(("frame", frame))
+                    inbox.put(("frame", frame))
+            except BaseException as exc:  # a lost microphone: raised on the hear thread
+                inbox.put(("raise", exc))
             finally:
-                self._inbox.put(("end", None))
+                inbox.put(("end", None))
 
-        reader = threading.Thread(target=pump, name="rkvoice-mic", daemon=True)
-        reader.start()
+        threading.Thread(target=pump, name="rkvoice-mic", daemon=True).start()
         ended = False
         try:
-            while not stop.is_set():
-                try:
-                    kind, item = self._inbox.get(timeout=0.25)  # stay responsive to stop without a mic
-                except queue.Empty:
-                    continue
+            while True:
+                kind, item = inbox.get()
+                if kind == "stop":
+                    break
                 if kind == "frame":
-                    self._handle(self.session.accept(item), sync=False)
+                    self._handle(self._accept(item), sync=False)
                 elif kind == "done":
                     self._finished(item)
+                elif kind == "raise":
+                    raise item
                 elif kind == "end":
                     ended = True
-                    self._handle(self.session.flush(), sync=False)
-                if ended and (self._current is None or self._current.done.is_set()):
-                    # drain pending "done" messages so the session state is final
-                    while not self._inbox.empty():
-                        kind, item = self._inbox.get_nowait()
-                        if kind == "done":
-                            self._finished(item)
-                    if self._current is None:
-                        break
+                    self._handle(self._accept(None), sync=False)
+                if ended and self._current is None:
+                    break
         finally:
+            with self._lock:
+                self._inbox = None
+                self._stop_asked = False
             source.close()
-            if stop.is_set() and self._current is not None:
-                self._cancel.set()
-                self.responder.cancel()
+            turn, self._current = self._current, None
+            if turn is not None and not turn.done.is_set():
+                turn.cancel("shutdown")
         return list(self.turns)

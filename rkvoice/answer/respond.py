@@ -1,0 +1,179 @@
+"""The Answerer: a turn's transcript -> tools or LLM -> StreamChunker -> the speaker.
+
+LLM deltas are cut into pieces as soon as each is safe to speak and handed to the speaker, so
+the first piece is synthesised and played while the model is still generating. Marks:
+``answer_start``, ``answer_first_text``, ``answer`` (``text``, ``route``) when the whole answer
+text is known (the route and the LLM's own marks come from the Assistant).
+
+Two guards hold for every turn, from the CLI or the daemon:
+
+- a deadline on the answer stream: no first text within ``daemon.answer_first_timeout_s``, or no
+  next text within ``daemon.answer_gap_timeout_s`` (a wedged LLM), cancels the turn and fails it
+  with RkvoiceError("answer", "timeout");
+- when the LLM is slower than the listener at some moment (the player is about to run dry and no
+  piece is waiting for synthesis), the text pending in the chunker is cut early at its last comma,
+  so the listener hears a clause now instead of silence while the sentence completes.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections import deque
+from collections.abc import Iterable, Iterator
+
+from rkvoice.answer.assistant import Assistant
+from rkvoice.config import Config
+from rkvoice.errors import RkvoiceError
+from rkvoice.speaker import Speaker, piece_chars
+from rkvoice.text.stream_chunker import StreamChunker
+from rkvoice.timeline import Ev
+from rkvoice.turn import Turn
+
+log = logging.getLogger(__name__)
+
+STARVE_MARGIN_S = 0.6
+"""Cut early when the audio handed to the player runs out within this time (synthesis + margin)."""
+MIN_EARLY_PIECE = 4
+_CLAUSE_END = re.compile(r"[，、；：,;:]")
+_END = object()
+
+
+def deadline_deltas(deltas: Iterable[str], turn: Turn, first_timeout: float, gap_timeout: float) -> Iterator[str]:
+    """Yield ``deltas``; when they stall, cancel ``turn`` and raise RkvoiceError("answer", "timeout").
+
+    Each delta is pulled on a thread of its own (a wedged native call cannot be interrupted), only
+    when the consumer asks for it, as if it pulled it itself. The consumer waits on the turn's
+    clock; a cancelled turn ends the wait at once."""
+    box: deque[object] = deque()
+    arrived = threading.Event()
+    wanted = threading.Event()
+    gone = threading.Event()
+    source = iter(deltas)
+
+    def pump() -> None:
+        try:
+            while True:
+                wanted.wait()
+                wanted.clear()
+                if gone.is_set() or turn.cancelled:
+                    break
+                try:
+                    box.append(next(source))
+                except StopIteration:
+                    break
+                arrived.set()
+        except BaseException as exc:  # handed to the consumer, re-raised there
+            box.append(exc)
+        finally:
+            box.append(_END)
+            arrived.set()
+            close = getattr(source, "close", None)
+            if close is not None:
+                close()  # a generator's cleanup runs here, on the thread that ran it
+
+    def wake_both(_turn: Turn) -> None:
+        arrived.set()
+        wanted.set()
+
+    turn.on_cancel(wake_both)
+    threading.Thread(target=pump, name="answer-stream", daemon=True).start()
+    timeout = first_timeout
+    try:
+        while True:
+            if not box:
+                arrived.clear()
+                wanted.set()
+                if not box and not turn.cancelled and not turn.clock.wait(arrived, timeout):
+                    what = "a first word" if timeout is first_timeout else "the next words"
+                    err = RkvoiceError(
+                        "answer", "timeout",
+                        f"the answerer produced no {what} within {timeout:g} s; the turn was aborted "
+                        "(raise daemon.answer_first_timeout_s / answer_gap_timeout_s if the model is just slow)",
+                    )
+                    turn.cancel("timeout")
+                    raise err
+                if turn.cancelled and not box:
+                    return
+                continue
+            item = box.popleft()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            timeout = gap_timeout
+            yield str(item)
+    finally:
+        gone.set()
+        wanted.set()
+
+
+class Answerer:
+    """Answers a turn and speaks the answer through a loaded Speaker."""
+
+    def __init__(self, assistant: Assistant, speaker: Speaker, cfg: Config) -> None:
+        self.assistant = assistant
+        self.speaker = speaker
+        self.cfg = cfg
+
+    def respond(self, turn: Turn) -> str:
+        """Answer ``turn.text`` and speak it; returns the answer text once it has played (or the
+        turn was cancelled). Raises the turn's error when the answer could not be spoken."""
+        tl = turn.timeline
+        reply = self.assistant.reply(turn.text, turn)
+        turn.route = reply.route
+        if reply.action == "stop":
+            self.speaker.cancel_all("stop")
+            tl.mark(Ev.ANSWER, text="", route=reply.route)
+            return ""
+        self.speaker.start(turn)
+        first_chars, chunk_chars = piece_chars(self.cfg, self.speaker.engine)
+        chunker = StreamChunker(first=first_chars, chunk=chunk_chars)
+        tl.mark(Ev.ANSWER_START, turn=turn.id)
+        d = self.cfg.daemon
+        started = False
+        try:
+            for delta in deadline_deltas(reply.deltas, turn, d.answer_first_timeout_s, d.answer_gap_timeout_s):
+                if turn.cancelled:
+                    break
+                if delta and not started:
+                    started = True
+                    tl.mark(Ev.ANSWER_FIRST_TEXT, turn=turn.id)
+                ready = chunker.feed(delta)
+                if not ready and self._starving(turn):
+                    ready = self._cut_early(chunker)
+                for piece in ready:
+                    self.speaker.say(turn, piece)
+            if not turn.cancelled:
+                for piece in chunker.flush():
+                    self.speaker.say(turn, piece)
+        except Exception as exc:
+            turn.fail(exc)
+            raise
+        except BaseException:  # Ctrl-C
+            turn.cancel("interrupted")
+            raise
+        finally:
+            self.speaker.end(turn)
+            tl.mark(Ev.ANSWER, text=reply.text, route=reply.route)
+        if not self.speaker.wait(turn, timeout=d.stall_s):
+            log.warning("turn %d: the answer has not finished playing after %.0f s", turn.id, d.stall_s)
+        turn.raise_if_failed()
+        return reply.text
+
+    def _starving(self, turn: Turn) -> bool:
+        """Everything said so far is already with the player, and it plays out within the margin."""
+        ahead = self.speaker.audio_ahead_s(turn)
+        return ahead is not None and ahead < STARVE_MARGIN_S
+
+    @staticmethod
+    def _cut_early(chunker: StreamChunker) -> list[str]:
+        pending = chunker.pending
+        cuts = [m.end() for m in _CLAUSE_END.finditer(pending) if m.end() >= MIN_EARLY_PIECE]
+        if not cuts:
+            return []
+        piece, rest = pending[: cuts[-1]], pending[cuts[-1]:]
+        chunker.reset()
+        log.debug("player about to run dry: cutting %r early", piece)
+        return [piece, *chunker.feed(rest)]

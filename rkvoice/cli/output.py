@@ -1,0 +1,131 @@
+"""Where a CLI run's speech goes (player, WAV file or both), and the checks made before any model loads."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rkvoice.audio.players import NullPlayer, Player, TeePlayer, WavPlayer, choose_player, create_player
+from rkvoice.clock import Clock
+from rkvoice.config import Config
+from rkvoice.errors import RkvoiceError
+from rkvoice.speaker import Speaker
+from rkvoice.tts.base import TtsEngine
+
+log = logging.getLogger(__name__)
+
+
+def check_writable(path: Path, what: str) -> None:
+    """Fail before any model is loaded when an output file can't be created."""
+    if path.is_dir():
+        raise RkvoiceError("input", "bad-path", f"{what} {path} is a directory; give a file name")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise RkvoiceError("input", "unwritable", f"cannot write {what} {path}: {parent} is not a writable folder")
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """--out and --metrics must be writable before any model loads."""
+    if args.out:
+        check_writable(Path(args.out), "--out")
+    if args.metrics:
+        check_writable(Path(args.metrics), "--metrics")
+
+
+def load_voice(cfg: Config, name: str | None, text: str) -> TtsEngine:
+    """The TTS engine for ``text`` (``name`` or auto), loaded."""
+    from rkvoice.tts.registry import create_tts
+
+    engine = create_tts(cfg, name or None, text)
+    t0 = time.monotonic()
+    engine.load()
+    log.info("loaded %s in %.0f ms", getattr(engine, "name", "tts"), (time.monotonic() - t0) * 1000)
+    return engine
+
+
+@dataclass
+class Output:
+    """The player the speaker writes into, and the WAV recorder (if any) to commit or abort."""
+
+    player: Player
+    wav: WavPlayer | None = None
+    wav_announce: bool = False
+    parts: list[Player] = field(default_factory=list)
+
+    def commit(self, speaker: Speaker) -> None:
+        """Everything was spoken: join the speaker's threads, then close every output (the WAV
+        file is committed)."""
+        speaker.close()
+        for part in self.parts:
+            part.close()
+
+    def abort(self, speaker: Speaker | None) -> None:
+        """Something failed: stop speaking now and drop a half-written WAV file."""
+        if speaker is not None:
+            speaker.cancel_all("error")
+            speaker.close(timeout=1.0)
+        if self.wav is not None:
+            self.wav.abort()
+
+    def report(self) -> None:
+        """Say where the speech was written, when it went to a WAV file."""
+        if self.wav is not None:
+            prefix = "no sound device: " if self.wav_announce else ""
+            print(f"{prefix}wrote {self.wav.path} ({self.wav.samples / self.wav.rate:.1f} s)")
+
+
+def open_output(args: argparse.Namespace, cfg: Config, clock: Clock) -> Output:
+    wav = WavPlayer(cfg, path=args.out) if args.out else None
+    announce = False
+    main_player: Player | None
+    if args.no_play:
+        main_player = NullPlayer(cfg, clock)
+    else:
+        name = choose_player(cfg, daemon=False)
+        if name == "wav":
+            if wav is None:  # no sound device (or audio.player=wav): the speech goes to a file
+                wav = WavPlayer(cfg)
+                announce = True
+            main_player = None
+        else:
+            main_player = create_player(name, cfg, clock)
+    parts: list[Player] = [p for p in (main_player, wav) if p is not None]
+    player = parts[0] if len(parts) == 1 else TeePlayer(*parts)
+    opened: list[Player] = []
+    try:
+        for part in parts:
+            part.open()
+            opened.append(part)
+    except BaseException:
+        for part in opened:
+            abort = getattr(part, "abort", None)
+            if abort is not None:
+                abort()
+        raise
+    return Output(player, wav, announce, parts)
+
+
+@contextmanager
+def speaking(engine: TtsEngine, output: Output, cfg: Config, clock: Clock) -> Iterator[Speaker]:
+    """A loaded Speaker into ``output`` for one CLI run.
+
+    On success the output is committed (the WAV renamed into place); on any error or Ctrl-C every
+    turn is cancelled and the output aborted, so no half-written WAV is left.
+    """
+    speaker: Speaker | None = None
+    ok = False
+    try:
+        speaker = Speaker(engine, output.player, cfg, clock)
+        speaker.load()
+        yield speaker
+        output.commit(speaker)
+        ok = True
+    finally:
+        if not ok:
+            output.abort(speaker)

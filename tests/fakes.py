@@ -1,0 +1,268 @@
+"""Scripted fake engines of the right shapes (ASR, VAD segmenter, wake, TTS voice, LLM, microphone)
+for running the product's one turn loop, and the daemon around it, without models.
+
+Hearing fakes work in audio time (sample counts), like the real engines; the voice and the LLM
+take time only on the injected clock, so timing is exact on a FakeClock.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from rkvoice.clock import Clock, MonotonicClock
+from rkvoice.errors import RkvoiceError
+from rkvoice.hear.vad import SAMPLE_RATE, Segment
+from rkvoice.hear.wake import WakeHit
+
+FRAME = 512
+
+
+class ScriptedAsr:
+    """Segments carry their script index in their samples; the ASR reads it back."""
+
+    name = "scripted"
+    languages = ("zh",)
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = texts
+        self.calls = 0
+
+    def load(self) -> None:
+        pass
+
+    def transcribe(self, samples: np.ndarray) -> str:
+        self.calls += 1
+        return self.texts[int(samples[0])]
+
+
+class ScriptedSegmenter:
+    """Closes segment i when the stream reaches ``spans[i]`` end + silence (if it is listening then)."""
+
+    def __init__(self, spans: list[tuple[float, float]] | None = None, silence_s: float = 0.5) -> None:
+        self.spans = spans or []  # (start_s, end_s) of each utterance in stream time
+        self.silence_s = silence_s
+        self.samples = 0
+        self.open_from = 0
+
+    def load(self) -> None:
+        pass
+
+    def restart(self, at_sample: int) -> None:
+        self.samples = at_sample
+        self.open_from = at_sample
+
+    @property
+    def in_speech(self) -> bool:
+        t = self.samples / SAMPLE_RATE
+        return any(s <= t < e + self.silence_s and s * SAMPLE_RATE >= self.open_from for s, e in self.spans)
+
+    def _closing(self, before: int, after: int) -> list[Segment]:
+        out = []
+        for i, (s, e) in enumerate(self.spans):
+            decide = int((e + self.silence_s) * SAMPLE_RATE)
+            if before < decide <= after and s * SAMPLE_RATE >= self.open_from:
+                out.append(Segment(np.full(int((e - s) * SAMPLE_RATE), i, np.float32), s, e, decide / SAMPLE_RATE))
+        return out
+
+    def accept(self, frame: np.ndarray) -> list[Segment]:
+        before = self.samples
+        self.samples += len(frame)
+        return self._closing(before, self.samples)
+
+    def flush(self) -> list[Segment]:
+        return self._closing(self.samples, 10**12)
+
+
+class ScriptedWake:
+    """Hits at fixed stream times (each once), with an optional request said in the same breath."""
+
+    def __init__(self, hits: list[tuple[float, str]] | None = None) -> None:
+        self.hits = hits or []
+        self.samples = 0
+        self.restarts = 0
+
+    def load(self) -> None:
+        pass
+
+    def restart(self, at_sample: int) -> None:
+        self.samples = at_sample
+        self.restarts += 1
+
+    def accept(self, frame: np.ndarray) -> WakeHit | None:
+        before = self.samples
+        self.samples += len(frame)
+        for t, request in self.hits:
+            if before < t * SAMPLE_RATE <= self.samples:
+                return WakeHit(at_s=t, end_s=t - 0.5, text="小智小智" + request, request=request)
+        return None
+
+    def flush(self) -> WakeHit | None:
+        return None
+
+
+class MarkerWake:
+    """Wakes on marker frames from ScriptedMic: frame value k > 0 is "小智小智，<script[k-1]>" said
+    in one breath; a script item that is an exception is raised by the wake engine (a model failure)."""
+
+    def __init__(self, script: list[Any]) -> None:
+        self.script = script
+        self.seen = 0
+        self.samples = 0
+
+    def load(self) -> None:
+        pass
+
+    def restart(self, at_sample: int) -> None:
+        self.samples = at_sample
+
+    def accept(self, frame: np.ndarray) -> WakeHit | None:
+        self.samples += len(frame)
+        k = int(frame[0])
+        if k <= 0:
+            return None
+        self.seen = k
+        item = self.script[k - 1]
+        if isinstance(item, BaseException):
+            raise item
+        at = self.samples / SAMPLE_RATE
+        return WakeHit(at_s=at, end_s=at, text="小智小智" + item, request=item)
+
+    def flush(self) -> WakeHit | None:
+        return None
+
+
+def frames(seconds: float) -> Iterator[np.ndarray]:
+    for _ in range(int(seconds * SAMPLE_RATE) // FRAME):
+        yield np.zeros(FRAME, np.float32)
+
+
+class ListSource:
+    """``seconds`` of silent frames, as fast as they are read."""
+
+    sample_rate = SAMPLE_RATE
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.closed = False
+
+    def frames(self) -> Iterator[np.ndarray]:
+        yield from frames(self.seconds)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class ScriptedMic:
+    """A microphone for MarkerWake: yields marker frame k for script item k once ``ready(k - 1)``
+    says the previous one was dealt with, and silence in between, until closed."""
+
+    sample_rate = SAMPLE_RATE
+
+    def __init__(self, n_items: int, ready: Callable[[int], bool]) -> None:
+        self.n_items = n_items
+        self.ready = ready
+        self._closed = threading.Event()
+        self.next = 1
+
+    def frames(self) -> Iterator[np.ndarray]:
+        while not self._closed.is_set():
+            if self.next <= self.n_items and self.ready(self.next - 1):
+                frame = np.zeros(FRAME, np.float32)
+                frame[0] = self.next
+                self.next += 1
+                yield frame
+            elif not self._closed.wait(0.005):  # test fake: a real mic blocks on its device instead
+                yield np.zeros(FRAME, np.float32)  # silence: audio time goes on
+
+    def close(self) -> None:
+        self._closed.set()
+
+
+class FakeVoice:
+    """A TtsEngine: ``char_s`` of tone per character, ``synth_s`` of clock time per call; records what
+    it said; a text containing ``boom`` fails synthesis."""
+
+    name = "fake"
+    languages = ("zh", "en")
+
+    def __init__(self, clock: Clock | None = None, synth_s: float = 0.0, boom: str = "BOOM",
+                 rate: int = 16000, char_s: float = 0.06) -> None:
+        self.clock = clock or MonotonicClock()
+        self.char_s = char_s
+        self.synth_s = synth_s
+        self.boom = boom
+        self.rate = rate
+        self.said: list[str] = []
+        self.loaded = False
+        self.before: Callable[[], None] | None = None
+        """Called before taking clock time: Speaker.wait_handed, so the player thread's marks land
+        at the clock time they would have in real life."""
+
+    @property
+    def sample_rate(self) -> int:
+        return self.rate
+
+    def load(self) -> None:
+        self.loaded = True
+
+    def generate(self, text: str, sid: int = 0, speed: float = 1.0) -> tuple[np.ndarray, int]:
+        if self.boom in text:
+            raise RkvoiceError("tts", "synthesis-failed", f"cannot synthesise {text!r}")
+        if self.before is not None:
+            self.before()
+        self.clock.sleep(self.synth_s)
+        self.said.append(text)
+        n = int(self.char_s * self.rate * max(1, len(text)))
+        return (0.2 * np.sin(np.arange(n, dtype=np.float32) * 0.05)).astype(np.float32), self.rate
+
+
+class ScriptedLlm:
+    """An LlmEngine: answers with ``pieces`` (one delta each, ``delta_s`` of clock time apart); a
+    question containing "hang" blocks like a wedged native call until ``release`` or ``abort()``."""
+
+    name = "scripted"
+
+    def __init__(self, pieces: list[str] | None = None, clock: Clock | None = None, delta_s: float = 0.0) -> None:
+        self.pieces = pieces or ["好的，", "这是回答。"]
+        self.clock = clock or MonotonicClock()
+        self.delta_s = delta_s
+        self.release = threading.Event()
+        self.aborted = threading.Event()
+        self.calls: list[str] = []
+
+    def load(self) -> None:
+        pass
+
+    def stream(self, messages: list[dict[str, str]]) -> Iterator[str]:
+        self.aborted.clear()
+        question = messages[-1]["content"]
+        self.calls.append(question)
+        if "hang" in question:
+            self.release.wait(10)  # ignores abort, like a stuck prefill
+            return
+        for piece in self.pieces:
+            if self.aborted.is_set():
+                return
+            self.clock.sleep(self.delta_s)
+            yield piece
+
+    def abort(self) -> None:
+        self.aborted.set()
+
+    def close(self) -> None:
+        pass
+
+
+def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Test helper: poll ``cond`` in real time."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.005)
+    return cond()
