@@ -80,9 +80,10 @@ def parse_when(text: str, now: datetime) -> When | None:
         due = base if base > now else base + timedelta(days=1)
     else:
         # "三点提醒我": the next 3 o'clock, morning or afternoon, whichever comes first
-        due = base if base > now else None
-        if due is None and hour < 12 and base + timedelta(hours=12) > now:
+        if base > now:
+            due = base
+        elif hour < 12 and base + timedelta(hours=12) > now:
             due = base + timedelta(hours=12)
-        if due is None:
+        else:
             due = base + timedelta(days=1)
     return When(due, m.span())
