@@ -137,6 +137,9 @@ class WyomingHandler(AsyncEventHandler):
             await self._try_send(Error(text=exc.message, code=exc.code).event())
         except (ConnectionError, asyncio.IncompleteReadError) as exc:
             log.info("wyoming %s left mid-stream (%s)", self.peer, type(exc).__name__)
+        except Exception as exc:  # a fault of this server: this connection ends, the others go on
+            log.exception("wyoming %s: request failed", self.peer)
+            await self._try_send(Error(text=f"the server failed on this request: {exc}", code="internal").event())
         finally:
             self.ctx.clients -= 1
             await self.disconnect()

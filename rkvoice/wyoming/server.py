@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -115,7 +116,7 @@ class WyomingServer:
             else:
                 if ep.loopback:
                     log.warning("zeroconf: %s is a loopback address; other machines cannot reach it", ep.host)
-                self._announcer = Announcer(f"rkvoice-{self.port}", ep.host, self.port)
+                self._announcer = Announcer(f"rkvoice-{socket.gethostname()}", ep.host, self.port)
                 await self._announcer.start()
 
     @property
@@ -139,16 +140,21 @@ async def serve_wyoming_async(cfg: Config, uri: str = "", *, zeroconf: bool | No
     """Serve until ``stop`` is set (forever without one). ``ready(server)`` runs once it listens.
     ``settings`` replaces the ``wyoming`` section of ``cfg``; ``uri`` and ``zeroconf`` override either."""
     wcfg = from_cfg(settings if settings is not None else cfg, uri=uri or None, zeroconf=zeroconf)
+    own = engines is None
     if engines is None:
         engines = await asyncio.to_thread(load_engines, cfg)
-    server = WyomingServer(cfg, wcfg, engines)
-    await server.start()
     try:
-        if ready is not None:
-            ready(server)
-        await (stop or asyncio.Event()).wait()
+        server = WyomingServer(cfg, wcfg, engines)
+        await server.start()
+        try:
+            if ready is not None:
+                ready(server)
+            await (stop or asyncio.Event()).wait()
+        finally:
+            await server.stop()
     finally:
-        await server.stop()
+        if own:  # engines loaded here are closed here; the daemon closes its own
+            engines.assistant.close()
 
 
 def serve_wyoming(cfg: Config, uri: str = "", *, zeroconf: bool | None = None, engines: Engines | None = None,
