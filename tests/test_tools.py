@@ -17,7 +17,7 @@ from rkvoice.answer.tools import ToolAnswer, ToolContext, route
 from rkvoice.answer.tools.arithmetic import evaluate
 from rkvoice.answer.tools.match import clean
 from rkvoice.answer.tools.numerals import parse_number
-from rkvoice.answer.tools.reminders import ReminderScheduler
+from rkvoice.answer.tools.scheduler import ReminderScheduler
 from rkvoice.answer.tools.when import parse_when
 from rkvoice.state import StateStore
 from rkvoice.text.normalize import speakable
@@ -320,7 +320,7 @@ WRITER = textwrap.dedent(
     import sys
     from datetime import datetime, timedelta
     from pathlib import Path
-    from rkvoice.answer.tools.reminders import ReminderScheduler
+    from rkvoice.answer.tools.scheduler import ReminderScheduler
     from rkvoice.answer.tools.todos import TodoList
     from rkvoice.state import StateStore
     store = StateStore(Path(sys.argv[1]))
