@@ -1,75 +1,34 @@
-"""The product plan's seams: the guarded responder (over the real Speaker), turn reports, CLI wiring."""
+"""The product's live host over loaded stages (scripted engines of the real shapes): the hooks the
+supervisor hangs on the one loop (busy, on_turn, on_error), streamed answers, reminders, CLI wiring."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
+from fakes import FakeVoice, MarkerWake, ScriptedAsr, ScriptedLlm, ScriptedMic, ScriptedSegmenter, wait_until
 
+from rkvoice.answer.assistant import Assistant
 from rkvoice.audio.players import NullPlayer
-from rkvoice.clock import FakeClock
-from rkvoice.config import load_config
-from rkvoice.daemon.product import GuardedResponder, LiveHost
-from rkvoice.daemon.stages import TurnReport
+from rkvoice.config import Config, load_config
+from rkvoice.daemon.product import HearEngines, LiveHost, SpeakEngines
 from rkvoice.errors import RkvoiceError
-from rkvoice.speaker import Speaker
-from rkvoice.timeline import Timeline
-
-RATE = 16000
-
-
-class ToneEngine:
-    """A TTS engine giving 0.2 s of tone per piece; a piece containing BOOM fails."""
-
-    name = "tone"
-    languages = ("zh",)
-    sample_rate = RATE
-
-    def __init__(self) -> None:
-        self.texts: list[str] = []
-
-    def generate(self, text: str, sid: int = 0, speed: float = 1.0) -> tuple[np.ndarray, int]:
-        if "BOOM" in text:
-            raise RkvoiceError("tts", "synth-failed", f"cannot synthesise {text!r}")
-        self.texts.append(text)
-        return (0.3 * np.sin(np.arange(int(0.2 * RATE)) / 5)).astype(np.float32), RATE
-
-
-@dataclass
-class FakeReply:
-    route: str
-    deltas: Iterator[str]
-    action: str = ""
-    text: str = ""
-
-
-@dataclass
-class FakeAssistant:
-    replies: dict[str, FakeReply] = field(default_factory=dict)
-    aborts: int = 0
-
-    def reply(self, text: str, timeline: Any = None, cancel: Any = None) -> FakeReply:
-        return self.replies[text]
-
-    def abort(self) -> None:
-        self.aborts += 1
-
-    def set_reminder_callback(self, fn: Any) -> None:
-        self.remind = fn
+from rkvoice.turn import Turn
 
 
 class FakeHost:
     def __init__(self) -> None:
-        self.reports: list[Any] = []
+        self.reports: list[Turn | BaseException] = []
         self.busy_names: list[str] = []
+        self.reported = threading.Event()
 
-    def report(self, result: Any) -> None:
+    def report(self, result: Turn | BaseException) -> None:
         self.reports.append(result)
+        self.reported.set()
 
     @contextmanager
     def busy(self, what: str) -> Iterator[None]:
@@ -77,43 +36,54 @@ class FakeHost:
         yield
 
 
-@dataclass
-class Rig:
-    cfg: Any
-    clock: FakeClock
-    engine: ToneEngine
-    speaker: Speaker
-    assistant: FakeAssistant
-    host: FakeHost
-    responder: GuardedResponder
+class Hear(HearEngines):
+    def __init__(self, cfg: Config, script: list[Any]) -> None:
+        super().__init__(cfg)
+        self.asr, self.wake, self.segmenter = ScriptedAsr([]), MarkerWake(script), ScriptedSegmenter()
+
+    def load(self) -> None:
+        pass
 
 
-@pytest.fixture
-def rig():
-    cfg = load_config([{"daemon": {"answer_first_timeout_s": 0.2, "answer_gap_timeout_s": 0.2}}])
-    clock = FakeClock()
-    engine = ToneEngine()
-    speaker = Speaker(engine, NullPlayer(cfg, clock), cfg, clock,
-                      normalize=lambda t: t, split=lambda t, a, b: [t])
-    assistant = FakeAssistant()
+def live(tmp_path: Path, script: list[Any], llm: ScriptedLlm | None = None, **ack: Any) -> tuple[LiveHost, FakeHost, FakeVoice]:
+    cfg = load_config([{"state": {"dir": str(tmp_path / "state")}, "hear": {"ack": "none", **ack},
+                        "daemon": {"answer_first_timeout_s": 2.0}}])
+    voice = FakeVoice(char_s=0.005)
+    speak = SpeakEngines(cfg, player=lambda c: NullPlayer(c), tts=lambda c: voice)
+    speak.load()
     host = FakeHost()
-    yield Rig(cfg, clock, engine, speaker, assistant, host, GuardedResponder(assistant, speaker, cfg, host, clock))
-    speaker.cancel()
-    speaker.close(timeout=2)
+    engines = {"hear": Hear(cfg, script), "answer": Assistant(cfg, llm=llm or ScriptedLlm()), "speak": speak}
+    wake = engines["hear"].wake
+
+    def ready(done: int) -> bool:
+        return wake.seen >= done and (not done or bool(host.reports))
+
+    return LiveHost(engines, cfg, host, source=lambda c: ScriptedMic(len(script), ready)), host, voice
 
 
-def test_answer_is_spoken_and_the_turn_marked_busy(rig) -> None:
-    r = rig
-    r.assistant.replies["几点"] = FakeReply("tool:time", iter(["现在是三点。"]))
-    tl = Timeline(r.clock)
-    assert r.responder.respond("几点", tl, threading.Event()) == "现在是三点。"
-    assert r.engine.texts == ["现在是三点。"]
-    assert r.host.busy_names == ["turn"]
-    assert r.responder.outcomes[id(tl)].route == "tool:time" and r.responder.outcomes[id(tl)].error is None
+def run(h: LiveHost, until: Any) -> None:
+    t = threading.Thread(target=h.run, daemon=True)
+    t.start()
+    try:
+        assert wait_until(until)
+    finally:
+        h.interrupt("shutdown")
+        t.join(5)
+        h.speak.close()
+    assert not t.is_alive()
 
 
-def test_streamed_llm_tokens_reach_the_speaker_as_a_few_chunked_pieces(rig) -> None:
-    r = rig
+def test_a_turn_is_marked_busy_spoken_and_reported_with_its_handle(tmp_path: Path) -> None:
+    h, host, voice = live(tmp_path, ["现在几点"])
+    run(h, lambda: bool(host.reports))
+    (turn,) = host.reports
+    assert isinstance(turn, Turn) and turn.route == "tool:time" and turn.result and turn.done.is_set()
+    assert "".join(voice.said) == turn.result
+    assert "turn" in host.busy_names and "hear" in host.busy_names
+    assert turn.summary()["transcript"] == "现在几点"
+
+
+def test_streamed_llm_tokens_reach_the_speaker_as_a_few_chunked_pieces(tmp_path: Path) -> None:
     answer = "从前有一座山，山上有一座庙，庙里有一个老和尚在给小和尚讲故事。讲的是什么呢？就是从前有一座山。"
     tokens, i = [], 0
     while i < len(answer):  # alternating 1- and 2-char deltas, as an LLM streams tokens
@@ -121,95 +91,55 @@ def test_streamed_llm_tokens_reach_the_speaker_as_a_few_chunked_pieces(rig) -> N
         tokens.append(answer[i:i + n])
         i += n
     assert "".join(tokens) == answer and max(map(len, tokens)) <= 2 and len(tokens) > 30
-    r.assistant.replies["讲故事"] = FakeReply("llm", iter(tokens), text=answer)
-    tl = Timeline(r.clock)
-    assert r.responder.respond("讲故事", tl, threading.Event()) == answer
-    spoken = r.engine.texts
+    h, host, voice = live(tmp_path, ["给我讲讲长城的历史"], llm=ScriptedLlm(tokens))
+    run(h, lambda: bool(host.reports))
+    (turn,) = host.reports
+    assert isinstance(turn, Turn) and turn.result == answer
+    spoken = voice.said
     assert "".join(spoken) == answer  # everything spoken, in order
     assert 2 <= len(spoken) <= 8, spoken  # a few pieces, not one synthesis per token
-    assert len(spoken[0]) <= r.cfg.tts.first_chars + 2  # a short first piece
+    assert len(spoken[0]) <= h.cfg.tts.first_chars + 2  # a short first piece
     assert all(len(p) >= 4 for p in spoken), spoken
-    assert [e["name"] for e in tl.events].count("answer_first_text") == 1
 
 
-def test_failed_synthesis_mid_answer_fails_the_turn(rig) -> None:
-    r = rig
-    r.assistant.replies["讲"] = FakeReply("llm", iter(["第一句。", "BOOM 第二句。"]))
-    tl = Timeline(r.clock)
-    with pytest.raises(RkvoiceError) as err:
-        r.responder.respond("讲", tl, threading.Event())
-    assert err.value.stage == "tts"
-    assert r.responder.outcomes[id(tl)].error is err.value
+def test_hearing_failure_is_reported_and_the_loop_goes_on(tmp_path: Path) -> None:
+    h, host, _voice = live(tmp_path, [RkvoiceError("asr", "decode-failed", "whisper crashed"), "现在几点"])
+    run(h, lambda: len(host.reports) == 2)
+    failed, turn = host.reports
+    assert isinstance(failed, RkvoiceError) and failed.stage == "asr"
+    assert isinstance(turn, Turn) and turn.route == "tool:time" and turn.exception is None
 
 
-def test_hung_answer_times_out_and_aborts_the_llm(rig) -> None:
-    r = rig
-    release = threading.Event()
+def test_a_failed_synthesis_is_a_turn_with_its_exception(tmp_path: Path) -> None:
+    h, host, voice = live(tmp_path, ["给我讲讲长城的历史"], llm=ScriptedLlm(["第一句。", "BOOM 第二句。", "第三句。"]))
+    run(h, lambda: bool(host.reports))
+    (turn,) = host.reports
+    assert isinstance(turn, Turn) and isinstance(turn.exception, RkvoiceError)
+    assert turn.exception.stage == "tts" and turn.reason == "error"
+    assert "第三句。" not in voice.said
 
-    def hang() -> Iterator[str]:
-        release.wait(10)
-        yield "太晚了"
 
-    r.assistant.replies["问"] = FakeReply("llm", hang())
+def test_a_due_reminder_is_spoken_as_a_turn_of_its_own(tmp_path: Path) -> None:
+    h, _host, voice = live(tmp_path, [])
+    h.assistant.scheduler.on_due("该喝水了")
+    assert wait_until(lambda: voice.said == ["该喝水了"])
+    h.speak.close()
+
+
+def test_voice_cue_is_made_with_the_loaded_voice(tmp_path: Path) -> None:
+    cfg = load_config([{"hear": {"ack": "voice", "ack_text": "我在"}}])
+    voice = FakeVoice(char_s=0.1)
+    speak = SpeakEngines(cfg, player=lambda c: NullPlayer(c), tts=lambda c: voice)
+    speak.load()
     try:
-        with pytest.raises(RkvoiceError) as err:
-            r.responder.respond("问", Timeline(r.clock), threading.Event())
-        assert err.value.code == "timeout"
-        assert r.assistant.aborts == 1
+        assert voice.said == ["我在"]  # one voice on the board: the cue does not load a second
+        assert len(speak.cue) == pytest.approx(0.2 * speak.player.rate, rel=0.01)  # type: ignore[union-attr]
     finally:
-        release.set()
-
-
-def test_stop_action_cancels_speech(rig) -> None:
-    r = rig
-    cancels = []
-    real_cancel = r.speaker.cancel
-    r.speaker.cancel = lambda: (cancels.append(1), real_cancel())  # type: ignore[method-assign]
-    r.assistant.replies["停"] = FakeReply("tool:stop", iter([]), action="stop")
-    assert r.responder.respond("停", Timeline(r.clock), threading.Event()) == ""
-    assert cancels == [1]
-
-
-def test_turn_records_become_reports_or_failures(rig) -> None:
-    r = rig
-
-    @dataclass
-    class Engines:
-        speaker: Any
-        player: Any = None
-
-    live = LiveHost({"hear": None, "answer": r.assistant, "speak": Engines(r.speaker)}, r.cfg, r.host)
-    responder = live.responder
-
-    @dataclass
-    class Record:
-        timeline: Timeline
-        transcript: str
-        answer: str = ""
-        cancelled: bool = False
-
-        def summary(self) -> dict[str, Any]:
-            return {"transcript": self.transcript, "asr_ms": 120.0, "end_to_first_audio_ms": 850.5}
-
-    r.assistant.replies["几点"] = FakeReply("tool:time", iter(["三点。"]))
-    ok = Record(Timeline(r.clock), "几点")
-    ok.answer = responder.respond("几点", ok.timeline, threading.Event())
-    live._on_turn(ok)
-    r.assistant.replies["讲"] = FakeReply("llm", iter(["BOOM"]))
-    bad = Record(Timeline(r.clock), "讲", cancelled=True)
-    with pytest.raises(RkvoiceError):
-        responder.respond("讲", bad.timeline, threading.Event())
-    live._on_turn(bad)
-    good, failed = r.host.reports
-    assert isinstance(good, TurnReport)
-    assert (good.transcript, good.route, good.answer_chars) == ("几点", "tool:time", 3)
-    assert good.latency_ms == {"asr_ms": 120.0, "end_to_first_audio_ms": 850.5}
-    assert isinstance(failed, RkvoiceError) and failed.stage == "tts"
-    assert responder.outcomes == {}  # nothing kept per turn: weeks of turns must not grow memory
+        speak.close()
 
 
 def test_assistant_py_without_a_mode_runs_the_daemon(monkeypatch: pytest.MonkeyPatch) -> None:
-    from rkvoice import cli
+    from rkvoice.cli import entry as cli_entry
     from rkvoice.daemon import entry
 
     seen = {}
@@ -219,6 +149,6 @@ def test_assistant_py_without_a_mode_runs_the_daemon(monkeypatch: pytest.MonkeyP
         return 0
 
     monkeypatch.setattr(entry, "serve", fake_serve)
-    assert cli.main(["--no-play", "--set", "daemon.max_failures=7"]) == 0
+    assert cli_entry.main(["--no-play", "--set", "daemon.max_failures=7"]) == 0
     assert seen["cfg"].audio.player == "null"
     assert seen["cfg"].daemon.max_failures == 7

@@ -7,20 +7,21 @@ spoken answer -> "小智小智，今天天气怎么样" while it plays -> the an
 from __future__ import annotations
 
 import json
-import threading
 
 import numpy as np
 import pytest
 
-from rkvoice import cli
+from rkvoice.cli import main
 from rkvoice.clock import MonotonicClock
 from rkvoice.config import load_config
 from rkvoice.hear.cer import cer
-from rkvoice.hear.loop import SpeakerResponder, TurnLoop, player_cue
+from rkvoice.hear.loop import TurnLoop, player_cue
 from rkvoice.hear.session import HearSession
 from rkvoice.hear.sources import RealtimeSource, to_mono_16k
 from rkvoice.hear.vad import Segmenter, vad_model_path
 from rkvoice.hear.wake import AsrMatchWake
+from rkvoice.timeline import Ev
+from rkvoice.turn import Turn
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,7 @@ def vad_ok():
 def test_cli_file_prints_transcript_and_answer_and_writes_latency(vad_ok, hear_asr, hear_fixtures, tmp_path, capsys):
     wav = hear_fixtures["wake_request"][0]
     metrics = tmp_path / "m.json"
-    code = cli.main(["--file", str(wav), "--require-wake", "--no-play", "--metrics", str(metrics)])
+    code = main(["--file", str(wav), "--require-wake", "--no-play", "--metrics", str(metrics)])
     out = capsys.readouterr().out
     assert code == 0, out
     assert "wake: yes" in out
@@ -51,13 +52,13 @@ def test_cli_file_prints_transcript_and_answer_and_writes_latency(vad_ok, hear_a
 def test_cli_file_rejects_a_non_audio_file_in_one_line(tmp_path, capsys):
     bad = tmp_path / "x.wav"
     bad.write_bytes(b"RIFF....garbage")
-    assert cli.main(["--file", str(bad), "--no-play"]) == 1
+    assert main(["--file", str(bad), "--no-play"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not a readable audio file" in err[0]
 
 
 def test_require_wake_needs_file(capsys):
-    assert cli.main(["--require-wake", "--say", "你好"]) == 2
+    assert main(["--require-wake", "--say", "你好"]) == 2
     assert "--require-wake only applies to --file" in capsys.readouterr().err
 
 
@@ -87,21 +88,25 @@ def test_live_loop_wake_answer_and_barge_in(vad_ok, hear_asr, hear_voice, hear_f
 
     player = NullPlayer(cfg, clock, max_ahead_s=0.25)
     speaker = Speaker(hear_voice, player, cfg, clock)
-    asked: list[str] = []
-
-    def answer(text: str, cancel: threading.Event):
-        asked.append(text)
-        yield LONG_ANSWER if len(asked) == 1 else "今天晴天。"
-
-    responder = SpeakerResponder(answer, speaker)
+    speaker.load()
     cancels: list[float] = []
-    plain_cancel = responder.cancel
 
-    def timed_cancel() -> None:
-        cancels.append(clock.now())
-        plain_cancel()
+    class Responder:
+        """A long answer first, a short one next, spoken by the real speaker."""
 
-    responder.cancel = timed_cancel
+        def respond(self, turn: Turn) -> str:
+            text = LONG_ANSWER if not asked else "今天晴天。"
+            asked.append(turn.text)
+            turn.on_cancel(lambda t: cancels.append(clock.now()))
+            speaker.start(turn)
+            speaker.say(turn, text)
+            speaker.end(turn)
+            speaker.wait(turn)
+            turn.raise_if_failed()
+            return text
+
+    asked: list[str] = []
+    responder = Responder()
     wake = AsrMatchWake(cfg, hear_asr)
     wake.load()
     seg = Segmenter(cfg)
@@ -118,27 +123,27 @@ def test_live_loop_wake_answer_and_barge_in(vad_ok, hear_asr, hear_voice, hear_f
     try:
         turns = loop.run_live(RealtimeSource(stream, clock=clock, tail_s=1.0))
     finally:
-        speaker.cancel()
+        speaker.cancel_all("shutdown")
         speaker.close(timeout=2.0)
 
-    assert len(turns) == 2, [t.transcript for t in turns]
+    assert len(turns) == 2, [t.text for t in turns]
     one, two = turns
-    assert cer("现在几点", one.transcript) <= 0.15 and one.woke
-    assert cer("今天天气怎么样", two.transcript) <= 0.15 and two.woke
+    assert cer("现在几点", one.text) <= 0.15 and one.woke
+    assert cer("今天天气怎么样", two.text) <= 0.15 and two.woke
     assert len(cues) == 2  # one cue per wake
-    names = [e["name"] for e in one.timeline.events]
+    names = [e.name for e in one.timeline.events]
     for name in ("speech_end", "wake", "asr_done", "audio_first", "barge_in", "cancelled"):
         assert name in names, names
     assert "play_end" not in names  # the long answer never finished
-    assert one.cancelled and not two.cancelled
-    (barge,) = one.timeline.find("barge_in")
-    assert barge["cancel_ms"] <= 200
+    assert one.cancelled and one.reason == "barge-in" and not two.cancelled
+    (barge,) = one.timeline.find(Ev.BARGE_IN)
+    assert barge.get("cancel_ms") <= 200
     # the player fell silent within 200 ms of the wake decision
     (t_cancel,) = cancels
     before = [s for s in player.segments if s[0] < t_cancel]
     assert before and max(end for _start, end in before) <= t_cancel + 0.2
     # and the wake cue started playing within 100 ms of the wake decision
     assert any(t_cancel <= start <= t_cancel + 0.1 for start, _end in player.segments)
-    two_names = [e["name"] for e in two.timeline.events]
+    two_names = [e.name for e in two.timeline.events]
     assert "audio_first" in two_names and "play_end" in two_names
     assert two.summary()["end_to_first_audio_ms"] > 0
