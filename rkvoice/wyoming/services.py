@@ -143,8 +143,8 @@ async def answer(engines: Engines, text: str, send: Send, max_chars: int) -> Non
                 put("route", reply.route)
                 for delta in reply.deltas:
                     put("delta", delta)
-                llm = reply.llm
-                put("end", "timed out" if llm is not None and llm.timed_out else "")
+                llm = reply.llm  # a timed-out answer ends with the apology it streamed: still an answer
+                put("end", "cancelled" if llm is not None and llm.cancelled else "")
         except Exception as exc:  # reported to the client as not-handled, logged here
             log.warning("wyoming answer to %r failed: %s", text, exc)
             put("error", exc)
