@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
 import pytest
+from fakes import wait_until
 
 from rkvoice.audio.players import NullPlayer
 from rkvoice.clock import FakeClock
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
 from rkvoice.speaker import Speaker
-from rkvoice.timeline import Timeline
+from rkvoice.timeline import Ev, Event, Timeline
+from rkvoice.turn import Turn
 
 RATE = 16000
 WAIT = 10.0  # real-time safety net for thread hand-offs; never reached when things work
@@ -27,7 +30,7 @@ class ScriptedEngine:
     """
 
     name = "scripted"
-    languages = ("zh",)
+    languages: tuple[str, ...] = ("zh",)
     sample_rate = RATE
 
     def __init__(self, clock: FakeClock, script: dict[str, tuple[float, float]]) -> None:
@@ -39,7 +42,10 @@ class ScriptedEngine:
         self.calls: list[tuple[str, float]] = []
         self.speaker: Speaker | None = None
 
-    def generate(self, text: str, sid: int = 0, speed: float = 1.0):
+    def load(self) -> None:
+        pass
+
+    def generate(self, text: str, sid: int = 0, speed: float = 1.0) -> tuple[np.ndarray, int]:
         self.calls.append((text, self.clock.now()))
         self.entered.setdefault(text, threading.Event()).set()
         if text in self.gates:
@@ -59,39 +65,63 @@ def bar_split(text: str, first: int, chunk: int) -> list[str]:
     return [p for p in text.split("|") if p]
 
 
-def make(script, split=bar_split, cfg=None):
+Split = Callable[[str, int, int], list[str]]
+
+
+def make(
+    script: dict[str, tuple[float, float]], split: Split = bar_split, cfg: Config | None = None
+) -> tuple[FakeClock, ScriptedEngine, NullPlayer, Timeline, Speaker, threading.Event]:
+    """A loaded speaker, and the timeline the tests give their turns (``audio_first`` is set from it)."""
     clock = FakeClock()
     cfg = cfg or Config()
     engine = ScriptedEngine(clock, script)
     player = NullPlayer(cfg, clock)
     audio_first = threading.Event()
 
-    def on_event(e):
-        if e["name"] == "audio_first":
+    def on_event(e: Event) -> None:
+        if e.name is Ev.AUDIO_FIRST:
             audio_first.set()
 
     timeline = Timeline(clock, on_event=on_event)
-    speaker = Speaker(engine, player, cfg, clock, timeline, normalize=lambda t: t, split=split)
+    speaker = Speaker(engine, player, cfg, clock, normalize=lambda t: t, split=split)
+    speaker.load()
     engine.speaker = speaker
     return clock, engine, player, timeline, speaker, audio_first
 
 
-def names(timeline, name):
-    return [e for e in timeline.events if e["name"] == name]
+def names(timeline: Timeline, name: Ev) -> list[Event]:
+    return timeline.find(name)
 
 
-def test_pieces_play_in_order_overlapped_with_synthesis():
+def finished(sp: Speaker, turn: Turn) -> bool:
+    """``sp.wait(turn)`` in real time: the fake clock only moves when synthesis or a test moves it,
+    so a clock-time timeout would never run out if the speaker hung."""
+    return wait_until(lambda: sp.wait(turn, 0), WAIT)
+
+
+def spoke(turn: Turn) -> bool:
+    """The turn played to its end: neither cancelled nor failed."""
+    return not turn.cancelled and turn.exception is None
+
+
+def started(sp: Speaker, tl: Timeline) -> Turn:
+    turn = Turn(tl)
+    sp.start(turn)
+    return turn
+
+
+def test_pieces_play_in_order_overlapped_with_synthesis() -> None:
     script = {"a": (0.3, 1.0), "b": (0.5, 1.0), "c": (1.7, 0.5)}
     clock, engine, player, tl, sp, _ = make(script)
-    turn = sp.speak("a|b|c")
-    result = sp.wait_done(turn, WAIT)
+    turn = sp.speak("a|b|c", tl)
+    assert finished(sp, turn)
     sp.close()
-    assert result is not None and result.status == "done"
+    assert spoke(turn) and turn.timeline is tl
     assert [c[0] for c in engine.calls] == ["a", "b", "c"]
-    assert [e["text"] for e in names(tl, "chunk")] == ["a", "b", "c"]
-    assert [e["index"] for e in names(tl, "play_chunk")] == [0, 1, 2]
+    assert [e.get("text") for e in names(tl, Ev.CHUNK)] == ["a", "b", "c"]
+    assert [e.get("index") for e in names(tl, Ev.PLAY_CHUNK)] == [0, 1, 2]
     # b is synthesised while a plays (a plays 300..1300 ms)
-    b_start = names(tl, "synth_start")[1]["t_ms"]
+    b_start = names(tl, Ev.SYNTH_START)[1].t_ms
     assert b_start == pytest.approx(300.0)
     # heard: a+b back to back from 0.3 s, c after a 200 ms gap (synthesis fell behind)
     assert player.segments == [pytest.approx([0.3, 2.3]), pytest.approx([2.5, 3.0])]
@@ -102,44 +132,54 @@ def test_pieces_play_in_order_overlapped_with_synthesis():
     assert s["synth_ms"] == pytest.approx(2500.0)
     assert s["audio_s"] == pytest.approx(2.5)
     assert s["rtf"] == pytest.approx(1.0)
-    assert names(tl, "play_end")[0]["t_ms"] == pytest.approx(3000.0)
+    assert names(tl, Ev.PLAY_END)[0].t_ms == pytest.approx(3000.0)
     assert player.samples == int(2.5 * RATE)
 
 
-def test_fast_synthesis_leaves_no_gap():
+def test_fast_synthesis_leaves_no_gap() -> None:
     script = {"a": (0.2, 1.0), "b": (0.4, 2.0), "c": (0.4, 0.6)}
     clock, engine, player, tl, sp, _ = make(script)
-    sp.wait_done(sp.speak("a|b|c"), WAIT)
+    assert finished(sp, sp.speak("a|b|c", tl))
     sp.close()
     assert tl.summary()["max_gap_ms"] == 0.0
     assert tl.summary()["first_audio_ms"] == pytest.approx(200.0)
     assert player.segments == [pytest.approx([0.2, 3.8])]
 
 
-def test_each_chunk_text_event_precedes_its_audio():
+def test_each_chunk_text_event_precedes_its_audio() -> None:
     script = {"a": (0.1, 0.5), "b": (0.1, 0.5)}
     clock, engine, player, tl, sp, _ = make(script)
-    sp.wait_done(sp.speak("a|b"), WAIT)
+    assert finished(sp, sp.speak("a|b", tl))
     sp.close()
-    order = [(e["name"], e.get("index")) for e in tl.events if e["name"] in ("chunk", "play_chunk")]
-    assert order.index(("chunk", 1)) < order.index(("play_chunk", 1))
-    assert order.index(("chunk", 0)) < order.index(("play_chunk", 0))
+    order = [(e.name, e.get("index")) for e in tl.events if e.name in (Ev.CHUNK, Ev.PLAY_CHUNK)]
+    assert order.index((Ev.CHUNK, 1)) < order.index((Ev.PLAY_CHUNK, 1))
+    assert order.index((Ev.CHUNK, 0)) < order.index((Ev.PLAY_CHUNK, 0))
 
 
-def test_streamed_pieces_first_cut_short_later_long():
+def test_speak_without_a_timeline_gives_the_turn_its_own() -> None:
+    clock, engine, player, tl, sp, _ = make({"a": (0.1, 0.5)})
+    turn = sp.speak("a")
+    assert finished(sp, turn)
+    sp.close()
+    assert spoke(turn) and turn.text == "a" and turn.timeline is not tl
+    assert [e.name for e in turn.timeline.events][-1] is Ev.PLAY_END
+    assert tl.events == []
+
+
+def test_streamed_pieces_first_cut_short_later_long() -> None:
     calls = []
 
-    def split(text, first, chunk):
+    def split(text: str, first: int, chunk: int) -> list[str]:
         calls.append((text, first, chunk))
         return [text]
 
     script = {"p1": (0.1, 0.2), "p2": (0.1, 0.2), "p3": (0.1, 0.2)}
     clock, engine, player, tl, sp, _ = make(script, split=split)
-    turn = sp.start_turn()
+    turn = started(sp, tl)
     for piece in ["p1", "p2", "p3"]:
-        sp.say(piece, turn)
-    sp.end_turn(turn)
-    assert sp.wait_done(turn, WAIT).status == "done"
+        sp.say(turn, piece)
+    sp.end(turn)
+    assert finished(sp, turn) and spoke(turn)
     sp.close()
     cfg = Config()
     assert calls == [
@@ -147,108 +187,201 @@ def test_streamed_pieces_first_cut_short_later_long():
         ("p2", cfg.tts.chunk_chars, cfg.tts.chunk_chars),
         ("p3", cfg.tts.chunk_chars, cfg.tts.chunk_chars),
     ]
-    assert len(names(tl, "text_ready")) == 1
+    assert len(names(tl, Ev.TEXT_READY)) == 1
 
 
-def test_cancel_silences_player_within_50ms_and_stops_synthesis():
+def test_cancel_silences_player_within_50ms_and_stops_synthesis() -> None:
     script = {"a": (0.2, 2.0), "b": (0.2, 2.0), "c": (0.2, 2.0)}
     clock, engine, player, tl, sp, audio_first = make(script)
     engine.gates["b"] = threading.Event()
     engine.entered["b"] = threading.Event()
-    turn = sp.speak("a|b|c")
+    turn = sp.speak("a|b|c", tl)
     assert audio_first.wait(WAIT)
     assert engine.entered["b"].wait(WAIT)  # b is being synthesised while a plays
     clock.advance(0.5)  # a has played 0.5 s of 2 s
     t_cancel = clock.now()
     blocks_at_cancel = player.blocks
-    sp.cancel()
-    result = sp.wait_done(turn, 0)  # already finished: cancel() ends the turn
-    assert result is not None and result.status == "cancelled"
-    assert player.heard_until() - t_cancel <= 0.05
+    assert turn.cancel("barge-in")
+    assert sp.wait(turn, 0)  # no clock time passes: the cancel itself ends the wait
+    assert turn.cancelled and turn.reason == "barge-in" and turn.exception is None
+    heard = player.heard_until()
+    assert heard is not None and heard - t_cancel <= 0.05
     engine.gates["b"].set()  # b's synthesis returns after the cancel...
     sp.close()
     assert [c[0] for c in engine.calls] == ["a", "b"]  # ...and c is never started
     assert player.blocks == blocks_at_cancel  # b's audio was dropped
-    cancelled = names(tl, "cancelled")
-    assert len(cancelled) == 1 and cancelled[0]["t_ms"] - t_cancel * 1000 <= 50
-    assert not names(tl, "play_end")
+    cancelled = names(tl, Ev.CANCELLED)
+    assert len(cancelled) == 1 and cancelled[0].t_ms - t_cancel * 1000 <= 50
+    assert cancelled[0].get("reason") == "barge-in"
+    assert not names(tl, Ev.PLAY_END)
+    assert not turn.cancel("stop")  # a turn is cancelled once; the first reason stays
+    assert turn.reason == "barge-in"
 
 
-def test_stale_turn_pieces_are_dropped_and_next_turn_plays():
+def test_stale_turn_pieces_are_dropped_and_next_turn_plays() -> None:
     script = {"a": (0.1, 1.0), "x": (0.1, 1.0), "b": (0.1, 0.4)}
     clock, engine, player, tl, sp, audio_first = make(script)
-    t1 = sp.start_turn()
-    sp.say("a", t1)
+    t1 = started(sp, tl)
+    sp.say(t1, "a")
     assert audio_first.wait(WAIT)
-    sp.cancel()
-    sp.say("x", t1)  # the LLM was still streaming into the cancelled turn
-    sp.end_turn(t1)
-    t2 = sp.start_turn()
-    assert t2 > t1
-    sp.say("b", t2)
-    sp.end_turn(t2)
-    r2 = sp.wait_done(t2, WAIT)
+    t1.cancel("barge-in")
+    sp.say(t1, "x")  # the LLM was still streaming into the cancelled turn
+    sp.end(t1)
+    t2 = started(sp, Timeline(clock))
+    assert t2.id > t1.id
+    sp.say(t2, "b")
+    sp.end(t2)
+    assert finished(sp, t2)
     sp.close()
-    assert r2.status == "done"
-    assert sp.wait_done(t1, 0).status == "cancelled"
+    assert spoke(t2)
+    assert sp.wait(t1, 0) and t1.cancelled and t1.reason == "barge-in"
     assert [c[0] for c in engine.calls] == ["a", "b"]
 
 
-def test_engine_exception_mid_answer_ends_the_turn_and_speaker_survives():
+def test_cancelling_one_turn_leaves_the_turn_queued_behind_it() -> None:
+    script = {"a": (0.1, 1.0), "b": (0.1, 0.4)}
+    clock, engine, player, tl, sp, audio_first = make(script)
+    t1 = started(sp, tl)
+    t2 = started(sp, Timeline(clock))
+    sp.say(t2, "b")  # waits for t1, which is still open
+    sp.end(t2)
+    sp.say(t1, "a")
+    assert audio_first.wait(WAIT)
+    t1.cancel("barge-in")
+    sp.end(t1)
+    assert finished(sp, t2)
+    sp.close()
+    assert t1.cancelled and spoke(t2)
+    assert [c[0] for c in engine.calls] == ["a", "b"]
+    assert names(t2.timeline, Ev.PLAY_END) and not names(tl, Ev.PLAY_END)
+
+
+def test_cancel_all_cancels_every_started_turn() -> None:
+    script = {"a": (0.1, 2.0), "b": (0.1, 0.4)}
+    clock, engine, player, tl, sp, _ = make(script)
+    engine.gates["a"] = threading.Event()
+    t1 = sp.speak("a", tl)
+    t2 = sp.speak("b", Timeline(clock))  # queued behind t1
+    assert engine.entered.setdefault("a", threading.Event()).wait(WAIT)
+    sp.cancel_all("stop")
+    assert sp.wait(t1, 0) and sp.wait(t2, 0)
+    engine.gates["a"].set()
+    sp.close()
+    assert (t1.reason, t2.reason) == ("stop", "stop")
+    assert [c[0] for c in engine.calls] == ["a"]  # the queued turn was never synthesised
+    assert player.blocks == 0  # nor was the audio of the cancelled one played
+    t3 = Turn(Timeline(clock))
+    with pytest.raises(RkvoiceError, match="closed"):
+        sp.start(t3)
+
+
+def test_engine_exception_mid_answer_fails_the_turn_and_speaker_survives() -> None:
     script = {"a": (0.1, 0.6), "b": (0.1, 0.6), "c": (0.1, 0.6), "d": (0.1, 0.4)}
     clock, engine, player, tl, sp, _ = make(script)
     engine.fail.add("b")
-    turn = sp.start_turn()
-    sp.say("a|b", turn)
-    sp.say("c", turn)
-    sp.end_turn(turn)
-    result = sp.wait_done(turn, WAIT)
-    assert result.status == "error"
-    assert isinstance(result.error, RkvoiceError) and "boom on b" in str(result.error)
-    assert [e["message"] for e in names(tl, "error")] == [str(result.error)]
+    turn = started(sp, tl)
+    sp.say(turn, "a|b")
+    sp.say(turn, "c")
+    sp.end(turn)
+    assert finished(sp, turn)
+    assert turn.cancelled and turn.reason == "error"
+    assert isinstance(turn.exception, RkvoiceError) and "boom on b" in str(turn.exception)
+    with pytest.raises(RkvoiceError, match="boom on b"):
+        turn.raise_if_failed()
+    assert [e.get("message") for e in names(tl, Ev.ERROR)] == [str(turn.exception)]
     assert player.samples == int(0.6 * RATE)  # a played, nothing after the failure
     # the speaker keeps working
-    r2 = sp.wait_done(sp.speak("d", Timeline(clock)), WAIT)
+    t2 = sp.speak("d", Timeline(clock))
+    assert finished(sp, t2)
     sp.close()
-    assert r2.status == "done"
+    assert spoke(t2)
+    t2.raise_if_failed()
     assert [c[0] for c in engine.calls] == ["a", "b", "d"]
 
 
-def test_empty_and_unspeakable_pieces_end_the_turn_quietly():
+def test_empty_and_unspeakable_pieces_end_the_turn_quietly() -> None:
     clock, engine, player, tl, sp, _ = make({})
-    turn = sp.start_turn()
-    sp.say("", turn)
-    sp.say("|", turn)
-    sp.end_turn(turn)
-    result = sp.wait_done(turn, WAIT)
+    turn = started(sp, tl)
+    sp.say(turn, "")
+    sp.say(turn, "|")
+    sp.end(turn)
+    assert finished(sp, turn)
     sp.close()
-    assert result.status == "done" and result.chunks == 0
+    assert spoke(turn) and names(tl, Ev.PLAY_END)
+    assert tl.summary()["chunks"] == 0 and not names(tl, Ev.CHUNK)
     assert engine.calls == [] and player.blocks == 0
     assert "first_audio_ms" not in tl.summary()
 
 
-def test_turns_play_in_order_without_waiting_between_them():
+def test_turns_play_in_order_without_waiting_between_them() -> None:
     script = {"a": (0.1, 0.5), "b": (0.1, 0.5)}
     clock, engine, player, tl, sp, _ = make(script)
     t1 = sp.speak("a", Timeline(clock))
     t2 = sp.speak("b", Timeline(clock))
-    r2 = sp.wait_done(t2, WAIT)
-    r1 = sp.wait_done(t1, WAIT)
+    assert finished(sp, t2)
+    assert finished(sp, t1)
     sp.close()
-    assert r1.status == r2.status == "done"
+    assert spoke(t1) and spoke(t2)
     assert [c[0] for c in engine.calls] == ["a", "b"]
-    assert r1.timeline.find("play_end")[0]["t_ms"] <= r2.timeline.find("play_end")[0]["t_ms"]
+    assert t1.timeline.find(Ev.PLAY_END)[0].t_ms <= t2.timeline.find(Ev.PLAY_END)[0].t_ms
 
 
-def test_unknown_turn_and_ended_turn_are_clear_errors():
+def test_wait_times_out_on_the_speakers_clock() -> None:
+    clock, engine, player, tl, sp, _ = make({"a": (0.1, 0.5)})
+    engine.gates["a"] = threading.Event()
+    turn = sp.speak("a", tl)
+    assert engine.entered.setdefault("a", threading.Event()).wait(WAIT)
+    waited: list[bool] = []
+    waiter = threading.Thread(target=lambda: waited.append(sp.wait(turn, 2.0)))
+    waiter.start()
+
+    def later() -> bool:  # synthesis is still blocked, so the turn cannot play: the wait gives up
+        clock.advance(0.5)
+        return not waiter.is_alive()
+
+    assert wait_until(later, WAIT)
+    waiter.join(WAIT)
+    assert waited == [False] and not turn.cancelled
+    engine.gates["a"].set()
+    assert finished(sp, turn)
+    sp.close()
+    assert spoke(turn)
+
+
+def test_audio_ahead_counts_what_the_player_still_has_of_the_turn() -> None:
+    script = {"a": (0.3, 1.0), "b": (0.5, 1.0)}
+    clock, engine, player, tl, sp, _ = make(script)
+    turn = started(sp, tl)
+    assert sp.audio_ahead_s(turn) is None  # nothing played yet
+    sp.say(turn, "a")
+    assert wait_until(lambda: sp.audio_ahead_s(turn) is not None, WAIT)
+    assert sp.audio_ahead_s(turn) == pytest.approx(1.0)  # handed at 0.3 s, plays until 1.3 s
+    clock.advance(0.6)
+    assert sp.audio_ahead_s(turn) == pytest.approx(0.4)
+    engine.gates["b"] = threading.Event()
+    sp.say(turn, "b")
+    assert engine.entered.setdefault("b", threading.Event()).wait(WAIT)
+    assert sp.audio_ahead_s(turn) is None  # more audio is on its way
+    engine.gates["b"].set()  # synthesised 0.9..1.4 s: the player ran dry at 1.3 s, then 1 s more
+    assert wait_until(lambda: (sp.audio_ahead_s(turn) or 0.0) > 0.5, WAIT)
+    assert sp.audio_ahead_s(turn) == pytest.approx(1.0)
+    sp.end(turn)
+    assert finished(sp, turn)
+    sp.close()
+
+
+def test_unknown_turn_ended_turn_and_unloaded_speaker_are_clear_errors() -> None:
     clock, engine, player, tl, sp, _ = make({"a": (0.1, 0.2)})
     with pytest.raises(RkvoiceError, match="never started"):
-        sp.say("a", 99)
-    turn = sp.start_turn()
-    sp.end_turn(turn)
+        sp.say(Turn(tl), "a")
+    turn = started(sp, tl)
+    sp.end(turn)
     with pytest.raises(RkvoiceError, match="already ended"):
-        sp.say("a", turn)
+        sp.say(turn, "a")
     sp.close()
+    idle = Speaker(engine, player, Config(), clock)  # nothing starts before load()
+    with pytest.raises(RkvoiceError, match="not loaded"):
+        idle.start(Turn(tl))
 
 
 def coalescing(chars: int) -> Config:
@@ -256,41 +389,45 @@ def coalescing(chars: int) -> Config:
     return replace(cfg, tts=replace(cfg.tts, coalesce_chars=chars))
 
 
+def whole(text: str, first: int, chunk: int) -> list[str]:
+    return [text]
+
+
 @pytest.mark.parametrize("chars,calls", [(0, ["a", "b", "c", "d"]), (40, ["a", "bcd"]), (2, ["a", "bc", "d"])])
-def test_pieces_queued_while_busy_merge_into_one_call(chars, calls):
+def test_pieces_queued_while_busy_merge_into_one_call(chars: int, calls: list[str]) -> None:
     script = {k: (0.1, 0.4) for k in ["a", "b", "c", "d", "bc", "bcd"]}
-    clock, engine, player, tl, sp, _ = make(script, split=lambda t, f, c: [t], cfg=coalescing(chars))
+    clock, engine, player, tl, sp, _ = make(script, split=whole, cfg=coalescing(chars))
     engine.gates["a"] = threading.Event()
-    turn = sp.start_turn()
-    sp.say("a", turn)  # the first piece is never merged: it sets the first-audio time
+    turn = started(sp, tl)
+    sp.say(turn, "a")  # the first piece is never merged: it sets the first-audio time
     assert engine.entered.setdefault("a", threading.Event()).wait(WAIT)
     for piece in "bcd":
-        sp.say(piece, turn)  # these queue up while "a" is being synthesised
-    sp.end_turn(turn)
+        sp.say(turn, piece)  # these queue up while "a" is being synthesised
+    sp.end(turn)
     engine.gates["a"].set()
-    assert sp.wait_done(turn, WAIT).status == "done"
+    assert finished(sp, turn) and spoke(turn)
     sp.close()
     assert [c[0] for c in engine.calls] == calls
-    assert [e["text"] for e in names(tl, "chunk")] == calls
+    assert [e.get("text") for e in names(tl, Ev.CHUNK)] == calls
     assert player.samples == int(0.4 * RATE) * len(calls)
 
 
-def test_pieces_of_different_turns_never_merge_and_turns_keep_their_order():
+def test_pieces_of_different_turns_never_merge_and_turns_keep_their_order() -> None:
     script = {k: (0.1, 0.4) for k in ["a", "bc", "x"]}
-    clock, engine, player, tl, sp, _ = make(script, split=lambda t, f, c: [t], cfg=coalescing(40))
+    clock, engine, player, tl, sp, _ = make(script, split=whole, cfg=coalescing(40))
     engine.gates["a"] = threading.Event()
-    t1 = sp.start_turn()
-    sp.say("a", t1)
+    t1 = started(sp, tl)
+    sp.say(t1, "a")
     assert engine.entered.setdefault("a", threading.Event()).wait(WAIT)
-    t2 = sp.start_turn(Timeline(clock))
-    sp.say("b", t1)
-    sp.say("x", t2)
-    sp.say("c", t1)
-    sp.end_turn(t1)
-    sp.end_turn(t2)
+    t2 = started(sp, Timeline(clock))
+    sp.say(t1, "b")
+    sp.say(t2, "x")
+    sp.say(t1, "c")
+    sp.end(t1)
+    sp.end(t2)
     engine.gates["a"].set()
-    assert sp.wait_done(t1, WAIT).status == "done"
-    assert sp.wait_done(t2, WAIT).status == "done"
+    assert finished(sp, t1) and spoke(t1)
+    assert finished(sp, t2) and spoke(t2)
     sp.close()
     # turn 2 waits for turn 1 to end: its piece never lands in the middle of turn 1's answer
     assert [c[0] for c in engine.calls] == ["a", "bc", "x"]
