@@ -124,16 +124,18 @@ def measure_tts(engine: Any, cfg: Config, runs: int) -> dict[str, Any]:
     chunked, whole = [], []
     for _ in range(runs):
         timeline = Timeline(MonotonicClock())
-        speaker = Speaker(engine, NullPlayer(cfg, FakeClock()), cfg, MonotonicClock(), timeline)
+        speaker = Speaker(engine, NullPlayer(cfg, FakeClock()), cfg, MonotonicClock())
+        speaker.load()
         try:
-            result = speaker.wait_done(speaker.speak(TEXT), timeout=600)
+            turn = speaker.speak(TEXT, timeline)
+            played = speaker.wait(turn, timeout=600)
         finally:
             speaker.close()
-        if result is None or result.status != "done":
+        if not played or turn.cancelled:
             raise RkvoiceError("bench", "tts-failed", f"speaking the test text ended with "
-                               f"{result and result.status}: {result and result.error}")
+                               f"{turn.reason or 'a timeout'}: {turn.exception}")
         s = timeline.summary()
-        s["played_s"] = result.audio_s
+        s["played_s"] = s["audio_s"]
         chunked.append(s)
         t0 = time.monotonic()
         samples, rate = engine.generate(speakable(TEXT), sid=cfg.tts.sid, speed=cfg.tts.speed)

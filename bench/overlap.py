@@ -25,14 +25,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rkvoice.answer.assistant import Assistant
-from rkvoice.answer.turn import Answerer
+from rkvoice.answer.respond import Answerer
 from rkvoice.audio.players import NullPlayer
 from rkvoice.clock import MonotonicClock
 from rkvoice.config import load_config, parse_override
 from rkvoice.errors import RkvoiceError
 from rkvoice.speaker import Speaker
-from rkvoice.timeline import Timeline
+from rkvoice.timeline import Event, Timeline
 from rkvoice.tts.registry import create_tts
+from rkvoice.turn import Turn
 
 
 class RecordingLlm:
@@ -57,8 +58,8 @@ class RecordingLlm:
         self.engine.abort()
 
 
-def first(events: list[dict], name: str) -> float | None:
-    return next((e["t_ms"] for e in events if e["name"] == name), None)
+def first(events: list[Event], name: str) -> float | None:
+    return next((e.t_ms for e in events if e.name == name), None)
 
 
 def turn_figures(tl: Timeline, t_llm_start: float, t_llm_done: float) -> dict[str, Any]:
@@ -81,12 +82,13 @@ def turn_figures(tl: Timeline, t_llm_start: float, t_llm_done: float) -> dict[st
 def run_overlapped(answerer: Answerer, question: str, clock: MonotonicClock) -> tuple[Timeline, dict[str, Any]]:
     tl = Timeline(clock)
     tl.start()
-    answered = answerer.ask(question, tl)
+    turn = Turn(tl, text=question)
+    turn.finish(answerer.respond(turn))
     start, done = first(tl.events, "llm_start"), first(tl.events, "llm_done")
     if start is None or done is None:
-        raise RkvoiceError("bench", "not-llm", f"{question!r} was answered by {answered.route}, not the LLM")
+        raise RkvoiceError("bench", "not-llm", f"{question!r} was answered by {turn.route}, not the LLM")
     fig = turn_figures(tl, start, done)
-    fig["answer"] = answered.text
+    fig["answer"] = turn.result
     fig["llm_first_token_from_llm_start_ms"] = round(first(tl.events, "llm_first_token") - start, 1)  # type: ignore[operator]
     return tl, fig
 
@@ -95,12 +97,12 @@ def run_wait_full(assistant: Assistant, speaker: Speaker, question: str,
                   clock: MonotonicClock) -> tuple[Timeline, dict[str, Any]]:
     tl = Timeline(clock)
     tl.start()
-    reply = assistant.reply(question, tl)
+    reply = assistant.reply(question, Turn(tl))
     text = "".join(reply.deltas)  # wait for the whole answer
     start, done = first(tl.events, "llm_start"), first(tl.events, "llm_done")
     assert start is not None and done is not None
     turn = speaker.speak(text, tl)
-    speaker.wait_done(turn)
+    speaker.wait(turn)
     fig = turn_figures(tl, start, done)
     fig["answer"] = text
     return tl, fig
@@ -181,16 +183,16 @@ def draw(png: Path, runs: list[tuple[str, Timeline, list[tuple[float, str]]]]) -
         wall0 = deltas[0][0] * 1000 - (first(ev, "llm_first_token") or t0) if deltas else 0.0
         for t, _ in deltas:
             ax.plot([(t * 1000 - wall0 - t0) / 1000] * 2, [1.75, 2.25], color="#08519c", lw=0.6)
-        starts = {e["index"]: e["t_ms"] for e in ev if e["name"] == "synth_start"}
+        starts = {e.get("index"): e.t_ms for e in ev if e.name == "synth_start"}
         dry: float | None = None  # when everything handed to the player so far has been heard
         for e in ev:
-            if e["name"] == "synth_end":
-                s = starts[e["index"]]
-                ax.barh(1, (e["t_ms"] - s) / 1000, left=(s - t0) / 1000, height=0.5, color="#fd8d3c")
-            if e["name"] == "play_chunk":  # handed to a real-time player: heard from max(handed, dry)
-                heard = e["t_ms"] if dry is None else max(e["t_ms"], dry)
-                dry = heard + e["audio_s"] * 1000
-                ax.barh(0, e["audio_s"], left=(heard - t0) / 1000, height=0.5, color="#74c476",
+            if e.name == "synth_end":
+                s = starts[e.get("index")]
+                ax.barh(1, (e.t_ms - s) / 1000, left=(s - t0) / 1000, height=0.5, color="#fd8d3c")
+            if e.name == "play_chunk":  # handed to a real-time player: heard from max(handed, dry)
+                heard = e.t_ms if dry is None else max(e.t_ms, dry)
+                dry = heard + e.get("audio_s") * 1000
+                ax.barh(0, e.get("audio_s"), left=(heard - t0) / 1000, height=0.5, color="#74c476",
                         edgecolor="white")
         af = first(ev, "audio_first")
         if af is not None:
@@ -230,7 +232,8 @@ def main() -> int:
     player = NullPlayer(cfg, clock)
     player.open()
     speaker = Speaker(tts, player, cfg, clock)
-    answerer = Answerer(assistant, speaker, cfg, clock)
+    speaker.load()
+    answerer = Answerer(assistant, speaker, cfg)
     reset = getattr(llm.engine, "reset_cache", None)
     if reset is not None:
         reset()
@@ -250,7 +253,7 @@ def main() -> int:
         gen_s = deltas[-1][0] - deltas[0][0] if len(deltas) > 1 else 0.0
         fig_["llm_chars_per_s"] = round(len(fig_["answer"]) / gen_s, 2) if gen_s > 0 else None
         fig_["speech_chars_per_s"] = round(len(fig_["answer"]) / fig_["audio_s"], 2) if fig_["audio_s"] else None
-    chunks = [e["text"] for e in tl_o.events if e["name"] == "chunk"]
+    chunks = [e.get("text") for e in tl_o.events if e.name == "chunk"]
     coalesce = coalescing(tts, chunks, cfg.tts.chunk_chars * 2) if len(chunks) > 1 else None
     result = {
         "question": args.question,

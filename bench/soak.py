@@ -38,8 +38,9 @@ from rkvoice.config import Config, load_config
 from rkvoice.daemon.product import product_plan
 from rkvoice.daemon.sdnotify import Notifier
 from rkvoice.daemon.service import Daemon
-from rkvoice.daemon.stages import Plan, StageSpec, TurnReport
+from rkvoice.daemon.stages import Plan, StageSpec
 from rkvoice.hear.sources import paced
+from rkvoice.turn import Turn
 
 log = logging.getLogger("soak")
 
@@ -183,7 +184,7 @@ def resident(args: argparse.Namespace) -> int:
     plan = product_plan(cfg)
     if args.no_llm:
         plan = Plan(stages=tuple(StageSpec(s.name, s.key, NoLlmAssistant) if s.name == "answer" else s
-                                 for s in plan.stages), make_loop=plan.make_loop)
+                                 for s in plan.stages), source=plan.source)
     steps = [{"step": "python + rkvoice imports", "rss_mb": round(proc_status()["VmRSS"] / 1024, 1)}]
     stages = StageSet(plan.stages)
     for spec in plan.stages:
@@ -250,7 +251,7 @@ def main() -> int:
             script.append(audio[REQUESTS[i % len(REQUESTS)]])
 
     clock = ScaledClock(args.pace)
-    reports: list[TurnReport] = []
+    reports: list[Turn] = []
     samples: list[dict[str, int]] = []
     daemon_ref: list[Daemon] = []
 
@@ -264,17 +265,17 @@ def main() -> int:
 
         return NullPlayer(c, clock)
 
-    plan = product_plan(cfg, source_factory=lambda c: feeder, player_factory=player)
+    plan = product_plan(cfg, source=lambda c: feeder, player=player)
     if args.no_llm:
         plan = Plan(stages=tuple(StageSpec(s.name, s.key, NoLlmAssistant) if s.name == "answer" else s
-                                 for s in plan.stages), make_loop=plan.make_loop)
+                                 for s in plan.stages), source=plan.source)
     daemon = Daemon(cfg, plan, lambda: cfg, notifier=Notifier(socket_name=""))
     daemon_ref.append(daemon)
     lock = threading.Lock()
 
     names: dict[str, Any] = {}
 
-    def on_turn(report: TurnReport) -> None:
+    def on_turn(report: Turn) -> None:
         with lock:
             if not names:  # the engines are closed by the time the JSON is written
                 hear, speak = daemon.stages.engines["hear"], daemon.stages.engines["speak"]
@@ -309,8 +310,9 @@ def main() -> int:
     rss = [s["VmRSS"] for s in after]
     threads = [s["Threads"] for s in after]
     fds = [s["fds"] for s in after]
-    e2fa = [r.latency_ms["end_to_first_audio_ms"] for r in reports if "end_to_first_audio_ms" in r.latency_ms]
-    asr = [r.latency_ms["asr_ms"] for r in reports if "asr_ms" in r.latency_ms]
+    summaries = [r.summary() for r in reports]
+    e2fa = [s["end_to_first_audio_ms"] for s in summaries if "end_to_first_audio_ms" in s]
+    asr = [s["asr_ms"] for s in summaries if isinstance(s.get("asr_ms"), (int, float))]
     expected = {t.split("，", 1)[1] for t in texts}
     growth = (100.0 * (rss[-1] - base["VmRSS"]) / base["VmRSS"]) if rss and base else None
     routes: dict[str, int] = {}
@@ -320,7 +322,7 @@ def main() -> int:
     hear_names = names.get("hear", [])
     heard: dict[str, int] = {}
     for r in reports:
-        heard[r.transcript] = heard.get(r.transcript, 0) + 1
+        heard[r.text] = heard.get(r.text, 0) + 1
     result = {
         "bench": "soak",
         "turns_requested": args.turns,
@@ -336,7 +338,7 @@ def main() -> int:
             "speak": f"Speaker + {tts_name} TTS + null player",
         },
         "routes": routes,
-        "transcripts_exact": sum(1 for r in reports if r.transcript.rstrip("。？?") in expected),
+        "transcripts_exact": sum(1 for r in reports if r.text.rstrip("。？?") in expected),
         "transcripts": heard,
         "warmup_turns": args.warmup,
         "rss_mb": {

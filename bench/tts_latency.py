@@ -56,14 +56,15 @@ def chunked_run(engine: Any, cfg: Config, text: str) -> dict[str, float]:
     timeline = Timeline(clock)
     # The player's own clock is a FakeClock so the run doesn't wait for playback; gaps come from
     # the timeline's audio-time accounting on the real clock.
-    speaker = Speaker(engine, NullPlayer(cfg, FakeClock()), cfg, clock, timeline)
+    speaker = Speaker(engine, NullPlayer(cfg, FakeClock()), cfg, clock)
+    speaker.load()
     try:
-        turn = speaker.speak(text)
-        result = speaker.wait_done(turn, timeout=600)
+        turn = speaker.speak(text, timeline)
+        played = speaker.wait(turn, timeout=600)
     finally:
         speaker.close()
-    if result is None or result.status != "done":
-        raise RkvoiceError("bench", "failed", f"chunked run ended with {result and result.status}: {result and result.error}")
+    if not played or turn.cancelled:
+        raise RkvoiceError("bench", "failed", f"chunked run ended with {turn.reason or 'a timeout'}: {turn.exception}")
     s = timeline.summary()
     return {"first_audio_ms": s["first_audio_ms"], "max_gap_ms": s["max_gap_ms"], "chunks": s["chunks"]}
 
