@@ -213,3 +213,12 @@ def test_complete_part_file_with_416_is_accepted_after_checksum(server, tmp_path
     dest = _get(url, tmp_path / "m.bin")  # no size given: the server answers 416 to the range
     assert dest.read_bytes() == DATA
     assert plan.requests[0]["range"] == f"bytes={len(DATA)}-"
+
+
+def test_an_oversized_junk_part_is_dropped_and_the_file_fetched_whole(server, tmp_path):
+    plan, url = server
+    junk = b"junk" * (len(DATA) // 2)  # longer than the file: the server answers 416
+    (tmp_path / "m.bin.part").write_bytes(junk)
+    dest = _get(url, tmp_path / "m.bin", retries=1)
+    assert dest.read_bytes() == DATA
+    assert [r["range"] for r in plan.requests] == [f"bytes={len(junk)}-", None]
