@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -126,7 +127,7 @@ class FlakyStream:
 
 
 def test_mic_faults_are_retried_with_backoff_and_recover(caplog):
-    script = iter(["missing", "busy", 3, 2, "missing"])
+    script: Iterator[str | int] = iter(["missing", "busy", 3, 2, "missing"])
     opened = []
 
     def opener():
@@ -136,8 +137,13 @@ def test_mic_faults_are_retried_with_backoff_and_recover(caplog):
         opened.append(FlakyStream(step))
         return opened[-1]
 
-    waits = []
-    mic = MicSource(opener, "test", backoff=Backoff(0.5, 2.0), wait=lambda s: waits.append(s) or len(waits) >= 5)
+    waits: list[float] = []
+
+    def wait(seconds: float) -> bool:
+        waits.append(seconds)
+        return len(waits) >= 5
+
+    mic = MicSource(opener, "test", backoff=Backoff(0.5, 2.0), wait=wait)
     with caplog.at_level(logging.WARNING, logger="rkvoice.hear.sources"):
         got = list(mic.frames())
     assert len(got) == 5  # 3 frames, unplugged, reopened, 2 frames, unplugged, gone
@@ -157,8 +163,13 @@ def test_mic_source_stops_when_closed_during_backoff():
 
 def test_arecord_without_device_is_retried_not_fatal():
     mic = microphone("arecord", "hw:99,0")
-    waits = []
-    mic._wait = lambda s: waits.append(s) or len(waits) >= 2
+    waits: list[float] = []
+
+    def wait(seconds: float) -> bool:
+        waits.append(seconds)
+        return len(waits) >= 2
+
+    mic._wait = wait
     assert list(mic.frames()) == []
     assert mic.faults == 2
 
@@ -174,21 +185,49 @@ def test_chime_is_short_and_clean():
     assert abs(c[0]) < 1e-3 and abs(c[-1]) < 0.01  # faded, no click
 
 
-def test_voice_cue_is_synthesised_once_at_load():
-    calls = []
+class Voice:
+    """A loaded TtsEngine at 24 kHz that records what it was asked to say."""
 
-    class Tts:
-        def load(self):
-            pass
+    name = "recording"
+    languages: tuple[str, ...] = ("zh",)
+    sample_rate = 24000
 
-        def generate(self, text, sid=0, speed=1.0):
-            calls.append(text)
-            return np.full(2400, 0.1, np.float32), 24000
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.loads = 0
 
+    def load(self) -> None:
+        self.loads += 1
+
+    def generate(self, text: str, sid: int = 0, speed: float = 1.0) -> tuple[np.ndarray, int]:
+        self.calls.append(text)
+        return np.full(2400, 0.1, np.float32), 24000
+
+
+def test_voice_cue_is_said_once_at_load_by_the_loaded_voice():
+    voice = Voice()
     cfg = load_config([parse_override("hear.ack=voice")])
-    cue = AckCue(cfg, rate=16000, tts_factory=lambda c, text: Tts())
+    cue = AckCue(cfg, voice=voice, rate=16000)
+    assert voice.calls == []  # nothing is synthesised before load()
     cue.load()
-    assert calls == ["我在"] and abs(len(cue.samples) - 1600) <= 2
+    assert voice.calls == ["我在"] and abs(len(cue.samples) - 1600) <= 2  # 0.1 s resampled to 16 kHz
+    assert voice.loads == 0  # the answers' voice, already loaded: no second engine is made or loaded
+    assert cue.samples.dtype == np.float32
+
+
+def test_voice_cue_without_a_voice_names_the_fix():
+    cfg = load_config([parse_override("hear.ack=voice")])
+    with pytest.raises(RkvoiceError, match="needs the loaded voice"):
+        AckCue(cfg, rate=16000).load()
+
+
+def test_chime_and_no_cue_need_no_voice():
+    chimed = AckCue(load_config([parse_override("hear.ack=chime")]), rate=16000)
+    chimed.load()
+    assert np.array_equal(chimed.samples, chime(16000))
+    silent = AckCue(load_config([parse_override("hear.ack=none")]), rate=16000)
+    silent.load()
+    assert len(silent.samples) == 0
 
 
 def test_player_cue_hands_int16_blocks_to_the_player():
@@ -197,16 +236,29 @@ def test_player_cue_hands_int16_blocks_to_the_player():
     from rkvoice.hear.loop import player_cue
 
     class Recorder:
+        name = "recorder"
         rate = 16000
 
-        def __init__(self):
-            self.blocks = []
+        def __init__(self) -> None:
+            self.blocks: list[np.ndarray] = []
             self.done = threading.Event()
 
-        def write(self, block):
+        def open(self) -> None:
+            pass
+
+        def write(self, block: np.ndarray) -> None:
             self.blocks.append(block)
             if sum(map(len, self.blocks)) >= 2880:  # the 180 ms chime
                 self.done.set()
+
+        def drain(self) -> None:
+            pass
+
+        def clear(self) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
 
     player = Recorder()
     player_cue(player)(chime(16000))
