@@ -227,7 +227,8 @@ class LlmConfig(Section):
     timeout_s: float = num(45.0, 0.0, 3600.0, lo_open=True)
     """Generation taking longer than this is aborted and the user is told."""
     history_turns: int = num(4, 0, 100)
-    """Earlier question/answer pairs kept in the prompt."""
+    """Most earlier question/answer pairs kept in the prompt; one more drops the older half at once
+    (the cached prompt then stays valid for the next turns; rkvoice.answer.conversation)."""
     system_prompt: str = (
         "你是小智，一个在本地设备上离线运行的中文语音助手。用口语化的简体中文回答，"
         "一般两三句话；讲故事时讲五六句。不要用列表、表格、表情符号、代码或英文缩写。"

@@ -50,17 +50,25 @@ def test_history_keeps_questions_as_sent_so_the_next_prompt_extends_the_last() -
     assert second[-1]["content"] == f"[{spoken_now(clock.t)}] 讲个笑话"
 
 
-def test_history_is_bounded_and_skips_empty_answers() -> None:
-    conv = Conversation(_cfg(history_turns=2), Clock())
-    for i in range(4):
-        conv.messages(f"问{i}")
+def _talk(conv: Conversation, turns: int) -> list[list[dict[str, str]]]:
+    prompts = []
+    for i in range(turns):
+        prompts.append(conv.messages(f"问{i}"))
         conv.remember(f"问{i}", f"答{i}")
+    return prompts
+
+
+def test_history_is_bounded_and_skips_empty_answers() -> None:
+    conv = Conversation(_cfg(history_turns=4), Clock())
+    _talk(conv, 4)
     conv.messages("空")
     conv.remember("空", "  ")
     msgs = conv.messages("新问题")
     t = f"[{spoken_now(NOW)}] "
-    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user", "assistant", "user"]
-    assert [m["content"] for m in msgs[1:]] == [t + "问2", "答2", t + "问3", "答3", t + "新问题"]
+    assert [m["role"] for m in msgs] == ["system", *["user", "assistant"] * 4, "user"]
+    assert [m["content"] for m in msgs[1:5]] == [t + "问0", "答0", t + "问1", "答1"]
+    conv.remember("新问题", "答")  # a fifth pair: the older half goes at once
+    assert [q for q, _ in conv.history] == [t + "问3", t + "新问题"]
     conv.clear()
     assert len(conv.messages("x")) == 2
     assert len(Conversation(_cfg(history_turns=0), Clock()).history) == 0
@@ -78,3 +86,14 @@ def test_a_custom_prompt_with_now_keeps_the_time_there() -> None:
     msgs = conv.messages("几点了")
     assert msgs[0]["content"] == f"你是助手。现在是{spoken_now(NOW)}。"
     assert msgs[-1]["content"] == "几点了"
+
+
+def test_a_full_history_breaks_the_cached_prefix_one_turn_in_three_not_every_turn() -> None:
+    conv = Conversation(_cfg(history_turns=4), Clock())
+    prompts = _talk(conv, 14)
+    kept = [later[: len(earlier)] == earlier for earlier, later in zip(prompts, prompts[1:])]
+    assert all(len(p) <= 2 + 2 * 4 for p in prompts)
+    assert kept[:4] == [True] * 4  # filling up: every turn extends the last
+    assert kept[4:] == [False, True, True] * 3  # then one re-evaluation per three turns
+    one = _talk(Conversation(_cfg(history_turns=1), Clock()), 3)
+    assert [len(p) for p in one] == [2, 4, 4]

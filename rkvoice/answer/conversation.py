@@ -4,12 +4,13 @@ Laid out for the llama engine's prefix cache: the system prompt never changes, t
 and time (which change every minute) open the newest user turn, and the history keeps every
 question as it was sent, time included. The next prompt then starts with exactly the tokens the
 last one computed (system prompt, earlier turns, the last answer) and only the new question is
-evaluated.
+evaluated. A full history drops its older half at once rather than one pair per turn: dropping
+the oldest pair changes everything after the system prompt, so a sliding window would make every
+later turn evaluate the whole history again.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
 from datetime import datetime
 
@@ -32,7 +33,8 @@ class Conversation:
     def __init__(self, cfg: Config, now: Callable[[], datetime]) -> None:
         self.cfg = cfg
         self.now = now
-        self.history: deque[tuple[str, str]] = deque(maxlen=max(0, cfg.llm.history_turns))
+        self.max_turns = cfg.llm.history_turns
+        self.history: list[tuple[str, str]] = []
         self._asked: tuple[str, str] = ("", "")  # (user text, the question as sent) of the last messages()
 
     @property
@@ -63,10 +65,13 @@ class Conversation:
 
     def remember(self, user_text: str, answer: str) -> None:
         """Keep a finished pair; the question as ``messages()`` sent it, so the next prompt's prefix
-        is the one already computed."""
-        if self.history.maxlen and answer.strip():
-            sent = self._asked[1] if self._asked[0] == user_text else self.question(user_text)
-            self.history.append((sent, answer))
+        is the one already computed. Past ``llm.history_turns`` pairs only the newest half stays."""
+        if self.max_turns < 1 or not answer.strip():
+            return
+        sent = self._asked[1] if self._asked[0] == user_text else self.question(user_text)
+        self.history.append((sent, answer))
+        if len(self.history) > self.max_turns:
+            del self.history[: len(self.history) - max(1, self.max_turns // 2)]
 
     def clear(self) -> None:
         self.history.clear()
