@@ -793,27 +793,34 @@ def test_runtime_choice_between_rknn_files_and_their_onnx_twins(tmp_path: Path, 
 
 def test_the_speaker_cuts_matcha_text_into_its_own_piece_lengths() -> None:
     from rkvoice.audio.players import NullPlayer
-    from rkvoice.clock import FakeClock
     from rkvoice.speaker import Speaker
+    from rkvoice.turn import Turn
 
-    class Voice:  # what the speaker sees of MatchaTts: generate() and piece_chars
+    class Voice:  # what the speaker sees of MatchaTts: a TtsEngine with piece_chars
         name, sample_rate, piece_chars = "matcha", 16000, (24, 40)
+        languages: tuple[str, ...] = ("zh", "en")
 
-        def generate(self, text, sid=0, speed=1.0):
+        def load(self) -> None:
+            pass
+
+        def generate(self, text: str, sid: int = 0, speed: float = 1.0) -> tuple[np.ndarray, int]:
             return np.full(1600, 0.2, np.float32), 16000
 
-    calls = []
+    calls: list[tuple[int, int]] = []
 
-    def split(text, first, chunk):
+    def split(text: str, first: int, chunk: int) -> list[str]:
         calls.append((first, chunk))
         return [text]
 
     cfg = Config()
-    sp = Speaker(Voice(), NullPlayer(cfg, FakeClock()), cfg, FakeClock(), split=split)
-    turn = sp.start_turn()
+    sp = Speaker(Voice(), NullPlayer(cfg), cfg, split=split)  # real clock: 0.2 s of audio plays out
+    sp.load()
+    turn = Turn()
+    sp.start(turn)
     for piece in ("今天天气不错，", "我们出去走走吧。"):
-        sp.say(piece, turn)
-    sp.end_turn(turn)
-    assert sp.wait_done(turn, 10).status == "done"
+        sp.say(turn, piece)
+    sp.end(turn)
+    assert sp.wait(turn, 10)
     sp.close()
+    assert not turn.cancelled and turn.exception is None
     assert calls[-2:] == [(24, 40), (40, 40)] and (cfg.tts.first_chars, cfg.tts.chunk_chars) == (12, 40)
