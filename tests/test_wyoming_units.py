@@ -81,7 +81,7 @@ def test_bad_format_and_torn_frames_are_refused():
         AudioIn(16000, 2, 2, 10).convert(b"\0" * 6)
 
 
-def test_a_waiting_local_caller_goes_before_waiting_remote_callers():
+def test_a_waiting_local_caller_goes_before_waiting_remote_callers_which_queue_in_order():
     gate = PriorityGate("test")
     order: list[str] = []
     holding = threading.Event()
@@ -92,26 +92,26 @@ def test_a_waiting_local_caller_goes_before_waiting_remote_callers():
             holding.set()
             release.wait(5)
 
-    def remote() -> None:
+    def remote(name: str) -> None:
         with gate.remote():
-            order.append("remote")
+            order.append(name)
 
-    def local() -> None:
+    def local(name: str) -> None:
         with gate.local():
-            order.append("local")
+            order.append(name)
 
     threads = [threading.Thread(target=holder)]
     threads[0].start()
     assert holding.wait(5)
-    for target in (remote, remote, local):
-        t = threading.Thread(target=target)
+    for target, name in ((remote, "remote 1"), (remote, "remote 2"), (remote, "remote 3"), (local, "local")):
+        t = threading.Thread(target=target, args=(name,))
         t.start()
         threads.append(t)
         time.sleep(0.05)  # queued behind the holder in this order
     release.set()
     for t in threads:
         t.join(5)
-    assert order == ["local", "remote", "remote"]
+    assert order == ["local", "remote 1", "remote 2", "remote 3"]  # remote callers first come, first served
 
 
 def test_a_local_caller_preempts_a_remote_holder():

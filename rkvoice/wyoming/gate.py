@@ -17,9 +17,12 @@ gate at local priority. The daemon hands those views to its loop and the ``Engin
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +41,8 @@ class PriorityGate:
         self._held_by: str | None = None
         self._local_waiting = 0
         self._on_preempt: Callable[[], None] | None = None
+        self._tickets = itertools.count()
+        self._remote_queue: deque[int] = deque()
 
     @contextmanager
     def local(self) -> Iterator[None]:
@@ -59,11 +64,20 @@ class PriorityGate:
 
     @contextmanager
     def remote(self, on_preempt: Callable[[], None] | None = None) -> Iterator[None]:
-        """Wait until no local caller holds or wants the gate. ``on_preempt`` is called (under the
-        gate's lock, so it must only signal) when a local caller arrives while this one holds it."""
+        """Wait until no local caller holds or wants the gate and every earlier remote caller had its
+        turn (first come, first served). ``on_preempt`` is called (under the gate's lock, so it must
+        only signal) when a local caller arrives while this one holds the gate."""
         with self._cond:
-            while self._held_by is not None or self._local_waiting:
-                self._cond.wait()
+            ticket = next(self._tickets)
+            self._remote_queue.append(ticket)
+            try:
+                while self._held_by is not None or self._local_waiting or self._remote_queue[0] != ticket:
+                    self._cond.wait()
+            except BaseException:
+                self._remote_queue.remove(ticket)
+                self._cond.notify_all()
+                raise
+            self._remote_queue.popleft()
             self._held_by = "remote"
             self._on_preempt = on_preempt
         try:
@@ -139,14 +153,22 @@ def _then_release(deltas: Iterator[str], held: Any) -> Iterator[str]:
         held.__exit__(None, None, None)
 
 
+def _worker(name: str) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+
+
 @dataclass
 class Engines:
     """Loaded engines shared by every connection, each behind its own gate.
 
     ``asr`` (loaded), ``tts`` (the default voice, loaded), ``assistant`` (an Assistant),
-    ``wake_factory`` (a callable making a new, loaded wake engine for one detect stream: a wake
-    engine keeps stream state, so each stream has its own; the asr-match engine shares ``asr``
-    through ``remote_asr``). Further voices are loaded on first use and kept.
+    ``wake_factory`` (a callable making a new, loaded wake engine from an ASR engine: a wake engine
+    keeps stream state, so each detect stream borrows its own from a pool; asr-match ones transcribe
+    through ``remote_asr()``). Further voices are loaded on first use and kept.
+
+    Wyoming calls into the ASR and into every voice run on one worker thread per engine kind, so the
+    engines' per-thread caches and arenas stay as few as the threads that call them. ``close()``
+    stops those threads; ``serve_wyoming`` calls it only for engines it loaded itself.
     """
 
     asr: Any
@@ -159,6 +181,10 @@ class Engines:
     tts_gate: PriorityGate = field(default_factory=lambda: PriorityGate("tts"))
     answer_gate: PriorityGate = field(default_factory=lambda: PriorityGate("answer"))
     voices_lock: threading.Lock = field(default_factory=threading.Lock)
+    asr_worker: ThreadPoolExecutor = field(default_factory=lambda: _worker("wyoming-asr"))
+    tts_worker: ThreadPoolExecutor = field(default_factory=lambda: _worker("wyoming-tts"))
+    _idle_wakes: list[Any] = field(default_factory=list)
+    _wake_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def local_asr(self) -> LocalAsr:
         return LocalAsr(self.asr, self.asr_gate)
@@ -170,7 +196,44 @@ class Engines:
         return LocalAssistant(self.assistant, self.answer_gate)
 
     def remote_asr(self) -> RemoteAsr:
-        return RemoteAsr(self.asr, self.asr_gate)
+        return RemoteAsr(self)
+
+    def transcribe(self, samples: np.ndarray) -> Future[str]:
+        """Transcribe on the ASR worker at Wyoming priority."""
+
+        def run() -> str:
+            with self.asr_gate.remote():
+                return str(self.asr.transcribe(samples))
+
+        return self.asr_worker.submit(run)
+
+    def synthesize(self, engine: Any, text: str, sid: int, speed: float) -> Future[tuple[np.ndarray, int]]:
+        """One piece on the TTS worker at Wyoming priority."""
+
+        def run() -> tuple[np.ndarray, int]:
+            with self.tts_gate.remote():
+                samples, rate = engine.generate(text, sid, speed)
+            return samples, int(rate)
+
+        return self.tts_worker.submit(run)
+
+    def borrow_wake(self) -> Any:
+        """A loaded wake engine for one detect stream (blocking: builds one when none is idle)."""
+        with self._wake_lock:
+            if self._idle_wakes:
+                return self._idle_wakes.pop()
+        return self.wake_factory(self.remote_asr())
+
+    def return_wake(self, engine: Any) -> None:
+        with self._wake_lock:
+            self._idle_wakes.append(engine)
+
+    def close(self) -> None:
+        """Stop the worker threads (the engines themselves belong to whoever loaded them)."""
+        self.asr_worker.shutdown(wait=True, cancel_futures=True)
+        self.tts_worker.shutdown(wait=True, cancel_futures=True)
+        with self._wake_lock:
+            self._idle_wakes.clear()
 
 
 class RemoteAsr:
@@ -178,13 +241,11 @@ class RemoteAsr:
 
     name = "remote-asr"
 
-    def __init__(self, engine: Any, gate: PriorityGate) -> None:
-        self._engine = engine
-        self._gate = gate
+    def __init__(self, engines: Engines) -> None:
+        self._engines = engines
 
     def load(self) -> None:
         """Already loaded: the shared engine was loaded once at start."""
 
     def transcribe(self, samples: np.ndarray) -> str:
-        with self._gate.remote():
-            return str(self._engine.transcribe(samples))
+        return self._engines.transcribe(samples).result()

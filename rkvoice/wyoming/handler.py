@@ -176,6 +176,9 @@ class WyomingHandler(AsyncEventHandler):
         if self._speech is not None and not self._speech.task.done():
             self._speech.task.cancel()
         self._speech = None
+        if self._wake is not None:
+            self._wake.close()
+            self._wake = None
 
     async def handle_event(self, event: Event) -> bool:
         try:

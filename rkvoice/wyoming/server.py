@@ -154,6 +154,7 @@ async def serve_wyoming_async(cfg: Config, uri: str = "", *, zeroconf: bool | No
             await server.stop()
     finally:
         if own:  # engines loaded here are closed here; the daemon closes its own
+            engines.close()
             engines.assistant.close()
 
 

@@ -1,8 +1,8 @@
 """The listening services for one connection: an ASR request, a wake-detect stream and an answer.
 
-Each keeps its own per-request state; the engines are the shared ones (``Engines``) and every
-blocking engine call runs on a worker thread (``asyncio.to_thread``) behind the engine's gate at
-Wyoming priority, so the event loop keeps serving the other connections meanwhile.
+Each keeps its own per-request state; the engines are the shared ones (``Engines``). Every blocking
+call runs off the event loop, behind the engine's gate at Wyoming priority: ASR on the ASR worker
+thread, a detect stream's VAD on a pool thread, the answer on a pool thread for its whole reply.
 """
 
 from __future__ import annotations
@@ -43,16 +43,12 @@ class AsrRequest:
         assert self.audio is not None
         self.parts.append(self.audio.convert(data))
 
-    def _transcribe(self, samples: np.ndarray) -> str:
-        with self.engines.asr_gate.remote():
-            return str(self.engines.asr.transcribe(samples))
-
     async def end(self, send: Send) -> None:
         if self.audio is not None:
             self.parts.append(self.audio.finish())
         samples = np.concatenate(self.parts) if self.parts else np.zeros(0, np.float32)
         self.parts = []
-        text = await asyncio.to_thread(self._transcribe, samples)
+        text = await asyncio.wrap_future(self.engines.transcribe(samples))
         log.info("wyoming transcript (%.1f s): %r", len(samples) / TARGET_RATE, text)
         await send(Transcript(text=text, language=self.language).event())
 
@@ -77,7 +73,7 @@ class WakeStream:
         self.fed = 0
         self.detections = 0
         if self.engine is None:
-            self.engine = await asyncio.to_thread(self.engines.wake_factory, self.engines.remote_asr())
+            self.engine = await asyncio.to_thread(self.engines.borrow_wake)
         self.engine.restart(0)
 
     async def feed(self, data: bytes, send: Send) -> None:
@@ -107,6 +103,12 @@ class WakeStream:
             await self._detected(hit, send)
         if self.detections == 0:
             await send(NotDetected().event())
+
+    def close(self) -> None:
+        """The connection is gone: its wake engine goes back to the pool for the next stream."""
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            self.engines.return_wake(engine)
 
 
 async def answer(engines: Engines, text: str, send: Send, max_chars: int) -> None:

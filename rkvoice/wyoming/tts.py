@@ -16,7 +16,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.event import Event
 
@@ -142,19 +141,14 @@ class SpeechOut:
         self.started = False
         self.pieces = 0
 
-    def _synth(self, text: str) -> np.ndarray:
-        with self.engines.tts_gate.remote():
-            samples, rate = self.engine.generate(text, self.sid, self.speed)
-        self.rate = int(rate)
-        block = max(1, int(self.rate * CHUNK_S))
-        return np.asarray(prepare_piece(samples, self.rate, self.rate, block, fade_ms=10.0))
-
     async def piece(self, text: str) -> None:
-        """Synthesise one piece (off the event loop) and send its audio."""
+        """Synthesise one piece (on the TTS worker, off the event loop) and send its audio."""
         said = speakable(text)
         if not said.strip():
             return
-        blocks = await asyncio.to_thread(self._synth, said)
+        samples, self.rate = await asyncio.wrap_future(self.engines.synthesize(self.engine, said, self.sid, self.speed))
+        block = max(1, int(self.rate * CHUNK_S))
+        blocks = prepare_piece(samples, self.rate, self.rate, block, fade_ms=10.0)
         self.pieces += 1
         if not self.started:
             await self.send(AudioStart(rate=self.rate, width=2, channels=1).event())
