@@ -15,6 +15,8 @@ from rkvoice.hear.session import HearSession
 from rkvoice.hear.sources import WavFileSource, read_wav
 from rkvoice.hear.vad import Segmenter, vad_model_path
 from rkvoice.hear.wake import AsrMatchWake
+from rkvoice.timeline import Ev
+from rkvoice.turn import Turn
 
 
 def _cfg(*overrides: str):
@@ -66,12 +68,11 @@ def test_whisper_returns_nothing_for_a_click(hear_asr):
 
 
 class Recorder:
-    def respond(self, text, timeline, cancel):
-        timeline.mark("audio_first")
-        return f"answer:{text}"
+    """A responder that answers at once: marks the first audio and returns the answer text."""
 
-    def cancel(self):
-        pass
+    def respond(self, turn: Turn) -> str:
+        turn.timeline.mark(Ev.AUDIO_FIRST)
+        return f"answer:{turn.text}"
 
 
 def replay(name, hear_fixtures, asr, require_wake):
@@ -92,9 +93,10 @@ def test_file_replay_with_require_wake_decides_the_wake(name, vad_ok, hear_asr, 
     assert bool(loop.wakes) == wake_expected, [w.hit.text for w in loop.wakes]
     if wake_expected and request:
         (turn,) = turns
-        assert turn.woke and cer(request, turn.transcript) <= 0.15, turn.transcript
+        assert turn.woke and cer(request, turn.text) <= 0.15, turn.text
+        assert turn.done.is_set() and turn.result == f"answer:{turn.text}" and not turn.cancelled
         summary = turn.summary()
-        assert summary["end_to_first_audio_ms"] >= 0 and summary["transcript"] == turn.transcript
+        assert summary["end_to_first_audio_ms"] >= 0 and summary["transcript"] == turn.text
     else:
         assert turns == []
 
@@ -104,9 +106,10 @@ def test_file_replay_transcribes_requests(name, vad_ok, hear_asr, hear_fixtures)
     _path, _text, wake_expected, request = hear_fixtures[name]
     _loop, turns = replay(name, hear_fixtures, hear_asr, require_wake=False)
     (turn,) = turns
-    assert cer(request, turn.transcript) <= 0.15, turn.transcript
+    assert cer(request, turn.text) <= 0.15, turn.text
     assert turn.woke == wake_expected
-    assert [e["name"] for e in turn.timeline.events][:2] == ["speech_end", "asr_done"]
+    assert [e.name for e in turn.timeline.events][:2] == [Ev.SPEECH_END, Ev.ASR_DONE]
+    assert turn.result == f"answer:{turn.text}"
 
 
 def test_follow_up_window_in_audio_time(vad_ok, hear_asr, hear_voice, hear_fixtures, tmp_path):
@@ -133,7 +136,7 @@ def test_follow_up_window_in_audio_time(vad_ok, hear_asr, hear_voice, hear_fixtu
     seg.load()
     loop = TurnLoop(HearSession(cfg, hear_asr, wake, seg), Recorder())
     turns = loop.run_file(WavFileSource(path), require_wake=True)
-    assert len(turns) == 2, [t.transcript for t in turns]
-    assert turns[0].woke and cer("现在几点", turns[0].transcript) <= 0.15
-    assert not turns[1].woke and cer("明天天气怎么样", turns[1].transcript) <= 0.15
+    assert len(turns) == 2, [t.text for t in turns]
+    assert turns[0].woke and cer("现在几点", turns[0].text) <= 0.15
+    assert not turns[1].woke and cer("明天天气怎么样", turns[1].text) <= 0.15
     assert len(loop.wakes) == 1
