@@ -33,7 +33,9 @@ from rkvoice.hear.session import HearSession
 from rkvoice.hear.sources import RealtimeSource, WavFileSource
 from rkvoice.hear.vad import Segmenter, vad_model_path
 from rkvoice.models.onnx_meta import with_onnx_metadata
+from rkvoice.timeline import Ev
 from rkvoice.tts.vits import read_onnx_metadata
+from rkvoice.turn import Turn
 
 FIXTURES = ROOT / "tests" / "fixtures"
 STANDINS = FIXTURES / "board-hearing"
@@ -421,19 +423,18 @@ def test_file_at_other_rates_and_stereo(vad_ok, request_wav, tmp_path, rate, cha
 
 
 class HoldUntilBargeIn:
-    """Answers by 'speaking' until cancelled: each KWS detection during the answer is a barge-in."""
+    """Answers by 'speaking' until the turn is cancelled: each KWS detection during the answer is a barge-in."""
 
     def __init__(self) -> None:
         self.asked: list[str] = []
 
-    def respond(self, text, timeline, cancel):
-        self.asked.append(text)
-        timeline.mark("audio_first")
-        cancel.wait(timeout=30.0)  # a guard: the rigged spotter fires within a second of audio
+    def respond(self, turn: Turn) -> str:
+        self.asked.append(turn.text)
+        turn.timeline.mark(Ev.AUDIO_FIRST)
+        cancelled = threading.Event()
+        turn.on_cancel(lambda _turn: cancelled.set())
+        cancelled.wait(timeout=30.0)  # a guard: the rigged spotter fires within a second of audio
         return "…"
-
-    def cancel(self):
-        pass
 
 
 def test_live_loop_runs_the_board_engines_on_a_fed_microphone(vad_ok, request_wav):
@@ -449,7 +450,7 @@ def test_live_loop_runs_the_board_engines_on_a_fed_microphone(vad_ok, request_wa
     responder = HoldUntilBargeIn()
     loop = TurnLoop(HearSession(c, asr, wake, seg), responder, clock=clock)
     done = threading.Event()
-    result: list = []
+    result: list[Turn] = []
 
     def run() -> None:
         result.extend(loop.run_live(RealtimeSource(stream, clock=clock, tail_s=2.0)))
@@ -464,12 +465,12 @@ def test_live_loop_runs_the_board_engines_on_a_fed_microphone(vad_ok, request_wa
     assert all(w.hit.text == PHRASE for w in wakes)
     assert wakes[0].hit.at_s == pytest.approx(0.8, abs=0.05)
     turns = result
-    assert len(turns) >= 2 and all(t.transcript == TOKEN and t.woke for t in turns[:2])
+    assert len(turns) >= 2 and all(t.text == TOKEN and t.woke for t in turns[:2])
     assert responder.asked[:2] == [TOKEN, TOKEN]
-    first = [e["name"] for e in turns[0].timeline.events]
-    for name in ("wake", "speech_end", "asr_done", "audio_first", "barge_in"):
+    first = [e.name for e in turns[0].timeline.events]
+    for name in (Ev.WAKE, Ev.SPEECH_END, Ev.ASR_DONE, Ev.AUDIO_FIRST, Ev.BARGE_IN):
         assert name in first, first
-    assert turns[0].cancelled
+    assert turns[0].cancelled and turns[0].reason == "barge-in"
 
 
 # --- the daemon under systemd: a wake phrase the model cannot spell never kills it ------------------
