@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -56,7 +57,7 @@ class Segmenter:
         self.max_request_s = h.max_request_s
         # the VAD reports speech min_speech_ms after it started: count the request from its start
         self._detect_lag_s = h.min_speech_ms / 1000.0
-        self._vad = None
+        self._vad: Any = None  # sherpa_onnx.VoiceActivityDetector once loaded
         self._pending = np.zeros(0, dtype=np.float32)
         self._fed = 0  # samples given to the VAD
         self._speech_from: int | None = None  # sample index where the VAD first reported speech

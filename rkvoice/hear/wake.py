@@ -4,6 +4,12 @@ An engine eats 16 kHz frames and returns a ``WakeHit`` when it heard the wake ph
 (portable; no Chinese keyword model installs offline) closes speech segments with the VAD,
 transcribes them and looks for the phrase with a tolerant pinyin match; the rest of the segment
 ("小智小智，现在几点" -> "现在几点") is the request said in the same breath.
+
+The phrase said alone is short and often decoded badly (Whisper hears a pitched "小智小智" as
+"小巨小巨", a fast one as "想知想知", and drops a quiet one as no speech). A segment up to
+``SHORT_S`` long that the plain decode does not match gets a second, primed decode
+(``PrimedAsr.transcribe_primed``) that must then give the phrase whole (pinyin cost 0).
+bench/wake_recall.py measures both paths on bench/wake_set.py's clips.
 """
 
 from __future__ import annotations
@@ -12,18 +18,19 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from rkvoice.config import Config
 from rkvoice.hear.asr import AsrEngine
-from rkvoice.hear.pinyin_match import PhraseMatcher
+from rkvoice.hear.pinyin_match import PhraseMatch, PhraseMatcher
 from rkvoice.hear.vad import Segment, Segmenter
 
 log = logging.getLogger(__name__)
 
 PROBE_MARGIN_S = 1.5  # segments up to probe + this are transcribed whole at once
+SHORT_S = 3.0  # segments up to this long may be the phrase alone: they get the primed second look
 
 
 @dataclass(frozen=True)
@@ -54,12 +61,26 @@ class WakeEngine(Protocol):
         """End of stream: decide on whatever speech is still open."""
 
 
+@runtime_checkable
+class PrimedAsr(Protocol):
+    def transcribe_primed(self, samples: np.ndarray, phrase: str) -> str:
+        """Decode a short utterance with the decoder primed by ``phrase`` and no no-speech veto."""
+        ...
+
+
 class AsrMatchWake:
-    def __init__(self, cfg: Config, asr: AsrEngine, segmenter: Segmenter | None = None) -> None:
+    """``short_s``: segments up to this long that the plain decode does not match are decoded again
+    primed with the phrase, when the ASR can (``PrimedAsr``); 0 turns the second look off."""
+
+    def __init__(
+        self, cfg: Config, asr: AsrEngine, segmenter: Segmenter | None = None, short_s: float = SHORT_S
+    ) -> None:
         self.cfg = cfg
         self.asr = asr
         self.segmenter = segmenter or Segmenter(cfg)
         self.matcher = PhraseMatcher(cfg.hear.wake_phrase, tolerance=cfg.hear.wake_tolerance)
+        self.primed_matcher = PhraseMatcher(cfg.hear.wake_phrase, tolerance=0.0)
+        self.short_s = short_s if isinstance(asr, PrimedAsr) else 0.0
         self.probe_s = cfg.hear.wake_probe_s
         self.last_text = ""
         self.on_segment: Callable[[Segment], None] | None = None
@@ -97,11 +118,25 @@ class AsrMatchWake:
                 log.debug("no wake at the start of a %.1f s segment: %r", seg.duration_s, head)
                 return None
         text = self.asr.transcribe(seg.samples)
+        found = self.matcher.match(text)
+        if found is None and seg.duration_s <= self.short_s:
+            text, found = self._primed(seg, text)
         asr_ms = (time.monotonic() - t0) * 1000.0
         self.last_text = text
-        found = self.matcher.match(text)
         if found is None:
             log.debug("no wake in %r (%.2f-%.2f s)", text, seg.start_s, seg.end_s)
             return None
         log.info("wake: %r (cost %.2f) request %r", text, found.cost, found.remainder)
         return WakeHit(seg.decided_s, seg.end_s, text, found.remainder, asr_ms)
+
+    def _primed(self, seg: Segment, plain: str) -> tuple[str, PhraseMatch | None]:
+        """The second look at a short segment: (transcript, match) of the primed decode when it
+        gives the phrase whole, else (the plain transcript, None)."""
+        assert isinstance(self.asr, PrimedAsr)  # short_s is 0 otherwise
+        primed = self.asr.transcribe_primed(seg.samples, self.matcher.phrase)
+        found = self.primed_matcher.match(primed)
+        if found is None:
+            log.debug("no wake in %r nor primed %r (%.1f s)", plain, primed, seg.duration_s)
+            return plain, None
+        log.info("wake on the primed decode %r (plain decode: %r)", primed, plain)
+        return primed, found
