@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +131,7 @@ class LlamaEngine:
         s.add_dist(llm.seed if llm.seed >= 0 else int(time.time_ns() & 0x7FFFFFFF))
         return s
 
-    def stream(self, messages: list[Message]) -> Iterator[str]:
+    def stream(self, messages: list[Message]) -> Generator[str, None, None]:
         if self.model is None:
             raise RkvoiceError("llm", "not-loaded", "llama engine used before load()")
         if not self._busy.acquire(blocking=False):
@@ -141,7 +141,7 @@ class LlamaEngine:
         finally:
             self._busy.release()
 
-    def _generate(self, messages: list[Message]) -> Iterator[str]:
+    def _generate(self, messages: list[Message]) -> Generator[str, None, None]:
         ctx, vocab = self.ctx, self.vocab
         self._cancel.clear()
         ctx.cancel = False
