@@ -17,6 +17,10 @@ class Clock(Protocol):
     def wait(self, event: threading.Event, timeout: float | None) -> bool:
         """Block until ``event`` is set (True) or ``timeout`` seconds of this clock pass (False)."""
 
+    def pause(self, seconds: float, interrupt: threading.Event) -> bool:
+        """Let ``seconds`` of this clock's time pass, unless ``interrupt`` is set first (then False).
+        The caller's own waiting: a controlled clock moves forward instead."""
+
 
 class MonotonicClock:
     """The real clock (time.monotonic)."""
@@ -30,6 +34,9 @@ class MonotonicClock:
 
     def wait(self, event: threading.Event, timeout: float | None) -> bool:
         return event.wait(timeout)
+
+    def pause(self, seconds: float, interrupt: threading.Event) -> bool:
+        return not interrupt.wait(max(0.0, seconds))
 
 
 class FakeClock:
@@ -55,6 +62,12 @@ class FakeClock:
             raise ValueError("a clock cannot go backwards")
         with self._lock:
             self._t += seconds
+
+    def pause(self, seconds: float, interrupt: threading.Event) -> bool:
+        if interrupt.is_set():
+            return False
+        self.advance(max(0.0, seconds))
+        return True
 
     def wait(self, event: threading.Event, timeout: float | None) -> bool:
         """Returns when ``event`` is set, or once the test has advanced the clock past the timeout.

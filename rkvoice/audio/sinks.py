@@ -40,7 +40,7 @@ class PacedPlayer:
         self.max_ahead_s = max_ahead_s
         self.latency_s = latency_s
         self._cond = threading.Condition()
-        self._clears = 0
+        self._cleared = threading.Event()  # set by clear(), then replaced: one per stretch of audio
         self.dry_at: float | None = None
 
     def _account(self, n_samples: int) -> tuple[float, float]:
@@ -54,20 +54,13 @@ class PacedPlayer:
     def _wait_until(self, deadline: float) -> bool:
         """Wait for the clock to reach ``deadline``; False if a clear() came first."""
         with self._cond:
-            gen = self._clears
+            cleared = self._cleared
         while True:
             remaining = deadline - self._clock.now()
             if remaining <= 0:
                 return True
-            if isinstance(self._clock, MonotonicClock):
-                with self._cond:
-                    if self._cond.wait_for(lambda: self._clears != gen, timeout=remaining):
-                        return False
-            else:  # a controlled clock: sleeping moves it
-                self._clock.sleep(remaining)
-            with self._cond:
-                if self._clears != gen:
-                    return False
+            if not self._clock.pause(remaining, cleared):
+                return False
 
     def _pace(self) -> None:
         """Block while more than ``max_ahead_s`` of audio is queued on the device."""
@@ -77,7 +70,8 @@ class PacedPlayer:
 
     def _mark_cleared(self) -> None:
         with self._cond:
-            self._clears += 1
+            self._cleared.set()
+            self._cleared = threading.Event()
             self.dry_at = self._clock.now()
             self._cond.notify_all()
 
