@@ -157,7 +157,7 @@ def lite_vocoder(monkeypatch, tmp_path):
     """rknnlite.api replaced by the test_npu_runtime stand-in; its inference runs mb_melgan.onnx."""
     _need_voice()
     import onnxruntime as ort
-    from test_npu_runtime import _FakeLite  # the board work's stand-in for rknnlite.api, reused
+    from test_npu_runtime import _FakeLite  # the stand-in for rknnlite.api from test_npu_runtime.py
 
     sess = ort.InferenceSession(str(FS2_DIR / "mb_melgan.onnx"), providers=["CPUExecutionProvider"])
 
