@@ -23,6 +23,7 @@ import tempfile
 import unicodedata
 from collections import deque
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,6 +31,9 @@ from rkvoice.config import ROOT, Config
 from rkvoice.errors import RkvoiceError
 from rkvoice.hear.sherpa_guard import Fix, check_kws_model, read_tokens
 from rkvoice.hear.wake import WakeHit
+
+if TYPE_CHECKING:
+    from sherpa_onnx import KeywordSpotter, OnlineStream
 
 log = logging.getLogger(__name__)
 
@@ -128,8 +132,8 @@ class KwsWake:
         self.cfg = cfg
         self.model_dir = model_dir or kws_dir(cfg)
         self.phrase = spoken_text(cfg.hear.wake_phrase)
-        self._kws = None
-        self._stream = None
+        self._kws: KeywordSpotter | None = None
+        self._stream: OnlineStream | None = None
         self._samples = 0
         self.ignored: deque[str] = deque(maxlen=16)
         """Keywords detected that are not the configured phrase (dropped)."""
@@ -164,30 +168,37 @@ class KwsWake:
             self._stream = self._kws.create_stream()
         self._samples = at_sample
 
+    def _spotter(self) -> tuple[KeywordSpotter, OnlineStream]:
+        """The spotter and its stream, once ``load()`` has made them."""
+        if self._kws is None or self._stream is None:
+            raise RkvoiceError("wake", "not-loaded", "keyword spotter: call load() before accept()")
+        return self._kws, self._stream
+
     def accept(self, frame: np.ndarray) -> WakeHit | None:
-        if self._kws is None:
-            raise RuntimeError("KwsWake.load() was not called")
+        _, stream = self._spotter()
         samples = np.asarray(frame, dtype=np.float32)
         if samples.ndim != 1:
-            raise RkvoiceError("wake", "bad-audio", f"keyword spotter takes 16 kHz mono frames, got shape {samples.shape}")
-        self._stream.accept_waveform(SAMPLE_RATE, samples)
+            raise RkvoiceError("wake", "bad-audio",
+                               f"keyword spotter takes 16 kHz mono frames, got shape {samples.shape}")
+        stream.accept_waveform(SAMPLE_RATE, samples)
         self._samples += len(samples)
         return self._decode()
 
     def flush(self) -> WakeHit | None:
-        if self._kws is None:
+        if self._kws is None or self._stream is None:
             return None
         self._stream.accept_waveform(SAMPLE_RATE, np.zeros(SAMPLE_RATE // 2, dtype=np.float32))
         return self._decode()
 
     def _decode(self) -> WakeHit | None:
-        while self._kws.is_ready(self._stream):
-            self._kws.decode_stream(self._stream)
-            result = self._kws.keyword_spotter.get_result(self._stream)  # clears it: read once
+        kws, stream = self._spotter()
+        while kws.is_ready(stream):
+            kws.decode_stream(stream)
+            result = kws.keyword_spotter.get_result(stream)  # clears it: read once
             keyword = result.keyword.strip()
             if not keyword:
                 continue
-            self._kws.reset_stream(self._stream)
+            kws.reset_stream(stream)
             if keyword != self.phrase:
                 self.ignored.append(keyword)
                 log.info("keyword %r is not the wake phrase %r: ignored", keyword, self.phrase)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -119,7 +119,7 @@ def stft(signal: np.ndarray, cfg: StftConfig) -> np.ndarray:
         raise RkvoiceError("tts", "bad-shape", f"stft expects a 1-D signal, got shape {x.shape}")
     if cfg.center:
         pad = cfg.n_fft // 2
-        mode = "reflect" if len(x) > pad else "constant"
+        mode: Literal["reflect", "constant"] = "reflect" if len(x) > pad else "constant"
         x = np.pad(x, (pad, pad), mode=mode)
     if len(x) < cfg.n_fft:
         raise RkvoiceError("tts", "bad-shape", f"signal of {len(signal)} samples is shorter than n_fft")

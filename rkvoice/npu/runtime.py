@@ -9,6 +9,7 @@ the file and the runtime version, so a version mismatch on the board is obvious.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,7 +61,9 @@ class TensorSpec:
 
     @property
     def size(self) -> int | None:
-        return int(np.prod(self.shape)) if self.fixed else None
+        if not self.fixed:
+            return None
+        return math.prod(d for d in self.shape if isinstance(d, int))  # fixed: every size is an int
 
     def describe(self) -> str:
         return f"{self.name} {self.dtype} [{', '.join(str(d) for d in self.shape)}]"

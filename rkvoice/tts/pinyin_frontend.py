@@ -85,7 +85,7 @@ class PinyinFrontend:
         """Baker symbols for text, ``sil`` ... ``sil`` (no eos); [] if nothing is pronounceable."""
         out: list[str] = []
         for item in self._items(text):
-            if item in _BREAK_RANK:
+            if isinstance(item, str):  # a break mark
                 self._add_break(out, item)
                 continue
             phones = self._syllable_phones(item)
@@ -185,10 +185,20 @@ def _split_tone(reading: str) -> tuple[str, int]:
     return reading, 5
 
 
+def _no_readings(chars: str) -> list[str]:
+    """pypinyin ``errors`` callback: an empty reading for each character without one."""
+    return [""] * len(chars)
+
+
 def _han_syllables(run: str) -> list[Syllable]:
     """Readings of a run of Han characters with erhua and tone sandhi applied."""
     readings = lazy_pinyin(
-        run, style=Style.TONE3, neutral_tone_with_five=True, errors=lambda s: [""] * len(s)
+        run,
+        style=Style.TONE3,
+        neutral_tone_with_five=True,
+        # pypinyin's stub types the callback as str -> str; the runtime also takes a list (one
+        # reading per character, as in pypinyin's own README), which keeps readings aligned with run.
+        errors=_no_readings,  # type: ignore[arg-type]
     )
     if len(readings) != len(run):  # defensive: pypinyin keeps one reading per Han character
         log.debug("pinyin misaligned for %r; reading characters one by one", run)

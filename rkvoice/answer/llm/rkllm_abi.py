@@ -13,6 +13,7 @@ from ctypes import (
     POINTER,
     Structure,
     Union,
+    _SimpleCData,
     c_bool,
     c_char_p,
     c_float,
@@ -52,7 +53,7 @@ class RKLLMExtendParam(Structure):
     ]
 
 
-_PARAM_HEAD = [
+_PARAM_HEAD: list[tuple[str, type[_SimpleCData[Any]]]] = [
     ("model_path", c_char_p),
     ("max_context_len", c_int32),
     ("max_new_tokens", c_int32),
@@ -71,7 +72,8 @@ _PARAM_HEAD = [
 
 
 class RKLLMParam12(Structure):
-    _fields_ = _PARAM_HEAD + [
+    _fields_ = [
+        *_PARAM_HEAD,
         ("is_async", c_bool),
         ("img_start", c_char_p),
         ("img_end", c_char_p),
@@ -81,7 +83,8 @@ class RKLLMParam12(Structure):
 
 
 class RKLLMParam13(Structure):
-    _fields_ = _PARAM_HEAD + [
+    _fields_ = [
+        *_PARAM_HEAD,
         ("ignore_eos_token", c_bool),
         ("is_async", c_bool),
         ("extend_param", RKLLMExtendParam),
