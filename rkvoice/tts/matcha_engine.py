@@ -194,15 +194,18 @@ class MatchaTts:
         self.overflows = 0
 
     # -- synthesis -----------------------------------------------------------------------
+    def _loaded_frontend(self) -> MatchaFrontend:
+        """The frontend, once ``load()`` has set it and the Matcha buckets up."""
+        if self.frontend is None or not self.acoustic:
+            raise RkvoiceError("tts", "not-loaded", "matcha: call load() before generate()")
+        return self.frontend
+
     def count(self, units: list[Unit]) -> int:
-        assert self.frontend is not None
-        return self.frontend.count(units, self._add_blank)
+        return self._loaded_frontend().count(units, self._add_blank)
 
     def pieces(self, text: str) -> list[list[Unit]]:
         """Text -> pieces whose tokens fit the largest bucket (nothing dropped, nothing truncated)."""
-        if self.frontend is None or not self.acoustic:
-            raise RkvoiceError("tts", "not-loaded", "matcha: call load() before generate()")
-        units = self.frontend.units(text)
+        units = self._loaded_frontend().units(text)
         return split_units(units, self.max_tokens, self.count) if units else []
 
     def generate(self, text: str, sid: int = 0, speed: float = 1.0) -> tuple[np.ndarray, int]:
@@ -238,13 +241,12 @@ class MatchaTts:
         if not b.dynamic:
             x = np.full((1, b.size), self._pad_id, dtype=np.int64)
             x[0, :n] = ids
-        feed = {"x": x, "x_length": np.array([n], dtype=np.int64),
+        feed: dict[str, np.ndarray] = {"x": x, "x_length": np.array([n], dtype=np.int64),
                 "noise_scale": np.array([mc.noise_scale], dtype=np.float32),
                 "length_scale": np.array([1.0 / speed], dtype=np.float32),
                 "sid": np.array([sid], dtype=np.int64)}
-        noise = next((s for s in b.inputs if s.name == "noise"), None)
-        if noise is not None:
-            feed["noise"] = rng.standard_normal(noise.shape, dtype=np.float32)  # type: ignore[arg-type]
+        if any(s.name == "noise" for s in b.inputs):  # load_bucket checked its shape: [1, n_mels, window]
+            feed["noise"] = rng.standard_normal((1, b.n_mels, b.window), dtype=np.float32)
         outs = b.run(feed)
         mel = b.output(outs, "mel").astype(np.float32, copy=False)
         if mel.ndim == 2:
@@ -255,8 +257,7 @@ class MatchaTts:
 
     def _synthesize(self, piece: list[Unit], sid: int, speed: float, rng: np.random.Generator,
                     depth: int = 0) -> list[np.ndarray]:
-        assert self.frontend is not None
-        ids = self.frontend.ids(piece, self._add_blank, self._pad_id)
+        ids = self._loaded_frontend().ids(piece, self._add_blank, self._pad_id)
         bucket = self._matcha_for(len(ids), self._expected_frames(len(ids), speed)) or self._matcha_for(len(ids))
         if bucket is None:  # split_units keeps pieces within the largest bucket
             raise RkvoiceError("tts", "too-long", f"matcha piece of {len(ids)} tokens exceeds every bucket")
@@ -303,7 +304,7 @@ class MatchaTts:
             return istft_mag_phase(mag, a, self.stft)
         return istft_mag_xy(mag, a, b, self.stft)
 
-    def _vocos_call(self, v: Bucket, mel: np.ndarray, keep: int) -> tuple[np.ndarray, np.ndarray, Any]:
+    def _vocos_call(self, v: Bucket, mel: np.ndarray, keep: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Run ``v`` on ``mel`` padded with zeros to its size; its first ``keep`` frames.
 
         Zeros, because Vocos's first convolution pads its input with zeros: the padded run then
@@ -318,14 +319,21 @@ class MatchaTts:
             return outs[0][..., :keep], outs[1][..., :keep], outs[2][..., :keep]
         return outs[0][..., :keep], outs[1][..., :keep], None
 
-    def _windowed(self, mel: np.ndarray) -> tuple[np.ndarray, np.ndarray, Any]:
+    def _windowed(self, mel: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """A mel longer than the largest Vocos bucket: overlapping windows, centres kept."""
         v = self.vocoders[-1]
-        parts = []
+        mags: list[np.ndarray] = []
+        firsts: list[np.ndarray] = []
+        seconds: list[np.ndarray] = []  # stays empty for a magnitude + phase Vocos
         for start, k0, k1 in vocos_windows(mel.shape[-1], v.size, self.cfg.tts.matcha.vocoder_context):
-            out = self._vocos_call(v, mel[:, :, start : start + v.size], v.size)
-            parts.append(tuple(None if p is None else p[..., k0 - start : k1 - start] for p in out))
-        return tuple(None if p[0] is None else np.concatenate(p, axis=-1) for p in zip(*parts))  # type: ignore[return-value]
+            mag, a, b = self._vocos_call(v, mel[:, :, start : start + v.size], v.size)
+            centre = slice(k0 - start, k1 - start)
+            mags.append(mag[..., centre])
+            firsts.append(a[..., centre])
+            if b is not None:
+                seconds.append(b[..., centre])
+        return (np.concatenate(mags, axis=-1), np.concatenate(firsts, axis=-1),
+                np.concatenate(seconds, axis=-1) if seconds else None)
 
 
 def _sorted(buckets: list[Bucket]) -> list[Bucket]:
