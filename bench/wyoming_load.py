@@ -3,7 +3,7 @@
 Each request is its own connection (as Home Assistant makes them), cycling through transcribe (a
 Chinese request WAV made by the portable voice, sent as 16-bit 16 kHz), synthesize, streamed
 synthesis, detect (the wake phrase), handle (a question a local tool answers) and describe. After
-a warm-up round of every kind the resident set (VmRSS) is read, the load runs, and it is read
+a warm-up round (every client through every kind once) the resident set (VmRSS) is read, the load runs, and it is read
 again. Time to first audio is shown beside the time to the last audio of the same answers: a
 server that synthesised the whole text first would send its first chunk only at the latter.
 
@@ -178,7 +178,10 @@ def main() -> None:
         batches = await asyncio.gather(*(client(port, i, requests, audio) for i in range(clients)))
         return [r for batch in batches for r in batch]
 
-    warm = asyncio.run(run(len(KINDS), 2))  # every kind, twice, concurrently: first-use allocations
+    # warm-up: one round at the load's own concurrency, every client through every kind, so pools that
+    # grow with concurrency (the ASR/TTS workers' caches, the wake engines of concurrent detect streams,
+    # at most wyoming.max_wake_streams) reach their size before the resident set is read
+    warm = asyncio.run(run(args.clients, len(KINDS)))
     rss_before = rss_kb()
     t0 = time.monotonic()
     results = asyncio.run(run(args.clients, args.requests))
@@ -194,7 +197,7 @@ def main() -> None:
     report = {
         "clients": args.clients, "requests_per_client": args.requests,
         "requested": args.clients * args.requests, "done": len(results) - len(errors), "errors": len(errors),
-        "error_samples": errors[:5], "warmup_errors": sum("error" in r for r in warm),
+        "error_samples": errors[:5], "warmup_requests": len(warm), "warmup_errors": sum("error" in r for r in warm),
         "by_kind": {k: sum(r["kind"] == k for r in results) for k in KINDS},
         "wall_s": round(wall, 1),
         "first_audio_ms": {"p50": pct(first, 50), "p90": pct(first, 90)},

@@ -33,6 +33,8 @@ class WyomingConfig:
     """Longest text of one synthesize (or one streamed synthesis in total) or one transcript to handle."""
     max_clients: int = 32
     """Connections served at once; more are answered with an error and closed."""
+    max_wake_streams: int = 4
+    """Detect streams served at once (each has its own wake engine); more wait for one to end."""
 
     def __post_init__(self) -> None:
         checks = [
@@ -41,6 +43,7 @@ class WyomingConfig:
             ("max_event_bytes", 1024 <= self.max_event_bytes <= 64 << 20, "bytes in [1024, 67108864]"),
             ("max_text_chars", 1 <= self.max_text_chars <= 100_000, "characters in [1, 100000]"),
             ("max_clients", 1 <= self.max_clients <= 1024, "a count in [1, 1024]"),
+            ("max_wake_streams", 1 <= self.max_wake_streams <= 64, "a count in [1, 64]"),
         ]
         for name, ok, want in checks:
             if not ok:

@@ -218,7 +218,8 @@ class Engines:
         return self.tts_worker.submit(run)
 
     def borrow_wake(self) -> Any:
-        """A loaded wake engine for one detect stream (blocking: builds one when none is idle)."""
+        """A loaded wake engine for one detect stream (blocking: builds one when none is idle).
+        The server bounds how many are out at once (wyoming.max_wake_streams)."""
         with self._wake_lock:
             if self._idle_wakes:
                 return self._idle_wakes.pop()

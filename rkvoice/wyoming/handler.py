@@ -80,6 +80,7 @@ class Context:
         self.info = info
         self.wake_name = wake_name
         self.clients = 0
+        self.wake_slots = asyncio.Semaphore(wcfg.max_wake_streams)
 
 
 class _SpeechStream:
@@ -285,7 +286,7 @@ class WyomingHandler(AsyncEventHandler):
                                f"wake word(s) {', '.join(request.names)} not served; the wake word is "
                                f"{self.ctx.wake_name} ({self.ctx.cfg.hear.wake_phrase})")
         if self._wake is None:
-            self._wake = WakeStream(self.ctx.engines, self.ctx.wake_name)
+            self._wake = WakeStream(self.ctx.engines, self.ctx.wake_name, self.ctx.wake_slots)
         return self._wake
 
     def _select(self, name: str) -> None:

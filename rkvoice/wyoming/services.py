@@ -60,9 +60,11 @@ class WakeStream:
     transcribes through the shared ASR at Wyoming priority.
     """
 
-    def __init__(self, engines: Engines, name: str) -> None:
+    def __init__(self, engines: Engines, name: str, slots: asyncio.Semaphore) -> None:
         self.engines = engines
         self.name = name
+        self.slots = slots
+        """Bounds the wake engines out at once (each about 12 MB for asr-match); a stream waits for one."""
         self.engine: Any = None
         self.audio: AudioIn | None = None
         self.fed = 0
@@ -73,7 +75,12 @@ class WakeStream:
         self.fed = 0
         self.detections = 0
         if self.engine is None:
-            self.engine = await asyncio.to_thread(self.engines.borrow_wake)
+            await self.slots.acquire()
+            try:
+                self.engine = await asyncio.to_thread(self.engines.borrow_wake)
+            except BaseException:
+                self.slots.release()
+                raise
         self.engine.restart(0)
 
     async def feed(self, data: bytes, send: Send) -> None:
@@ -109,6 +116,7 @@ class WakeStream:
         engine, self.engine = self.engine, None
         if engine is not None:
             self.engines.return_wake(engine)
+            self.slots.release()
 
 
 async def answer(engines: Engines, text: str, send: Send, max_chars: int) -> None:
