@@ -157,7 +157,9 @@ def test_random_kws_runs_on_speech_noise_and_silence_without_a_crash():
 
 class _Result:
     def __init__(self, keyword: str) -> None:
-        self.keyword, self.tokens, self.timestamps = keyword, [], []
+        self.keyword = keyword
+        self.tokens: list[str] = []
+        self.timestamps: list[float] = []
 
 
 class _Spotter:
@@ -493,7 +495,7 @@ def _until(sock, want: str) -> None:
         pass
 
 
-def _daemon(config: Path, addr: str, tmp_path: Path) -> subprocess.Popen:
+def _daemon(config: Path, addr: str, tmp_path: Path) -> subprocess.Popen[str]:
     env = dict(os.environ, NOTIFY_SOCKET=addr, WATCHDOG_USEC="2000000", XDG_STATE_HOME=str(tmp_path))
     env.pop("WATCHDOG_PID", None)
     env.pop("RKVOICE_CONFIG", None)
@@ -515,6 +517,8 @@ def test_daemon_keeps_supervising_when_a_reload_brings_a_bad_wake_phrase(vad_ok,
     config.write_text(good_text, encoding="utf-8")
     addr, sock = _notify_socket(tmp_path)
     proc = _daemon(config, addr, tmp_path)
+    stderr = proc.stderr
+    assert stderr is not None  # _daemon pipes it
     try:
         _until(sock, "READY=1")
         config.write_text(good_text.replace(f"{STANDINS}/kws-wake", str(bad)), encoding="utf-8")
@@ -524,13 +528,13 @@ def test_daemon_keeps_supervising_when_a_reload_brings_a_bad_wake_phrase(vad_ok,
         assert proc.poll() is None
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
-        err = proc.stderr.read()
+        err = stderr.read()
         assert "unknown: ǐ" in err and "restoring the previous config" in err, err[-2000:]
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(5)
-        proc.stderr.close()
+        stderr.close()
         sock.close()
 
 
@@ -542,13 +546,15 @@ def test_daemon_start_up_with_a_bad_wake_phrase_is_one_clear_line(tmp_path):
                       .replace("tests/fixtures/", f"{FIXTURES}/"), encoding="utf-8")
     addr, sock = _notify_socket(tmp_path)
     proc = _daemon(config, addr, tmp_path)
+    stderr = proc.stderr
+    assert stderr is not None  # _daemon pipes it
     try:
         code = proc.wait(120)
-        err = proc.stderr.read()
+        err = stderr.read()
         assert code not in (0, 255, -11) and "unknown: ǐ" in err, (code, err[-2000:])
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(5)
-        proc.stderr.close()
+        stderr.close()
         sock.close()

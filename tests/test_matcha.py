@@ -341,7 +341,8 @@ class Spy:
     """Records the feeds and outputs of a bucket's model."""
 
     def __init__(self, bucket) -> None:
-        self.model, self.calls = bucket.model, []
+        self.model = bucket.model
+        self.calls: list[tuple[list[np.ndarray], list[np.ndarray]]] = []
         bucket.model = self
 
     def __getattr__(self, k):
@@ -351,6 +352,12 @@ class Spy:
         outs = self.model.run(inputs)
         self.calls.append(([np.asarray(a).copy() for a in inputs], [np.asarray(o).copy() for o in outs]))
         return outs
+
+
+def frontend(tts: MatchaTts) -> MatchaFrontend:
+    """The loaded engine's frontend."""
+    assert tts.frontend is not None, "load() the engine first"
+    return tts.frontend
 
 
 def spies(tts: MatchaTts) -> dict[str, Spy]:
@@ -379,7 +386,7 @@ def test_each_piece_runs_in_the_smallest_bucket_and_is_cut_at_its_true_frames(tm
     audio, rate = tts.generate(text)
     (feeds, outs), = s["t16"].calls
     assert not s["t32"].calls and not s["t64"].calls
-    n = tts.count(tts.frontend.units(text))
+    n = tts.count(frontend(tts).units(text))
     x, x_length = feeds[:2]
     assert x.shape == (1, 16) and int(x_length[0]) == n and (x[0, n:] == 0).all()
     frames = round(float(outs[1][0]))
@@ -433,7 +440,7 @@ def test_long_text_is_split_into_bucket_pieces_never_truncated(tmp_path: Path) -
     tts.load()
     s = spies(tts)
     text = "今天天气不错，我们出去走走吧。这个时间地点人物事情开始结束，一二三四五六七八九十，是的我们开始。" * 3
-    units = tts.frontend.units(text)
+    units = frontend(tts).units(text)
     audio, _ = tts.generate(text)
     calls = [c for k in ("t16", "t32", "t64") for c in s[k].calls]
     assert len(calls) >= 2 and all(int(f[1][0]) <= f[0].shape[1] for f, _ in calls)
@@ -449,7 +456,7 @@ def test_frames_past_the_window_go_to_a_bigger_bucket(tmp_path: Path) -> None:
     tts.load()
     s = spies(tts)
     text = "今天天气不错我们出去走走吧是"
-    n = tts.count(tts.frontend.units(text))
+    n = tts.count(frontend(tts).units(text))
     assert 12 < n <= 16
     audio, _ = tts.generate(text)
     assert len(s["t16"].calls) == 1 and len(s["t32"].calls) == 1 and tts.overflows == 1
@@ -471,7 +478,7 @@ def test_frames_past_every_window_split_the_piece_in_two(tmp_path: Path) -> None
     tts.load()
     s = spies(tts)
     text = "今天天气不错，我们出去走走吧。"
-    n = tts.count(tts.frontend.units(text))
+    n = tts.count(frontend(tts).units(text))
     audio, _ = tts.generate(text)
     spoken = [int(f[1][0]) for f, o in s["t16"].calls if float(o[1][0]) <= 320]
     assert sum(spoken) == n and len(spoken) >= 2  # both halves, nothing lost
@@ -611,7 +618,7 @@ class FakeLite:
     rename: ClassVar[dict[str, str]] = {}
 
     def __init__(self, verbose: bool = False) -> None:
-        self.rknn_runtime = None
+        self.rknn_runtime: _FakeRuntime | None = None
 
     def load_rknn(self, path: str) -> int:
         import onnxruntime as ort
@@ -662,7 +669,7 @@ def test_rknn_buckets_are_fed_from_their_sidecars(tmp_path: Path, monkeypatch: p
     tts.load()
     assert all(b.path.suffix == ".rknn" for b in tts.acoustic + tts.vocoders)
     audio, _ = tts.generate("今天天气不错。")
-    n = tts.count(tts.frontend.units("今天天气不错。"))
+    n = tts.count(frontend(tts).units("今天天气不错。"))
     assert len(audio) == HOP * (n * 4 - 1)
 
 
@@ -696,7 +703,7 @@ def test_contract_graphs_build_for_rk3576_and_simulate_like_onnxruntime(tmp_path
     vocos_graph(tmp_path / "v.onnx", 600)
     x = np.zeros((1, 64), np.int64)
     x[0, :30] = np.arange(1, 31)
-    feeds = {"x": x, "x_length": np.array([30], np.int64), "noise_scale": np.array([0.667], np.float32),
+    feeds: dict[str, np.ndarray] = {"x": x, "x_length": np.array([30], np.int64), "noise_scale": np.array([0.667], np.float32),
              "length_scale": np.array([1.0], np.float32),
              "noise": np.random.default_rng(0).standard_normal((1, 80, 600), dtype=np.float32)}
     for k, v in feeds.items():
