@@ -60,7 +60,8 @@ class _Queue:
     synth_done: bool = False  # the worker has passed this turn's end (or its failure)
     first_cut: bool = True
     chunks: int = 0  # cut so far (worker thread)
-    in_flight: int = 0  # pieces taken by the worker and not yet handed to the player
+    in_flight: int = 0  # pieces taken by the worker and not yet queued for the player
+    queued_s: float = 0.0  # audio synthesised and queued for the player thread, not yet handed to it
     audio_started: bool = False  # player thread
     audio_s: float = 0.0
     dry_at: float | None = None  # clock time the player runs out of this turn's audio
@@ -196,13 +197,14 @@ class Speaker:
         return self.clock.wait(self._queue(turn).played, timeout)
 
     def audio_ahead_s(self, turn: Turn) -> float | None:
-        """Seconds until the player runs out of this turn's audio; None while a piece of the turn
-        is still waiting for or in synthesis (more audio is on its way) or before any was played."""
+        """Seconds until the player runs out of this turn's audio (what it holds and what is queued
+        for it); None while a piece of the turn is still waiting for or in synthesis (more audio is
+        on its way) or before any was played."""
         q = self._queue(turn)
         with self._cond:
             if q.inbox and q.inbox[0][0] == "piece" or q.in_flight or q.dry_at is None:
                 return None
-            return max(0.0, q.dry_at - self.clock.now())
+            return max(0.0, q.dry_at - self.clock.now()) + q.queued_s
 
     def cancel_all(self, reason: str = "stop") -> None:
         """Cancel every turn started so far (the user said "stop"; shutdown)."""
@@ -235,8 +237,8 @@ class Speaker:
         with self._cond:
             q.inbox.clear()
             self._cond.notify_all()  # the worker moves past the cancelled turn
-        if q.audio_started or q.in_flight:
-            self.player.clear()
+        if not q.played.is_set() and (q.audio_started or q.in_flight or q.queued_s):
+            self.player.clear()  # only while its audio may be playing: a played turn leaves the next alone
         q.played.set()
 
     def _played(self, q: _Queue) -> None:
@@ -339,6 +341,8 @@ class Speaker:
             return
         blocks = prepare_piece(samples, rate, self.player.rate, self.block, fade_ms=self.cfg.audio.crossfade_ms)
         if len(blocks):
+            with self._cond:
+                q.queued_s += blocks.size / self.player.rate
             self._audio_q.put((q, "audio", (index, blocks)))
 
     def _play_loop(self) -> None:
@@ -375,6 +379,7 @@ class Speaker:
         with self._cond:
             now = self.clock.now()
             q.dry_at = max(now, q.dry_at or now) + audio_s
+            q.queued_s = max(0.0, q.queued_s - audio_s)
         for block in blocks:
             if turn.cancelled:
                 return

@@ -430,3 +430,86 @@ def test_pieces_of_different_turns_never_merge_and_turns_keep_their_order() -> N
     sp.close()
     # turn 2 waits for turn 1 to end: its piece never lands in the middle of turn 1's answer
     assert [c[0] for c in engine.calls] == ["a", "bc", "x"]
+
+
+# -- audio still queued for the player counts as ahead; a played turn's late cancel leaves the player alone
+
+
+class DeviceFull(NullPlayer):
+    """A sound card whose buffer is full: write() blocks after the first block until released."""
+
+    def __init__(self, cfg, clock):
+        super().__init__(cfg, clock)
+        self.release = threading.Event()
+        self.blocked = threading.Event()
+
+    def write(self, block):
+        if self.blocks >= 1 and not self.release.is_set():
+            self.blocked.set()
+            self.release.wait(10)
+        super().write(block)
+
+
+class Voice:
+    name, languages, sample_rate = "v", ("zh",), 16000
+
+    def load(self):
+        pass
+
+    def generate(self, text, sid=0, speed=1.0):
+        return np.full(int({"a": 2.0, "b": 1.0}[text] * 16000), 0.1, np.float32), 16000
+
+
+def test_audio_waiting_for_the_player_counts_as_ahead():
+    clock, cfg = FakeClock(), Config()
+    player = DeviceFull(cfg, clock)
+    sp = Speaker(Voice(), player, cfg, clock, normalize=lambda t: t, split=lambda t, f, c: [t])
+    sp.load()
+    turn = Turn(clock=clock)
+    sp.start(turn)
+    sp.say(turn, "a")
+    assert player.blocked.wait(10)           # a (2 s) is being written; the device is full
+    sp.say(turn, "b")
+    assert wait_until(lambda: len(turn.timeline.find(Ev.SYNTH_END)) == 2 and sp.audio_ahead_s(turn) is not None)
+    clock.advance(1.7)                       # a has 0.3 s left; b's 1 s waits in the speaker's queue
+    ahead = sp.audio_ahead_s(turn)
+    player.release.set()
+    sp.end(turn)
+    sp.close()
+    assert ahead is None or ahead >= 1.0, f"audio_ahead_s={ahead}: b's synthesised second is not counted"
+
+
+class Voice:
+    name, languages, sample_rate = "v", ("zh",), 16000
+
+    def load(self):
+        pass
+
+    def generate(self, text, sid=0, speed=1.0):
+        return np.full(int({"a": 0.5, "b": 2.0}[text] * 16000), 0.1, np.float32), 16000
+
+
+class Clears(NullPlayer):
+    def __init__(self, cfg, clock):
+        super().__init__(cfg, clock)
+        self.clears = 0
+
+    def clear(self):
+        self.clears += 1
+        super().clear()
+
+
+def test_cancelling_a_played_turn_leaves_the_next_turns_audio_alone():
+    clock, cfg = FakeClock(), Config()
+    player = Clears(cfg, clock)
+    sp = Speaker(Voice(), player, cfg, clock, normalize=lambda t: t, split=lambda t, f, c: [t])
+    sp.load()
+    t1 = sp.speak("a")
+    assert wait_until(lambda: sp.wait(t1, 0))      # played out; its owner has not finished it yet
+    tl2 = Timeline(clock)
+    t2 = sp.speak("b", tl2)                        # e.g. a reminder, queued right after
+    assert wait_until(lambda: tl2.first(Ev.AUDIO_FIRST) is not None)
+    t1.cancel("barge-in")                          # a late cancel of the old turn
+    sp.close()
+    assert not t2.cancelled
+    assert player.clears == 0, "the player was cleared under turn 2's audio"
