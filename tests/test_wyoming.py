@@ -405,3 +405,20 @@ def test_unix_socket_and_the_client_limit(engines, tmp_path):
         refused, info = run(go())
     assert info.tts and refused is not None and Error.from_event(refused).code == "busy"
     assert not path.exists()  # the socket file is removed when the server stops
+
+
+def test_detect_streams_past_the_bound_wait_for_a_wake_engine(engines, hear_fixtures):
+    path, *_ = hear_fixtures["wake_alone"]
+    audio, rate = wav(path)
+
+    async def detect(port: int) -> str:
+        async with AsyncTcpClient("127.0.0.1", port) as c:
+            await c.write_event(Detect().event())
+            await send_audio(c, audio, rate)
+            return (await read_until(c, lambda e: e.type in ("detection", "not-detected", "error")))[-1].type
+
+    async def both(port: int) -> list[str]:
+        return list(await asyncio.gather(detect(port), detect(port)))
+
+    with serving(engines, "tcp://127.0.0.1:0", WyomingConfig(max_wake_streams=1)) as listening:
+        assert run(both(listening.port)) == ["detection", "detection"]
