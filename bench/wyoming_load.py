@@ -5,7 +5,9 @@ Chinese request WAV made by the portable voice, sent as 16-bit 16 kHz), synthesi
 synthesis, detect (the wake phrase), handle (a question a local tool answers) and describe. After
 a warm-up round (every client through every kind once) the resident set (VmRSS) is read, the load runs, and it is read
 again. Time to first audio is shown beside the time to the last audio of the same answers: a
-server that synthesised the whole text first would send its first chunk only at the latter.
+server that synthesised the whole text first would send its first chunk only at the latter. The
+same requests from one client alone are shown beside the loaded figures (the engines' own speed;
+under load the one ASR engine serves every transcribe and detect in turn).
 
     py312/bin/python bench/wyoming_load.py --clients 8 --requests 20
 
@@ -182,6 +184,7 @@ def main() -> None:
     # grow with concurrency (the ASR/TTS workers' caches, the wake engines of concurrent detect streams,
     # at most wyoming.max_wake_streams) reach their size before the resident set is read
     warm = asyncio.run(run(args.clients, len(KINDS)))
+    solo = asyncio.run(run(1, len(KINDS)))  # one client alone: the engines' own speed, no queueing
     rss_before = rss_kb()
     t0 = time.monotonic()
     results = asyncio.run(run(args.clients, args.requests))
@@ -194,6 +197,9 @@ def main() -> None:
     first = [r["first_audio_ms"] for r in results if "first_audio_ms" in r]
     last = [r["last_audio_ms"] for r in results if "last_audio_ms" in r]
     to_text = [r["to_transcript_ms"] for r in results if "to_transcript_ms" in r]
+    def solo_ms(key: str) -> float | None:
+        return next((round(r[key], 1) for r in solo if key in r), None)
+
     report = {
         "clients": args.clients, "requests_per_client": args.requests,
         "requested": args.clients * args.requests, "done": len(results) - len(errors), "errors": len(errors),
@@ -203,6 +209,9 @@ def main() -> None:
         "first_audio_ms": {"p50": pct(first, 50), "p90": pct(first, 90)},
         "last_audio_ms_whole_text_first_chunk_would_be": {"p50": pct(last, 50), "p90": pct(last, 90)},
         "to_transcript_ms": {"p50": pct(to_text, 50), "p90": pct(to_text, 90)},
+        "one_client_alone_ms": {"first_audio": solo_ms("first_audio_ms"), "last_audio": solo_ms("last_audio_ms"),
+                                "to_transcript": solo_ms("to_transcript_ms"),
+                                "errors": sum("error" in r for r in solo)},
         "transcripts_seen": sorted({r["text"] for r in results if "text" in r}),
         "rss_kb_before": rss_before, "rss_kb_after": rss_after,
         "rss_growth_pct": round((rss_after - rss_before) / rss_before * 100, 2),
