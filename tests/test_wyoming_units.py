@@ -156,3 +156,23 @@ def test_a_failed_announcement_is_a_warning(caplog):
     with caplog.at_level(logging.WARNING, logger="rkvoice.wyoming.discovery"):
         assert asyncio.run(announcer.start()) is False
     assert "could not announce" in caplog.text
+
+
+def test_the_announcement_can_be_resolved():
+    from zeroconf.asyncio import AsyncZeroconf
+
+    async def go() -> tuple[int | None, list[str]] | None:
+        announcer = Announcer("rkvoice-unit-test", "0.0.0.0", 10798)
+        if not await announcer.start():
+            pytest.skip("this machine cannot announce over mDNS (no multicast interface)")
+        browser = AsyncZeroconf()
+        try:
+            info = await browser.async_get_service_info("_wyoming._tcp.local.",
+                                                        "rkvoice-unit-test._wyoming._tcp.local.", 3000)
+        finally:
+            await browser.async_close()
+            await announcer.stop()
+        return (info.port, info.parsed_addresses()) if info is not None else None
+
+    found = asyncio.run(go())
+    assert found is not None and found[0] == 10798 and found[1]
