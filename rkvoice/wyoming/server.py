@@ -63,7 +63,9 @@ def load_engines(cfg: Config, *, llm: bool = True) -> Engines:
 
 
 def _llm_name(cfg: Config) -> str:
-    return "llm" if cfg.llm.engine == "auto" else cfg.llm.engine
+    from rkvoice.answer.llm.registry import engine_name
+
+    return engine_name(cfg)
 
 
 class WyomingServer:
