@@ -174,9 +174,12 @@ class WyomingHandler(AsyncEventHandler):
             pass
 
     async def disconnect(self) -> None:
-        if self._speech is not None and not self._speech.task.done():
-            self._speech.task.cancel()
-        self._speech = None
+        speech, self._speech = self._speech, None
+        if speech is not None:
+            if not speech.task.done():
+                speech.task.cancel()
+            elif not speech.task.cancelled() and speech.task.exception() is not None:
+                log.info("wyoming %s: a streamed synthesis ended in %s", self.peer, speech.task.exception())
         if self._wake is not None:
             self._wake.close()
             self._wake = None
