@@ -4,9 +4,11 @@
 
 - before: ``llm.threads=1``, ``llm.threads_batch=1`` (one thread for the prompt and for generation);
 - after: the defaults, ``llm.threads: auto`` (cores - 1 generating) and ``llm.threads_batch: auto``
-  (every core on the prompt).
+  (the cores the load average leaves free on the prompt, decided per answer; ``threads_batch_used``);
+- prompt_on_every_core: ``llm.threads_batch`` fixed at every usable core (what ``auto`` gives on an
+  idle machine), to show what it costs when other work holds the cores.
 
-Part 1 (in process, the portable llama engine, both configurations loaded side by side, greedy):
+Part 1 (in process, the portable llama engine, the configurations loaded side by side, greedy):
 time from ``stream()`` to the first text delta, the median of ``--runs`` alternating runs, for the
 product's first question (system prompt already computed at load, ``prime``) and for a cold cache
 (the whole prompt); then, with after's threads, the next question a minute later with the time in
@@ -43,7 +45,10 @@ from rkvoice.config import Config, load_config, parse_override
 from rkvoice.errors import RkvoiceError
 
 BEFORE = ["llm.threads=1", "llm.threads_batch=1"]
-VARIANTS = {"before": BEFORE, "after": [], "both_cores": ["llm.threads=2", "llm.threads_batch=2"]}
+VARIANTS = {"before": BEFORE, "after": [], "prompt_on_every_core": ["llm.threads=1", f"llm.threads_batch={usable_cores()}"],
+            "both_cores": ["llm.threads=2", "llm.threads_batch=2"]}
+FIRST_TOKEN_VARIANTS = ("before", "after", "prompt_on_every_core")
+REPLAY_VARIANTS = ("before", "after", "both_cores")
 NOW = datetime(2026, 10, 21, 10, 5)  # fixed: the same prompt tokens in every run
 
 
@@ -85,12 +90,12 @@ def _timed_first_token(engine: LlamaEngine, messages: list[dict[str, str]]) -> t
 def part_first_token(question: str, runs: int) -> dict[str, Any]:
     engines: dict[str, LlamaEngine] = {}
     out: dict[str, Any] = {}
-    for name in ("before", "after"):
+    for name in FIRST_TOKEN_VARIANTS:
         cfg = _cfg([*VARIANTS[name], "llm.temperature=0"])
         eng = LlamaEngine(cfg)
         eng.load()
         engines[name] = eng
-        out[name] = {"threads": eng.threads, "threads_batch": eng.threads_batch}
+        out[name] = {"threads_batch_used": []}
     messages = Conversation(engines["after"].cfg, lambda: NOW).messages(question)
     for case, primed in (("primed", True), ("cold", False)):
         times: dict[str, list[float]] = {n: [] for n in engines}
@@ -98,12 +103,14 @@ def part_first_token(question: str, runs: int) -> dict[str, Any]:
             for name, eng in engines.items():
                 seconds, evaluated = first_token_s(eng, messages, primed)
                 times[name].append(seconds)
+                out[name]["threads_batch_used"].append(eng.threads_batch)
                 out[f"prompt_tokens_evaluated_{case}"] = evaluated
         for name in engines:
             out[name][f"first_token_{case}_s"] = [round(x, 3) for x in times[name]]
             out[name][f"first_token_{case}_median_s"] = round(statistics.median(times[name]), 3)
-        out[f"ratio_{case}"] = round(out["after"][f"first_token_{case}_median_s"]
-                                     / out["before"][f"first_token_{case}_median_s"], 3)
+        for name in ("after", "prompt_on_every_core"):
+            out[f"ratio_{case}_{name}_vs_before"] = round(out[name][f"first_token_{case}_median_s"]
+                                                          / out["before"][f"first_token_{case}_median_s"], 3)
     out["next_turn"] = part_next_turn(engines["after"], question, min(runs, 3))
     for eng in engines.values():
         eng.close()
@@ -166,10 +173,10 @@ def part_replay(question: str, replays: int, max_tokens: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         wav = Path(tmp) / "question.wav"
         _speak_question(question, wav)
-        got: dict[str, list[dict[str, Any]]] = {n: [] for n in VARIANTS}
+        got: dict[str, list[dict[str, Any]]] = {n: [] for n in REPLAY_VARIANTS}
         for _ in range(replays):
-            for name, sets in VARIANTS.items():
-                got[name].append(_replay(wav, sets, Path(tmp) / f"{name}.json", max_tokens))
+            for name in REPLAY_VARIANTS:
+                got[name].append(_replay(wav, VARIANTS[name], Path(tmp) / f"{name}.json", max_tokens))
     out: dict[str, Any] = {}
     for name, runs in got.items():
         out[name] = {f"{k}_median": statistics.median(float(r[k]) for r in runs) for k in keys}

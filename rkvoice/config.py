@@ -210,8 +210,9 @@ class LlmConfig(Section):
     process may use, at least 1, so the TTS thread that runs alongside keeps a core (with every core
     busy llama's threads spin at barriers against TTS and collapse; see bench/overlap.py)."""
     threads_batch: int | Literal["auto"] = num("auto", 1, 256)
-    """llama.cpp threads while evaluating the prompt (nothing is spoken yet). auto: every core this
-    process may use (bench/llm_threads.py)."""
+    """llama.cpp threads while evaluating the prompt (nothing is spoken yet). auto: the cores this
+    process may use minus the whole part of the 1-minute load average, at least 1, decided per
+    answer (threads on cores that other work holds stall each other; bench/llm_threads.py)."""
     context: int = num(2048, 128, 131_072)
     max_tokens: int = num(200, 1, 8192)
     """Longest answer in tokens; generation stops there."""
@@ -279,6 +280,36 @@ class DaemonConfig(Section):
 
 
 @dataclass(frozen=True)
+class WyomingConfig(Section):
+    """The Wyoming server (``--wyoming URI``, or beside the microphone loop in the daemon)."""
+
+    PATH = "wyoming"
+    uri: str = ""
+    """tcp://HOST:PORT or unix:///path; empty = no server. No authentication: keep it on loopback."""
+    zeroconf: bool = False
+    """Announce the TCP server as _wyoming._tcp on the local network (mDNS)."""
+    max_audio_s: float = num(60.0, 0.0, 3600.0, lo_open=True)
+    """Longest audio stream one request may send (transcribe or detect)."""
+    idle_timeout_s: float = num(30.0, 0.0, 86_400.0, lo_open=True)
+    """A connection that sends nothing for this long is closed."""
+    max_event_bytes: int = num(1 << 20, 1024, 64 << 20)
+    """Largest data or payload section of one event."""
+    max_text_chars: int = num(4000, 1, 100_000)
+    """Longest text of one synthesis (streamed or not) or one transcript to handle."""
+    max_clients: int = num(32, 1, 1024)
+    """Connections served at once; more are answered with an error and closed."""
+    max_wake_streams: int = num(4, 1, 64)
+    """Detect streams served at once (each has its own wake engine); more wait for one to end."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.uri:
+            from rkvoice.wyoming.uri import parse_uri
+
+            parse_uri(self.uri)
+
+
+@dataclass(frozen=True)
 class Config:
     tts: TtsConfig = field(default_factory=TtsConfig)
     audio: AudioConfig = field(default_factory=AudioConfig)
@@ -287,6 +318,7 @@ class Config:
     llm: LlmConfig = field(default_factory=LlmConfig)
     hear: HearConfig = field(default_factory=HearConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    wyoming: WyomingConfig = field(default_factory=WyomingConfig)
 
 
 def parse_override(item: str) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from rkvoice.errors import RkvoiceError
 
 pytest.importorskip("cyllama", reason="cyllama (llama.cpp) is not installed: pip install cyllama==0.2.18")
 
+from rkvoice.answer.llm import llama as llama_module
 from rkvoice.answer.llm.llama import LlamaEngine, thread_counts, usable_cores
 
 # Short answers keep this fast on a busy 2-core machine; 1 generating thread (what auto gives on 2
@@ -146,16 +147,23 @@ def test_close_frees_and_load_again_works() -> None:
 def test_thread_counts_auto_and_fixed() -> None:
     auto = LlmConfig()
     assert (auto.threads, auto.threads_batch) == ("auto", "auto")
-    assert thread_counts(auto, cores=2) == (1, 2)  # generation leaves the TTS thread a core
-    assert thread_counts(auto, cores=1) == (1, 1)
-    assert thread_counts(auto, cores=8) == (7, 8)
-    assert thread_counts(dataclasses.replace(auto, threads=3, threads_batch=1), cores=2) == (3, 1)
+    assert thread_counts(auto, cores=2, load=0.3) == (1, 2)  # generation leaves the TTS thread a core
+    assert thread_counts(auto, cores=2, load=1.2) == (1, 1)  # the prompt only on free cores
+    assert thread_counts(auto, cores=2, load=6.0) == (1, 1)
+    assert thread_counts(auto, cores=1, load=0.0) == (1, 1)
+    assert thread_counts(auto, cores=8, load=2.9) == (7, 6)
+    fixed = dataclasses.replace(auto, threads=3, threads_batch=1)
+    assert thread_counts(fixed, cores=2, load=0.0) == thread_counts(fixed, cores=2, load=9.0) == (3, 1)
     assert usable_cores() == len(os.sched_getaffinity(0))
 
 
-def test_the_context_runs_with_those_counts(engine: LlamaEngine) -> None:
-    want = thread_counts(CFG.llm)
-    assert (engine.threads, engine.threads_batch) == want == (1, usable_cores())
+@pytest.mark.parametrize("load", [0.0, 64.0])
+def test_each_answer_sets_the_prompt_threads_for_the_load_now(engine: LlamaEngine, load: float,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(llama_module.os, "getloadavg", lambda: (load, load, load))
+    "".join(engine.stream(MESSAGES))
+    want = (1, usable_cores() if load == 0 else 1)
+    assert (engine.last_stats["threads"], engine.last_stats["threads_batch"]) == want
     assert (engine.ctx.n_threads(), engine.ctx.n_threads_batch()) == want
 
 

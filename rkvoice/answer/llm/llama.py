@@ -1,11 +1,11 @@
 """llama.cpp engine (portable profile) through cyllama's low-level bindings.
 
-Own generation loop rather than cyllama's high-level LLM: it sets the thread counts (the prompt
-on every core, generation on ``llm.threads``), keeps characters split across tokens whole
-(incremental detokenisation instead of per-token pieces, which lose such characters), aborts both
-between tokens and inside a running decode, and keeps the KV cache of the longest common prompt
-prefix between turns (the system prompt and the conversation so far are not computed again; the
-current time sits in the newest user turn, see rkvoice.answer.conversation).
+Own generation loop rather than cyllama's high-level LLM: it sets the thread counts (the prompt on
+the cores other work leaves free, generation on ``llm.threads``), keeps characters split across
+tokens whole (incremental detokenisation instead of per-token pieces, which lose such characters),
+aborts both between tokens and inside a running decode, and keeps the KV cache of the longest
+common prompt prefix between turns (the system prompt and the conversation so far are not
+computed again; the current time sits in the newest user turn, see rkvoice.answer.conversation).
 """
 
 from __future__ import annotations
@@ -51,12 +51,22 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def thread_counts(llm: LlmConfig, cores: int | None = None) -> tuple[int, int]:
-    """(generation, prompt) threads: ``auto`` is one core less than usable for generation (the
-    TTS thread speaks alongside it) and every usable core for the prompt (nothing speaks yet)."""
+def thread_counts(llm: LlmConfig, cores: int | None = None, load: float | None = None) -> tuple[int, int]:
+    """(generation, prompt) threads for ``llm.threads`` / ``llm.threads_batch``.
+
+    auto generation: one core less than usable, at least 1 (the TTS thread speaks alongside).
+    auto prompt (nothing is spoken yet): the usable cores other work leaves free, i.e. minus the
+    whole part of the 1-minute load average (``load``), at least 1. llama.cpp's threads wait for
+    each other after every layer, so one thread on a core another process holds stalls them all:
+    on 2 cores at load average 4-7, 2 prompt threads took 2.4x as long as 1 (bench/llm_threads.py).
+    """
     cores = usable_cores() if cores is None else cores
     gen = max(1, cores - 1) if llm.threads == "auto" else llm.threads
-    batch = cores if llm.threads_batch == "auto" else llm.threads_batch
+    if llm.threads_batch == "auto":
+        busy = int(os.getloadavg()[0] if load is None else load)
+        batch = max(1, cores - busy)
+    else:
+        batch = llm.threads_batch
     return gen, batch
 
 
@@ -153,6 +163,7 @@ class LlamaEngine:
                                f"{self.cfg.llm.context}; lower llm.history_turns or raise llm.context")
         sampler = self._sampler()
         t0 = time.monotonic()
+        self._set_threads()
         reused = self._reuse_prefix(tokens)
         if not self._prefill(tokens, reused):
             return
@@ -182,8 +193,16 @@ class LlamaEngine:
             self._kv.append(tok)
             pos += 1
         self.last_stats = {"prompt_tokens": len(tokens), "reused_tokens": reused, "new_tokens": n_new,
+                           "threads": self.threads, "threads_batch": self.threads_batch,
                            "prefill_s": t_prefill,
                            "total_s": time.monotonic() - t0}
+
+    def _set_threads(self) -> None:
+        """Thread counts for this prompt (an auto prompt count follows the machine's load)."""
+        counts = thread_counts(self.cfg.llm)
+        if counts != (self.threads, self.threads_batch):
+            self.threads, self.threads_batch = counts
+            self.ctx.set_n_threads(*counts)
 
     def _prefill(self, tokens: list[int], start: int) -> bool:
         """Decode ``tokens[start:]`` into the cache; False if aborted (the cache is then dropped)."""
@@ -209,6 +228,7 @@ class LlamaEngine:
             self.ctx.cancel = False
             text = self.prompt(messages)
             tokens = self.vocab.tokenize(text, add_special=True, parse_special=True)
+            self._set_threads()
             self._prefill(tokens, self._reuse_prefix(tokens))
 
     def reset_cache(self) -> None:
