@@ -430,3 +430,49 @@ def subprocess_plan(cfg: Config) -> Plan:
 
 def _key(name: str, c: Config) -> str:
     return {"hear": c.hear.wake_phrase, "answer": c.llm.engine, "speak": f"speed={c.tts.speed:g}"}[name]
+
+
+def test_the_daemon_serves_wyoming_beside_the_microphone_loop(tmp_path: Path) -> None:
+    """``wyoming.uri`` set: the same process answers a Wyoming client on the loaded engines while the
+    local loop keeps taking turns; the server stops with the daemon."""
+    import asyncio
+    import socket
+
+    from wyoming.asr import Transcript
+    from wyoming.client import AsyncTcpClient
+    from wyoming.handle import Handled
+    from wyoming.info import Describe, Info
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rig = Rig([QUESTION, "现在几点"])
+    cfg = load_config([{"daemon": {"lock_file": str(tmp_path / "lock"), "device_retry_s": 0.01},
+                        "state": {"dir": str(tmp_path / "state")}, "hear": {"ack": "none", "follow_up_s": 0.3},
+                        "wyoming": {"uri": f"tcp://127.0.0.1:{port}"}}])
+
+    async def ask() -> tuple[Info, Handled]:
+        for _ in range(200):  # the server starts right after the engines load
+            try:
+                client = AsyncTcpClient("127.0.0.1", port)
+                await client.connect()
+                break
+            except OSError:
+                await asyncio.sleep(0.05)
+        try:
+            await client.write_event(Describe().event())
+            info = Info.from_event(await client.read_event())
+            await client.write_event(Transcript(text="现在几点").event())
+            handled = Handled.from_event(await client.read_event())
+        finally:
+            await client.disconnect()
+        return info, handled
+
+    with Harness(cfg, rig) as h:
+        info, handled = asyncio.run(asyncio.wait_for(ask(), 30))
+        first, second = h.next_turn(), h.next_turn()
+    assert info.handle and info.asr and info.tts
+    assert "点" in handled.text
+    assert first.text == QUESTION and second.route == "tool:time"  # the local loop went on
+    with socket.socket() as s:  # the server stopped with the daemon
+        assert s.connect_ex(("127.0.0.1", port)) != 0

@@ -20,7 +20,9 @@ from wyoming.handle import HandledChunk, NotHandled  # noqa: E402
 
 from rkvoice.config import load_config  # noqa: E402
 from rkvoice.turn import Turn  # noqa: E402
-from rkvoice.wyoming import Engines, WyomingConfig, serve_wyoming  # noqa: E402
+from rkvoice.config import WyomingConfig  # noqa: E402
+from rkvoice.wyoming.gate import Engines  # noqa: E402
+from rkvoice.wyoming.server import serve_wyoming  # noqa: E402
 
 QUESTION = "用一句话介绍一下月亮"
 PIECES = ["月亮是", "地球唯一的", "天然卫星。"]

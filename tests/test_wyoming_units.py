@@ -13,11 +13,13 @@ import pytest
 
 pytest.importorskip("wyoming", reason="wyoming is not installed (requirements/portable.txt)")
 
+from rkvoice.config import WyomingConfig, load_config  # noqa: E402
 from rkvoice.errors import RkvoiceError  # noqa: E402
 from rkvoice.wyoming.audio import AudioIn, pcm_to_float  # noqa: E402
-from rkvoice.wyoming.config import WyomingConfig, from_cfg, parse_uri  # noqa: E402
+from rkvoice.wyoming.config import from_cfg  # noqa: E402
 from rkvoice.wyoming.discovery import Announcer  # noqa: E402
 from rkvoice.wyoming.gate import LocalAssistant, PriorityGate  # noqa: E402
+from rkvoice.wyoming.uri import parse_uri  # noqa: E402
 
 
 def test_uri_forms():
@@ -31,18 +33,19 @@ def test_uri_forms():
 
 
 def test_settings_are_checked_and_read_from_the_config():
-    assert from_cfg(SimpleNamespace()) == WyomingConfig()
-    got = from_cfg(SimpleNamespace(wyoming={"uri": "tcp://127.0.0.1:1", "max_audio_s": 5}), zeroconf=True)
+    assert from_cfg(load_config()) == WyomingConfig()  # off by default
+    cfg = load_config([{"wyoming": {"uri": "tcp://127.0.0.1:1", "max_audio_s": 5}}])
+    got = from_cfg(cfg, zeroconf=True)
     assert (got.uri, got.max_audio_s, got.zeroconf) == ("tcp://127.0.0.1:1", 5, True)
-    assert from_cfg(SimpleNamespace(wyoming={"uri": "tcp://127.0.0.1:1"}), uri=None).uri == "tcp://127.0.0.1:1"
-    with pytest.raises(RkvoiceError, match="unknown wyoming key.*colour"):
-        from_cfg(SimpleNamespace(wyoming={"colour": "red"}))
+    assert from_cfg(cfg, uri=None).uri == "tcp://127.0.0.1:1"
+    with pytest.raises(RkvoiceError, match="colour"):
+        load_config([{"wyoming": {"colour": "red"}}])
     with pytest.raises(RkvoiceError, match="wyoming.max_audio_s"):
         WyomingConfig(max_audio_s=0)
     with pytest.raises(RkvoiceError, match="wyoming.idle_timeout_s"):
-        WyomingConfig(idle_timeout_s=-1)
+        load_config([{"wyoming": {"idle_timeout_s": -1}}])
     with pytest.raises(RkvoiceError, match="only tcp:// and unix://"):
-        WyomingConfig(uri="stdio://")
+        load_config([{"wyoming": {"uri": "stdio://"}}])
 
 
 @pytest.mark.parametrize("width", [1, 2, 3, 4])
@@ -132,21 +135,45 @@ def test_a_local_caller_preempts_a_remote_holder():
     t.join(5)
 
 
-def test_local_assistant_holds_the_gate_until_its_reply_is_consumed():
-    gate = PriorityGate("answer")
-    reply = SimpleNamespace(route="tool:time", deltas=iter(["现在", "三点"]))
-    local = LocalAssistant(SimpleNamespace(reply=lambda text, turn=None: reply), gate)
-    got = local.reply("现在几点")
+def _remote_taken(gate: PriorityGate) -> tuple[threading.Event, threading.Thread]:
     taken = threading.Event()
 
     def remote() -> None:
         with gate.remote():
             taken.set()
 
-    t = threading.Thread(target=remote)
+    t = threading.Thread(target=remote, daemon=True)
     t.start()
+    return taken, t
+
+
+def test_local_assistant_holds_the_gate_while_the_llm_answers():
+    gate = PriorityGate("answer")
+    reply = SimpleNamespace(route="llm", llm=object(), deltas=iter(["现在", "三点"]))
+    local = LocalAssistant(SimpleNamespace(reply=lambda text, turn=None: reply), gate)
+    got = local.reply("讲个故事")
+    taken, t = _remote_taken(gate)
     assert not taken.wait(0.2)  # the reply is still being read
     assert "".join(got.deltas) == "现在三点"
+    assert taken.wait(5)
+    t.join(5)
+
+
+def test_local_assistant_lets_go_for_a_tool_answer_and_for_a_cancelled_turn():
+    from rkvoice.turn import Turn
+
+    gate = PriorityGate("answer")
+    tool = SimpleNamespace(route="tool:time", llm=None, deltas=iter(["三点"]))
+    LocalAssistant(SimpleNamespace(reply=lambda text, turn=None: tool), gate).reply("现在几点")
+    taken, t = _remote_taken(gate)
+    assert taken.wait(5)  # a tool's answer needs no model: the gate is free at once
+    t.join(5)
+    wedged = SimpleNamespace(route="llm", llm=object(), deltas=iter(["从前"]))
+    turn = Turn()
+    LocalAssistant(SimpleNamespace(reply=lambda text, turn=None: wedged), gate).reply("讲个故事", turn)
+    taken, t = _remote_taken(gate)
+    assert not taken.wait(0.2)  # held while the LLM answers ...
+    turn.cancel("timeout")  # ... until its turn is cancelled (a wedged model must not hold the next turn)
     assert taken.wait(5)
     t.join(5)
 

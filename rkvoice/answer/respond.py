@@ -22,8 +22,9 @@ import re
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
+from typing import Protocol
 
-from rkvoice.answer.assistant import Assistant
+from rkvoice.answer.assistant import Reply
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
 from rkvoice.speaker import Speaker, piece_chars
@@ -86,10 +87,10 @@ def deadline_deltas(deltas: Iterable[str], turn: Turn, first_timeout: float, gap
                 arrived.clear()
                 wanted.set()
                 if not box and not turn.cancelled and not turn.clock.wait(arrived, timeout):
-                    what = "a first word" if timeout is first_timeout else "the next words"
+                    what = "its first words" if timeout is first_timeout else "its next words"
                     err = RkvoiceError(
                         "answer", "timeout",
-                        f"the answerer produced no {what} within {timeout:g} s; the turn was aborted "
+                        f"the answer did not produce {what} within {timeout:g} s; the turn was aborted "
                         "(raise daemon.answer_first_timeout_s / answer_gap_timeout_s if the model is just slow)",
                     )
                     turn.cancel("timeout")
@@ -109,10 +110,16 @@ def deadline_deltas(deltas: Iterable[str], turn: Turn, first_timeout: float, gap
         wanted.set()
 
 
-class Answerer:
-    """Answers a turn and speaks the answer through a loaded Speaker."""
+class Replier(Protocol):
+    def reply(self, text: str, turn: Turn | None = None) -> Reply:
+        """Route ``text`` (tools first, else the LLM); the answer streams from ``Reply.deltas``."""
 
-    def __init__(self, assistant: Assistant, speaker: Speaker, cfg: Config) -> None:
+
+class Answerer:
+    """Answers a turn and speaks the answer through a loaded Speaker. ``assistant`` is the
+    rkvoice.answer.assistant.Assistant, or a view of it (the daemon's, behind a priority gate)."""
+
+    def __init__(self, assistant: Replier, speaker: Speaker, cfg: Config) -> None:
         self.assistant = assistant
         self.speaker = speaker
         self.cfg = cfg

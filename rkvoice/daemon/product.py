@@ -7,6 +7,11 @@ Three resident engines, each reloaded on SIGHUP only when its part of the config
 - ``speak``: TTS engine + player + rkvoice.speaker.Speaker, and the wake cue (made with the same
   voice: a 4 GB board has no room for a second one).
 
+The loop reaches the ASR, the voice and the assistant through priority gates
+(rkvoice.wyoming.gate) at local priority, so a Wyoming server on the same engines (``wyoming.uri``)
+always lets the local turn go first: it waits at most for one transcription or one synthesised
+piece, and a Wyoming answer holding the LLM is stopped.
+
 ``LiveHost.run`` runs rkvoice.hear.loop.TurnLoop on the microphone until ``interrupt()``; the
 supervisor's additions are the loop's hooks: ``busy`` marks work for the watchdog, ``on_turn`` and
 ``on_error`` report turns and hearing failures to be counted and apologised for.
@@ -34,6 +39,7 @@ from rkvoice.hear.wake import WakeEngine
 from rkvoice.speaker import Speaker
 from rkvoice.tts.base import TtsEngine
 from rkvoice.turn import Turn
+from rkvoice.wyoming.gate import Engines, LocalAsr, LocalAssistant, LocalTts, PriorityGate
 
 from .stages import Plan, StageSpec
 
@@ -59,6 +65,7 @@ class HearEngines:
         self.asr: AsrEngine | None = None
         self.wake: WakeEngine | None = None
         self.segmenter: Segmenter | None = None
+        self.gate = PriorityGate("asr")
 
     def load(self) -> None:
         from rkvoice.hear.asr import create_asr
@@ -66,14 +73,14 @@ class HearEngines:
 
         self.asr = create_asr(self.cfg)
         self.asr.load()
-        self.wake = create_wake(self.cfg, self.asr)
+        self.wake = create_wake(self.cfg, LocalAsr(self.asr, self.gate))
         self.wake.load()
         self.segmenter = Segmenter(self.cfg)
         self.segmenter.load()
 
     def session(self) -> HearSession:
         assert self.asr is not None and self.wake is not None and self.segmenter is not None, "load() first"
-        return HearSession(self.cfg, self.asr, self.wake, self.segmenter)
+        return HearSession(self.cfg, LocalAsr(self.asr, self.gate), self.wake, self.segmenter)
 
     def close(self) -> None:
         for engine in (self.wake, self.asr):
@@ -94,6 +101,7 @@ class SpeakEngines:
         self.player: Player | None = None
         self.speaker: Speaker | None = None
         self.cue = np.zeros(0, dtype=np.float32)
+        self.gate = PriorityGate("tts")
 
     def load(self) -> None:
         from rkvoice.hear.cue import AckCue
@@ -102,7 +110,7 @@ class SpeakEngines:
         self.tts.load()
         self.player = self._player_factory(self.cfg)
         self.player.open()
-        self.speaker = Speaker(self.tts, self.player, self.cfg)
+        self.speaker = Speaker(LocalTts(self.tts, self.gate), self.player, self.cfg)
         self.speaker.load()
         cue = AckCue(self.cfg, voice=self.tts, rate=self.player.rate)
         cue.load()
@@ -147,11 +155,21 @@ class LiveHost:
         assert self.speak.speaker is not None and self.speak.player is not None, "speak stage not loaded"
         self.speaker: Speaker = self.speak.speaker
         self.source = source
-        self.answerer = Answerer(self.assistant, self.speaker, cfg)
+        self.answer_gate = PriorityGate("answer")
+        self.answerer = Answerer(LocalAssistant(self.assistant, self.answer_gate), self.speaker, cfg)
         self.assistant.set_reminder_callback(self._remind)
         self.loop = TurnLoop(self.hear.session(), self.answerer, cue=self.speak.cue,
                              cue_out=player_cue(self.speak.player), on_turn=host.report,
                              on_error=host.report, busy=host.busy)
+
+    def shared(self) -> Engines:
+        """The loaded engines for a Wyoming server beside this loop, behind the loop's own gates."""
+        from rkvoice.wyoming.server import wake_factory
+
+        assert self.hear.asr is not None and self.speak.tts is not None
+        return Engines(asr=self.hear.asr, tts=self.speak.tts, assistant=self.assistant,
+                       wake_factory=wake_factory(self.cfg), asr_gate=self.hear.gate,
+                       tts_gate=self.speak.gate, answer_gate=self.answer_gate)
 
     def _remind(self, text: str) -> None:
         log.info("reminder due: %r", text)

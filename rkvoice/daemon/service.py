@@ -63,6 +63,7 @@ class Daemon:
         self._wake = threading.Event()  # wakes the main thread early
         self._reload = threading.Event()
         self._new_cfg: Config | None = None  # read by the main thread, applied by the worker between runs
+        self._wyoming: tuple[threading.Thread, threading.Event] | None = None
         self._exit_code = EXIT_OK
         self._busy: dict[int, tuple[str, float]] = {}
         self._busy_lock = threading.Lock()
@@ -94,6 +95,7 @@ class Daemon:
             self.notifier.status("loading models")
             self.stages.load_all(self.cfg)
             self.loop = self._make_loop()
+            self._start_wyoming()
             if self.stop.is_set():  # SIGTERM during start-up
                 return self._shutdown(None)
             self.notifier.ready("listening")
@@ -108,6 +110,36 @@ class Daemon:
 
     def _make_loop(self) -> LiveHost:
         return LiveHost(self.stages.engines, self.cfg, self, self.plan.source)
+
+    def _start_wyoming(self) -> None:
+        """With ``wyoming.uri``: serve the loaded engines over Wyoming on a thread of its own (again
+        after a reload, on the new engines). A server that fails is logged; the local loop goes on."""
+        self._stop_wyoming()
+        if not self.cfg.wyoming.uri or self.loop is None:
+            return
+        from rkvoice.wyoming.server import serve_wyoming
+
+        engines = self.loop.shared()
+        stop = threading.Event()
+
+        def serve() -> None:
+            try:
+                serve_wyoming(self.cfg, engines=engines, stop=stop)
+            except Exception as exc:
+                log.error("the Wyoming server stopped (the local assistant goes on): %s", exc)
+            finally:
+                engines.close()
+
+        thread = threading.Thread(target=serve, name="wyoming", daemon=True)
+        thread.start()
+        self._wyoming = (thread, stop)
+
+    def _stop_wyoming(self) -> None:
+        if self._wyoming is not None:
+            thread, stop = self._wyoming
+            self._wyoming = None
+            stop.set()
+            thread.join(2.0)
 
     def _interrupt(self, reason: str) -> None:
         """Make the hosted loop return (cancelling the turn in progress)."""
@@ -216,8 +248,9 @@ class Daemon:
             self._turn_failed(exc)
 
     def _shutdown(self, worker: threading.Thread | None) -> int:
-        t0 = time.monotonic()
+        t0 = self.clock.now()
         self._begin_stop()
+        self._stop_wyoming()
         if worker is not None:
             worker.join(self.cfg.daemon.stop_timeout_s)
         if worker is not None and worker.is_alive():
@@ -226,7 +259,7 @@ class Daemon:
         else:
             self.stages.close_all()
         log.info("stopped after %d turns (shutdown %.2f s), exit %d",
-                 self.turns, time.monotonic() - t0, self._exit_code)
+                 self.turns, self.clock.now() - t0, self._exit_code)
         return self._exit_code
 
     # -- worker ------------------------------------------------------------------------------
@@ -302,6 +335,7 @@ class Daemon:
         self._interrupt("reload")
 
     def _do_reload(self, new_cfg: Config) -> None:
+        self._stop_wyoming()  # it uses the engines about to be swapped; started again on the new ones
         self.notifier.notify(RELOADING=1, MONOTONIC_USEC=time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000)
         try:
             changed = self.stages.reload(self.cfg, new_cfg)
@@ -316,6 +350,7 @@ class Daemon:
             return
         # always rebuild: a partly failed reload may still have swapped some engines
         self.loop = self._make_loop()
+        self._start_wyoming()
         self.notifier.notify(READY=1, STATUS="listening")
 
 

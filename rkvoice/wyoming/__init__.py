@@ -1,10 +1,4 @@
-"""rkvoice as a Wyoming server: wake, ASR, TTS and answers for Home Assistant (see server.py)."""
+"""rkvoice as a Wyoming server: wake, ASR, TTS and answers for Home Assistant.
 
-from __future__ import annotations
-
-from .config import WyomingConfig, from_cfg
-from .gate import Engines
-from .server import WyomingServer, load_engines, serve_wyoming, serve_wyoming_async
-
-__all__ = ["Engines", "WyomingConfig", "WyomingServer", "from_cfg", "load_engines", "serve_wyoming",
-           "serve_wyoming_async"]
+``server.serve_wyoming`` is the entry; ``gate.Engines`` shares loaded engines with the local loop.
+"""

@@ -125,32 +125,44 @@ class LocalTts:
 
 class LocalAssistant:
     """The assistant as the local turn sees it: ``reply`` preempts a Wyoming answer and holds the gate
-    until the reply's text stream is consumed or closed."""
+    while the LLM answers: until the reply's text stream is consumed or closed, or its turn is
+    cancelled (a wedged model must not hold the next turn back). A tool's answer lets go at once."""
 
     def __init__(self, assistant: Any, gate: PriorityGate) -> None:
         self._assistant = assistant
         self._gate = gate
 
-    def reply(self, text: str, *args: Any, **kwargs: Any) -> Any:
+    def reply(self, text: str, turn: Any = None) -> Any:
         held = self._gate.local()
         held.__enter__()
+        once = threading.Lock()
+
+        def release(*_: Any) -> None:
+            if once.acquire(blocking=False):
+                held.__exit__(None, None, None)
+
         try:
-            result = self._assistant.reply(text, *args, **kwargs)
+            result = self._assistant.reply(text, turn)
         except BaseException:
-            held.__exit__(None, None, None)
+            release()
             raise
-        result.deltas = _then_release(result.deltas, held)
+        if getattr(result, "llm", None) is None:
+            release()
+            return result
+        if turn is not None:
+            turn.on_cancel(release)
+        result.deltas = _then_release(result.deltas, release)
         return result
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._assistant, name)
 
 
-def _then_release(deltas: Iterator[str], held: Any) -> Iterator[str]:
+def _then_release(deltas: Iterator[str], release: Callable[[], None]) -> Iterator[str]:
     try:
         yield from deltas
     finally:
-        held.__exit__(None, None, None)
+        release()
 
 
 def _worker(name: str) -> ThreadPoolExecutor:

@@ -27,7 +27,7 @@ from wyoming.wake import Detect
 from rkvoice.errors import RkvoiceError
 
 from .audio import AudioIn
-from .config import WyomingConfig
+from rkvoice.config import WyomingConfig
 from .gate import Engines
 from .services import AsrRequest, WakeStream, answer
 from .tts import SpeechOut, Voices, chunker, cut

@@ -24,7 +24,10 @@ from wyoming.server import AsyncServer, AsyncTcpServer, AsyncUnixServer
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
 
-from .config import Endpoint, WyomingConfig, from_cfg, parse_uri
+from rkvoice.config import WyomingConfig
+
+from .config import from_cfg
+from .uri import Endpoint, parse_uri
 from .discovery import Announcer
 from .gate import Engines
 from .handler import Context, WyomingHandler
