@@ -18,9 +18,8 @@ from wyoming.client import AsyncTcpClient  # noqa: E402
 from wyoming.event import Event  # noqa: E402
 from wyoming.handle import HandledChunk, NotHandled  # noqa: E402
 
-from rkvoice.config import load_config  # noqa: E402
+from rkvoice.config import WyomingConfig, load_config  # noqa: E402
 from rkvoice.turn import Turn  # noqa: E402
-from rkvoice.config import WyomingConfig  # noqa: E402
 from rkvoice.wyoming.gate import Engines  # noqa: E402
 from rkvoice.wyoming.server import serve_wyoming  # noqa: E402
 

@@ -24,10 +24,10 @@ from wyoming.server import AsyncEventHandler
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped
 from wyoming.wake import Detect
 
+from rkvoice.config import WyomingConfig
 from rkvoice.errors import RkvoiceError
 
 from .audio import AudioIn
-from rkvoice.config import WyomingConfig
 from .gate import Engines
 from .services import AsrRequest, WakeStream, answer
 from .tts import SpeechOut, Voices, chunker, cut

@@ -21,18 +21,16 @@ from typing import Any
 
 from wyoming.server import AsyncServer, AsyncTcpServer, AsyncUnixServer
 
-from rkvoice.config import Config
+from rkvoice.config import Config, WyomingConfig
 from rkvoice.errors import RkvoiceError
 
-from rkvoice.config import WyomingConfig
-
 from .config import from_cfg
-from .uri import Endpoint, parse_uri
 from .discovery import Announcer
 from .gate import Engines
 from .handler import Context, WyomingHandler
 from .info import build_info, wake_model_name
 from .tts import Voices
+from .uri import Endpoint, parse_uri
 
 log = logging.getLogger(__name__)
 
