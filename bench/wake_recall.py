@@ -4,10 +4,11 @@
 
 Each clip of bench/wake_set.py is replayed through the real engine (silero VAD -> Whisper ->
 pinyin match) twice: "before" is the plain decode alone (``short_s=0``, the behaviour before the
-primed second look), "after" the shipped engine (``short_s=SHORT_S``). Prints one JSON object:
+primed second look), "after" the shipped engine (``short_s=SHORT_S``: a primed decode that must
+give the phrase whole, backed by the phrase's forced log-probability). Prints one JSON object:
 recall on the wake-only positives, false-wake rate on the negatives, counts per condition, the
 clips each variant got wrong with what was heard, spurious requests (a wake-only clip that came
-back with a request), and the decode cost of the second look. Identical plain decodes are made
+back with a request), the decode cost of the second look, and the phrase scores it computed. Identical plain decodes are made
 once and shared by both variants (same call, same input: same text).
 """
 
@@ -47,6 +48,8 @@ class SharedDecodes:
         self._plain: dict[str, str] = {}
         self.primed_ms: list[float] = []
         self.plain_ms: list[float] = []
+        self.scores: list[float] = []
+        self.score_ms: list[float] = []
 
     def load(self) -> None:
         self.asr.load()
@@ -64,6 +67,13 @@ class SharedDecodes:
         text = self.asr.transcribe_primed(samples, phrase)
         self.primed_ms.append((time.monotonic() - t0) * 1000.0)
         return text
+
+    def phrase_logprob(self, samples: np.ndarray, phrase: str) -> float:
+        t0 = time.monotonic()
+        score = self.asr.phrase_logprob(samples, phrase)
+        self.scores.append(round(score, 3))
+        self.score_ms.append((time.monotonic() - t0) * 1000.0)
+        return score
 
 
 def replay(cfg: Config, asr: SharedDecodes, path: Path, short_s: float) -> dict[str, Any]:
@@ -118,6 +128,8 @@ def run(cfg: Config, pairs: list[tuple[Clip, Path]], asr: SharedDecodes) -> dict
         "plain_decode_ms_mean": round(float(np.mean(asr.plain_ms)), 1) if asr.plain_ms else None,
         "primed_decodes": len(asr.primed_ms),
         "primed_decode_ms_mean": round(float(np.mean(asr.primed_ms)), 1) if asr.primed_ms else None,
+        "phrase_scores": asr.scores,
+        "phrase_score_ms_mean": round(float(np.mean(asr.score_ms)), 1) if asr.score_ms else None,
     }
 
 

@@ -105,7 +105,8 @@ def spec(quick: bool = False) -> list[Clip]:
     if quick:
         keep = {"pos_sp1.0_st+0", "pos_sp0.7_st+4", "pos_sp1.3_st-4", "pos_comma_sp0.85", "pos_babble10_sp0.85_st-2",
                 "pos_white5_sp1.15_st+2", "pos_gain-20_sp1.0_st+0", "pos_pad2.0-3.0_sp1.0_st+0",
-                "neg_near_小智_sp1.0_st+0", "neg_near_消失_sp0.85_st-2", "neg_near_小时小时_sp1.0_st+0",
+                "neg_near_小智_sp1.0_st+0", "neg_near_消失_sp0.85_st-2", "neg_near_小时小时_sp0.85_st-2",
+                "neg_near_小猪小猪_sp1.0_st+0",
                 "neg_unrelated1", "neg_babble-14dB", "neg_white-26dB", "neg_silence"}
         clips = [c for c in clips if c.name in keep]
     return clips

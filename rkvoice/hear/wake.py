@@ -8,8 +8,12 @@ transcribes them and looks for the phrase with a tolerant pinyin match; the rest
 The phrase said alone is short and often decoded badly (Whisper hears a pitched "小智小智" as
 "小巨小巨", a fast one as "想知想知", and drops a quiet one as no speech). A segment up to
 ``SHORT_S`` long that the plain decode does not match gets a second, primed decode
-(``PrimedAsr.transcribe_primed``) that must then give the phrase whole (pinyin cost 0).
-bench/wake_recall.py measures both paths on bench/wake_set.py's clips.
+(``PrimedAsr.transcribe_primed``) that must then give the phrase whole (pinyin cost 0). Priming
+alone turns near misses into the phrase (小猪小猪, 小时小时, quiet babble all came back as
+小智小智), so the unprimed decoder must also support it: the phrase's mean token log-probability
+forced on the audio must reach ``MIN_PHRASE_LOGPROB`` (wake-only clips of the wake set: -0.4 to
+-1.5 bar one at SNR 5 dB babble; the primed near misses: -1.8 to -3.2). bench/wake_recall.py
+measures both paths on bench/wake_set.py's clips.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ log = logging.getLogger(__name__)
 
 PROBE_MARGIN_S = 1.5  # segments up to probe + this are transcribed whole at once
 SHORT_S = 3.0  # segments up to this long may be the phrase alone: they get the primed second look
+MIN_PHRASE_LOGPROB = -1.6  # the primed look's phrase must be this likely per token, unprimed
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,10 @@ class WakeEngine(Protocol):
 class PrimedAsr(Protocol):
     def transcribe_primed(self, samples: np.ndarray, phrase: str) -> str:
         """Decode a short utterance with the decoder primed by ``phrase`` and no no-speech veto."""
+        ...
+
+    def phrase_logprob(self, samples: np.ndarray, phrase: str) -> float:
+        """Mean token log-probability of ``phrase`` forced on ``samples`` by the unprimed decoder."""
         ...
 
 
@@ -138,5 +147,9 @@ class AsrMatchWake:
         if found is None:
             log.debug("no wake in %r nor primed %r (%.1f s)", plain, primed, seg.duration_s)
             return plain, None
-        log.info("wake on the primed decode %r (plain decode: %r)", primed, plain)
+        score = self.asr.phrase_logprob(seg.samples, self.matcher.phrase)
+        if score < MIN_PHRASE_LOGPROB:
+            log.debug("primed %r but the audio backs the phrase weakly (%.2f; plain %r)", primed, score, plain)
+            return plain, None
+        log.info("wake on the primed decode %r (phrase log-prob %.2f; plain decode %r)", primed, score, plain)
         return primed, found

@@ -68,6 +68,26 @@ class WhisperAsr:
         may count (the priming pulls sounds near the phrase towards it)."""
         return _strip_echo(self._run(samples, hotwords=phrase, no_speech_threshold=None))
 
+    def phrase_logprob(self, samples: np.ndarray, phrase: str) -> float:
+        """Mean log-probability per token of ``phrase`` as the transcript of ``samples``, forced
+        through the unprimed decoder (Chinese, no prompt): how well the audio supports the phrase."""
+        if self._model is None:
+            raise RuntimeError("WhisperAsr.load() was not called")
+        try:
+            from faster_whisper.audio import pad_or_trim
+            from faster_whisper.tokenizer import Tokenizer
+
+            model = self._model
+            tokenizer = Tokenizer(model.hf_tokenizer, True, task="transcribe", language="zh")
+            features = model.feature_extractor(np.asarray(samples, dtype=np.float32))[..., :-1]
+            encoded = model.encode(pad_or_trim(features))
+            ids = tokenizer.encode(phrase)
+            (result,) = model.model.align(encoded, tokenizer.sot_sequence, [ids], features.shape[-1])
+            probs = np.maximum(np.asarray(result.text_token_probs, dtype=np.float64), 1e-12)
+        except Exception as exc:
+            raise RkvoiceError("asr", "decode-failed", f"whisper could not score {phrase!r}: {exc}") from exc
+        return float(np.mean(np.log(probs)))
+
     def _run(self, samples: np.ndarray, **options: object) -> str:
         if self._model is None:
             raise RuntimeError("WhisperAsr.load() was not called")
