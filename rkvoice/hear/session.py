@@ -1,7 +1,8 @@
 """What the assistant hears, as a state machine in audio time: idle -> listening -> busy -> follow-up.
 
-``HearSession.accept(frame)`` returns events; it never reads a clock (positions are sample counts),
-so the same machine drives ``--file`` replay, the live microphone loop and pure tests.
+``HearSession.accept(frame)`` returns events; its states change in audio time (sample counts), so
+the same machine drives ``--file`` replay, the live microphone loop and pure tests. The injected
+clock only times the ASR (``asr_ms``).
 
 - idle: frames go to the wake engine. A wake with a request said in the same breath emits
   ``Wake`` then ``Request`` (-> busy); a wake alone emits ``Wake`` (-> listening).
@@ -16,12 +17,12 @@ from __future__ import annotations
 
 import enum
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
 from rkvoice.hear.asr import AsrEngine
 from rkvoice.hear.pinyin_match import PhraseMatcher
@@ -80,6 +81,7 @@ class HearSession:
         wake: WakeEngine,
         segmenter: Segmenter,
         on_speech_end: Callable[[Segment, Mode], None] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         h = cfg.hear
         self.asr = asr
@@ -89,11 +91,12 @@ class HearSession:
         self.listen_timeout_s = h.listen_timeout_s
         self.follow_up_s = h.follow_up_s
         self.on_speech_end = on_speech_end
+        self.clock = clock or MonotonicClock()
         self.mode = Mode.IDLE
         self.samples = 0
         self._deadline_s = 0.0
         if hasattr(wake, "on_segment"):
-            wake.on_segment = self._wake_segment  # type: ignore[attr-defined]
+            wake.on_segment = self._wake_segment
 
     @property
     def now_s(self) -> float:
@@ -155,9 +158,9 @@ class HearSession:
         for seg in segments:
             if self.on_speech_end is not None:
                 self.on_speech_end(seg, self.mode)
-            t0 = time.monotonic()
+            t0 = self.clock.now()
             heard = self.asr.transcribe(seg.samples)
-            asr_ms = (time.monotonic() - t0) * 1000.0
+            asr_ms = (self.clock.now() - t0) * 1000.0
             woke = self.mode is Mode.LISTENING
             text = heard.strip()
             found = self.matcher.match(text)

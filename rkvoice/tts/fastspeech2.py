@@ -18,7 +18,7 @@ import importlib.util
 import json
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -92,7 +92,7 @@ def session_options(threads: int):  # noqa: ANN201 - onnxruntime.SessionOptions
     return opts
 
 
-def open_session(path: Path, threads: int, what: str):  # noqa: ANN201 - InferenceSession
+def open_session(path: Path, threads: int, what: str) -> Any:
     """An onnxruntime session, or an RkvoiceError naming the missing/corrupt file and the fix."""
     import onnxruntime as ort
 
@@ -126,8 +126,8 @@ class FastSpeech2Tts:
         self.backend = cfg.tts.fastspeech2
         self.vocoder_file = vocoder_path(cfg)
         self.frontend: PinyinFrontend | None = None
-        self._acoustic = None
-        self._vocoder = None
+        self._acoustic: Any = None  # onnxruntime sessions once loaded
+        self._vocoder: Any = None
         self._chunked: ChunkedVocoder | None = None
         self._mel_output = ""
         self._num_speakers = 1
