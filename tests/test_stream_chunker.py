@@ -69,7 +69,7 @@ def test_abbreviation_is_not_a_sentence_end() -> None:
 
 
 def test_english_clause_needs_more_than_min_words() -> None:
-    c = StreamChunker()
+    c = StreamChunker(first=80, chunk=80)
     assert c.feed("Yes, I can, ") == []
     assert c.feed("and the clinic opens early, so") == ["Yes, I can, and the clinic opens early, "]
     assert c.flush() == ["so"]
@@ -77,7 +77,7 @@ def test_english_clause_needs_more_than_min_words() -> None:
 
 def test_english_max_words_without_punctuation() -> None:
     words = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen"
-    c = StreamChunker()
+    c = StreamChunker(first=80, chunk=80)
     out = []
     for w in words.split():
         out += c.feed(w + " ")
@@ -87,13 +87,26 @@ def test_english_max_words_without_punctuation() -> None:
 
 def test_word_is_not_split_across_deltas() -> None:
     words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu"
-    c = StreamChunker(max_words=12)
+    c = StreamChunker(max_words=12, first=80, chunk=80)
     out = []
     for i in range(0, len(words), 3):
         out += c.feed(words[i:i + 3])
     assert out == []  # the twelfth word might still go on
     assert c.feed("x") == []
     assert c.feed(" nu") == [words[:-2] + "mux "]
+
+
+def test_english_pieces_keep_the_character_limits() -> None:
+    text = "The clinic opens at eight tomorrow morning and closes at six in the evening, every day."
+    c = StreamChunker(first=24, chunk=40)
+    out = [p for w in text.split(" ") for p in c.feed(w + " ")] + c.flush()
+    assert "".join(out) == text + " "
+    assert len(out[0].strip()) <= 24 and all(len(p.strip()) <= 40 for p in out[1:]), out
+    assert out[0] == "The clinic opens at "  # cut between words, never inside one
+    # 41 characters of English where the limit is 40: cut, not spoken as one piece
+    sentence = "Remember to bring water and a warm hat ok."
+    pieces = run([sentence + " Next"], first=40, chunk=40)
+    assert all(len(p.strip()) <= 40 for feed in pieces for p in feed), pieces
 
 
 def test_chinese_sentence_and_first_piece() -> None:
@@ -203,13 +216,13 @@ def test_stream_chinese_pieces_respect_limits(tokens: list[str], marks: list[str
     text = "".join(t + m for t, m in zip(tokens, marks))
     pieces = _feed_in_sizes(text, sizes, first=24, chunk=40)
     assert "".join(pieces) == text
-    assert_no_cut_inside(text, pieces)
-    # every token is at most 12 characters; when no two numbers touch, a safe cut always exists
+    assert len(pieces[0]) <= 24
+    assert all(len(p) <= 40 for p in pieces[1:])
+    # every token is at most 12 characters; when no two numbers touch, a cut between tokens fits
     touching = any(a[-1:].isdigit() and m == "" and (b[:1].isdigit() or b[:1] in ".,:-/")
                    for a, m, b in zip(tokens, marks, tokens[1:]))
     if not touching:
-        assert len(pieces[0]) <= 24
-        assert all(len(p) <= 40 for p in pieces[1:])
+        assert_no_cut_inside(text, pieces)
 
 
 @settings(max_examples=150, deadline=None)

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rkvoice.errors import RkvoiceError
-from rkvoice.text.split import ABBREVIATIONS, sentences, split_for_tts
+from rkvoice.text.split import ABBREVIATIONS, sentences, split_for_tts, spoken_size
 
 try:
     from test_text_strategies import CJK_RUN, WORD, assert_no_cut_inside, mixed_text
@@ -70,7 +70,8 @@ def test_sentences_join_invariant(text: str) -> None:
 
 
 def _size(piece: str) -> int:
-    return len(piece.strip())
+    """Spoken characters (square brackets, markers, URLs and emoji are not spoken)."""
+    return spoken_size(piece)
 
 
 def test_split_prefers_sentence_ends() -> None:
@@ -137,11 +138,16 @@ def test_split_never_cuts_a_latin_word(word: str) -> None:
         assert any(word in p for p in pieces), (word, pieces)
 
 
-def test_split_never_cuts_inside_brackets() -> None:
-    text = "前面的文字（这是括号里的内容，很长很长很长很长很长很长的内容，不能切开）后面的文字，还有更多。"
-    pieces = split_for_tts(text, first=10, chunk=12)
-    assert any("（这是括号里的内容，很长很长很长很长很长很长的内容，不能切开）" in p for p in pieces)
+def test_split_keeps_brackets_whole_when_they_fit_and_cuts_them_at_their_marks_when_not() -> None:
+    text = "前面的文字（这是括号里的内容，很长的内容）后面的文字，还有更多。"
+    pieces = split_for_tts(text, first=10, chunk=20)
+    assert any("（这是括号里的内容，很长的内容）" in p for p in pieces)
     assert "".join(pieces) == text
+    text = "前面的文字（这是括号里的内容，很长很长很长很长很长很长的内容，不能一起读）后面的文字，还有更多。"
+    pieces = split_for_tts(text, first=10, chunk=12)
+    assert "".join(pieces) == text
+    assert all(_size(p) <= 12 for p in pieces), pieces
+    assert "（这是括号里的内容，" in pieces  # cut at its own clause mark, not mid-word
 
 
 def test_split_long_run_without_marks_is_cut_within_limits() -> None:

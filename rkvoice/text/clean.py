@@ -17,11 +17,15 @@ _FULLWIDTH[0x3000] = 0x20
 
 _FENCE = re.compile(r"^\s*(```|~~~)[^\n]*$", re.MULTILINE)
 _IMAGE_OR_LINK = re.compile(r"!?\[([^\]\n]*)\]\((?:[^()\s]|\([^()\s]*\))*\)")
+_LINK_TAIL = re.compile(r"\]\((?:[^()\s]|\([^()\s]*\))*\)")
+"""The "](target)" of a link whose text was cut off in another piece."""
 _URL = re.compile(r"(?:\b(?:https?|ftp)://|\bwww\.)[!-~]+", re.IGNORECASE)
 _CITATION = re.compile(r"\s?\[(?:kb-[^\]\n]*|\d+(?:\s*[,，-]\s*\d+)*)\]|\s?【\d+(?:†[^】\n]*)?】")
 _HEADING = re.compile(r"^[ \t]*#{1,6}[ \t]+", re.MULTILINE)
 _QUOTE = re.compile(r"^[ \t]*>+[ \t]?", re.MULTILINE)
 _BULLET = re.compile(r"^[ \t]*[-*+•·▪‣◦][ \t]+", re.MULTILINE)
+_NUMBERED = re.compile(r"^[ \t]*\d{1,3}[.)、][ \t]+", re.MULTILINE)
+"""A numbered list item's number ("1. ", "2) ", "3、"): a list read aloud, not "one point"."""
 _RULE = re.compile(r"^[ \t]*([-*_=])(?:[ \t]*\1){2,}[ \t]*$", re.MULTILINE)
 _EMPHASIS = re.compile(r"\*+|`+")
 _STRIKE = re.compile(r"~~")
@@ -47,6 +51,16 @@ def _is_dropped(ch: str) -> bool:
 _DROP_CACHE: dict[str, bool] = {}
 
 
+def dropped(ch: str) -> bool:
+    """True for a character ``clean`` removes (emoji, pictographs, control and format characters)."""
+    drop = _DROP_CACHE.get(ch)
+    if drop is None:
+        drop = _DROP_CACHE[ch] = _is_dropped(ch)
+        if len(_DROP_CACHE) > 20000:
+            _DROP_CACHE.clear()
+    return drop
+
+
 def _drop_chars(text: str) -> str:
     out = []
     for ch in text:
@@ -56,12 +70,7 @@ def _drop_chars(text: str) -> str:
         if ch.isdecimal():  # any script's digit (٣, ３) becomes an ASCII digit
             out.append(str(unicodedata.decimal(ch)))
             continue
-        drop = _DROP_CACHE.get(ch)
-        if drop is None:
-            drop = _DROP_CACHE[ch] = _is_dropped(ch)
-            if len(_DROP_CACHE) > 20000:
-                _DROP_CACHE.clear()
-        if not drop:
+        if not dropped(ch):
             out.append(ch)
         elif unicodedata.category(ch) == "Cc":
             out.append(" ")
@@ -73,11 +82,14 @@ def clean(text: str) -> str:
     if not text:
         return ""
     text = text.translate(_FULLWIDTH)
+    text = _NUMBERED.sub("", text)  # first: "[45](url). " or "45😀. " is no list item
     text = _drop_chars(text)
     text = _FENCE.sub(" ", text)
     text = _IMAGE_OR_LINK.sub(r"\1", text)
+    text = _LINK_TAIL.sub("", text)
     text = _URL.sub(" ", text)
     text = _CITATION.sub("", text)
+    text = text.replace("[", " ").replace("]", " ")  # never spoken; a link's cut-off half
     text = _RULE.sub(" ", text)
     text = _BULLET.sub("", text)
     text = _EMPHASIS.sub("", text)

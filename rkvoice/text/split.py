@@ -3,7 +3,8 @@
 Both functions keep every character: ``"".join(pieces)`` gives back the text (``sentences``
 after collapsing whitespace). Cut points come from :class:`CutPoints`, which the streaming
 chunker shares, so a number (2026-10-21, 3.14, 1,000, 22:05, 192.168.0.1), a Latin word, a URL
-or a bracketed stretch is never cut in two.
+or a bracketed stretch is not cut in two unless it alone is longer than the piece limit (a URL,
+which is not spoken, never is).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from bisect import bisect_left, bisect_right
 from itertools import pairwise
 
 from rkvoice.errors import RkvoiceError
+from rkvoice.text.clean import dropped as _dropped
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,13 @@ _ATOM = re.compile(
     rf"|[-+]?[$¥￥€£]?[{_LATIN}]+(?:[.,:/\-_'’@][{_LATIN}]+)*[%℃°]?"
 )
 _SENTENCE_RE = re.compile(r"[.!?]")
+_URL = re.compile(r"(?:\b(?:https?|ftp)://|\bwww\.)[!-~]+", re.IGNORECASE)
+_LINK_SCAFFOLD = re.compile(r"!?\[([^\]\n]*)\]\((?:[^()\s]|\([^()\s]*\))*\)")
+_MARKERS = re.compile(r"[*`_\[\]]+|~~")
+_LIST_NUMBER = re.compile(r"\d{1,3}[.)、][ \t]")
+"""Digits that would read as a list number at the start of a piece (CutPoints never cuts before them)."""
+_LINK_TAIL = re.compile(r"\]\((?:[^()\s]|\([^()\s]*\))*\)")
+_LINE_MARKS = re.compile(r"^[ \t]*(?:#{1,6}|>+|[-*+•·▪‣◦]|\d{1,3}[.)、])[ \t]+", re.MULTILINE)
 # Chinese dates and clock times written with digits stay whole: 2026年10月21日, 10点22分.
 _CN_COMPOUND = re.compile(
     r"\d{1,4}年\d{1,2}月(?:\d{1,2}[日号])?|\d{1,2}月\d{1,2}[日号]|\d{1,2}[点时]\d{1,2}分(?:\d{1,2}秒)?"
@@ -75,12 +84,57 @@ def sentences(text: str) -> list[str]:
     return out
 
 
+LAST_LEVEL = 5
+
+
+def spoken_mask(text: str) -> bytearray:
+    """1 for each character a voice is handed after ``clean``, 0 for URLs, markdown markers
+    (``*``, backticks, ``~~``, ``_``, square brackets, a link's target, heading ``#``, quote
+    ``>``, list bullets) and emoji."""
+    mask = bytearray(b"\x01") * len(text)
+    targets: list[tuple[int, int]] = []  # "](target)" spans: clean removes them before URLs
+    for m in _LINK_SCAFFOLD.finditer(text):  # the link's text stays spoken
+        mask[m.start() : m.start(1)] = bytes(m.start(1) - m.start())
+        targets.append((m.end(1), m.end()))
+    targets += [m.span() for m in _LINK_TAIL.finditer(text)]
+    for a, b in targets:
+        mask[a:b] = bytes(b - a)
+    for pattern in (_MARKERS, _LINE_MARKS):
+        for m in pattern.finditer(text):
+            mask[m.start() : m.end()] = bytes(m.end() - m.start())
+    for m in _URL.finditer(text):
+        end = next((b for a, b in targets if a <= m.start() < b), m.end())
+        mask[m.start() : end] = bytes(end - m.start())
+    for k, ch in enumerate(text):
+        if not ch.isascii() and (_dropped(ch) or unicodedata.combining(ch)):
+            mask[k] = 0  # emoji and their joiners; a combining mark belongs to its letter
+    return mask
+
+
+def _spoken_prefix(text: str) -> list[int]:
+    out = [0]
+    total = 0
+    for v in spoken_mask(text):
+        total += v
+        out.append(total)
+    return out
+
+
+def spoken_size(text: str) -> int:
+    """Characters of ``text`` a voice is handed (see ``CutPoints.size``): the measure every piece
+    limit applies to."""
+    return CutPoints(text).size(0, len(text))
+
+
 class CutPoints:
-    """Where a text may be cut, at four levels of preference.
+    """Where a text may be cut, at six levels of preference.
 
     A cut at ``k`` puts ``text[:k]`` and ``text[k:]`` in different pieces. Level 0 are sentence
-    ends, 1 adds clause marks, 2 adds word gaps (after whitespace), 3 is every safe position.
-    Whitespace always stays with the piece before it.
+    ends, 1 adds clause marks, 2 adds word gaps (after whitespace), 3 is every safe position (not
+    inside a number, word, URL or brackets). Levels 4 and 5 are for a stretch longer than any
+    limit: clause marks and word gaps inside brackets or numbers, then every position (never
+    before a combining mark, a closing quote or whitespace). Whitespace always stays with the
+    piece before it. Sizes count spoken characters only (``size``).
 
     ``final=False`` is for a stream whose end is not known yet: an unclosed bracket blocks all
     cuts after it (unless ``open_brackets_block`` is False), a cut needs ``lookahead`` characters
@@ -92,29 +146,43 @@ class CutPoints:
         self.text = text
         n = len(text)
         self.n = n
-        blocked = bytearray(n + 1)
+        blocked = bytearray(n + 1)  # hard blocks: never cut here
         blocked[0] = 1
         blocked[n] = 1
-        for pattern in (_ATOM, _CN_COMPOUND):
-            for m in pattern.finditer(text):
-                for k in range(m.start() + 1, m.end()):
-                    blocked[k] = 1
-        self._block_brackets(blocked, open_brackets_block and not final)
+        soft = bytearray(n + 1)
         for k in range(1, n):
             ch = text[k]
             if ch.isspace() or ch in "\u200d\ufe0f\ufe0e" or text[k - 1] == "\u200d" \
-                    or unicodedata.combining(ch) or ch in CLOSERS \
-                    or text[k - 1].isdecimal() and _is_cjk(ch):  # a number keeps its unit: 22分, 25.5度
+                    or unicodedata.combining(ch) \
+                    or ch.isdecimal() and text[k - 1] != "\n" and _LIST_NUMBER.match(text, k):
+                # a piece starts with "45. " only at a line start, where clean() drops it as a
+                # list number; it never starts with whitespace or a combining mark
                 blocked[k] = 1
+            elif ch in CLOSERS or text[k - 1].isdecimal() and _is_cjk(ch):  # 22分, 25.5度
+                soft[k] = 1
         lead = len(text) - len(text.lstrip())
         for k in range(min(lead, n) + 1):
             blocked[k] = 1
         undecided = n - lookahead + 1 if not final else n
         for k in range(max(undecided, 0), n + 1):
             blocked[k] = 1
+        self.hard_blocked = bytes(blocked)
+        blocked = bytearray(a | b for a, b in zip(blocked, soft))
+        for pattern in (_ATOM, _CN_COMPOUND):  # soft blocks: a cut here only when nothing else fits
+            for m in pattern.finditer(text):
+                for k in range(m.start() + 1, m.end()):
+                    blocked[k] = 1
+        self._block_brackets(blocked, open_brackets_block and not final)
         self.blocked = blocked
-        self.levels: list[list[int]] = [[], [], [], []]
-        self._find_cuts(n - fine_lookahead if not final else n)
+        self._spoken = _spoken_prefix(text)
+        fine_end = n - fine_lookahead if not final else n
+        sent, clause, words, safe = self._find_cuts(blocked, fine_end)
+        self.levels: list[list[int]] = [sent, sorted(set(sent) | set(clause)),
+                                        sorted(set(sent) | set(clause) | set(words)), safe]
+        # Fallbacks for a stretch longer than the limit with no cut above (a long bracket, number
+        # or word): its own clause marks and word gaps, then any character boundary.
+        sent, clause, words, safe = self._find_cuts(self.hard_blocked, fine_end)
+        self.levels += [sorted(set(sent) | set(clause) | set(words)), safe]
 
     def _block_brackets(self, blocked: bytearray, open_blocks: bool) -> None:
         text = self.text
@@ -145,8 +213,10 @@ class CutPoints:
             if depth > 0:
                 blocked[k] = 1
 
-    def _find_cuts(self, fine_end: int) -> None:
-        text, n, blocked = self.text, self.n, self.blocked
+    def _find_cuts(self, blocked: bytes | bytearray,
+                   fine_end: int) -> tuple[list[int], list[int], list[int], list[int]]:
+        """(sentence ends, clause marks, word gaps, every position) not blocked in ``blocked``."""
+        text, n = self.text, self.n
         sent: list[int] = []
         clause: list[int] = []
         for i, ch in enumerate(text):
@@ -167,10 +237,7 @@ class CutPoints:
             (sent if ch in SENTENCE_MARKS else clause).append(p)
         words = [k for k in range(1, fine_end + 1) if not blocked[k] and text[k - 1].isspace()]
         safe = [k for k in range(1, fine_end + 1) if not blocked[k]]
-        self.levels[0] = sorted(set(sent))
-        self.levels[1] = sorted(set(sent) | set(clause))
-        self.levels[2] = sorted(set(self.levels[1]) | set(words))
-        self.levels[3] = safe
+        return sorted(set(sent)), sorted(set(clause)), words, safe
 
     def _full_stop(self, i: int, p: int) -> bool:
         text = self.text
@@ -190,13 +257,14 @@ class CutPoints:
         return cuts[bisect_right(cuts, a) : bisect_left(cuts, b)]
 
     def size(self, a: int, b: int) -> int:
-        """Characters of ``text[a:b]`` not counting whitespace at either end."""
+        """Spoken characters of ``text[a:b]``: whitespace at either end, URLs, markdown markers
+        and emoji (what ``clean`` removes) not counted."""
         text = self.text
         while a < b and text[a].isspace():
             a += 1
         while b > a and text[b - 1].isspace():
             b -= 1
-        return b - a
+        return self._spoken[b] - self._spoken[a]
 
 
 def pack(cuts: CutPoints, start: int, end: int, first: int, chunk: int) -> list[tuple[int, int]]:
@@ -218,7 +286,7 @@ def pack(cuts: CutPoints, start: int, end: int, first: int, chunk: int) -> list[
             if buf >= 0:
                 emit(buf, u0)
                 state["buf"] = -1
-            if cuts.size(u0, u1) <= state["limit"] or level == 3:
+            if cuts.size(u0, u1) <= state["limit"] or level == LAST_LEVEL:
                 state["buf"] = u0
             else:
                 walk(u0, u1, level + 1)
@@ -230,11 +298,12 @@ def pack(cuts: CutPoints, start: int, end: int, first: int, chunk: int) -> list[
 
 
 def split_for_tts(text: str, first: int = 24, chunk: int = 40) -> list[str]:
-    """Cut ``text`` into TTS pieces, the first at most ``first`` characters, later ones at most
-    ``chunk`` (a single unbreakable stretch, such as a long number or bracket, may be longer).
+    """Cut ``text`` into TTS pieces, the first at most ``first`` spoken characters, later ones at
+    most ``chunk`` (``CutPoints.size``: URLs, markdown markers and emoji are not spoken).
 
     Prefers sentence ends (。！？；.!?;), then clause marks (，、,：:), then gaps between words;
-    never cuts inside a number with its separators, a Latin word, a URL or brackets.
+    cuts inside a number with its separators, a Latin word or brackets only when that stretch
+    alone is longer than the limit (brackets at their own marks first), never inside a URL.
     ``"".join(result) == text``; whitespace-only text gives ``[]``.
     """
     if first < 1 or chunk < 1:

@@ -2,16 +2,21 @@
 
 A piece is emitted when it is a finished sentence; else a clause at a comma (English: more than
 ``min_clause_words`` words; Chinese: a clause of a useful length); else ``max_words`` words
-(English) or at most ``first``/``chunk`` characters at a safe cut (Chinese). Nothing is decided on
+(English) or at most ``first``/``chunk`` characters at a safe cut (Chinese). In every language no
+piece has more than ``first`` (the first) or ``chunk`` (later) spoken characters (``CutPoints.size``:
+URLs, markdown markers and emoji not counted): a sentence or group of words that would be longer is
+cut at the best point that fits. Nothing is decided on
 the last character seen when the next one could change it: "3." may become "3.14", "$29." may
 become "$29.99", "。" may be followed by a closing quote. Pieces joined give the whole stream back,
-and no piece ends inside a number, a Latin word, a URL or brackets.
+and no piece ends inside a number, a Latin word, a URL or brackets unless that stretch alone is
+longer than the limit.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from bisect import bisect_left
 
 from rkvoice.errors import RkvoiceError
 from rkvoice.text.split import CutPoints, pack
@@ -20,6 +25,8 @@ log = logging.getLogger(__name__)
 
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _LATIN_WORD = re.compile(r"[A-Za-z]+")
+FORCED_WAIT = 3
+"""Spoken characters past the limit to wait for before cutting inside a number, word or brackets."""
 _ONE_ATOM = re.compile(r"(?:https?|ftp)://[!-~]*|[\dA-Za-z\u00C0-\u024F]*")
 
 
@@ -87,14 +94,35 @@ class StreamChunker:
 
     def _next_cut(self, final: bool) -> int | None:
         buf = self._buf
-        if _ONE_ATOM.fullmatch(buf):  # a single word or URL so far: nothing to decide (cheap check)
+        if not final and _ONE_ATOM.fullmatch(buf):  # a single word or URL so far: nothing to decide
             return None
         limit = self.first if self._emitted == 0 else self.chunk
         cuts = CutPoints(buf, final=final, lookahead=1, fine_lookahead=2,
                          open_brackets_block=len(buf) <= 4 * self.chunk)
         if self._chinese(buf):
             return self._cut_chinese(cuts, limit, final)
-        return self._cut_english(cuts, final)
+        cut = self._cut_english(cuts, final)
+        if cut is not None and cuts.size(0, cut) <= limit:
+            return cut
+        return self._within(cuts, limit, final)  # the words' cut would be too long: the longest that fits
+
+    def _within(self, cuts: CutPoints, limit: int, final: bool) -> int | None:
+        """The end of the first piece when the pending text is longer than ``limit`` spoken
+        characters (best cut level first, see ``pack``); None while it fits. A cut inside a
+        number, word or brackets waits for FORCED_WAIT more characters: they may still end it."""
+        size = cuts.size(0, cuts.n)
+        if size <= limit:
+            return None
+        spans = pack(cuts, 0, cuts.n, limit, self.chunk)
+        if len(spans) < 2:
+            return None
+        cut = spans[0][1]
+        safe = cuts.levels[3]
+        i = bisect_left(safe, cut)
+        forced = i == len(safe) or safe[i] != cut
+        if forced and not final and size <= limit + FORCED_WAIT:
+            return None
+        return cut
 
     @staticmethod
     def _chinese(text: str) -> bool:
@@ -113,11 +141,7 @@ class StreamChunker:
                 break
             if size >= useful:
                 return c
-        if cuts.size(0, cuts.n) > limit:
-            spans = pack(cuts, 0, cuts.n, limit, self.chunk)
-            if len(spans) > 1:
-                return spans[0][1]
-        return None
+        return self._within(cuts, limit, final)
 
     def _cut_english(self, cuts: CutPoints, final: bool) -> int | None:
         text = cuts.text
@@ -134,7 +158,7 @@ class StreamChunker:
         for c in gaps:
             if _words(text[:c]) >= self.max_words:
                 return c
-        if gaps and cuts.size(0, cuts.n) > 4 * self.chunk:
+        if gaps and len(text.strip()) > 4 * self.chunk:
             return gaps[-1]  # a few very long "words" (URL, code): don't hold them back forever
         if final and sentence_ends:
             return sentence_ends[0]  # a sentence longer than max_words with no gap to cut at

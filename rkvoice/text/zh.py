@@ -178,7 +178,7 @@ _wetext_lock = threading.Lock()
 _wetext = None
 
 
-def _normalizer():  # type: ignore[no-untyped-def]
+def _normalizer():
     global _wetext
     if _wetext is None:
         with _wetext_lock:
