@@ -21,7 +21,7 @@ from rkvoice.answer.llm import llama as llama_module
 from rkvoice.answer.llm.llama import LlamaEngine, thread_counts, usable_cores
 
 # Short answers keep this fast on a busy 2-core machine; 1 generating thread (what auto gives on 2
-# cores) avoids llama's spin barriers, the prompt runs on every core (threads_batch auto).
+# cores) avoids llama's spin barriers; the prompt threads follow the load (threads_batch auto).
 CFG = Config(llm=dataclasses.replace(LlmConfig(), max_tokens=12, threads=1, context=512))
 MODEL = model_path(CFG, "llama")
 
