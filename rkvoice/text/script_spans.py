@@ -1,0 +1,155 @@
+"""Cut speakable text into spans by script, for a Chinese voice and an English voice taking turns.
+
+    script_spans("我每天用Python写代码，也用GitHub管理项目。")
+    -> [Span("zh", "我每天用", "word"), Span("en", "Python", "word"), Span("zh", "写代码，也用", "word"),
+        Span("en", "GitHub", "word"), Span("zh", "管理项目。", "")]
+
+A run of Latin words (with spaces, hyphens, apostrophes or dots inside, such as "Visual Studio
+Code", "Wi-Fi", "Node.js") is one English span; everything else (Chinese characters, digits,
+punctuation) belongs to the Chinese spans around it. Punctuation at a join is not handed to either
+voice: it becomes the pause after the span ("word" when there is none, "clause" for ，、；：, etc.,
+"sentence" for 。！？ and the like); punctuation at the very start or end of the text stays with
+its span, so the voice ends the sentence as it would alone. ``english_reading`` spells acronyms
+(USB, GPS, MP3, iOS) letter by letter with letter names an English voice reads reliably.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+_WORD = r"[A-Za-z][A-Za-z0-9]*(?:['’.\-&+][A-Za-z0-9]+)*"
+_LATIN_RUN = re.compile(rf"{_WORD}(?:[ \t]+{_WORD}|[ \t]*[,/][ \t]*{_WORD})*")
+_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+SENTENCE_MARKS = "。！？!?.…"
+CLAUSE_MARKS = "，、；：,;:—-~～()（）《》「」『』“”\"'"
+_TO_ASCII = {"。": ".", "！": "!", "？": "?", "，": ",", "、": ",", "；": ";", "：": ":", "…": "..."}
+
+LETTER_NAMES = {
+    "A": "ay", "B": "bee", "C": "see", "D": "dee", "E": "ee", "F": "ef", "G": "jee", "H": "aitch",
+    "I": "eye", "J": "jay", "K": "kay", "L": "el", "M": "em", "N": "en", "O": "oh", "P": "pee",
+    "Q": "cue", "R": "ar", "S": "ess", "T": "tee", "U": "you", "V": "vee", "W": "double you",
+    "X": "ex", "Y": "why", "Z": "zee",
+}
+DIGIT_NAMES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+MAX_ACRONYM = 5
+"""All-capital words of at most this many letters are spelled (USB, HDMI); longer ones are read as words."""
+
+
+@dataclass(frozen=True)
+class Span:
+    lang: str
+    """"zh" or "en": the voice that speaks it."""
+    text: str
+    """What that voice is handed (English spans still in writing; see ``english_reading``)."""
+    pause_after: str = ""
+    """The pause before the next span: "word", "clause", "sentence", or "" after the last."""
+
+
+def has_latin(text: str) -> bool:
+    return _LATIN_RUN.search(text) is not None
+
+
+def has_han(text: str) -> bool:
+    return _HAN.search(text) is not None
+
+
+def _pause(marks: str) -> str:
+    if any(c in SENTENCE_MARKS for c in marks):
+        return "sentence"
+    if any(c in CLAUSE_MARKS for c in marks):
+        return "clause"
+    return "word"
+
+
+def script_spans(text: str) -> list[Span]:
+    """The text as alternating Chinese and English spans (see the module docstring)."""
+    pieces: list[tuple[str, str]] = []
+    pos = 0
+    for m in _LATIN_RUN.finditer(text):
+        if m.start() > pos:
+            pieces.append(("zh", text[pos : m.start()]))
+        pieces.append(("en", m.group()))
+        pos = m.end()
+    if pos < len(text):
+        pieces.append(("zh", text[pos:]))
+    spans: list[Span] = []
+    pending = ""  # punctuation between two spoken spans
+    for i, (lang, piece) in enumerate(pieces):
+        first, last = i == 0, i == len(pieces) - 1
+        if lang == "zh":
+            spoken = piece.strip()
+            lead = spoken[: len(spoken) - len(spoken.lstrip(_PUNCT))] if not first else ""
+            body = spoken[len(lead) :]
+            tail = body[len(body.rstrip(_PUNCT)) :] if not last else ""
+            body = body[: len(body) - len(tail)] if tail else body
+            if not _speakable_zh(body):
+                pending += piece
+                continue
+            pending += lead
+            if spans:
+                spans[-1] = Span(spans[-1].lang, spans[-1].text, _pause(pending))
+            spans.append(Span("zh", body.strip()))
+            pending = tail
+        else:
+            if spans:
+                spans[-1] = Span(spans[-1].lang, spans[-1].text, _pause(pending))
+            spans.append(Span("en", piece))
+            pending = ""
+    if spans and pending.strip():
+        last_span = spans[-1]
+        if last_span.lang == "en":  # the sentence end the English voice should say as one
+            end = "".join(_TO_ASCII.get(c, c) for c in pending.strip() if c in _TO_ASCII or c in ".!?,;:")
+            spans[-1] = Span("en", last_span.text + end)
+        else:
+            spans[-1] = Span("zh", last_span.text + pending.strip())
+    return spans
+
+
+_PUNCT = " \t\n" + SENTENCE_MARKS + CLAUSE_MARKS
+
+
+def _speakable_zh(text: str) -> bool:
+    """True when the text has something a Chinese voice says (a character or a digit)."""
+    return any(c.isalnum() for c in text)
+
+
+def is_acronym(token: str) -> bool:
+    """Spelled letter by letter: all capitals up to MAX_ACRONYM letters (USB, GPS), a letter and
+    digit mix (MP3, A4), or a short word with as many capitals as small letters (iOS, IoT)."""
+    letters = [c for c in token if c.isalpha()]
+    if not letters:
+        return False
+    if any(c.isdigit() for c in token):
+        return True
+    upper = sum(c.isupper() for c in letters)
+    if upper == len(letters):
+        return len(letters) <= MAX_ACRONYM
+    return len(letters) <= 4 and upper >= 2 and upper >= len(letters) - upper
+
+
+def spell(token: str) -> str:
+    """Letter and digit names: "MP3" -> "em pee three"."""
+    out = []
+    for c in token:
+        if c.isdigit():
+            out.append(DIGIT_NAMES[int(c)])
+        elif c.upper() in LETTER_NAMES:
+            out.append(LETTER_NAMES[c.upper()])
+    return " ".join(out)
+
+
+def english_reading(span: str) -> str:
+    """The English span as the English voice should read it: acronyms spelled, words as written."""
+    out = []
+    for word in re.split(r"(\s+|[-/](?=[A-Za-z0-9]))", span):
+        if not word or word.isspace() or word in "-/":
+            out.append(" " if word in ("-", "/") else word)
+            continue
+        core = word.rstrip(".,!?;:")
+        tail = word[len(core) :]
+        out.append((spell(core) if is_acronym(core) else core) + tail)
+    return "".join(out).strip()

@@ -1,0 +1,240 @@
+"""One voice per script: Chinese spans to a Chinese voice, Latin words to an English voice.
+
+    engine = MixedTts(FastSpeech2Tts(cfg), {"en": VitsTts(cfg, "piper-joe")})
+    engine.load()                       # loads the primary voice only
+    samples, rate = engine.generate("我每天用Python写代码。")
+
+``MixedTts`` satisfies the TtsEngine protocol. Text in the primary voice's language alone (or with
+nothing to route) goes straight to the primary voice: the other voice is not loaded, not called,
+and the samples are the primary voice's own. Text with a span in the other script is cut by
+``rkvoice.text.script_spans``; each span is synthesised by the voice for its language, English
+spans with acronyms spelled (USB -> "you ess bee"). At every join the silence both voices leave is
+trimmed to a short pre/post-roll and faded, and a pause of known length is put in ("word": a
+natural gap between words; longer after a clause or sentence mark). Spans of the other voice are
+resampled to the primary voice's rate and brought to the primary voice's speech level (RMS of the
+voiced frames, never past PEAK). The other voice is loaded the first time a span needs it.
+
+``with_other_language`` is the registry's hook: it wraps a single-language engine when an engine
+for the other language is installed, and leaves a bilingual one (Matcha) alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from rkvoice.audio.post import resample, window_rms
+from rkvoice.config import Config
+from rkvoice.errors import RkvoiceError
+from rkvoice.tts.base import TtsEngine
+
+log = logging.getLogger(__name__)
+
+LANGS = ("zh", "en")
+PAUSE_MS = {"word": 40.0, "clause": 200.0, "sentence": 320.0}
+"""Silence put between two spans, by the punctuation at the join (``Span.pause_after``)."""
+KEEP_MS = 40.0
+"""Pre/post-roll kept before the first and after the last voiced window at a join: a word's
+opening plosive (the p of Python) is quiet and comes before its first loud window."""
+FADE_MS = 6.0
+"""Raised-cosine fade at a trimmed edge, so a cut through low-level noise does not click."""
+WINDOW_MS = 10.0
+QUIET = 0.02
+"""A window is silent below this fraction of the span's loudest window (-34 dB)."""
+PEAK = 0.95
+GAIN_RANGE = (0.25, 4.0)
+LEVEL_TEXT = {"zh": "今天天气不错，我们出去走走吧。", "en": "The weather is nice today."}
+"""Reference sentences for a voice's speech level when no span of it was heard yet."""
+
+
+def speech_rms(x: np.ndarray, rate: int) -> float:
+    """RMS over the voiced windows (those within QUIET of the loudest); 0.0 for silence."""
+    if len(x) == 0:
+        return 0.0
+    w = window_rms(x, max(1, round(rate * WINDOW_MS / 1000.0)))
+    top = float(w.max())
+    if top <= 1e-6:
+        return 0.0
+    voiced = w[w >= QUIET * top]
+    return float(np.sqrt(np.mean(voiced**2)))
+
+
+def trim_joins(x: np.ndarray, rate: int, head: bool, tail: bool) -> np.ndarray:
+    """Cut the silence at the start (``head``) and/or end (``tail``) to KEEP_MS, fading the cut edges.
+    All-silent input gives an empty array."""
+    x = np.asarray(x, dtype=np.float32)
+    if len(x) == 0 or not (head or tail):
+        return x
+    n = max(1, round(rate * WINDOW_MS / 1000.0))
+    w = window_rms(x, n)
+    top = float(w.max())
+    if top <= 1e-6:
+        return x[:0]
+    voiced = np.flatnonzero(w >= QUIET * top)
+    keep = round(rate * KEEP_MS / 1000.0)
+    start = max(0, int(voiced[0]) * n - keep) if head else 0
+    end = min(len(x), (int(voiced[-1]) + 1) * n + keep) if tail else len(x)
+    y = np.array(x[start:end], dtype=np.float32, copy=True)
+    f = min(round(rate * FADE_MS / 1000.0), len(y) // 2)
+    if f > 0:
+        ramp = (0.5 - 0.5 * np.cos(np.linspace(0.0, np.pi, f + 2)[1:-1])).astype(np.float32)
+        if head and start > 0:
+            y[:f] *= ramp
+        if tail and end < len(x):
+            y[-f:] *= ramp[::-1]
+    return y
+
+
+class MixedTts:
+    """A primary voice for one language and, loaded when first needed, voices for the others."""
+
+    def __init__(self, primary: TtsEngine, others: dict[str, TtsEngine]) -> None:
+        self.primary = primary
+        self.primary_lang = primary.languages[0]
+        self.voices: dict[str, TtsEngine] = {lang: e for lang, e in others.items() if lang != self.primary_lang}
+        for lang in primary.languages:
+            self.voices[lang] = primary
+        unknown = sorted(set(self.voices) - set(LANGS))
+        if unknown:
+            raise RkvoiceError("tts", "bad-language",
+                               f"mixed voice languages must be among {', '.join(LANGS)}, got {', '.join(unknown)}")
+        self.name = primary.name
+        """The primary voice's name: the engine that was asked for (``voices`` lists all)."""
+        self.languages = tuple(lang for lang in LANGS if lang in self.voices)
+        self._loaded: set[int] = set()
+        self._level: dict[int, float] = {}  # id(engine) -> speech RMS heard from it
+
+    def __getattr__(self, attr: str) -> Any:
+        """Anything else (piece_chars, voice, vocoder_description) is the primary voice's."""
+        if attr == "primary":  # not set yet (copy/pickle): no recursion
+            raise AttributeError(attr)
+        return getattr(self.primary, attr)
+
+    def close(self) -> None:
+        """Close every loaded voice that can be closed."""
+        for engine in {id(e): e for e in self.voices.values()}.values():
+            if id(engine) in self._loaded and callable(getattr(engine, "close", None)):
+                engine.close()  # type: ignore[attr-defined]
+        self._loaded.clear()
+
+    def load(self) -> None:
+        """Load the primary voice; the others load when a span first needs them."""
+        self.primary.load()
+        self._loaded.add(id(self.primary))
+
+    def loaded(self, lang: str) -> bool:
+        """True when the voice for ``lang`` has been loaded (tests and benches check laziness)."""
+        return id(self.voices[lang]) in self._loaded
+
+    @property
+    def sample_rate(self) -> int:
+        return self.primary.sample_rate
+
+    def generate(self, text: str, sid: int = 0, speed: float = 1.0) -> tuple[np.ndarray, int]:
+        from rkvoice.text.script_spans import english_reading, has_han, has_latin, script_spans
+
+        if id(self.primary) not in self._loaded:
+            raise RkvoiceError("tts", "not-loaded", f"{self.name}: generate() called before load()")
+        other = next((lang for lang in self.voices if lang != self.primary_lang), None)
+        needs_other = other is not None and (has_latin(text) if other == "en" else has_han(text))
+        if not needs_other:
+            return self.primary.generate(text, sid=sid, speed=speed)
+        spans = script_spans(text)
+        rate = self.sample_rate
+        parts: list[np.ndarray] = []
+        pause = ""
+        target = 0.0
+        audio_by_span: list[tuple[np.ndarray, bool]] = []
+        for span in spans:
+            engine = self.voices.get(span.lang, self.primary)
+            said = english_reading(span.text) if span.lang == "en" else span.text
+            own = engine is self.primary
+            samples, src = self._voice(engine).generate(said, sid=sid if own else 0, speed=speed)
+            samples = resample(np.asarray(samples, dtype=np.float32).reshape(-1), src, rate)
+            if own:
+                target = target or speech_rms(samples, rate)
+            audio_by_span.append((samples, own))
+        if not target:
+            target = self._reference_level(self.primary, sid)
+        last = len(spans) - 1
+        for i, (span, (samples, own)) in enumerate(zip(spans, audio_by_span)):
+            samples = trim_joins(samples, rate, head=i > 0, tail=i < last)
+            if not own:
+                samples = self._match_level(samples, rate, target)
+            if len(samples) == 0:
+                continue
+            if parts and pause:
+                parts.append(np.zeros(round(rate * PAUSE_MS[pause] / 1000.0), dtype=np.float32))
+            parts.append(samples)
+            pause = span.pause_after or "word"
+        if not parts:
+            return np.zeros(0, dtype=np.float32), rate
+        return np.clip(np.concatenate(parts), -1.0, 1.0).astype(np.float32, copy=False), rate
+
+    # --- internals --------------------------------------------------------------------------
+
+    def _voice(self, engine: TtsEngine) -> TtsEngine:
+        if id(engine) not in self._loaded:
+            log.info("loading %s for a span the %s voice does not speak", engine.name, self.primary.name)
+            engine.load()
+            self._loaded.add(id(engine))
+        return engine
+
+    def _reference_level(self, engine: TtsEngine, sid: int) -> float:
+        key = id(engine)
+        if key not in self._level:
+            samples, rate = engine.generate(LEVEL_TEXT[engine.languages[0]], sid=sid)
+            self._level[key] = speech_rms(np.asarray(samples, dtype=np.float32), rate)
+        return self._level[key]
+
+    @staticmethod
+    def _match_level(samples: np.ndarray, rate: int, target: float) -> np.ndarray:
+        level = speech_rms(samples, rate)
+        if level <= 0.0 or target <= 0.0:
+            return samples
+        gain = min(max(target / level, GAIN_RANGE[0]), GAIN_RANGE[1])
+        peak = float(np.abs(samples).max()) * gain
+        if peak > PEAK:
+            gain *= PEAK / peak
+        return (samples * gain).astype(np.float32)
+
+
+def _partner(cfg: Config, lang: str, exclude: tuple[str, Any]) -> TtsEngine | None:
+    """A constructed engine for ``lang`` from the installed ones, best first; None if none."""
+    from rkvoice.tts.registry import PREFERENCE, TTS, engine_languages
+    from rkvoice.tts.vits import resolve_voice
+
+    available = engine_languages(cfg)
+    for name in PREFERENCE[lang]:
+        if lang not in available.get(name, ()):
+            continue
+        kwargs: dict[str, Any] = {}
+        if name == "vits":
+            voice = resolve_voice(cfg, "auto", lang)
+            if lang not in voice.languages:
+                continue
+            kwargs = {"voice": voice.name}
+        if (name, kwargs.get("voice")) == exclude:
+            continue
+        engine: TtsEngine = TTS.create(name, cfg, **kwargs)
+        return engine
+    return None
+
+
+def with_other_language(cfg: Config, engine: TtsEngine) -> TtsEngine:
+    """``engine`` itself when it speaks both Chinese and English, else a MixedTts routing the other
+    language's spans to the best installed engine for it (``engine`` alone when none is installed)."""
+    missing = [lang for lang in LANGS if lang not in engine.languages]
+    if not missing:
+        return engine
+    voice = getattr(engine, "voice", None)  # a vits engine's voice: not its own partner
+    others = {}
+    for lang in missing:
+        partner = _partner(cfg, lang, (engine.name, getattr(voice, "name", None)))
+        if partner is None:
+            log.info("no installed voice speaks %s: %s reads its spans itself", lang, engine.name)
+            continue
+        others[lang] = partner
+    return MixedTts(engine, others) if others else engine
