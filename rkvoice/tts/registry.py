@@ -196,9 +196,13 @@ def resolve(cfg: Config, name: str | None = None, text: str = "",
 
 def create_tts(cfg: Config, name: str | None = None, text: str = "") -> TtsEngine:
     """A constructed (not loaded) engine (see ``resolve``). Unknown names raise RkvoiceError listing
-    the choices; "auto" with no voice installed raises one naming ./install.sh."""
+    the choices; "auto" with no voice installed raises one naming ./install.sh. A voice that speaks
+    only Chinese or only English comes wrapped in ``rkvoice.tts.mixed.MixedTts`` when a voice for
+    the other language is installed (loaded only when a span needs it)."""
     chosen, kwargs = resolve(cfg, name, text)
     if (name or cfg.tts.engine) == AUTO:
         log.info("tts auto: %s %s for %s text", chosen, kwargs or "", text_language(text))
     engine: TtsEngine = TTS.create(chosen, cfg, **kwargs)
-    return engine
+    from rkvoice.tts.mixed import with_other_language
+
+    return with_other_language(cfg, engine)  # Latin words to an English voice, Han to a Chinese one
