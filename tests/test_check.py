@@ -196,7 +196,8 @@ def test_check_reports_the_players_the_daemon_and_the_cli_choose(player, device)
 
 
 def _created_name(registry, engine) -> str:
-    """The registry name whose factory made ``engine``."""
+    """The registry name whose factory made ``engine`` (a MixedTts: its primary voice's)."""
+    engine = getattr(engine, "primary", engine)
     return next(n for n in registry.names() if registry.backend(n).target.endswith(":" + type(engine).__name__))
 
 
