@@ -3,10 +3,12 @@ real portable voices heard back by the installed Whisper."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from rkvoice.config import load_config
+from rkvoice.config import Config, load_config
 from rkvoice.text.script_spans import Span, english_reading, is_acronym, script_spans
 from rkvoice.tts import fastspeech2, mixed, vits
 
@@ -182,3 +184,38 @@ def test_vits_on_chinese_text_speaks_chinese(asr) -> None:  # noqa: ANN001
     engine.load()
     heard = _hear(asr, *engine.generate(text))
     assert cer(text, heard) <= 0.2, heard
+
+
+def _models(tmp: Path, link: tuple[str, ...] = (), fake: dict[str, tuple[str, ...]] | None = None) -> Config:
+    """A models dir with real voices linked in and stand-in files (never loaded) for others."""
+    for rel in link:
+        src = CFG.models.path / rel
+        if not src.is_dir():
+            pytest.skip(f"{src} not installed (run ./install.sh)")
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / rel).symlink_to(src)
+    for rel, names in (fake or {}).items():
+        (tmp / rel).mkdir(parents=True, exist_ok=True)
+        for name in names:
+            (tmp / rel / name).write_bytes(b"x")
+    return load_config(overrides=[{"models": {"dir": str(tmp), "profile": "board"}},
+                                  {"tts": {"vits_voice": "vits-zh-aishell3"}}])
+
+
+AISHELL3 = {"board/vits-zh-aishell3": ("vits-aishell3.int8.onnx", "tokens.txt", "lexicon.txt")}
+
+
+def test_board_aishell3_fallback_routes_latin_words_to_an_english_voice(tmp_path: Path) -> None:
+    from rkvoice.tts.registry import create_tts
+
+    cfg = _models(tmp_path, ("portable/piper-joe",), AISHELL3)
+    engine = create_tts(cfg, "vits", "我每天用Python写代码")
+    assert isinstance(engine, mixed.MixedTts) and engine.voice.name == "vits-zh-aishell3"
+    assert engine.voices["en"].voice.name == "piper-joe"  # constructed, loaded only when needed
+
+
+def test_a_voice_with_no_partner_installed_is_not_wrapped(tmp_path: Path) -> None:
+    from rkvoice.tts.registry import create_tts
+
+    engine = create_tts(_models(tmp_path, (), AISHELL3), "vits", "你好")
+    assert not isinstance(engine, mixed.MixedTts) and engine.voice.name == "vits-zh-aishell3"
