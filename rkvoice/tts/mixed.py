@@ -14,7 +14,7 @@ natural gap between words; longer after a clause or sentence mark). Spans of the
 resampled to the primary voice's rate and brought to the primary voice's speech level (RMS of the
 voiced frames, never past PEAK). The other voice is loaded the first time a span needs it.
 
-``with_other_language`` is the registry's hook: it wraps a single-language engine when an engine
+``rkvoice.tts.registry.with_other_language`` wraps a single-language engine in it when an engine
 for the other language is installed, and leaves a bilingual one (Matcha) alone.
 """
 
@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 
 from rkvoice.audio.post import resample, window_rms
-from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
 from rkvoice.tts.base import TtsEngine
 
@@ -199,42 +198,3 @@ class MixedTts:
         if peak > PEAK:
             gain *= PEAK / peak
         return (samples * gain).astype(np.float32)
-
-
-def _partner(cfg: Config, lang: str, exclude: tuple[str, Any]) -> TtsEngine | None:
-    """A constructed engine for ``lang`` from the installed ones, best first; None if none."""
-    from rkvoice.tts.registry import PREFERENCE, TTS, engine_languages
-    from rkvoice.tts.vits import resolve_voice
-
-    available = engine_languages(cfg)
-    for name in PREFERENCE[lang]:
-        if lang not in available.get(name, ()):
-            continue
-        kwargs: dict[str, Any] = {}
-        if name == "vits":
-            voice = resolve_voice(cfg, "auto", lang)
-            if lang not in voice.languages:
-                continue
-            kwargs = {"voice": voice.name}
-        if (name, kwargs.get("voice")) == exclude:
-            continue
-        engine: TtsEngine = TTS.create(name, cfg, **kwargs)
-        return engine
-    return None
-
-
-def with_other_language(cfg: Config, engine: TtsEngine) -> TtsEngine:
-    """``engine`` itself when it speaks both Chinese and English, else a MixedTts routing the other
-    language's spans to the best installed engine for it (``engine`` alone when none is installed)."""
-    missing = [lang for lang in LANGS if lang not in engine.languages]
-    if not missing:
-        return engine
-    voice = getattr(engine, "voice", None)  # a vits engine's voice: not its own partner
-    others = {}
-    for lang in missing:
-        partner = _partner(cfg, lang, (engine.name, getattr(voice, "name", None)))
-        if partner is None:
-            log.info("no installed voice speaks %s: %s reads its spans itself", lang, engine.name)
-            continue
-        others[lang] = partner
-    return MixedTts(engine, others) if others else engine

@@ -174,8 +174,12 @@ def _kwargs(cfg: Config, name: str, lang: str, warn: bool = True) -> dict[str, A
 
     voice = resolve_voice(cfg, None, lang)
     if warn and lang not in voice.languages:
-        log.warning("vits voice %s speaks %s, not %s: the text may be misread",
-                    voice.name, "/".join(voice.languages), lang)
+        if any(lang in langs for other, langs in engine_languages(cfg).items() if other != "vits"):
+            log.info("vits voice %s speaks %s: its %s spans go to the %s voice", voice.name,
+                     "/".join(voice.languages), lang, lang)
+        else:
+            log.warning("vits voice %s speaks %s, not %s, and no installed voice does: the text may be misread",
+                        voice.name, "/".join(voice.languages), lang)
     return {"voice": voice.name}
 
 
@@ -203,6 +207,44 @@ def create_tts(cfg: Config, name: str | None = None, text: str = "") -> TtsEngin
     if (name or cfg.tts.engine) == AUTO:
         log.info("tts auto: %s %s for %s text", chosen, kwargs or "", text_language(text))
     engine: TtsEngine = TTS.create(chosen, cfg, **kwargs)
-    from rkvoice.tts.mixed import with_other_language
-
     return with_other_language(cfg, engine)  # Latin words to an English voice, Han to a Chinese one
+
+
+def _partner(cfg: Config, lang: str, exclude: tuple[str, Any]) -> TtsEngine | None:
+    """A constructed engine for ``lang`` from the installed ones, best first; None if none."""
+    from rkvoice.tts.vits import resolve_voice
+
+    available = engine_languages(cfg)
+    for name in PREFERENCE[lang]:
+        if lang not in available.get(name, ()):
+            continue
+        kwargs: dict[str, Any] = {}
+        if name == "vits":
+            voice = resolve_voice(cfg, "auto", lang)
+            if lang not in voice.languages:
+                continue
+            kwargs = {"voice": voice.name}
+        if (name, kwargs.get("voice")) == exclude:
+            continue
+        engine: TtsEngine = TTS.create(name, cfg, **kwargs)
+        return engine
+    return None
+
+
+def with_other_language(cfg: Config, engine: TtsEngine) -> TtsEngine:
+    """``engine`` itself when it speaks both Chinese and English, else a MixedTts routing the other
+    language's spans to the best installed engine for it (``engine`` alone when none is installed)."""
+    from rkvoice.tts.mixed import LANGS, MixedTts
+
+    missing = [lang for lang in LANGS if lang not in engine.languages]
+    if not missing:
+        return engine
+    voice = getattr(engine, "voice", None)  # a vits engine's voice: not its own partner
+    others = {}
+    for lang in missing:
+        partner = _partner(cfg, lang, (engine.name, getattr(voice, "name", None)))
+        if partner is None:
+            log.info("no installed voice speaks %s: %s reads its spans itself", lang, engine.name)
+            continue
+        others[lang] = partner
+    return MixedTts(engine, others) if others else engine
