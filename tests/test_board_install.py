@@ -21,8 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from rkvoice.models import __main__ as cli
-from rkvoice.models import fetch as fetch_mod
+from rkvoice.models import __main__ as cli, fetch as fetch_mod
 from rkvoice.models.install import format_table, install_profile
 from rkvoice.models.manifest import load_manifest
 from rkvoice.models.rknn import resolve_toolkit, rknn_problem

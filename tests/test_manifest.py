@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 
 from rkvoice.errors import RkvoiceError
-from rkvoice.models import __main__ as cli
-from rkvoice.models import fetch as fetch_mod
+from rkvoice.models import __main__ as cli, fetch as fetch_mod
 from rkvoice.models.install import install_model, install_profile
 from rkvoice.models.manifest import STAGES, load_manifest
 from rkvoice.models.verify import verify_model, verify_profile

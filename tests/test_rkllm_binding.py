@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rkvoice.answer.llm import rkllm as rkllm_mod
-from rkvoice.answer.llm import rkllm_abi as A
+from rkvoice.answer.llm import rkllm as rkllm_mod, rkllm_abi as A
 from rkvoice.answer.llm.rkllm import RkllmEngine
 from rkvoice.config import Config, LlmConfig
 from rkvoice.errors import RkvoiceError

@@ -5,8 +5,7 @@ from __future__ import annotations
 from datetime import date, datetime, time
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from rkvoice.errors import RkvoiceError
 from rkvoice.text.cn import cn_date, cn_dec, cn_digits, cn_int, cn_time

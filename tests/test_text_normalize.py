@@ -6,8 +6,7 @@ import re
 import time
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from rkvoice.errors import RkvoiceError
 from rkvoice.text.normalize import language_runs, speakable
