@@ -203,3 +203,42 @@ def test_the_announcement_can_be_resolved():
 
     found = asyncio.run(go())
     assert found is not None and found[0] == 10798 and found[1]
+
+
+def test_the_wake_engines_second_look_goes_through_the_asr_gate_too():
+    from rkvoice.hear.wake import PrimedAsr
+    from rkvoice.wyoming.gate import LocalAsr
+
+    class Plain:
+        def transcribe(self, samples):
+            return "你好"
+
+    class Primed(Plain):
+        def transcribe_primed(self, samples, phrase):
+            return phrase
+
+        def phrase_logprob(self, samples, phrase):
+            return -0.5
+
+    gate = PriorityGate("asr")
+    assert not isinstance(LocalAsr(Plain(), gate), PrimedAsr)  # no second look the engine cannot do
+    local = LocalAsr(Primed(), gate)
+    assert isinstance(local, PrimedAsr)
+    held, release = threading.Event(), threading.Event()
+
+    def remote() -> None:
+        with gate.remote():
+            held.set()
+            release.wait(5)
+
+    t = threading.Thread(target=remote, daemon=True)
+    t.start()
+    assert held.wait(5)
+    got: list[str] = []
+    caller = threading.Thread(target=lambda: got.append(local.transcribe_primed(None, "小智小智")), daemon=True)
+    caller.start()
+    caller.join(0.2)
+    assert got == []  # waits for the gate like transcribe does
+    release.set()
+    caller.join(5)
+    assert got == ["小智小智"]

@@ -19,13 +19,13 @@ measures both paths on bench/wake_set.py's clips.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
 from rkvoice.hear.asr import AsrEngine
 from rkvoice.hear.pinyin_match import PhraseMatch, PhraseMatcher
@@ -82,9 +82,11 @@ class AsrMatchWake:
     primed with the phrase, when the ASR can (``PrimedAsr``); 0 turns the second look off."""
 
     def __init__(
-        self, cfg: Config, asr: AsrEngine, segmenter: Segmenter | None = None, short_s: float = SHORT_S
+        self, cfg: Config, asr: AsrEngine, segmenter: Segmenter | None = None, short_s: float = SHORT_S,
+        clock: Clock | None = None,
     ) -> None:
         self.cfg = cfg
+        self.clock = clock or MonotonicClock()
         self.asr = asr
         self.segmenter = segmenter or Segmenter(cfg)
         self.matcher = PhraseMatcher(cfg.hear.wake_phrase, tolerance=cfg.hear.wake_tolerance)
@@ -117,7 +119,7 @@ class AsrMatchWake:
     def check_segment(self, seg: Segment) -> WakeHit | None:
         if self.on_segment is not None:
             self.on_segment(seg)
-        t0 = time.monotonic()
+        t0 = self.clock.now()
         probe_n = int(self.probe_s * 16000)
         if self.probe_s > 0 and seg.duration_s > self.probe_s + PROBE_MARGIN_S:
             # long speech (a TV, a conversation): look for the phrase in its first seconds only
@@ -130,7 +132,7 @@ class AsrMatchWake:
         found = self.matcher.match(text)
         if found is None and seg.duration_s <= self.short_s:
             text, found = self._primed(seg, text)
-        asr_ms = (time.monotonic() - t0) * 1000.0
+        asr_ms = (self.clock.now() - t0) * 1000.0
         self.last_text = text
         if found is None:
             log.debug("no wake in %r (%.2f-%.2f s)", text, seg.start_s, seg.end_s)

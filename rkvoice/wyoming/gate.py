@@ -92,6 +92,10 @@ class PriorityGate:
             self._cond.notify_all()
 
 
+ASR_CALLS = ("transcribe_primed", "phrase_logprob")
+"""ASR calls besides ``transcribe`` that decode (the wake engine's second look), where the engine has them."""
+
+
 class LocalAsr:
     """The ASR engine as the local loop sees it: same calls, gate taken at local priority."""
 
@@ -104,7 +108,15 @@ class LocalAsr:
             return str(self._engine.transcribe(samples))
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._engine, name)
+        value = getattr(self._engine, name)
+        if name not in ASR_CALLS:
+            return value
+
+        def gated(*args: Any, **kwargs: Any) -> Any:
+            with self._gate.local():
+                return value(*args, **kwargs)
+
+        return gated
 
 
 class LocalTts:
@@ -262,3 +274,17 @@ class RemoteAsr:
 
     def transcribe(self, samples: np.ndarray) -> str:
         return self._engines.transcribe(samples).result()
+
+    def __getattr__(self, name: str) -> Any:
+        """The engine's other decoding calls (ASR_CALLS), on the ASR worker at Wyoming priority."""
+        if name not in ASR_CALLS or not hasattr(self._engines.asr, name):
+            raise AttributeError(name)
+
+        def remote(*args: Any, **kwargs: Any) -> Any:
+            def run() -> Any:
+                with self._engines.asr_gate.remote():
+                    return getattr(self._engines.asr, name)(*args, **kwargs)
+
+            return self._engines.asr_worker.submit(run).result()
+
+        return remote
