@@ -47,7 +47,7 @@ from rkvoice.errors import RkvoiceError  # noqa: E402
 from rkvoice.hear.cer import cer  # noqa: E402
 from rkvoice.speaker import Speaker  # noqa: E402
 from rkvoice.text.normalize import speakable  # noqa: E402
-from rkvoice.timeline import Timeline  # noqa: E402
+from rkvoice.timeline import Ev, Timeline  # noqa: E402
 
 log = logging.getLogger("board_report")
 
@@ -135,7 +135,7 @@ def measure_tts(engine: Any, cfg: Config, runs: int) -> dict[str, Any]:
             raise RkvoiceError("bench", "tts-failed", f"speaking the test text ended with "
                                f"{turn.reason or 'a timeout'}: {turn.exception}")
         s = timeline.summary()
-        s["played_s"] = s["audio_s"]
+        s["played_s"] = round(sum(float(e.get("audio_s", 0.0)) for e in timeline.find(Ev.PLAY_CHUNK)), 4)
         chunked.append(s)
         t0 = time.monotonic()
         samples, rate = engine.generate(speakable(TEXT), sid=cfg.tts.sid, speed=cfg.tts.speed)
