@@ -186,9 +186,12 @@ class LiveHost:
         self.loop.interrupt(reason)
         self.speaker.cancel_all(reason)
 
-    def apologise(self, text: str) -> None:
+    def apologise(self, text: str, wait_s: float = 0.0) -> None:
+        """Say ``text`` as a turn of its own; with ``wait_s``, until it has played (at most that long)."""
         try:
-            self.speaker.speak(text)
+            turn = self.speaker.speak(text)
+            if wait_s > 0:
+                self.speaker.wait(turn, wait_s)
         except Exception as exc:
             log.error("could not speak the apology: %s", exc)
 

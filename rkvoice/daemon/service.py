@@ -318,8 +318,10 @@ class Daemon:
         else:
             log.error("turn %d failed: %s", n, exc, exc_info=exc)
         assert self.loop is not None
-        self.loop.apologise(self.cfg.daemon.apology)
-        if failures >= self.cfg.daemon.max_failures:
+        fatal = failures >= self.cfg.daemon.max_failures
+        # before exiting, the apology is heard (the shutdown would cancel it), within stop_timeout_s
+        self.loop.apologise(self.cfg.daemon.apology, wait_s=self.cfg.daemon.stop_timeout_s if fatal else 0.0)
+        if fatal:
             log.critical("%d turns failed in a row; exiting so the service manager restarts us", failures)
             self.request_stop(EXIT_REPEATED_FAILURES)
 
