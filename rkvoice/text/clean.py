@@ -24,9 +24,8 @@ _CITATION = re.compile(r"\s?\[(?:kb-[^\]\n]*|\d+(?:\s*[,，-]\s*\d+)*)\]|\s?【\
 _HEADING = re.compile(r"^[ \t]*#{1,6}[ \t]+", re.MULTILINE)
 _QUOTE = re.compile(r"^[ \t]*>+[ \t]?", re.MULTILINE)
 _BULLET = re.compile(r"^[ \t]*[-*+•·▪‣◦][ \t]+", re.MULTILINE)
-_NUMBERED = re.compile(r"^[ \t]*(?:\*\*|__)?\d{1,3}(?:\*\*|__)?[.)、](?:\*\*|__)?[ \t]+", re.MULTILINE)
-"""A numbered list item's number ("1. ", "2) ", "3、", bold as LLMs write it: "**1.** ", "**1**. "):
-a list read aloud, not "one point"."""
+_NUMBERED = re.compile(r"^[ \t]*\d{1,3}[.)、][ \t]+", re.MULTILINE)
+"""A numbered list item's number ("1. ", "2) ", "3、"): a list read aloud, not "one point"."""
 _RULE = re.compile(r"^[ \t]*([-*_=])(?:[ \t]*\1){2,}[ \t]*$", re.MULTILINE)
 _EMPHASIS = re.compile(r"\*+|`+")
 _STRIKE = re.compile(r"~~")
