@@ -16,7 +16,6 @@ from rkvoice.hear.cer import cer
 from rkvoice.hear.cue import AckCue, chime
 from rkvoice.hear.pinyin_match import PhraseMatcher
 from rkvoice.hear.sources import (
-    Backoff,
     DeviceError,
     MicSource,
     RealtimeSource,
@@ -143,7 +142,7 @@ def test_mic_faults_are_retried_with_backoff_and_recover(caplog):
         waits.append(seconds)
         return len(waits) >= 5
 
-    mic = MicSource(opener, "test", backoff=Backoff(0.5, 2.0), wait=wait)
+    mic = MicSource(opener, "test", backoff=(0.5, 2.0), wait=wait)
     with caplog.at_level(logging.WARNING, logger="rkvoice.hear.sources"):
         got = list(mic.frames())
     assert len(got) == 5  # 3 frames, unplugged, reopened, 2 frames, unplugged, gone

@@ -5,22 +5,13 @@ Pure functions on float32 mono arrays; nothing here keeps state or reads a clock
 
 from __future__ import annotations
 
-import logging
-from math import gcd
-
 import numpy as np
-
-log = logging.getLogger(__name__)
-
-LEAD_THRESHOLD = 0.01
-"""Leading trim: the first sample whose magnitude exceeds 1 % of full scale starts the speech."""
+import soxr
 
 
-def trim_lead(x: np.ndarray, rate: int, threshold: float = LEAD_THRESHOLD, keep_ms: float = 40.0) -> np.ndarray:
-    """Drop leading near-silence, keeping ``keep_ms`` before the first sample above ``threshold``.
-
-    All-quiet input gives an empty array (there is nothing to hear).
-    """
+def trim_lead(x: np.ndarray, rate: int, threshold: float = 0.01, keep_ms: float = 40.0) -> np.ndarray:
+    """Drop leading near-silence, keeping ``keep_ms`` before the first sample above ``threshold``
+    (1 % of full scale). All-quiet input gives an empty array (there is nothing to hear)."""
     x = np.asarray(x, dtype=np.float32)
     above = np.flatnonzero(np.abs(x) > threshold)
     if above.size == 0:
@@ -39,22 +30,13 @@ def window_rms(x: np.ndarray, n: int) -> np.ndarray:
 
 def voiced_runs(loud: np.ndarray, bridge: int = 1) -> list[tuple[int, int]]:
     """[start, end) window ranges of loud windows; quiet stretches of <= ``bridge`` windows are joined."""
-    runs: list[tuple[int, int]] = []
-    start = None
-    for i, v in enumerate(loud):
-        if v and start is None:
-            start = i
-        elif not v and start is not None:
-            runs.append((start, i))
-            start = None
-    if start is not None:
-        runs.append((start, len(loud)))
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], np.asarray(loud, dtype=np.int8), [0]])))
     merged: list[tuple[int, int]] = []
-    for run in runs:
-        if merged and run[0] - merged[-1][1] <= bridge:
-            merged[-1] = (merged[-1][0], run[1])
+    for start, end in zip(edges[::2].tolist(), edges[1::2].tolist()):
+        if merged and start - merged[-1][1] <= bridge:
+            merged[-1] = (merged[-1][0], end)
         else:
-            merged.append(run)
+            merged.append((start, end))
     return merged
 
 
@@ -99,28 +81,11 @@ def trim_tail(
 
 
 def resample(x: np.ndarray, src_rate: int, dst_rate: int) -> np.ndarray:
-    """Resample once, with soxr (high quality); scipy/numpy polyphase when soxr is missing."""
+    """Resample once, with soxr (high quality)."""
     x = np.asarray(x, dtype=np.float32)
     if src_rate == dst_rate or len(x) == 0:
         return x
-    try:
-        import soxr
-    except ImportError:
-        return _resample_poly(x, src_rate, dst_rate)
     return np.asarray(soxr.resample(x, src_rate, dst_rate, quality="HQ"), dtype=np.float32)
-
-
-def _resample_poly(x: np.ndarray, src_rate: int, dst_rate: int) -> np.ndarray:
-    g = gcd(src_rate, dst_rate)
-    up, down = dst_rate // g, src_rate // g
-    try:
-        from scipy.signal import resample_poly
-    except ImportError:
-        log.warning("neither soxr nor scipy is installed; resampling by linear interpolation")
-        n_out = round(len(x) * dst_rate / src_rate)
-        t = np.arange(n_out) * (src_rate / dst_rate)
-        return np.interp(t, np.arange(len(x)), x).astype(np.float32)
-    return resample_poly(x, up, down).astype(np.float32)
 
 
 def fade_edges(x: np.ndarray, rate: int, ms: float = 10.0) -> np.ndarray:
@@ -133,18 +98,6 @@ def fade_edges(x: np.ndarray, rate: int, ms: float = 10.0) -> np.ndarray:
     x[:n] *= ramp
     x[-n:] *= ramp[::-1]
     return x
-
-
-def crossfade(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
-    """Join ``a`` and ``b`` overlapping ``n`` samples with equal-gain linear ramps."""
-    a = np.asarray(a, dtype=np.float32)
-    b = np.asarray(b, dtype=np.float32)
-    n = min(n, len(a), len(b))
-    if n <= 0:
-        return np.concatenate([a, b])
-    w = np.linspace(0.0, 1.0, n + 2, dtype=np.float32)[1:-1]
-    mid = a[len(a) - n :] * (1.0 - w) + b[:n] * w
-    return np.concatenate([a[: len(a) - n], mid, b[n:]])
 
 
 def to_blocks(x: np.ndarray, block: int) -> np.ndarray:

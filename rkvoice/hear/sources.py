@@ -11,12 +11,13 @@ import logging
 import shutil
 import subprocess
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
+from rkvoice.audio.post import resample
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.errors import RkvoiceError
 
@@ -45,10 +46,8 @@ def to_mono_16k(samples: np.ndarray, rate: int, what: str = "audio") -> np.ndarr
             changes.append(f"{data.shape[1]} channels -> mono")
         data = data.mean(axis=1, dtype=np.float32)
     if rate != SAMPLE_RATE:
-        import soxr
-
         changes.append(f"{rate} Hz -> {SAMPLE_RATE} Hz")
-        data = soxr.resample(data, rate, SAMPLE_RATE, quality="HQ").astype(np.float32)
+        data = resample(data, rate, SAMPLE_RATE)
     if changes:
         log.info("%s: converted %s", what, ", ".join(changes))
     return np.ascontiguousarray(data, dtype=np.float32)
@@ -105,25 +104,12 @@ class WavFileSource:
         self._closed.set()
 
 
-def paced(
-    frames: Iterable[np.ndarray], clock: Clock, start: float, frame_s: float, closed: threading.Event
-) -> Iterator[np.ndarray]:
-    """Yield frame ``i`` at ``start + (i + 1) * frame_s`` on ``clock`` (a frame exists once all its
-    samples were "heard"), like a microphone; stop as soon as ``closed`` is set."""
-    for i, frame in enumerate(frames):
-        wait = start + (i + 1) * frame_s - clock.now()
-        if wait > 0:
-            clock.sleep(wait)
-        if closed.is_set():
-            return
-        yield frame
-
-
 class RealtimeSource:
     """Feeds samples (or a WAV) at real-time pace on ``clock``: a microphone stand-in for tests.
 
-    Frame ``i`` is released at ``start + i * frame duration``; with a FakeClock the pacing costs no
-    wall time. ``tail_s`` of silence follows the audio so the last request can end.
+    Frame ``i`` is released at ``start + (i + 1) * frame duration`` (a frame exists once all its
+    samples were "heard"); with a FakeClock the pacing costs no wall time. ``tail_s`` of silence
+    follows the audio so the last request can end.
     """
 
     sample_rate = SAMPLE_RATE
@@ -141,17 +127,16 @@ class RealtimeSource:
         self.clock = clock or MonotonicClock()
         self.frame_samples = frame_samples
         self._closed = threading.Event()
-        self.started_at: float | None = None
-
-    def time_of(self, audio_s: float) -> float:
-        """Clock time at which audio position ``audio_s`` is delivered."""
-        assert self.started_at is not None, "source not started"
-        return self.started_at + audio_s
 
     def frames(self) -> Iterator[np.ndarray]:
-        self.started_at = self.clock.now()
-        dur = self.frame_samples / SAMPLE_RATE
-        yield from paced(_split(self.samples, self.frame_samples), self.clock, self.started_at, dur, self._closed)
+        start = self.clock.now()
+        for i, frame in enumerate(_split(self.samples, self.frame_samples)):
+            wait = start + (i + 1) * self.frame_samples / SAMPLE_RATE - self.clock.now()
+            if wait > 0:
+                self.clock.sleep(wait)
+            if self._closed.is_set():
+                return
+            yield frame
 
     def close(self) -> None:
         self._closed.set()
@@ -168,28 +153,13 @@ class MicStream(Protocol):
     def close(self) -> None: ...
 
 
-class Backoff:
-    """Capped exponential backoff: 0.5 s, 1 s, 2 s ... up to ``cap``; reset after a success."""
-
-    def __init__(self, first: float = 0.5, cap: float = 8.0) -> None:
-        self.first = first
-        self.cap = cap
-        self.delay = first
-
-    def next(self) -> float:
-        d = self.delay
-        self.delay = min(self.cap, self.delay * 2)
-        return d
-
-    def reset(self) -> None:
-        self.delay = self.first
-
-
 class MicSource:
     """A microphone that survives its device: open, read, and on a fault log + wait + reopen.
 
-    ``opener`` returns a MicStream or raises DeviceError. ``wait(seconds) -> bool`` waits for the
-    backoff and returns True when the source was closed meanwhile (default: the close event).
+    ``opener`` returns a MicStream or raises DeviceError. ``backoff`` is (first, cap): the waits
+    double from ``first`` up to ``cap`` while faults repeat and start over after a good read.
+    ``wait(seconds) -> bool`` waits and returns True when the source was closed meanwhile
+    (default: the close event).
     """
 
     sample_rate = SAMPLE_RATE
@@ -198,21 +168,21 @@ class MicSource:
         self,
         opener: Callable[[], MicStream],
         name: str,
-        backoff: Backoff | None = None,
+        backoff: tuple[float, float] = (0.5, 8.0),
         wait: Callable[[float], bool] | None = None,
     ) -> None:
         self.opener = opener
         self.name = name
-        self.backoff = backoff or Backoff()
+        self.first_s, self.cap_s = backoff
+        self._delay = self.first_s
         self._closed = threading.Event()
         self._wait = wait or self._closed.wait
         self.faults = 0
-        self._stream: MicStream | None = None
 
     def frames(self) -> Iterator[np.ndarray]:
         while not self._closed.is_set():
             try:
-                self._stream = self.opener()
+                stream = self.opener()
             except DeviceError as exc:
                 if self._fault("cannot open", exc):
                     return
@@ -220,23 +190,21 @@ class MicSource:
             log.info("microphone %s open", self.name)
             try:
                 while not self._closed.is_set():
-                    frame = self._stream.read()
-                    self.backoff.reset()
+                    frame = stream.read()
+                    self._delay = self.first_s
                     yield frame
             except DeviceError as exc:
                 if self._fault("lost", exc):
                     return
             finally:
-                stream, self._stream = self._stream, None
-                if stream is not None:
-                    try:
-                        stream.close()
-                    except Exception:  # closing a dead device must not mask the fault
-                        log.debug("closing %s failed", self.name, exc_info=True)
+                try:
+                    stream.close()
+                except Exception:  # closing a dead device must not mask the fault
+                    log.debug("closing %s failed", self.name, exc_info=True)
 
     def _fault(self, what: str, exc: Exception) -> bool:
         self.faults += 1
-        delay = self.backoff.next()
+        delay, self._delay = self._delay, min(self.cap_s, self._delay * 2)
         log.warning("microphone %s %s (%s); retrying in %.1f s", self.name, what, exc, delay)
         return bool(self._wait(delay)) or self._closed.is_set()
 
@@ -257,26 +225,20 @@ class SounddeviceStream:
         self.frame_samples = frame_samples
         self._resampler = None
         try:
-            self._stream = sd.InputStream(
-                samplerate=SAMPLE_RATE, channels=1, dtype="float32", device=dev, blocksize=frame_samples
-            )
-            self._rate = SAMPLE_RATE
-        except sd.PortAudioError:
             try:
-                info = sd.query_devices(dev, "input")
-                self._rate = int(info["default_samplerate"])
+                self._stream = sd.InputStream(
+                    samplerate=SAMPLE_RATE, channels=1, dtype="float32", device=dev, blocksize=frame_samples
+                )
+                self._rate = SAMPLE_RATE
+            except sd.PortAudioError:
+                self._rate = int(sd.query_devices(dev, "input")["default_samplerate"])
                 self._stream = sd.InputStream(samplerate=self._rate, channels=1, dtype="float32", device=dev)
-            except (sd.PortAudioError, ValueError) as exc:
-                raise DeviceError(str(exc)) from exc
-            import soxr
+                import soxr
 
-            self._resampler = soxr.ResampleStream(self._rate, SAMPLE_RATE, 1, dtype="float32")
-            log.info("microphone runs at %d Hz; resampling to %d Hz", self._rate, SAMPLE_RATE)
-        except ValueError as exc:  # unknown device name
-            raise DeviceError(str(exc)) from exc
-        try:
+                self._resampler = soxr.ResampleStream(self._rate, SAMPLE_RATE, 1, dtype="float32")
+                log.info("microphone runs at %d Hz; resampling to %d Hz", self._rate, SAMPLE_RATE)
             self._stream.start()
-        except sd.PortAudioError as exc:
+        except (sd.PortAudioError, ValueError) as exc:  # ValueError: unknown device name
             raise DeviceError(str(exc)) from exc
         self._pending = np.zeros(0, dtype=np.float32)
 
@@ -332,10 +294,9 @@ class ArecordStream:
 
 def microphone(kind: str, device: str, frame_samples: int = FRAME_SAMPLES) -> MicSource:
     """The configured microphone (``audio.input``: sounddevice or arecord; ``audio.input_device``)."""
-    if kind == "sounddevice":
-        return MicSource(lambda: SounddeviceStream(device, frame_samples), f"sounddevice:{device}")
-    if kind == "arecord":
-        return MicSource(lambda: ArecordStream(device, frame_samples), f"arecord:{device}")
-    raise RkvoiceError(
-        "hear", "bad-input", f"unknown microphone source {kind!r} (audio.input); choose one of: arecord, sounddevice"
-    )
+    streams: dict[str, Callable[[str, int], MicStream]] = {"sounddevice": SounddeviceStream, "arecord": ArecordStream}
+    if kind not in streams:
+        raise RkvoiceError(
+            "hear", "bad-input", f"unknown microphone source {kind!r} (audio.input); choose one of: arecord, sounddevice"
+        )
+    return MicSource(lambda: streams[kind](device, frame_samples), f"{kind}:{device}")
