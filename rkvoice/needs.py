@@ -173,7 +173,7 @@ def missing(needs: Needs, probe: Probe | None = None, relative_to: Path | None =
     out: list[Lack] = []
     for f in needs.files:
         if present_file(f) is None:
-            names = " or ".join(_shown(p, relative_to) for p in f.paths)
+            names = " or ".join(display_path(p, relative_to) for p in f.paths)
             out.append(Lack("file", str(f.paths[0]), f"missing {names}", f"run {needs.install}"))
     for pkg in needs.packages:
         if not probe.module(pkg.module):
@@ -202,7 +202,8 @@ def _package_fix(pkg: PackageNeed, profile: str) -> str:
             "./install.sh does it")
 
 
-def _shown(path: Path, root: Path | None) -> str:
+def display_path(path: Path, root: Path | None) -> str:
+    """``path`` relative to ``root`` when it lies under it."""
     if root is not None:
         try:
             return str(path.relative_to(root))

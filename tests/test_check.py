@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from rkvoice.board import check, versions
-from rkvoice.board.check import check_pipeline, rknn_build_version, run_check
+from rkvoice.board.check import check_pipeline, run_check
+from rkvoice.board.runtimes import rknn_build_version
 from rkvoice.config import Config, LlmConfig, ModelsConfig, TtsConfig, load_config
 from rkvoice.errors import RkvoiceError
 
@@ -76,7 +77,7 @@ def board(tmp_path, monkeypatch):
     monkeypatch.setattr(versions, "LIBRKLLMRT_PATHS", (llm,))
     monkeypatch.setattr(versions, "NPU_DRIVER_PATHS", (drv,))
     monkeypatch.setattr(versions, "package_version", lambda d: {"rknn-toolkit-lite2": "2.3.2"}.get(d))
-    monkeypatch.setattr(check, "module_missing", lambda name: False)
+    monkeypatch.setattr(check, "module_found", lambda name: True)
     monkeypatch.setattr(check, "_check_espeak", lambda cfg, st: None)
     cfg = Config(models=ModelsConfig(dir=str(models), profile="board"))
     return cfg, tmp_path

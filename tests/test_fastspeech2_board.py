@@ -256,7 +256,7 @@ def board_fs2(tmp_path, monkeypatch):
     monkeypatch.setattr(versions, "LIBRKNNRT_PATHS", (rt,))
     monkeypatch.setattr(versions, "NPU_DRIVER_PATHS", (tmp_path / "no-driver",))
     monkeypatch.setattr(versions, "package_version", lambda d: {"rknn-toolkit-lite2": "2.3.2"}.get(d))
-    monkeypatch.setattr(check, "module_missing", lambda name: False)
+    monkeypatch.setattr(check, "module_found", lambda name: True)
     cfg = load_config([parse_override(f"models.dir={models}"), parse_override("tts.engine=fastspeech2")],
                       files=[DEFAULT_CONFIG, BOARD_CONFIG])
     return cfg, models / "board/fastspeech2/mb_melgan-50.rknn"
@@ -287,7 +287,7 @@ def test_check_passes_with_the_vocoder_and_names_a_toolkit_mismatch(board_fs2):
 
 
 def test_check_portable_fastspeech2_needs_no_npu(tmp_path, monkeypatch):
-    monkeypatch.setattr(check, "module_missing", lambda name: False)
+    monkeypatch.setattr(check, "module_found", lambda name: True)
     cfg = Config(models=ModelsConfig(dir=str(tmp_path / "models")), tts=TtsConfig(engine="fastspeech2"))
     st = check.check_stage(cfg, "tts", "fastspeech2", Path("/nonexistent"))
     assert st.problems == [f"missing models/portable/fastspeech2/{n} (run ./install.sh --profile portable)"

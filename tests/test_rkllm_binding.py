@@ -435,7 +435,8 @@ def test_runtime_abi_table() -> None:
 
 
 def test_check_refuses_runtime_1_2_0(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from rkvoice.board import check, versions
+    from rkvoice.board import runtimes, versions
+    from rkvoice.needs import RuntimeNeed
 
     lib = tmp_path / "librkllmrt.so"
     monkeypatch.setattr(versions, "LIBRKLLMRT_PATHS", (lib,))
@@ -447,9 +448,10 @@ def test_check_refuses_runtime_1_2_0(tmp_path: Path, monkeypatch: pytest.MonkeyP
         ("1.3.0", "1.3", True, "librkllmrt 1.3.0"),
     ):
         lib.write_bytes(b"\x00rkllm-runtime version: " + runtime.encode() + b" (0123456@2025-01-01T00:00:00)\x00")
-        st = check.StageCheck("llm", "rkllm")
-        check._check_rkllm(_cfg(abi), st)
-        assert st.ok is ok, (runtime, abi, st)
+        cfg = _cfg(abi)
+        st = runtimes.Findings()
+        runtimes.check_librkllmrt(RuntimeNeed("librkllmrt", abi=cfg.llm.rkllm_abi, library_path=cfg.llm.rkllm_lib), st)
+        assert (not st.problems) is ok, (runtime, abi, st)
         assert any(expect in line for line in st.problems + st.notes), (runtime, abi, st)
         if runtime == "1.2.0":
             assert "1.2.1-1.2.3" in st.problems[0] and "1.3.x" in st.problems[0]

@@ -16,6 +16,7 @@ Exit status: 0 when every stage can run, 1 otherwise.
 from __future__ import annotations
 
 import ctypes.util
+import importlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -23,22 +24,24 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from rkvoice.board import runtimes
-from rkvoice.board.espeak import espeak_lib_dir
-from rkvoice.board.runtimes import rknn_build_version
+from rkvoice.board.espeak import PRELOAD_ORDER, espeak_lib_dir
 from rkvoice.config import ROOT, Config
 from rkvoice.errors import RkvoiceError
-from rkvoice.needs import Needs, Probe, RuntimeNeed, missing, module_found, present_file
+from rkvoice.needs import Needs, Probe, display_path, missing, module_found, present_file
 
 log = logging.getLogger(__name__)
 
-__all__ = ["StageCheck", "check_pipeline", "check_stage", "render", "resolve_engines", "rknn_build_version",
-           "run_check"]
+__all__ = ["StageCheck", "check_pipeline", "check_stage", "render", "resolve_engines", "run_check"]
 
 MANIFEST = ROOT / "models" / "manifest.yaml"
 DAEMON_TEXT = "你好"
 """The daemon loads its voice for Chinese first (rkvoice.daemon.product)."""
 RUNTIME_PACKAGES = ("rknnlite",)
 """Judged with their runtime's version (rkvoice.board.runtimes), not as a bare import."""
+REGISTRIES = {"wake": "rkvoice.hear.registry:WAKE", "asr": "rkvoice.hear.asr:ASR",
+              "llm": "rkvoice.answer.llm.registry:LLM", "tts": "rkvoice.tts.registry:TTS",
+              "audio": "rkvoice.audio.players:PLAYERS"}
+"""Each stage's registry (``module:attribute``), imported when first asked."""
 
 
 @dataclass
@@ -55,12 +58,8 @@ class StageCheck:
         return not self.problems
 
 
-def module_missing(name: str) -> bool:
-    return not module_found(name)
-
-
 def _probe(output_device: Callable[[], str | None] | None, input_device: Callable[[], bool] | None) -> Probe:
-    probe = Probe(module=lambda name: not module_missing(name))
+    probe = Probe(module=lambda name: module_found(name))  # looked up per call: tests replace it
     if output_device is not None:
         probe.sound_output = output_device
     if input_device is not None:
@@ -121,28 +120,11 @@ def stage_needs(cfg: Config, stage: str, engine: str, **kwargs: Any) -> Needs:
         from rkvoice.hear.registry import vad_needs
 
         return vad_needs(cfg)
-    registry: Any
-    if stage == "wake":
-        from rkvoice.hear.registry import WAKE as registry
-    elif stage == "asr":
-        from rkvoice.hear.asr import ASR as registry
-    elif stage == "llm":
-        from rkvoice.answer.llm.registry import LLM as registry
-    elif stage == "tts":
-        from rkvoice.tts.registry import TTS as registry
-    elif stage == "audio":
-        from rkvoice.audio.players import PLAYERS as registry
-    else:
+    if stage not in REGISTRIES:
         raise RkvoiceError("check", "unknown-stage", f"unknown stage {stage!r}")
-    needs: Needs = registry.needs(engine, cfg, **kwargs)
+    module, _, attr = REGISTRIES[stage].partition(":")
+    needs: Needs = getattr(importlib.import_module(module), attr).needs(engine, cfg, **kwargs)
     return needs
-
-
-def _shown(p: Path, cfg: Config) -> str:
-    try:
-        return str(p.relative_to(cfg.models.path.parent))
-    except ValueError:
-        return str(p)
 
 
 def _report_needs(cfg: Config, st: StageCheck, needs: Needs, probe: Probe) -> list[Path]:
@@ -156,7 +138,7 @@ def _report_needs(cfg: Config, st: StageCheck, needs: Needs, probe: Probe) -> li
             st.problems.append(str(lack))
     found = [p for p in (present_file(f) for f in needs.files) if p is not None]
     if needs.runtimes:
-        shown = {p: _shown(p, cfg) for r in needs.runtimes for p in r.built_for}
+        shown = {p: display_path(p, cfg.models.path.parent) for r in needs.runtimes for p in r.built_for}
         result = runtimes.check_runtimes(needs.runtimes, shown)
         st.problems += result.problems
         st.notes += result.notes
@@ -195,7 +177,7 @@ def _check_sherpa_model(cfg: Config, engine: str, st: StageCheck) -> None:
         else:
             from rkvoice.hear.paraformer_asr import check_paraformer
 
-            st.notes.append(f"model {_shown(check_paraformer(cfg)[0], cfg)}")
+            st.notes.append(f"model {display_path(check_paraformer(cfg)[0], cfg.models.path.parent)}")
     except RkvoiceError as err:
         st.problems.append(err.message)
 
@@ -203,8 +185,6 @@ def _check_sherpa_model(cfg: Config, engine: str, st: StageCheck) -> None:
 def _check_espeak(cfg: Config, st: StageCheck) -> None:
     lib_dir = espeak_lib_dir(cfg)
     if lib_dir is not None:
-        from rkvoice.board.espeak import PRELOAD_ORDER
-
         lacking = [n for n in PRELOAD_ORDER if not (lib_dir / n).exists()]
         if not (lib_dir / "espeak-ng-data" / "phontab").exists():
             lacking.append("espeak-ng-data/phontab")
@@ -224,7 +204,7 @@ def _check_fastspeech2_vocoder(cfg: Config, st: StageCheck) -> None:
     if not fs.vocoder.strip():
         return
     vocoder = vocoder_path(cfg)
-    st.notes.append(f"vocoder {_shown(vocoder, cfg)} in {fs.vocoder_frames}-frame windows, context {fs.vocoder_context}")
+    st.notes.append(f"vocoder {display_path(vocoder, cfg.models.path.parent)} in {fs.vocoder_frames}-frame windows, context {fs.vocoder_context}")
     if vocoder.suffix == ".rknn":
         if fs.core_mask.strip().lower() not in CORE_MASKS:
             st.problems.append(f"tts.fastspeech2.core_mask {fs.core_mask!r} is not one of: {', '.join(CORE_MASKS)}")
@@ -303,13 +283,6 @@ def check_pipeline(cfg: Config, manifest: Path = MANIFEST, **probes: Any) -> lis
         else:
             out.append(check_stage(cfg, stage, cfg.audio.player if stage == "audio" else engine, manifest, **probes))
     return out
-
-
-def _check_rkllm(cfg: Config, st: StageCheck) -> None:
-    """librkllmrt against ``llm.rkllm_abi`` into ``st``."""
-    found = runtimes.check_librkllmrt(RuntimeNeed("librkllmrt", abi=cfg.llm.rkllm_abi, library_path=cfg.llm.rkllm_lib))
-    st.problems += found.problems
-    st.notes += found.notes
 
 
 def render(checks: list[StageCheck]) -> str:

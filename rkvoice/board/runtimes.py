@@ -41,11 +41,9 @@ def driver_note() -> str:
             + "; debugfs needs root)")
 
 
-def check_librknnrt(need: RuntimeNeed, shown: dict[Path, str] | None = None) -> Findings:
+def check_librknnrt(built_for: tuple[Path, ...], shown: dict[Path, str], out: Findings) -> None:
     """librknnrt present and readable, equal to rknn-toolkit-lite2 and to the toolkit that built
-    each present .rknn model (``need.built_for``: models and sidecars). ``shown`` names files."""
-    out = Findings()
-    shown = shown or {}
+    each present .rknn model in ``built_for`` (models and sidecars). ``shown`` names files."""
     lite = versions.package_version("rknn-toolkit-lite2")
     rt_path, rt = versions.librknnrt_version()
     if lite is None:
@@ -58,7 +56,7 @@ def check_librknnrt(need: RuntimeNeed, shown: dict[Path, str] | None = None) -> 
     if lite and rt and lite != rt:
         out.problems.append(f"version mismatch: librknnrt {rt} ({rt_path}) but rknn-toolkit-lite2 {lite}; "
                             f"install rknn-toolkit-lite2=={rt}")
-    for f in need.built_for:
+    for f in built_for:
         if not f.is_file():
             continue  # reported missing with the files
         if f.suffix == ".json":
@@ -71,7 +69,6 @@ def check_librknnrt(need: RuntimeNeed, shown: dict[Path, str] | None = None) -> 
     out.notes.append(driver_note())
     if rt and lite == rt:
         out.notes.append(f"librknnrt {rt} = rknn-toolkit-lite2 {lite}")
-    return out
 
 
 def _check_sidecar(side: Path, rt: str | None, shown: str, out: Findings) -> None:
@@ -86,22 +83,21 @@ def _check_sidecar(side: Path, rt: str | None, shown: str, out: Findings) -> Non
                             f"librknnrt is {rt}; rebuild it (./install.sh --profile board converts with {rt})")
 
 
-def check_librkllmrt(need: RuntimeNeed) -> Findings:
+def check_librkllmrt(need: RuntimeNeed, out: Findings) -> None:
     """librkllmrt present (``need.library_path`` when absolute, else the board's paths), its
     version readable and fitting the binding ABI ``need.abi``."""
     from rkvoice.answer.llm.rkllm_abi import runtime_abi, runtime_problem
 
-    out = Findings()
     named = Path(need.library_path or "librkllmrt.so")
     lib = named if named.is_absolute() and named.exists() else versions.first_existing(versions.LIBRKLLMRT_PATHS)
     if lib is None:
         out.problems.append(f"{need.library_path or 'librkllmrt.so'} not found "
                             "(the board image ships /usr/lib/librkllmrt.so)")
-        return out
+        return
     ver = versions.so_version(lib, "rkllm")
     if ver is None:
         out.notes.append(f"cannot read the librkllmrt version from {lib}")
-        return out
+        return
     problem = runtime_problem(ver, need.abi)
     if problem is None:
         out.notes.append(f"librkllmrt {ver}")
@@ -109,23 +105,17 @@ def check_librkllmrt(need: RuntimeNeed) -> Findings:
         out.problems.append(f"{lib}: {problem}")
     else:
         out.problems.append(f"version mismatch: {lib}: {problem}")
-    return out
 
 
 def check_runtimes(needs: tuple[RuntimeNeed, ...], shown: dict[Path, str] | None = None) -> Findings:
     """Every runtime declared, each library once (models to match merged), plus the driver note."""
     out = Findings()
-    rknn = [n for n in needs if n.library == "librknnrt"]
-    if rknn:
-        merged = RuntimeNeed("librknnrt", tuple(dict.fromkeys(p for n in rknn for p in n.built_for)))
-        found = check_librknnrt(merged, shown)
-        out.problems += found.problems
-        out.notes += found.notes
+    libraries = {n.library for n in needs}
+    if "librknnrt" in libraries:  # notes the driver too
+        check_librknnrt(tuple(dict.fromkeys(p for n in needs for p in n.built_for)), shown or {}, out)
     for need in needs:
         if need.library == "librkllmrt":
-            found = check_librkllmrt(need)
-            out.problems += found.problems
-            out.notes += found.notes
-            if not rknn:
-                out.notes.append(driver_note())
+            check_librkllmrt(need, out)
+    if libraries == {"librkllmrt"}:
+        out.notes.append(driver_note())
     return out

@@ -41,20 +41,12 @@ def so_version(path: Path, name: str) -> str | None:
 
 
 def first_existing(paths: tuple[Path, ...]) -> Path | None:
-    for p in paths:
-        if p.exists():
-            return p
-    return None
+    return next((p for p in paths if p.exists()), None)
 
 
 def librknnrt_version(paths: tuple[Path, ...] | None = None) -> tuple[Path | None, str | None]:
     path = first_existing(LIBRKNNRT_PATHS if paths is None else paths)
     return path, (so_version(path, "librknnrt") if path else None)
-
-
-def librkllmrt_version(paths: tuple[Path, ...] | None = None) -> tuple[Path | None, str | None]:
-    path = first_existing(LIBRKLLMRT_PATHS if paths is None else paths)
-    return path, (so_version(path, "rkllm") if path else None)
 
 
 def package_version(dist: str) -> str | None:
@@ -65,9 +57,9 @@ def package_version(dist: str) -> str | None:
         return None
 
 
-def npu_driver_version(paths: tuple[Path, ...] | None = None) -> tuple[Path | None, str | None]:
+def npu_driver_version() -> tuple[Path | None, str | None]:
     """RKNPU kernel driver version (``RKNPU driver: v0.9.8``); debugfs may need root to read."""
-    for p in NPU_DRIVER_PATHS if paths is None else paths:
+    for p in NPU_DRIVER_PATHS:
         try:
             text = p.read_text(errors="replace")
         except OSError:
@@ -77,7 +69,3 @@ def npu_driver_version(paths: tuple[Path, ...] | None = None) -> tuple[Path | No
             return p, m.group(1)
     return None, None
 
-
-def same_release(a: str | None, b: str | None) -> bool:
-    """True when two versions agree on major.minor.patch (2.3.2 == 2.3.2b0 is False)."""
-    return a is not None and b is not None and a.strip() == b.strip()
