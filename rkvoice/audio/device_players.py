@@ -5,6 +5,7 @@ Both take mono int16 blocks at ``rate``; a device that goes away is reported and
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import subprocess
@@ -53,11 +54,6 @@ class AplayPlayer(PacedPlayer):
         self._plock = threading.Lock()
         self.deaths = 0
 
-    def argv(self) -> list[str]:
-        return [
-            *self.command, "-q", "-t", "raw", "-f", "S16_LE", "-r", str(self.rate), "-c", "1", "-D", self.device,
-        ]
-
     def open(self) -> None:
         if shutil.which(self.command[0]) is None:
             raise RkvoiceError(
@@ -69,19 +65,15 @@ class AplayPlayer(PacedPlayer):
             self._start()
 
     def _start(self) -> None:
+        argv = [*self.command, "-q", "-t", "raw", "-f", "S16_LE", "-r", str(self.rate), "-c", "1", "-D", self.device]
         self._errfile = tempfile.TemporaryFile()
-        self._proc = subprocess.Popen(self.argv(), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self._errfile)
-        log.debug("started %s (pid %d)", " ".join(self.argv()), self._proc.pid)
+        self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self._errfile)
+        log.debug("started %s (pid %d)", " ".join(argv), self._proc.pid)
 
     def _report_death(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        try:
-            code = proc.wait(timeout=1.0)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            code = proc.wait()
+        assert proc is not None  # called for the running process only
+        code = _reap(proc, 1.0)
         detail = ""
         if self._errfile is not None:
             self._errfile.seek(0)
@@ -120,28 +112,27 @@ class AplayPlayer(PacedPlayer):
                 self._errfile = None
         if proc is not None:
             proc.kill()
-            try:
-                proc.stdin.close()  # type: ignore[union-attr]
-            except (OSError, ValueError):
-                pass
-            proc.wait()
-        self._mark_cleared()
+            _reap(proc, None)
+        super().clear()
 
     def close(self) -> None:
         self.drain()
         with self._plock:
             proc, self._proc = self._proc, None
         if proc is not None:
-            try:
-                proc.stdin.close()  # type: ignore[union-attr]
-            except (OSError, ValueError):
-                pass
-            try:
-                proc.wait(timeout=2.0)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            _reap(proc, 2.0)
 
+
+def _reap(proc: subprocess.Popen[bytes], timeout: float | None) -> int:
+    """Close ``proc``'s stdin (the end of its audio), wait up to ``timeout`` s for it to exit, then
+    kill it; its exit code."""
+    with contextlib.suppress(OSError, ValueError):
+        proc.stdin.close()  # type: ignore[union-attr]
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
 
 
 class SounddevicePlayer:

@@ -18,25 +18,21 @@ def has_sound_device() -> str | None:
         text = cards.read_text(errors="replace")
         if text.strip() and "no soundcards" not in text:
             return "aplay"
-    try:
-        import sounddevice as sd
-
-        if any(d.get("max_output_channels", 0) > 0 for d in sd.query_devices()):
-            return "sounddevice"
-    except Exception:  # no PortAudio, no devices: both mean "no sound device"
-        log.debug("sounddevice has no output device", exc_info=True)
-    return None
+    return "sounddevice" if _portaudio_lists("max_output_channels") else None
 
 
 def has_input_device() -> bool:
     """True when ALSA lists a capture PCM or PortAudio an input device."""
     pcm = ASOUND / "pcm"
-    if pcm.exists() and "capture" in pcm.read_text(errors="replace"):
-        return True
+    return (pcm.exists() and "capture" in pcm.read_text(errors="replace")) or _portaudio_lists("max_input_channels")
+
+
+def _portaudio_lists(channels: str) -> bool:
+    """Whether PortAudio lists a device with ``channels`` > 0; no PortAudio or no devices: False."""
     try:
         import sounddevice as sd
 
-        return any(d.get("max_input_channels", 0) > 0 for d in sd.query_devices())
-    except Exception:  # no PortAudio or no devices
-        log.debug("sounddevice has no input device", exc_info=True)
+        return any(d.get(channels, 0) > 0 for d in sd.query_devices())
+    except Exception:  # no PortAudio, no devices: both mean "no sound device"
+        log.debug("sounddevice lists no device with %s", channels, exc_info=True)
         return False

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import tempfile
@@ -64,11 +65,10 @@ class PacedPlayer:
 
     def _pace(self) -> None:
         """Block while more than ``max_ahead_s`` of audio is queued on the device."""
-        if self.max_ahead_s is None or self.dry_at is None:
-            return
-        self._wait_until(self.dry_at - self.max_ahead_s)
+        if self.max_ahead_s is not None and self.dry_at is not None:
+            self._wait_until(self.dry_at - self.max_ahead_s)
 
-    def _mark_cleared(self) -> None:
+    def clear(self) -> None:
         with self._cond:
             self._cleared.set()
             self._cleared = threading.Event()
@@ -78,10 +78,6 @@ class PacedPlayer:
     def drain(self) -> None:
         if self.dry_at is not None:
             self._wait_until(self.dry_at + self.latency_s)
-
-    def clear(self) -> None:
-        self._mark_cleared()
-
 
 
 class NullPlayer(PacedPlayer):
@@ -118,7 +114,7 @@ class NullPlayer(PacedPlayer):
             now = self._clock.now()
             for seg in self.segments:
                 seg[1] = min(seg[1], max(seg[0], now))
-        self._mark_cleared()
+        super().clear()
 
     def heard_until(self) -> float | None:
         with self._cond:
@@ -126,7 +122,6 @@ class NullPlayer(PacedPlayer):
 
     def close(self) -> None:
         pass
-
 
 
 def default_wav_path() -> Path:
@@ -203,21 +198,15 @@ class WavPlayer:
         """Drop the partial file."""
         with self._lock:
             if self._wav is not None:
-                try:
+                with contextlib.suppress(OSError, wave.Error):
                     self._wav.close()
-                except (OSError, wave.Error):
-                    pass
                 self._wav = None
             self._remove_tmp()
 
     def _remove_tmp(self) -> None:
         if self._tmp is not None:
-            try:
-                self._tmp.unlink()
-            except FileNotFoundError:
-                pass
+            self._tmp.unlink(missing_ok=True)
             self._tmp = None
-
 
 
 class TeePlayer:
