@@ -1,9 +1,9 @@
 """Configuration: repo ``config.yaml`` defaults -> ``/etc/rkvoice/config.yaml`` -> CLI flags.
 
 Every section is a frozen dataclass whose fields declare what they accept (``num``: a range,
-``one_of``: a few words; see ``rkvoice.config_fields``). Loading walks the YAML tree against the
-fields (``rkvoice.config_yaml``): an unknown key, a value of the wrong type or out of its range is an
-error naming the key, the value and what is allowed (``tts.threads: 0 is out of range (allowed: 1 to 64)``).
+``one_of``: a few words; see ``rkvoice.config_fields``). An unknown key, a value of the wrong type
+or out of its range is an error naming the key, the value and what is allowed
+(``tts.threads: 0 is out of range (allowed: 1 to 64)``).
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from rkvoice.config_fields import Section, num, one_of
-from rkvoice.config_yaml import build, merge, read_yaml, yaml_load
+from rkvoice.config_fields import Section, build, merge, num, one_of, read_yaml, yaml_load
 from rkvoice.errors import RkvoiceError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -326,15 +325,10 @@ def parse_override(item: str) -> dict[str, Any]:
     key, sep, raw = item.partition("=")
     if not sep or not key.strip():
         raise RkvoiceError("config", "bad-override", f"--set expects KEY=VALUE, got {item!r}")
-    value = yaml_load(raw) if raw.strip() else ""
-    node: dict[str, Any] = {}
-    cur = node
-    parts = key.strip().split(".")
-    for part in parts[:-1]:
-        cur[part] = {}
-        cur = cur[part]
-    cur[parts[-1]] = value
-    return node
+    value: Any = yaml_load(raw) if raw.strip() else ""
+    for part in reversed(key.strip().split(".")):
+        value = {part: value}
+    return value
 
 
 def load_config(

@@ -1,19 +1,24 @@
-"""Allowed values of config fields, declared next to each field and checked in one place.
+"""Allowed values of config fields, checked in one place, and the reading of config YAML.
 
 A numeric field is declared with ``num(default, lo, hi, ...)`` and a field that takes one of a few
 words with ``one_of(default, ...)``; both keep the rule in the dataclass field's metadata. Every
-section derives from ``Section``, whose ``__post_init__`` checks each field against its rule and its
-type, so a bad value is refused wherever a section is made: reading YAML, ``--set``, a reload, or
-``dataclasses.replace`` in code. The error names the key, the value and what is allowed.
+section derives from ``Section``, whose ``__post_init__`` checks each field against its type and its
+rule, so a bad value is refused wherever a section is made: reading YAML, ``--set``, a reload, or
+``dataclasses.replace`` in code. The error names the key, the value and what is allowed
+(``tts.threads: expected int, got 'two' (allowed: 1 to 64)``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, Literal
+
+import yaml
 
 from rkvoice.errors import RkvoiceError
 
@@ -64,40 +69,31 @@ def one_of(default: str, *others: str) -> Any:
     return dataclasses.field(default=default, metadata={"choices": (default, *others)})
 
 
-def _literals(tp: Any) -> tuple[Any, ...]:
+def _kinds(tp: Any) -> tuple[Any, ...]:
+    """The members of a field type: ``int | Literal["auto"]`` -> (int, Literal["auto"])."""
+    return typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+
+
+def _words(tp: Any) -> tuple[Any, ...]:
     """The Literal words a field type admits (``int | Literal["auto"]`` -> ("auto",))."""
-    if typing.get_origin(tp) is Literal:
-        return typing.get_args(tp)
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        return tuple(a for arg in typing.get_args(tp) for a in _literals(arg))
-    return ()
-
-
-def _numeric_kind(tp: Any) -> type | None:
-    """int or float when the field holds a number (possibly besides Literal words), else None."""
-    args = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
-    for kind in (int, float):
-        if kind in args:
-            return kind
-    return None
+    return tuple(w for kind in _kinds(tp) if typing.get_origin(kind) is Literal for w in typing.get_args(kind))
 
 
 def is_numeric(tp: Any) -> bool:
-    return _numeric_kind(tp) is not None
+    return int in _kinds(tp) or float in _kinds(tp)
 
 
 def type_name(tp: Any) -> str:
     """``int``, ``float``, ``int or 'auto'`` -- how a field's type reads in an error."""
-    if typing.get_origin(tp) is Literal:
-        return " or ".join(repr(a) for a in typing.get_args(tp))
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        return " or ".join(type_name(a) for a in typing.get_args(tp) if a is not type(None))
-    return getattr(tp, "__name__", str(tp))
+    names: list[str] = []
+    for kind in _kinds(tp):
+        names += map(repr, typing.get_args(kind)) if typing.get_origin(kind) is Literal else [kind.__name__]
+    return " or ".join(names)
 
 
 def allowed(tp: Any, metadata: typing.Mapping[str, Any]) -> str:
     """What a field accepts, in words ('' when only its type limits it)."""
-    words = ", ".join(str(w) for w in _literals(tp))
+    words = ", ".join(str(w) for w in _words(tp))
     rng = metadata.get("range")
     if rng is not None:
         return " or ".join(p for p in (words, rng.describe()) if p)
@@ -106,32 +102,31 @@ def allowed(tp: Any, metadata: typing.Mapping[str, Any]) -> str:
     return words
 
 
-def check_value(path: str, value: Any, tp: Any, metadata: typing.Mapping[str, Any]) -> None:
-    """Refuse ``value`` for the field at ``path`` unless its type and its declared rule accept it."""
+_TAKES: dict[Any, tuple[type, ...]] = {float: (int, float), str: (str, int, float)}
+"""What a field of these types also takes (as ``float(value)`` / ``str(value)``: YAML reads
+``rkllm_abi: 1.2`` as a number). YAML's true/false is taken by bool fields only."""
+
+
+def check_value(path: str, value: Any, tp: Any, metadata: typing.Mapping[str, Any]) -> Any:
+    """``value`` as the field at ``path`` holds it; refused unless its type and its declared rule accept it."""
+    if isinstance(value, str) and value in _words(tp):
+        return value
     rule = allowed(tp, metadata)
-    if value in _literals(tp) and isinstance(value, str):
-        return
-    kind = _numeric_kind(tp)
-    if kind is not None:
-        ok_type = isinstance(value, int if kind is int else (int, float)) and not isinstance(value, bool)
-        if not ok_type:
-            raise RkvoiceError("config", "bad-type", f"{path}: expected {type_name(tp)}, got {value!r}"
-                               + (f" (allowed: {rule})" if rule else ""))
+    for kind in _kinds(tp):
+        if isinstance(kind, type) and isinstance(value, _TAKES.get(kind, kind)) and (
+                kind is bool or not isinstance(value, bool)):
+            value = kind(value) if kind in _TAKES else value
+            break
+    else:
+        raise RkvoiceError("config", "bad-type", f"{path}: expected {type_name(tp)}, got {value!r}"
+                           + (f" (allowed: {rule})" if rule else ""))
     rng = metadata.get("range")
     if rng is not None and value not in rng:
         raise RkvoiceError("config", "bad-value", f"{path}: {value!r} is out of range (allowed: {rule})")
     choices = metadata.get("choices")
     if choices is not None and value not in choices:
         raise RkvoiceError("config", "bad-value", f"{path}: {value!r} is not allowed; choose {rule}")
-
-
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    if cls not in _HINTS:
-        _HINTS[cls] = typing.get_type_hints(cls)
-    return _HINTS[cls]
+    return value
 
 
 class Section:
@@ -141,6 +136,76 @@ class Section:
     """Where the section sits in the config tree ("tts.matcha"); names the keys in errors."""
 
     def __post_init__(self) -> None:
-        hints = _hints(type(self))
+        hints = typing.get_type_hints(type(self))
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
-            check_value(f"{self.PATH}.{f.name}", getattr(self, f.name), hints[f.name], f.metadata)
+            value = check_value(f"{self.PATH}.{f.name}", getattr(self, f.name), hints[f.name], f.metadata)
+            object.__setattr__(self, f.name, value)  # frozen; an int given to a float field is kept as a float
+
+
+def build(cls: Any, data: dict[str, Any], path: str = "") -> Any:
+    """Make dataclass ``cls`` from a YAML mapping; an unknown key is refused by path, and the
+    sections check their values."""
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in data.items():
+        key_path = f"{path}.{key}" if path else str(key)
+        if key not in names:
+            raise RkvoiceError("config", "unknown-key",
+                               f"unknown config key {key_path!r}; known keys here: {', '.join(sorted(names))}")
+        if dataclasses.is_dataclass(hints[key]):
+            if not isinstance(value, dict):
+                raise RkvoiceError("config", "bad-type", f"{key_path}: expected a mapping, got {value!r}")
+            value = build(hints[key], value, key_path)
+        kwargs[key] = value
+    return cls(**kwargs)
+
+
+def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` laid over ``base``, mapping by mapping."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader without YAML 1.1's underscore digit groups and sexagesimal numbers.
+
+    Plain YAML reads ``0_1`` (an NPU core mask) as the integer 1 and ``22:05`` as 1325;
+    here both stay strings, so a str field gets what the user wrote.
+    """
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:0|[1-9][0-9]*|0x[0-9a-fA-F]+|0o[0-7]+)$"), list("-+0123456789")
+)
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^(?:[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[-+]?[0-9]+[eE][-+]?[0-9]+|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."),
+)
+
+
+def yaml_load(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """A config file's top-level mapping ({} for an empty file)."""
+    try:
+        data = yaml_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise RkvoiceError("config", "unreadable", f"cannot read {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise RkvoiceError("config", "bad-yaml", f"{path} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict | None):
+        raise RkvoiceError("config", "bad-yaml", f"{path} must hold a mapping at the top level")
+    return data or {}
