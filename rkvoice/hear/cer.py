@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import operator
 import re
 import unicodedata
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 _DROP = re.compile(r"[\s\W_]+", re.UNICODE)
 _NUM = re.compile(r"\d+")
+T = TypeVar("T")
 
 
 def normalise(text: str, read_digits: bool = True) -> str:
@@ -20,12 +24,13 @@ def normalise(text: str, read_digits: bool = True) -> str:
     return _DROP.sub("", text).lower()
 
 
-def edit_distance(a: str, b: str) -> int:
-    prev = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        cur = [i] + [0] * len(b)
-        for j, cb in enumerate(b, 1):
-            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+def edit_distance(a: Sequence[T], b: Sequence[T], sub: Callable[[T, T], float] = operator.ne) -> float:
+    """Levenshtein distance: an insertion or deletion costs 1, a substitution ``sub(x, y)``."""
+    prev = [float(j) for j in range(len(b) + 1)]
+    for i, x in enumerate(a, 1):
+        cur = [float(i)] + [0.0] * len(b)
+        for j, y in enumerate(b, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + sub(x, y))
         prev = cur
     return prev[-1]
 

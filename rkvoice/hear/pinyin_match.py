@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from pypinyin import Style, lazy_pinyin
 
+from rkvoice.hear.cer import edit_distance
+
 _HAN = re.compile(r"[\u3400-\u9fff]")
 _LEAD = re.compile(r"^[\s,，。.!！?？、;；:：…~～\-—]+")
 
@@ -47,29 +49,12 @@ def syllables(text: str) -> list[Syllable]:
 
 
 def _sub_cost(a: Syllable, b: Syllable) -> float:
-    if a.initial == b.initial and a.final == b.final:
-        return 0.0
-    if a.initial == b.initial or a.final == b.final:
-        return 0.5
-    return 1.0
-
-
-def _distance(phrase: list[Syllable], window: list[Syllable]) -> float:
-    n, m = len(phrase), len(window)
-    prev = [float(j) for j in range(m + 1)]
-    for i in range(1, n + 1):
-        cur = [float(i)] + [0.0] * m
-        for j in range(1, m + 1):
-            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + _sub_cost(phrase[i - 1], window[j - 1]))
-        prev = cur
-    return prev[m]
+    return 0.5 * (a.initial != b.initial) + 0.5 * (a.final != b.final)
 
 
 @dataclass(frozen=True)
 class PhraseMatch:
     cost: float
-    end: int
-    """Index in the text just after the matched phrase."""
     remainder: str
     """The text after the phrase, leading punctuation removed ('' for the phrase alone)."""
 
@@ -92,7 +77,7 @@ class PhraseMatcher:
             for length in (n, n - 1, n + 1):
                 if length <= 0 or start + length > len(syl):
                     continue
-                cost = _distance(self.target, syl[start : start + length])
+                cost = edit_distance(self.target, syl[start : start + length], _sub_cost)
                 key = (cost, -length if length == n else 0, start + length)
                 if best is None or key < best:
                     best = key
@@ -100,4 +85,4 @@ class PhraseMatcher:
             return None
         end = syl[best[2] - 1].pos + 1
         remainder = _LEAD.sub("", text[end:]).strip()
-        return PhraseMatch(best[0], end, remainder)
+        return PhraseMatch(best[0], remainder)

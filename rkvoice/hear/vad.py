@@ -84,11 +84,6 @@ class Segmenter:
         log.debug("VAD loaded from %s", self.model_path)
 
     @property
-    def position_s(self) -> float:
-        """Audio time consumed so far."""
-        return (self._fed + len(self._pending)) / SAMPLE_RATE
-
-    @property
     def in_speech(self) -> bool:
         return self._speech_from is not None
 

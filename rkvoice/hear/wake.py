@@ -51,9 +51,6 @@ class WakeHit:
     asr_ms: float = 0.0
 
 
-Marker = Callable[..., object]
-
-
 class WakeEngine(Protocol):
     def load(self) -> None: ...
 
@@ -70,11 +67,9 @@ class WakeEngine(Protocol):
 class PrimedAsr(Protocol):
     def transcribe_primed(self, samples: np.ndarray, phrase: str) -> str:
         """Decode a short utterance with the decoder primed by ``phrase`` and no no-speech veto."""
-        ...
 
     def phrase_logprob(self, samples: np.ndarray, phrase: str) -> float:
         """Mean token log-probability of ``phrase`` forced on ``samples`` by the unprimed decoder."""
-        ...
 
 
 class AsrMatchWake:

@@ -9,6 +9,7 @@ the result; a quiet "小智小智" alone was dropped by that filter (no-speech 0
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import Any
@@ -59,25 +60,25 @@ class WhisperAsr:
         self.transcribe(np.zeros(16000, dtype=np.float32))  # warm-up: first decode allocates
         log.info("whisper loaded from %s (beam %d, %d threads)", self.model_dir, self.beam_size, self.threads)
 
-    def transcribe(self, samples: np.ndarray) -> str:
-        return self._run(samples)
-
     def transcribe_primed(self, samples: np.ndarray, phrase: str) -> str:
         """Decode a short utterance expected to hold ``phrase``: the phrase is given to the decoder
         as hotwords and the no-speech/log-prob filter is off. Only a phrase match on the result
         may count (the priming pulls sounds near the phrase towards it)."""
-        return _strip_echo(self._run(samples, hotwords=phrase, no_speech_threshold=None))
+        return _strip_echo(self.transcribe(samples, hotwords=phrase, no_speech_threshold=None))
+
+    def _loaded(self) -> Any:
+        if self._model is None:
+            raise RuntimeError("WhisperAsr.load() was not called")
+        return self._model
 
     def phrase_logprob(self, samples: np.ndarray, phrase: str) -> float:
         """Mean log-probability per token of ``phrase`` as the transcript of ``samples``, forced
         through the unprimed decoder (Chinese, no prompt): how well the audio supports the phrase."""
-        if self._model is None:
-            raise RuntimeError("WhisperAsr.load() was not called")
+        model = self._loaded()
         try:
             from faster_whisper.audio import pad_or_trim
             from faster_whisper.tokenizer import Tokenizer
 
-            model = self._model
             tokenizer = Tokenizer(model.hf_tokenizer, True, task="transcribe", language="zh")
             features = model.feature_extractor(np.asarray(samples, dtype=np.float32))[..., :-1]
             encoded = model.encode(pad_or_trim(features))
@@ -88,42 +89,37 @@ class WhisperAsr:
             raise RkvoiceError("asr", "decode-failed", f"whisper could not score {phrase!r}: {exc}") from exc
         return float(np.mean(np.log(probs)))
 
-    def _run(self, samples: np.ndarray, **options: object) -> str:
-        if self._model is None:
-            raise RuntimeError("WhisperAsr.load() was not called")
+    def transcribe(self, samples: np.ndarray, **options: object) -> str:
+        """The transcript, simplified; ``options`` go to faster-whisper's ``transcribe``."""
+        model = self._loaded()
         audio = np.asarray(samples, dtype=np.float32)
         if len(audio) < 1600:  # under 0.1 s: nothing to decode
             return ""
         try:
-            return simplify(self._decode(audio, **options))
-        except RkvoiceError:
-            raise
+            segments, _info = model.transcribe(
+                audio,
+                language="zh",
+                task="transcribe",
+                beam_size=self.beam_size,
+                best_of=1,
+                temperature=0.0,
+                initial_prompt=PROMPT,
+                condition_on_previous_text=False,
+                without_timestamps=True,
+                vad_filter=False,
+                **options,
+            )
+            text = "".join(seg.text for seg in segments).strip()
         except Exception as exc:  # a native decode failure is this stage's error
             raise RkvoiceError(
                 "asr", "decode-failed", f"whisper could not decode {len(audio) / 16000:.1f} s of audio: {exc}"
             ) from exc
-
-    def _decode(self, audio: np.ndarray, **options: object) -> str:
-        segments, _info = self._model.transcribe(
-            audio,
-            language="zh",
-            task="transcribe",
-            beam_size=self.beam_size,
-            best_of=1,
-            temperature=0.0,
-            initial_prompt=PROMPT,
-            condition_on_previous_text=False,
-            without_timestamps=True,
-            vad_filter=False,
-            **options,
-        )
-        return "".join(seg.text for seg in segments).strip()
+        return simplify(text)
 
 
 def simplify(text: str) -> str:
     """Drop Whisper's prompt echo and convert any traditional characters it still emits."""
-    text = text.removeprefix(PROMPT)
-    return _t2s(text).strip()
+    return _t2s().convert(text.removeprefix(PROMPT)).strip()
 
 
 def _strip_echo(text: str) -> str:
@@ -133,17 +129,13 @@ def _strip_echo(text: str) -> str:
     return text if cut < 0 else text[:cut].strip()
 
 
-_CONVERTER = None
-
-
-def _t2s(text: str) -> str:
-    global _CONVERTER
-    if _CONVERTER is None:
-        try:
-            import opencc
-        except ImportError as exc:
-            raise RkvoiceError(
-                "asr", "missing-dependency", f"simplified output needs opencc ({exc}); pip install opencc==1.4.2"
-            ) from exc
-        _CONVERTER = opencc.OpenCC("t2s")
-    return _CONVERTER.convert(text)
+@functools.cache
+def _t2s() -> Any:
+    """The opencc traditional-to-simplified converter, made once."""
+    try:
+        import opencc
+    except ImportError as exc:
+        raise RkvoiceError(
+            "asr", "missing-dependency", f"simplified output needs opencc ({exc}); pip install opencc==1.4.2"
+        ) from exc
+    return opencc.OpenCC("t2s")
