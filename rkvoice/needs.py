@@ -46,11 +46,6 @@ class ProgramNeed:
 
 
 @dataclass(frozen=True)
-class DeviceNeed:
-    device: Device
-
-
-@dataclass(frozen=True)
 class RuntimeNeed:
     library: Library
     built_for: tuple[Path, ...] = ()
@@ -66,7 +61,7 @@ class Needs:
     files: tuple[FileNeed, ...] = ()
     packages: tuple[PackageNeed, ...] = ()
     programs: tuple[ProgramNeed, ...] = ()
-    devices: tuple[DeviceNeed, ...] = ()
+    devices: tuple[Device, ...] = ()
     runtimes: tuple[RuntimeNeed, ...] = ()
     profile: str = ""
     """The install profile (portable, board) whose ./install.sh provides the files and packages."""
@@ -184,9 +179,8 @@ def missing(needs: Needs, probe: Probe | None = None, relative_to: Path | None =
             out.append(Lack("program", prog.program, f"{prog.program} not found", prog.fix))
     if devices:
         for dev in needs.devices:
-            if not probe.device(dev.device):
-                out.append(Lack("device", dev.device, f"no {dev.device.replace('-', ' ')} device",
-                                DEVICE_FIX[dev.device]))
+            if not probe.device(dev):
+                out.append(Lack("device", dev, f"no {dev.replace('-', ' ')} device", DEVICE_FIX[dev]))
     return out
 
 

@@ -24,8 +24,10 @@ class Backend:
 class Registry:
     """Maps backend names to factories for one stage kind (tts, asr, wake, llm, player)."""
 
-    def __init__(self, stage: str) -> None:
+    def __init__(self, stage: str, auto: tuple[str, str] | None = None) -> None:
         self.stage = stage
+        self.auto = auto
+        """The backends ``auto`` stands for: (on the board profile, elsewhere)."""
         self._backends: dict[str, Backend] = {}
 
     def register(self, name: str, target: str, summary: str, install_hint: str = "",
@@ -44,6 +46,13 @@ class Registry:
                 "unknown-backend",
                 f"unknown {self.stage} backend {name!r}; choose one of: {', '.join(self.names())}",
             ) from None
+
+    def resolve(self, name: str, profile: str) -> str:
+        """``name`` with ``auto`` resolved for the install ``profile``; unknown names fail, naming the choices."""
+        if name == "auto" and self.auto is not None:
+            return self.auto[0] if profile == "board" else self.auto[1]
+        self.backend(name)
+        return name
 
     def needs(self, name: str, cfg: Any, **kwargs: Any) -> Needs:
         """What backend ``name`` needs under ``cfg`` (nothing declared: no needs)."""

@@ -8,7 +8,6 @@ import pytest
 
 from rkvoice.config import Config, ModelsConfig
 from rkvoice.needs import (
-    DeviceNeed,
     FileNeed,
     Needs,
     PackageNeed,
@@ -41,7 +40,7 @@ def test_files_any_alternative_will_do_and_empty_files_count_as_missing(tmp_path
 def test_packages_programs_and_devices_name_their_fix() -> None:
     needs = Needs(packages=(PackageNeed("sherpa_onnx", "sherpa-onnx"), PackageNeed("rknnlite", "rknn-toolkit-lite2")),
                   programs=(ProgramNeed("aplay", "apt-get install alsa-utils"),),
-                  devices=(DeviceNeed("sound-output"), DeviceNeed("microphone"), DeviceNeed("npu")), profile="board")
+                  devices=("sound-output", "microphone", "npu"), profile="board")
     lacks = {lack.name: str(lack) for lack in missing(needs, probe())}
     assert lacks["sherpa_onnx"] == ("python package sherpa_onnx is not installed (py312/bin/pip install -r "
                                     "requirements/board.txt, which pins sherpa-onnx; ./install.sh does it)")
@@ -56,7 +55,7 @@ def test_packages_programs_and_devices_name_their_fix() -> None:
 
 
 def test_installed_ignores_devices_and_runtimes_but_not_packages() -> None:
-    needs = Needs(packages=(PackageNeed("onnxruntime", "onnxruntime"),), devices=(DeviceNeed("npu"),),
+    needs = Needs(packages=(PackageNeed("onnxruntime", "onnxruntime"),), devices=("npu",),
                   runtimes=(RuntimeNeed("librknnrt"),))
     assert installed(needs, probe(modules={"onnxruntime"}))
     assert not installed(needs, probe())
@@ -66,7 +65,7 @@ def test_installed_ignores_devices_and_runtimes_but_not_packages() -> None:
 
 def test_needs_add_up_and_keep_the_first_profile() -> None:
     a = Needs(packages=(PackageNeed("pypinyin", "pypinyin"),), profile="board")
-    b = Needs(devices=(DeviceNeed("microphone"),), profile="portable")
+    b = Needs(devices=("microphone",), profile="portable")
     both = a + b
     assert both.packages == a.packages and both.devices == b.devices and both.install == "./install.sh --profile board"
     assert (Needs() + b).profile == "portable" and Needs().install == "./install.sh"

@@ -27,7 +27,7 @@ from rkvoice.audio.devices import has_input_device, has_sound_device
 from rkvoice.audio.sinks import NullPlayer, PacedPlayer, TeePlayer, WavPlayer, default_wav_path
 from rkvoice.clock import Clock
 from rkvoice.config import Config
-from rkvoice.needs import DeviceNeed, Needs, PackageNeed, ProgramNeed
+from rkvoice.needs import Needs, PackageNeed, ProgramNeed
 from rkvoice.registry import Registry
 
 __all__ = [
@@ -36,15 +36,13 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SOUND_OUTPUT = DeviceNeed("sound-output")
-
 
 def aplay_needs(cfg: Config, **_: Any) -> Needs:
-    return Needs(programs=(ProgramNeed("aplay", "apt-get install alsa-utils"),), devices=(SOUND_OUTPUT,))
+    return Needs(programs=(ProgramNeed("aplay", "apt-get install alsa-utils"),), devices=("sound-output",))
 
 
 def sounddevice_needs(cfg: Config, **_: Any) -> Needs:
-    return Needs(packages=(PackageNeed("sounddevice", "sounddevice"),), devices=(SOUND_OUTPUT,),
+    return Needs(packages=(PackageNeed("sounddevice", "sounddevice"),), devices=("sound-output",),
                  profile=cfg.models.profile)
 
 

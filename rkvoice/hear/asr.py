@@ -47,7 +47,7 @@ def paraformer_needs(cfg: Config, **_: Any) -> Needs:
                  packages=(PackageNeed("sherpa_onnx", "sherpa-onnx"),), profile="board")
 
 
-ASR = Registry("asr")
+ASR = Registry("asr", auto=("paraformer", "whisper"))
 ASR.register(
     "whisper",
     "rkvoice.hear.whisper_asr:WhisperAsr",
@@ -66,11 +66,7 @@ ASR.register(
 
 def asr_name(cfg: Config, name: str | None = None) -> str:
     """Resolve ``auto``: paraformer on the board profile, whisper elsewhere."""
-    name = name or cfg.hear.asr
-    if name == "auto":
-        return "paraformer" if cfg.models.profile == "board" else "whisper"
-    ASR.backend(name)  # unknown names fail here, naming the choices
-    return name
+    return ASR.resolve(name or cfg.hear.asr, cfg.models.profile)
 
 
 def create_asr(cfg: Config, name: str | None = None) -> AsrEngine:

@@ -9,12 +9,11 @@ from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
 from rkvoice.hear.asr import AsrEngine
 from rkvoice.hear.wake import WakeEngine
-from rkvoice.needs import DeviceNeed, FileNeed, Needs, PackageNeed
+from rkvoice.needs import FileNeed, Needs, PackageNeed
 from rkvoice.registry import Registry
 
 SHERPA = PackageNeed("sherpa_onnx", "sherpa-onnx")
 PYPINYIN = PackageNeed("pypinyin", "pypinyin")
-MICROPHONE = DeviceNeed("microphone")
 
 
 def vad_needs(cfg: Config) -> Needs:
@@ -27,7 +26,7 @@ def vad_needs(cfg: Config) -> Needs:
 
 def asr_match_needs(cfg: Config, **_: Any) -> Needs:
     """The pinyin match and the VAD that closes segments (the ASR engine is its own stage)."""
-    return vad_needs(cfg) + Needs(packages=(PYPINYIN,), devices=(MICROPHONE,))
+    return vad_needs(cfg) + Needs(packages=(PYPINYIN,), devices=("microphone",))
 
 
 def kws_needs(cfg: Config, **_: Any) -> Needs:
@@ -39,11 +38,11 @@ def kws_needs(cfg: Config, **_: Any) -> Needs:
         found = sorted(d.glob(f"{stem}*.int8.onnx")) + sorted(d.glob(f"{stem}*.onnx"))
         files.append(FileNeed(stem, tuple(found) or (d / f"{stem}.int8.onnx", d / f"{stem}.onnx")))
     files.append(FileNeed("tokens", (d / "tokens.txt",)))
-    return Needs(files=tuple(files), packages=(SHERPA, PYPINYIN), devices=(MICROPHONE,),
+    return Needs(files=tuple(files), packages=(SHERPA, PYPINYIN), devices=("microphone",),
                  profile="board")
 
 
-WAKE = Registry("wake")
+WAKE = Registry("wake", auto=("kws", "asr-match"))
 WAKE.register("asr-match", "rkvoice.hear.wake:AsrMatchWake", "VAD segment -> ASR -> pinyin match (portable)",
               needs=asr_match_needs)
 WAKE.register(
@@ -57,11 +56,7 @@ WAKE.register(
 
 def wake_name(cfg: Config, name: str | None = None) -> str:
     """Resolve ``auto``: kws on the board profile, asr-match elsewhere."""
-    name = name or cfg.hear.wake
-    if name == "auto":
-        return "kws" if cfg.models.profile == "board" else "asr-match"
-    WAKE.backend(name)  # unknown names fail here, naming the choices
-    return name
+    return WAKE.resolve(name or cfg.hear.wake, cfg.models.profile)
 
 
 def create_wake(cfg: Config, asr: AsrEngine | None = None, name: str | None = None) -> WakeEngine:

@@ -13,15 +13,7 @@ from typing import Any
 
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
-from rkvoice.needs import (
-    DeviceNeed,
-    FileNeed,
-    Needs,
-    PackageNeed,
-    Probe,
-    RuntimeNeed,
-    installed,
-)
+from rkvoice.needs import FileNeed, Needs, PackageNeed, Probe, RuntimeNeed, installed
 from rkvoice.registry import Registry
 from rkvoice.tts.base import TtsEngine
 
@@ -34,7 +26,7 @@ PYPINYIN = PackageNeed("pypinyin", "pypinyin")
 
 def npu_needs(models: tuple[Any, ...]) -> Needs:
     """An .rknn model: rknn-toolkit-lite2, the NPU, and a librknnrt of the toolkit version that built it."""
-    return Needs(packages=(RKNNLITE,), devices=(DeviceNeed("npu"),), runtimes=(RuntimeNeed("librknnrt", models),))
+    return Needs(packages=(RKNNLITE,), devices=("npu",), runtimes=(RuntimeNeed("librknnrt", models),))
 
 
 def fastspeech2_needs(cfg: Config, **_: Any) -> Needs:
@@ -109,11 +101,7 @@ LANGUAGES = {"matcha": ("zh", "en"), "fastspeech2": ("zh",)}
 
 def text_language(text: str) -> str:
     """"zh" if the text has any Han character, "en" if it has Latin letters only, else "zh"."""
-    if _HAN.search(text):
-        return "zh"
-    if _LATIN.search(text):
-        return "en"
-    return "zh"
+    return "en" if _LATIN.search(text) and not _HAN.search(text) else "zh"
 
 
 def engine_languages(cfg: Config, probe: Probe | None = None) -> dict[str, tuple[str, ...]]:
@@ -127,11 +115,6 @@ def engine_languages(cfg: Config, probe: Probe | None = None) -> dict[str, tuple
     if langs:
         out["vits"] = tuple(langs)
     return out
-
-
-def installed_engines(cfg: Config) -> list[str]:
-    """Names of the engines whose model files (and runtime) are installed."""
-    return sorted(engine_languages(cfg))
 
 
 def choose_engine(cfg: Config, text: str = "", probe: Probe | None = None) -> tuple[str, dict[str, Any]]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from rkvoice.answer.llm.base import LlmEngine, model_path
 from rkvoice.config import Config
-from rkvoice.needs import DeviceNeed, FileNeed, Needs, PackageNeed, RuntimeNeed
+from rkvoice.needs import FileNeed, Needs, PackageNeed, RuntimeNeed
 from rkvoice.registry import Registry
 
 
@@ -18,12 +18,12 @@ def llama_needs(cfg: Config, **_: Any) -> Needs:
 
 def rkllm_needs(cfg: Config, **_: Any) -> Needs:
     """The .rkllm model, the NPU, and a librkllmrt whose version fits ``llm.rkllm_abi``."""
-    return Needs(files=(FileNeed("model", (model_path(cfg, "rkllm"),)),), devices=(DeviceNeed("npu"),),
+    return Needs(files=(FileNeed("model", (model_path(cfg, "rkllm"),)),), devices=("npu",),
                  runtimes=(RuntimeNeed("librkllmrt", abi=cfg.llm.rkllm_abi, library_path=cfg.llm.rkllm_lib),),
                  profile="board")
 
 
-LLM = Registry("llm")
+LLM = Registry("llm", auto=("rkllm", "llama"))
 LLM.register("llama", "rkvoice.answer.llm.llama:LlamaEngine", "llama.cpp (cyllama) with a GGUF model",
              "pip install cyllama==0.2.18 (./install.sh does it)", needs=llama_needs)
 LLM.register("rkllm", "rkvoice.answer.llm.rkllm:RkllmEngine", "RKLLM runtime (librkllmrt.so) on the RK3576 NPU",
@@ -32,11 +32,7 @@ LLM.register("rkllm", "rkvoice.answer.llm.rkllm:RkllmEngine", "RKLLM runtime (li
 
 def engine_name(cfg: Config, name: str | None = None) -> str:
     """Resolve ``auto``: rkllm on the board profile, llama elsewhere."""
-    name = name or cfg.llm.engine
-    if name == "auto":
-        return "rkllm" if cfg.models.profile == "board" else "llama"
-    LLM.backend(name)  # unknown names fail here with "choose one of"
-    return name
+    return LLM.resolve(name or cfg.llm.engine, cfg.models.profile)
 
 
 def create_llm(cfg: Config, name: str | None = None) -> LlmEngine:
