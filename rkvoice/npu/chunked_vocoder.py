@@ -60,9 +60,7 @@ class ChunkedVocoder:
         pieces = []
         for start, keep0, keep1 in self.windows(total):
             win = mel[:, start : start + self.frames]
-            if win.shape[1] < self.frames:
-                pad = np.full((1, self.frames - win.shape[1], mel.shape[2]), fill, dtype=np.float32)
-                win = np.concatenate([win, pad], axis=1)
+            win = np.pad(win, ((0, 0), (0, self.frames - win.shape[1]), (0, 0)), constant_values=fill)
             wave = np.asarray(self.runtime.run([np.ascontiguousarray(win)])[0], dtype=np.float32).reshape(-1)
             if wave.size != self.frames * self.hop:
                 raise RkvoiceError("tts", "bad-model", f"vocoder gave {wave.size} samples for {self.frames} frames; "

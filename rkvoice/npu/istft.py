@@ -36,26 +36,15 @@ class StftConfig:
 
     def __post_init__(self) -> None:
         if self.n_fft < 2 or self.hop_length < 1 or not 1 <= self.win_length <= self.n_fft:
-            raise RkvoiceError(
-                "tts",
-                "bad-stft-config",
-                f"STFT config needs n_fft >= 2, hop_length >= 1 and 1 <= win_length <= n_fft; "
-                f"got n_fft={self.n_fft}, hop_length={self.hop_length}, "
-                f"win_length={self.win_length}",
-            )
+            raise RkvoiceError("tts", "bad-stft-config", "STFT config needs n_fft >= 2, hop_length >= 1 and "
+                               f"1 <= win_length <= n_fft; got n_fft={self.n_fft}, hop_length={self.hop_length}, "
+                               f"win_length={self.win_length}")
         if self.window not in _WINDOWS:
-            raise RkvoiceError(
-                "tts",
-                "bad-stft-config",
-                f"unknown STFT window {self.window!r}; choose one of: {', '.join(_WINDOWS)}",
-            )
+            raise RkvoiceError("tts", "bad-stft-config",
+                               f"unknown STFT window {self.window!r}; choose one of: {', '.join(_WINDOWS)}")
         if self.hop_length > self.win_length:
-            raise RkvoiceError(
-                "tts",
-                "bad-stft-config",
-                f"hop_length {self.hop_length} > win_length {self.win_length}: "
-                "frames would not overlap and the signal cannot be reconstructed",
-            )
+            raise RkvoiceError("tts", "bad-stft-config", f"hop_length {self.hop_length} > win_length "
+                               f"{self.win_length}: frames would not overlap and the signal cannot be reconstructed")
 
     @property
     def bins(self) -> int:
@@ -73,41 +62,28 @@ class StftConfig:
             try:
                 return int(raw)
             except (TypeError, ValueError):
-                raise RkvoiceError(
-                    "tts", "bad-stft-config", f"vocoder metadata {key}={raw!r} is not an integer"
-                ) from None
+                msg = f"vocoder metadata {key}={raw!r} is not an integer"
+                raise RkvoiceError("tts", "bad-stft-config", msg) from None
 
-        window = str(meta.get("window_type", b.window) or b.window)
         return cls(
             n_fft=num("n_fft", b.n_fft),
             hop_length=num("hop_length", b.hop_length),
             win_length=num("win_length", b.win_length),
-            window=window,
+            window=str(meta.get("window_type", b.window) or b.window),
             center=bool(num("center", int(b.center))),
             normalized=bool(num("normalized", int(b.normalized))),
         )
-
-    def num_samples(self, frames: int) -> int:
-        """Output length of ``istft`` for ``frames`` frames."""
-        if frames <= 0:
-            return 0
-        if self.center:
-            return self.hop_length * (frames - 1)
-        return self.n_fft + self.hop_length * (frames - 1)
 
 
 def make_window(cfg: StftConfig) -> np.ndarray:
     """Periodic analysis/synthesis window of ``win_length``, zero-padded (centred) to n_fft."""
     n = cfg.win_length
-    k = np.arange(n, dtype=np.float64)
-    if cfg.window == "hann":
-        w = 0.5 - 0.5 * np.cos(2.0 * np.pi * k / n)
-    elif cfg.window == "hamming":
-        w = 0.54 - 0.46 * np.cos(2.0 * np.pi * k / n)
-    elif cfg.window == "povey":
-        w = (0.5 - 0.5 * np.cos(2.0 * np.pi * k / n)) ** 0.85
-    else:
+    if cfg.window == "rectangular":
         w = np.ones(n)
+    else:  # numpy's windows are symmetric: the periodic one of n is the symmetric one of n + 1, last sample cut
+        w = (np.hamming if cfg.window == "hamming" else np.hanning)(n + 1)[:-1]
+        if cfg.window == "povey":
+            w = w**0.85
     left = (cfg.n_fft - n) // 2
     return np.pad(w, (left, cfg.n_fft - n - left))
 
@@ -168,7 +144,7 @@ def istft(spec: np.ndarray, cfg: StftConfig, length: int | None = None) -> np.nd
         env[k * hop : k * hop + frames_n * hop] += np.tile(wsq[k * hop : (k + 1) * hop], frames_n)
 
     start = n_fft // 2 if cfg.center else 0
-    n_out = cfg.num_samples(frames_n) if length is None else length
+    n_out = hop * (frames_n - 1) + (0 if cfg.center else n_fft) if length is None else length
     out = out[start : start + n_out]
     env = env[start : start + n_out]
     ok = env > 1e-11
@@ -186,9 +162,8 @@ def istft_mag_phase(mag: np.ndarray, phase: np.ndarray, cfg: StftConfig, length:
     return istft(np.asarray(mag) * np.exp(1j * np.asarray(phase)), cfg, length)
 
 
-def istft_mag_xy(
-    mag: np.ndarray, x: np.ndarray, y: np.ndarray, cfg: StftConfig, length: int | None = None
-) -> np.ndarray:
+def istft_mag_xy(mag: np.ndarray, x: np.ndarray, y: np.ndarray, cfg: StftConfig,
+                 length: int | None = None) -> np.ndarray:
     """ISTFT from Vocos's three outputs: magnitude, x = cos(phase), y = sin(phase)."""
     m = np.asarray(mag, dtype=np.float64)
     return istft(m * np.asarray(x, dtype=np.float64) + 1j * (m * np.asarray(y, dtype=np.float64)), cfg, length)

@@ -31,8 +31,5 @@ def regulate(hidden: np.ndarray, durations: np.ndarray, frames: int | None = Non
     if total > size:
         raise RkvoiceError("tts", "too-long", f"{total} frames do not fit the decoder's {size}; split the text "
                            "into shorter pieces or build a longer decoder bucket")
-    out = np.zeros((1, size, h.shape[2]), dtype=h.dtype)
-    out[0, :total] = x
-    mask = np.zeros((1, size), dtype=np.int32)
-    mask[0, :total] = 1
-    return out, mask, total
+    out = np.pad(x, ((0, size - total), (0, 0)))[None]
+    return out, (np.arange(size) < total).astype(np.int32)[None], total

@@ -22,13 +22,9 @@ from rkvoice.errors import RkvoiceError
 
 log = logging.getLogger(__name__)
 
-CORE_MASKS = ("auto", "0", "1", "2", "0_1", "0_1_2", "all")
-_CORE_ATTRS = {"auto": "NPU_CORE_AUTO", "0": "NPU_CORE_0", "1": "NPU_CORE_1", "2": "NPU_CORE_2",
-               "0_1": "NPU_CORE_0_1", "0_1_2": "NPU_CORE_0_1_2", "all": "NPU_CORE_ALL"}
+CORE_MASKS = ("auto", "0", "1", "2", "0_1", "0_1_2", "all")  # RKNNLite constant: NPU_CORE_<MASK>
 _ORT_DTYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(float)": np.float32,
                "tensor(float16)": np.float16, "tensor(double)": np.float64}
-
-
 _DTYPE_NAMES = {"float": "float32", "float32": "float32", "fp32": "float32", "float16": "float16",
                 "fp16": "float16", "half": "float16", "double": "float64", "float64": "float64",
                 "int64": "int64", "long": "int64", "int32": "int32", "int": "int32", "int16": "int16",
@@ -133,13 +129,6 @@ class OnnxModel:
     def input_names(self) -> list[str]:
         return [i.name for i in self._session().get_inputs()]
 
-    @property
-    def output_names(self) -> list[str]:
-        return [o.name for o in self._session().get_outputs()]
-
-    def input_shapes(self) -> list[list[Any]]:
-        return [list(i.shape) for i in self._session().get_inputs()]
-
     def input_specs(self) -> list[TensorSpec]:
         """The inputs the graph declares, in feed order (symbolic dimensions as strings)."""
         return [_ort_spec(i) for i in self._session().get_inputs()]
@@ -193,10 +182,10 @@ def _lite_api() -> Any:
 def core_mask_value(api: Any, mask: str) -> Any:
     """Map a config core mask ("auto", "0", "1", "0_1", ...) to the RKNNLite constant."""
     key = str(mask).strip().lower()
-    if key not in _CORE_ATTRS:
+    if key not in CORE_MASKS:
         raise RkvoiceError("npu", "bad-core-mask",
                            f"unknown NPU core mask {mask!r}; choose one of: {', '.join(CORE_MASKS)}")
-    attr = _CORE_ATTRS[key]
+    attr = f"NPU_CORE_{key.upper()}"
     if not hasattr(api, attr):
         raise RkvoiceError("npu", "bad-core-mask",
                            f"NPU core mask {mask!r} ({attr}) is not offered by this rknn-toolkit-lite2; "
