@@ -88,10 +88,6 @@ def spoken_text(phrase: str) -> str:
     return "".join(c for c in phrase if not c.isspace() and not unicodedata.category(c).startswith(("P", "S")))
 
 
-def _is_han(ch: str) -> bool:
-    return "CJK" in unicodedata.name(ch, "")
-
-
 def keywords_line(phrase: str, tokens_file: Path, known: dict[str, int] | None = None) -> str:
     """``"x iǎo zh ì x iǎo zh ì @小智小智"``: the phrase in the model's own tokens.
 
@@ -101,7 +97,7 @@ def keywords_line(phrase: str, tokens_file: Path, known: dict[str, int] | None =
     """
     text = spoken_text(phrase)
     fix = "choose a phrase of Chinese characters (hear.wake_phrase)"
-    foreign = [c for c in text if not _is_han(c)]
+    foreign = [c for c in text if "CJK" not in unicodedata.name(c, "")]
     if not text or foreign:
         what = f"characters the keyword model cannot spell: {' '.join(foreign)}" if text else "no characters"
         raise RkvoiceError("wake", "bad-phrase", f"wake phrase {phrase!r} has {what}; {fix}")

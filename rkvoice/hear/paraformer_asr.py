@@ -56,20 +56,6 @@ def check_paraformer(cfg: Config, model_dir: Path | None = None) -> tuple[Path, 
     return model, tokens
 
 
-def as_speech(samples: np.ndarray) -> np.ndarray:
-    """16 kHz mono float32 samples, or a clear error (stereo, non-finite values)."""
-    data = np.asarray(samples, dtype=np.float32)
-    if data.ndim != 1:
-        raise RkvoiceError(
-            "asr", "bad-audio",
-            f"the recogniser takes 16 kHz mono samples, got an array of shape {data.shape} "
-            "(convert with rkvoice.hear.sources.to_mono_16k)",
-        )
-    if not np.all(np.isfinite(data)):
-        raise RkvoiceError("asr", "bad-audio", "the audio holds NaN or infinite samples")
-    return data
-
-
 class ParaformerAsr:
     name = "paraformer"
 
@@ -77,9 +63,6 @@ class ParaformerAsr:
         self.cfg = cfg
         self.model_dir = model_dir or paraformer_dir(cfg)
         self._rec = None
-
-    def model_files(self) -> tuple[Path, Path]:
-        return model_files(self.model_dir)
 
     def load(self) -> None:
         model, tokens = check_paraformer(self.cfg, self.model_dir)
@@ -94,7 +77,15 @@ class ParaformerAsr:
     def transcribe(self, samples: np.ndarray) -> str:
         if self._rec is None:
             raise RuntimeError("ParaformerAsr.load() was not called")
-        data = as_speech(samples)
+        data = np.asarray(samples, dtype=np.float32)
+        if data.ndim != 1:
+            raise RkvoiceError(
+                "asr", "bad-audio",
+                f"the recogniser takes 16 kHz mono samples, got an array of shape {data.shape} "
+                "(convert with rkvoice.hear.sources.to_mono_16k)",
+            )
+        if not np.all(np.isfinite(data)):
+            raise RkvoiceError("asr", "bad-audio", "the audio holds NaN or infinite samples")
         if len(data) < MIN_SAMPLES:
             return ""  # a click: sherpa-onnx would log an ONNX Runtime error for an empty feature matrix
         try:
