@@ -116,13 +116,7 @@ def to_pcm16(x: np.ndarray) -> np.ndarray:
     return (np.clip(np.asarray(x, dtype=np.float32), -1.0, 1.0) * 32767.0).round().astype(np.int16)
 
 
-def prepare_piece(
-    samples: np.ndarray,
-    rate: int,
-    out_rate: int,
-    block: int,
-    fade_ms: float = 10.0,
-) -> np.ndarray:
+def prepare_piece(samples: np.ndarray, rate: int, out_rate: int, block: int, fade_ms: float = 10.0) -> np.ndarray:
     """Engine output -> fixed-size int16 blocks at the output rate (trims, resample, fades)."""
     x = np.asarray(samples, dtype=np.float32).reshape(-1)
     x = trim_tail(trim_lead(x, rate), rate)

@@ -1,12 +1,5 @@
-"""Players that need no sound device, and the audio-time accounting the real-time players share.
-
-- ``PacedPlayer``: audio-time accounting (``dry_at``: the clock time at which the device runs out
-  of audio) and waits that a ``clear()`` interrupts; waiting uses the injected clock (a FakeClock
-  advances instead of sleeping).
-- ``NullPlayer``: consumes audio at real-time pace and logs what was heard when.
-- ``WavPlayer``: writes a WAV file, renamed into place on close.
-- ``TeePlayer``: hands every block to several players.
-"""
+"""Players that need no sound device (null, WAV file, tee), and the audio-time accounting the
+real-time players share."""
 
 from __future__ import annotations
 
@@ -31,7 +24,9 @@ log = logging.getLogger(__name__)
 
 
 class PacedPlayer:
-    """Audio-time accounting and interruptible waits shared by the real-time players."""
+    """Audio-time accounting (``dry_at``: the clock time at which the device runs out of audio) and
+    waits that a ``clear()`` interrupts; waiting uses the injected clock (a FakeClock advances
+    instead of sleeping)."""
 
     name = "paced"
 

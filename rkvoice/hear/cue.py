@@ -38,9 +38,7 @@ class AckCue:
         self.samples = np.zeros(0, dtype=np.float32)
 
     def load(self) -> None:
-        if self.kind == "none":
-            self.samples = np.zeros(0, dtype=np.float32)
-        elif self.kind == "chime":
+        if self.kind == "chime":
             self.samples = chime(self.rate)
         elif self.kind == "voice":
             if self.voice is None:
@@ -48,6 +46,6 @@ class AckCue:
             tts = self.cfg.tts
             samples, rate = self.voice.generate(self.cfg.hear.ack_text, sid=tts.sid, speed=tts.speed)
             self.samples = resample(samples, rate, self.rate)
-        else:
+        elif self.kind != "none":
             raise RkvoiceError("hear", "bad-ack", f"hear.ack is {self.kind!r}; choose one of: chime, none, voice")
         log.info("ack cue %s: %.0f ms", self.kind, 1000 * len(self.samples) / self.rate)

@@ -96,7 +96,7 @@ class HearSession:
         self.samples = 0
         self._deadline_s = 0.0
         if hasattr(wake, "on_segment"):
-            wake.on_segment = self._wake_segment
+            wake.on_segment = self._speech_end
 
     @property
     def now_s(self) -> float:
@@ -140,7 +140,7 @@ class HearSession:
             return self._woke(hit) if hit is not None else []
         return self._listen(self.segmenter.flush(), final=True)
 
-    def _wake_segment(self, seg: Segment) -> None:
+    def _speech_end(self, seg: Segment) -> None:
         if self.on_speech_end is not None:
             self.on_speech_end(seg, self.mode)
 
@@ -156,8 +156,7 @@ class HearSession:
 
     def _listen(self, segments: list[Segment], final: bool = False) -> list[HearEvent]:
         for seg in segments:
-            if self.on_speech_end is not None:
-                self.on_speech_end(seg, self.mode)
+            self._speech_end(seg)
             t0 = self.clock.now()
             heard = self.asr.transcribe(seg.samples)
             asr_ms = (self.clock.now() - t0) * 1000.0

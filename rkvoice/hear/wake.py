@@ -80,7 +80,6 @@ class AsrMatchWake:
         self, cfg: Config, asr: AsrEngine, segmenter: Segmenter | None = None, short_s: float = SHORT_S,
         clock: Clock | None = None,
     ) -> None:
-        self.cfg = cfg
         self.clock = clock or MonotonicClock()
         self.asr = asr
         self.segmenter = segmenter or Segmenter(cfg)

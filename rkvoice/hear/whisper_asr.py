@@ -34,7 +34,6 @@ class WhisperAsr:
     name = "whisper"
 
     def __init__(self, cfg: Config, model_dir: Path | None = None, beam_size: int | None = None) -> None:
-        self.cfg = cfg
         self.model_dir = model_dir or whisper_dir(cfg)
         self.beam_size = beam_size or cfg.hear.whisper_beam
         self.threads = cfg.hear.threads
