@@ -12,6 +12,7 @@ import json
 import logging
 import re
 import threading
+from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,12 +94,6 @@ class Timeline:
             self._on_event(event)
         return event
 
-    def ms(self) -> float:
-        """Now, in this timeline's milliseconds."""
-        with self._lock:
-            t0 = self._t0
-        return 0.0 if t0 is None else round((self.clock.now() - t0) * 1000.0, 3)
-
     @property
     def events(self) -> list[Event]:
         with self._lock:
@@ -146,78 +141,55 @@ def _letters(text: str) -> int:
 
 
 def summarize(events: list[Event]) -> dict[str, Any]:
-    """The ``summary`` block: speech figures always, hearing and answer figures when those happened."""
-    first: dict[Ev, Event] = {}
+    """The ``summary`` block: speech figures always, answer and hearing figures when those happened."""
+    every: defaultdict[Ev, list[Event]] = defaultdict(list)
     for e in events:
-        first.setdefault(e.name, e)
+        every[e.name].append(e)
+    t = {name: marks[0].t_ms for name, marks in every.items()}  # the first mark of each name
     out: dict[str, Any] = {}
-    text_ready, audio_first = first.get(Ev.TEXT_READY), first.get(Ev.AUDIO_FIRST)
-    if text_ready is not None and audio_first is not None:
-        out["first_audio_ms"] = round(audio_first.t_ms - text_ready.t_ms, 3)
-    ends = [e for e in events if e.name is Ev.SYNTH_END]
-    synth_ms = sum(float(e.get("synth_ms", 0.0)) for e in ends)
-    audio_s = sum(float(e.get("audio_s", 0.0)) for e in ends)
+    if Ev.TEXT_READY in t and Ev.AUDIO_FIRST in t:
+        out["first_audio_ms"] = round(t[Ev.AUDIO_FIRST] - t[Ev.TEXT_READY], 3)
+    synth_ms = sum(float(e.get("synth_ms", 0.0)) for e in every[Ev.SYNTH_END])
+    audio_s = sum(float(e.get("audio_s", 0.0)) for e in every[Ev.SYNTH_END])
     out["synth_ms"] = round(synth_ms, 3)
     out["audio_s"] = round(audio_s, 4)
     out["rtf"] = round(synth_ms / 1000.0 / audio_s, 4) if audio_s > 0 else None
-    out["chunks"] = sum(1 for e in events if e.name is Ev.CHUNK)
-    out["max_gap_ms"] = max_gap_ms([(e.t_ms, float(e.get("audio_s"))) for e in events if e.name is Ev.PLAY_CHUNK])
-    play_end = first.get(Ev.PLAY_END)
-    if text_ready is not None and play_end is not None:
-        out["total_ms"] = round(play_end.t_ms - text_ready.t_ms, 3)
-    whole = first.get(Ev.WHOLE_TEXT_SYNTH)
-    if whole is not None:
-        out["whole_text_synth_ms"] = whole.get("synth_ms")
-        if "first_audio_ms" in out and whole.get("synth_ms") > 0:
-            out["first_audio_vs_whole"] = round(out["first_audio_ms"] / whole.get("synth_ms"), 4)
-    if Ev.CANCELLED in first:
+    out["chunks"] = len(every[Ev.CHUNK])
+    out["max_gap_ms"] = max_gap_ms([(e.t_ms, float(e.get("audio_s"))) for e in every[Ev.PLAY_CHUNK]])
+    if Ev.TEXT_READY in t and Ev.PLAY_END in t:
+        out["total_ms"] = round(t[Ev.PLAY_END] - t[Ev.TEXT_READY], 3)
+    if every[Ev.WHOLE_TEXT_SYNTH]:
+        whole_ms = out["whole_text_synth_ms"] = every[Ev.WHOLE_TEXT_SYNTH][0].get("synth_ms")
+        if "first_audio_ms" in out and whole_ms > 0:
+            out["first_audio_vs_whole"] = round(out["first_audio_ms"] / whole_ms, 4)
+    if Ev.CANCELLED in t:
         out["cancelled"] = True
-    errors = [e.get("message", "") for e in events if e.name is Ev.ERROR]
-    if errors:
-        out["errors"] = errors
-    out.update(_answer_figures(events, first))
-    out.update(_hear_figures(events, first))
-    return out
+    if every[Ev.ERROR]:
+        out["errors"] = [e.get("message", "") for e in every[Ev.ERROR]]
+    if every[Ev.ANSWER]:
+        from rkvoice.text.normalize import speakable
 
-
-def _answer_figures(events: list[Event], first: dict[Ev, Event]) -> dict[str, Any]:
-    answer = first.get(Ev.ANSWER)
-    if answer is None:
-        return {}
-    from rkvoice.text.normalize import speakable
-
-    text = str(answer.get("text", ""))
-    out: dict[str, Any] = {"answer": text, "route": answer.get("route", "")}
-    for name in (Ev.LLM_START, Ev.LLM_FIRST_TOKEN, Ev.LLM_DONE, Ev.TEXT_READY, Ev.AUDIO_FIRST, Ev.PLAY_END):
-        if name in first:
-            out[f"{name}_ms"] = first[name].t_ms
-    out["spoken_chars"] = _letters("".join(str(e.get("text", "")) for e in events if e.name is Ev.CHUNK))
-    out["answer_chars"] = _letters(speakable(text)) if text else 0
-    start, done, audio = first.get(Ev.LLM_START), first.get(Ev.LLM_DONE), first.get(Ev.AUDIO_FIRST)
-    if start is not None and audio is not None:
-        out["first_audio_from_llm_start_ms"] = round(audio.t_ms - start.t_ms, 3)
-    if done is not None and audio is not None:
-        out["audio_first_before_llm_done"] = audio.t_ms < done.t_ms
-    return out
-
-
-def _hear_figures(events: list[Event], first: dict[Ev, Event]) -> dict[str, Any]:
-    """``transcript``, ``asr_ms``, ``woke``, ``vad_silence_ms`` and ``end_to_first_audio_ms``
-    (the end of the user's speech -> the first sound of the answer)."""
-    asr = first.get(Ev.ASR_DONE)
-    if asr is None:
-        return {}
-    out: dict[str, Any] = {
-        "transcript": asr.get("text", ""),
-        "asr_ms": asr.get("asr_ms"),
-        "woke": bool(asr.get("woke")) or Ev.WAKE in first,
-    }
-    ends = [e for e in events if e.name is Ev.SPEECH_END and e.t_ms <= asr.t_ms]
-    if ends:
-        out["vad_silence_ms"] = ends[-1].get("silence_ms")
-        audio_first = first.get(Ev.AUDIO_FIRST)
-        if audio_first is not None:
-            out["end_to_first_audio_ms"] = round(audio_first.t_ms - ends[-1].t_ms, 3)
+        answer = every[Ev.ANSWER][0]
+        text = str(answer.get("text", ""))
+        out.update(answer=text, route=answer.get("route", ""))
+        for name in (Ev.LLM_START, Ev.LLM_FIRST_TOKEN, Ev.LLM_DONE, Ev.TEXT_READY, Ev.AUDIO_FIRST, Ev.PLAY_END):
+            if name in t:
+                out[f"{name}_ms"] = t[name]
+        out["spoken_chars"] = _letters("".join(str(e.get("text", "")) for e in every[Ev.CHUNK]))
+        out["answer_chars"] = _letters(speakable(text)) if text else 0
+        if Ev.LLM_START in t and Ev.AUDIO_FIRST in t:
+            out["first_audio_from_llm_start_ms"] = round(t[Ev.AUDIO_FIRST] - t[Ev.LLM_START], 3)
+        if Ev.LLM_DONE in t and Ev.AUDIO_FIRST in t:
+            out["audio_first_before_llm_done"] = t[Ev.AUDIO_FIRST] < t[Ev.LLM_DONE]
+    if every[Ev.ASR_DONE]:
+        # the end of the user's speech (the last one before the transcript) -> the answer's first sound
+        asr = every[Ev.ASR_DONE][0]
+        out.update(transcript=asr.get("text", ""), asr_ms=asr.get("asr_ms"), woke=bool(asr.get("woke")) or Ev.WAKE in t)
+        ends = [e for e in every[Ev.SPEECH_END] if e.t_ms <= asr.t_ms]
+        if ends:
+            out["vad_silence_ms"] = ends[-1].get("silence_ms")
+            if Ev.AUDIO_FIRST in t:
+                out["end_to_first_audio_ms"] = round(t[Ev.AUDIO_FIRST] - ends[-1].t_ms, 3)
     return out
 
 

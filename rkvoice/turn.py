@@ -43,13 +43,14 @@ class Turn:
         self.result: str | None = None
         self.exception: BaseException | None = None
         self.done = threading.Event()
-        self._reason = ""
+        self.reason = ""
+        """Why the turn was cancelled ("barge-in", "stop", "shutdown", "timeout", "error"...), else ""."""
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[Turn], None]] = []
 
     def __repr__(self) -> str:
         state = "done" if self.done.is_set() else "open"
-        return f"Turn({self.id}, {state}{', cancelled: ' + self._reason if self._reason else ''})"
+        return f"Turn({self.id}, {state}{', cancelled: ' + self.reason if self.reason else ''})"
 
     @property
     def clock(self) -> Clock:
@@ -57,17 +58,12 @@ class Turn:
 
     @property
     def cancelled(self) -> bool:
-        return bool(self._reason)
-
-    @property
-    def reason(self) -> str:
-        """Why the turn was cancelled ("barge-in", "stop", "shutdown", "timeout", "error"...), else ""."""
-        return self._reason
+        return bool(self.reason)
 
     def on_cancel(self, callback: Callable[[Turn], None]) -> None:
         """Run ``callback(turn)`` when the turn is cancelled (at once if it already was)."""
         with self._lock:
-            if not self._reason:
+            if not self.reason:
                 self._callbacks.append(callback)
                 return
         callback(self)
@@ -75,11 +71,11 @@ class Turn:
     def cancel(self, reason: str = "cancelled") -> bool:
         """Stop the turn now; False if it was already cancelled or is over."""
         with self._lock:
-            if self._reason or self.done.is_set():
+            if self.reason or self.done.is_set():
                 return False
-            self._reason = reason or "cancelled"
+            self.reason = reason or "cancelled"
             callbacks, self._callbacks = self._callbacks, []
-        self.timeline.mark(Ev.CANCELLED, turn=self.id, reason=self._reason)
+        self.timeline.mark(Ev.CANCELLED, turn=self.id, reason=self.reason)
         for callback in callbacks:
             try:
                 callback(self)

@@ -32,10 +32,9 @@ def check_writable(path: Path, what: str) -> None:
 
 def check_outputs(args: argparse.Namespace) -> None:
     """--out and --metrics must be writable before any model loads."""
-    if args.out:
-        check_writable(Path(args.out), "--out")
-    if args.metrics:
-        check_writable(Path(args.metrics), "--metrics")
+    for flag, path in (("--out", args.out), ("--metrics", args.metrics)):
+        if path:
+            check_writable(Path(path), flag)
 
 
 def load_voice(cfg: Config, name: str | None, text: str) -> TtsEngine:
@@ -51,27 +50,12 @@ def load_voice(cfg: Config, name: str | None, text: str) -> TtsEngine:
 
 @dataclass
 class Output:
-    """The player the speaker writes into, and the WAV recorder (if any) to commit or abort."""
+    """The player the speaker writes into, its parts, and the WAV recorder (if any)."""
 
     player: Player
     wav: WavPlayer | None = None
     wav_announce: bool = False
     parts: list[Player] = field(default_factory=list)
-
-    def commit(self, speaker: Speaker) -> None:
-        """Everything was spoken: join the speaker's threads, then close every output (the WAV
-        file is committed)."""
-        speaker.close()
-        for part in self.parts:
-            part.close()
-
-    def abort(self, speaker: Speaker | None) -> None:
-        """Something failed: stop speaking now and drop a half-written WAV file."""
-        if speaker is not None:
-            speaker.cancel_all("error")
-            speaker.close(timeout=1.0)
-        if self.wav is not None:
-            self.wav.abort()
 
     def report(self) -> None:
         """Say where the speech was written, when it went to a WAV file."""
@@ -115,17 +99,22 @@ def open_output(args: argparse.Namespace, cfg: Config, clock: Clock) -> Output:
 def speaking(engine: TtsEngine, output: Output, cfg: Config, clock: Clock) -> Iterator[Speaker]:
     """A loaded Speaker into ``output`` for one CLI run.
 
-    On success the output is committed (the WAV renamed into place); on any error or Ctrl-C every
-    turn is cancelled and the output aborted, so no half-written WAV is left.
+    On success the speaker's threads are joined and every output closed (the WAV renamed into
+    place); on any error or Ctrl-C every turn is cancelled and the WAV file dropped, so no
+    half-written WAV is left.
     """
     speaker: Speaker | None = None
-    ok = False
     try:
         speaker = Speaker(engine, output.player, cfg, clock)
         speaker.load()
         yield speaker
-        output.commit(speaker)
-        ok = True
-    finally:
-        if not ok:
-            output.abort(speaker)
+        speaker.close()
+        for part in output.parts:
+            part.close()
+    except BaseException:
+        if speaker is not None:
+            speaker.cancel_all("error")
+            speaker.close(timeout=1.0)
+        if output.wav is not None:
+            output.wav.abort()
+        raise

@@ -40,9 +40,6 @@ class StageSet:
             self.engines[spec.name] = self._load(spec, cfg)
             self._keys[spec.name] = spec.key(cfg)
 
-    def changed(self, cfg: Config) -> list[str]:
-        return [s.name for s in self.specs if s.key(cfg) != self._keys.get(s.name)]
-
     def reload(self, old_cfg: Config, new_cfg: Config) -> list[str]:
         """Reload the engines whose config key changed; returns their names.
 
@@ -50,10 +47,8 @@ class StageSet:
         LLMs). If the new one fails to load, the old config is loaded back and the error
         re-raised; if even that fails, the error is fatal to the process.
         """
-        names = self.changed(new_cfg)
-        for spec in self.specs:
-            if spec.name not in names:
-                continue
+        changed = [s for s in self.specs if s.key(new_cfg) != self._keys.get(s.name)]
+        for spec in changed:
             _close(spec.name, self.engines.pop(spec.name, None))
             try:
                 self.engines[spec.name] = self._load(spec, new_cfg)
@@ -65,7 +60,7 @@ class StageSet:
                     log.critical("restoring %s failed too: %s", spec.name, again)
                 raise
             self._keys[spec.name] = spec.key(new_cfg)
-        return names
+        return [s.name for s in changed]
 
     def close_all(self) -> None:
         for spec in reversed(self.specs):
@@ -73,12 +68,7 @@ class StageSet:
 
 
 def _close(name: str, engine: Any) -> None:
-    if engine is None:
-        return
-    close = getattr(engine, "close", None)
-    if close is None:
-        return
     try:
-        close()
+        getattr(engine, "close", lambda: None)()  # None (never loaded) has no close either
     except Exception as exc:
         log.error("closing %s failed: %s", name, exc)

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from rkvoice.config import Config, load_config, parse_override
+from rkvoice.config import DEFAULT_CONFIG, Config, load_config, parse_override
 from rkvoice.errors import RkvoiceError
 
 from .service import run_daemon
@@ -55,12 +55,7 @@ def config_loader(config_file: str | None, overrides: list[str]) -> Callable[[],
     parsed = [parse_override(item) for item in overrides]
 
     def load() -> Config:
-        files = None
-        if config_file:
-            from rkvoice.config import DEFAULT_CONFIG
-
-            files = [DEFAULT_CONFIG, Path(config_file)]
-        return load_config(parsed, files)
+        return load_config(parsed, [DEFAULT_CONFIG, Path(config_file)] if config_file else None)
 
     return load
 
@@ -78,8 +73,8 @@ def serve(load: Callable[[], Config], stages: str | None = None) -> int:
 
 def run_from_cli(args: argparse.Namespace, load: Callable[[], Config]) -> int:
     """``assistant.py`` without a mode flag. ``--no-play`` swaps the player for the null sink."""
-    setup_logging(getattr(args, "verbose", False))
-    if getattr(args, "no_play", False):
+    setup_logging(args.verbose)
+    if args.no_play:
         plain = load
 
         def load() -> Config:

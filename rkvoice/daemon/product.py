@@ -84,9 +84,7 @@ class HearEngines:
 
     def close(self) -> None:
         for engine in (self.wake, self.asr):
-            close = getattr(engine, "close", None)
-            if close is not None:
-                close()
+            getattr(engine, "close", lambda: None)()
 
 
 class SpeakEngines:
@@ -210,17 +208,13 @@ def speak_key(cfg: Config) -> object:
             a.block_ms, a.crossfade_ms)
 
 
-def _assistant(cfg: Config) -> Assistant:
-    return Assistant(cfg)
-
-
 def product_plan(cfg: Config, source: Callable[[Config], AudioSource] | None = None,
                  player: Callable[[Config], Player] | None = None) -> Plan:
     """The real engines; ``source``/``player`` replace the microphone/player (the soak)."""
     return Plan(
         stages=(
             StageSpec("hear", hear_key, HearEngines),
-            StageSpec("answer", answer_key, _assistant),
+            StageSpec("answer", answer_key, Assistant),
             StageSpec("speak", speak_key, lambda c: SpeakEngines(c, player)),
         ),
         source=source or _microphone,

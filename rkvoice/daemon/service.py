@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any
 
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
@@ -65,9 +64,8 @@ class Daemon:
         self._new_cfg: Config | None = None  # read by the main thread, applied by the worker between runs
         self._wyoming: tuple[threading.Thread, threading.Event] | None = None
         self._exit_code = EXIT_OK
-        self._busy: dict[int, tuple[str, float]] = {}
+        self._busy: dict[object, tuple[str, float]] = {}
         self._busy_lock = threading.Lock()
-        self._busy_seq = 0
         self._count_lock = threading.Lock()  # turns may end on the loop's own threads
         self._failures = 0
         self._signalled = ""
@@ -90,7 +88,8 @@ class Daemon:
             self.notifier.close()
 
     def _run_locked(self, handle_signals: bool) -> int:
-        previous = self._install_signals() if handle_signals else {}
+        handlers = {signal.SIGTERM: self._on_stop, signal.SIGINT: self._on_stop, signal.SIGHUP: self._on_hup}
+        previous = {sig: signal.signal(sig, h) for sig, h in handlers.items()} if handle_signals else {}
         try:
             self.notifier.status("loading models")
             self.stages.load_all(self.cfg)
@@ -154,16 +153,6 @@ class Daemon:
         # slow loads on the board (Paraformer ~8.5 s): ask systemd for more start-up time
         self.notifier.extend_timeout(self.cfg.daemon.load_timeout_s)
 
-    def _install_signals(self) -> dict[int, Any]:
-        previous: dict[int, Any] = {}
-        for sig, handler in (
-            (signal.SIGTERM, self._on_stop),
-            (signal.SIGINT, self._on_stop),
-            (signal.SIGHUP, self._on_hup),
-        ):
-            previous[sig] = signal.signal(sig, handler)
-        return previous
-
     # Signal handlers only set events: the main thread may be inside the notifier or a
     # stage when the signal arrives, so doing the work here could deadlock on their locks.
     def _on_stop(self, signum: int, _frame: FrameType | None) -> None:
@@ -218,9 +207,8 @@ class Daemon:
 
     @contextmanager
     def busy(self, what: str) -> Iterator[None]:
+        token = object()
         with self._busy_lock:
-            self._busy_seq += 1
-            token = self._busy_seq
             self._busy[token] = (what, self.clock.now())
         try:
             yield

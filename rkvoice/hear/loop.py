@@ -68,10 +68,6 @@ def player_cue(player: Player, block_ms: int = 20) -> Callable[[np.ndarray], Non
     return play
 
 
-def _not_busy(_what: str) -> AbstractContextManager[None]:
-    return contextlib.nullcontext()
-
-
 class TurnLoop:
     """Drives a HearSession from an AudioSource and runs a turn for each request.
 
@@ -89,7 +85,7 @@ class TurnLoop:
         clock: Clock | None = None,
         on_turn: Callable[[Turn], None] | None = None,
         on_error: Callable[[BaseException], None] | None = None,
-        busy: Callable[[str], AbstractContextManager[None]] = _not_busy,
+        busy: Callable[[str], AbstractContextManager[None]] = lambda _what: contextlib.nullcontext(),
     ) -> None:
         self.session = session
         self.responder = responder
@@ -102,19 +98,15 @@ class TurnLoop:
         self.turns: deque[Turn] = deque(maxlen=KEEP)
         self.wakes: deque[Wake] = deque(maxlen=KEEP)
         self._pending: Timeline | None = None
-        self._current: Turn | None = None
+        self.current: Turn | None = None  # the turn in progress
         self._lock = threading.Lock()
         self._inbox: queue.Queue[tuple[str, Any]] | None = None  # the running run_live's
         self._stop_asked = False
         session.on_speech_end = self._speech_end
 
-    @property
-    def current(self) -> Turn | None:
-        return self._current
-
     def interrupt(self, reason: str = "shutdown") -> None:
         """From any thread: cancel the running turn and make ``run_live`` return."""
-        turn = self._current
+        turn = self.current
         if turn is not None:
             turn.cancel(reason)
         with self._lock:
@@ -150,7 +142,7 @@ class TurnLoop:
             self._pending.mark(Ev.CUE, delay_ms=round((self.clock.now() - t0) * 1000.0, 3))
 
     def _barge_in(self) -> None:
-        turn, self._current = self._current, None
+        turn, self.current = self.current, None
         if turn is None:
             return
         t0 = self.clock.now()
@@ -167,7 +159,7 @@ class TurnLoop:
         turn = Turn(tl, text=ev.text)
         turn.woke = ev.woke
         self.turns.append(turn)
-        self._current = turn
+        self.current = turn
         return turn
 
     def _run_turn(self, turn: Turn) -> None:
@@ -216,9 +208,9 @@ class TurnLoop:
             inbox.put(("done", turn))
 
     def _finished(self, turn: Turn) -> None:
-        if turn is not self._current:
+        if turn is not self.current:
             return  # an old, barged-in turn
-        self._current = None
+        self.current = None
         if turn.cancelled:
             self.session.turn_cancelled()
         else:
@@ -270,14 +262,14 @@ class TurnLoop:
                 elif kind == "end":
                     ended = True
                     self._handle(self._accept(None), sync=False)
-                if ended and self._current is None:
+                if ended and self.current is None:
                     break
         finally:
             with self._lock:
                 self._inbox = None
                 self._stop_asked = False
             source.close()
-            turn, self._current = self._current, None
+            turn, self.current = self.current, None
             if turn is not None and not turn.done.is_set():
                 turn.cancel("shutdown")
         return list(self.turns)
