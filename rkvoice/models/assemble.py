@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shutil
-import subprocess
 import tarfile
 import zipfile
 from collections.abc import Iterator
@@ -24,7 +22,7 @@ from typing import IO
 from pooch import file_hash
 
 from rkvoice.errors import RkvoiceError
-from rkvoice.models.context import Context
+from rkvoice.models.context import Context, atomic, run_tail
 from rkvoice.models.manifest import Step
 from rkvoice.models.rknn import run_rknn_step
 
@@ -39,53 +37,29 @@ def _fail(ctx: Context, step: Step, msg: str) -> RkvoiceError:
 
 
 @contextlib.contextmanager
-def _atomic(target: Path) -> Iterator[IO[bytes]]:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    try:
-        with open(tmp, "wb") as out:
-            yield out
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
-@contextlib.contextmanager
 def open_member(archive: Path, member: str | None) -> Iterator[IO[bytes]]:
     """Open ``member`` of a zip/wheel or tar archive (or the file itself when member is None)."""
-    if member is None:
-        with open(archive, "rb") as whole:
-            yield whole
-        return
-    if zipfile.is_zipfile(archive):
-        with zipfile.ZipFile(archive) as z:
-            try:
-                zinfo = z.getinfo(member)
-            except KeyError:
-                raise KeyError(f"{member} is not in {archive.name}") from None
-            with z.open(zinfo) as zf:
-                yield zf
-        return
-    with tarfile.open(archive) as t:
+    with contextlib.ExitStack() as stack:
         try:
-            tinfo = t.getmember(member)
+            if member is None:
+                f: IO[bytes] | None = open(archive, "rb")
+            elif zipfile.is_zipfile(archive):
+                f = stack.enter_context(zipfile.ZipFile(archive)).open(member)
+            else:
+                f = stack.enter_context(tarfile.open(archive)).extractfile(member)
         except KeyError:
             raise KeyError(f"{member} is not in {archive.name}") from None
-        tf = t.extractfile(tinfo)
-        if tf is None:
+        if f is None:
             raise KeyError(f"{member} in {archive.name} is not a regular file")
-        with tf:
-            yield tf
+        with f:
+            yield f
 
 
 def _extract(ctx: Context, step: Step) -> None:
     target = ctx.path(step.to)
     archive = ctx.fetched[step.source]
     try:
-        with open_member(archive, step.member or None) as src, _atomic(target) as out:
+        with open_member(archive, step.member or None) as src, atomic(target) as out:
             shutil.copyfileobj(src, out, CHUNK)
     except KeyError as exc:
         raise _fail(ctx, step, str(exc.args[0])) from None
@@ -100,7 +74,7 @@ def _extract(ctx: Context, step: Step) -> None:
 
 def _concat(ctx: Context, step: Step) -> None:
     target = ctx.path(step.to)
-    with _atomic(target) as out:
+    with atomic(target) as out:
         for i, part in enumerate(step.parts, 1):
             archive = ctx.fetched[part.source]
             try:
@@ -128,7 +102,7 @@ def _untar(ctx: Context, step: Step) -> None:
                     continue
                 f = t.extractfile(info)
                 assert f is not None
-                with f, _atomic(out_path) as out:
+                with f, atomic(out_path) as out:
                     shutil.copyfileobj(f, out, CHUNK)
     except tarfile.TarError as exc:
         raise _fail(ctx, step, f"cannot read {archive.name}: {exc}") from None
@@ -144,52 +118,31 @@ def _run(ctx: Context, step: Step, python: str, args: tuple[str, ...]) -> None:
         target = [str(script)]
     cmd = [python, *target, *(ctx.fmt(a) for a in args)]
     log.info("  running %s", " ".join(cmd[1:]))
-    proc = subprocess.run(cmd, cwd=ctx.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
-    if proc.returncode != 0:
-        tail = " | ".join(line.strip() for line in proc.stdout.strip().splitlines()[-4:])
-        raise _fail(ctx, step, f"{step.script} exited {proc.returncode}: {tail}")
+    rc, tail = run_tail(cmd, 4, ctx.root)
+    if rc:
+        raise _fail(ctx, step, f"{step.script} exited {rc}: {tail}")
 
 
 def _convert(ctx: Context, step: Step) -> None:
-    venv = ctx.root / ".cache" / "models" / f"venv-{ctx.model.id}"
-    if venv.exists():
-        shutil.rmtree(venv)
     log.info("  creating a throw-away venv with %s", " ".join(step.venv))
-    try:
-        proc = subprocess.run([ctx.python, "-m", "venv", str(venv)], capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise _fail(ctx, step, f"cannot create a venv: {proc.stderr.strip()[-300:]}")
-        vpy = str(venv / "bin" / "python")
-        proc = subprocess.run(
-            [vpy, "-m", "pip", "install", "--disable-pip-version-check", "-q",
-             "--cache-dir", str(ctx.pip_cache), *step.venv],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False,
-        )
-        if proc.returncode != 0:
-            tail = " | ".join(line.strip() for line in proc.stdout.strip().splitlines()[-3:])
-            raise _fail(ctx, step, f"pip install {' '.join(step.venv)} failed: {tail}")
+    with ctx.venv(ctx.python, "step-failed") as vpy:
+        ctx.pip_install(vpy, step.venv, " ".join(step.venv), "step-failed")
         for args in step.runs:
             _run(ctx, step, vpy, args)
-    finally:
-        shutil.rmtree(venv, ignore_errors=True)
-        log.info("  throw-away venv deleted")
+
+
+def _prepare(ctx: Context, step: Step) -> None:
+    _run(ctx, step, ctx.python, step.args)
+
+
+_OPS = {"extract": _extract, "copy": _extract, "concat": _concat, "untar": _untar, "convert": _convert,
+        "prepare": _prepare, "rknn": run_rknn_step}
 
 
 def run_step(ctx: Context, step: Step) -> None:
     """Run one manifest step for ``ctx.model``."""
     ctx.work.mkdir(parents=True, exist_ok=True)
     ctx.dest.mkdir(parents=True, exist_ok=True)
-    if step.op in ("extract", "copy"):
-        _extract(ctx, step)
-    elif step.op == "concat":
-        _concat(ctx, step)
-    elif step.op == "untar":
-        _untar(ctx, step)
-    elif step.op == "convert":
-        _convert(ctx, step)
-    elif step.op == "prepare":
-        _run(ctx, step, ctx.python, step.args)
-    elif step.op == "rknn":
-        run_rknn_step(ctx, step, ctx.toolkit, ctx.toolkit_python)
-    else:  # the manifest reader rejects unknown ops; this guards direct callers
+    if step.op not in _OPS:  # the manifest reader rejects unknown ops; this guards direct callers
         raise _fail(ctx, step, f"unknown op {step.op!r}")
+    _OPS[step.op](ctx, step)

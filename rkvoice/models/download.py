@@ -12,12 +12,14 @@ other 4xx fails at once. Errors are RkvoiceError naming the URL and the fix.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from pathlib import Path
 
 import pooch
 import requests
+from pooch import file_hash
 
 from rkvoice.errors import RkvoiceError
 
@@ -28,37 +30,45 @@ CHUNK = 1 << 16
 USER_AGENT = "rkvoice-installer/1"
 
 
-class ResumingDownloader:
+def check_file(path: Path, sha256: str | None, size: int | None, origin: str) -> None:
+    """Delete ``path`` and raise when its size or sha256 is not the expected one (None: not checked)."""
+    got = path.stat().st_size
+    if size is not None and got != size:
+        path.unlink()
+        raise RkvoiceError("models", "bad-size", f"{origin}: expected {size} bytes, got {got}; "
+                           "the file was deleted, rerun to fetch it again")
+    if sha256 is not None and (actual := file_hash(path)) != sha256:
+        path.unlink()
+        raise RkvoiceError("models", "bad-sha256",
+                           f"{origin}: sha256 mismatch: expected {sha256}, got {actual}; the file was deleted")
+
+
+def _resume(part: Path, timeout: float, url: str, output_file: str, _pooch: object) -> None:
     """A pooch downloader: continue ``part`` with a Range request, then hand it to pooch to check."""
+    offset = part.stat().st_size if part.is_file() else 0
+    headers = {"User-Agent": USER_AGENT} | ({"Range": f"bytes={offset}-"} if offset else {})
+    with requests.get(url, headers=headers, stream=True, timeout=timeout) as resp:
+        if not (offset and resp.status_code == 416):  # 416: the part is already whole; its sha256 decides
+            if 400 <= resp.status_code < 500 and resp.status_code not in (408, 429):
+                raise RkvoiceError("models", "http-error", f"download {url}: HTTP {resp.status_code} {resp.reason}")
+            resp.raise_for_status()  # 5xx, 408, 429: pooch retries
+            if offset and resp.status_code == 200:
+                log.info("%s: the server ignored the Range request; starting over", part.name)
+            _write(part, resp, offset if resp.status_code == 206 else 0)
+    os.replace(part, output_file)
 
-    def __init__(self, part: Path, timeout: float) -> None:
-        self.part = part
-        self.timeout = timeout
 
-    def __call__(self, url: str, output_file: str, _pooch: object) -> None:
-        offset = self.part.stat().st_size if self.part.is_file() else 0
-        headers = {"User-Agent": USER_AGENT} | ({"Range": f"bytes={offset}-"} if offset else {})
-        with requests.get(url, headers=headers, stream=True, timeout=self.timeout) as resp:
-            if not (offset and resp.status_code == 416):  # 416: the part is already whole; its sha256 decides
-                if 400 <= resp.status_code < 500 and resp.status_code not in (408, 429):
-                    raise RkvoiceError("models", "http-error", f"download {url}: HTTP {resp.status_code} {resp.reason}")
-                resp.raise_for_status()  # 5xx, 408, 429: pooch retries
-                if offset and resp.status_code == 200:
-                    log.info("%s: the server ignored the Range request; starting over", self.part.name)
-                self._write(resp, offset if resp.status_code == 206 else 0)
-        os.replace(self.part, output_file)
-
-    def _write(self, resp: requests.Response, offset: int) -> None:
-        length = resp.headers.get("Content-Length", "")
-        total = offset + int(length) if length.isdigit() else 0
-        done, logged = offset, offset * 10 // total if total else 0
-        with open(self.part, "ab" if offset else "wb") as out:
-            for block in resp.iter_content(CHUNK):
-                out.write(block)
-                done += len(block)
-                if total and done * 10 // total > logged:  # one line per tenth: short logs on a slow link
-                    logged = done * 10 // total
-                    log.info("  %s: %.1f of %.1f MB", self.part.name[: -len(".part")], done / 1e6, total / 1e6)
+def _write(part: Path, resp: requests.Response, offset: int) -> None:
+    length = resp.headers.get("Content-Length", "")
+    total = offset + int(length) if length.isdigit() else 0
+    done, logged = offset, offset * 10 // total if total else 0
+    with open(part, "ab" if offset else "wb") as out:
+        for block in resp.iter_content(CHUNK):
+            out.write(block)
+            done += len(block)
+            if total and done * 10 // total > logged:  # one line per tenth: short logs on a slow link
+                logged = done * 10 // total
+                log.info("  %s: %.1f of %.1f MB", part.name[: -len(".part")], done / 1e6, total / 1e6)
 
 
 def _reason(exc: requests.RequestException, received: bool) -> str:
@@ -85,7 +95,7 @@ def download(url: str, dest: str | Path, sha256: str | None = None, size: int | 
                            retry_if_failed=retries)
     pooch.get_logger().setLevel(log.getEffectiveLevel())
     try:
-        fetcher.fetch(dest.name, downloader=ResumingDownloader(part, timeout))
+        fetcher.fetch(dest.name, downloader=functools.partial(_resume, part, timeout))
     except ValueError as exc:  # pooch: the sha256 does not match (the download is deleted)
         raise RkvoiceError("models", "bad-sha256", f"download {url}: {exc} Rerun to fetch it again; if it "
                            "repeats, the file on the server changed") from None
@@ -94,9 +104,5 @@ def download(url: str, dest: str | Path, sha256: str | None = None, size: int | 
         kept = f" (the partial file {part} is kept and a rerun resumes it)" if received else ""
         raise RkvoiceError("models", "download-failed", f"download {url}: {_reason(exc, received)}; "
                            f"gave up after {retries + 1} attempts{kept}") from None
-    if size is not None and dest.stat().st_size != size:
-        got = dest.stat().st_size
-        dest.unlink()
-        raise RkvoiceError("models", "bad-size", f"download {url}: expected {size} bytes, got {got}; "
-                           "the file was deleted, rerun to fetch it again")
+    check_file(dest, None, size, f"download {url}")
     return dest

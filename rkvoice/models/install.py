@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import sys
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,8 +18,8 @@ from pathlib import Path
 from pooch import file_hash
 
 from rkvoice.errors import RkvoiceError
-from rkvoice.models.assemble import Context, run_step
-from rkvoice.models.context import Toolkit
+from rkvoice.models.assemble import run_step
+from rkvoice.models.context import DOWNLOADS, Context, Toolkit
 from rkvoice.models.fetch import fetch
 from rkvoice.models.manifest import Manifest, Model, Source
 from rkvoice.models.rknn import drop_ins_present, resolve_toolkit, rknn_files
@@ -28,7 +27,6 @@ from rkvoice.models.verify import applies_here, verify_model
 
 log = logging.getLogger(__name__)
 
-DOWNLOADS = ".cache/models/downloads"
 FAILED = ("missing", "corrupt", "mismatch")
 
 
@@ -71,21 +69,13 @@ class Report:
         return [o for o in self.outcomes if o.fails]
 
 
-def _unverified(model: Model) -> list[str]:
-    return [s.name for s in model.sources if s.sha256 is None and s.kind != "local"]
-
-
-def _host(url: str | None) -> str:
-    return urllib.parse.urlsplit(url or "").netloc
-
-
 def _fetch_all(model: Model, cache: Path, dead_hosts: set[str] | None) -> dict[str, Path]:
     fetched: dict[str, Path] = {}
     total = sum(s.size or 0 for s in model.sources)
     log.info("%s: fetching %d source(s)%s", model.id, len(model.sources), f", {total / 1e6:.0f} MB" if total else "")
     done = 0
     for i, source in enumerate(model.sources, 1):
-        host = _host(source.url)
+        host = urllib.parse.urlsplit(source.url or "").netloc
         if dead_hosts is not None and host and host in dead_hosts and not (cache / source.filename).is_file():
             raise SourceError(RkvoiceError("models", "download-failed",
                                            f"download {source.url}: not tried, {host} could not be reached "
@@ -105,17 +95,9 @@ def _fetch_all(model: Model, cache: Path, dead_hosts: set[str] | None) -> dict[s
     return fetched
 
 
-def install_model(
-    model: Model,
-    root: Path,
-    *,
-    allow_unverified: bool = False,
-    keep_downloads: bool = False,
-    python: str = sys.executable,
-    toolkit: Toolkit | None = None,
-    toolkit_python: str | None = None,
-    dead_hosts: set[str] | None = None,
-) -> bool:
+def install_model(model: Model, root: Path, *, allow_unverified: bool = False, keep_downloads: bool = False,
+                  toolkit: Toolkit | None = None, toolkit_python: str | None = None,
+                  dead_hosts: set[str] | None = None) -> bool:
     """Install one model; returns True if anything was done, False if it already verified.
 
     Raises RkvoiceError (SourceError for a source) naming what went wrong.
@@ -124,26 +106,23 @@ def install_model(
     if not verify_model(model, root, version):
         log.info("%s: ok (already installed, nothing to do)", model.id)
         return False
-    bad = _unverified(model)
+    bad = [s for s in model.sources if s.sha256 is None and s.kind != "local"]
     if bad and not allow_unverified:
-        notes = "; ".join(f"{n}: {model.source(n).note}" for n in bad)
         raise RkvoiceError(
             "models", "no-sha256",
-            f"{model.id}: source(s) {', '.join(bad)} have no published sha256 ({notes}); "
+            f"{model.id}: source(s) {', '.join(s.name for s in bad)} have no published sha256 "
+            f"({'; '.join(f'{s.name}: {s.note}' for s in bad)}); "
             "refusing to install unverified files. Rerun with --allow-unverified to accept them on trust",
         )
-    cache = root / DOWNLOADS
-    fetched = _fetch_all(model, cache, dead_hosts)
-    ctx = Context(root, model, fetched, python=python, toolkit=toolkit, toolkit_python=toolkit_python)
+    fetched = _fetch_all(model, root / DOWNLOADS, dead_hosts)
+    ctx = Context(root, model, fetched, toolkit=toolkit, toolkit_python=toolkit_python)
     for i, step in enumerate(model.steps, 1):
         log.info("%s: step %d/%d %s %s", model.id, i, len(model.steps), step.op, step.to or step.script or step.module)
         run_step(ctx, step)
     problems = verify_model(model, root, version)
     if problems:
-        raise RkvoiceError(
-            "models", "verify-failed",
-            f"{model.id}: assembled but does not verify: " + "; ".join(str(p) for p in problems),
-        )
+        raise RkvoiceError("models", "verify-failed",
+                           f"{model.id}: assembled but does not verify: " + "; ".join(map(str, problems)))
     shutil.rmtree(ctx.work, ignore_errors=True)
     if not keep_downloads:
         for source in model.sources:
@@ -202,7 +181,7 @@ def classify(model: Model, err: RkvoiceError, profile: str, toolkit: Toolkit | N
     elif err.code in ("convert-failed", "toolkit-install-failed"):
         fix = ("see the converter output above; retry alone: py312/bin/python -m rkvoice.models install "
                f"--profile {profile} --only {model.id}")
-    elif err.code in ("bad-drop-in",):
+    elif err.code == "bad-drop-in":
         status = "corrupt"
         fix = f"rebuild the files in {DOWNLOADS} (models/convert_rknn.py) or delete them to convert here"
     elif err.code in ("step-failed", "verify-failed"):
@@ -211,18 +190,9 @@ def classify(model: Model, err: RkvoiceError, profile: str, toolkit: Toolkit | N
     return Outcome(model.id, status, err.message, fix, model.optional)
 
 
-def install_profile(
-    manifest: Manifest,
-    root: Path,
-    profile: str,
-    *,
-    only: list[str] | None = None,
-    allow_unverified: bool = False,
-    keep_downloads: bool = False,
-    toolkit_version: str | None = None,
-    toolkit_python: str | None = None,
-    lib_paths: tuple[Path, ...] | None = None,
-) -> Report:
+def install_profile(manifest: Manifest, root: Path, profile: str, *, only: list[str] | None = None,
+                    allow_unverified: bool = False, keep_downloads: bool = False, toolkit_version: str | None = None,
+                    toolkit_python: str | None = None, lib_paths: tuple[Path, ...] | None = None) -> Report:
     """Attempt every model of ``profile`` (or just ``only``); one Outcome per model, never stops early."""
     models = manifest.profile(profile)
     if only:
@@ -238,7 +208,6 @@ def install_profile(
     if toolkit is not None:
         log.info("rknn-toolkit2 version for the NPU files: %s", toolkit.describe())
     report = Report(profile)
-    status: dict[str, str] = {}
     dead_hosts: set[str] = set()
     for n, model in enumerate(models, 1):
         if not applies_here(model):
@@ -247,9 +216,9 @@ def install_profile(
         else:
             log.info("[%d/%d] %s (%s, %s%s)", n, len(models), model.id, model.stage, model.engine,
                      ", optional" if model.optional else "")
+            status = {o.model: o.status for o in report.outcomes}
             outcome = _attempt(model, root, profile, status, toolkit, allow_unverified=allow_unverified,
                                keep_downloads=keep_downloads, toolkit_python=toolkit_python, dead_hosts=dead_hosts)
-        status[model.id] = outcome.status
         report.outcomes.append(outcome)
     return report
 
@@ -280,10 +249,8 @@ def _attempt(model: Model, root: Path, profile: str, status: dict[str, str], too
 
 def format_table(report: Report) -> str:
     """The per-model table install.sh ends with: id, status, and the fix for anything not ok."""
-    rows = [(o.model, o.status + (" (optional)" if o.optional and o.status in FAILED else ""),
-             o.fix or (o.detail if o.status == "skipped" else "-")) for o in report.outcomes]
-    w0 = max([len("model")] + [len(r[0]) for r in rows])
-    w1 = max([len("status")] + [len(r[1]) for r in rows])
-    lines = [f"models ({report.profile}):", f"  {'model':<{w0}}  {'status':<{w1}}  fix"]
-    lines += [f"  {a:<{w0}}  {b:<{w1}}  {c}" for a, b, c in rows]
-    return "\n".join(lines)
+    rows = [("model", "status", "fix")] + [
+        (o.model, o.status + (" (optional)" if o.optional and o.status in FAILED else ""),
+         o.fix or (o.detail if o.status == "skipped" else "-")) for o in report.outcomes]
+    w0, w1 = (max(len(r[i]) for r in rows) for i in (0, 1))
+    return "\n".join([f"models ({report.profile}):"] + [f"  {a:<{w0}}  {b:<{w1}}  {c}" for a, b, c in rows])

@@ -23,7 +23,15 @@ from rkvoice.errors import RkvoiceError
 
 STAGES = ("wake", "vad", "asr", "llm", "tts", "text")
 PROFILES = ("portable", "board")
-STEP_OPS = ("extract", "untar", "concat", "copy", "convert", "prepare", "rknn")
+_STEP_KEYS = {  # op -> (required keys, optional keys)
+    "extract": (("op", "source", "to"), ("member", "sha256")),
+    "untar": (("op", "source", "to"), ("strip",)),
+    "concat": (("op", "parts", "to"), ()),
+    "copy": (("op", "source", "to"), ("member", "sha256")),
+    "convert": (("op", "venv", "script", "runs"), ()),
+    "prepare": (("op", "args"), ("script", "module")),  # a script file of the checkout, or a module run with -m
+    "rknn": (("op", "script", "runs", "toolkit"), ("deps",)),
+}
 FILE_CHECKS = ("", "onnx", "rknn")
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 _PIP = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!-]+$")
@@ -51,8 +59,6 @@ class Source:
     sha256: str | None
     size: int | None
     note: str = ""
-
-    local: str | None = None
 
     @property
     def kind(self) -> str:
@@ -197,7 +203,6 @@ def _source(name: str, d: Any, where: str) -> Source:
     return Source(
         name=name, pip=d.get("pip"), url=d.get("url"), filename=filename,
         sha256=_sha(d["sha256"], where, note), size=_size(d.get("size"), where), note=note,
-        local=d.get("local"),
     )
 
 
@@ -205,18 +210,10 @@ def _step(d: Any, where: str, sources: set[str]) -> Step:
     if not isinstance(d, dict) or "op" not in d:
         raise _err(where, "a step needs op:")
     op = d["op"]
-    if op not in STEP_OPS:
-        raise _err(where, f"unknown op {op!r}; choose one of: {', '.join(STEP_OPS)}")
-    if op in ("extract", "copy"):
-        d = _take(d, where, ("op", "source", "to"), ("member", "sha256"))
-    elif op == "untar":
-        d = _take(d, where, ("op", "source", "to"), ("strip",))
-    elif op == "concat":
-        d = _take(d, where, ("op", "parts", "to"), ())
-    elif op == "convert":
-        d = _take(d, where, ("op", "venv", "script", "runs"), ())
-    elif op == "rknn":
-        d = _take(d, where, ("op", "script", "runs", "toolkit"), ("deps",))
+    if op not in _STEP_KEYS:
+        raise _err(where, f"unknown op {op!r}; choose one of: {', '.join(_STEP_KEYS)}")
+    d = _take(d, where, *_STEP_KEYS[op])
+    if op == "rknn":
         if not isinstance(d["toolkit"], str) or not _NAME.match(d["toolkit"]):
             raise _err(where, "toolkit must be a distribution name (its version follows the board), "
                               f"got {d['toolkit']!r}")
@@ -224,10 +221,8 @@ def _step(d: Any, where: str, sources: set[str]) -> Step:
         if not isinstance(deps, list) or not all(isinstance(x, str) and _REQ.match(x) for x in deps):
             raise _err(where, "deps must be a list of requirement specifiers (NAME, NAME==V, NAME>=A,<B, "
                               "optionally '; platform_machine == \"aarch64\"')")
-    else:  # prepare: a script file of the checkout, or a module run with -m
-        d = _take(d, where, ("op", "args"), ("script", "module"))
-        if ("script" in d) == ("module" in d):
-            raise _err(where, "prepare needs exactly one of script: or module:")
+    elif op == "prepare" and ("script" in d) == ("module" in d):
+        raise _err(where, "prepare needs exactly one of script: or module:")
     parts: list[Part] = []
     for i, p in enumerate(d.get("parts", ())):
         p = _take(p, f"{where}.parts[{i}]", ("source",), ("member",))

@@ -18,17 +18,15 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import shutil
 import subprocess
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rkvoice.board import versions
 from rkvoice.errors import RkvoiceError
-from rkvoice.models.context import Context, Toolkit
+from rkvoice.models.context import DOWNLOADS, Context, Toolkit, atomic
 
 if TYPE_CHECKING:
     from rkvoice.models.manifest import Model, Step
@@ -121,7 +119,7 @@ def rknn_files(model: Model) -> list[str]:
 
 def drop_ins_present(model: Model, root: Path) -> bool:
     """Is a complete set of the model's .rknn files (with sidecars) waiting in the download cache?"""
-    cache = root / ".cache" / "models" / "downloads"
+    cache = root / DOWNLOADS
     names = [Path(p).name for p in rknn_files(model)]
     return bool(names) and all((cache / n).is_file() and sidecar_of(cache / n).is_file() for n in names)
 
@@ -132,7 +130,7 @@ def install_drop_ins(ctx: Context, toolkit: Toolkit) -> bool:
     A complete set whose sidecars name another toolkit than the runtime's is refused (it would
     load and misbehave); so is a set built by mixed versions.
     """
-    cache = ctx.root / ".cache" / "models" / "downloads"
+    cache = ctx.root / DOWNLOADS
     names = [Path(p).name for p in rknn_files(ctx.model)]
     present = [cache / n for n in names if (cache / n).is_file()]
     if not present:
@@ -166,36 +164,14 @@ def install_drop_ins(ctx: Context, toolkit: Toolkit) -> bool:
         for src, dst in ((p, target), (sidecar_of(p), sidecar_of(target)),
                          (p.with_suffix(".onnx"), target.with_suffix(".onnx"))):
             if src.is_file():
-                _copy(src, dst)
+                with open(src, "rb") as f, atomic(dst) as out:
+                    shutil.copyfileobj(f, out)
     log.info("%s: installed %d file set(s) built elsewhere from %s (no conversion)", ctx.model.id, len(present), cache)
     return True
 
 
-def _copy(src: Path, dst: Path) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(dst.name + ".tmp")
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
-
-
-def _pip(vpy: str, ctx: Context, args: Sequence[str], what: str) -> None:
-    """Install into the venv with the installer's own pip (``--python``): no pip bootstrap in the venv."""
-    cmd = [ctx.python, "-m", "pip", "--python", vpy, "install", "--disable-pip-version-check", "-q",
-           "--cache-dir", str(ctx.pip_cache), *args]
-    log.info("  pip install %s", " ".join(args))
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
-    if proc.returncode != 0:
-        tail = " | ".join(line.strip() for line in proc.stdout.strip().splitlines()[-3:])
-        raise RkvoiceError("models", "toolkit-install-failed", f"{ctx.model.id}: pip install {what} failed: {tail}")
-
-
-def _expected_reports(args: Sequence[str]) -> int:
-    """How many JSON lines a converter run prints: one per --tokens / --frames bucket."""
-    return sum(1 for a in args if a in ("--tokens", "--frames"))
-
-
-def _run_converter(ctx: Context, vpy: str, script: Path, args: list[str]) -> list[dict[str, Any]]:
-    """Run one converter command, log its output as it comes, return its JSON report lines."""
+def _run_converter(ctx: Context, vpy: str, script: Path, args: list[str]) -> None:
+    """Run one converter command, log its output as it comes, check and log its JSON report lines."""
     cmd = [vpy, str(script), *args]
     log.info("  running %s %s", script.name, " ".join(args))
     reports: list[dict[str, Any]] = []
@@ -215,7 +191,7 @@ def _run_converter(ctx: Context, vpy: str, script: Path, args: list[str]) -> lis
     if rc != 0:
         raise RkvoiceError("models", "convert-failed",
                            f"{ctx.model.id}: {what} exited {rc}: {' | '.join(t for t in tail if t)}")
-    want = _expected_reports(args)
+    want = sum(a in ("--tokens", "--frames") for a in args)  # one JSON line per bucket
     if not reports or (want and len(reports) != want):
         raise RkvoiceError("models", "convert-failed",
                            f"{ctx.model.id}: {what} printed {len(reports)} JSON report line(s), "
@@ -226,52 +202,37 @@ def _run_converter(ctx: Context, vpy: str, script: Path, args: list[str]) -> lis
         log.info("  %s %s: SNR vs original %s dB, simulator %s dB, build %s s, peak %s MB", r.get("model"),
                  r.get("tokens", r.get("frames")), r.get("snr_vs_original_db"), r.get("snr_db"),
                  r.get("build_s"), r.get("peak_rss_mb"))
-    return reports
 
 
 def _json_line(line: str) -> dict[str, Any] | None:
-    s = line.strip()
-    if not (s.startswith("{") and s.endswith("}")):
-        return None
     try:
-        data = json.loads(s)
+        data = json.loads(line)
     except ValueError:
         return None
     return data if isinstance(data, dict) and "model" in data else None
 
 
-def convert(ctx: Context, step: Step, toolkit: Toolkit, python: str | None = None) -> list[dict[str, Any]]:
-    """Build the NPU files in a throw-away venv with ``step.toolkit==toolkit.version``; returns the reports."""
-    assert toolkit.version is not None
+def convert(ctx: Context, step: Step) -> None:
+    """Build the NPU files in a throw-away venv with ``step.toolkit==<the runtime's toolkit version>``."""
+    version = ctx.toolkit.version
+    assert version is not None
     script = ctx.root / step.script
     if not script.is_file():
         raise RkvoiceError("models", "step-failed", f"{ctx.model.id}: converter {script} is missing from the checkout")
-    venv = ctx.root / ".cache" / "models" / f"venv-{ctx.model.id}"
-    shutil.rmtree(venv, ignore_errors=True)
-    base = python or ctx.python
-    log.info("  creating a throw-away venv (%s) with %s==%s", base, step.toolkit, toolkit.version)
-    try:
-        proc = subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], capture_output=True, text=True,
-                              check=False)
-        if proc.returncode != 0:
-            raise RkvoiceError("models", "toolkit-install-failed",
-                               f"{ctx.model.id}: {base} -m venv failed: {proc.stderr.strip()[-300:]}")
-        vpy = str(venv / "bin" / "python")
-        pin = f"{step.toolkit}=={toolkit.version}"
-        _pip(vpy, ctx, ["--no-deps", "--only-binary=:all:", pin], pin)
+    base = ctx.toolkit_python or ctx.python
+    log.info("  creating a throw-away venv (%s) with %s==%s", base, step.toolkit, version)
+    with ctx.venv(base, "toolkit-install-failed") as vpy:
+        pin = f"{step.toolkit}=={version}"
+        ctx.pip_install(vpy, ["--no-deps", "--only-binary=:all:", pin], pin, "toolkit-install-failed")
         if step.deps:
-            _pip(vpy, ctx, list(step.deps), "the toolkit's dependencies")
-        reports: list[dict[str, Any]] = []
+            ctx.pip_install(vpy, step.deps, "the toolkit's dependencies", "toolkit-install-failed")
         for args in step.runs:
-            reports += _run_converter(ctx, vpy, script, [ctx.fmt(a) for a in args])
-        return reports
-    finally:
-        shutil.rmtree(venv, ignore_errors=True)
-        log.info("  throw-away venv deleted")
+            _run_converter(ctx, vpy, script, [ctx.fmt(a) for a in args])
 
 
-def run_rknn_step(ctx: Context, step: Step, toolkit: Toolkit, python: str | None = None) -> None:
+def run_rknn_step(ctx: Context, step: Step) -> None:
     """Drop-ins if complete, else a conversion with the runtime's toolkit version."""
+    toolkit = ctx.toolkit
     if toolkit.error is not None:
         raise toolkit.error
     if install_drop_ins(ctx, toolkit):
@@ -282,4 +243,4 @@ def run_rknn_step(ctx: Context, step: Step, toolkit: Toolkit, python: str | None
             f"{ctx.model.id}: no librknnrt.so here to take the rknn-toolkit2 version from; run the install "
             "on the board, or pass --toolkit-version V (the board's librknnrt version) to build on a PC",
         )
-    convert(ctx, step, toolkit, python)
+    convert(ctx, step)

@@ -16,8 +16,10 @@ from pathlib import Path
 
 from pooch import file_hash
 
+from rkvoice.errors import RkvoiceError
 from rkvoice.models.manifest import FileSpec, Manifest, Model
 from rkvoice.models.rknn import rknn_problem
+from rkvoice.npu.runtime import OnnxModel
 
 log = logging.getLogger(__name__)
 
@@ -40,16 +42,11 @@ def applies_here(model: Model) -> bool:
 
 def _onnx_loads(path: Path) -> str:
     try:
-        import onnxruntime as ort
+        OnnxModel(path).load()
     except ImportError:
         return "onnxruntime is not installed, cannot check the graph (pip install -r requirements/portable.txt)"
-    try:
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = 1
-        opts.log_severity_level = 3
-        ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # noqa: BLE001 (onnxruntime raises several unrelated types for a bad file)
-        return f"onnxruntime cannot load it: {str(exc).splitlines()[0][:200]}"
+    except RkvoiceError as err:
+        return err.message[:300]
     return ""
 
 
