@@ -198,9 +198,4 @@ def _package_fix(pkg: PackageNeed, profile: str) -> str:
 
 def display_path(path: Path, root: Path | None) -> str:
     """``path`` relative to ``root`` when it lies under it."""
-    if root is not None:
-        try:
-            return str(path.relative_to(root))
-        except ValueError:
-            pass
-    return str(path)
+    return str(path.relative_to(root) if root is not None and path.is_relative_to(root) else path)

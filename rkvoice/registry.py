@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +58,8 @@ class Registry:
         backend = self.backend(name)
         return backend.needs(cfg, **kwargs) if backend.needs is not None else Needs()
 
-    def factory(self, name: str) -> Callable[..., Any]:
+    def create(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Import backend ``name``'s module (only now) and call its factory."""
         backend = self.backend(name)
         module_name, _, attr = backend.target.partition(":")
         try:
@@ -71,7 +71,4 @@ class Registry:
                 "missing-dependency",
                 f"{self.stage} backend {name!r} needs {exc.name or exc}: {hint}",
             ) from exc
-        return getattr(module, attr)
-
-    def create(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        return self.factory(name)(*args, **kwargs)
+        return getattr(module, attr)(*args, **kwargs)

@@ -121,19 +121,13 @@ def choose_engine(cfg: Config, text: str = "", probe: Probe | None = None) -> tu
     """The "auto" choice for text: (engine name, extra constructor kwargs)."""
     lang = text_language(text)
     available = engine_languages(cfg, probe)
-    for name in PREFERENCE[lang]:
-        if lang in available.get(name, ()):
-            return name, _kwargs(cfg, name, lang)
     if not available:
-        raise RkvoiceError(
-            "tts", "no-voice", "no TTS voice is installed: run ./install.sh to install the voices"
-        )
-    # Nothing speaks this language: fall back to the best installed engine and say so.
-    name = next(n for n in PREFERENCE[lang] if n in available)
-    log.warning(
-        "no installed voice speaks %s; using %s (speaks %s), which may drop or misread the text",
-        lang, name, "/".join(available[name]),
-    )
+        raise RkvoiceError("tts", "no-voice", "no TTS voice is installed: run ./install.sh to install the voices")
+    name = next((n for n in PREFERENCE[lang] if lang in available.get(n, ())), None)
+    if name is None:  # nothing speaks this language: fall back to the best installed engine and say so
+        name = next(n for n in PREFERENCE[lang] if n in available)
+        log.warning("no installed voice speaks %s; using %s (speaks %s), which may drop or misread the text",
+                    lang, name, "/".join(available[name]))
     return name, _kwargs(cfg, name, lang)
 
 
@@ -174,10 +168,8 @@ def resolve(cfg: Config, name: str | None = None, text: str = "",
     if name == AUTO:
         return choose_engine(cfg, text, probe)
     if name not in TTS.names():
-        raise RkvoiceError(
-            "tts", "unknown-backend",
-            f"unknown tts engine {name!r}; choose one of: {AUTO}, {', '.join(TTS.names())}",
-        )
+        raise RkvoiceError("tts", "unknown-backend",
+                           f"unknown tts engine {name!r}; choose one of: {AUTO}, {', '.join(TTS.names())}")
     return name, _kwargs(cfg, name, text_language(text)) if name == "vits" and text else {}
 
 
@@ -219,15 +211,12 @@ def with_other_language(cfg: Config, engine: TtsEngine) -> TtsEngine:
     language's spans to the best installed engine for it (``engine`` alone when none is installed)."""
     from rkvoice.tts.mixed import LANGS, MixedTts
 
-    missing = [lang for lang in LANGS if lang not in engine.languages]
-    if not missing:
-        return engine
     voice = getattr(engine, "voice", None)  # a vits engine's voice: not its own partner
     others = {}
-    for lang in missing:
+    for lang in (lang for lang in LANGS if lang not in engine.languages):
         partner = _partner(cfg, lang, (engine.name, getattr(voice, "name", None)))
         if partner is None:
             log.info("no installed voice speaks %s: %s reads its spans itself", lang, engine.name)
-            continue
-        others[lang] = partner
+        else:
+            others[lang] = partner
     return MixedTts(engine, others) if others else engine
