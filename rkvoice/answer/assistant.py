@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 from rkvoice.answer.conversation import Conversation
@@ -16,7 +16,8 @@ from rkvoice.answer.generate import LlmStream
 from rkvoice.answer.llm.base import LlmEngine
 from rkvoice.answer.llm.registry import create_llm
 from rkvoice.answer.tools import ToolAnswer, ToolContext, route
-from rkvoice.answer.tools.reminders import ReminderScheduler
+from rkvoice.answer.tools.base import local_now
+from rkvoice.answer.tools.scheduler import ReminderScheduler
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
 from rkvoice.state import StateStore
@@ -24,10 +25,6 @@ from rkvoice.timeline import Ev
 from rkvoice.turn import Turn
 
 log = logging.getLogger(__name__)
-
-
-def _local_now() -> datetime:
-    return datetime.now().astimezone()
 
 
 @dataclass
@@ -39,7 +36,6 @@ class Reply:
     llm: LlmStream | None = None
     action: str = ""
     """"stop" when the user asked to stop speaking."""
-    parts: list[str] = field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -54,7 +50,7 @@ class Assistant:
         cfg: Config,
         clock: Clock | None = None,
         llm: LlmEngine | None = None,
-        now: Callable[[], datetime] = _local_now,
+        now: Callable[[], datetime] = local_now,
         store: StateStore | None = None,
         on_reminder: Callable[[str], None] | None = None,
     ) -> None:

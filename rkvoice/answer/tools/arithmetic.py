@@ -7,7 +7,9 @@ otherwise the tool declines and the LLM answers.
 
 from __future__ import annotations
 
+import operator
 import re
+from collections.abc import Callable
 from fractions import Fraction
 
 from rkvoice.answer.tools.base import ToolAnswer, ToolContext
@@ -20,16 +22,18 @@ _PREFIX = re.compile(r"^(?:请问|请|你|帮我|麻烦|给我|小智)*(?:算一
 _SUFFIX = re.compile(
     r"(?:等于|是|得|得到|结果是|的结果是|结果)?(?:多少|几|啥|什么)?(?:呢|啊|呀|吗|嘛|了)*$"
 )
-_OPS: tuple[tuple[str, str], ...] = (
-    ("加上", "+"), ("加", "+"), ("+", "+"),
-    ("减去", "-"), ("减掉", "-"), ("减", "-"), ("−", "-"), ("-", "-"),
+_OPS = {
+    "加上": "+", "加": "+", "+": "+",
+    "减去": "-", "减掉": "-", "减": "-", "−": "-", "-": "-",
     # 成以/成已/乘已: ASR mishearings of 乘以 (Whisper wrote "九乘以九" as "九成已九"); only ever read
     # between two numbers of a whole-utterance expression, so "八成已经好了" stays no arithmetic
-    ("乘以", "*"), ("乘上", "*"), ("乘已", "*"), ("成以", "*"), ("成已", "*"),
-    ("乘", "*"), ("×", "*"), ("*", "*"), ("x", "*"), ("✕", "*"),
-    ("除以", "/"), ("÷", "/"), ("/", "/"), ("^", "^"),
-)
-OP_WORDS = {"+": "加", "-": "减", "*": "乘以", "/": "除以"}
+    "乘以": "*", "乘上": "*", "乘已": "*", "成以": "*", "成已": "*",
+    "乘": "*", "×": "*", "*": "*", "x": "*", "✕": "*",
+    "除以": "/", "÷": "/", "/": "/", "^": "^",
+}
+_OP_RE = re.compile("|".join(map(re.escape, _OPS)))  # tried in order: 加上 before 加
+OP_WORDS = {"+": "加", "-": "减", "*": "乘以", "/": "除以", "^": "的"}
+_APPLY = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
 _POWERS = ((re.compile(r"的平方"), "^2"), (re.compile(r"的立方"), "^3"),
            (re.compile(r"的([零一二两三四五六七八九十百\d]+)次方"), r"^\1"))
 MAX_EXPONENT = 64
@@ -37,27 +41,39 @@ MAX_MAGNITUDE = 10**16
 """Results beyond this are not read out (and huge powers are never computed)."""
 
 
+Token = Fraction | str
+"""A number, or an operator (+ - * / ^)."""
+
+
 class _Parser:
-    def __init__(self, tokens: list[tuple[str, object]]) -> None:
+    """+ and - over * and / over ^ (one exponent per number), left to right."""
+
+    def __init__(self, tokens: list[Token]) -> None:
         self.tokens = tokens
         self.i = 0
 
-    def _peek(self) -> tuple[str, object] | None:
+    def _next(self) -> Token | None:
         return self.tokens[self.i] if self.i < len(self.tokens) else None
 
+    def _op(self, ops: str) -> str | None:
+        """The next token, consumed, if it is one of ``ops``."""
+        tok = self._next()
+        if not isinstance(tok, str) or tok not in ops:
+            return None
+        self.i += 1
+        return tok
+
     def _number(self) -> Fraction:
-        tok = self._peek()
-        if tok is None or tok[0] != "num":
+        tok = self._next()
+        if not isinstance(tok, Fraction):
             raise ValueError("expected a number")
         self.i += 1
-        return tok[1]  # type: ignore[return-value]
+        return tok
 
     def _power(self) -> Fraction:
         base = self._number()
-        tok = self._peek()
-        if tok is None or tok[1] != "^":
+        if self._op("^") is None:
             return base
-        self.i += 1
         exp = self._number()
         if exp.denominator != 1 or (base == 0 and exp < 0):
             raise ValueError("exponent out of range")
@@ -65,51 +81,35 @@ class _Parser:
             raise OverflowError
         return base ** int(exp)
 
-    def _term(self) -> Fraction:
-        value = self._power()
-        while (tok := self._peek()) is not None and tok[1] in ("*", "/"):
-            self.i += 1
-            rhs = self._power()
-            if tok[1] == "*":
-                value *= rhs
-            else:
-                if rhs == 0:
-                    raise ZeroDivisionError
-                value /= rhs
+    def _chain(self, ops: str, operand: Callable[[], Fraction]) -> Fraction:
+        value = operand()
+        while op := self._op(ops):
+            value = _APPLY[op](value, operand())  # Fraction division by zero raises ZeroDivisionError
         return value
 
     def parse(self) -> Fraction:
-        value = self._term()
-        while (tok := self._peek()) is not None and tok[1] in ("+", "-"):
-            self.i += 1
-            rhs = self._term()
-            value = value + rhs if tok[1] == "+" else value - rhs
+        value = self._chain("+-", lambda: self._chain("*/", self._power))
         if self.i != len(self.tokens):
             raise ValueError("trailing tokens")
         return value
 
 
-def tokenize(expr: str) -> list[tuple[str, object]] | None:
+def tokenize(expr: str) -> list[Token] | None:
     """Numbers and operators, or None if anything else is in the text."""
-    tokens: list[tuple[str, object]] = []
+    tokens: list[Token] = []
     i = 0
     while i < len(expr):
-        expect_number = not tokens or tokens[-1][0] == "op"
-        m = NUMBER_RE.match(expr, i) if expect_number else None
+        m = NUMBER_RE.match(expr, i) if not tokens or isinstance(tokens[-1], str) else None
         if m and m.end() > i:
             try:
-                tokens.append(("num", parse_number(m.group())))
+                tokens.append(parse_number(m.group()))
             except (ValueError, KeyError):
                 return None
-            i = m.end()
-            continue
-        for word, op in _OPS:
-            if expr.startswith(word, i):
-                tokens.append(("op", op))
-                i += len(word)
-                break
+        elif m := _OP_RE.match(expr, i):
+            tokens.append(_OPS[m.group()])
         else:
             return None
+        i = m.end()
     return tokens
 
 
@@ -118,20 +118,17 @@ def speak_number(x: Fraction) -> tuple[str, bool]:
     if x.denominator == 1:
         return cn_int(int(x)), True
     rounded = round(x, 2)
-    exact = rounded == x
-    text = cn_dec(f"{float(rounded):.2f}")
-    return text, exact
+    return cn_dec(f"{float(rounded):.2f}"), rounded == x
 
 
-def evaluate(text: str) -> tuple[list[tuple[str, object]], Fraction] | None:
+def evaluate(text: str) -> tuple[list[Token], Fraction] | None:
     expr = _SUFFIX.sub("", _PREFIX.sub("", text, count=1), count=1)
     for pat, rep in _POWERS:
         expr = pat.sub(rep, expr)
     tokens = tokenize(expr)
-    if not tokens or sum(1 for t in tokens if t[0] == "op") < 1:
+    if not tokens or not any(isinstance(t, str) for t in tokens):
         return None
-    parser = _Parser(tokens)
-    return tokens, parser.parse()
+    return tokens, _Parser(tokens).parse()
 
 
 def handle(text: str, ctx: ToolContext) -> ToolAnswer | None:
@@ -148,17 +145,13 @@ def handle(text: str, ctx: ToolContext) -> ToolAnswer | None:
     tokens, value = result
     if abs(value) >= MAX_MAGNITUDE:
         return ToolAnswer(NAME, "这个结果太大了，我读不出来。")
-    words = []
-    i = 0
-    while i < len(tokens):
-        kind, v = tokens[i]
-        if kind == "op" and v == "^":
-            exp = tokens[i + 1][1]
-            words.append("的平方" if exp == 2 else "的立方" if exp == 3 else f"的{speak_number(exp)[0]}次方")  # type: ignore[arg-type]
-            i += 2
-            continue
-        words.append(speak_number(v)[0] if kind == "num" else OP_WORDS[v])  # type: ignore[index,arg-type]
-        i += 1
-    spoken = "".join(words)
+    spoken = ""
+    for prev, tok in zip(["", *tokens], tokens):
+        if isinstance(tok, str):
+            spoken += OP_WORDS[tok]
+        elif prev == "^":  # 的 + 平方 / 立方 / N次方
+            spoken += "平方" if tok == 2 else "立方" if tok == 3 else f"{cn_int(int(tok))}次方"
+        else:
+            spoken += speak_number(tok)[0]
     answer, exact = speak_number(value)
     return ToolAnswer(NAME, f"{spoken}{'等于' if exact else '约等于'}{answer}。")

@@ -8,6 +8,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rkvoice.text.cn import cn_int
+
 if TYPE_CHECKING:
     from rkvoice.answer.tools.scheduler import ReminderScheduler
     from rkvoice.state import StateStore
@@ -23,15 +25,20 @@ class ToolAnswer:
     """A side effect the caller performs: "stop" = stop speaking."""
 
 
-def _local_now() -> datetime:
+def local_now() -> datetime:
     return datetime.now().astimezone()
+
+
+def cn_count(n: int) -> str:
+    """A count before a measure word: 2 -> 两 (两小时, 两条), else the plain reading."""
+    return "两" if n == 2 else cn_int(n)
 
 
 @dataclass
 class ToolContext:
     """Everything tools touch outside themselves, injectable for tests."""
 
-    now: Callable[[], datetime] = _local_now
+    now: Callable[[], datetime] = local_now
     """Wall-clock time with the local time zone."""
     store: StateStore | None = None
     scheduler: ReminderScheduler | None = None

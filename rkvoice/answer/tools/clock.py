@@ -22,10 +22,7 @@ _NOT_CLOCK = ("提醒", "叫我", "闹钟", "待办", "多长时间", "多久", 
 
 
 def _day_offset(text: str) -> tuple[int, str]:
-    for word, off in _DAY_OFFSETS:
-        if word in text:
-            return off, word
-    return 0, "今天"
+    return next(((off, word) for word, off in _DAY_OFFSETS if word in text), (0, "今天"))
 
 
 def spoken_date(d: datetime) -> str:
@@ -43,17 +40,10 @@ def handle(text: str, ctx: ToolContext) -> ToolAnswer | None:
     now = ctx.now()
     offset, day_word = _day_offset(text)
     day = now + timedelta(days=offset)
-    if offset:
-        if wants_date:
-            return ToolAnswer("date", f"{day_word}是{spoken_date(day)}。")
-        if wants_weekday:
-            return ToolAnswer("date", f"{day_word}是星期{_WEEKDAYS[day.weekday()]}。")
-        return None  # "明天几点日出": not a clock question
-    parts = []
-    if wants_date:
-        parts.append(f"今天是{spoken_date(now)}")
-    elif wants_weekday:
-        parts.append(f"今天是星期{_WEEKDAYS[now.weekday()]}")
+    said = spoken_date(day) if wants_date else f"星期{_WEEKDAYS[day.weekday()]}" if wants_weekday else ""
+    if offset:  # "明天几点日出" (no date or weekday asked): not a clock question
+        return ToolAnswer("date", f"{day_word}是{said}。") if said else None
+    parts = [f"今天是{said}"] if said else []
     if wants_time or not parts:
         parts.append(f"现在是{cn_time(now)}")
     return ToolAnswer("time" if wants_time else "date", "，".join(parts) + "。")

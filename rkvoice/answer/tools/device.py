@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from rkvoice.answer.tools.base import ToolAnswer, ToolContext
+from rkvoice.answer.tools.base import ToolAnswer, ToolContext, cn_count
 from rkvoice.answer.tools.match import has_any
 from rkvoice.text.cn import cn_dec, cn_int
 
@@ -37,10 +37,7 @@ STATUS_WORDS = ("系统状态", "设备状态", "运行状态", "机器状态", 
 
 def _label(zone_type: str) -> str | None:
     t = zone_type.lower()
-    for label, keys in ZONE_LABELS:
-        if any(k in t for k in keys):
-            return label
-    return None
+    return next((label for label, keys in ZONE_LABELS if any(k in t for k in keys)), None)
 
 
 def read_temperatures(sys_root: Path) -> list[tuple[str, float]]:
@@ -72,37 +69,22 @@ def read_meminfo(proc_root: Path) -> dict[str, int]:
     return out
 
 
-def read_uptime(proc_root: Path) -> float | None:
+def _first_number(path: Path) -> float | None:
+    """The first field of /proc/uptime or /proc/loadavg."""
     try:
-        return float((proc_root / "uptime").read_text().split()[0])
+        return float(path.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
-
-
-def read_load(proc_root: Path) -> float | None:
-    try:
-        return float((proc_root / "loadavg").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def count(n: int) -> str:
-    """A count before a measure word: 2 -> 两 (两小时), else the plain reading."""
-    return "两" if n == 2 else cn_int(n)
 
 
 def spoken_duration(seconds: float) -> str:
     minutes = int(seconds // 60)
     days, rem = divmod(minutes, 24 * 60)
     hours, mins = divmod(rem, 60)
-    parts = []
-    if days:
-        parts.append(f"{count(days)}天")
-    if hours:
-        parts.append(f"{count(hours)}小时")
-    if mins or not parts:
-        parts.append(f"{count(mins)}分钟")
-    return "".join(parts)
+    text = (f"{cn_count(days)}天" if days else "") + (f"{cn_count(hours)}小时" if hours else "")
+    if mins or not text:
+        text += f"{cn_count(mins)}分钟"
+    return text
 
 
 def temperature_text(ctx: ToolContext) -> str | None:
@@ -123,30 +105,27 @@ def memory_text(ctx: ToolContext) -> str | None:
 
 
 def uptime_text(ctx: ToolContext) -> str | None:
-    up = read_uptime(ctx.proc_root)
+    up = _first_number(ctx.proc_root / "uptime")
     return None if up is None else f"已经运行了{spoken_duration(up)}"
 
 
 def load_text(ctx: ToolContext) -> str | None:
-    load = read_load(ctx.proc_root)
+    load = _first_number(ctx.proc_root / "loadavg")
     return None if load is None else f"一分钟平均负载{cn_dec(round(load, 2))}"
+
+
+_ASKS = ((TEMP_WORDS, temperature_text), (MEM_WORDS, memory_text), (UPTIME_WORDS, uptime_text),
+         (LOAD_WORDS, load_text))
 
 
 def handle(text: str, ctx: ToolContext) -> ToolAnswer | None:
     if len(text) > 20:
         return None
-    wanted = []
     if has_any(text, STATUS_WORDS):
-        wanted = [temperature_text, memory_text, uptime_text, load_text]
+        wanted = [fn for _, fn in _ASKS]
     else:
-        if has_any(text, TEMP_WORDS) and not has_any(text, NOT_DEVICE_TEMP):
-            wanted.append(temperature_text)
-        if has_any(text, MEM_WORDS):
-            wanted.append(memory_text)
-        if has_any(text, UPTIME_WORDS):
-            wanted.append(uptime_text)
-        if has_any(text, LOAD_WORDS):
-            wanted.append(load_text)
+        wanted = [fn for words, fn in _ASKS if has_any(text, words)
+                  and not (fn is temperature_text and has_any(text, NOT_DEVICE_TEMP))]
     if not wanted:
         return None
     parts = [p for p in (fn(ctx) for fn in wanted) if p]

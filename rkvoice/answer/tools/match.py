@@ -21,7 +21,6 @@ HOMOPHONES: tuple[tuple[str, str], ...] = (
     ("乘已", "乘以"), ("乘与", "乘以"), ("成以", "乘以"), ("程以", "乘以"), ("乘于", "乘以"),
     ("除于", "除以"), ("除已", "除以"), ("出以", "除以"), ("初以", "除以"),
     ("加尚", "加上"), ("减区", "减去"),
-    ("等于多少", "等于多少"),
 )
 
 _TRAD = str.maketrans("點鐘號週幾溫記憶體鬧腦辦時間還讓請問運計算減乘於兩萬億", "点钟号周几温记忆体闹脑办时间还让请问运计算减乘于两万亿")
@@ -32,8 +31,7 @@ def clean(text: str) -> str:
     s = _CLOCK_COLON.sub(r"\1点\2", text.translate(_TRAD))  # 7:30 -> 7点30 before ':' goes
     s = _PUNCT.sub("", s).lower()
     for wrong, right in HOMOPHONES:
-        if wrong in s:
-            s = s.replace(wrong, right)
+        s = s.replace(wrong, right)
     return s
 
 

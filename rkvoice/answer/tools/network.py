@@ -32,23 +32,18 @@ def ip_addresses() -> list[tuple[str, str]]:
     return out
 
 
+_LABELS = ((("wlan", "wlp", "wl"), "无线网"), (("eth", "enp", "eno", "ens", "en", "end"), "有线网"),
+           (("usb", "rndis"), "USB网络"), (("docker", "br", "veth", "virbr"), "虚拟网卡"))
+
+
 def interface_label(name: str) -> str:
-    if name.startswith(("wlan", "wlp", "wl")):
-        return "无线网"
-    if name.startswith(("eth", "enp", "eno", "ens", "en", "end")):
-        return "有线网"
-    if name.startswith(("usb", "rndis")):
-        return "USB网络"
-    if name.startswith(("docker", "br", "veth", "virbr")):
-        return "虚拟网卡"
-    return "网卡"
+    return next((label for prefixes, label in _LABELS if name.startswith(prefixes)), "网卡")
 
 
 def handle(text: str, ctx: ToolContext) -> ToolAnswer | None:
     if not has_any(text, IP_WORDS) or len(text) > 20:
         return None
-    lister = ctx.extra.get("ip_addresses", ip_addresses)
-    addrs = lister()  # type: ignore[operator]
+    addrs = ctx.extra.get("ip_addresses", ip_addresses)()  # type: ignore[operator]
     if not addrs:
         return ToolAnswer(NAME, "现在没有联网，没有网络地址。")
     parts = [f"{interface_label(n)}{cn_digits(a)}" for n, a in addrs]

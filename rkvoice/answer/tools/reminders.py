@@ -5,12 +5,10 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta
 
-from rkvoice.answer.tools.base import ToolAnswer, ToolContext
-from rkvoice.answer.tools.scheduler import ReminderScheduler, speakable_user_text
+from rkvoice.answer.tools.base import ToolAnswer, ToolContext, cn_count
 from rkvoice.answer.tools.when import parse_when
 from rkvoice.text.cn import clock_hm, cn_int
-
-__all__ = ["ReminderScheduler", "handle"]
+from rkvoice.text.normalize import speakable
 
 NAME = "reminder"
 
@@ -29,31 +27,19 @@ def spoken_delta(delta: timedelta) -> str:
     s = round(delta.total_seconds())
     if s < 60:
         return f"{cn_int(s)}秒"
-    minutes = s // 60
-    h, m = divmod(minutes, 60)
-    if h and m == 30:
-        return f"{'两' if h == 2 else cn_int(h)}个半小时"
-    if not h and m == 30:
-        return "半小时"
-    out = ""
-    if h:
-        out += f"{'两' if h == 2 else cn_int(h)}个小时"
-    if m:
-        out += f"{'两' if m == 2 else cn_int(m)}分钟"
-    return out
+    h, m = divmod(s // 60, 60)
+    if m == 30:
+        return f"{cn_count(h)}个半小时" if h else "半小时"
+    return (f"{cn_count(h)}个小时" if h else "") + (f"{cn_count(m)}分钟" if m else "")
 
 
 def _content(text: str, span: tuple[int, int]) -> str:
     rest = text[: span[0]] + " " + text[span[1]:]
-    for trig in ("提醒我", "叫醒我", "叫我", "喊我", "提醒"):
-        if trig in rest:
-            rest = rest.split(trig, 1)[1]
-            break
-    else:
+    trig = next((t for t in ("提醒我", "叫醒我", "叫我", "喊我", "提醒") if t in rest), None)
+    if trig is None:
         return ""
-    rest = re.sub(r"\s+", "", rest)
-    rest = re.sub(r"^(?:一下|一声|你)+|(?:吧|哦|啊|呀|好吗|可以吗|好不好)$", "", rest)
-    return rest
+    rest = re.sub(r"\s+", "", rest.split(trig, 1)[1])
+    return re.sub(r"^(?:一下|一声|你)+|(?:吧|哦|啊|呀|好吗|可以吗|好不好)$", "", rest)
 
 
 def handle(text: str, ctx: ToolContext) -> ToolAnswer | None:
@@ -65,17 +51,14 @@ def handle(text: str, ctx: ToolContext) -> ToolAnswer | None:
         kind = None if ("所有" in text or "全部" in text) else ("alarm" if "闹钟" in text else "reminder")
         n = sched.cancel(kind)
         what = "闹钟" if kind == "alarm" else "提醒"
-        return ToolAnswer(NAME, f"好的，已取消{'两' if n == 2 else cn_int(n)}个{what}。" if n else f"现在没有{what}。")
+        return ToolAnswer(NAME, f"好的，已取消{cn_count(n)}个{what}。" if n else f"现在没有{what}。")
     if _LIST.search(text):
         items = sched.items()
         if not items:
             return ToolAnswer(NAME, "你现在没有提醒和闹钟。")
-        parts = []
-        for r in items:
-            due = datetime.fromtimestamp(r["due"], tz=now.tzinfo)
-            what = speakable_user_text(r["text"]) if r["text"] else "闹钟"
-            parts.append(f"{spoken_due(due, now)}，{what}")
-        return ToolAnswer(NAME, f"你有{'两' if len(items) == 2 else cn_int(len(items))}个提醒：" + "；".join(parts) + "。")
+        parts = [f"{spoken_due(datetime.fromtimestamp(r['due'], tz=now.tzinfo), now)}，"
+                 f"{speakable(r['text']) if r['text'] else '闹钟'}" for r in items]
+        return ToolAnswer(NAME, f"你有{cn_count(len(items))}个提醒：" + "；".join(parts) + "。")
     when = parse_when(text, now)
     if when is None:
         return ToolAnswer(NAME, "要在什么时候提醒你？比如说，二十分钟后提醒我吃药。")
@@ -86,5 +69,5 @@ def handle(text: str, ctx: ToolContext) -> ToolAnswer | None:
     at = spoken_delta(when.relative) + "后" if when.relative is not None else spoken_due(when.due, now)
     if content:
         verb = "叫你" if "叫" in text or "喊" in text else "提醒你"
-        return ToolAnswer(NAME, f"好的，{at}{verb}{speakable_user_text(content)}。")
+        return ToolAnswer(NAME, f"好的，{at}{verb}{speakable(content)}。")
     return ToolAnswer(NAME, f"好的，闹钟定在{at}。" if kind == "alarm" else f"好的，{at}提醒你。")

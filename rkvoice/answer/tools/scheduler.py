@@ -17,19 +17,13 @@ from typing import Any
 from rkvoice.errors import RkvoiceError
 from rkvoice.state import StateStore
 from rkvoice.text.cn import clock_hm
+from rkvoice.text.normalize import speakable
 
 log = logging.getLogger(__name__)
 
 FILE = "reminders"
 MAX_WAIT_S = 30.0
 """Re-check at least this often, so a wall-clock jump (NTP at boot) is noticed."""
-
-
-def speakable_user_text(text: str) -> str:
-    from rkvoice.text.normalize import speakable
-
-    return speakable(text)
-
 
 
 class ReminderScheduler:
@@ -68,25 +62,19 @@ class ReminderScheduler:
             self._cond.notify_all()
         return len(items) - len(keep)
 
-    @staticmethod
-    def due_text(item: dict[str, Any], now: datetime) -> str:
-        if item["text"]:
-            return f"到时间了，提醒你{speakable_user_text(item['text'])}。"
-        return f"现在是{clock_hm(now.hour, now.minute)}，闹钟响了。"
+    def fire_due(self) -> list[str]:
+        """Speak every due reminder through ``on_due``; returns the texts (one pass, no waiting).
 
-    def pop_due(self) -> list[dict[str, Any]]:
-        """Remove and return the reminders due now (the file is rewritten before they are spoken)."""
+        The due ones are removed from the file before they are spoken."""
         with self._cond:
             now_ts = self.now().timestamp()
             items = self.items()
             due = [r for r in items if r["due"] <= now_ts]
             if due:
                 self.store.save(FILE, [r for r in items if r["due"] > now_ts])
-        return due
-
-    def fire_due(self) -> list[str]:
-        """Speak every due reminder through ``on_due``; returns the texts (one pass, no waiting)."""
-        texts = [self.due_text(r, self.now()) for r in self.pop_due()]
+        now = self.now()
+        texts = [f"到时间了，提醒你{speakable(r['text'])}。" if r["text"]
+                 else f"现在是{clock_hm(now.hour, now.minute)}，闹钟响了。" for r in due]
         for text in texts:
             log.info("reminder due: %s", text)
             if self.on_due is not None:

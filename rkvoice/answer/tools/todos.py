@@ -6,11 +6,12 @@ import re
 from datetime import datetime
 from typing import Any
 
-from rkvoice.answer.tools.base import ToolAnswer, ToolContext
+from rkvoice.answer.tools.base import ToolAnswer, ToolContext, cn_count
 from rkvoice.answer.tools.numerals import parse_int
 from rkvoice.errors import RkvoiceError
 from rkvoice.state import StateStore
 from rkvoice.text.cn import cn_int
+from rkvoice.text.normalize import speakable
 
 NAME = "todo"
 FILE = "todos"
@@ -40,12 +41,6 @@ _DONE_BY_TEXT = (
 )
 
 
-def speakable_user_text(text: str) -> str:
-    from rkvoice.text.normalize import speakable
-
-    return speakable(text)
-
-
 class TodoList:
     def __init__(self, store: StateStore) -> None:
         self.store = store
@@ -68,11 +63,7 @@ class TodoList:
         return item
 
     def complete(self, item_id: int) -> None:
-        items = self.items()
-        for t in items:
-            if t.get("id") == item_id:
-                t["done"] = True
-        self.store.save(FILE, [t for t in items if not t.get("done")])
+        self.store.save(FILE, [t for t in self.items() if not t.get("done") and t.get("id") != item_id])
 
     def clear(self) -> int:
         n = len(self.open_items())
@@ -90,16 +81,18 @@ def _strip_item(s: str) -> str:
     return re.sub(r"^(?:一下|一个|一条|是|叫|说)|(?:吧|哦|啊|呀|嘛|了吗)$", "", s).strip()
 
 
+def _completed(todos: TodoList, item: dict[str, Any], left: int) -> ToolAnswer:
+    todos.complete(item["id"])
+    return ToolAnswer(NAME, f"好的，{speakable(item['text'])}，已完成。"
+                            + (f"还剩{cn_count(left)}条待办。" if left else "待办全部完成了。"))
+
+
 def _list_answer(todos: TodoList) -> str:
     items = todos.open_items()
     if not items:
         return "你现在没有待办事项。"
-    body = "；".join(f"第{cn_int(i + 1)}，{speakable_user_text(t['text'])}" for i, t in enumerate(items))
+    body = "；".join(f"第{cn_int(i + 1)}，{speakable(t['text'])}" for i, t in enumerate(items))
     return f"你有{cn_count(len(items))}条待办：{body}。"
-
-
-def cn_count(n: int) -> str:
-    return "两" if n == 2 else cn_int(n)
 
 
 def handle(text: str, ctx: ToolContext) -> ToolAnswer | None:
@@ -117,10 +110,7 @@ def handle(text: str, ctx: ToolContext) -> ToolAnswer | None:
             k = parse_int(m.group(1))
             if not 1 <= k <= len(items):
                 return ToolAnswer(NAME, f"没有第{cn_int(k)}条待办，你现在有{cn_int(len(items))}条。")
-            todos.complete(items[k - 1]["id"])
-            left = len(items) - 1
-            return ToolAnswer(NAME, f"好的，{speakable_user_text(items[k - 1]['text'])}，已完成。"
-                                    + (f"还剩{cn_count(left)}条待办。" if left else "待办全部完成了。"))
+            return _completed(todos, items[k - 1], len(items) - 1)
     if "待办" in text and any(w in text for w in _LIST) and not any(p.match(text) for p in _ADD[:3]):
         return ToolAnswer(NAME, _list_answer(todos))
     for pat in _ADD:
@@ -131,7 +121,7 @@ def handle(text: str, ctx: ToolContext) -> ToolAnswer | None:
                 continue
             todos.add(item, ctx.now())
             n = len(todos.open_items())
-            return ToolAnswer(NAME, f"好的，已添加待办：{speakable_user_text(item)}。现在共有{cn_count(n)}条。")
+            return ToolAnswer(NAME, f"好的，已添加待办：{speakable(item)}。现在共有{cn_count(n)}条。")
     if text.rstrip("呢吗") in ("待办", "我的待办", "看待办"):
         return ToolAnswer(NAME, _list_answer(todos))
     open_items = todos.open_items()
@@ -141,8 +131,5 @@ def handle(text: str, ctx: ToolContext) -> ToolAnswer | None:
             what = m.group(1).replace("待办", "")
             for t in open_items:
                 if what and (what in t["text"] or t["text"] in what):
-                    todos.complete(t["id"])
-                    left = len(open_items) - 1
-                    return ToolAnswer(NAME, f"好的，{speakable_user_text(t['text'])}，已完成。"
-                                            + (f"还剩{cn_count(left)}条待办。" if left else "待办全部完成了。"))
+                    return _completed(todos, t, len(open_items) - 1)
     return None

@@ -19,6 +19,7 @@ ABSOLUTE = re.compile(
 )
 _DAY_OFFSET = {"今天": 0, "今晚": 0, "今早": 0, "明天": 1, "明早": 1, "明晚": 1, "后天": 2, "大后天": 3}
 _DAY_PERIOD = {"今晚": "晚上", "明晚": "晚上", "明早": "早上", "今早": "早上"}
+_MINUTE_WORDS = {"半": 30, "一刻": 15, "三刻": 45, "整": 0}
 _UNIT_SECONDS = {"秒钟": 1, "秒": 1, "分钟": 60, "分": 60, "小时": 3600, "钟头": 3600, "天": 86400}
 
 
@@ -48,8 +49,8 @@ def parse_when(text: str, now: datetime) -> When | None:
         unit = _UNIT_SECONDS[m.group("unit")]
         n = m.group("n")
         amount = 0.5 if n == "半" else float(parse_int(n)) if n else 1.0
-        if m.group("half1") or m.group("half2"):
-            amount += 0.5 if n != "半" else 0.0
+        if (m.group("half1") or m.group("half2")) and n != "半":
+            amount += 0.5
         delta = timedelta(seconds=amount * unit)
         if delta.total_seconds() <= 0:
             return None
@@ -59,15 +60,7 @@ def parse_when(text: str, now: datetime) -> When | None:
         return None
     h = parse_int(m.group("h"))
     mm = m.group("m")
-    minute = 0
-    if mm == "半":
-        minute = 30
-    elif mm == "一刻":
-        minute = 15
-    elif mm == "三刻":
-        minute = 45
-    elif mm and mm != "整":
-        minute = parse_int(mm.rstrip("分"))
+    minute = _MINUTE_WORDS[mm] if mm in _MINUTE_WORDS else parse_int(mm.rstrip("分")) if mm else 0
     day = m.group("day")
     period = m.group("period") or _DAY_PERIOD.get(day or "")
     hour = _hour24(h, period)
@@ -78,12 +71,11 @@ def parse_when(text: str, now: datetime) -> When | None:
         due = base + timedelta(days=_DAY_OFFSET[day])
     elif period is not None or hour > 12:
         due = base if base > now else base + timedelta(days=1)
+    # "三点提醒我": the next 3 o'clock, morning or afternoon, whichever comes first
+    elif base > now:
+        due = base
+    elif hour < 12 and base + timedelta(hours=12) > now:
+        due = base + timedelta(hours=12)
     else:
-        # "三点提醒我": the next 3 o'clock, morning or afternoon, whichever comes first
-        if base > now:
-            due = base
-        elif hour < 12 and base + timedelta(hours=12) > now:
-            due = base + timedelta(hours=12)
-        else:
-            due = base + timedelta(days=1)
+        due = base + timedelta(days=1)
     return When(due, m.span())
