@@ -185,9 +185,7 @@ def _check_sherpa_model(cfg: Config, engine: str, st: StageCheck) -> None:
 def _check_espeak(cfg: Config, st: StageCheck) -> None:
     lib_dir = espeak_lib_dir(cfg)
     if lib_dir is not None:
-        lacking = [n for n in PRELOAD_ORDER if not (lib_dir / n).exists()]
-        if not (lib_dir / "espeak-ng-data" / "phontab").exists():
-            lacking.append("espeak-ng-data/phontab")
+        lacking = [n for n in (*PRELOAD_ORDER, "espeak-ng-data/phontab") if not (lib_dir / n).exists()]
         if lacking:
             st.notes.append(f"espeak-ng copy in {lib_dir} lacks {', '.join(lacking)}: English words will be skipped")
     elif ctypes.util.find_library("espeak-ng") is None:

@@ -63,8 +63,7 @@ def unpack_debs(debs: list[Path], dest: Path) -> Path:
     for so in root.rglob("*.so*"):
         if so.is_file() and so.name.split(".so")[0] in ("libespeak-ng", "libpcaudio", "libsonic"):
             target = lib / so.name
-            if target.exists() or target.is_symlink():
-                target.unlink()
+            target.unlink(missing_ok=True)
             if so.is_symlink():
                 target.symlink_to(Path(so.readlink()).name)
             else:
@@ -72,8 +71,7 @@ def unpack_debs(debs: list[Path], dest: Path) -> Path:
     data = next((p.parent for p in root.rglob("espeak-ng-data/phontab")), None)
     if data is not None:
         link = lib / "espeak-ng-data"
-        if link.is_symlink() or link.exists():
-            link.unlink()
+        link.unlink(missing_ok=True)
         link.symlink_to(os.path.relpath(data, lib))  # relative: the install dir may move
     missing = [n for n in PRELOAD_ORDER if not (lib / n).exists()]
     if missing:
@@ -118,22 +116,18 @@ def preload(lib_dir: Path) -> ctypes.CDLL:
         return handle
 
 
-def _bind(lib: ctypes.CDLL) -> None:
-    lib.espeak_Initialize.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
-    lib.espeak_Initialize.restype = ctypes.c_int
-    lib.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
-    lib.espeak_SetVoiceByName.restype = ctypes.c_int
-    lib.espeak_TextToPhonemes.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_int]
-    lib.espeak_TextToPhonemes.restype = ctypes.c_char_p
-
-
 class Espeak:
     """An initialised espeak-ng (one per process: the library keeps global state)."""
 
     _instance: Espeak | None = None
 
     def __init__(self, lib: ctypes.CDLL, data_parent: Path | None, voice: str = "en-us") -> None:
-        _bind(lib)
+        lib.espeak_Initialize.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+        lib.espeak_Initialize.restype = ctypes.c_int
+        lib.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
+        lib.espeak_SetVoiceByName.restype = ctypes.c_int
+        lib.espeak_TextToPhonemes.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_int]
+        lib.espeak_TextToPhonemes.restype = ctypes.c_char_p
         self._lib = lib
         self._lock = threading.Lock()
         path = str(data_parent).encode() if data_parent else None
