@@ -54,14 +54,13 @@ class FakeClock:
         with self._lock:
             return self._t
 
-    def sleep(self, seconds: float) -> None:
-        self.advance(seconds)
-
     def advance(self, seconds: float) -> None:
         if seconds < 0:
             raise ValueError("a clock cannot go backwards")
         with self._lock:
             self._t += seconds
+
+    sleep = advance
 
     def pause(self, seconds: float, interrupt: threading.Event) -> bool:
         if interrupt.is_set():

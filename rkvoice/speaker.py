@@ -38,6 +38,8 @@ from rkvoice.audio.post import prepare_piece
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
+from rkvoice.text.normalize import speakable
+from rkvoice.text.split import split_for_tts
 from rkvoice.timeline import Ev, Timeline
 from rkvoice.tts.base import TtsEngine
 from rkvoice.turn import Turn
@@ -76,18 +78,6 @@ def piece_chars(cfg: Config, engine: object) -> tuple[int, int]:
     return cfg.tts.first_chars, cfg.tts.chunk_chars
 
 
-def _default_normalize(text: str) -> str:
-    from rkvoice.text.normalize import speakable
-
-    return speakable(text)
-
-
-def _default_split(text: str, first: int, chunk: int) -> list[str]:
-    from rkvoice.text.split import split_for_tts
-
-    return split_for_tts(text, first=first, chunk=chunk)
-
-
 class Speaker:
     """Speaks turns through ``engine`` (a loaded TtsEngine) into ``player`` (opened).
 
@@ -108,8 +98,8 @@ class Speaker:
         self.player = player
         self.cfg = cfg
         self.clock = clock or MonotonicClock()
-        self._normalize = normalize or _default_normalize
-        self._split = split or _default_split
+        self._normalize = normalize or speakable
+        self._split = split or split_for_tts
         self.block = max(1, player.rate * cfg.audio.block_ms // 1000)
         self._cond = threading.Condition()
         self._order: deque[_Queue] = deque()  # started turns not yet passed by the worker, in order

@@ -67,18 +67,14 @@ class Output:
 def open_output(args: argparse.Namespace, cfg: Config, clock: Clock) -> Output:
     wav = WavPlayer(cfg, path=args.out) if args.out else None
     announce = False
-    main_player: Player | None
+    main_player: Player | None = None
     if args.no_play:
         main_player = NullPlayer(cfg, clock)
-    else:
-        name = choose_player(cfg, daemon=False)
-        if name == "wav":
-            if wav is None:  # no sound device (or audio.player=wav): the speech goes to a file
-                wav = WavPlayer(cfg)
-                announce = True
-            main_player = None
-        else:
-            main_player = create_player(name, cfg, clock)
+    elif (name := choose_player(cfg, daemon=False)) != "wav":
+        main_player = create_player(name, cfg, clock)
+    elif wav is None:  # no sound device (or audio.player=wav): the speech goes to a file
+        wav = WavPlayer(cfg)
+        announce = True
     parts: list[Player] = [p for p in (main_player, wav) if p is not None]
     player = parts[0] if len(parts) == 1 else TeePlayer(*parts)
     opened: list[Player] = []
@@ -88,9 +84,7 @@ def open_output(args: argparse.Namespace, cfg: Config, clock: Clock) -> Output:
             opened.append(part)
     except BaseException:
         for part in opened:
-            abort = getattr(part, "abort", None)
-            if abort is not None:
-                abort()
+            getattr(part, "abort", lambda: None)()
         raise
     return Output(player, wav, announce, parts)
 

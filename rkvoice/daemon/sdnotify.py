@@ -62,7 +62,8 @@ class Notifier:
         """
         if self._addr is None:
             return False
-        payload = "\n".join(f"{k}={_clean(v)}" for k, v in fields.items()).encode()
+        # one field per line: a newline inside STATUS would start a bogus field
+        payload = "\n".join(f"{k}={v}".replace("\n", " ") for k, v in fields.items()).encode()
         with self._lock:
             try:
                 if self._sock is None:
@@ -99,11 +100,6 @@ class Notifier:
             if self._sock is not None:
                 self._sock.close()
                 self._sock = None
-
-
-def _clean(value: object) -> str:
-    # one field per line: a newline inside STATUS would start a bogus field
-    return str(value).replace("\n", " ")
 
 
 def _parse_usec(raw: str | None) -> int | None:

@@ -79,16 +79,15 @@ class Daemon:
 
         ``handle_signals=False`` lets tests run the daemon on a non-main thread.
         """
-        lock = InstanceLock(self.cfg.daemon.lock_path(self.cfg.state.path))
-        lock.acquire()
         try:
-            return self._run_locked(handle_signals)
+            with InstanceLock(self.cfg.daemon.lock_path(self.cfg.state.path)):
+                return self._run_locked(handle_signals)
         finally:
-            lock.release()
             self.notifier.close()
 
     def _run_locked(self, handle_signals: bool) -> int:
-        handlers = {signal.SIGTERM: self._on_stop, signal.SIGINT: self._on_stop, signal.SIGHUP: self._on_hup}
+        handlers = {signal.SIGTERM: self._on_stop, signal.SIGINT: self._on_stop,
+                    signal.SIGHUP: lambda _signum, _frame: self.request_reload()}
         previous = {sig: signal.signal(sig, h) for sig, h in handlers.items()} if handle_signals else {}
         try:
             self.notifier.status("loading models")
@@ -160,9 +159,6 @@ class Daemon:
         self.stop.set()
         self._wake.set()
 
-    def _on_hup(self, _signum: int, _frame: FrameType | None) -> None:
-        self.request_reload()
-
     def request_reload(self) -> None:
         """Re-read the config before the next turn (SIGHUP; safe from any thread)."""
         self._reload.set()
@@ -174,13 +170,6 @@ class Daemon:
             self._exit_code = code
         self.stop.set()
         self._wake.set()
-
-    def _begin_stop(self) -> None:
-        """On the main thread: tell systemd, cancel speech so the turn ends quickly."""
-        if self._signalled:
-            log.info("%s: stopping", self._signalled)
-        self.notifier.stopping("stopping")
-        self._interrupt("shutdown")
 
     def _supervise(self, worker: threading.Thread) -> None:
         interval = self.notifier.watchdog_interval or 5.0
@@ -237,7 +226,10 @@ class Daemon:
 
     def _shutdown(self, worker: threading.Thread | None) -> int:
         t0 = self.clock.now()
-        self._begin_stop()
+        if self._signalled:
+            log.info("%s: stopping", self._signalled)
+        self.notifier.stopping("stopping")
+        self._interrupt("shutdown")  # cancel speech so the turn ends quickly
         self._stop_wyoming()
         if worker is not None:
             worker.join(self.cfg.daemon.stop_timeout_s)
