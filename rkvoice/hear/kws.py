@@ -54,18 +54,15 @@ def fix_for(model_dir: Path) -> Fix:
     return Fix("wake", f"reinstall the keyword spotter (./install.sh --profile board) or fix hear.kws_dir ({model_dir})")
 
 
-def pick_file(model_dir: Path, stem: str) -> Path:
-    """``{stem}*.int8.onnx`` first, else ``{stem}*.onnx`` (upstream names carry the recipe,
-    e.g. encoder-epoch-12-avg-2-chunk-16-left-64.int8.onnx)."""
-    for pattern in (f"{stem}*.int8.onnx", f"{stem}*.onnx"):
-        found = sorted(model_dir.glob(pattern))
-        if found:
-            return found[0]
-    raise fix_for(model_dir).error("missing-model", f"keyword spotter model missing: {model_dir}/{stem}*.onnx")
-
-
 def model_files(model_dir: Path) -> dict[str, Path]:
-    files = {stem: pick_file(model_dir, stem) for stem in STEMS}
+    """Per stem ``{stem}*.int8.onnx`` first, else ``{stem}*.onnx`` (upstream names carry the recipe,
+    e.g. encoder-epoch-12-avg-2-chunk-16-left-64.int8.onnx); then ``tokens``."""
+    files = {}
+    for stem in STEMS:
+        found = sorted(model_dir.glob(f"{stem}*.int8.onnx")) or sorted(model_dir.glob(f"{stem}*.onnx"))
+        if not found:
+            raise fix_for(model_dir).error("missing-model", f"keyword spotter model missing: {model_dir}/{stem}*.onnx")
+        files[stem] = found[0]
     files["tokens"] = model_dir / "tokens.txt"
     return files
 
@@ -76,10 +73,7 @@ def phrase_tokens(phrase: str) -> list[str]:
 
     initials = pinyin(phrase, style=Style.INITIALS, strict=False, errors="ignore")
     finals = pinyin(phrase, style=Style.FINALS_TONE, strict=False, errors="ignore")
-    tokens: list[str] = []
-    for (ini,), (fin,) in zip(initials, finals):
-        tokens += [t for t in (ini, fin) if t]
-    return tokens
+    return [t for (ini,), (fin,) in zip(initials, finals) for t in (ini, fin) if t]
 
 
 def spoken_text(phrase: str) -> str:
