@@ -111,19 +111,12 @@ def cn_day(year: int | None, month: int | None, day: int | None) -> str:
     return out
 
 
+_PERIODS = ((4, "凌晨"), (8, "早上"), (11, "上午"), (12, "中午"), (17, "下午"))
+
+
 def period(hour: int) -> str:
     """Part of the day for a 24-hour clock hour: 凌晨 早上 上午 中午 下午 晚上."""
-    if hour <= 4:
-        return "凌晨"
-    if hour <= 8:
-        return "早上"
-    if hour <= 11:
-        return "上午"
-    if hour == 12:
-        return "中午"
-    if hour <= 17:
-        return "下午"
-    return "晚上"
+    return next((name for last, name in _PERIODS if hour <= last), "晚上")
 
 
 def clock_hm(hour: int, minute: int) -> str:
@@ -132,12 +125,7 @@ def clock_hm(hour: int, minute: int) -> str:
         raise RkvoiceError("text", "bad-time", f"clock time {hour}:{minute:02d} is out of range 0:00-23:59")
     h12 = hour % 12 or 12
     spoken_hour = "两" if h12 == 2 else cn_int(h12)
-    if minute == 0:
-        tail = "整"
-    elif minute < 10:
-        tail = "零" + DIGITS[minute] + "分"
-    else:
-        tail = cn_int(minute) + "分"
+    tail = "整" if minute == 0 else ("零" if minute < 10 else "") + cn_int(minute) + "分"
     return period(hour) + spoken_hour + "点" + tail
 
 

@@ -43,13 +43,12 @@ def words_int(n: int) -> str:
     if n < 1000:
         h, r = divmod(n, 100)
         return _ONES[h] + " hundred" + ("" if r == 0 else " " + words_0_99(r))
-    for size, name in ((10**12, "trillion"), (10**9, "billion"), (10**6, "million"), (1000, "thousand")):
-        if n >= size:
-            if n >= size * 1000:
-                return digits(str(n))
-            q, r = divmod(n, size)
-            return words_int(q) + " " + name + ("" if r == 0 else " " + words_int(r))
-    return digits(str(n))  # unreachable, keeps the type checker content
+    size, name = next(s for s in ((10**12, "trillion"), (10**9, "billion"), (10**6, "million"), (1000, "thousand"))
+                      if n >= s[0])
+    if n >= size * 1000:
+        return digits(str(n))
+    q, r = divmod(n, size)
+    return words_int(q) + " " + name + ("" if r == 0 else " " + words_int(r))
 
 
 def digits(s: str) -> str:
@@ -125,12 +124,8 @@ def _year(y: str) -> str:
     return words_0_99(hi) + " " + ("oh " + _ONES[lo] if lo < 10 else words_0_99(lo))
 
 
-def _time(m: re.Match[str]) -> str:
-    h, mi = int(m["h"]), int(m["m"])
-    ap = m["ap"]
-    if ap:
-        return clock(h, mi, "a m" if ap in "aA" else "p m")
-    return clock(h, mi)
+def _ampm(ap: str) -> str:
+    return "a m" if ap in "aA" else "p m"
 
 
 def _money(m: re.Match[str]) -> str:
@@ -138,7 +133,7 @@ def _money(m: re.Match[str]) -> str:
     cents = int(m["cents"] or 0)
     neg = "minus " if m["neg"] else ""
     if m["scale"] or m["frac"]:
-        amount = words_int(whole) + (" point " + digits(m["frac"] or str(cents).zfill(2)) if m["frac"] or cents else "")
+        amount = _decimal_plain(str(whole) + ("." + (m["frac"] or m["cents"]) if m["frac"] or cents else ""))
         return neg + amount + (" " + m["scale"].strip() if m["scale"] else "") + " dollars"
     parts = []
     if whole or not cents:
@@ -153,32 +148,25 @@ def _decimal(m: re.Match[str]) -> str:
     return neg + number(m["i"]) + " point " + digits(m["f"])
 
 
-def _grouped(m: re.Match[str]) -> str:
-    whole, _, frac = m.group().partition(".")
-    text = words_int(int(whole.replace(",", "")))
-    return text + (" point " + digits(frac) if frac else "")
-
-
 def en_speakable(text: str) -> str:
     """Apply the English rules to one run of text (already cleaned of markup and citations)."""
     if not any(c.isdigit() or c in "$.&#%°℃℉" for c in text):
         return text
     text = _ISO_DATE.sub(lambda m: f"{_MONTHS[int(m[2]) - 1]} {ordinal(int(m[3]))}, {_year(m[1])}", text)
-    text = _TIME.sub(_time, text)
-    text = _HOUR_AMPM.sub(lambda m: words_0_99(int(m["h"])) + (" a m" if m["ap"] in "aA" else " p m"), text)
-    text = _BARE_AMPM.sub(lambda m: "a m" if m["ap"] in "aA" else "p m", text)
+    text = _TIME.sub(lambda m: clock(int(m["h"]), int(m["m"]), _ampm(m["ap"]) if m["ap"] else None), text)
+    text = _HOUR_AMPM.sub(lambda m: words_0_99(int(m["h"])) + " " + _ampm(m["ap"]), text)
+    text = _BARE_AMPM.sub(lambda m: _ampm(m["ap"]), text)
     for pattern, words in _TITLES:
         text = pattern.sub(words, text)
     text = _MONEY.sub(_money, text)
-    text = _PERCENT.sub(lambda m: ("minus " if m["neg"] else "") + (
-        _decimal_plain(m["n"])) + " percent", text)
+    text = _PERCENT.sub(lambda m: ("minus " if m["neg"] else "") + _decimal_plain(m["n"]) + " percent", text)
     text = _US_DATE.sub(lambda m: f"{_MONTHS[int(m[1]) - 1]} {ordinal(int(m[2]))}, {_year(m[3])}", text)
     text = _FRACTION.sub(_fraction, text)
     text = _UNIT.sub(lambda m: " " + _UNITS[m[1]], text)
     text = _DOTTED.sub(lambda m: " dot ".join(number(p) if len(p) <= 2 else digits(p)
                                                  for p in m.group().split(".")), text)
     text = _ORDINAL.sub(lambda m: ordinal(int(m[1])), text)
-    text = _GROUPED.sub(_grouped, text)
+    text = _GROUPED.sub(lambda m: _decimal_plain(m.group().replace(",", "")), text)
     text = _DECIMAL.sub(_decimal, text)
     text = _RANGE.sub(lambda m: f"{m[1]} to {m[2]}", text)
     for pattern, words in _SYMBOLS:

@@ -41,22 +41,13 @@ def _script(segment: str) -> str | None:
     return None
 
 
-def _default_lang(text: str) -> str:
-    return "en" if "$" in text else "zh"
-
-
 def language_runs(text: str) -> list[tuple[str, str]]:
     """Cut cleaned text into (lang, run) pairs by script, clause by clause."""
-    segments: list[str] = []
-    start = 0
-    for m in _CLAUSE.finditer(text):
-        segments.append(text[start : m.end()])
-        start = m.end()
-    if start < len(text):
-        segments.append(text[start:])
+    ends = [m.end() for m in _CLAUSE.finditer(text)]
+    segments = [text[a:b] for a, b in zip([0, *ends], [*ends, len(text)]) if a < b]
     langs = [_script(s) for s in segments]
     known = [lg for lg in langs if lg]
-    fill = known[0] if known else _default_lang(text)
+    fill = known[0] if known else "en" if "$" in text else "zh"
     runs: list[tuple[str, str]] = []
     for seg, lg in zip(segments, langs):
         lg = lg or (runs[-1][0] if runs else fill)

@@ -46,18 +46,14 @@ def _phone(s: str) -> str:
     return cn_digits(s).replace("一", "幺")
 
 
-def _int(s: str) -> str:
-    s = s.replace(",", "")
-    if len(s) > 1 and s[0] == "0" or len(s) > 12:
-        return cn_digits(s)
-    return cn_int(int(s))
-
-
 def _num(s: str) -> str:
+    """A decimal, an integer, or digit by digit (a leading zero, more than 12 digits)."""
     s = s.replace(",", "")
     if "." in s:
         return cn_dec(s)
-    return _int(s)
+    if len(s) > 1 and s[0] == "0" or len(s) > 12:
+        return cn_digits(s)
+    return cn_int(int(s))
 
 
 def _date(m: re.Match[str]) -> str:
@@ -79,10 +75,8 @@ def _clock(m: re.Match[str]) -> str:
 
 
 def _temperature(m: re.Match[str]) -> str:
-    neg = bool(m["neg"])
-    unit = m["unit"]
-    name = "华氏度" if unit in ("℉", "°F") else "度" if unit == "度" else "摄氏度"
-    return ("零下" if neg else "") + _num(m["n"]) + name
+    name = "华氏度" if m["unit"] in ("℉", "°F") else "度" if m["unit"] == "度" else "摄氏度"
+    return ("零下" if m["neg"] else "") + _num(m["n"]) + name
 
 
 def _percent(m: re.Match[str]) -> str:
@@ -135,7 +129,7 @@ _RULES: list[tuple[re.Pattern[str] | _UntilStable, Callable[[re.Match[str]], str
     (re.compile(r"(?<![\d.-])(?P<a>[1-9]\d{0,3}(?:\.\d+)?)-(?P<b>[1-9]\d{0,3}(?:\.\d+)?|0)(?![\d-]|\.\d)"),
      lambda m: m["a"] + "到" + m["b"]),
     (re.compile(rf"(?:(?P<neg>(?<![\dA-Za-z.])[-−]|零下\s?)|(?<![\d.,]))(?P<n>{_NUM})\s?(?P<unit>℃|°C|°c|℉|°F|摄氏度|度(?=[^数]|$))"),
-     lambda m: _temperature(m) if m["neg"] or m["unit"] != "度" else _num(m["n"]) + "度"),
+     _temperature),
     (re.compile(rf"(?:(?P<neg>(?<![\dA-Za-z.])[-−])|(?<![\d.,]))(?P<n>{_GROUPED_NUM}|{_NUM})\s?(?P<pc>[%％‰])"), _percent),
     (re.compile(rf"(?P<neg>(?<![\dA-Za-z.])[-−])?(?P<cur>[¥￥$€£])\s?(?P<n>{_GROUPED_NUM}|{_NUM})"
                 r"(?P<scale>[万亿]?)(?![\d])"),
@@ -155,13 +149,8 @@ _PLAIN_NUMBER = re.compile(rf"(?<![\d.,])(?P<neg>[-−](?=\d))?(?P<n>{_GROUPED_N
 
 def _alone(m: re.Match[str]) -> bool:
     """A service code written on its own: nothing but spaces or punctuation around it."""
-    s = m.string
-    i, j = m.start() - 1, m.end()
-    while i >= 0 and s[i].isspace():
-        i -= 1
-    while j < len(s) and s[j].isspace():
-        j += 1
-    return (i < 0 or not s[i].isalnum()) and (j >= len(s) or not s[j].isalnum())
+    before, after = m.string[: m.start()].rstrip(), m.string[m.end() :].lstrip()
+    return not before[-1:].isalnum() and not after[:1].isalnum()
 
 
 def _plain(m: re.Match[str]) -> str:
@@ -193,11 +182,8 @@ def _normalizer():
 def wetext_zh(text: str) -> str:
     """The raw wetext Chinese TN normaliser, loaded once, whitespace at the ends kept."""
     core = text.strip()
-    if not core:
-        return text
-    lead = text[: len(text) - len(text.lstrip())]
-    trail = text[len(text.rstrip()):]
-    return lead + _normalizer().normalize(core) + trail
+    start = text.find(core)
+    return text[:start] + _normalizer().normalize(core) + text[start + len(core) :] if core else text
 
 
 _LEFTOVER_DIGITS = re.compile(r"\d+(?:\.\d+)?")
