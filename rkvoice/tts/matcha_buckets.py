@@ -229,13 +229,6 @@ def _agree(path: Path, side: dict[str, Any] | None, key: str, value: int, what: 
         raise _bad(sidecar_of(path), f"the sidecar says {key} {side[key]} but the model takes {value} {what}")
 
 
-def _find_out(b: Bucket, name: str, rank: int) -> int | None:
-    for i, o in enumerate(b.outputs):
-        if o.name == name:
-            return i
-    return next((i for i, o in enumerate(b.outputs) if len(o.shape) == rank), None)
-
-
 def _check_matcha(b: Bucket, side: dict[str, Any] | None) -> None:
     spec = {s.name: s for s in b.inputs}
     names = [s.name for s in b.inputs]
@@ -253,7 +246,9 @@ def _check_matcha(b: Bucket, side: dict[str, Any] | None) -> None:
             raise _bad(b.path, f"input {s.describe()} should be one value [1]")
     if len(x.shape) != 2 or (isinstance(x.shape[0], int) and x.shape[0] != 1):
         raise _bad(b.path, f"input {x.describe()} should be [1, tokens]")
-    mel_i = _find_out(b, "mel", 3)
+    mel_i = next((i for i, o in enumerate(b.outputs) if o.name == "mel"), None)
+    if mel_i is None:
+        mel_i = next((i for i, o in enumerate(b.outputs) if len(o.shape) == 3), None)
     if mel_i is None:
         raise _bad(b.path, f"no mel output [1, n_mels, frames] among {', '.join(o.describe() for o in b.outputs)}")
     b._out_index["mel"] = mel_i

@@ -27,19 +27,8 @@ import numpy as np
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
 from rkvoice.npu.istft import StftConfig, istft_mag_phase, istft_mag_xy
-from rkvoice.tts.matcha_buckets import (
-    Bucket,
-    expected_path,
-    find_models,
-    load_bucket,
-    sidecar_of,
-)
-from rkvoice.tts.matcha_frames import (
-    halve,
-    smallest_at_least,
-    split_units,
-    vocos_windows,
-)
+from rkvoice.tts.matcha_buckets import Bucket, expected_path, find_models, load_bucket, sidecar_of
+from rkvoice.tts.matcha_frames import halve, split_units, vocos_windows
 from rkvoice.tts.matcha_frontend import MatchaFrontend, Phonemizer, Unit
 
 log = logging.getLogger(__name__)
@@ -127,7 +116,7 @@ class MatchaTts:
         """Settings from the models' metadata, and the checks that span two models."""
         mc = self.cfg.tts.matcha
         for group, what in ((self.acoustic, "Matcha"), (self.vocoders, "Vocos")):
-            if sum(b.dynamic for b in group) > 1 or (any(b.dynamic for b in group) and len(group) > 1):
+            if any(b.dynamic for b in group) and len(group) > 1:
                 raise RkvoiceError("tts", "bad-model", f"{what}: mix of dynamic and fixed models "
                                    f"({', '.join(b.path.name for b in group)}); keep one dynamic model or the buckets")
         meta = self.acoustic[0].meta
@@ -166,8 +155,7 @@ class MatchaTts:
             self._acoustic_run(b, ids[: b.size or len(ids)], 0, 1.0, rng)
         for v in self.vocoders:
             v.run({v.inputs[0].name: np.full((1, v.n_mels, v.size or 8), -11.5, np.float32)})
-        for b in self.acoustic + self.vocoders:
-            b.reset_stats()
+        self.reset_stats()
 
     def close(self) -> None:
         for b in self.acoustic + self.vocoders:
@@ -237,10 +225,8 @@ class MatchaTts:
         """(mel [1, n_mels, frames], true frames) of one Matcha call."""
         mc = self.cfg.tts.matcha
         n = len(ids)
-        x = np.asarray(ids, dtype=np.int64)[None, :]
-        if not b.dynamic:
-            x = np.full((1, b.size), self._pad_id, dtype=np.int64)
-            x[0, :n] = ids
+        x = np.full((1, b.size or n), self._pad_id, dtype=np.int64)  # a fixed bucket: padded to its size
+        x[0, :n] = ids
         feed: dict[str, np.ndarray] = {"x": x, "x_length": np.array([n], dtype=np.int64),
                 "noise_scale": np.array([mc.noise_scale], dtype=np.float32),
                 "length_scale": np.array([1.0 / speed], dtype=np.float32),
@@ -291,18 +277,9 @@ class MatchaTts:
     def _vocode(self, mel: np.ndarray) -> np.ndarray:
         """mel [1, C, T] -> waveform (Vocos in the smallest frame bucket holding T, or windows)."""
         frames = mel.shape[-1]
-        if self.vocoders[0].dynamic:
-            parts = self._vocos_call(self.vocoders[0], mel, frames)
-        else:
-            size = smallest_at_least([v.size for v in self.vocoders], frames)
-            if size is not None:
-                parts = self._vocos_call(next(v for v in self.vocoders if v.size == size), mel, frames)
-            else:
-                parts = self._windowed(mel)
-        mag, a, b = parts
-        if b is None:
-            return istft_mag_phase(mag, a, self.stft)
-        return istft_mag_xy(mag, a, b, self.stft)
+        fit = next((v for v in self.vocoders if v.dynamic or v.size >= frames), None)  # sorted by size
+        mag, a, b = self._vocos_call(fit, mel, frames) if fit else self._windowed(mel)
+        return istft_mag_phase(mag, a, self.stft) if b is None else istft_mag_xy(mag, a, b, self.stft)
 
     def _vocos_call(self, v: Bucket, mel: np.ndarray, keep: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Run ``v`` on ``mel`` padded with zeros to its size; its first ``keep`` frames.
@@ -314,26 +291,18 @@ class MatchaTts:
         t = mel.shape[-1]
         if not v.dynamic and t < v.size:
             mel = np.concatenate([mel, np.zeros(mel.shape[:2] + (v.size - t,), np.float32)], axis=2)
-        outs = v.run({v.inputs[0].name: mel})
-        if len(outs) >= 3:
-            return outs[0][..., :keep], outs[1][..., :keep], outs[2][..., :keep]
-        return outs[0][..., :keep], outs[1][..., :keep], None
+        kept = [o[..., :keep] for o in v.run({v.inputs[0].name: mel})]
+        return kept[0], kept[1], kept[2] if len(kept) > 2 else None
 
     def _windowed(self, mel: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """A mel longer than the largest Vocos bucket: overlapping windows, centres kept."""
         v = self.vocoders[-1]
-        mags: list[np.ndarray] = []
-        firsts: list[np.ndarray] = []
-        seconds: list[np.ndarray] = []  # stays empty for a magnitude + phase Vocos
+        windows = []  # per window: the centres of mag, x[, y] (no y for a magnitude + phase Vocos)
         for start, k0, k1 in vocos_windows(mel.shape[-1], v.size, self.cfg.tts.matcha.vocoder_context):
-            mag, a, b = self._vocos_call(v, mel[:, :, start : start + v.size], v.size)
-            centre = slice(k0 - start, k1 - start)
-            mags.append(mag[..., centre])
-            firsts.append(a[..., centre])
-            if b is not None:
-                seconds.append(b[..., centre])
-        return (np.concatenate(mags, axis=-1), np.concatenate(firsts, axis=-1),
-                np.concatenate(seconds, axis=-1) if seconds else None)
+            outs = self._vocos_call(v, mel[:, :, start : start + v.size], v.size)
+            windows.append([o[..., k0 - start : k1 - start] for o in outs if o is not None])
+        joined = [np.concatenate(parts, axis=-1) for parts in zip(*windows)]
+        return joined[0], joined[1], joined[2] if len(joined) > 2 else None
 
 
 def _sorted(buckets: list[Bucket]) -> list[Bucket]:

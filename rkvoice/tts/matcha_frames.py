@@ -2,7 +2,7 @@
 
 An NPU call costs the same whatever part of its fixed shape is used (seeds/001: ~0.3 s for the
 64-token Matcha, ~55 ms for the 600-frame Vocos), so a piece runs in the smallest bucket that
-holds it: ``smallest_at_least``. Text is packed into pieces whose tokens fit the largest Matcha
+holds it. Text is packed into pieces whose tokens fit the largest Matcha
 bucket (``split_units``, cutting after punctuation where it can, between words otherwise, never
 dropping anything). The converted Matcha reports the true frame count of its mel; when that is
 more than the bucket's frame window, the piece was too long for the window and is cut in two
@@ -13,7 +13,7 @@ through it in overlapping windows (``vocos_windows``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from rkvoice.errors import RkvoiceError
 from rkvoice.tts.matcha_frontend import Unit
@@ -22,12 +22,6 @@ log = logging.getLogger(__name__)
 
 Counter = Callable[[list[Unit]], int]
 """Tokens a piece feeds the model (blanks included)."""
-
-
-def smallest_at_least(sizes: Sequence[int], n: int) -> int | None:
-    """The smallest size >= n, None when even the largest is smaller."""
-    fitting = [s for s in sorted(sizes) if s >= n]
-    return fitting[0] if fitting else None
 
 
 def split_units(units: list[Unit], max_tokens: int, count: Counter) -> list[list[Unit]]:
@@ -45,7 +39,7 @@ def split_units(units: list[Unit], max_tokens: int, count: Counter) -> list[list
         if count(cur + [unit]) <= max_tokens:
             cur.append(unit)
             continue
-        cut = _last_clause_end(cur)
+        cut = next((i for i in range(len(cur) - 1, -1, -1) if cur[i].kind == "punct"), None)  # the last mark
         if cut is not None and cut + 1 < len(cur) and cut + 1 >= len(cur) // 3:
             pieces.append(cur[: cut + 1])
             cur = cur[cut + 1 :]
@@ -99,13 +93,6 @@ def vocos_windows(total: int, frames: int, context: int) -> list[tuple[int, int,
         out.append((start, kept, end))
         kept = end
     return out
-
-
-def _last_clause_end(piece: list[Unit]) -> int | None:
-    for i in range(len(piece) - 1, -1, -1):
-        if piece[i].kind == "punct":
-            return i
-    return None
 
 
 def _shrink(units: list[Unit], max_tokens: int, count: Counter) -> list[Unit]:

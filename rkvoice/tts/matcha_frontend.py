@@ -51,7 +51,8 @@ _PUNCT_MAP = {"，": ",", "、": ",", "；": ";", "：": ",", ":": ",", "。": "
 _IPA_REPLACEMENTS = (("ɝ", "ɜɹ"), ("ɚ", "əɹ"), ("eɪ", "A"), ("aɪ", "I"), ("ɔɪ", "Y"), ("oʊ", "O"),
                      ("əʊ", "O"), ("aʊ", "W"), ("tʃ", "ʧ"), ("dʒ", "ʤ"), ("ː", ""), ("g", "ɡ"),
                      ("r", "ɹ"), ("e", "ɛ"))
-_WORD = re.compile(r"[A-Za-z0-9']+")
+_WORD = re.compile(r"[A-Za-z0-9']+|\S")
+"""A run of ASCII letters, digits and apostrophes, or any other single non-space character."""
 PUNCT = set(",.;?!")
 MAX_PHRASE = 10
 """Longest phrase tried against the lexicon, in words (sherpa-onnx's PhraseMatcher)."""
@@ -72,14 +73,17 @@ def is_cjk(ch: str) -> bool:
     return 0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0xF900 <= cp <= 0xFAFF
 
 
+def _read_lines(path: Path, what: str) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise RkvoiceError("tts", "missing-model", f"cannot read Matcha {what} {path}: "
+                           f"{exc.strerror}; run ./install.sh --profile board") from exc
+
+
 def read_tokens(path: Path) -> dict[str, int]:
     out: dict[str, int] = {}
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise RkvoiceError("tts", "missing-model", f"cannot read Matcha tokens file {path}: "
-                           f"{exc.strerror}; run ./install.sh --profile board") from exc
-    for n, line in enumerate(lines, 1):
+    for n, line in enumerate(_read_lines(path, "tokens file"), 1):
         if not line.strip():
             continue
         parts = line.rsplit(maxsplit=1)
@@ -97,13 +101,8 @@ def read_lexicon(path: Path, token2id: dict[str, int]) -> dict[str, tuple[int, .
     """``word -> ids``; words lower-cased, the first of duplicates kept, entries naming a token
     that tokens.txt lacks dropped whole (as sherpa-onnx does)."""
     out: dict[str, tuple[int, ...]] = {}
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise RkvoiceError("tts", "missing-model", f"cannot read Matcha lexicon {path}: "
-                           f"{exc.strerror}; run ./install.sh --profile board") from exc
     dropped = 0
-    for line in lines:
+    for line in _read_lines(path, "lexicon"):
         parts = line.split()
         if len(parts) < 2:
             continue
@@ -147,20 +146,9 @@ def words(text: str) -> list[str]:
     text = unicodedata.normalize("NFKC", text)
     text = "".join(_PUNCT_MAP.get(c, c) for c in text)
     out: list[str] = []
-    i = 0
-    while i < len(text):
-        m = _WORD.match(text, i)
-        if m:
-            out.append(m.group(0))
-            i = m.end()
-            continue
-        ch = text[i]
-        i += 1
-        if ch.isspace():
-            continue
-        if ch in PUNCT and out and out[-1] in PUNCT:
-            continue  # a mark right after another
-        out.append(ch)
+    for w in _WORD.findall(text):
+        if not (w in PUNCT and out and out[-1] in PUNCT):  # a mark right after another is dropped
+            out.append(w)
     return out
 
 
