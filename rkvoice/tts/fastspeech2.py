@@ -78,10 +78,15 @@ def installed(cfg: Config) -> bool:
     return not missing(cfg)
 
 
-def session_options(threads: int):  # noqa: ANN201 - onnxruntime.SessionOptions
-    """Sequential execution with an explicit intra-op thread count and no spinning."""
+def open_session(path: Path, threads: int, what: str) -> Any:
+    """An onnxruntime session (sequential, explicit intra-op threads, no spinning), or an
+    RkvoiceError naming the missing/corrupt file and the fix."""
     import onnxruntime as ort
 
+    if not path.is_file():
+        raise RkvoiceError(
+            "tts", "missing-model", f"{what} model {path} is missing: run ./install.sh to install it"
+        )
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = max(1, int(threads))
     opts.inter_op_num_threads = 1
@@ -89,21 +94,8 @@ def session_options(threads: int):  # noqa: ANN201 - onnxruntime.SessionOptions
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if ALLOW_SPINNING else "0")
     opts.log_severity_level = 3
-    return opts
-
-
-def open_session(path: Path, threads: int, what: str) -> Any:
-    """An onnxruntime session, or an RkvoiceError naming the missing/corrupt file and the fix."""
-    import onnxruntime as ort
-
-    if not path.is_file():
-        raise RkvoiceError(
-            "tts", "missing-model", f"{what} model {path} is missing: run ./install.sh to install it"
-        )
     try:
-        return ort.InferenceSession(
-            str(path), sess_options=session_options(threads), providers=["CPUExecutionProvider"]
-        )
+        return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises several types for bad files
         reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
         raise RkvoiceError(
@@ -204,41 +196,31 @@ class FastSpeech2Tts:
         if not pieces:
             log.debug("nothing pronounceable in %r", text[:40])
             return np.zeros(0, dtype=np.float32), SAMPLE_RATE
-        audio = np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
-        return np.clip(audio, -1.0, 1.0).astype(np.float32, copy=False), SAMPLE_RATE
+        return np.clip(np.concatenate(pieces), -1.0, 1.0).astype(np.float32, copy=False), SAMPLE_RATE
 
     # --- internals --------------------------------------------------------------------------
 
     def _id_pieces(self, text: str) -> list[list[int]]:
-        """Id sequences of at most MAX_IDS: whole text if short, else groups of clauses."""
-        assert self.frontend is not None
-        ids = self.frontend.ids(text)
+        """Id sequences of at most MAX_IDS: whole text if short, else groups of clauses (a clause
+        still too long alone is cut into character windows)."""
+        f = self.frontend
+        assert f is not None
+        ids = f.ids(text)
         if len(ids) <= MAX_IDS:
             return [ids] if ids else []
         pieces: list[list[int]] = []
         group = ""
-        for clause in self._short_clauses(text):
-            candidate = group + clause
-            if group and len(self.frontend.ids(candidate)) > MAX_IDS:
-                pieces.append(self.frontend.ids(group))
-                group = clause
-            else:
-                group = candidate
-        if group:
-            pieces.append(self.frontend.ids(group))
-        return [p for p in pieces if p]
-
-    def _short_clauses(self, text: str) -> list[str]:
-        """Clauses, each cut further into character windows if still too long alone."""
-        assert self.frontend is not None
-        out: list[str] = []
         window = MAX_IDS // 4  # ~3 symbols per syllable plus breaks and sil/eos
-        for clause in self.frontend.clauses(text):
-            if len(self.frontend.ids(clause)) <= MAX_IDS:
-                out.append(clause)
-            else:
-                out.extend(clause[i : i + window] for i in range(0, len(clause), window))
-        return out
+        for clause in f.clauses(text):
+            short = len(f.ids(clause)) <= MAX_IDS
+            for part in [clause] if short else [clause[i : i + window] for i in range(0, len(clause), window)]:
+                if group and len(f.ids(group + part)) > MAX_IDS:
+                    pieces.append(f.ids(group))
+                    group = part
+                else:
+                    group += part
+        pieces.append(f.ids(group))
+        return [p for p in pieces if p]
 
     def _mel(self, ids: list[int], sid: int, speed: float) -> np.ndarray:
         feeds = {

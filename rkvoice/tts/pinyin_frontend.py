@@ -20,7 +20,7 @@ import json
 import logging
 import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pypinyin import Style, lazy_pinyin
@@ -172,17 +172,7 @@ class PinyinFrontend:
 
 
 def _spell(word: str) -> list[Syllable]:
-    out = []
-    for ch in word.lower():
-        for reading in _LETTERS[ch]:
-            out.append(Syllable(reading[:-1], int(reading[-1]), ch))
-    return out
-
-
-def _split_tone(reading: str) -> tuple[str, int]:
-    if reading and reading[-1].isdigit():
-        return reading[:-1], int(reading[-1])
-    return reading, 5
+    return [Syllable(reading[:-1], int(reading[-1]), ch) for ch in word.lower() for reading in _LETTERS[ch]]
 
 
 def _no_readings(chars: str) -> list[str]:
@@ -210,7 +200,7 @@ def _han_syllables(run: str) -> list[Syllable]:
         if not reading:
             log.debug("character %r has no reading; dropped", char)
             continue
-        pinyin, tone = _split_tone(reading)
+        pinyin, tone = (reading[:-1], int(reading[-1])) if reading[-1].isdigit() else (reading, 5)
         erhua = (
             char == "儿"
             and i > 0
@@ -238,24 +228,18 @@ def _sandhi(syls: list[Syllable]) -> list[Syllable]:
             prev = out[i - 1].char if i > 0 else ""
             nxt = out[i + 1].char if i + 1 < n else ""
             if prev in _NUMERALS or nxt in _NUMERALS or nt is None:
-                tone = 1  # counting, ordinals, final position
+                out[i] = replace(s, tone=1)  # counting, ordinals, final position
             elif prev and prev == nxt:
-                tone = 5  # 看一看
-            elif nt == 4:
-                tone = 2
-            elif nt in (1, 2, 3):
-                tone = 4
-            else:
-                tone = s.tone
-            out[i] = Syllable(s.pinyin, tone, s.char, s.erhua)
+                out[i] = replace(s, tone=5)  # 看一看
+            else:  # 2 before a fourth tone, 4 before the others
+                out[i] = replace(s, tone={4: 2, 1: 4, 2: 4, 3: 4}.get(nt, s.tone))
         elif s.char == "不" and s.pinyin == "bu":
             if i > 0 and i + 1 < n and out[i - 1].char == out[i + 1].char:
-                out[i] = Syllable(s.pinyin, 5, s.char, s.erhua)  # 是不是
+                out[i] = replace(s, tone=5)  # 是不是
             elif nt == 4:
-                out[i] = Syllable(s.pinyin, 2, s.char, s.erhua)
+                out[i] = replace(s, tone=2)
     # third tone before a third tone becomes second (the last of a run keeps tone 3)
     for i in range(n - 1):
         if out[i].tone == 3 and not out[i].erhua and next_tone(i) == 3:
-            s = out[i]
-            out[i] = Syllable(s.pinyin, 2, s.char, s.erhua)
+            out[i] = replace(out[i], tone=2)
     return out
