@@ -37,7 +37,7 @@ def test_onnx_runs_in_input_order_and_casts_dtypes(tmp_path):
     m = open_model(_tiny(tmp_path / "t.onnx"), threads=1)
     assert isinstance(m, OnnxModel)
     m.load()
-    assert m.input_names == ["ids", "scale"]
+    assert [s.name for s in m.input_specs()] == ["ids", "scale"]
     assert m.metadata["hop_length"] == "256"
     # int32 ids and a float64 scale are cast to the graph's declared types
     (y,) = m.run([np.array([[1, 2, 3]], dtype=np.int32), np.array([2.0])])

@@ -128,10 +128,8 @@ class Manifest:
 
     def profile(self, profile: str) -> list[Model]:
         if profile not in PROFILES:
-            raise RkvoiceError(
-                "models", "bad-profile",
-                f"unknown profile {profile!r}; choose one of: {', '.join(PROFILES)}",
-            )
+            raise RkvoiceError("models", "bad-profile",
+                               f"unknown profile {profile!r}; choose one of: {', '.join(PROFILES)}")
         return [m for m in self.models if m.profile == profile]
 
     def get(self, model_id: str) -> Model:
@@ -236,9 +234,7 @@ def _step(d: Any, where: str, sources: set[str]) -> Step:
         raise _err(where, "concat needs at least two parts")
     if "to" in d:
         _rel(d["to"], where)
-    args = d.get("args", [])
-    runs = d.get("runs", [])
-    venv = d.get("venv", [])
+    args, runs, venv = (d.get(k, []) for k in ("args", "runs", "venv"))
     if not isinstance(runs, list):
         raise _err(where, "runs must be a list of argument lists")
     for a in [args, *runs]:
@@ -251,12 +247,11 @@ def _step(d: Any, where: str, sources: set[str]) -> Step:
         raise _err(where, f"{op} needs runs: (one argument list per script run)")
     if not isinstance(venv, list) or not all(isinstance(v, str) and _PIP.match(v) for v in venv):
         raise _err(where, "venv must be a list of pinned NAME==VERSION requirements")
-    sha = d.get("sha256")
     return Step(
         op=op, to=d.get("to", ""), source=d.get("source", ""), member=d.get("member") or "",
         strip=int(d.get("strip", 0)), parts=tuple(parts), script=d.get("script", ""),
         module=d.get("module", ""), args=tuple(args), runs=tuple(tuple(r) for r in runs), venv=tuple(venv),
-        sha256=_sha(sha, where, "(step)") if sha is not None else None,
+        sha256=_sha(d.get("sha256"), where, "(step)"),
         toolkit=str(d.get("toolkit", "")), deps=tuple(d.get("deps", ())),
     )
 
@@ -274,11 +269,8 @@ def _file(d: Any, where: str) -> FileSpec:
 
 
 def _model(d: Any, where: str) -> Model:
-    d = _take(
-        d, where,
-        ("id", "stage", "profile", "engine", "licence", "dir", "sources", "steps", "files"),
-        ("platform", "note", "optional", "needs"),
-    )
+    d = _take(d, where, ("id", "stage", "profile", "engine", "licence", "dir", "sources", "steps", "files"),
+              ("platform", "note", "optional", "needs"))
     where = f"model {d['id']!r}"
     if d["stage"] not in STAGES:
         raise _err(where, f"stage must be one of {', '.join(STAGES)}, got {d['stage']!r}")

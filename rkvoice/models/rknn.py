@@ -43,19 +43,15 @@ def resolve_toolkit(override: str | None = None, lib_paths: tuple[Path, ...] | N
         raise RkvoiceError("models", "bad-option", f"--toolkit-version {override!r}: expected a version like 2.3.2")
     path, found = versions.librknnrt_version(lib_paths)
     if override and found and override != found:
-        return Toolkit(None, "", RkvoiceError(
-            "models", "toolkit-mismatch",
-            f"--toolkit-version {override} but this board's librknnrt ({path}) is {found}; they must be equal: "
-            "drop --toolkit-version to build with the board's version",
-        ))
+        return Toolkit(None, "", RkvoiceError("models", "toolkit-mismatch", f"--toolkit-version {override} but this "
+                                              f"board's librknnrt ({path}) is {found}; they must be equal: "
+                                              "drop --toolkit-version to build with the board's version"))
     if override:
         return Toolkit(override, "--toolkit-version")
     if path is not None and found is None:
-        return Toolkit(None, "", RkvoiceError(
-            "models", "toolkit-unreadable",
-            f"cannot read the version string from {path} (strings {path} | grep 'librknnrt version'); "
-            "pass --toolkit-version V with the version it reports",
-        ))
+        return Toolkit(None, "", RkvoiceError("models", "toolkit-unreadable", f"cannot read the version string from "
+                                              f"{path} (strings {path} | grep 'librknnrt version'); "
+                                              "pass --toolkit-version V with the version it reports"))
     if found:
         return Toolkit(found, f"librknnrt {path}")
     return Toolkit(None)

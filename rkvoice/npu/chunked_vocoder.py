@@ -10,14 +10,10 @@ is padded with the mel's quietest value. Against one whole-mel run on the CPU: c
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 
 from rkvoice.errors import RkvoiceError
 from rkvoice.npu.runtime import ModelRuntime
-
-log = logging.getLogger(__name__)
 
 
 class ChunkedVocoder:
@@ -32,21 +28,13 @@ class ChunkedVocoder:
         self.context = context
         self.hop = hop
 
-    @property
-    def core(self) -> int:
-        return self.frames - 2 * self.context
-
     def windows(self, total: int) -> list[tuple[int, int, int]]:
         """(window start, kept from, kept to) in frames for a mel of ``total`` frames."""
-        out = []
-        for keep0 in range(0, total, self.core):
-            keep1 = min(total, keep0 + self.core)
-            start = keep0 - self.context
-            if total >= self.frames:  # stay inside the mel where we can: real context beats padding
-                start = min(max(0, start), total - self.frames)
-            else:
-                start = 0
-            out.append((start, keep0, keep1))
+        out, core = [], self.frames - 2 * self.context  # core: the frames kept of each window
+        for keep0 in range(0, total, core):
+            # stay inside the mel where we can: real context beats padding
+            start = min(max(0, keep0 - self.context), total - self.frames) if total >= self.frames else 0
+            out.append((start, keep0, min(total, keep0 + core)))
         return out
 
     def __call__(self, mel: np.ndarray) -> np.ndarray:

@@ -23,8 +23,6 @@ from rkvoice.errors import RkvoiceError
 log = logging.getLogger(__name__)
 
 CORE_MASKS = ("auto", "0", "1", "2", "0_1", "0_1_2", "all")  # RKNNLite constant: NPU_CORE_<MASK>
-_ORT_DTYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(float)": np.float32,
-               "tensor(float16)": np.float16, "tensor(double)": np.float64}
 _DTYPE_NAMES = {"float": "float32", "float32": "float32", "fp32": "float32", "float16": "float16",
                 "fp16": "float16", "half": "float16", "double": "float64", "float64": "float64",
                 "int64": "int64", "long": "int64", "int32": "int32", "int": "int32", "int16": "int16",
@@ -125,10 +123,6 @@ class OnnxModel:
             raise RkvoiceError("npu", "not-loaded", f"{self.path}: call load() before run()")
         return self._sess
 
-    @property
-    def input_names(self) -> list[str]:
-        return [i.name for i in self._session().get_inputs()]
-
     def input_specs(self) -> list[TensorSpec]:
         """The inputs the graph declares, in feed order (symbolic dimensions as strings)."""
         return [_ort_spec(i) for i in self._session().get_inputs()]
@@ -147,10 +141,9 @@ class OnnxModel:
             raise RkvoiceError("npu", "bad-inputs", f"{self.path} takes {len(specs)} inputs "
                                f"({', '.join(s.name for s in specs)}), got {len(inputs)}")
         feed = {}
-        for spec, arr in zip(specs, inputs):
-            dtype = _ORT_DTYPES.get(spec.type)
-            a = np.asarray(arr)
-            feed[spec.name] = a.astype(dtype, copy=False) if dtype is not None else a
+        for spec, arr in zip(specs, inputs):  # cast to the declared type: onnxruntime refuses any other
+            dtype, a = dtype_name(spec.type), np.asarray(arr)
+            feed[spec.name] = a.astype(dtype, copy=False) if dtype in _DTYPE_NAMES.values() else a
         return list(sess.run(None, feed))
 
     def describe(self) -> str:
