@@ -175,7 +175,6 @@ class WavPlayer:
         pass  # nothing is buffered: what was written stays, later blocks are not written
 
     def close(self) -> None:
-        """Finish the file and rename it into place."""
         with self._lock:
             if self._wav is None or self._tmp is None:
                 return
@@ -190,7 +189,6 @@ class WavPlayer:
             log.info("wrote %s (%.2f s)", self.path, self.samples / self.rate)
 
     def abort(self) -> None:
-        """Drop the partial file."""
         with self._lock:
             if self._wav is not None:
                 with contextlib.suppress(OSError, wave.Error):

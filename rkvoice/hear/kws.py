@@ -159,7 +159,6 @@ class KwsWake:
         self._samples = at_sample
 
     def _spotter(self) -> tuple[KeywordSpotter, OnlineStream]:
-        """The spotter and its stream, once ``load()`` has made them."""
         if self._kws is None or self._stream is None:
             raise RkvoiceError("wake", "not-loaded", "keyword spotter: call load() before accept()")
         return self._kws, self._stream

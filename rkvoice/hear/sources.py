@@ -90,10 +90,6 @@ class WavFileSource:
         self.samples = read_wav(self.path)
         self._closed = threading.Event()
 
-    @property
-    def duration_s(self) -> float:
-        return len(self.samples) / SAMPLE_RATE
-
     def frames(self) -> Iterator[np.ndarray]:
         for frame in _split(self.samples, self.frame_samples):
             if self._closed.is_set():

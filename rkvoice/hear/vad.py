@@ -119,10 +119,9 @@ class Segmenter:
         if self._vad is None:
             return []
         if len(self._pending):
-            pad = np.zeros(WINDOW - len(self._pending), dtype=np.float32)
-            self._vad.accept_waveform(np.concatenate([self._pending, pad]))
+            self._vad.accept_waveform(np.pad(self._pending, (0, WINDOW - len(self._pending))))
             self._fed += len(self._pending)
-            self._pending = np.zeros(0, dtype=np.float32)
+            self._pending = self._pending[:0]
         self._vad.flush()
         out = self._collect()
         self._speech_from = None
@@ -142,17 +141,11 @@ class Segmenter:
             if self._speech_from is None:
                 self._speech_from = self._fed
             elif (self._fed - self._speech_from) / SAMPLE_RATE >= self.max_request_s - self._detect_lag_s:
-                out.append(self._cut())
+                # an over-long request: close it at the current position
+                samples = np.array(vad.current_segment.samples, dtype=np.float32)
+                log.info("request reached the %.1f s limit; cutting it", self.max_request_s)
+                self.reset()
+                out.append(Segment(samples, decided - len(samples) / SAMPLE_RATE, decided, decided, truncated=True))
         else:
             self._speech_from = None
         return out
-
-    def _cut(self) -> Segment:
-        """Close an over-long request at the current position."""
-        vad = self._vad
-        samples = np.array(vad.current_segment.samples, dtype=np.float32)
-        end = self._fed / SAMPLE_RATE
-        start = end - len(samples) / SAMPLE_RATE
-        log.info("request reached the %.1f s limit; cutting it", self.max_request_s)
-        self.reset()
-        return Segment(samples, start, end, end, truncated=True)

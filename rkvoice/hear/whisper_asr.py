@@ -130,7 +130,6 @@ def _strip_echo(text: str) -> str:
 
 @functools.cache
 def _t2s() -> Any:
-    """The opencc traditional-to-simplified converter, made once."""
     try:
         import opencc
     except ImportError as exc:
