@@ -15,9 +15,11 @@ from __future__ import annotations
 import importlib.util
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from rkvoice.audio.devices import has_input_device, has_sound_device
 
 Device = Literal["sound-output", "microphone", "npu"]
 Library = Literal["librknnrt", "librkllmrt"]
@@ -108,9 +110,9 @@ def npu_present() -> bool:
 class Probe:
     """How this machine is asked; tests replace the device probes."""
 
-    sound_output: Callable[[], str | None] = field(default_factory=lambda: _default_output)
+    sound_output: Callable[[], str | None] = has_sound_device
     """Name of a usable output backend ("aplay", "sounddevice") or None."""
-    microphone: Callable[[], bool] = field(default_factory=lambda: _default_microphone)
+    microphone: Callable[[], bool] = has_input_device
     npu: Callable[[], bool] = npu_present
     module: Callable[[str], bool] = module_found
     program: Callable[[str], bool] = lambda name: shutil.which(name) is not None
@@ -121,18 +123,6 @@ class Probe:
         if device == "microphone":
             return self.microphone()
         return self.npu()
-
-
-def _default_output() -> str | None:
-    from rkvoice.audio.devices import has_sound_device
-
-    return has_sound_device()
-
-
-def _default_microphone() -> bool:
-    from rkvoice.audio.devices import has_input_device
-
-    return has_input_device()
 
 
 @dataclass(frozen=True)

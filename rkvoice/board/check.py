@@ -202,7 +202,8 @@ def _check_fastspeech2_vocoder(cfg: Config, st: StageCheck) -> None:
     if not fs.vocoder.strip():
         return
     vocoder = vocoder_path(cfg)
-    st.notes.append(f"vocoder {display_path(vocoder, cfg.models.path.parent)} in {fs.vocoder_frames}-frame windows, context {fs.vocoder_context}")
+    st.notes.append(f"vocoder {display_path(vocoder, cfg.models.path.parent)} in {fs.vocoder_frames}-frame windows, "
+                    f"context {fs.vocoder_context}")
     if vocoder.suffix == ".rknn":
         if fs.core_mask.strip().lower() not in CORE_MASKS:
             st.problems.append(f"tts.fastspeech2.core_mask {fs.core_mask!r} is not one of: {', '.join(CORE_MASKS)}")
