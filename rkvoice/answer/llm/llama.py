@@ -142,8 +142,6 @@ class LlamaEngine:
         return s
 
     def stream(self, messages: list[Message]) -> Generator[str, None, None]:
-        if self.model is None:
-            raise RkvoiceError("llm", "not-loaded", "llama engine used before load()")
         if not self._busy.acquire(blocking=False):
             raise RkvoiceError("llm", "busy", "llama is already generating; abort() the running answer first")
         try:
@@ -151,11 +149,18 @@ class LlamaEngine:
         finally:
             self._busy.release()
 
+    def _start(self, messages: list[Message]) -> list[int]:
+        """The prompt's tokens, with a previous abort cleared and the thread counts set for it."""
+        if self.model is None:
+            raise RkvoiceError("llm", "not-loaded", "llama engine used before load()")
+        self._cancel.clear()
+        self.ctx.cancel = False
+        self._set_threads()
+        return self.vocab.tokenize(self.prompt(messages), add_special=True, parse_special=True)
+
     def _generate(self, messages: list[Message]) -> Generator[str, None, None]:
         ctx, vocab = self.ctx, self.vocab
-        self._cancel.clear()
-        ctx.cancel = False
-        tokens = vocab.tokenize(self.prompt(messages), add_special=True, parse_special=True)
+        tokens = self._start(messages)
         max_new = self.cfg.llm.max_tokens
         if len(tokens) + max_new > self.cfg.llm.context:
             raise RkvoiceError("llm", "prompt-too-long",
@@ -163,7 +168,6 @@ class LlamaEngine:
                                f"{self.cfg.llm.context}; lower llm.history_turns or raise llm.context")
         sampler = self._sampler()
         t0 = time.monotonic()
-        self._set_threads()
         reused = self._reuse_prefix(tokens)
         if not self._prefill(tokens, reused):
             return
@@ -194,8 +198,7 @@ class LlamaEngine:
             pos += 1
         self.last_stats = {"prompt_tokens": len(tokens), "reused_tokens": reused, "new_tokens": n_new,
                            "threads": self.threads, "threads_batch": self.threads_batch,
-                           "prefill_s": t_prefill,
-                           "total_s": time.monotonic() - t0}
+                           "prefill_s": t_prefill, "total_s": time.monotonic() - t0}
 
     def _set_threads(self) -> None:
         """Thread counts for this prompt (an auto prompt count follows the machine's load)."""
@@ -221,14 +224,8 @@ class LlamaEngine:
 
     def prime(self, messages: list[Message]) -> None:
         """Compute the cache for the start of a prompt (the system prompt) ahead of the first question."""
-        if self.model is None:
-            raise RkvoiceError("llm", "not-loaded", "llama engine used before load()")
         with self._busy:
-            self._cancel.clear()
-            self.ctx.cancel = False
-            text = self.prompt(messages)
-            tokens = self.vocab.tokenize(text, add_special=True, parse_special=True)
-            self._set_threads()
+            tokens = self._start(messages)
             self._prefill(tokens, self._reuse_prefix(tokens))
 
     def reset_cache(self) -> None:
@@ -240,11 +237,7 @@ class LlamaEngine:
 
     def _reuse_prefix(self, tokens: list[int]) -> int:
         """Keep the cached keys/values of the common prefix with the last run; returns its length."""
-        n = 0
-        for a, b in zip(self._kv, tokens):
-            if a != b:
-                break
-            n += 1
+        n = next((i for i, (a, b) in enumerate(zip(self._kv, tokens)) if a != b), min(len(self._kv), len(tokens)))
         n = min(n, len(tokens) - 1)  # at least one prompt token is decoded, for fresh logits
         if n > 0 and self.ctx.memory_seq_rm(0, n, -1):
             self._kv = self._kv[:n]

@@ -17,7 +17,7 @@ import os
 import queue
 import threading
 from collections.abc import Iterator
-from ctypes import POINTER, byref, c_int
+from ctypes import byref
 from pathlib import Path
 from typing import Any
 
@@ -263,7 +263,3 @@ class RkllmEngine:
         self._aborted.set()
         if self.lib is not None and self.handle:
             self.lib.rkllm_abort(self.handle)
-
-    def clear_kv_cache(self) -> None:
-        if self.lib is not None and hasattr(self.lib, "rkllm_clear_kv_cache"):
-            self.lib.rkllm_clear_kv_cache(self.handle, 0, POINTER(c_int)(), POINTER(c_int)())

@@ -99,32 +99,26 @@ class RKLLMTokenInput(Structure):
     _fields_ = [("input_ids", POINTER(c_int32)), ("n_tokens", c_size_t)]
 
 
-class _InputUnion12(Union):
-    _fields_ = [
-        ("prompt_input", c_char_p),
-        ("embed_input", RKLLMEmbedInput),
-        ("token_input", RKLLMTokenInput),
-        ("multimodal_input", c_uint64 * 6),  # {prompt, image_embed, n_image_tokens, n_image, w, h}
-    ]
+def _input(multimodal_words: int) -> type[Structure]:
+    """RKLLMInput; the releases differ only in the size of the union's multimodal member."""
+
+    class _Union(Union):
+        _fields_ = [
+            ("prompt_input", c_char_p),
+            ("embed_input", RKLLMEmbedInput),
+            ("token_input", RKLLMTokenInput),
+            ("multimodal_input", c_uint64 * multimodal_words),
+        ]
+
+    class RKLLMInput(Structure):
+        _anonymous_ = ("u",)
+        _fields_ = [("role", c_char_p), ("enable_thinking", c_bool), ("input_type", c_int32), ("u", _Union)]
+
+    return RKLLMInput
 
 
-class _InputUnion13(Union):
-    _fields_ = [
-        ("prompt_input", c_char_p),
-        ("embed_input", RKLLMEmbedInput),
-        ("token_input", RKLLMTokenInput),
-        ("multimodal_input", c_uint64 * 18),  # the larger 1.3.0 multimodal member
-    ]
-
-
-class RKLLMInput12(Structure):
-    _anonymous_ = ("u",)
-    _fields_ = [("role", c_char_p), ("enable_thinking", c_bool), ("input_type", c_int32), ("u", _InputUnion12)]
-
-
-class RKLLMInput13(Structure):
-    _anonymous_ = ("u",)
-    _fields_ = [("role", c_char_p), ("enable_thinking", c_bool), ("input_type", c_int32), ("u", _InputUnion13)]
+RKLLMInput12 = _input(6)  # {prompt, image_embed, n_image_tokens, n_image, w, h}
+RKLLMInput13 = _input(18)  # the larger 1.3.0 multimodal member
 
 
 class RKLLMInferParam12(Structure):
@@ -251,22 +245,18 @@ def runtime_problem(version: str, abi: str) -> str | None:
 
 def bind(lib: ctypes.CDLL, abi: Abi) -> None:
     """Declare argument and return types of the runtime's functions for ``abi``."""
-    handle_p = POINTER(LLMHandle)
     lib.rkllm_createDefaultParam.restype = abi.Param
     lib.rkllm_createDefaultParam.argtypes = []
     cb_arg = POINTER(RKLLMCallback13) if abi.callbacks_struct else LLMResultCallback
-    lib.rkllm_init.argtypes = [handle_p, POINTER(abi.Param), cb_arg]
-    lib.rkllm_init.restype = c_int
-    lib.rkllm_run.argtypes = [LLMHandle, POINTER(abi.Input), POINTER(abi.InferParam), c_void_p]
-    lib.rkllm_run.restype = c_int
-    lib.rkllm_abort.argtypes = [LLMHandle]
-    lib.rkllm_abort.restype = c_int
-    lib.rkllm_destroy.argtypes = [LLMHandle]
-    lib.rkllm_destroy.restype = c_int
-    # Optional (not in every 1.2.x build): looked up without failing.
-    if hasattr(lib, "rkllm_set_chat_template"):
-        lib.rkllm_set_chat_template.argtypes = [LLMHandle, c_char_p, c_char_p, c_char_p]
-        lib.rkllm_set_chat_template.restype = c_int
-    if hasattr(lib, "rkllm_clear_kv_cache"):
-        lib.rkllm_clear_kv_cache.argtypes = [LLMHandle, c_int, POINTER(c_int), POINTER(c_int)]
-        lib.rkllm_clear_kv_cache.restype = c_int
+    for name, argtypes in (
+        ("rkllm_init", [POINTER(LLMHandle), POINTER(abi.Param), cb_arg]),
+        ("rkllm_run", [LLMHandle, POINTER(abi.Input), POINTER(abi.InferParam), c_void_p]),
+        ("rkllm_abort", [LLMHandle]),
+        ("rkllm_destroy", [LLMHandle]),
+        ("rkllm_set_chat_template", [LLMHandle, c_char_p, c_char_p, c_char_p]),  # not in every 1.2.x build
+    ):
+        if name == "rkllm_set_chat_template" and not hasattr(lib, name):
+            continue
+        fn = getattr(lib, name)
+        fn.argtypes = argtypes
+        fn.restype = c_int
