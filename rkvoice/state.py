@@ -8,6 +8,7 @@ moved aside (``todos.json.corrupt-<time>``) with a warning, never silently empti
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -22,16 +23,11 @@ from rkvoice.errors import RkvoiceError
 log = logging.getLogger(__name__)
 
 
-def default_state_dir() -> Path:
-    """``$XDG_STATE_HOME/rkvoice``, else ``~/.local/state/rkvoice`` (systemd uses /var/lib/rkvoice)."""
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "rkvoice"
-
-
 def resolve_state_dir(configured: str, root: Path) -> Path:
-    """The configured directory: empty = default, relative = under the install dir ``root``."""
+    """The configured directory, relative ones under the install dir ``root``. Empty: the default,
+    ``$XDG_STATE_HOME/rkvoice``, else ``~/.local/state/rkvoice`` (systemd uses /var/lib/rkvoice)."""
     if not configured:
-        return default_state_dir()
+        return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "rkvoice"
     p = Path(configured).expanduser()
     return p if p.is_absolute() else root / p
 
@@ -47,16 +43,6 @@ class StateStore:
         if not name or "/" in name or name.startswith("."):
             raise RkvoiceError("state", "bad-name", f"bad state file name {name!r}")
         return self.dir / f"{name}.json"
-
-    def _ensure_dir(self) -> None:
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise RkvoiceError(
-                "state",
-                "unwritable",
-                f"cannot create state directory {self.dir}: {exc.strerror}; set state.dir in config.yaml",
-            ) from exc
 
     def load(self, name: str, default: Any) -> Any:
         """The stored document, or ``default`` if there is none (or it was corrupt and moved aside)."""
@@ -82,16 +68,18 @@ class StateStore:
         path = self.path(name)
         payload = json.dumps(data, ensure_ascii=False, indent=1, sort_keys=True).encode("utf-8")
         with self._lock:
-            self._ensure_dir()
+            try:
+                self.dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise RkvoiceError("state", "unwritable", f"cannot create state directory {self.dir}: "
+                                   f"{exc.strerror}; set state.dir in config.yaml") from exc
             write_atomic(path, payload, durable=True)
 
     def _remove_stale_temps(self, path: Path, age_s: float = 10.0) -> None:
         """Delete temp files left by a writer that died before its rename."""
         now = time.time()
         for tmp in self.dir.glob(f".{path.name}.*.tmp"):
-            try:
+            with contextlib.suppress(OSError):
                 if now - tmp.stat().st_mtime > age_s:
                     tmp.unlink()
                     log.info("removed stale temp file %s", tmp)
-            except OSError:
-                pass

@@ -2,6 +2,6 @@
 
 - ``assistant.Assistant``: routes a transcript, owns state, reminders and the conversation;
   ``reply(text)`` -> route + a stream of text deltas.
-- ``turn.Answerer``: the assistant plus the speaker (StreamChunker in between, timeline marks).
-- ``cli_text.run_text``: ``assistant.py --text``.
+- ``respond.Answerer``: the assistant plus the speaker (StreamChunker in between, timeline marks).
+- ``rkvoice.cli.ask.run_text``: ``assistant.py --text``.
 """

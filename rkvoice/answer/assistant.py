@@ -90,12 +90,10 @@ class Assistant:
     def reply(self, text: str, turn: Turn | None = None) -> Reply:
         """Route ``text``; the LLM's generation stops when ``turn`` is cancelled."""
         tool = route(text, self.ctx)
-        if tool is not None:
-            if turn is not None:
-                turn.timeline.mark(Ev.ROUTE, route=tool.tool)
-            return Reply(f"tool:{tool.tool}", iter([tool.text] if tool.text else []), tool=tool, action=tool.action)
         if turn is not None:
-            turn.timeline.mark(Ev.ROUTE, route="llm")
+            turn.timeline.mark(Ev.ROUTE, route=tool.tool if tool is not None else "llm")
+        if tool is not None:
+            return Reply(f"tool:{tool.tool}", iter([tool.text] if tool.text else []), tool=tool, action=tool.action)
         self.llm.load()  # no-op once loaded (the product loads at start)
         stream = LlmStream(self.llm, self.conversation.messages(text), self.clock, self.cfg.llm.timeout_s,
                            self.cfg.llm.max_answer_chars, turn)

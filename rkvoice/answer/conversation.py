@@ -58,8 +58,7 @@ class Conversation:
         self._asked = (user_text, asked)
         msgs: list[Message] = [{"role": "system", "content": self.system_prompt()}]
         for q, a in self.history:
-            msgs.append({"role": "user", "content": q})
-            msgs.append({"role": "assistant", "content": a})
+            msgs += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
         msgs.append({"role": "user", "content": asked})
         return msgs
 

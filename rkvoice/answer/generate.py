@@ -11,6 +11,7 @@ import logging
 import re
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 from rkvoice.answer.llm.base import LlmEngine, Message
 from rkvoice.clock import Clock
@@ -23,61 +24,47 @@ TIMEOUT_TEXT = "抱歉，这个问题我想得太久了，先说到这里。"
 _SENTENCE_END = re.compile(r"[。！？!?；;\n]")
 
 
+@dataclass(eq=False)
 class LlmStream:
     """Iterate to get the deltas; afterwards ``text``, ``timed_out``, ``truncated`` tell what happened."""
 
-    def __init__(
-        self,
-        engine: LlmEngine,
-        messages: list[Message],
-        clock: Clock,
-        timeout_s: float,
-        max_chars: int,
-        turn: Turn | None = None,
-    ) -> None:
-        self.engine = engine
-        self.messages = messages
-        self.clock = clock
-        self.timeout_s = timeout_s
-        self.max_chars = max_chars
-        self.turn = turn
-        self.text = ""
-        self.timed_out = False
-        self.truncated = False
-        self.cancelled = False
-        self._done = threading.Event()
+    engine: LlmEngine
+    messages: list[Message]
+    clock: Clock
+    timeout_s: float
+    max_chars: int
+    turn: Turn | None = None
+    text: str = ""
+    timed_out: bool = False
+    truncated: bool = False
+    cancelled: bool = False
+    _done: threading.Event = field(default_factory=threading.Event)
 
     def _mark(self, name: Ev, **data: object) -> None:
         if self.turn is not None:
             self.turn.timeline.mark(name, **data)
 
     def _on_cancel(self, _turn: Turn) -> None:
+        """The turn was cancelled (barge-in, stop): abort the engine; the answer counts as cancelled."""
         if not self._done.is_set():
-            self.abort()
-
-    def abort(self) -> None:
-        """Stop this answer (barge-in, stop): the engine is aborted and the answer counts as cancelled."""
-        self.cancelled = True
-        self.engine.abort()
+            self.cancelled = True
+            self.engine.abort()
 
     def __iter__(self) -> Iterator[str]:
         deadline = self.clock.now() + self.timeout_s
         if self.turn is not None:
             self.turn.on_cancel(self._on_cancel)
         self._mark(Ev.LLM_START)
-        first = True
         gen = iter(self.engine.stream(self.messages))
         try:
             for delta in gen:
-                if first and delta:
-                    first = False
+                if delta and not self.text:
                     self._mark(Ev.LLM_FIRST_TOKEN)
                 if self.turn is not None and self.turn.cancelled:
                     self.cancelled = True
                     break
                 if self.clock.now() > deadline:
                     self.timed_out = True
-                if self.timed_out:
                     self.engine.abort()
                     break
                 if len(self.text) + len(delta) > self.max_chars:
@@ -95,7 +82,6 @@ class LlmStream:
                 yield delta
             if self.turn is not None and self.turn.cancelled:
                 self.cancelled = True  # the engine may have ended quietly after its abort
-            # The engine may have stopped because the timer aborted it.
             if self.timed_out and not self.cancelled:
                 log.warning("LLM answer timed out after %.1f s; aborted", self.timeout_s)
                 self._mark(Ev.LLM_TIMEOUT, timeout_s=self.timeout_s)
