@@ -12,7 +12,6 @@ from rkvoice.needs import Needs, NeedsFn
 
 @dataclass(frozen=True)
 class Backend:
-    name: str
     target: str  # "package.module:ClassName", imported only when used
     summary: str
     install_hint: str = ""
@@ -31,7 +30,7 @@ class Registry:
 
     def register(self, name: str, target: str, summary: str, install_hint: str = "",
                  needs: NeedsFn | None = None) -> None:
-        self._backends[name] = Backend(name, target, summary, install_hint, needs)
+        self._backends[name] = Backend(target, summary, install_hint, needs)
 
     def names(self) -> list[str]:
         return sorted(self._backends)
@@ -40,11 +39,8 @@ class Registry:
         try:
             return self._backends[name]
         except KeyError:
-            raise RkvoiceError(
-                self.stage,
-                "unknown-backend",
-                f"unknown {self.stage} backend {name!r}; choose one of: {', '.join(self.names())}",
-            ) from None
+            raise RkvoiceError(self.stage, "unknown-backend", f"unknown {self.stage} backend {name!r}; "
+                               f"choose one of: {', '.join(self.names())}") from None
 
     def resolve(self, name: str, profile: str) -> str:
         """``name`` with ``auto`` resolved for the install ``profile``; unknown names fail, naming the choices."""
@@ -66,9 +62,6 @@ class Registry:
             module = importlib.import_module(module_name)
         except ImportError as exc:
             hint = backend.install_hint or "run ./install.sh for this profile"
-            raise RkvoiceError(
-                self.stage,
-                "missing-dependency",
-                f"{self.stage} backend {name!r} needs {exc.name or exc}: {hint}",
-            ) from exc
+            raise RkvoiceError(self.stage, "missing-dependency",
+                               f"{self.stage} backend {name!r} needs {exc.name or exc}: {hint}") from exc
         return getattr(module, attr)(*args, **kwargs)

@@ -81,13 +81,11 @@ def _tts_choice(cfg: Config, probe: Probe, text: str = DAEMON_TEXT) -> tuple[str
     from rkvoice.tts.registry import profile_engine, resolve
 
     try:
-        name, kwargs = resolve(cfg, None, text, probe)
+        return (*resolve(cfg, None, text, probe), None)
     except RkvoiceError as err:
         if err.code != "no-voice":
             return cfg.tts.engine, {}, err.message
-        name, kwargs = profile_engine(cfg, text)
-        return name, kwargs, err.message
-    return name, kwargs, None
+        return (*profile_engine(cfg, text), err.message)
 
 
 def _choices(cfg: Config, output_device: Callable[[], str | None] | None) -> dict[str, tuple[str, str | None]]:
