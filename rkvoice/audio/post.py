@@ -22,10 +22,8 @@ def trim_lead(x: np.ndarray, rate: int, threshold: float = 0.01, keep_ms: float 
 
 def window_rms(x: np.ndarray, n: int) -> np.ndarray:
     """RMS of consecutive ``n``-sample windows (the last, partial window zero-padded)."""
-    frames = -(-len(x) // n)
-    padded = np.zeros(frames * n, dtype=np.float64)
-    padded[: len(x)] = x
-    return np.sqrt((padded.reshape(frames, n) ** 2).mean(axis=1))
+    padded = np.pad(np.asarray(x, dtype=np.float64), (0, -len(x) % n))
+    return np.sqrt((padded.reshape(-1, n) ** 2).mean(axis=1))
 
 
 def voiced_runs(loud: np.ndarray, bridge: int = 1) -> list[tuple[int, int]]:
@@ -104,11 +102,7 @@ def to_blocks(x: np.ndarray, block: int) -> np.ndarray:
     """Cut into rows of ``block`` samples, zero-padding the last one. Shape (n_blocks, block)."""
     if block <= 0:
         raise ValueError("block size must be positive")
-    x = np.asarray(x, dtype=np.float32)
-    rows = -(-len(x) // block)
-    out = np.zeros((rows, block), dtype=np.float32)
-    out.reshape(-1)[: len(x)] = x
-    return out
+    return np.pad(np.asarray(x, dtype=np.float32), (0, -len(x) % block)).reshape(-1, block)
 
 
 def to_pcm16(x: np.ndarray) -> np.ndarray:

@@ -144,9 +144,8 @@ class WavPlayer:
     def open(self) -> None:
         if self.path.is_dir():
             raise RkvoiceError("player", "bad-out", f"--out {self.path} is a directory; give a file name ending in .wav")
-        directory = self.path.parent
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".part", dir=directory)
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".part", dir=self.path.parent)
         except OSError as exc:
             raise RkvoiceError(
                 "player",
@@ -155,11 +154,8 @@ class WavPlayer:
             ) from exc
         os.fchmod(fd, FILE_MODE)  # a WAV like any file the user writes, not mkstemp's 0600
         self._tmp = Path(tmp)
-        wav = wave.open(os.fdopen(fd, "wb"), "wb")
-        wav.setnchannels(1)
-        wav.setsampwidth(2)
-        wav.setframerate(self.rate)
-        self._wav = wav
+        self._wav = wave.open(os.fdopen(fd, "wb"), "wb")
+        self._wav.setparams((1, 2, self.rate, 0, "NONE", "not compressed"))  # mono, 16 bit
 
     def write(self, block: np.ndarray) -> None:
         with self._lock:

@@ -145,8 +145,7 @@ class HearSession:
             self.on_speech_end(seg, self.mode)
 
     def _woke(self, hit: WakeHit) -> list[HearEvent]:
-        barge_in = self.mode is Mode.BUSY
-        events: list[HearEvent] = [Wake(hit, barge_in)]
+        events: list[HearEvent] = [Wake(hit, barge_in=self.mode is Mode.BUSY)]
         if hit.request:
             events.append(Request(hit.request, hit.end_s, hit.at_s, hit.asr_ms, True, hit.text))
             self.start(Mode.BUSY)
@@ -165,7 +164,7 @@ class HearSession:
             found = self.matcher.match(text)
             if found is not None:
                 text, woke = found.remainder, True
-            if not _has_words(text):
+            if not any(ch.isalnum() for ch in text):
                 log.info("heard %r: no request in it; still listening", heard)
                 if found is not None and self.mode is Mode.FOLLOW_UP:
                     hit = WakeHit(seg.decided_s, seg.end_s, heard, "", asr_ms)
@@ -183,7 +182,3 @@ class HearSession:
                 log.info("no request within %.1f s of the wake", self.listen_timeout_s)
                 return [ListenTimeout(self.now_s)]
         return []
-
-
-def _has_words(text: str) -> bool:
-    return any(ch.isalnum() for ch in text)
