@@ -49,13 +49,8 @@ def sounddevice_needs(cfg: Config, **_: Any) -> Needs:
 PLAYERS = Registry("player")
 PLAYERS.register("aplay", "rkvoice.audio.device_players:AplayPlayer", "ALSA aplay subprocess (board default)",
                  install_hint="apt-get install alsa-utils", needs=aplay_needs)
-PLAYERS.register(
-    "sounddevice",
-    "rkvoice.audio.device_players:SounddevicePlayer",
-    "PortAudio output stream",
-    install_hint="pip install sounddevice (and the PortAudio library)",
-    needs=sounddevice_needs,
-)
+PLAYERS.register("sounddevice", "rkvoice.audio.device_players:SounddevicePlayer", "PortAudio output stream",
+                 "pip install sounddevice (and the PortAudio library)", needs=sounddevice_needs)
 PLAYERS.register("wav", "rkvoice.audio.sinks:WavPlayer", "write a WAV file (--out)")
 PLAYERS.register("null", "rkvoice.audio.sinks:NullPlayer", "discard audio at real-time pace")
 

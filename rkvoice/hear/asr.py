@@ -48,20 +48,12 @@ def paraformer_needs(cfg: Config, **_: Any) -> Needs:
 
 
 ASR = Registry("asr", auto=("paraformer", "whisper"))
-ASR.register(
-    "whisper",
-    "rkvoice.hear.whisper_asr:WhisperAsr",
-    "Whisper base, CTranslate2 int8 via faster-whisper (portable)",
-    install_hint="pip install faster-whisper==1.2.1 and run ./install.sh for the portable models",
-    needs=whisper_needs,
-)
-ASR.register(
-    "paraformer",
-    "rkvoice.hear.paraformer_asr:ParaformerAsr",
-    "sherpa-onnx offline Paraformer zh (board profile)",
-    install_hint="pip install sherpa-onnx and run ./install.sh --profile board",
-    needs=paraformer_needs,
-)
+ASR.register("whisper", "rkvoice.hear.whisper_asr:WhisperAsr",
+             "Whisper base, CTranslate2 int8 via faster-whisper (portable)",
+             "pip install faster-whisper==1.2.1 and run ./install.sh for the portable models", needs=whisper_needs)
+ASR.register("paraformer", "rkvoice.hear.paraformer_asr:ParaformerAsr",
+             "sherpa-onnx offline Paraformer zh (board profile)",
+             "pip install sherpa-onnx and run ./install.sh --profile board", needs=paraformer_needs)
 
 
 def asr_name(cfg: Config, name: str | None = None) -> str:

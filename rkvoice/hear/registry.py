@@ -45,13 +45,8 @@ def kws_needs(cfg: Config, **_: Any) -> Needs:
 WAKE = Registry("wake", auto=("kws", "asr-match"))
 WAKE.register("asr-match", "rkvoice.hear.wake:AsrMatchWake", "VAD segment -> ASR -> pinyin match (portable)",
               needs=asr_match_needs)
-WAKE.register(
-    "kws",
-    "rkvoice.hear.kws:KwsWake",
-    "sherpa-onnx keyword spotter, zipformer zh (board profile)",
-    install_hint="run ./install.sh --profile board for the keyword-spotter model",
-    needs=kws_needs,
-)
+WAKE.register("kws", "rkvoice.hear.kws:KwsWake", "sherpa-onnx keyword spotter, zipformer zh (board profile)",
+              "run ./install.sh --profile board for the keyword-spotter model", needs=kws_needs)
 
 
 def wake_name(cfg: Config, name: str | None = None) -> str:

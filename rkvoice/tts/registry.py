@@ -67,27 +67,15 @@ def matcha_needs(cfg: Config, **_: Any) -> Needs:
 
 
 TTS = Registry("tts")
-TTS.register(
-    "fastspeech2",
-    "rkvoice.tts.fastspeech2:FastSpeech2Tts",
-    "FastSpeech2 + MB-MelGAN via onnxruntime; portable Chinese voice (Baker, 24 kHz)",
-    install_hint="run ./install.sh (needs onnxruntime and pypinyin)",
-    needs=fastspeech2_needs,
-)
-TTS.register(
-    "vits",
-    "rkvoice.tts.vits:VitsTts",
-    "sherpa-onnx VITS: English Piper voice (portable) or aishell3 Chinese voices (board)",
-    install_hint="run ./install.sh (needs sherpa-onnx, and piper-tts for the Piper voice)",
-    needs=vits_needs,
-)
-TTS.register(
-    "matcha",
-    "rkvoice.tts.matcha:MatchaTts",
-    "Matcha + Vocos on the NPU (board; RKNN), Chinese and English, 16 kHz",
-    install_hint="run ./install.sh --profile board on the board (needs rknn-toolkit-lite2)",
-    needs=matcha_needs,
-)
+TTS.register("fastspeech2", "rkvoice.tts.fastspeech2:FastSpeech2Tts",
+             "FastSpeech2 + MB-MelGAN via onnxruntime; portable Chinese voice (Baker, 24 kHz)",
+             "run ./install.sh (needs onnxruntime and pypinyin)", needs=fastspeech2_needs)
+TTS.register("vits", "rkvoice.tts.vits:VitsTts",
+             "sherpa-onnx VITS: English Piper voice (portable) or aishell3 Chinese voices (board)",
+             "run ./install.sh (needs sherpa-onnx, and piper-tts for the Piper voice)", needs=vits_needs)
+TTS.register("matcha", "rkvoice.tts.matcha:MatchaTts",
+             "Matcha + Vocos on the NPU (board; RKNN), Chinese and English, 16 kHz",
+             "run ./install.sh --profile board on the board (needs rknn-toolkit-lite2)", needs=matcha_needs)
 
 AUTO = "auto"
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
