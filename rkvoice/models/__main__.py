@@ -50,10 +50,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def _install(args: argparse.Namespace, manifest: Manifest, root: Path, t0: float) -> int:
     log = logging.getLogger("rkvoice.models")
-    report = install_profile(
-        manifest, root, args.profile, only=args.only, allow_unverified=args.allow_unverified,
-        keep_downloads=args.keep_downloads, toolkit_version=args.toolkit_version, toolkit_python=args.toolkit_python,
-    )
+    report = install_profile(manifest, root, args.profile, only=args.only, allow_unverified=args.allow_unverified,
+                             keep_downloads=args.keep_downloads, toolkit_version=args.toolkit_version,
+                             toolkit_python=args.toolkit_python)
     changed = report.changed
     log.info("models (%s): %s in %.1f s", args.profile,
              f"installed {', '.join(changed)}" if changed else "nothing installed", time.monotonic() - t0)
@@ -62,7 +61,7 @@ def _install(args: argparse.Namespace, manifest: Manifest, root: Path, t0: float
         args.report.parent.mkdir(parents=True, exist_ok=True)
         args.report.write_text(json.dumps([dataclasses.asdict(o) | {"fails": o.fails} for o in report.outcomes],
                                           ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    failed = report.failed
+    failed = [o for o in report.outcomes if o.fails]
     if failed:
         print(f"rkvoice.models: required model(s) not installed: {', '.join(o.model for o in failed)} "
               f"(the table above says how to fix each; then rerun {rerun_command(args.profile)})", file=sys.stderr)

@@ -23,7 +23,7 @@ from pooch import file_hash
 
 from rkvoice.errors import RkvoiceError
 from rkvoice.models.context import Context, atomic, run_tail
-from rkvoice.models.manifest import Step
+from rkvoice.models.manifest import Part, Step
 from rkvoice.models.rknn import run_rknn_step
 
 log = logging.getLogger(__name__)
@@ -56,32 +56,22 @@ def open_member(archive: Path, member: str | None) -> Iterator[IO[bytes]]:
 
 
 def _extract(ctx: Context, step: Step) -> None:
-    target = ctx.path(step.to)
-    archive = ctx.fetched[step.source]
-    try:
-        with open_member(archive, step.member or None) as src, atomic(target) as out:
-            shutil.copyfileobj(src, out, CHUNK)
-    except KeyError as exc:
-        raise _fail(ctx, step, str(exc.args[0])) from None
-    except (zipfile.BadZipFile, tarfile.TarError, OSError) as exc:
-        raise _fail(ctx, step, f"cannot read {archive.name}: {exc}") from None
-    if step.sha256 is not None:
-        actual = file_hash(target)
-        if actual != step.sha256:
-            target.unlink()
-            raise _fail(ctx, step, f"sha256 mismatch of {step.member}: expected {step.sha256}, got {actual}")
-
-
-def _concat(ctx: Context, step: Step) -> None:
+    """extract / copy: one member (or the fetched file itself); concat: the parts in order, into one file."""
     target = ctx.path(step.to)
     with atomic(target) as out:
-        for i, part in enumerate(step.parts, 1):
+        for i, part in enumerate(step.parts or (Part(step.source, step.member or None),), 1):
             archive = ctx.fetched[part.source]
+            which = f"part {i}: " if step.parts else ""
             try:
                 with open_member(archive, part.member) as src:
                     shutil.copyfileobj(src, out, CHUNK)
             except KeyError as exc:
-                raise _fail(ctx, step, f"part {i}: {exc.args[0]}") from None
+                raise _fail(ctx, step, f"{which}{exc.args[0]}") from None
+            except (zipfile.BadZipFile, tarfile.TarError, OSError) as exc:
+                raise _fail(ctx, step, f"{which}cannot read {archive.name}: {exc}") from None
+    if step.sha256 is not None and (actual := file_hash(target)) != step.sha256:
+        target.unlink()
+        raise _fail(ctx, step, f"sha256 mismatch of {step.member}: expected {step.sha256}, got {actual}")
 
 
 def _untar(ctx: Context, step: Step) -> None:
@@ -135,7 +125,7 @@ def _prepare(ctx: Context, step: Step) -> None:
     _run(ctx, step, ctx.python, step.args)
 
 
-_OPS = {"extract": _extract, "copy": _extract, "concat": _concat, "untar": _untar, "convert": _convert,
+_OPS = {"extract": _extract, "copy": _extract, "concat": _extract, "untar": _untar, "convert": _convert,
         "prepare": _prepare, "rknn": run_rknn_step}
 
 

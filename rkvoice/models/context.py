@@ -72,9 +72,7 @@ class Context:
         self.pip_cache = root / ".cache" / "pip"
 
     def path(self, rel: str) -> Path:
-        if rel.startswith("{work}/"):
-            return self.work / rel[len("{work}/"):]
-        return self.dest / rel
+        return self.work / rel.removeprefix("{work}/") if rel.startswith("{work}/") else self.dest / rel
 
     def fmt(self, arg: str) -> str:
         """Fill {work} {dest} {root} {python} {toolkit_version} and {src:NAME} (the fetched file of NAME)."""

@@ -64,10 +64,6 @@ class Report:
     def changed(self) -> list[str]:
         return [o.model for o in self.outcomes if o.changed]
 
-    @property
-    def failed(self) -> list[Outcome]:
-        return [o for o in self.outcomes if o.fails]
-
 
 def _fetch_all(model: Model, cache: Path, dead_hosts: set[str] | None) -> dict[str, Path]:
     fetched: dict[str, Path] = {}
@@ -198,10 +194,8 @@ def install_profile(manifest: Manifest, root: Path, profile: str, *, only: list[
     if only:
         unknown = sorted(set(only) - {m.id for m in models})
         if unknown:
-            raise RkvoiceError(
-                "models", "unknown-model",
-                f"no {profile} model(s) {', '.join(unknown)}; choose from: {', '.join(m.id for m in models)}",
-            )
+            raise RkvoiceError("models", "unknown-model", f"no {profile} model(s) {', '.join(unknown)}; "
+                               f"choose from: {', '.join(m.id for m in models)}")
         models = [m for m in models if m.id in only]
     npu = any(s.op == "rknn" for m in models for s in m.steps)
     toolkit = resolve_toolkit(toolkit_version, lib_paths) if npu else None

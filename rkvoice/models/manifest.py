@@ -262,10 +262,8 @@ def _file(d: Any, where: str) -> FileSpec:
     check = str(d.get("check", ""))
     if check not in FILE_CHECKS:
         raise _err(where, f"check must be one of {', '.join(c for c in FILE_CHECKS if c)} if given, got {check!r}")
-    return FileSpec(
-        path=_rel(d["path"], where), sha256=_sha(d["sha256"], where, note),
-        size=_size(d.get("size"), where), check=check, note=note,
-    )
+    return FileSpec(path=_rel(d["path"], where), sha256=_sha(d["sha256"], where, note),
+                    size=_size(d.get("size"), where), check=check, note=note)
 
 
 def _model(d: Any, where: str) -> Model:

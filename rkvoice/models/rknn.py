@@ -140,11 +140,9 @@ def install_drop_ins(ctx: Context, toolkit: Toolkit) -> bool:
     for p in present:
         problem = rknn_problem(p, toolkit.version)
         if problem and problem[0] == "mismatch":
-            raise RkvoiceError(
-                "models", "toolkit-mismatch",
-                f"{problem[1]} ({toolkit.origin}); refusing the files in {cache}: rebuild them with "
-                f"--toolkit-version {toolkit.version}, or delete them to convert here",
-            )
+            raise RkvoiceError("models", "toolkit-mismatch", f"{problem[1]} ({toolkit.origin}); refusing the files "
+                               f"in {cache}: rebuild them with --toolkit-version {toolkit.version}, or delete them "
+                               "to convert here")
         if problem:
             raise RkvoiceError("models", "bad-drop-in", f"{p}: {problem[1]}")
         built.add(read_sidecar(p)["toolkit_version"])

@@ -65,14 +65,9 @@ class StftConfig:
                 msg = f"vocoder metadata {key}={raw!r} is not an integer"
                 raise RkvoiceError("tts", "bad-stft-config", msg) from None
 
-        return cls(
-            n_fft=num("n_fft", b.n_fft),
-            hop_length=num("hop_length", b.hop_length),
-            win_length=num("win_length", b.win_length),
-            window=str(meta.get("window_type", b.window) or b.window),
-            center=bool(num("center", int(b.center))),
-            normalized=bool(num("normalized", int(b.normalized))),
-        )
+        sizes = {k: num(k, getattr(b, k)) for k in ("n_fft", "hop_length", "win_length")}
+        return cls(**sizes, window=str(meta.get("window_type", b.window) or b.window),
+                   center=bool(num("center", int(b.center))), normalized=bool(num("normalized", int(b.normalized))))
 
 
 def make_window(cfg: StftConfig) -> np.ndarray:
@@ -131,17 +126,14 @@ def istft(spec: np.ndarray, cfg: StftConfig, length: int | None = None) -> np.nd
 
     # Overlap-add in hop-sized blocks: r strided adds instead of a Python loop over frames.
     r = -(-n_fft // hop)
-    width = r * hop
-    if width != n_fft:
-        frames = np.pad(frames, ((0, 0), (0, width - n_fft)))
-    total = (frames_n + r - 1) * hop
-    out = np.zeros(total, dtype=np.float64)
-    env = np.zeros(total, dtype=np.float64)
-    wsq = np.pad(win * win, (0, width - n_fft))
+    pad = r * hop - n_fft
+    blocks = np.pad(frames, ((0, 0), (0, pad))).reshape(frames_n, r, hop)
+    wsq = np.pad(win * win, (0, pad)).reshape(r, hop)
+    out = np.zeros((frames_n + r - 1) * hop)
+    env = np.zeros_like(out)
     for k in range(r):
-        block = frames[:, k * hop : (k + 1) * hop].reshape(-1)
-        out[k * hop : k * hop + frames_n * hop] += block
-        env[k * hop : k * hop + frames_n * hop] += np.tile(wsq[k * hop : (k + 1) * hop], frames_n)
+        out[k * hop : (k + frames_n) * hop] += blocks[:, k].reshape(-1)
+        env[k * hop : (k + frames_n) * hop] += np.tile(wsq[k], frames_n)
 
     start = n_fft // 2 if cfg.center else 0
     n_out = hop * (frames_n - 1) + (0 if cfg.center else n_fft) if length is None else length
