@@ -54,8 +54,6 @@ PLAYERS.register("sounddevice", "rkvoice.audio.device_players:SounddevicePlayer"
 PLAYERS.register("wav", "rkvoice.audio.sinks:WavPlayer", "write a WAV file (--out)")
 PLAYERS.register("null", "rkvoice.audio.sinks:NullPlayer", "discard audio at real-time pace")
 
-AUTO = "auto"
-
 
 class Player(Protocol):
     name: str
@@ -75,17 +73,15 @@ def choose_player(cfg: Config, *, daemon: bool, device: Callable[[], str | None]
     ``warn`` is False) or ``wav`` for a command-line run (the speech goes to a file). ``device``
     replaces the sound-device probe."""
     name = cfg.audio.player
-    if name != AUTO:
+    if name != "auto":
         PLAYERS.backend(name)  # unknown names fail here, listing the choices
         return name
     found = (device or has_sound_device)()
     if found:
         return found
-    if daemon:
-        if warn:
-            log.warning("no sound device: answers are synthesised but not played (audio.player=null)")
-        return "null"
-    return "wav"
+    if daemon and warn:
+        log.warning("no sound device: answers are synthesised but not played (audio.player=null)")
+    return "null" if daemon else "wav"
 
 
 def create_player(name: str, cfg: Config, clock: Clock | None = None, **kwargs: Any) -> Player:

@@ -31,7 +31,7 @@ from rkvoice.needs import Needs, Probe, display_path, missing, module_found, pre
 
 log = logging.getLogger(__name__)
 
-__all__ = ["StageCheck", "check_pipeline", "check_stage", "render", "resolve_engines", "run_check"]
+__all__ = ["StageCheck", "check_pipeline", "check_stage", "render", "run_check"]
 
 MANIFEST = ROOT / "models" / "manifest.yaml"
 DAEMON_TEXT = "你好"
@@ -105,11 +105,6 @@ def _choices(cfg: Config, output_device: Callable[[], str | None] | None) -> dic
             "asr": pick(lambda: asr_name(cfg), cfg.hear.asr), "llm": pick(lambda: engine_name(cfg), cfg.llm.engine),
             "tts": (tts, why),
             "audio": pick(lambda: _players(cfg, _probe(output_device, None))[0], cfg.audio.player)}
-
-
-def resolve_engines(cfg: Config, output_device: Callable[[], str | None] | None = None) -> dict[str, str]:
-    """Stage -> the engine the daemon runs (the registries' choices; audio: the daemon's player)."""
-    return {stage: name for stage, (name, _) in _choices(cfg, output_device).items()}
 
 
 def stage_needs(cfg: Config, stage: str, engine: str, **kwargs: Any) -> Needs:
