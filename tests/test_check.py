@@ -7,9 +7,9 @@ import pytest
 
 from rkvoice.board import check, versions
 from rkvoice.board.check import check_pipeline, run_check
+from rkvoice.board.runtimes import rknn_build_version
 from rkvoice.config import Config, LlmConfig, ModelsConfig, TtsConfig, load_config
 from rkvoice.errors import RkvoiceError
-from rkvoice.models.rknn import stamped_version
 
 RT_STAMP = b"\x00junk\x00librknnrt version: 2.3.2 (429f97ae6b@2025-04-09T09:09:27)\x00more"
 
@@ -37,10 +37,10 @@ def test_npu_driver_version_reads_first_readable(tmp_path, monkeypatch):
 def test_rknn_build_version_from_file_bytes(tmp_path):
     f = tmp_path / "m.rknn"
     f.write_bytes(b"RKNN\x00\x00" + b'{"target_platform":["rk3576"],"toolkit_version":"2.3.0"}' + b"\x00" * 10)
-    assert stamped_version(f) == "2.3.0"
+    assert rknn_build_version(f) == "2.3.0"
     g = tmp_path / "n.rknn"
     g.write_bytes(b"RKNN")
-    assert stamped_version(g) is None
+    assert rknn_build_version(g) is None
 
 
 BOARD_FILES = [

@@ -6,11 +6,11 @@ RKNPU driver version as a fact."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rkvoice.board import versions
-from rkvoice.models.rknn import stamped_version
 from rkvoice.needs import RuntimeNeed
 
 
@@ -20,6 +20,17 @@ class Findings:
     """Reasons the engine cannot run."""
     notes: list[str] = field(default_factory=list)
     """Facts and warnings that do not stop it."""
+
+
+def rknn_build_version(path: Path) -> str | None:
+    """The rknn-toolkit2 version stamped into a .rknn file (first 4 MB), if found."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(4 << 20)
+    except OSError:
+        return None
+    m = re.search(rb"toolkit[_ ]?version\"?[:=] *\"?v?(\d+\.\d+\.\d+(?:[a-z]+\d*)?)", head, re.IGNORECASE)
+    return m.group(1).decode() if m else None
 
 
 def driver_note() -> str:
@@ -51,7 +62,7 @@ def check_librknnrt(built_for: tuple[Path, ...], shown: dict[Path, str], out: Fi
         if f.suffix == ".json":
             _check_sidecar(f, rt, shown.get(f, str(f)), out)
             continue
-        built = stamped_version(f)
+        built = rknn_build_version(f)
         if built and rt and built != rt:
             out.problems.append(f"version mismatch: {f.name} was built by rknn-toolkit2 {built} but librknnrt is "
                                 f"{rt}; rebuild it with models/convert_rknn.py under toolkit {rt}")
