@@ -135,8 +135,7 @@ class Answerer:
             tl.mark(Ev.ANSWER, text="", route=reply.route)
             return ""
         self.speaker.start(turn)
-        first_chars, chunk_chars = piece_chars(self.cfg, self.speaker.engine)
-        chunker = StreamChunker(first=first_chars, chunk=chunk_chars)
+        chunker = StreamChunker(*piece_chars(self.cfg, self.speaker.engine))
         tl.mark(Ev.ANSWER_START, turn=turn.id)
         d = self.cfg.daemon
         started = False

@@ -62,12 +62,9 @@ def thread_counts(llm: LlmConfig, cores: int | None = None, load: float | None =
     """
     cores = usable_cores() if cores is None else cores
     gen = max(1, cores - 1) if llm.threads == "auto" else llm.threads
-    if llm.threads_batch == "auto":
-        busy = int(os.getloadavg()[0] if load is None else load)
-        batch = max(1, cores - busy)
-    else:
-        batch = llm.threads_batch
-    return gen, batch
+    if llm.threads_batch != "auto":
+        return gen, llm.threads_batch
+    return gen, max(1, cores - int(os.getloadavg()[0] if load is None else load))
 
 
 class LlamaEngine:

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import codecs
 import ctypes
-import ctypes.util
 import logging
-import os
 import queue
 import threading
 from collections.abc import Iterator
@@ -43,33 +41,23 @@ def flatten(messages: list[Message]) -> str:
     return "\n".join(lines)
 
 
-class _DlInfo(ctypes.Structure):
-    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
-                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
-
-
 def loaded_path(lib: ctypes.CDLL, symbol: str) -> Path | None:
-    """The file the dynamic linker really loaded for ``lib`` (dladdr of one of its symbols).
+    """The file the dynamic linker really loaded for ``lib``: the mapping in /proc/self/maps that
+    holds one of its symbols.
 
     ``llm.rkllm_lib`` is usually a bare soname, so the path the version is read from must come
     from the loader, not from a guess of where it searched."""
     try:
-        addr = ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value
-        libc = ctypes.CDLL(None)
-        dladdr = getattr(libc, "dladdr", None)
-        if dladdr is None:  # glibc < 2.34 keeps dladdr in libdl
-            name = ctypes.util.find_library("dl")
-            dladdr = ctypes.CDLL(name).dladdr if name else None
-        if dladdr is None or not addr:
-            return None
-        dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
-        dladdr.restype = ctypes.c_int
-        info = _DlInfo()
-        if dladdr(addr, ctypes.byref(info)) == 0 or not info.dli_fname:
-            return None
-        return Path(os.fsdecode(info.dli_fname)).resolve()
-    except (AttributeError, OSError):
-        return None
+        addr = ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value or 0
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                fields = line.rstrip("\n").split(maxsplit=5)  # range perms offset dev inode [path]
+                low, high = (int(x, 16) for x in fields[0].split("-"))
+                if low <= addr < high and len(fields) == 6:
+                    return Path(fields[5]).resolve()
+    except (AttributeError, OSError, ValueError):
+        pass
+    return None
 
 
 def _resolve(lib_path: str) -> Path | None:

@@ -7,6 +7,7 @@ left out of the answer, never invented.
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 from rkvoice.answer.tools.base import ToolAnswer, ToolContext, cn_count
@@ -58,15 +59,11 @@ def read_temperatures(sys_root: Path) -> list[tuple[str, float]]:
 
 def read_meminfo(proc_root: Path) -> dict[str, int]:
     """MemTotal/MemAvailable in kB, whatever exists."""
-    out: dict[str, int] = {}
     try:
-        for line in (proc_root / "meminfo").read_text().splitlines():
-            key, _, rest = line.partition(":")
-            if key in ("MemTotal", "MemAvailable"):
-                out[key] = int(rest.split()[0])
-    except (OSError, ValueError, IndexError):
-        pass
-    return out
+        text = (proc_root / "meminfo").read_text()
+    except OSError:
+        return {}
+    return {key: int(kb) for key, kb in re.findall(r"^(MemTotal|MemAvailable):\s*(\d+)", text, re.MULTILINE)}
 
 
 def _first_number(path: Path) -> float | None:
@@ -98,10 +95,8 @@ def memory_text(ctx: ToolContext) -> str | None:
     mem = read_meminfo(ctx.proc_root)
     if "MemTotal" not in mem:
         return None
-    text = f"内存共{cn_int(mem['MemTotal'] // 1024)}兆"
-    if "MemAvailable" in mem:
-        text += f"，可用{cn_int(mem['MemAvailable'] // 1024)}兆"
-    return text
+    available = f"，可用{cn_int(mem['MemAvailable'] // 1024)}兆" if "MemAvailable" in mem else ""
+    return f"内存共{cn_int(mem['MemTotal'] // 1024)}兆{available}"
 
 
 def uptime_text(ctx: ToolContext) -> str | None:
