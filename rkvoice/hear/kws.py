@@ -139,10 +139,7 @@ class KwsWake:
         h = self.cfg.hear
         try:  # sherpa-onnx reads the keywords file once, while constructing
             self._kws = sherpa_onnx.KeywordSpotter(
-                tokens=str(files["tokens"]),
-                encoder=str(files["encoder"]),
-                decoder=str(files["decoder"]),
-                joiner=str(files["joiner"]),
+                **{part: str(path) for part, path in files.items()},  # encoder, decoder, joiner, tokens
                 keywords_file=name,
                 num_threads=1,
                 keywords_score=h.kws_score,
