@@ -18,3 +18,8 @@ class RkvoiceError(Exception):
 
     def __str__(self) -> str:
         return f"{self.stage}: {self.message}"
+
+
+def is_device_error(exc: BaseException) -> bool:
+    """A missing/busy/unplugged microphone: retried with backoff, not a failed turn."""
+    return isinstance(exc, RkvoiceError) and exc.stage == "audio" and exc.code.startswith("device")

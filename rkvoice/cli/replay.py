@@ -17,30 +17,14 @@ from rkvoice.answer.respond import Answerer
 from rkvoice.cli.output import check_outputs, load_voice, open_output, speaking
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
+from rkvoice.daemon.product import HearEngines
 from rkvoice.errors import RkvoiceError
-from rkvoice.hear.asr import create_asr
 from rkvoice.hear.cue import AckCue
 from rkvoice.hear.loop import TurnLoop, player_cue
-from rkvoice.hear.registry import create_wake
-from rkvoice.hear.session import HearSession
 from rkvoice.hear.sources import WavFileSource
-from rkvoice.hear.vad import Segmenter
 from rkvoice.timeline import Ev, write_json_atomic
 
 log = logging.getLogger(__name__)
-
-
-def load_session(cfg: Config) -> HearSession:
-    """ASR, wake engine (it also serves --require-wake) and VAD segmenter, loaded, in a session."""
-    t0 = time.monotonic()
-    asr = create_asr(cfg)
-    asr.load()
-    wake = create_wake(cfg, asr)
-    wake.load()
-    segmenter = Segmenter(cfg)
-    segmenter.load()
-    log.info("hearing loaded (%s, wake %s) in %.1f s", asr.name, type(wake).__name__, time.monotonic() - t0)
-    return HearSession(cfg, asr, wake, segmenter)
 
 
 def run_file(path: str, args: argparse.Namespace, cfg: Config, clock: Clock | None = None) -> int:
@@ -49,7 +33,11 @@ def run_file(path: str, args: argparse.Namespace, cfg: Config, clock: Clock | No
     source = WavFileSource(path)  # a bad file fails here, before any model loads
     check_outputs(args)
 
-    session = load_session(cfg)
+    t0 = time.monotonic()
+    hear = HearEngines(cfg)  # the daemon's: ASR, wake engine (it also serves --require-wake), VAD segmenter
+    hear.load()
+    log.info("hearing loaded (%s, wake %s) in %.1f s", getattr(hear.asr, "name", "asr"), type(hear.wake).__name__,
+             time.monotonic() - t0)
     engine = load_voice(cfg, args.tts, "你好")
     cue = AckCue(cfg, voice=engine)
     cue.load()
@@ -57,7 +45,7 @@ def run_file(path: str, args: argparse.Namespace, cfg: Config, clock: Clock | No
     try:
         output = open_output(args, cfg, clock)
         with speaking(engine, output, cfg, clock) as speaker:
-            loop = TurnLoop(session, Answerer(assistant, speaker, cfg), cue=cue.samples,
+            loop = TurnLoop(hear.session(), Answerer(assistant, speaker, cfg), cue=cue.samples,
                             cue_out=player_cue(output.player), clock=clock)
             turns = loop.run_file(source, require_wake=require_wake)
     finally:

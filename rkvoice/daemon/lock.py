@@ -38,9 +38,11 @@ class InstanceLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            owner = _read_pid(fd)
+            try:  # the owner's pid, for the message only
+                who = f" (pid {int(os.pread(fd, 32, 0))})"
+            except (OSError, ValueError):
+                who = ""
             os.close(fd)
-            who = f" (pid {owner})" if owner else ""
             raise RkvoiceError(
                 "daemon",
                 "already-running",
@@ -64,11 +66,3 @@ class InstanceLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
-
-
-def _read_pid(fd: int) -> int | None:
-    try:
-        raw = os.pread(fd, 32, 0).decode().strip()
-        return int(raw) if raw else None
-    except (OSError, ValueError):
-        return None

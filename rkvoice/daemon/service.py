@@ -26,14 +26,14 @@ from types import FrameType
 
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, is_device_error
 from rkvoice.turn import Turn
 
 from .engines import StageSet
 from .lock import InstanceLock
 from .product import LiveHost
 from .sdnotify import Notifier
-from .stages import Plan, is_device_error
+from .stages import Plan
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +92,7 @@ class Daemon:
         try:
             self.notifier.status("loading models")
             self.stages.load_all(self.cfg)
-            self.loop = self._make_loop()
-            self._start_wyoming()
+            self._host()
             if self.stop.is_set():  # SIGTERM during start-up
                 return self._shutdown(None)
             self.notifier.ready("listening")
@@ -106,14 +105,12 @@ class Daemon:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
-    def _make_loop(self) -> LiveHost:
-        return LiveHost(self.stages.engines, self.cfg, self, self.plan.source)
-
-    def _start_wyoming(self) -> None:
-        """With ``wyoming.uri``: serve the loaded engines over Wyoming on a thread of its own (again
-        after a reload, on the new engines). A server that fails is logged; the local loop goes on."""
-        self._stop_wyoming()
-        if not self.cfg.wyoming.uri or self.loop is None:
+    def _host(self) -> None:
+        """The turn loop over the loaded engines, and with ``wyoming.uri`` a Wyoming server for them on
+        a thread of its own (both again after a reload, on the new engines). A server that fails is
+        logged; the local loop goes on."""
+        self.loop = LiveHost(self.stages.engines, self.cfg, self, self.plan.source)
+        if not self.cfg.wyoming.uri:
             return
         from rkvoice.wyoming.server import serve_wyoming
 
@@ -330,9 +327,7 @@ class Daemon:
             log.critical("an engine could not be restored after a failed reload; exiting")
             self.request_stop(EXIT_FATAL)
             return
-        # always rebuild: a partly failed reload may still have swapped some engines
-        self.loop = self._make_loop()
-        self._start_wyoming()
+        self._host()  # always rebuilt: a partly failed reload may still have swapped some engines
         self.notifier.notify(READY=1, STATUS="listening")
 
 

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from rkvoice.config import Config
-from rkvoice.errors import RkvoiceError
 from rkvoice.hear.sources import AudioSource
 
 
@@ -35,8 +34,3 @@ class Plan:
     stages: tuple[StageSpec, ...]
     source: Callable[[Config], AudioSource]
     """Opens the microphone (or a scripted stand-in); raises RkvoiceError("audio", "device-...")."""
-
-
-def is_device_error(exc: BaseException) -> bool:
-    """A missing/busy/unplugged microphone: retried with backoff, not a failed turn."""
-    return isinstance(exc, RkvoiceError) and exc.stage == "audio" and exc.code.startswith("device")

@@ -25,7 +25,7 @@ import numpy as np
 
 from rkvoice.audio.players import Player
 from rkvoice.clock import Clock, MonotonicClock
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, is_device_error
 from rkvoice.hear.session import HearEvent, HearSession, ListenTimeout, Mode, Request, Wake
 from rkvoice.hear.sources import AudioSource
 from rkvoice.hear.vad import Segment
@@ -181,7 +181,7 @@ class TurnLoop:
             with self.busy("hear"):
                 return self.session.accept(frame) if frame is not None else self.session.flush()
         except RkvoiceError as exc:
-            if self.on_error is None or (exc.stage == "audio" and exc.code.startswith("device")):
+            if self.on_error is None or is_device_error(exc):
                 raise
             self.session.start(Mode.IDLE)
             self.on_error(exc)
