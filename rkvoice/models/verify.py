@@ -59,18 +59,12 @@ def verify_file(model: Model, root: Path, spec: FileSpec, toolkit_version: str |
     size = path.stat().st_size
     if spec.size is not None and size != spec.size:
         return Problem(model.id, rel, "size", f"expected {spec.size} bytes, found {size} (truncated or replaced)")
-    if spec.sha256 is not None:
-        actual = file_hash(path)
-        if actual != spec.sha256:
-            return Problem(model.id, rel, "sha256", f"expected {spec.sha256}, found {actual}")
-    if spec.check == "onnx":
-        why = _onnx_loads(path)
-        if why:
-            return Problem(model.id, rel, "unloadable", why)
-    if spec.check == "rknn":
-        found = rknn_problem(path, toolkit_version)
-        if found:
-            return Problem(model.id, rel, found[0], found[1])
+    if spec.sha256 is not None and (actual := file_hash(path)) != spec.sha256:
+        return Problem(model.id, rel, "sha256", f"expected {spec.sha256}, found {actual}")
+    if spec.check == "onnx" and (why := _onnx_loads(path)):
+        return Problem(model.id, rel, "unloadable", why)
+    if spec.check == "rknn" and (found := rknn_problem(path, toolkit_version)):
+        return Problem(model.id, rel, *found)
     return None
 
 

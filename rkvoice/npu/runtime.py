@@ -33,8 +33,7 @@ def dtype_name(raw: Any) -> str:
     """One spelling for an element type: ``tensor(int64)``, ``INT64``, ``np.int64``, ``int64`` -> ``int64``."""
     text = str(getattr(raw, "__name__", raw)).strip().lower()
     for prefix in ("tensor(", "tensorproto.", "numpy.", "np.", "rknn_tensor_"):
-        if text.startswith(prefix):
-            text = text[len(prefix):]
+        text = text.removeprefix(prefix)
     text = text.rstrip(")").strip("<>'\" ").replace("class ", "")
     return _DTYPE_NAMES.get(text, text)
 
