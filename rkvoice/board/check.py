@@ -19,7 +19,7 @@ import ctypes.util
 import importlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -45,13 +45,9 @@ REGISTRIES = {"wake": "rkvoice.hear.registry:WAKE", "asr": "rkvoice.hear.asr:ASR
 
 
 @dataclass
-class StageCheck:
+class StageCheck(runtimes.Findings):
     stage: str
     engine: str
-    problems: list[str] = field(default_factory=list)
-    """Reasons the stage cannot run (each fails the check)."""
-    notes: list[str] = field(default_factory=list)
-    """Facts and warnings that do not stop the pipeline."""
 
     @property
     def ok(self) -> bool:
@@ -132,9 +128,7 @@ def _report_needs(cfg: Config, st: StageCheck, needs: Needs, probe: Probe) -> li
     found = [p for p in (present_file(f) for f in needs.files) if p is not None]
     if needs.runtimes:
         shown = {p: display_path(p, cfg.models.path.parent) for r in needs.runtimes for p in r.built_for}
-        result = runtimes.check_runtimes(needs.runtimes, shown)
-        st.problems += result.problems
-        st.notes += result.notes
+        runtimes.check_runtimes(needs.runtimes, shown, st)
     return found
 
 
@@ -252,7 +246,7 @@ def _check_tts(cfg: Config, name: str, why: str | None, manifest: Path, probes: 
     from rkvoice.tts.registry import TTS
 
     if name not in TTS.names():
-        return StageCheck("tts", name, [why or f"unknown tts engine {name!r}"])
+        return StageCheck("tts", name, problems=[why or f"unknown tts engine {name!r}"])
     st = check_stage(cfg, "tts", name, manifest, **probes)
     if why:
         st.problems.insert(0, why)
@@ -271,7 +265,7 @@ def check_pipeline(cfg: Config, manifest: Path = MANIFEST, **probes: Any) -> lis
         if stage == "tts":
             out.append(_check_tts(cfg, engine, why, manifest, probes))
         elif why is not None:
-            out.append(StageCheck(stage, engine, [why]))
+            out.append(StageCheck(stage, engine, problems=[why]))
         else:
             out.append(check_stage(cfg, stage, cfg.audio.player if stage == "audio" else engine, manifest, **probes))
     return out

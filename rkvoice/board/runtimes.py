@@ -14,10 +14,10 @@ from rkvoice.board import versions
 from rkvoice.needs import RuntimeNeed
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Findings:
     problems: list[str] = field(default_factory=list)
-    """Reasons the engine cannot run."""
+    """Reasons the engine cannot run (each fails the check)."""
     notes: list[str] = field(default_factory=list)
     """Facts and warnings that do not stop it."""
 
@@ -107,15 +107,13 @@ def check_librkllmrt(need: RuntimeNeed, out: Findings) -> None:
         out.problems.append(f"version mismatch: {lib}: {problem}")
 
 
-def check_runtimes(needs: tuple[RuntimeNeed, ...], shown: dict[Path, str] | None = None) -> Findings:
+def check_runtimes(needs: tuple[RuntimeNeed, ...], shown: dict[Path, str], out: Findings) -> None:
     """Every runtime declared, each library once (models to match merged), plus the driver note."""
-    out = Findings()
     libraries = {n.library for n in needs}
     if "librknnrt" in libraries:  # notes the driver too
-        check_librknnrt(tuple(dict.fromkeys(p for n in needs for p in n.built_for)), shown or {}, out)
+        check_librknnrt(tuple(dict.fromkeys(p for n in needs for p in n.built_for)), shown, out)
     for need in needs:
         if need.library == "librkllmrt":
             check_librkllmrt(need, out)
     if libraries == {"librkllmrt"}:
         out.notes.append(driver_note())
-    return out
