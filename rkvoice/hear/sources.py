@@ -74,41 +74,33 @@ def read_wav(path: str | Path) -> np.ndarray:
     return to_mono_16k(data, int(rate), what=str(p))
 
 
-def _split(samples: np.ndarray, frame: int) -> Iterator[np.ndarray]:
-    for i in range(0, len(samples), frame):
-        yield samples[i : i + frame]
-
-
 class WavFileSource:
-    """A whole file delivered as fast as it is read (``--file`` replay)."""
+    """A whole file (or samples) delivered as fast as it is read (``--file`` replay)."""
 
     sample_rate = SAMPLE_RATE
 
-    def __init__(self, path: str | Path, frame_samples: int = FRAME_SAMPLES) -> None:
-        self.path = Path(path)
+    def __init__(self, audio: np.ndarray | str | Path, frame_samples: int = FRAME_SAMPLES) -> None:
+        self.samples = read_wav(audio) if isinstance(audio, (str, Path)) else np.asarray(audio, np.float32)
         self.frame_samples = frame_samples
-        self.samples = read_wav(self.path)
         self._closed = threading.Event()
 
     def frames(self) -> Iterator[np.ndarray]:
-        for frame in _split(self.samples, self.frame_samples):
+        for i in range(0, len(self.samples), self.frame_samples):
             if self._closed.is_set():
                 return
-            yield frame
+            yield self.samples[i : i + self.frame_samples]
 
     def close(self) -> None:
         self._closed.set()
 
 
-class RealtimeSource:
+class RealtimeSource(WavFileSource):
     """Feeds samples (or a WAV) at real-time pace on ``clock``: a microphone stand-in for tests.
 
     Frame ``i`` is released at ``start + (i + 1) * frame duration`` (a frame exists once all its
     samples were "heard"); with a FakeClock the pacing costs no wall time. ``tail_s`` of silence
     follows the audio so the last request can end.
     """
-
-    sample_rate = SAMPLE_RATE
 
     def __init__(
         self,
@@ -117,25 +109,19 @@ class RealtimeSource:
         frame_samples: int = FRAME_SAMPLES,
         tail_s: float = 1.0,
     ) -> None:
-        samples = read_wav(audio) if isinstance(audio, (str, Path)) else np.asarray(audio, np.float32)
-        tail = np.zeros(int(tail_s * SAMPLE_RATE), dtype=np.float32)
-        self.samples = np.concatenate([samples, tail])
+        super().__init__(audio, frame_samples)
+        self.samples = np.concatenate([self.samples, np.zeros(int(tail_s * SAMPLE_RATE), dtype=np.float32)])
         self.clock = clock or MonotonicClock()
-        self.frame_samples = frame_samples
-        self._closed = threading.Event()
 
     def frames(self) -> Iterator[np.ndarray]:
         start = self.clock.now()
-        for i, frame in enumerate(_split(self.samples, self.frame_samples)):
-            wait = start + (i + 1) * self.frame_samples / SAMPLE_RATE - self.clock.now()
+        for i, frame in enumerate(super().frames(), 1):
+            wait = start + i * self.frame_samples / SAMPLE_RATE - self.clock.now()
             if wait > 0:
                 self.clock.sleep(wait)
             if self._closed.is_set():
                 return
             yield frame
-
-    def close(self) -> None:
-        self._closed.set()
 
 
 class DeviceError(Exception):
