@@ -64,9 +64,7 @@ class _Queue:
     chunks: int = 0  # cut so far (worker thread)
     in_flight: int = 0  # pieces taken by the worker and not yet queued for the player
     queued_s: float = 0.0  # audio synthesised and queued for the player thread, not yet handed to it
-    audio_started: bool = False  # player thread
-    audio_s: float = 0.0
-    dry_at: float | None = None  # clock time the player runs out of this turn's audio
+    dry_at: float | None = None  # clock time the player runs out of this turn's audio (None: none played yet)
 
 
 def piece_chars(cfg: Config, engine: object) -> tuple[int, int]:
@@ -227,7 +225,7 @@ class Speaker:
         with self._cond:
             q.inbox.clear()
             self._cond.notify_all()  # the worker moves past the cancelled turn
-        if not q.played.is_set() and (q.audio_started or q.in_flight or q.queued_s):
+        if not q.played.is_set() and (q.dry_at is not None or q.in_flight or q.queued_s):
             self.player.clear()  # only while its audio may be playing: a played turn leaves the next alone
         q.played.set()
 
@@ -347,8 +345,13 @@ class Speaker:
                     continue
                 if kind == "audio":
                     self._play_chunk(q, *payload)
+                elif payload is not None:  # the turn's synthesis failed
+                    q.turn.fail(payload)
                 else:
-                    self._end_playback(q, payload)
+                    self.player.drain()
+                    if not q.turn.cancelled:
+                        q.turn.timeline.mark(Ev.PLAY_END, turn=q.turn.id)
+                        self._played(q)
             except Exception as exc:  # a broken player fails the turn, never the thread
                 err = exc if isinstance(exc, RkvoiceError) else RkvoiceError("player", "failed", str(exc))
                 log.error("player: %s", err, exc_info=not isinstance(exc, RkvoiceError))
@@ -361,11 +364,9 @@ class Speaker:
     def _play_chunk(self, q: _Queue, index: int, blocks: np.ndarray) -> None:
         audio_s = blocks.size / self.player.rate
         turn = q.turn
-        if not q.audio_started:
-            q.audio_started = True
+        if q.dry_at is None:
             turn.timeline.mark(Ev.AUDIO_FIRST, turn=turn.id)
         turn.timeline.mark(Ev.PLAY_CHUNK, turn=turn.id, index=index, audio_s=round(audio_s, 4))
-        q.audio_s += audio_s
         with self._cond:
             now = self.clock.now()
             q.dry_at = max(now, q.dry_at or now) + audio_s
@@ -377,13 +378,3 @@ class Speaker:
             if turn.cancelled:  # the cancel cleared the player while this block went in
                 self.player.clear()
                 return
-
-    def _end_playback(self, q: _Queue, error: RkvoiceError | None) -> None:
-        if error is not None:
-            q.turn.fail(error)
-            return
-        self.player.drain()
-        if q.turn.cancelled:
-            return
-        q.turn.timeline.mark(Ev.PLAY_END, turn=q.turn.id)
-        self._played(q)
