@@ -191,10 +191,9 @@ def _check_fastspeech2_vocoder(cfg: Config, st: StageCheck) -> None:
     vocoder = vocoder_path(cfg)
     st.notes.append(f"vocoder {display_path(vocoder, cfg.models.path.parent)} in {fs.vocoder_frames}-frame windows, "
                     f"context {fs.vocoder_context}")
-    if vocoder.suffix == ".rknn":
-        if fs.core_mask.strip().lower() not in CORE_MASKS:
-            st.problems.append(f"tts.fastspeech2.core_mask {fs.core_mask!r} is not one of: {', '.join(CORE_MASKS)}")
-    elif vocoder.suffix != ".onnx":
+    if vocoder.suffix == ".rknn" and fs.core_mask.strip().lower() not in CORE_MASKS:
+        st.problems.append(f"tts.fastspeech2.core_mask {fs.core_mask!r} is not one of: {', '.join(CORE_MASKS)}")
+    elif vocoder.suffix not in (".rknn", ".onnx"):
         st.problems.append(f"tts.fastspeech2.vocoder {fs.vocoder!r} must end in .rknn (NPU) or .onnx (CPU)")
 
 

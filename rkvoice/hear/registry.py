@@ -20,8 +20,7 @@ def vad_needs(cfg: Config) -> Needs:
     """Silero VAD through sherpa-onnx (models/<profile>/vad/silero_vad.onnx)."""
     from rkvoice.hear.vad import vad_model_path
 
-    return Needs(files=(FileNeed("vad model", (vad_model_path(cfg),)),), packages=(SHERPA,),
-                 profile=cfg.models.profile)
+    return Needs(files=(FileNeed("vad model", (vad_model_path(cfg),)),), packages=(SHERPA,), profile=cfg.models.profile)
 
 
 def asr_match_needs(cfg: Config, **_: Any) -> Needs:
@@ -38,8 +37,7 @@ def kws_needs(cfg: Config, **_: Any) -> Needs:
         found = sorted(d.glob(f"{stem}*.int8.onnx")) + sorted(d.glob(f"{stem}*.onnx"))
         files.append(FileNeed(stem, tuple(found) or (d / f"{stem}.int8.onnx", d / f"{stem}.onnx")))
     files.append(FileNeed("tokens", (d / "tokens.txt",)))
-    return Needs(files=tuple(files), packages=(SHERPA, PYPINYIN), devices=("microphone",),
-                 profile="board")
+    return Needs(files=tuple(files), packages=(SHERPA, PYPINYIN), devices=("microphone",), profile="board")
 
 
 WAKE = Registry("wake", auto=("kws", "asr-match"))

@@ -58,8 +58,7 @@ def matcha_needs(cfg: Config, **_: Any) -> Needs:
     from rkvoice.tts.matcha_engine import MatchaTts
 
     found = MatchaTts(cfg).files()  # the buckets found (or the one expected) + sidecars, lexicon, tokens
-    needs = Needs(files=tuple(FileNeed(role, (p,)) for role, p in found.items()),
-                  profile="board")
+    needs = Needs(files=tuple(FileNeed(role, (p,)) for role, p in found.items()), profile="board")
     rknn = tuple(p for p in found.values() if p.suffix in (".rknn", ".json"))
     if any(p.suffix == ".rknn" for p in rknn):
         return needs + npu_needs(rknn)
