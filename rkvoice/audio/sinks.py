@@ -51,12 +51,10 @@ class PacedPlayer:
         """Wait for the clock to reach ``deadline``; False if a clear() came first."""
         with self._cond:
             cleared = self._cleared
-        while True:
-            remaining = deadline - self._clock.now()
-            if remaining <= 0:
-                return True
+        while (remaining := deadline - self._clock.now()) > 0:
             if not self._clock.pause(remaining, cleared):
                 return False
+        return True
 
     def _pace(self) -> None:
         """Block while more than ``max_ahead_s`` of audio is queued on the device."""

@@ -42,12 +42,11 @@ class Fix:
         return RkvoiceError(self.stage, code, f"{problem}; {self.hint}")
 
 
-def require_file(path: Path, fix: Fix) -> Path:
+def require_file(path: Path, fix: Fix) -> None:
     if not path.is_file():
         raise fix.error("missing-model", f"{path} is missing")
     if path.stat().st_size == 0:
         raise fix.error("corrupt-model", f"{path} is empty")
-    return path
 
 
 def onnx_metadata(path: Path, fix: Fix) -> dict[str, str]:

@@ -105,8 +105,7 @@ class AsrMatchWake:
 
     def _check(self, segments: list[Segment]) -> WakeHit | None:
         for seg in segments:
-            hit = self.check_segment(seg)
-            if hit is not None:
+            if (hit := self.check_segment(seg)) is not None:
                 return hit
         return None
 
@@ -114,10 +113,9 @@ class AsrMatchWake:
         if self.on_segment is not None:
             self.on_segment(seg)
         t0 = self.clock.now()
-        probe_n = int(self.probe_s * 16000)
         if self.probe_s > 0 and seg.duration_s > self.probe_s + PROBE_MARGIN_S:
             # long speech (a TV, a conversation): look for the phrase in its first seconds only
-            head = self.asr.transcribe(seg.samples[:probe_n])
+            head = self.asr.transcribe(seg.samples[: int(self.probe_s * 16000)])
             if self.matcher.match(head) is None:
                 self.last_text = head
                 log.debug("no wake at the start of a %.1f s segment: %r", seg.duration_s, head)
