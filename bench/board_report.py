@@ -239,15 +239,15 @@ def engine_names(cfg: Config) -> dict[str, str]:
 
 def voices(cfg: Config) -> dict[str, Any]:
     """Installed TTS voices, and why the Matcha voice (the board's own) is not, when it is not."""
-    from rkvoice.tts.registry import engine_languages
+    from rkvoice.needs import missing
+    from rkvoice.tts.registry import TTS, engine_languages
 
     out: dict[str, Any] = {name: {"status": "installed", "languages": list(langs)}
                            for name, langs in sorted(engine_languages(cfg).items())}
     if "matcha" not in out:
         try:
-            from rkvoice.tts.matcha import missing
-
-            out["matcha"] = {"status": "missing", "why": "; ".join(missing(cfg))}
+            lacks = missing(TTS.needs("matcha", cfg), relative_to=cfg.models.path.parent, devices=False)
+            out["matcha"] = {"status": "missing", "why": "; ".join(map(str, lacks))}
         except Exception as exc:  # the check itself failing is worth reporting, not fatal
             out["matcha"] = {"status": "missing", "why": f"{type(exc).__name__}: {exc}"}
     return out
