@@ -142,7 +142,44 @@ class LlamaEngine:
         if not self._busy.acquire(blocking=False):
             raise RkvoiceError("llm", "busy", "llama is already generating; abort() the running answer first")
         try:
-            yield from self._generate(messages)
+            ctx, vocab = self.ctx, self.vocab
+            tokens = self._start(messages)
+            max_new = self.cfg.llm.max_tokens
+            if len(tokens) + max_new > self.cfg.llm.context:
+                raise RkvoiceError("llm", "prompt-too-long",
+                                   f"prompt of {len(tokens)} tokens + {max_new} new exceeds llm.context "
+                                   f"{self.cfg.llm.context}; lower llm.history_turns or raise llm.context")
+            sampler = self._sampler()
+            t0 = time.monotonic()
+            reused = self._reuse_prefix(tokens)
+            if not self._prefill(tokens, reused):
+                return
+            t_prefill = time.monotonic() - t0
+            pending: list[int] = []
+            n_new = 0
+            for _ in range(max_new):
+                if self._cancel.is_set():
+                    break
+                tok = sampler.sample(ctx, -1)
+                if vocab.is_eog(tok):
+                    break
+                n_new += 1
+                pending.append(tok)
+                text = vocab.detokenize(pending, False, False)
+                if not text.endswith("\ufffd") or len(pending) >= MAX_PENDING_TOKENS:
+                    pending.clear()
+                    text = text.replace("\ufffd", "")
+                    if text:
+                        yield text
+                try:
+                    ctx.decode(llama_batch_get_one([tok], len(self._kv)))  # its position: the cache's length
+                except InterruptedError:
+                    self._kv = []
+                    break
+                self._kv.append(tok)
+            self.last_stats = {"prompt_tokens": len(tokens), "reused_tokens": reused, "new_tokens": n_new,
+                               "threads": self.threads, "threads_batch": self.threads_batch,
+                               "prefill_s": t_prefill, "total_s": time.monotonic() - t0}
         finally:
             self._busy.release()
 
@@ -154,48 +191,6 @@ class LlamaEngine:
         self.ctx.cancel = False
         self._set_threads()
         return self.vocab.tokenize(self.prompt(messages), add_special=True, parse_special=True)
-
-    def _generate(self, messages: list[Message]) -> Generator[str, None, None]:
-        ctx, vocab = self.ctx, self.vocab
-        tokens = self._start(messages)
-        max_new = self.cfg.llm.max_tokens
-        if len(tokens) + max_new > self.cfg.llm.context:
-            raise RkvoiceError("llm", "prompt-too-long",
-                               f"prompt of {len(tokens)} tokens + {max_new} new exceeds llm.context "
-                               f"{self.cfg.llm.context}; lower llm.history_turns or raise llm.context")
-        sampler = self._sampler()
-        t0 = time.monotonic()
-        reused = self._reuse_prefix(tokens)
-        if not self._prefill(tokens, reused):
-            return
-        t_prefill = time.monotonic() - t0
-        pos = len(tokens)
-        pending: list[int] = []
-        n_new = 0
-        for _ in range(max_new):
-            if self._cancel.is_set():
-                break
-            tok = sampler.sample(ctx, -1)
-            if vocab.is_eog(tok):
-                break
-            n_new += 1
-            pending.append(tok)
-            text = vocab.detokenize(pending, False, False)
-            if not text.endswith("\ufffd") or len(pending) >= MAX_PENDING_TOKENS:
-                pending.clear()
-                text = text.replace("\ufffd", "")
-                if text:
-                    yield text
-            try:
-                ctx.decode(llama_batch_get_one([tok], pos))
-            except InterruptedError:
-                self._kv = []
-                break
-            self._kv.append(tok)
-            pos += 1
-        self.last_stats = {"prompt_tokens": len(tokens), "reused_tokens": reused, "new_tokens": n_new,
-                           "threads": self.threads, "threads_batch": self.threads_batch,
-                           "prefill_s": t_prefill, "total_s": time.monotonic() - t0}
 
     def _set_threads(self) -> None:
         """Thread counts for this prompt (an auto prompt count follows the machine's load)."""
@@ -209,13 +204,12 @@ class LlamaEngine:
         try:
             for i in range(start, len(tokens), N_BATCH):
                 if self._cancel.is_set():
-                    self._kv = []
-                    return False
+                    raise InterruptedError
                 batch = tokens[i:i + N_BATCH]
                 self.ctx.decode(llama_batch_get_one(batch, i))
                 self._kv.extend(batch)
-        except InterruptedError:
-            self._kv = []  # a decode stopped half-way: the cache is not trusted any more
+        except InterruptedError:  # aborted (perhaps inside a decode): the cache is not trusted any more
+            self._kv = []
             return False
         return True
 
