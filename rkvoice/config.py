@@ -142,8 +142,7 @@ class ModelsConfig(Section):
 
     @property
     def path(self) -> Path:
-        p = Path(self.dir)
-        return p if p.is_absolute() else ROOT / p
+        return ROOT / self.dir  # an absolute dir replaces ROOT
 
 
 @dataclass(frozen=True)
@@ -167,7 +166,6 @@ class HearConfig(Section):
     paraformer_dir: str = ""
     """Paraformer folder (model.int8.onnx or model.onnx + tokens.txt); empty = models.dir/board/paraformer-zh."""
     threads: int = num(2, 1, 64)
-    """Threads for the ASR engine."""
     whisper_beam: int = num(5, 1, 10)
     """Whisper beam size: 5 measured more accurate than 1 at about the same speed (bench/asr.py)."""
     vad_threshold: float = num(0.5, 0.0, 1.0, lo_open=True, hi_open=True)
@@ -272,10 +270,7 @@ class DaemonConfig(Section):
     """Extra start-up time asked of systemd before each engine loads (EXTEND_TIMEOUT_USEC)."""
 
     def lock_path(self, state_dir: Path) -> Path:
-        if not self.lock_file:
-            return state_dir / "rkvoice.lock"
-        p = Path(self.lock_file).expanduser()
-        return p if p.is_absolute() else ROOT / p
+        return ROOT / Path(self.lock_file).expanduser() if self.lock_file else state_dir / "rkvoice.lock"
 
 
 @dataclass(frozen=True)

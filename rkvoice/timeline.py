@@ -102,9 +102,6 @@ class Timeline:
     def find(self, name: Ev) -> list[Event]:
         return [e for e in self.events if e.name is name]
 
-    def first(self, name: Ev) -> Event | None:
-        return next((e for e in self.events if e.name is name), None)
-
     def summary(self) -> dict[str, Any]:
         return summarize(self.events)
 

@@ -508,7 +508,7 @@ def test_cancelling_a_played_turn_leaves_the_next_turns_audio_alone():
     assert wait_until(lambda: sp.wait(t1, 0))      # played out; its owner has not finished it yet
     tl2 = Timeline(clock)
     t2 = sp.speak("b", tl2)                        # e.g. a reminder, queued right after
-    assert wait_until(lambda: tl2.first(Ev.AUDIO_FIRST) is not None)
+    assert wait_until(lambda: bool(tl2.find(Ev.AUDIO_FIRST)))
     t1.cancel("barge-in")                          # a late cancel of the old turn
     sp.close()
     assert not t2.cancelled

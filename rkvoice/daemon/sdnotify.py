@@ -40,19 +40,13 @@ class Notifier:
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()
         self._failing = False
-        raw = os.environ.get("WATCHDOG_USEC") if watchdog_usec is None else watchdog_usec
-        self._watchdog_usec = _parse_usec(raw)
+        usec = _parse_usec(os.environ.get("WATCHDOG_USEC") if watchdog_usec is None else watchdog_usec)
+        self.watchdog_interval = usec / 2 / 1_000_000 if usec else None
+        """Seconds between WATCHDOG=1 pings (half of WATCHDOG_USEC), or None without a watchdog."""
 
     @property
     def enabled(self) -> bool:
         return self._addr is not None
-
-    @property
-    def watchdog_interval(self) -> float | None:
-        """Seconds between WATCHDOG=1 pings (half of WATCHDOG_USEC), or None without a watchdog."""
-        if not self._watchdog_usec:
-            return None
-        return self._watchdog_usec / 2 / 1_000_000
 
     def notify(self, **fields: object) -> bool:
         """Send one datagram, e.g. ``notify(READY=1, STATUS="listening")``.
