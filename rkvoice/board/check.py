@@ -127,8 +127,7 @@ def _report_needs(cfg: Config, st: StageCheck, needs: Needs, probe: Probe) -> li
             st.problems.append(str(lack))
     found = [p for p in (present_file(f) for f in needs.files) if p is not None]
     if needs.runtimes:
-        shown = {p: display_path(p, cfg.models.path.parent) for r in needs.runtimes for p in r.built_for}
-        runtimes.check_runtimes(needs.runtimes, shown, st)
+        runtimes.check_runtimes(needs.runtimes, cfg.models.path.parent, st)
     return found
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rkvoice.board import versions
-from rkvoice.needs import RuntimeNeed
+from rkvoice.needs import RuntimeNeed, display_path
 
 
 @dataclass(kw_only=True)
@@ -41,9 +41,9 @@ def driver_note() -> str:
             + "; debugfs needs root)")
 
 
-def check_librknnrt(built_for: tuple[Path, ...], shown: dict[Path, str], out: Findings) -> None:
+def check_librknnrt(built_for: tuple[Path, ...], root: Path | None, out: Findings) -> None:
     """librknnrt present and readable, equal to rknn-toolkit-lite2 and to the toolkit that built
-    each present .rknn model in ``built_for`` (models and sidecars). ``shown`` names files."""
+    each present .rknn model in ``built_for`` (models and sidecars), named relative to ``root``."""
     lite = versions.package_version("rknn-toolkit-lite2")
     rt_path, rt = versions.librknnrt_version()
     if lite is None:
@@ -60,7 +60,7 @@ def check_librknnrt(built_for: tuple[Path, ...], shown: dict[Path, str], out: Fi
         if not f.is_file():
             continue  # reported missing with the files
         if f.suffix == ".json":
-            _check_sidecar(f, rt, shown.get(f, str(f)), out)
+            _check_sidecar(f, rt, display_path(f, root), out)
             continue
         built = rknn_build_version(f)
         if built and rt and built != rt:
@@ -107,11 +107,12 @@ def check_librkllmrt(need: RuntimeNeed, out: Findings) -> None:
         out.problems.append(f"version mismatch: {lib}: {problem}")
 
 
-def check_runtimes(needs: tuple[RuntimeNeed, ...], shown: dict[Path, str], out: Findings) -> None:
-    """Every runtime declared, each library once (models to match merged), plus the driver note."""
+def check_runtimes(needs: tuple[RuntimeNeed, ...], root: Path | None, out: Findings) -> None:
+    """Every runtime declared, each library once (models to match merged), plus the driver note;
+    files named relative to ``root``."""
     libraries = {n.library for n in needs}
     if "librknnrt" in libraries:  # notes the driver too
-        check_librknnrt(tuple(dict.fromkeys(p for n in needs for p in n.built_for)), shown, out)
+        check_librknnrt(tuple(dict.fromkeys(p for n in needs for p in n.built_for)), root, out)
     for need in needs:
         if need.library == "librkllmrt":
             check_librkllmrt(need, out)
