@@ -190,21 +190,19 @@ class SounddevicePlayer:
             self._dead = False
 
     def _callback(self, outdata: Any, frames: int, time_info: Any, status: Any) -> None:
-        out = np.zeros(frames, dtype=np.int16)
+        out = outdata[:, 0]
         filled = 0
         with self._cond:
             while filled < frames and self._queue:
-                head = self._queue[0]
+                head = self._queue.popleft()
                 take = min(frames - filled, len(head))
                 out[filled : filled + take] = head[:take]
+                if take < len(head):
+                    self._queue.appendleft(head[take:])
                 filled += take
-                if take == len(head):
-                    self._queue.popleft()
-                else:
-                    self._queue[0] = head[take:]
                 self._queued -= take
             self._cond.notify_all()
-        outdata[:, 0] = out
+        out[filled:] = 0  # the queue ran dry: silence
 
     def _finished(self) -> None:
         with self._cond:
