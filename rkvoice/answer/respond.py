@@ -88,13 +88,12 @@ def deadline_deltas(deltas: Iterable[str], turn: Turn, first_timeout: float, gap
                 wanted.set()
                 if not box and not turn.cancelled and not turn.clock.wait(arrived, timeout):
                     what = "its first words" if timeout is first_timeout else "its next words"
-                    err = RkvoiceError(
+                    turn.cancel("timeout")
+                    raise RkvoiceError(
                         "answer", "timeout",
                         f"the answer did not produce {what} within {timeout:g} s; the turn was aborted "
                         "(raise daemon.answer_first_timeout_s / answer_gap_timeout_s if the model is just slow)",
                     )
-                    turn.cancel("timeout")
-                    raise err
                 if turn.cancelled and not box:
                     return
                 continue
@@ -108,6 +107,18 @@ def deadline_deltas(deltas: Iterable[str], turn: Turn, first_timeout: float, gap
     finally:
         gone.set()
         wanted.set()
+
+
+def _cut_early(chunker: StreamChunker) -> list[str]:
+    """The chunker's pending text up to its last clause end (at least MIN_EARLY_PIECE in), then the rest."""
+    pending = chunker.pending
+    cuts = [m.end() for m in _CLAUSE_END.finditer(pending) if m.end() >= MIN_EARLY_PIECE]
+    if not cuts:
+        return []
+    piece, rest = pending[: cuts[-1]], pending[cuts[-1]:]
+    chunker.reset()
+    log.debug("player about to run dry: cutting %r early", piece)
+    return [piece, *chunker.feed(rest)]
 
 
 class Replier(Protocol):
@@ -147,8 +158,10 @@ class Answerer:
                     started = True
                     tl.mark(Ev.ANSWER_FIRST_TEXT, turn=turn.id)
                 ready = chunker.feed(delta)
-                if not ready and self._starving(turn):
-                    ready = self._cut_early(chunker)
+                # everything said so far is with the player already, and it plays out within the margin
+                ahead = None if ready else self.speaker.audio_ahead_s(turn)
+                if ahead is not None and ahead < STARVE_MARGIN_S:
+                    ready = _cut_early(chunker)
                 for piece in ready:
                     self.speaker.say(turn, piece)
             if not turn.cancelled:
@@ -167,19 +180,3 @@ class Answerer:
             log.warning("turn %d: the answer has not finished playing after %.0f s", turn.id, d.stall_s)
         turn.raise_if_failed()
         return reply.text
-
-    def _starving(self, turn: Turn) -> bool:
-        """Everything said so far is already with the player, and it plays out within the margin."""
-        ahead = self.speaker.audio_ahead_s(turn)
-        return ahead is not None and ahead < STARVE_MARGIN_S
-
-    @staticmethod
-    def _cut_early(chunker: StreamChunker) -> list[str]:
-        pending = chunker.pending
-        cuts = [m.end() for m in _CLAUSE_END.finditer(pending) if m.end() >= MIN_EARLY_PIECE]
-        if not cuts:
-            return []
-        piece, rest = pending[: cuts[-1]], pending[cuts[-1]:]
-        chunker.reset()
-        log.debug("player about to run dry: cutting %r early", piece)
-        return [piece, *chunker.feed(rest)]
