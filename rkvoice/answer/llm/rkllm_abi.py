@@ -121,24 +121,19 @@ RKLLMInput12 = _input(6)  # {prompt, image_embed, n_image_tokens, n_image, w, h}
 RKLLMInput13 = _input(18)  # the larger 1.3.0 multimodal member
 
 
+_INFER_HEAD: list[tuple[str, type[_SimpleCData[Any]]]] = [
+    ("mode", c_int32),
+    ("lora_params", c_void_p),
+    ("prompt_cache_params", c_void_p),
+]
+
+
 class RKLLMInferParam12(Structure):
-    _fields_ = [
-        ("mode", c_int32),
-        ("lora_params", c_void_p),
-        ("prompt_cache_params", c_void_p),
-        ("keep_history", c_int32),
-    ]
+    _fields_ = [*_INFER_HEAD, ("keep_history", c_int32)]
 
 
 class RKLLMInferParam13(Structure):
-    _fields_ = [
-        ("mode", c_int32),
-        ("lora_params", c_void_p),
-        ("prompt_cache_params", c_void_p),
-        ("sampling_params", c_void_p),
-        ("keep_history", c_int32),
-        ("max_new_tokens", c_int32),
-    ]
+    _fields_ = [*_INFER_HEAD, ("sampling_params", c_void_p), ("keep_history", c_int32), ("max_new_tokens", c_int32)]
 
 
 class RKLLMResultLastHiddenLayer(Structure):

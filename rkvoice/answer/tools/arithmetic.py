@@ -49,22 +49,19 @@ class _Parser:
     """+ and - over * and / over ^ (one exponent per number), left to right."""
 
     def __init__(self, tokens: list[Token]) -> None:
-        self.tokens = tokens
+        self.tokens: list[Token | None] = [*tokens, None]  # None marks the end
         self.i = 0
-
-    def _next(self) -> Token | None:
-        return self.tokens[self.i] if self.i < len(self.tokens) else None
 
     def _op(self, ops: str) -> str | None:
         """The next token, consumed, if it is one of ``ops``."""
-        tok = self._next()
+        tok = self.tokens[self.i]
         if not isinstance(tok, str) or tok not in ops:
             return None
         self.i += 1
         return tok
 
     def _number(self) -> Fraction:
-        tok = self._next()
+        tok = self.tokens[self.i]
         if not isinstance(tok, Fraction):
             raise ValueError("expected a number")
         self.i += 1
@@ -89,7 +86,7 @@ class _Parser:
 
     def parse(self) -> Fraction:
         value = self._chain("+-", lambda: self._chain("*/", self._power))
-        if self.i != len(self.tokens):
+        if self.tokens[self.i] is not None:
             raise ValueError("trailing tokens")
         return value
 

@@ -106,9 +106,8 @@ class ReminderScheduler:
         while True:
             self.fire_due()
             with self._cond:
-                if self._stop:
-                    return
-                wait = self.seconds_to_next()
-                self._cond.wait(timeout=MAX_WAIT_S if wait is None else min(wait, MAX_WAIT_S))
+                if not self._stop:
+                    wait = self.seconds_to_next()
+                    self._cond.wait(timeout=MAX_WAIT_S if wait is None else min(wait, MAX_WAIT_S))
                 if self._stop:
                     return
