@@ -56,10 +56,8 @@ class StageCheck(runtimes.Findings):
 
 def _probe(output_device: Callable[[], str | None] | None, input_device: Callable[[], bool] | None) -> Probe:
     probe = Probe(module=lambda name: module_found(name))  # looked up per call: tests replace it
-    if output_device is not None:
-        probe.sound_output = output_device
-    if input_device is not None:
-        probe.microphone = input_device
+    probe.sound_output = output_device or probe.sound_output
+    probe.microphone = input_device or probe.microphone
     return probe
 
 

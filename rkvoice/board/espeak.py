@@ -50,10 +50,9 @@ def unpack_debs(debs: list[Path], dest: Path) -> Path:
     """
     if shutil.which("dpkg-deb") is None:
         raise RkvoiceError("install", "missing-tool", "dpkg-deb not found; it ships with dpkg on Debian-based boards")
-    root = dest / "root"
-    lib = dest / "lib"
-    root.mkdir(parents=True, exist_ok=True)
-    lib.mkdir(parents=True, exist_ok=True)
+    root, lib = dest / "root", dest / "lib"
+    for d in (root, lib):
+        d.mkdir(parents=True, exist_ok=True)
     for deb in debs:
         if not deb.is_file():
             raise RkvoiceError("install", "missing-file", f"Debian package {deb} not found")

@@ -21,7 +21,6 @@ log = logging.getLogger(__name__)
 
 RKNNLITE = PackageNeed("rknnlite", "rknn-toolkit-lite2")
 ONNXRUNTIME = PackageNeed("onnxruntime", "onnxruntime")
-PYPINYIN = PackageNeed("pypinyin", "pypinyin")
 
 
 def npu_needs(models: tuple[Any, ...]) -> Needs:
@@ -34,7 +33,7 @@ def fastspeech2_needs(cfg: Config, **_: Any) -> Needs:
 
     found = files(cfg)
     needs = Needs(files=tuple(FileNeed(role, (p,)) for role, p in found.items()),
-                  packages=(ONNXRUNTIME, PYPINYIN), profile=cfg.models.profile)
+                  packages=(ONNXRUNTIME, PackageNeed("pypinyin", "pypinyin")), profile=cfg.models.profile)
     if found["vocoder"].suffix == ".rknn":  # config.board.yaml: the vocoder on the NPU
         needs += npu_needs((found["vocoder"],))
     return needs
