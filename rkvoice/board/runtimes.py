@@ -61,9 +61,7 @@ def check_librknnrt(built_for: tuple[Path, ...], root: Path | None, out: Finding
             continue  # reported missing with the files
         if f.suffix == ".json":
             _check_sidecar(f, rt, display_path(f, root), out)
-            continue
-        built = rknn_build_version(f)
-        if built and rt and built != rt:
+        elif (built := rknn_build_version(f)) and rt and built != rt:
             out.problems.append(f"version mismatch: {f.name} was built by rknn-toolkit2 {built} but librknnrt is "
                                 f"{rt}; rebuild it with models/convert_rknn.py under toolkit {rt}")
     out.notes.append(driver_note())
