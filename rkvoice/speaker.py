@@ -60,8 +60,7 @@ class _Queue:
     text_seen: bool = False
     ended: bool = False
     synth_done: bool = False  # the worker has passed this turn's end (or its failure)
-    first_cut: bool = True
-    chunks: int = 0  # cut so far (worker thread)
+    chunks: int = 0  # sent to synthesis so far (worker thread); 0: the next cut is the turn's first
     in_flight: int = 0  # pieces taken by the worker and not yet queued for the player
     queued_s: float = 0.0  # audio synthesised and queued for the player thread, not yet handed to it
     dry_at: float | None = None  # clock time the player runs out of this turn's audio (None: none played yet)
@@ -241,12 +240,9 @@ class Speaker:
         inside them), then make each chunk speakable; chunks with nothing to say are dropped."""
         if not text.strip():
             return []
-        first = piece_chars(self.cfg, self.engine)[0] if q.first_cut else limit
+        first = piece_chars(self.cfg, self.engine)[0] if q.chunks == 0 else limit
         chunks = [self._normalize(c) for c in self._split(text, first, limit)]
-        chunks = [c for c in chunks if c.strip()]
-        if chunks:
-            q.first_cut = False
-        return chunks
+        return [c for c in chunks if c.strip()]
 
     def _next_item(self) -> tuple[_Queue, str, str, bool] | None:
         """Wait for work of the oldest turn, moving past turns that ended or were cancelled.
@@ -268,7 +264,7 @@ class Speaker:
                     merged = False
                     if kind == "piece":
                         q.in_flight += 1
-                        if not q.first_cut and self.cfg.tts.coalesce_chars > 0:
+                        if q.chunks and self.cfg.tts.coalesce_chars > 0:
                             joined = self._coalesce(q, text)
                             merged, text = joined != text, joined
                     return q, kind, text, merged

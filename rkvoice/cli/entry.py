@@ -67,10 +67,12 @@ def setup_logging(verbose: bool) -> None:
     )
 
 
-def load_cli_config(args: argparse.Namespace) -> Config:
+def load_cli_config(args: argparse.Namespace, daemon: bool = False) -> Config:
     overrides = [parse_override(item) for item in args.set]
     if args.tts:
         overrides.append({"tts": {"engine": args.tts}})
+    if daemon and args.no_play:  # the daemon makes its player from the config: the null sink
+        overrides.append({"audio": {"player": "null"}})
     files = None
     if args.config:
         path = Path(args.config)
@@ -111,9 +113,10 @@ def main(argv: list[str] | None = None) -> int:
 
             return run_say(args.say, args, cfg)
         # no mode flag: the resident assistant (microphone loop; what the systemd service runs)
-        from rkvoice.daemon.entry import run_from_cli
+        from rkvoice.daemon.entry import serve, setup_logging as daemon_logging
 
-        return run_from_cli(args, lambda: load_cli_config(args))
+        daemon_logging(args.verbose)
+        return serve(lambda: load_cli_config(args, daemon=True))
     except RkvoiceError as err:
         log.debug("stopped by %s/%s", err.stage, err.code, exc_info=args.verbose)
         print(f"error: {err}", file=sys.stderr)

@@ -9,7 +9,6 @@ daemon process on scripted stages.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib
 import logging
 import os
@@ -69,19 +68,6 @@ def serve(load: Callable[[], Config], stages: str | None = None) -> int:
         log.error("%s", exc)
         return 2
     return run_daemon(cfg, plan, load)
-
-
-def run_from_cli(args: argparse.Namespace, load: Callable[[], Config]) -> int:
-    """``assistant.py`` without a mode flag. ``--no-play`` swaps the player for the null sink."""
-    setup_logging(args.verbose)
-    if args.no_play:
-        plain = load
-
-        def load() -> Config:
-            cfg = plain()
-            return dataclasses.replace(cfg, audio=dataclasses.replace(cfg.audio, player="null"))
-
-    return serve(load)
 
 
 def main(argv: list[str] | None = None) -> int:
