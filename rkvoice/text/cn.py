@@ -81,10 +81,9 @@ def cn_dec(x: float | str) -> str:
     if not d.is_finite():
         raise RkvoiceError("text", "bad-number", f"cn_dec needs a finite number, got {x!r}")
     sign = "负" if d < 0 else ""
-    plain = format(abs(d), "f")
-    whole, _, frac = plain.partition(".")
-    frac = frac.rstrip("0")
+    whole, _, frac = format(abs(d), "f").partition(".")
     text = cn_int(int(whole))
+    frac = frac.rstrip("0")
     if frac:
         text += "点" + cn_digits(frac)
     elif text == "零":
@@ -101,14 +100,8 @@ def cn_date(d: date | datetime) -> str:
 
 def cn_day(year: int | None, month: int | None, day: int | None) -> str:
     """Date without weekday; any part may be missing: (2026, 10, 21) -> 二零二六年十月二十一日."""
-    out = ""
-    if year is not None:
-        out += cn_digits(str(year)) + "年"
-    if month is not None:
-        out += cn_int(month) + "月"
-    if day is not None:
-        out += cn_int(day) + "日"
-    return out
+    year_part = "" if year is None else cn_digits(str(year)) + "年"
+    return year_part + "".join(cn_int(n) + unit for n, unit in ((month, "月"), (day, "日")) if n is not None)
 
 
 _PERIODS = ((4, "凌晨"), (8, "早上"), (11, "上午"), (12, "中午"), (17, "下午"))

@@ -62,14 +62,8 @@ def number(s: str) -> str:
 
 
 def ordinal(n: int) -> str:
-    w = words_int(n)
-    head, _, last = w.rpartition(" ")
-    if last in _ORD_IRREGULAR:
-        last = _ORD_IRREGULAR[last]
-    elif last.endswith("y"):
-        last = last[:-1] + "ieth"
-    else:
-        last += "th"
+    head, _, last = words_int(n).rpartition(" ")
+    last = _ORD_IRREGULAR.get(last) or (last[:-1] + "ieth" if last.endswith("y") else last + "th")
     return (head + " " if head else "") + last
 
 
@@ -78,12 +72,7 @@ def clock(hour: int, minute: int, suffix: str | None = None) -> str:
     if suffix is None:
         suffix = "a m" if hour < 12 else "p m"
     h12 = hour % 12 or 12
-    if minute == 0:
-        tail = "o'clock"
-    elif minute < 10:
-        tail = "oh " + _ONES[minute]
-    else:
-        tail = words_0_99(minute)
+    tail = "o'clock" if minute == 0 else ("oh " if minute < 10 else "") + words_0_99(minute)
     return f"{words_0_99(h12)} {tail} {suffix}"
 
 
@@ -143,11 +132,6 @@ def _money(m: re.Match[str]) -> str:
     return neg + " and ".join(parts)
 
 
-def _decimal(m: re.Match[str]) -> str:
-    neg = "minus " if m["neg"] else ""
-    return neg + number(m["i"]) + " point " + digits(m["f"])
-
-
 def en_speakable(text: str) -> str:
     """Apply the English rules to one run of text (already cleaned of markup and citations)."""
     if not any(c.isdigit() or c in "$.&#%°℃℉" for c in text):
@@ -163,11 +147,10 @@ def en_speakable(text: str) -> str:
     text = _US_DATE.sub(lambda m: f"{_MONTHS[int(m[1]) - 1]} {ordinal(int(m[2]))}, {_year(m[3])}", text)
     text = _FRACTION.sub(_fraction, text)
     text = _UNIT.sub(lambda m: " " + _UNITS[m[1]], text)
-    text = _DOTTED.sub(lambda m: " dot ".join(number(p) if len(p) <= 2 else digits(p)
-                                                 for p in m.group().split(".")), text)
+    text = _DOTTED.sub(lambda m: " dot ".join(map(number, m.group().split("."))), text)
     text = _ORDINAL.sub(lambda m: ordinal(int(m[1])), text)
     text = _GROUPED.sub(lambda m: _decimal_plain(m.group().replace(",", "")), text)
-    text = _DECIMAL.sub(_decimal, text)
+    text = _DECIMAL.sub(lambda m: ("minus " if m["neg"] else "") + number(m["i"]) + " point " + digits(m["f"]), text)
     text = _RANGE.sub(lambda m: f"{m[1]} to {m[2]}", text)
     for pattern, words in _SYMBOLS:
         text = pattern.sub(words, text)

@@ -34,10 +34,8 @@ def _script(segment: str) -> str | None:
         return "zh"
     if _AMPM.search(segment):
         return "en"
-    for m in _WORD.finditer(segment):
-        w = m.group()
-        if len(w) >= 2 and not w.isupper() and w not in _NOT_ENGLISH:
-            return "en"
+    if any(len(w) >= 2 and not w.isupper() and w not in _NOT_ENGLISH for w in _WORD.findall(segment)):
+        return "en"
     return None
 
 

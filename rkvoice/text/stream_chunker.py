@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import re
-from bisect import bisect_left
 
 from rkvoice.errors import RkvoiceError
 from rkvoice.text.split import CutPoints, pack
@@ -61,12 +60,12 @@ class StreamChunker:
     def flush(self) -> list[str]:
         """End of stream: return everything not yet emitted, cut by the same rules."""
         out = self._drain(final=True)
-        rest, self._buf = self._buf, ""
+        rest = self._buf
         if rest and not rest.isspace():
             out.append(rest)
         elif rest and out:
             out[-1] += rest
-        self._emitted = 0
+        self.reset()
         return out
 
     def reset(self) -> None:
@@ -83,10 +82,7 @@ class StreamChunker:
 
     def _drain(self, final: bool) -> list[str]:
         out: list[str] = []
-        while self._buf and not self._buf.isspace():
-            cut = self._next_cut(final)
-            if cut is None:
-                break
+        while self._buf and not self._buf.isspace() and (cut := self._next_cut(final)) is not None:
             out.append(self._buf[:cut])
             self._buf = self._buf[cut:]
             self._emitted += 1
@@ -117,9 +113,7 @@ class StreamChunker:
         if len(spans) < 2:
             return None
         cut = spans[0][1]
-        safe = cuts.levels[3]
-        i = bisect_left(safe, cut)
-        forced = i == len(safe) or safe[i] != cut
+        forced = cut not in cuts.levels[3]
         if forced and not final and size <= limit + FORCED_WAIT:
             return None
         return cut

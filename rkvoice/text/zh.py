@@ -86,29 +86,16 @@ def _percent(m: re.Match[str]) -> str:
 _CURRENCY = {"¥": "元", "￥": "元", "$": "美元", "€": "欧元", "£": "英镑"}
 
 
-class _UntilStable:
-    """A pattern whose substitution repeats while it changes the text (for chained matches)."""
-
-    def __init__(self, pattern: str, limit: int = 8) -> None:
-        self.pattern = re.compile(pattern)
-        self.limit = limit
-
-    def sub(self, repl: Callable[[re.Match[str]], str], text: str) -> str:
-        for _ in range(self.limit):
-            new = self.pattern.sub(repl, text)
-            if new == text:
-                break
-            text = new
-        return text
-
-
-# A number after a phone word, or after a phone number read out and 或/和/、 (拨打 110 或 120).
-_PHONE_IN_CONTEXT = _UntilStable(
+# A number after a phone word, or after a phone number read out and 或/和/、 (拨打 110 或 120). It
+# runs again while it reads something (at most PHONE_PASSES times): each pass reads the next number
+# of a chain, whose context is the number the pass before read out.
+PHONE_PASSES = 8
+_PHONE_IN_CONTEXT = re.compile(
     rf"(?P<c>(?:{_PHONE_BEFORE}\s*[:：是为]?|[幺零二三四五六七八九]{{3,}}\s?(?:或者|或|和|、|/))\s*)"
     rf"(?P<n>\d{{3,}}(?:[- ]\d{{3,}})*)(?![\d.]|\s?[{_MEASURE}])")
 
 # (pattern, replacement) in order; each turns digits into Chinese characters.
-_RULES: list[tuple[re.Pattern[str] | _UntilStable, Callable[[re.Match[str]], str]]] = [
+_RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
     (re.compile(r"(?<![\d.])(?P<y>\d{4})\s*(?P<sep>[-/.])\s*(?P<mo>\d{1,2})\s*(?P=sep)\s*(?P<d>\d{1,2})"
                 r"(?P<hao>)(?![\d:/]|\.\d)"), _date),
     (re.compile(r"(?<!\d)(?P<y>\d{4})\s*年\s*(?P<mo>\d{1,2})\s*月\s*(?P<d>\d{1,2})\s*(?P<hao>[日号])"), _date),
@@ -154,10 +141,7 @@ def _alone(m: re.Match[str]) -> bool:
 
 
 def _plain(m: re.Match[str]) -> str:
-    s = m.string
-    i, j = m.start(), m.end()
-    prev = s[i - 1] if i else ""
-    nxt = s[j] if j < len(s) else ""
+    prev, nxt = m.string[m.start() - 1 : m.start()], m.string[m.end() : m.end() + 1]
     if (prev and prev in _EXPR_CHARS and not m["neg"]) or (nxt and nxt in _EXPR_CHARS):
         return m.group()  # left to wetext: 3/4, 1:2, 1+1=2
     return ("负" if m["neg"] else "") + _num(m["n"])
@@ -196,7 +180,10 @@ def zh_speakable(text: str) -> str:
     if not any(c.isdigit() for c in text):
         return text
     for pattern, repl in _RULES:
-        text = pattern.sub(repl, text)
+        for _ in range(PHONE_PASSES if pattern is _PHONE_IN_CONTEXT else 1):
+            text, n = pattern.subn(repl, text)
+            if not n:
+                break
     text = _PLAIN_NUMBER.sub(_plain, text)
     if any(c.isdigit() for c in text):
         text = _wetext_pieces(text)
