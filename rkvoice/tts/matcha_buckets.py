@@ -219,9 +219,11 @@ def _same_as_rknn(path: Path, what: str, side: list[TensorSpec], queried: list[T
                    "the sidecar belongs to another build: rebuild both with models/convert_rknn.py")
 
 
-def _name_size(path: Path, prefix: str) -> int | None:
-    m = re.fullmatch(prefix + r"(\d+)", path.stem)
-    return int(m.group(1)) if m else None
+def _check_name(b: Bucket, prefix: str, unit: str) -> None:
+    """A file named ``{prefix}{N}`` must take N ``unit``."""
+    m = re.fullmatch(prefix + r"(\d+)", b.path.stem)
+    if m and int(m[1]) != b.size:
+        raise _bad(b.path, f"the file is named for {int(m[1])} {unit} but the model takes {b.size}")
 
 
 def _agree(path: Path, side: dict[str, Any] | None, key: str, value: int, what: str) -> None:
@@ -231,10 +233,9 @@ def _agree(path: Path, side: dict[str, Any] | None, key: str, value: int, what: 
 
 def _check_matcha(b: Bucket, side: dict[str, Any] | None) -> None:
     spec = {s.name: s for s in b.inputs}
-    names = [s.name for s in b.inputs]
-    unknown = [n for n in names if n not in MATCHA_INPUTS]
+    unknown = [n for n in spec if n not in MATCHA_INPUTS]
     if "x" not in spec or unknown:
-        raise _bad(b.path, f"not a Matcha acoustic model the engine can feed: inputs {', '.join(names)} "
+        raise _bad(b.path, f"not a Matcha acoustic model the engine can feed: inputs {', '.join(spec)} "
                    f"(it feeds {', '.join(MATCHA_INPUTS)})",
                    "give the published model-steps-3.onnx or a bucket from models/convert_rknn.py matcha")
     x = spec["x"]
@@ -275,9 +276,7 @@ def _check_matcha(b: Bucket, side: dict[str, Any] | None) -> None:
     noise = spec.get("noise")
     if noise is not None and (not noise.fixed or noise.shape != (1, b.n_mels, b.window)):
         raise _bad(b.path, f"input {noise.describe()} should be [1, {b.n_mels}, {b.window}] like its mel output")
-    named = _name_size(b.path, "matcha-t")
-    if named is not None and named != b.size:
-        raise _bad(b.path, f"the file is named for {named} tokens but the model takes {b.size}")
+    _check_name(b, "matcha-t", "tokens")
     _agree(b.path, side, "tokens", b.size, "tokens")
     _agree(b.path, side, "frames", b.window, "frames")
 
@@ -295,7 +294,5 @@ def _check_vocos(b: Bucket, side: dict[str, Any] | None) -> None:
     if not isinstance(mels.shape[2], int):
         return
     b.size = b.window = mels.shape[2]
-    named = _name_size(b.path, "vocos-f")
-    if named is not None and named != b.size:
-        raise _bad(b.path, f"the file is named for {named} frames but the model takes {b.size}")
+    _check_name(b, "vocos-f", "frames")
     _agree(b.path, side, "frames", b.size, "frames")

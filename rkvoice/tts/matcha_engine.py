@@ -81,9 +81,7 @@ class MatchaTts:
                 out[f"{kind} {p.stem}"] = p
                 if p.suffix == ".rknn":
                     out[f"{kind} {p.stem} sidecar"] = sidecar_of(p)
-        out["lexicon"] = self.dir / mc.lexicon
-        out["tokens"] = self.dir / mc.tokens
-        return out
+        return out | {"lexicon": self.dir / mc.lexicon, "tokens": self.dir / mc.tokens}
 
     def load(self) -> None:
         mc = self.cfg.tts.matcha
@@ -140,10 +138,8 @@ class MatchaTts:
             if isinstance(bins, int) and bins != self.stft.bins:
                 raise RkvoiceError("tts", "bad-model", f"{v.path.name} gives {bins} frequency bins but n_fft "
                                    f"{self.stft.n_fft} needs {self.stft.bins}; check its n_fft metadata")
-        fixed = max((v.size for v in self.vocoders), default=0)
-        if fixed and fixed <= 2 * mc.vocoder_context:
-            raise RkvoiceError("config", "bad-value", f"tts.matcha.vocoder_context {mc.vocoder_context} leaves no "
-                               f"centre in the {fixed}-frame Vocos window; use less than {fixed // 2}")
+        if fixed := max((v.size for v in self.vocoders), default=0):
+            vocos_windows(fixed, fixed, mc.vocoder_context)  # raises now if the context leaves no centre
 
     def _warm_up(self) -> None:
         """One call per bucket: the first NPU/ORT run of a model allocates its buffers."""
@@ -200,9 +196,7 @@ class MatchaTts:
         if speed <= 0:
             raise RkvoiceError("tts", "bad-speed", f"speed must be > 0, got {speed}")
         rng = np.random.default_rng(self.cfg.tts.matcha.seed)
-        out: list[np.ndarray] = []
-        for piece in self.pieces(text):
-            out.extend(self._synthesize(piece, sid, speed, rng))
+        out = [audio for piece in self.pieces(text) for audio in self._synthesize(piece, sid, speed, rng)]
         if not out:
             return np.zeros(0, dtype=np.float32), self._rate
         return np.concatenate(out).astype(np.float32), self._rate
@@ -215,10 +209,7 @@ class MatchaTts:
 
     def _matcha_for(self, tokens: int, frames: int = 0) -> Bucket | None:
         """Smallest bucket holding ``tokens`` (and a window of ``frames``); the dynamic model if that is it."""
-        if self.acoustic[0].dynamic:
-            return self.acoustic[0]
-        fitting = [b for b in self.acoustic if b.size >= tokens and b.window >= frames]
-        return fitting[0] if fitting else None
+        return next((b for b in self.acoustic if b.dynamic or (b.size >= tokens and b.window >= frames)), None)
 
     def _acoustic_run(self, b: Bucket, ids: list[int], sid: int, speed: float,
                       rng: np.random.Generator) -> tuple[np.ndarray, int]:
