@@ -84,9 +84,7 @@ def open_session(path: Path, threads: int, what: str) -> Any:
     import onnxruntime as ort
 
     if not path.is_file():
-        raise RkvoiceError(
-            "tts", "missing-model", f"{what} model {path} is missing: run ./install.sh to install it"
-        )
+        raise RkvoiceError("tts", "missing-model", f"{what} model {path} is missing: run ./install.sh to install it")
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = max(1, int(threads))
     opts.inter_op_num_threads = 1
@@ -128,14 +126,10 @@ class FastSpeech2Tts:
         try:
             from rkvoice.tts.pinyin_frontend import PinyinFrontend
         except ImportError as exc:
-            raise RkvoiceError(
-                "tts", "missing-dependency", f"fastspeech2 needs {exc.name}: run ./install.sh"
-            ) from exc
+            raise RkvoiceError("tts", "missing-dependency", f"fastspeech2 needs {exc.name}: run ./install.sh") from exc
         mapper = self.dir / FILES["mapper"]
         if not mapper.is_file():
-            raise RkvoiceError(
-                "tts", "missing-model", f"fastspeech2 symbol map {mapper} is missing: run ./install.sh"
-            )
+            raise RkvoiceError("tts", "missing-model", f"fastspeech2 symbol map {mapper} is missing: run ./install.sh")
         try:
             data = json.loads(mapper.read_text(encoding="utf-8"))
             self.frontend = PinyinFrontend(dict(data["symbol_to_id"]), dict(data["pinyin_dict"]))
@@ -146,8 +140,14 @@ class FastSpeech2Tts:
                 f"fastspeech2 symbol map {mapper} is truncated or corrupt ({exc}): run ./install.sh",
             ) from exc
         self._acoustic = open_session(self.dir / FILES["acoustic"], self.threads, "FastSpeech2 acoustic")
-        if self.backend.vocoder.strip():
-            self._chunked = self._open_chunked_vocoder()
+        if self.backend.vocoder.strip():  # fixed windows (.rknn on RKNNLite, .onnx on onnxruntime)
+            from rkvoice.npu.chunked_vocoder import ChunkedVocoder
+            from rkvoice.npu.runtime import open_model
+
+            b = self.backend
+            rt = open_model(self.vocoder_file, threads=self.threads, core_mask=b.core_mask, what="MB-MelGAN vocoder")
+            rt.load()
+            self._chunked = ChunkedVocoder(rt, frames=b.vocoder_frames, context=b.vocoder_context, hop=HOP)
         else:
             self._vocoder = open_session(self.vocoder_file, self.threads, "MB-MelGAN vocoder")
         outputs = self._acoustic.get_outputs()
@@ -165,8 +165,7 @@ class FastSpeech2Tts:
         )
 
     def vocoder_description(self) -> str:
-        if self._chunked is not None:
-            c = self._chunked
+        if (c := self._chunked) is not None:
             return f"{c.runtime.describe()} in {c.frames}-frame windows, context {c.context}"
         return f"{self.vocoder_file.name} on onnxruntime (whole mel)"
 
@@ -189,9 +188,7 @@ class FastSpeech2Tts:
                 f"fastspeech2 has {self._num_speakers} speaker(s); sid {sid} is out of range (use 0)",
             )
         if not MIN_SPEED <= speed <= MAX_SPEED:
-            raise RkvoiceError(
-                "tts", "bad-speed", f"speed {speed} is outside {MIN_SPEED}..{MAX_SPEED}"
-            )
+            raise RkvoiceError("tts", "bad-speed", f"speed {speed} is outside {MIN_SPEED}..{MAX_SPEED}")
         pieces = [self._vocode(self._mel(ids, sid, speed)) for ids in self._id_pieces(text)]
         if not pieces:
             log.debug("nothing pronounceable in %r", text[:40])
@@ -232,16 +229,6 @@ class FastSpeech2Tts:
         }
         (mel,) = self._acoustic.run([self._mel_output], feeds)
         return mel
-
-    def _open_chunked_vocoder(self) -> ChunkedVocoder:
-        """The configured fixed-window vocoder (.rknn on RKNNLite, .onnx on onnxruntime), loaded."""
-        from rkvoice.npu.chunked_vocoder import ChunkedVocoder
-        from rkvoice.npu.runtime import open_model
-
-        b = self.backend
-        rt = open_model(self.vocoder_file, threads=self.threads, core_mask=b.core_mask, what="MB-MelGAN vocoder")
-        rt.load()
-        return ChunkedVocoder(rt, frames=b.vocoder_frames, context=b.vocoder_context, hop=HOP)
 
     def _vocode(self, mel: np.ndarray) -> np.ndarray:
         if mel.shape[1] == 0:

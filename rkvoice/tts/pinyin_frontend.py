@@ -95,20 +95,14 @@ class PinyinFrontend:
             if out and out[-1] not in _BREAK_RANK and not item.erhua:
                 out.append(BREAK_MINOR)
             out.extend(phones)
-        while out and out[-1] in _BREAK_RANK:
+        while out and out[-1] in _BREAK_RANK:  # a trailing break (none leads: breaks follow a syllable)
             out.pop()
-        while out and out[0] in _BREAK_RANK:
-            out.pop(0)
-        if not out:
-            return []
-        return ["sil", *out, "sil"]
+        return ["sil", *out, "sil"] if out else []
 
     def ids(self, text: str) -> list[int]:
         """Model input ids (symbols + eos); [] if the text has nothing pronounceable."""
         symbols = self.symbols(text)
-        if not symbols:
-            return []
-        return [self.symbol_to_id[s] for s in symbols] + [self.symbol_to_id["eos"]]
+        return [self.symbol_to_id[s] for s in [*symbols, "eos"]] if symbols else []
 
     def clauses(self, text: str) -> list[str]:
         """Text split after each punctuation mark (for synthesising long text in pieces)."""
@@ -175,11 +169,6 @@ def _spell(word: str) -> list[Syllable]:
     return [Syllable(reading[:-1], int(reading[-1]), ch) for ch in word.lower() for reading in _LETTERS[ch]]
 
 
-def _no_readings(chars: str) -> list[str]:
-    """pypinyin ``errors`` callback: an empty reading for each character without one."""
-    return [""] * len(chars)
-
-
 def _han_syllables(run: str) -> list[Syllable]:
     """Readings of a run of Han characters with erhua and tone sandhi applied."""
     readings = lazy_pinyin(
@@ -187,8 +176,9 @@ def _han_syllables(run: str) -> list[Syllable]:
         style=Style.TONE3,
         neutral_tone_with_five=True,
         # pypinyin's stub types the callback as str -> str; the runtime also takes a list (one
-        # reading per character, as in pypinyin's own README), which keeps readings aligned with run.
-        errors=_no_readings,  # type: ignore[arg-type]
+        # reading per character, as in pypinyin's own README), which keeps readings aligned with run:
+        # an empty reading for each character without one.
+        errors=lambda chars: [""] * len(chars),  # type: ignore[arg-type,return-value]
     )
     if len(readings) != len(run):  # defensive: pypinyin keeps one reading per Han character
         log.debug("pinyin misaligned for %r; reading characters one by one", run)
@@ -201,12 +191,8 @@ def _han_syllables(run: str) -> list[Syllable]:
             log.debug("character %r has no reading; dropped", char)
             continue
         pinyin, tone = (reading[:-1], int(reading[-1])) if reading[-1].isdigit() else (reading, 5)
-        erhua = (
-            char == "儿"
-            and i > 0
-            and run[i - 1] not in _REAL_ER_AFTER
-            and (i + 1 >= len(run) or run[i + 1] not in _REAL_ER_BEFORE)
-        )
+        after = run[i + 1 : i + 2]  # "" at the end of the run
+        erhua = char == "儿" and i > 0 and run[i - 1] not in _REAL_ER_AFTER and after not in _REAL_ER_BEFORE
         syls.append(Syllable(pinyin, tone, char, erhua))
     return _sandhi(syls)
 

@@ -54,10 +54,7 @@ class VitsVoice:
 
     def model_path(self, cfg: Config) -> Path:
         d = self.dir(cfg)
-        for name in self.models:
-            if (d / name).is_file():
-                return d / name
-        return d / self.models[0]
+        return next((d / name for name in self.models if (d / name).is_file()), d / self.models[0])
 
     def installed(self, cfg: Config) -> bool:
         d = self.dir(cfg)
@@ -66,9 +63,7 @@ class VitsVoice:
 
 
 VOICES = {
-    "piper-joe": VitsVoice(
-        "piper-joe", "portable", ("en",), ("model.onnx",), external_phonemes=True
-    ),
+    "piper-joe": VitsVoice("piper-joe", "portable", ("en",), ("model.onnx",), external_phonemes=True),
     "vits-zh-aishell3": VitsVoice(
         "vits-zh-aishell3",
         "board",
@@ -92,7 +87,7 @@ def resolve_voice(cfg: Config, voice: str | None = None, lang: str | None = None
                 "tts", "unknown-voice",
                 f"unknown vits voice {name!r}; choose one of: auto, {', '.join(sorted(VOICES))}",
             ) from None
-    candidates = sorted(
+    return min(
         VOICES.values(),
         key=lambda v: (
             not v.installed(cfg),
@@ -100,7 +95,6 @@ def resolve_voice(cfg: Config, voice: str | None = None, lang: str | None = None
             v.profile != cfg.models.profile,
         ),
     )
-    return candidates[0]
 
 
 def read_onnx_metadata(path: Path) -> dict[str, str]:
@@ -156,9 +150,8 @@ class VitsTts:
         try:
             meta = read_onnx_metadata(model)
         except (OSError, ValueError) as exc:
-            raise RkvoiceError(
-                "tts", "corrupt-model", f"vits model {model} is truncated or corrupt ({exc}): {fix}"
-            ) from exc
+            why = f"vits model {model} is truncated or corrupt ({exc}): {fix}"
+            raise RkvoiceError("tts", "corrupt-model", why) from exc
         missing = [k for k in ("sample_rate", "n_speakers", "comment", "language") if k not in meta]
         if missing:
             raise RkvoiceError(
@@ -171,9 +164,7 @@ class VitsTts:
         except (OSError, UnicodeDecodeError) as exc:
             raise RkvoiceError("tts", "corrupt-model", f"vits tokens {tokens}: {exc}: {fix}") from exc
         if not lines or bad:
-            raise RkvoiceError(
-                "tts", "corrupt-model", f"vits tokens {tokens} is empty or malformed: {fix}"
-            )
+            raise RkvoiceError("tts", "corrupt-model", f"vits tokens {tokens} is empty or malformed: {fix}")
         return model, tokens, lexicon, meta
 
     def load(self) -> None:
@@ -181,21 +172,15 @@ class VitsTts:
         try:
             import sherpa_onnx
         except ImportError as exc:
-            raise RkvoiceError(
-                "tts", "missing-dependency", "vits needs sherpa-onnx: run ./install.sh"
-            ) from exc
+            raise RkvoiceError("tts", "missing-dependency", "vits needs sherpa-onnx: run ./install.sh") from exc
         d = self.voice.dir(self.cfg)
         fsts = ",".join(str(d / f) for f in self.voice.rule_fsts if (d / f).is_file())
         fars = ",".join(str(d / f) for f in self.voice.rule_fars if (d / f).is_file())
-        vits = sherpa_onnx.OfflineTtsVitsModelConfig(
-            model=str(model), lexicon=str(lexicon) if lexicon else "", tokens=str(tokens)
-        )
+        vits = sherpa_onnx.OfflineTtsVitsModelConfig(model=str(model), lexicon=str(lexicon or ""), tokens=str(tokens))
         if self.voice.external_phonemes:
             vits.noise_scale, vits.noise_scale_w = PIPER_NOISE
         config = sherpa_onnx.OfflineTtsConfig(
-            model=sherpa_onnx.OfflineTtsModelConfig(
-                vits=vits, num_threads=max(1, self.threads), provider="cpu"
-            ),
+            model=sherpa_onnx.OfflineTtsModelConfig(vits=vits, num_threads=max(1, self.threads), provider="cpu"),
             rule_fsts=fsts,
             rule_fars=fars,
             max_num_sentences=1,
@@ -204,7 +189,14 @@ class VitsTts:
             raise RkvoiceError("tts", "bad-config", f"sherpa-onnx rejected the {self.voice.name} files in {d}")
         if self.voice.external_phonemes:
             self._espeak_voice = meta.get("voice") or "en-us"
-            self._phonemizer = _espeak_phonemizer()
+            try:
+                from piper.phonemize_espeak import EspeakPhonemizer
+            except ImportError as exc:
+                raise RkvoiceError(
+                    "tts", "missing-dependency",
+                    "the Piper voice needs piper-tts (espeak-ng phonemes): run ./install.sh",
+                ) from exc
+            self._phonemizer = EspeakPhonemizer()
         self._tts = sherpa_onnx.OfflineTts(config)
         self._rate = int(self._tts.sample_rate)
         self._speakers = max(1, int(self._tts.num_speakers))
@@ -219,13 +211,6 @@ class VitsTts:
         if not self._rate:
             raise RkvoiceError("tts", "not-loaded", "vits: sample_rate read before load()")
         return self._rate
-
-    def phonemes(self, text: str) -> list[str]:
-        """espeak-ng phoneme strings, one per sentence (Piper voices only)."""
-        if self._phonemizer is None:
-            raise RkvoiceError("tts", "not-loaded", "vits: phonemes() needs load() on a Piper voice")
-        sentences = self._phonemizer.phonemize(self._espeak_voice, text)
-        return ["".join(s).strip() for s in sentences if "".join(s).strip()]
 
     def generate(self, text: str, sid: int = 0, speed: float = 1.0) -> tuple[np.ndarray, int]:
         if self._tts is None:
@@ -243,7 +228,8 @@ class VitsTts:
         if self.voice.external_phonemes:
             import sherpa_onnx
 
-            sentences = self.phonemes(text)
+            phonemized = self._phonemizer.phonemize(self._espeak_voice, text)  # per sentence: its phonemes
+            sentences = [p for p in ("".join(phones).strip() for phones in phonemized) if p]
             if not sentences:
                 return empty, self._rate
             gen = sherpa_onnx.GenerationConfig()
@@ -255,14 +241,3 @@ class VitsTts:
             result = self._tts.generate(text, sid=sid, speed=speed)
         audio = np.asarray(result.samples, dtype=np.float32)
         return np.clip(audio, -1.0, 1.0), self._rate
-
-
-def _espeak_phonemizer():  # noqa: ANN202 - piper.phonemize_espeak.EspeakPhonemizer
-    try:
-        from piper.phonemize_espeak import EspeakPhonemizer
-    except ImportError as exc:
-        raise RkvoiceError(
-            "tts", "missing-dependency",
-            "the Piper voice needs piper-tts (espeak-ng phonemes): run ./install.sh",
-        ) from exc
-    return EspeakPhonemizer()
