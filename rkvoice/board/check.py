@@ -31,8 +31,6 @@ from rkvoice.needs import Needs, Probe, display_path, missing, module_found, pre
 
 log = logging.getLogger(__name__)
 
-__all__ = ["StageCheck", "check_pipeline", "check_stage", "render", "run_check"]
-
 MANIFEST = ROOT / "models" / "manifest.yaml"
 DAEMON_TEXT = "你好"
 """The daemon loads its voice for Chinese first (rkvoice.daemon.product)."""
