@@ -83,7 +83,7 @@ def deadline_deltas(deltas: Iterable[str], turn: Turn, first_timeout: float, gap
     timeout = first_timeout
     try:
         while True:
-            if not box:
+            while not box:
                 arrived.clear()
                 wanted.set()
                 if not box and not turn.cancelled and not turn.clock.wait(arrived, timeout):
@@ -96,7 +96,6 @@ def deadline_deltas(deltas: Iterable[str], turn: Turn, first_timeout: float, gap
                     )
                 if turn.cancelled and not box:
                     return
-                continue
             item = box.popleft()
             if item is _END:
                 return

@@ -85,7 +85,6 @@ class RkllmEngine:
         self.last_perf: dict[str, float] = {}
         self.raw_prompt = True
 
-    # -- loading ---------------------------------------------------------------------------
     def load(self) -> None:
         if self.lib is not None:
             return
@@ -169,7 +168,6 @@ class RkllmEngine:
             self.handle = abi_mod.LLMHandle()
         self.lib = None
 
-    # -- generation ------------------------------------------------------------------------
     def _on_result(self, result: Any, userdata: Any, state: int) -> int:
         try:
             res = result.contents if result else None

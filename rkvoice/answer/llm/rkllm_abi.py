@@ -214,14 +214,10 @@ either binding would read and write the wrong fields."""
 def runtime_abi(version: str) -> str | None:
     """The binding ABI for a librkllmrt release ("1.2" / "1.3"), None when none here fits it."""
     m = re.match(r"\s*(\d+)\.(\d+)\.(\d+)", version)
-    if m is None:
-        return None
-    major, minor, patch = (int(g) for g in m.groups())
-    if (major, minor) == (1, 2) and 1 <= patch <= 3:
+    release = tuple(int(g) for g in m.groups()) if m else ()
+    if (1, 2, 1) <= release <= (1, 2, 3):
         return "1.2"
-    if (major, minor) == (1, 3):
-        return "1.3"
-    return None
+    return "1.3" if release[:2] == (1, 3) else None
 
 
 def runtime_problem(version: str, abi: str) -> str | None:
