@@ -11,7 +11,7 @@ import logging
 import shutil
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -94,12 +94,25 @@ class WavFileSource:
         self._closed.set()
 
 
+def paced(
+    frames: Iterable[np.ndarray], clock: Clock, start: float, frame_s: float, closed: threading.Event
+) -> Iterator[np.ndarray]:
+    """Yield frame ``i`` at ``start + (i + 1) * frame_s`` on ``clock`` (a frame exists once all its
+    samples were "heard"), like a microphone; stop as soon as ``closed`` is set."""
+    for i, frame in enumerate(frames, 1):
+        wait = start + i * frame_s - clock.now()
+        if wait > 0:
+            clock.sleep(wait)
+        if closed.is_set():
+            return
+        yield frame
+
+
 class RealtimeSource(WavFileSource):
     """Feeds samples (or a WAV) at real-time pace on ``clock``: a microphone stand-in for tests.
 
-    Frame ``i`` is released at ``start + (i + 1) * frame duration`` (a frame exists once all its
-    samples were "heard"); with a FakeClock the pacing costs no wall time. ``tail_s`` of silence
-    follows the audio so the last request can end.
+    With a FakeClock the pacing costs no wall time. ``tail_s`` of silence follows the audio so the
+    last request can end.
     """
 
     def __init__(
@@ -114,14 +127,8 @@ class RealtimeSource(WavFileSource):
         self.clock = clock or MonotonicClock()
 
     def frames(self) -> Iterator[np.ndarray]:
-        start = self.clock.now()
-        for i, frame in enumerate(super().frames(), 1):
-            wait = start + i * self.frame_samples / SAMPLE_RATE - self.clock.now()
-            if wait > 0:
-                self.clock.sleep(wait)
-            if self._closed.is_set():
-                return
-            yield frame
+        frame_s = self.frame_samples / SAMPLE_RATE
+        yield from paced(super().frames(), self.clock, self.clock.now(), frame_s, self._closed)
 
 
 class DeviceError(Exception):
