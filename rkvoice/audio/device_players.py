@@ -66,6 +66,8 @@ class AplayPlayer(PacedPlayer):
 
     def _start(self) -> None:
         argv = [*self.command, "-q", "-t", "raw", "-f", "S16_LE", "-r", str(self.rate), "-c", "1", "-D", self.device]
+        if self._errfile is not None:  # the previous process's stderr
+            self._errfile.close()
         self._errfile = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self._errfile)
         log.debug("started %s (pid %d)", " ".join(argv), self._proc.pid)
@@ -74,13 +76,9 @@ class AplayPlayer(PacedPlayer):
         proc, self._proc = self._proc, None
         assert proc is not None  # called for the running process only
         code = _reap(proc, 1.0)
-        detail = ""
-        if self._errfile is not None:
-            self._errfile.seek(0)
-            lines = self._errfile.read().decode("utf-8", "replace").strip().splitlines()
-            detail = lines[-1] if lines else ""
-            self._errfile.close()
-            self._errfile = None
+        self._errfile.seek(0)
+        lines = self._errfile.read().decode("utf-8", "replace").strip().splitlines()
+        detail = lines[-1] if lines else ""
         self.deaths += 1
         self._retry_at = self._clock.now() + self.retry_s
         log.warning("aplay on %s exited (code %s%s); restarting it", self.device, code, f": {detail}" if detail else "")
@@ -107,9 +105,6 @@ class AplayPlayer(PacedPlayer):
     def clear(self) -> None:
         with self._plock:
             proc, self._proc = self._proc, None
-            if self._errfile is not None:
-                self._errfile.close()
-                self._errfile = None
         if proc is not None:
             proc.kill()
             _reap(proc, None)
