@@ -84,11 +84,8 @@ class FastSpeech2Config(Section):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.vocoder_frames <= 2 * self.vocoder_context:
-            raise RkvoiceError(
-                "config", "bad-value",
-                f"tts.fastspeech2: vocoder_frames {self.vocoder_frames} must exceed twice vocoder_context "
-                f"{self.vocoder_context} (e.g. frames 50, context 16)",
-            )
+            raise RkvoiceError("config", "bad-value", f"tts.fastspeech2: vocoder_frames {self.vocoder_frames} must "
+                               f"exceed twice vocoder_context {self.vocoder_context} (e.g. frames 50, context 16)")
 
 
 @dataclass(frozen=True)

@@ -100,10 +100,6 @@ class Turn:
             self._callbacks = []
         self.done.set()
 
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block (on the turn's clock) until the turn is over; False on timeout."""
-        return self.clock.wait(self.done, timeout)
-
     def raise_if_failed(self) -> None:
         if self.exception is not None:
             raise self.exception

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 import pytest
 
@@ -105,20 +104,3 @@ def test_a_cancelled_turn_is_not_done_until_finished() -> None:
     assert not turn.done.is_set()
     turn.finish()
     assert turn.done.is_set() and turn.result is None and turn.cancelled
-
-
-def test_wait_uses_the_turns_clock() -> None:
-    clock = FakeClock()
-    turn = Turn(clock=clock)
-    waited: list[bool] = []
-    waiter = threading.Thread(target=lambda: waited.append(turn.wait(60.0)))
-    started = time.monotonic()
-    waiter.start()
-    while waiter.is_alive() and time.monotonic() - started < 20.0:  # 60 s on the turn's clock, not in real time
-        clock.advance(5.0)
-        waiter.join(0.01)
-    assert waited == [False]
-    finisher = threading.Timer(0.05, turn.finish, args=("done",))
-    finisher.start()
-    assert turn.wait(None)  # no clock time passes: the finish ends the wait
-    finisher.join()

@@ -24,10 +24,7 @@ EXIT_INTERRUPTED = 130
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="assistant.py",
-        description="rkvoice: an offline Chinese voice assistant.",
-    )
+    p = argparse.ArgumentParser(prog="assistant.py", description="rkvoice: an offline Chinese voice assistant.")
     mode = p.add_argument_group("modes")
     mode.add_argument("--say", metavar="TEXT", help="speak TEXT verbatim")
     mode.add_argument("--text", metavar="TEXT", help="ask the assistant TEXT (local tools or the LLM) and speak the answer")
@@ -47,11 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--out", metavar="WAV", help="also write the speech to this WAV file")
     out.add_argument("--no-play", action="store_true", help="don't play: a real-time null sink stands in for the device")
     out.add_argument("--metrics", metavar="FILE", help="write the run's timeline and summary as JSON")
-    out.add_argument(
-        "--compare-whole",
-        action="store_true",
-        help="after the run, synthesise the whole text in one call (whole_text_synth_ms)",
-    )
+    out.add_argument("--compare-whole", action="store_true",
+                     help="after the run, synthesise the whole text in one call (whole_text_synth_ms)")
     gen = p.add_argument_group("general")
     gen.add_argument("--config", metavar="FILE", help="config file layered over the defaults (instead of /etc/rkvoice)")
     gen.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], help="override a config value")

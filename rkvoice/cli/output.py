@@ -25,9 +25,8 @@ def check_writable(path: Path, what: str) -> None:
     """Fail before any model is loaded when an output file can't be created."""
     if path.is_dir():
         raise RkvoiceError("input", "bad-path", f"{what} {path} is a directory; give a file name")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise RkvoiceError("input", "unwritable", f"cannot write {what} {path}: {parent} is not a writable folder")
+    if not path.parent.is_dir() or not os.access(path.parent, os.W_OK | os.X_OK):
+        raise RkvoiceError("input", "unwritable", f"cannot write {what} {path}: {path.parent} is not a writable folder")
 
 
 def check_outputs(args: argparse.Namespace) -> None:

@@ -29,7 +29,6 @@ log = logging.getLogger(__name__)
 
 def run_file(path: str, args: argparse.Namespace, cfg: Config, clock: Clock | None = None) -> int:
     clock = clock or MonotonicClock()
-    require_wake = bool(getattr(args, "require_wake", False))
     source = WavFileSource(path)  # a bad file fails here, before any model loads
     check_outputs(args)
 
@@ -47,12 +46,12 @@ def run_file(path: str, args: argparse.Namespace, cfg: Config, clock: Clock | No
         with speaking(engine, output, cfg, clock) as speaker:
             loop = TurnLoop(hear.session(), Answerer(assistant, speaker, cfg), cue=cue.samples,
                             cue_out=player_cue(output.player), clock=clock)
-            turns = loop.run_file(source, require_wake=require_wake)
+            turns = loop.run_file(source, require_wake=args.require_wake)
     finally:
         assistant.close()
 
     summaries = [turn.summary() for turn in turns]
-    if require_wake:
+    if args.require_wake:
         print(f"wake: {'yes' if loop.wakes else 'no'}")
     if not turns:
         print("heard: (no request)")
@@ -62,17 +61,12 @@ def run_file(path: str, args: argparse.Namespace, cfg: Config, clock: Clock | No
         if "end_to_first_audio_ms" in summary:
             log.info("end_to_first_audio_ms %.0f", summary["end_to_first_audio_ms"])
     if args.metrics:
-        first = turns[0] if turns else None
-        data = {
-            "events": [e.to_dict() for e in first.timeline.events] if first else [],
-            "summary": summaries[0] if first else {"transcript": "", "woke": bool(loop.wakes)},
-            "turns": summaries,
-            "wakes": [{"text": w.hit.text, "audio_s": round(w.hit.at_s, 3)} for w in loop.wakes],
-        }
-        write_json_atomic(Path(args.metrics), data)
+        heard_nothing = {"events": [], "summary": {"transcript": "", "woke": bool(loop.wakes)}}
+        first = turns[0].timeline.to_dict() if turns else heard_nothing
+        wakes = [{"text": w.hit.text, "audio_s": round(w.hit.at_s, 3)} for w in loop.wakes]
+        write_json_atomic(Path(args.metrics), {**first, "turns": summaries, "wakes": wakes})
     output.report()
     for turn in turns:
-        errors = turn.timeline.find(Ev.ERROR)
-        if errors:
+        if errors := turn.timeline.find(Ev.ERROR):
             raise RkvoiceError("speak", "turn-failed", f"the answer to {turn.text!r} failed: {errors[0].get('message')}")
     return 0

@@ -21,12 +21,9 @@ def check_text(text: str, cfg: Config) -> str:
     if not text.strip():
         raise RkvoiceError("input", "empty-text", "nothing to say: give --say a non-empty TEXT")
     if len(text) > cfg.tts.max_text_chars:
-        raise RkvoiceError(
-            "input",
-            "text-too-long",
-            f"TEXT has {len(text)} characters, more than tts.max_text_chars={cfg.tts.max_text_chars}; "
-            "split it into several calls or raise the limit with --set tts.max_text_chars=N",
-        )
+        raise RkvoiceError("input", "text-too-long", f"TEXT has {len(text)} characters, more than tts.max_text_chars="
+                           f"{cfg.tts.max_text_chars}; split it into several calls or raise the limit with "
+                           "--set tts.max_text_chars=N")
     spoken = speakable(text)
     if not spoken.strip():
         raise RkvoiceError(

@@ -29,12 +29,9 @@ class InstanceLock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
-            raise RkvoiceError(
-                "daemon",
-                "lock-unwritable",
-                f"cannot open the instance lock {self.path}: {exc.strerror}; "
-                "set daemon.lock_file to a writable path (or run as the rkvoice user)",
-            ) from exc
+            raise RkvoiceError("daemon", "lock-unwritable", f"cannot open the instance lock {self.path}: "
+                               f"{exc.strerror}; set daemon.lock_file to a writable path (or run as the rkvoice "
+                               "user)") from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -43,12 +40,9 @@ class InstanceLock:
             except (OSError, ValueError):
                 who = ""
             os.close(fd)
-            raise RkvoiceError(
-                "daemon",
-                "already-running",
-                f"another rkvoice daemon is already running{who}, holding {self.path}; "
-                "stop it first (systemctl stop rkvoice) or use --text/--file for one-shot runs",
-            ) from None
+            raise RkvoiceError("daemon", "already-running", f"another rkvoice daemon is already running{who}, "
+                               f"holding {self.path}; stop it first (systemctl stop rkvoice) or use --text/--file for "
+                               "one-shot runs") from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._fd = fd

@@ -23,12 +23,8 @@ def _address(name: str) -> str | bytes:
         return b"\0" + name[1:].encode()
     if name.startswith("/"):
         return name
-    raise RkvoiceError(
-        "daemon",
-        "bad-notify-socket",
-        f"NOTIFY_SOCKET={name!r} is neither an absolute path nor an abstract '@name'; "
-        "unset it or point it at the service manager's socket",
-    )
+    raise RkvoiceError("daemon", "bad-notify-socket", f"NOTIFY_SOCKET={name!r} is neither an absolute path nor an "
+                       "abstract '@name'; unset it or point it at the service manager's socket")
 
 
 class Notifier:
