@@ -65,19 +65,16 @@ class WhisperAsr:
         may count (the priming pulls sounds near the phrase towards it)."""
         return _strip_echo(self.transcribe(samples, hotwords=phrase, no_speech_threshold=None))
 
-    def _loaded(self) -> Any:
-        if self._model is None:
-            raise RuntimeError("WhisperAsr.load() was not called")
-        return self._model
-
     def phrase_logprob(self, samples: np.ndarray, phrase: str) -> float:
         """Mean log-probability per token of ``phrase`` as the transcript of ``samples``, forced
         through the unprimed decoder (Chinese, no prompt): how well the audio supports the phrase."""
-        model = self._loaded()
+        if self._model is None:
+            raise RuntimeError("WhisperAsr.load() was not called")
         try:
             from faster_whisper.audio import pad_or_trim
             from faster_whisper.tokenizer import Tokenizer
 
+            model = self._model
             tokenizer = Tokenizer(model.hf_tokenizer, True, task="transcribe", language="zh")
             features = model.feature_extractor(np.asarray(samples, dtype=np.float32))[..., :-1]
             encoded = model.encode(pad_or_trim(features))
@@ -90,12 +87,13 @@ class WhisperAsr:
 
     def transcribe(self, samples: np.ndarray, **options: object) -> str:
         """The transcript, simplified; ``options`` go to faster-whisper's ``transcribe``."""
-        model = self._loaded()
+        if self._model is None:
+            raise RuntimeError("WhisperAsr.load() was not called")
         audio = np.asarray(samples, dtype=np.float32)
         if len(audio) < 1600:  # under 0.1 s: nothing to decode
             return ""
         try:
-            segments, _info = model.transcribe(
+            segments, _info = self._model.transcribe(
                 audio,
                 language="zh",
                 task="transcribe",
