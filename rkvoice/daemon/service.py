@@ -43,14 +43,8 @@ EXIT_FATAL = 4
 
 
 class Daemon:
-    def __init__(
-        self,
-        cfg: Config,
-        plan: Plan,
-        load_config: Callable[[], Config],
-        notifier: Notifier | None = None,
-        clock: Clock | None = None,
-    ) -> None:
+    def __init__(self, cfg: Config, plan: Plan, load_config: Callable[[], Config], notifier: Notifier | None = None,
+                 clock: Clock | None = None) -> None:
         self.cfg = cfg
         self.plan = plan
         self._load_config = load_config
@@ -277,11 +271,8 @@ class Daemon:
         summary = turn.summary()
         lat = " ".join(f"{k}={summary[k]:g}" for k in ("asr_ms", "end_to_first_audio_ms")
                        if isinstance(summary.get(k), (int, float)))
-        log.info(
-            "turn %d: heard %r route=%s answer_chars=%d%s %s",
-            n, turn.text, turn.route or "-", len(turn.result or ""),
-            f" cancelled ({turn.reason})" if turn.cancelled else "", lat,
-        )
+        log.info("turn %d: heard %r route=%s answer_chars=%d%s %s", n, turn.text, turn.route or "-",
+                 len(turn.result or ""), f" cancelled ({turn.reason})" if turn.cancelled else "", lat)
         if self.on_turn is not None:
             self.on_turn(turn)
 
