@@ -40,9 +40,7 @@ def voiced_runs(loud: np.ndarray, bridge: int = 1) -> list[tuple[int, int]]:
 
 def tail_threshold(rms: np.ndarray, floor: float = 0.005, rel: float = 0.1) -> float:
     """Loudness that counts as voiced: 10 % of the loud end of the clip, never below ``floor``."""
-    if rms.size == 0:
-        return floor
-    return max(floor, rel * float(np.percentile(rms, 90)))
+    return max(floor, rel * float(np.percentile(rms, 90))) if rms.size else floor
 
 
 def trim_tail(

@@ -83,6 +83,5 @@ class PhraseMatcher:
                     best = key
         if best is None or best[0] > self.tolerance:
             return None
-        end = syl[best[2] - 1].pos + 1
-        remainder = _LEAD.sub("", text[end:]).strip()
-        return PhraseMatch(best[0], remainder)
+        end = syl[best[2] - 1].pos + 1  # just after the phrase's last character
+        return PhraseMatch(best[0], _LEAD.sub("", text[end:]).strip())
