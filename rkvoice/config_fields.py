@@ -113,8 +113,8 @@ def check_value(path: str, value: Any, tp: Any, metadata: typing.Mapping[str, An
         return value
     rule = allowed(tp, metadata)
     for kind in _kinds(tp):
-        if isinstance(kind, type) and isinstance(value, _TAKES.get(kind, kind)) and (
-                kind is bool or not isinstance(value, bool)):
+        takes = _TAKES.get(kind, kind) if isinstance(kind, type) else ()  # a Literal takes only its words
+        if isinstance(value, takes) and (kind is bool or not isinstance(value, bool)):
             value = kind(value) if kind in _TAKES else value
             break
     else:
