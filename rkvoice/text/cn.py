@@ -62,9 +62,7 @@ def cn_int(n: int) -> str:
         out.append(_under_10000(g) + _BIG_UNITS[i])
         need_zero = g % 10 == 0
     text = "".join(out)
-    if text.startswith("一十"):
-        text = text[1:]
-    return text
+    return text[1:] if text.startswith("一十") else text  # 一十五 -> 十五
 
 
 def cn_digits(s: str) -> str:

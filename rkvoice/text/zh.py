@@ -65,8 +65,7 @@ def _date(m: re.Match[str]) -> str:
 
 
 def _clock(m: re.Match[str]) -> str:
-    h, mi = int(m["h"]), int(m["m"])
-    reading = clock_hm(h, mi)
+    reading = clock_hm(int(m["h"]), int(m["m"]))
     if m["p"]:  # 下午 14:30 / 下午2:30: keep the written part of the day, drop ours
         reading = m["p"] + m["sp"] + reading[2:]
     if m["s"] and int(m["s"]):

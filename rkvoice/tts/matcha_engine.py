@@ -100,7 +100,8 @@ class MatchaTts:
                 self.acoustic.append(load_bucket(p, "matcha", threads, mask))
             for p in find_models(self.dir, mc.vocoder, mc.runtime):
                 self.vocoders.append(load_bucket(p, "vocos", threads, mask))
-            self.acoustic, self.vocoders = _sorted(self.acoustic), _sorted(self.vocoders)
+            for group in (self.acoustic, self.vocoders):
+                group.sort(key=lambda b: (b.size, b.window))
             self._configure()
         except BaseException:
             self.close()
@@ -125,8 +126,7 @@ class MatchaTts:
         elif meta.get("voice") == "zh en-us":  # sherpa-onnx: the zh-en model takes no interleaved blanks
             self._add_blank = False
         self._pad_id = int(meta.get("pad_id", mc.pad_id))
-        vmeta = self.vocoders[0].meta
-        if vmeta:
+        if vmeta := self.vocoders[0].meta:
             self.stft = StftConfig.from_metadata(vmeta, self.stft)
         for b in self.acoustic:
             for v in self.vocoders:
@@ -294,10 +294,6 @@ class MatchaTts:
             windows.append([o[..., k0 - start : k1 - start] for o in outs if o is not None])
         joined = [np.concatenate(parts, axis=-1) for parts in zip(*windows)]
         return joined[0], joined[1], joined[2] if len(joined) > 2 else None
-
-
-def _sorted(buckets: list[Bucket]) -> list[Bucket]:
-    return sorted(buckets, key=lambda b: (b.size, b.window))
 
 
 def _system_phonemizer(cfg: Config) -> Phonemizer | None:

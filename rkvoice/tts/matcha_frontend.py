@@ -51,6 +51,7 @@ _PUNCT_MAP = {"，": ",", "、": ",", "；": ";", "：": ",", ":": ",", "。": "
 _IPA_REPLACEMENTS = (("ɝ", "ɜɹ"), ("ɚ", "əɹ"), ("eɪ", "A"), ("aɪ", "I"), ("ɔɪ", "Y"), ("oʊ", "O"),
                      ("əʊ", "O"), ("aʊ", "W"), ("tʃ", "ʧ"), ("dʒ", "ʤ"), ("ː", ""), ("g", "ɡ"),
                      ("r", "ɹ"), ("e", "ɛ"))
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _WORD = re.compile(r"[A-Za-z0-9']+|\S")
 """A run of ASCII letters, digits and apostrophes, or any other single non-space character."""
 PUNCT = set(",.;?!")
@@ -66,11 +67,6 @@ class Unit:
     blank_after: bool = False
     """The blank token goes between this unit and the next (sherpa-onnx: after a word starting
     with an ASCII letter, unless the next word was unknown and skipped)."""
-
-
-def is_cjk(ch: str) -> bool:
-    cp = ord(ch)
-    return 0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0xF900 <= cp <= 0xFAFF
 
 
 def _read_lines(path: Path, what: str) -> list[str]:
@@ -124,7 +120,7 @@ def read_lexicon(path: Path, token2id: dict[str, int]) -> dict[str, tuple[int, .
 
 def _check_zh_en_format(path: Path, lexicon: dict[str, tuple[int, ...]]) -> None:
     """Refuse a lexicon that does not give one token per Chinese character (another model's)."""
-    per_char = Counter(len(ids) for word, ids in lexicon.items() if len(word) == 1 and is_cjk(word))
+    per_char = Counter(len(ids) for word, ids in lexicon.items() if len(word) == 1 and _CJK.match(word))
     total = sum(per_char.values())
     if total and per_char[1] < 0.9 * total:
         common = per_char.most_common(1)[0][0]
@@ -195,7 +191,7 @@ class MatchaFrontend:
             return ids
         if w in self.token2id:
             return (self.token2id[w],)
-        if any(is_cjk(c) for c in w):
+        if _CJK.search(w):
             return tuple(i for c in w for i in self.lexicon.get(c, ()))
         if self.phonemizer is None or not w[0].isascii() or not w[0].isalnum():
             return ()

@@ -113,13 +113,11 @@ class PinyinFrontend:
 
     @staticmethod
     def _add_break(out: list[str], mark: str) -> None:
-        if not out:
-            return
-        if out[-1] in _BREAK_RANK:
-            if _BREAK_RANK[mark] > _BREAK_RANK[out[-1]]:
-                out[-1] = mark
-            return
-        out.append(mark)
+        """After a syllable, a break mark; after another mark, the stronger of the two (the first on a tie)."""
+        if out and out[-1] in _BREAK_RANK:
+            out[-1] = max(out[-1], mark, key=_BREAK_RANK.__getitem__)
+        elif out:
+            out.append(mark)
 
     def _syllable_phones(self, syl: Syllable) -> list[str] | None:
         pinyin = syl.pinyin
