@@ -122,14 +122,10 @@ def max_gap_ms(plays: list[tuple[float, float]]) -> float:
     far has played; a chunk handed after that moment leaves a gap of the difference.
     """
     gap = 0.0
-    dry: float | None = None
+    dry = plays[0][0] if plays else 0.0
     for handed_ms, audio_s in plays:
-        if dry is None:
-            start = handed_ms
-        else:
-            gap = max(gap, handed_ms - dry)
-            start = max(handed_ms, dry)
-        dry = start + audio_s * 1000.0
+        gap = max(gap, handed_ms - dry)
+        dry = max(handed_ms, dry) + audio_s * 1000.0
     return round(gap, 3)
 
 
