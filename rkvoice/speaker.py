@@ -272,11 +272,8 @@ class Speaker:
 
     def _coalesce(self, q: _Queue, text: str) -> str:
         """Pieces of the turn that queued up while the worker was busy join this one (one synthesis call)."""
-        budget = self.cfg.tts.coalesce_chars - len(text)
-        while q.inbox and q.inbox[0][0] == "piece" and len(q.inbox[0][1]) <= budget:
-            more = q.inbox.popleft()[1]
-            text += more
-            budget -= len(more)
+        while q.inbox and q.inbox[0][0] == "piece" and len(text) + len(q.inbox[0][1]) <= self.cfg.tts.coalesce_chars:
+            text += q.inbox.popleft()[1]
         return text
 
     def _synth_loop(self) -> None:
