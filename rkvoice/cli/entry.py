@@ -54,11 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s" if verbose else "%(levelname)s: %(message)s",
-        stream=sys.stderr,
-    )
+    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s" if verbose else "%(levelname)s: %(message)s"
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format=fmt, stream=sys.stderr)
 
 
 def load_cli_config(args: argparse.Namespace, daemon: bool = False) -> Config:
