@@ -241,9 +241,7 @@ class LlamaEngine:
         """Free the context and the model (an unfinished answer is aborted first)."""
         self.abort()
         with self._busy:
-            self.ctx = None
-            self.model = None
-            self.vocab = None
+            self.ctx = self.model = self.vocab = None
             self._kv = []
 
     def abort(self) -> None:

@@ -21,10 +21,8 @@ def parse_int(s: str) -> int:
     if all(c in DIGIT_VALUES for c in s):
         # digits only: one digit, or a digit string read one by one (二零二六, 12)
         return int("".join(str(DIGIT_VALUES[c]) for c in s))
-    total = 0  # completed 亿 part
-    section = 0  # completed 万 part below the current 亿
-    group = 0  # below 万
-    num = 0
+    # completed 亿 part, completed 万 part below it, the part below 万, the number just read
+    total = section = group = num = 0
     ascii_run = ""  # ASCII digits written together (12万) make one number
     for c in s:
         if c in DIGIT_VALUES:

@@ -32,15 +32,10 @@ class When:
 
 
 def _hour24(h: int, period: str | None) -> int:
-    if period in ("下午", "傍晚", "晚上") and h < 12:
-        return h + 12
-    if period in ("夜里", "半夜") and 6 <= h < 12:
-        return h + 12
-    if period == "中午" and h < 6:
-        return h + 12
-    if period in ("凌晨", "半夜", "夜里") and h == 12:
+    if h == 12 and period in ("凌晨", "半夜", "夜里"):
         return 0
-    return h
+    pm = period in ("下午", "傍晚", "晚上") or (period in ("夜里", "半夜") and h >= 6) or (period == "中午" and h < 6)
+    return h + 12 if pm and h < 12 else h
 
 
 def parse_when(text: str, now: datetime) -> When | None:
