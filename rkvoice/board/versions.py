@@ -15,10 +15,9 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-LIBRKNNRT_PATHS = (Path("/usr/lib/librknnrt.so"), Path("/usr/lib64/librknnrt.so"),
-                   Path("/usr/local/lib/librknnrt.so"), Path("/usr/lib/aarch64-linux-gnu/librknnrt.so"))
-LIBRKLLMRT_PATHS = (Path("/usr/lib/librkllmrt.so"), Path("/usr/lib64/librkllmrt.so"),
-                    Path("/usr/local/lib/librkllmrt.so"), Path("/usr/lib/aarch64-linux-gnu/librkllmrt.so"))
+_LIB_DIRS = ("/usr/lib", "/usr/lib64", "/usr/local/lib", "/usr/lib/aarch64-linux-gnu")
+LIBRKNNRT_PATHS = tuple(Path(d, "librknnrt.so") for d in _LIB_DIRS)
+LIBRKLLMRT_PATHS = tuple(Path(d, "librkllmrt.so") for d in _LIB_DIRS)
 NPU_DRIVER_PATHS = (Path("/sys/kernel/debug/rknpu/version"), Path("/proc/debug/rknpu/version"),
                     Path("/sys/module/rknpu/version"))
 
