@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from rkvoice.config import ROOT, load_config
-from rkvoice.tts import fastspeech2
+from rkvoice.needs import installed
+from rkvoice.tts.registry import TTS
 
 REPORT = ROOT / "bench" / "board_report.py"
 
@@ -31,7 +32,7 @@ def run_report(*args: str, timeout: int = 600) -> dict:
 def _portable_installed() -> bool:
     cfg = load_config()
     m = cfg.models.path / "portable"
-    return fastspeech2.installed(cfg) and (m / "whisper-base" / "model.bin").is_file() and \
+    return installed(TTS.needs("fastspeech2", cfg)) and (m / "whisper-base" / "model.bin").is_file() and \
         (m / "vad" / "silero_vad.onnx").is_file()
 
 

@@ -21,9 +21,11 @@ from rkvoice.board import check, versions
 from rkvoice.config import DEFAULT_CONFIG, ROOT, Config, ModelsConfig, TtsConfig, load_config, parse_override
 from rkvoice.errors import RkvoiceError
 from rkvoice.hear.vad import vad_model_path
+from rkvoice.needs import Probe, installed, missing
 from rkvoice.npu import runtime
 from rkvoice.tts import fastspeech2
 from rkvoice.tts.fastspeech2 import FastSpeech2Tts
+from rkvoice.tts.registry import TTS
 
 BOARD_CONFIG = ROOT / "config.board.yaml"
 PORTABLE = load_config(files=[DEFAULT_CONFIG])
@@ -84,11 +86,11 @@ def test_rknn_vocoder_counts_as_missing_without_rknnlite(tmp_path, monkeypatch):
     voc.write_bytes(b"RKNN")
     cfg = _cfg(f"tts.fastspeech2.vocoder={voc}")
     assert fastspeech2.vocoder_path(cfg) == voc  # absolute paths are kept
-    monkeypatch.setattr(fastspeech2.importlib.util, "find_spec", lambda name: None)
-    assert "runtime rknnlite (rknn-toolkit-lite2 on the board)" in fastspeech2.missing(cfg)
-    assert not fastspeech2.installed(cfg)
+    no_rknnlite = Probe(module=lambda name: name != "rknnlite")
+    assert "rknnlite" in [lack.name for lack in missing(TTS.needs("fastspeech2", cfg), no_rknnlite, devices=False)]
+    assert not installed(TTS.needs("fastspeech2", cfg), no_rknnlite)
     gone = _cfg(f"tts.fastspeech2.vocoder={tmp_path / 'nope.onnx'}")
-    assert f"vocoder {tmp_path / 'nope.onnx'}" in fastspeech2.missing(gone)
+    assert str(tmp_path / "nope.onnx") in [lack.name for lack in missing(TTS.needs("fastspeech2", gone), devices=False)]
 
 
 # --- the fixed-window vocoder on the real portable voice -------------------------------------

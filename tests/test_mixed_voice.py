@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 from rkvoice.config import Config, load_config
+from rkvoice.needs import installed
 from rkvoice.text.script_spans import Span, english_reading, is_acronym, script_spans
-from rkvoice.tts import fastspeech2, mixed, vits
+from rkvoice.tts import mixed, vits
+from rkvoice.tts.registry import TTS
 
 CFG = load_config()
 MIXED = "我每天用Python写代码，也用GitHub管理项目。"
@@ -122,7 +124,7 @@ def test_composite_needs_load_and_refuses_unknown_languages() -> None:
 # --- the real portable voices, heard back by Whisper --------------------------------------------
 
 needs_voices = pytest.mark.skipif(
-    not (fastspeech2.installed(CFG) and vits.VOICES["piper-joe"].installed(CFG)),
+    not (installed(TTS.needs("fastspeech2", CFG)) and vits.VOICES["piper-joe"].installed(CFG)),
     reason="the portable voices (fastspeech2, piper-joe) are not installed: run ./install.sh",
 )
 

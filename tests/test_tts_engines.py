@@ -17,6 +17,7 @@ import pytest
 from rkvoice.config import ROOT, Config, load_config
 from rkvoice.errors import RkvoiceError
 from rkvoice.models.onnx_meta import with_onnx_metadata
+from rkvoice.needs import installed
 from rkvoice.tts import fastspeech2, vits
 from rkvoice.tts.registry import (
     TTS,
@@ -41,7 +42,7 @@ def cfg_with_models(models_dir: Path, **tts: object) -> Config:
 # --- engines under test: (engine, voice, language, text, plausible seconds per unit, units) ---
 
 ENGINES = {
-    "fastspeech2": dict(make=lambda: fastspeech2.FastSpeech2Tts(CFG), installed=fastspeech2.installed(CFG),
+    "fastspeech2": dict(make=lambda: fastspeech2.FastSpeech2Tts(CFG), installed=installed(TTS.needs("fastspeech2", CFG)),
                         text=ZH, units=14, per_unit=(0.12, 0.45), rate=24000),
     "vits-piper-joe": dict(make=lambda: vits.VitsTts(CFG, "piper-joe"),
                            installed=vits.VOICES["piper-joe"].installed(CFG),
@@ -109,7 +110,7 @@ def test_bad_speed_and_speaker_are_clear_errors(engine) -> None:  # noqa: ANN001
 
 
 def test_fastspeech2_emoji_only_is_empty_and_long_text_is_chunked() -> None:
-    if not fastspeech2.installed(CFG):
+    if not installed(TTS.needs("fastspeech2", CFG)):
         pytest.skip("fastspeech2 model files not installed (run ./install.sh)")
     eng = _loaded.get("fastspeech2") or fastspeech2.FastSpeech2Tts(CFG)
     if "fastspeech2" not in _loaded:
@@ -133,7 +134,7 @@ def test_generate_before_load_is_an_error() -> None:
 
 
 def _copy_fastspeech2(tmp: Path) -> Path:
-    if not fastspeech2.installed(CFG):
+    if not installed(TTS.needs("fastspeech2", CFG)):
         pytest.skip("fastspeech2 model files not installed (run ./install.sh)")
     dst = tmp / "portable" / "fastspeech2"
     shutil.copytree(fastspeech2.model_dir(CFG), dst)

@@ -14,7 +14,6 @@ takes a fixed input length of at most 50 frames (models/convert_rknn.py vocoder)
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 from pathlib import Path
@@ -63,19 +62,6 @@ def files(cfg: Config) -> dict[str, Path]:
     """The files load() opens, by role (acoustic, vocoder, mapper)."""
     d = model_dir(cfg)
     return {"acoustic": d / FILES["acoustic"], "vocoder": vocoder_path(cfg), "mapper": d / FILES["mapper"]}
-
-
-def missing(cfg: Config) -> list[str]:
-    """What this engine lacks here (empty files count as missing, the NPU runtime for a .rknn); [] when present."""
-    out = [f"{role} {p}" for role, p in files(cfg).items() if not (p.is_file() and p.stat().st_size > 0)]
-    if vocoder_path(cfg).suffix == ".rknn" and importlib.util.find_spec("rknnlite") is None:
-        out.append("runtime rknnlite (rknn-toolkit-lite2 on the board)")
-    return out
-
-
-def installed(cfg: Config) -> bool:
-    """True when the model files and the vocoder's runtime are present (not a full integrity check)."""
-    return not missing(cfg)
 
 
 def open_session(path: Path, threads: int, what: str) -> Any:
