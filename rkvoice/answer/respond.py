@@ -60,10 +60,7 @@ def deadline_deltas(deltas: Iterable[str], turn: Turn, first_timeout: float, gap
                 wanted.clear()
                 if gone.is_set() or turn.cancelled:
                     break
-                try:
-                    box.append(next(source))
-                except StopIteration:
-                    break
+                box.append(next(source, _END))  # after the end: wait for the consumer to go
                 arrived.set()
         except BaseException as exc:  # handed to the consumer, re-raised there
             box.append(exc)

@@ -197,11 +197,9 @@ class RkllmEngine:
         if self.abi.version == "1.3":
             infer.max_new_tokens = self.cfg.llm.max_tokens
         try:
-            ret = self.lib.rkllm_run(self.handle, byref(inp), byref(infer), None)
+            self._q.put((_DONE, self.lib.rkllm_run(self.handle, byref(inp), byref(infer), None)))
         except (ctypes.ArgumentError, OSError) as exc:  # bad arguments reaching the runtime
             self._q.put(("exception", exc))
-            ret = -1
-        self._q.put((_DONE, ret))
 
     def stream(self, messages: list[Message]) -> Iterator[str]:
         if self.lib is None:
