@@ -28,8 +28,7 @@ def resolve_state_dir(configured: str, root: Path) -> Path:
     ``$XDG_STATE_HOME/rkvoice``, else ``~/.local/state/rkvoice`` (systemd uses /var/lib/rkvoice)."""
     if not configured:
         return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "rkvoice"
-    p = Path(configured).expanduser()
-    return p if p.is_absolute() else root / p
+    return root / Path(configured).expanduser()  # an absolute path stays as it is
 
 
 class StateStore:

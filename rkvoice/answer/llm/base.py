@@ -35,10 +35,7 @@ class LlmEngine(Protocol):
 
 def model_path(cfg: Config, engine: str) -> Path:
     """llm.model, or the engine's default model under models.dir."""
-    if cfg.llm.model:
-        p = Path(cfg.llm.model).expanduser()
-        return p if p.is_absolute() else cfg.models.path / p
-    return cfg.models.path / DEFAULT_MODELS[engine]
+    return cfg.models.path / Path(cfg.llm.model or DEFAULT_MODELS[engine]).expanduser()  # an absolute one stays
 
 
 def chatml(messages: list[Message]) -> str:

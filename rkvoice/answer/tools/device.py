@@ -85,10 +85,7 @@ def spoken_duration(seconds: float) -> str:
 
 
 def temperature_text(ctx: ToolContext) -> str | None:
-    temps = read_temperatures(ctx.sys_root)
-    if not temps:
-        return None
-    return "，".join(f"{label}{cn_dec(round(c, 1))}度" for label, c in temps)
+    return "，".join(f"{label}{cn_dec(round(c, 1))}度" for label, c in read_temperatures(ctx.sys_root)) or None
 
 
 def memory_text(ctx: ToolContext) -> str | None:

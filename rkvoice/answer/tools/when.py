@@ -47,9 +47,7 @@ def parse_when(text: str, now: datetime) -> When | None:
         if (m.group("half1") or m.group("half2")) and n != "半":
             amount += 0.5
         delta = timedelta(seconds=amount * unit)
-        if delta.total_seconds() <= 0:
-            return None
-        return When(now + delta, m.span(), delta)
+        return When(now + delta, m.span(), delta) if delta.total_seconds() > 0 else None
     m = ABSOLUTE.search(text)
     if not m:
         return None
