@@ -25,7 +25,8 @@ _HEADING = re.compile(r"^[ \t]*#{1,6}[ \t]+", re.MULTILINE)
 _QUOTE = re.compile(r"^[ \t]*>+[ \t]?", re.MULTILINE)
 _BULLET = re.compile(r"^[ \t]*[-*+•·▪‣◦][ \t]+", re.MULTILINE)
 _NUMBERED = re.compile(r"^[ \t]*\d{1,3}[.)、][ \t]+", re.MULTILINE)
-"""A numbered list item's number ("1. ", "2) ", "3、"): a list read aloud, not "one point"."""
+"""A numbered list item's number ("1. ", "2) ", "3、") at a line start once the markup around it is
+gone ("**45**. ", "# 2) ", "[3](url)、"): a list read aloud, not "one point"."""
 _RULE = re.compile(r"^[ \t]*([-*_=])(?:[ \t]*\1){2,}[ \t]*$", re.MULTILINE)
 _EMPHASIS = re.compile(r"\*+|`+")
 _STRIKE = re.compile(r"~~")
@@ -77,13 +78,9 @@ def _drop_chars(text: str) -> str:
     return "".join(out)
 
 
-def clean(text: str) -> str:
-    """Strip markup and symbols a voice cannot read; collapse whitespace to single spaces."""
-    if not text:
-        return ""
-    text = text.translate(_FULLWIDTH)
-    text = _NUMBERED.sub("", text)  # first: "[45](url). " or "45😀. " is no list item
-    text = _drop_chars(text)
+def strip_markup(text: str) -> str:
+    """``clean`` without its last two steps: list numbers stay, and so do line breaks and spaces."""
+    text = _drop_chars(text.translate(_FULLWIDTH))
     text = _FENCE.sub(" ", text)
     text = _IMAGE_OR_LINK.sub(r"\1", text)
     text = _LINK_TAIL.sub("", text)
@@ -97,8 +94,19 @@ def clean(text: str) -> str:
     text = _HEADING.sub("", text)
     text = _QUOTE.sub("", text)
     text = _UNDERSCORE.sub(" ", text)
-    if "|" in text:
-        text = _TABLE_PIPE.sub(" ", text)
+    return _TABLE_PIPE.sub(" ", text) if "|" in text else text
+
+
+def starts_with_list_number(text: str) -> bool:
+    """True when ``text`` opens with what ``clean`` drops as a list number at a line start."""
+    return bool(_NUMBERED.match(strip_markup(text)))
+
+
+def clean(text: str) -> str:
+    """Strip markup and symbols a voice cannot read; collapse whitespace to single spaces."""
+    if not text:
+        return ""
+    text = _NUMBERED.sub("", strip_markup(text))
     text = _SPACE.sub(" ", text).strip()
     while True:  # a bullet or quote mark the line rules could not see before collapsing
         stripped = _LEADING_MARK.sub("", text)

@@ -16,7 +16,7 @@ from bisect import bisect_left, bisect_right
 from itertools import pairwise
 
 from rkvoice.errors import RkvoiceError
-from rkvoice.text.clean import dropped as _dropped
+from rkvoice.text.clean import dropped as _dropped, starts_with_list_number
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +43,9 @@ _SENTENCE_RE = re.compile(r"[.!?]")
 _URL = re.compile(r"(?:\b(?:https?|ftp)://|\bwww\.)[!-~]+", re.IGNORECASE)
 _LINK_SCAFFOLD = re.compile(r"!?\[([^\]\n]*)\]\((?:[^()\s]|\([^()\s]*\))*\)")
 _MARKERS = re.compile(r"[*`_\[\]]+|~~")
-_LIST_NUMBER = re.compile(r"\d{1,3}[.)、][ \t]")
-"""Digits that would read as a list number at the start of a piece (CutPoints never cuts before them)."""
+_LIST_HINT = re.compile(r"[^\n\w]{0,12}\d{1,3}[^\n]{0,200}?[.)、][ \t]")
+"""What may open a list number once markup is gone ("45. ", "**45**. ", "[45](url). ", "45😀. "): only
+there does CutPoints ask ``starts_with_list_number``; it never cuts before one inside a line."""
 _LINK_TAIL = re.compile(r"\]\((?:[^()\s]|\([^()\s]*\))*\)")
 _LINE_MARKS = re.compile(r"^[ \t]*(?:#{1,6}|>+|[-*+•·▪‣◦]|\d{1,3}[.)、])[ \t]+", re.MULTILINE)
 # Chinese dates and clock times written with digits stay whole: 2026年10月21日, 10点22分.
@@ -154,9 +155,10 @@ class CutPoints:
             ch = text[k]
             if ch.isspace() or ch in "\u200d\ufe0f\ufe0e" or text[k - 1] == "\u200d" \
                     or unicodedata.combining(ch) \
-                    or ch.isdecimal() and text[k - 1] != "\n" and _LIST_NUMBER.match(text, k):
-                # a piece starts with "45. " only at a line start, where clean() drops it as a
-                # list number; it never starts with whitespace or a combining mark
+                    or text[k - 1] != "\n" and _LIST_HINT.match(text, k) \
+                    and starts_with_list_number(text[k:k + 240]):
+                # a piece starts with "45. " (or "**45**. ") only at a line start, where clean()
+                # drops it as a list number; it never starts with whitespace or a combining mark
                 blocked[k] = 1
             elif ch in CLOSERS or text[k - 1].isdecimal() and _is_cjk(ch):  # 22分, 25.5度
                 soft[k] = 1
