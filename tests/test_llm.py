@@ -18,7 +18,7 @@ from rkvoice.errors import RkvoiceError
 pytest.importorskip("cyllama", reason="cyllama (llama.cpp) is not installed: pip install cyllama==0.2.18")
 
 from rkvoice.answer.llm import llama as llama_module
-from rkvoice.answer.llm.llama import LlamaEngine, thread_counts, usable_cores
+from rkvoice.answer.llm.llama import LlamaEngine, OwnCpu, thread_counts, usable_cores
 
 # Short answers keep this fast on a busy 2-core machine; 1 generating thread (what auto gives on 2
 # cores) avoids llama's spin barriers; the prompt threads follow the load (threads_batch auto).
@@ -191,3 +191,26 @@ def test_the_next_turn_evaluates_only_the_new_question(engine: LlamaEngine) -> N
     assert second["reused_tokens"] >= first["prompt_tokens"] + first["new_tokens"] - 2  # question and answer
     assert evaluated == second["prompt_tokens"] - second["reused_tokens"]
     assert evaluated < 40 < second["prompt_tokens"]
+
+
+def test_own_cpu_is_the_cores_this_process_used_in_the_last_minute() -> None:
+    clock = {"wall": 100.0, "cpu": 5.0}
+    own = OwnCpu(wall=lambda: clock["wall"], cpu=lambda: clock["cpu"])
+    assert own.cores_used() == 0.0  # under a second since the first sample: nothing to tell
+    clock["wall"], clock["cpu"] = 110.0, 20.0  # 15 s of CPU in 10 s: 1.5 cores
+    assert own.cores_used() == pytest.approx(1.5)
+    clock["wall"], clock["cpu"] = 200.0, 20.0  # idle for 90 s: the busy stretch has left the window
+    assert own.cores_used() == pytest.approx(0.0)
+    clock["wall"], clock["cpu"] = 230.0, 50.0
+    assert own.cores_used() == pytest.approx(1.0)
+
+
+def test_auto_prompt_threads_leave_out_this_process_own_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    import rkvoice.answer.llm.llama as llama
+
+    auto = LlmConfig(threads="auto", threads_batch="auto")
+    monkeypatch.setattr(llama.os, "getloadavg", lambda: (1.4, 1.0, 1.0))
+    monkeypatch.setattr(llama._OWN_CPU, "cores_used", lambda: 1.2)  # the load is the assistant's own
+    assert thread_counts(auto, cores=2) == (1, 2)
+    monkeypatch.setattr(llama._OWN_CPU, "cores_used", lambda: 0.1)  # another process holds a core
+    assert thread_counts(auto, cores=2) == (1, 1)

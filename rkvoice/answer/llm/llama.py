@@ -14,7 +14,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Generator
+from collections import deque
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
@@ -51,20 +52,45 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+class OwnCpu:
+    """Cores this process kept busy over about the last minute (the load average's window; measured
+    from the earlier call closest to a minute ago), so the prompt's thread count does not shrink for the assistant's own speech and last answer."""
+
+    WINDOW_S = 60.0
+
+    def __init__(self, wall: Callable[[], float] = time.monotonic, cpu: Callable[[], float] = time.process_time):
+        self._wall, self._cpu = wall, cpu
+        self._samples: deque[tuple[float, float]] = deque([(wall(), cpu())])
+
+    def cores_used(self) -> float:
+        now, used = self._wall(), self._cpu()
+        while len(self._samples) > 1 and now - self._samples[1][0] >= self.WINDOW_S:
+            self._samples.popleft()
+        then, used_then = min(list(self._samples)[:2], key=lambda sample: abs(now - sample[0] - self.WINDOW_S))
+        self._samples.append((now, used))
+        return (used - used_then) / (now - then) if now - then >= 1.0 else 0.0
+
+
+_OWN_CPU = OwnCpu()
+
+
 def thread_counts(llm: LlmConfig, cores: int | None = None, load: float | None = None) -> tuple[int, int]:
     """(generation, prompt) threads for ``llm.threads`` / ``llm.threads_batch``.
 
     auto generation: one core less than usable, at least 1 (the TTS thread speaks alongside).
     auto prompt (nothing is spoken yet): the usable cores other work leaves free, i.e. minus the
-    whole part of the 1-minute load average (``load``), at least 1. llama.cpp's threads wait for
-    each other after every layer, so one thread on a core another process holds stalls them all:
-    on 2 cores at load average 4-7, 2 prompt threads took 2.4x as long as 1 (bench/llm_threads.py).
+    whole part of ``load``: the 1-minute load average less what this process itself used
+    (``OwnCpu``), at least 1. llama.cpp's threads wait for each other after every layer, so one
+    thread on a core another process holds stalls them all: on 2 cores at load average 4-7, 2
+    prompt threads took 2.4x as long as 1 (bench/llm_threads.py).
     """
     cores = usable_cores() if cores is None else cores
     gen = max(1, cores - 1) if llm.threads == "auto" else llm.threads
     if llm.threads_batch != "auto":
         return gen, llm.threads_batch
-    return gen, max(1, cores - int(os.getloadavg()[0] if load is None else load))
+    if load is None:
+        load = max(0.0, os.getloadavg()[0] - _OWN_CPU.cores_used())
+    return gen, max(1, cores - int(load))
 
 
 class LlamaEngine:
