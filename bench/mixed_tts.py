@@ -12,7 +12,11 @@ In one run, interleaved so both see the same machine load:
   tts.first_chars / tts.chunk_chars, made speakable, synthesised one after another while the
   previous piece plays): first audio = synthesis time of the first piece, max gap = the longest
   wait of a real-time listener between pieces (audio-time accounting); and whether the routed voice
-  loaded its English voice (it must not).
+  loaded its English voice (it must not);
+- span noise: the routed voice (its English partner at ``PIPER_NOISE``) against the same routing
+  with the partner at no sampling noise (``NO_NOISE``, the model's mean pronunciation), on MIXED and
+  on OTHER: takes in which Whisper heard the English word. (No noise was heard in every take of
+  MIXED but fewer takes over all the sentences; the product keeps PIPER_NOISE.)
 
 Prints one JSON object.
 """
@@ -41,9 +45,15 @@ from rkvoice.text.split import split_for_tts  # noqa: E402
 from rkvoice.tts.fastspeech2 import FastSpeech2Tts  # noqa: E402
 from rkvoice.tts.mixed import MixedTts  # noqa: E402
 from rkvoice.tts.registry import create_tts  # noqa: E402
+from rkvoice.tts.vits import VitsTts  # noqa: E402
 
 MIXED = "我每天用Python写代码，也用GitHub管理项目。"
 WORDS = ("python", "github")
+NO_NOISE = (0.0, 0.0)
+OTHER = {"请用Google搜索一下明天的天气。": "google", "我的电脑装的是Linux系统。": "linux",
+         "我喜欢听Taylor Swift的歌。": "taylorswift", "你可以在Amazon上买到。": "amazon",
+         "我昨天下载了一个新的Windows更新。": "windows", "这个周末我们去看Avatar吧。": "avatar"}
+"""Other mixed sentences, so the choice of span noise is not fitted to MIXED alone."""
 PURE_ZH = "今天天气不错，我们出去走走吧。公园里的花都开了，空气也很新鲜。记得带上水和帽子。"
 
 
@@ -86,6 +96,8 @@ def main() -> int:
         print(json.dumps({"error": "no English voice installed: nothing is routed (run ./install.sh)"}))
         return 1
     routed.load()
+    no_noise = MixedTts(plain, {"en": VitsTts(cfg, routed.voices["en"].voice.name, piper_noise=NO_NOISE)})
+    no_noise.load()
     asr = WhisperAsr(cfg)
     asr.load()
 
@@ -99,6 +111,14 @@ def main() -> int:
     for _ in range(args.runs):
         takes["before"].append(heard(asr, plain, MIXED))
         takes["after"].append(heard(asr, routed, MIXED))
+
+    noise: dict[str, dict[str, int]] = {"after": {}, "no_noise": {}}
+    for which, engine in (("after", routed), ("no_noise", no_noise)):
+        for text, word in {MIXED: "python", **OTHER}.items():
+            squeezed = [heard(asr, engine, text).lower().replace(" ", "") for _ in range(args.runs)]
+            noise[which][word] = sum(word in t for t in squeezed)
+            if text == MIXED:
+                noise[which]["github"] = sum("github" in t for t in squeezed)
 
     def summary(which: str) -> dict[str, Any]:
         texts = takes[which]
@@ -124,6 +144,10 @@ def main() -> int:
         "before": {"engine": "fastspeech2 alone", **summary("before")},
         "after": {"engine": f"fastspeech2 + {routed.voices['en'].name} for Latin spans", **summary("after"),
                   "english_voice_loaded_by_pure_zh": english_loaded_on_pure_zh},
+        "span_noise": {"takes_per_sentence": args.runs, "after_piper_noise": noise["after"],
+                       "no_noise": noise["no_noise"],
+                       "words_heard": {k: sum(v.values()) for k, v in noise.items()},
+                       "of": args.runs * (len(OTHER) + 2)},
     }
     print(json.dumps(report, ensure_ascii=False, indent=1))
     return 0

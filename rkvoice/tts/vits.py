@@ -127,8 +127,9 @@ class VitsTts:
 
     name = "vits"
 
-    def __init__(self, cfg: Config, voice: str | None = None) -> None:
+    def __init__(self, cfg: Config, voice: str | None = None, piper_noise: tuple[float, float] = PIPER_NOISE) -> None:
         self.cfg = cfg
+        self.piper_noise = piper_noise
         self.voice = resolve_voice(cfg, voice)
         self.languages = self.voice.languages
         self.threads = cfg.tts.threads
@@ -178,7 +179,7 @@ class VitsTts:
         fars = ",".join(str(d / f) for f in self.voice.rule_fars if (d / f).is_file())
         vits = sherpa_onnx.OfflineTtsVitsModelConfig(model=str(model), lexicon=str(lexicon or ""), tokens=str(tokens))
         if self.voice.external_phonemes:
-            vits.noise_scale, vits.noise_scale_w = PIPER_NOISE
+            vits.noise_scale, vits.noise_scale_w = self.piper_noise
         config = sherpa_onnx.OfflineTtsConfig(
             model=sherpa_onnx.OfflineTtsModelConfig(vits=vits, num_threads=max(1, self.threads), provider="cpu"),
             rule_fsts=fsts,
