@@ -43,7 +43,8 @@ _SENTENCE_RE = re.compile(r"[.!?]")
 _URL = re.compile(r"(?:\b(?:https?|ftp)://|\bwww\.)[!-~]+", re.IGNORECASE)
 _LINK_SCAFFOLD = re.compile(r"!?\[([^\]\n]*)\]\((?:[^()\s]|\([^()\s]*\))*\)")
 _MARKERS = re.compile(r"[*`_\[\]]+|~~")
-_LIST_HINT = re.compile(r"[^\n\w]{0,12}\d{1,3}[^\n]{0,200}?[.)、][ \t]")
+_MARKUP_OPENERS = frozenset("*_`[#>~+-")
+_LIST_HINT = re.compile(r"[^\n\w]{0,12}\d{1,3}(?:\]\([^)\n]{0,200}\)|[^\n\w.)、]){0,12}[.)、][ \t]")
 """What may open a list number once markup is gone ("45. ", "**45**. ", "[45](url). ", "45😀. "): only
 there does CutPoints ask ``starts_with_list_number``; it never cuts before one inside a line."""
 _LINK_TAIL = re.compile(r"\]\((?:[^()\s]|\([^()\s]*\))*\)")
@@ -155,8 +156,8 @@ class CutPoints:
             ch = text[k]
             if ch.isspace() or ch in "\u200d\ufe0f\ufe0e" or text[k - 1] == "\u200d" \
                     or unicodedata.combining(ch) \
-                    or text[k - 1] != "\n" and _LIST_HINT.match(text, k) \
-                    and starts_with_list_number(text[k:k + 240]):
+                    or (ch.isdecimal() or ch in _MARKUP_OPENERS or _dropped(ch)) and text[k - 1] != "\n" \
+                    and (hint := _LIST_HINT.match(text, k)) and starts_with_list_number(hint.group()):
                 # a piece starts with "45. " (or "**45**. ") only at a line start, where clean()
                 # drops it as a list number; it never starts with whitespace or a combining mark
                 blocked[k] = 1
