@@ -153,3 +153,16 @@ def test_a_number_behind_markup_inside_a_line_is_spoken(text: str) -> None:
         pieces = split_for_tts(text, first=first, chunk=chunk)
         check_pieces(text, pieces, first, chunk)
         assert "45" in "".join(map(clean, pieces))
+
+
+@pytest.mark.parametrize("text,sizes", [("上。45. 上 上 ", [1, 2]), ("上上上上 https://example.com/A/A 45. ", [1]),
+                                        ("1. 45. \n上 ", [3])])
+def test_cases_hypothesis_found_in_split_and_stream(text: str, sizes: list[int]) -> None:
+    check_pieces(text, split_for_tts(text, first=8, chunk=12), 8, 12)
+    c = StreamChunker(first=8, chunk=12)
+    pieces: list[str] = []
+    i = 0
+    for k in sizes:  # a number arriving a character at a time may yet become a list number
+        pieces += c.feed(text[i : i + k])
+        i += k
+    check_pieces(text, pieces + c.feed(text[i:]) + c.flush(), 8, 12)

@@ -24,9 +24,9 @@ _CITATION = re.compile(r"\s?\[(?:kb-[^\]\n]*|\d+(?:\s*[,，-]\s*\d+)*)\]|\s?【\
 _HEADING = re.compile(r"^[ \t]*#{1,6}[ \t]+", re.MULTILINE)
 _QUOTE = re.compile(r"^[ \t]*>+[ \t]?", re.MULTILINE)
 _BULLET = re.compile(r"^[ \t]*[-*+•·▪‣◦][ \t]+", re.MULTILINE)
-_NUMBERED = re.compile(r"^[ \t]*\d{1,3}[.)、][ \t]+", re.MULTILINE)
+_NUMBERED = re.compile(r"^[ \t]*(?:\d{1,3}[.)、][ \t]+)+", re.MULTILINE)
 """A numbered list item's number ("1. ", "2) ", "3、") at a line start once the markup around it is
-gone ("**45**. ", "# 2) ", "[3](url)、"): a list read aloud, not "one point"."""
+gone ("**45**. ", "# 2) ", "[3](url)、"), nested ones too ("1. 2. "): a list read aloud, not "one point"."""
 _RULE = re.compile(r"^[ \t]*([-*_=])(?:[ \t]*\1){2,}[ \t]*$", re.MULTILINE)
 _EMPHASIS = re.compile(r"\*+|`+")
 _STRIKE = re.compile(r"~~")
@@ -34,6 +34,9 @@ _UNDERSCORE = re.compile(r"_+")  # __bold__ markers, and snake_case reads better
 _LEADING_MARK = re.compile(r"^(?:[-*+•·▪‣◦]+\s+|>+\s*|#{1,6}\s+)")
 _TABLE_PIPE = re.compile(r"[ \t]*\|[ \t]*")
 _SPACE = re.compile(r"\s+")
+_GAP = "\x00"
+"""Left where a URL, a link target or a citation mark was removed, until list numbers are dropped:
+a number after one ("https://a.b 45. ") is no list number, even at the start of a piece."""
 
 
 def _is_dropped(ch: str) -> bool:
@@ -79,13 +82,13 @@ def _drop_chars(text: str) -> str:
 
 
 def strip_markup(text: str) -> str:
-    """``clean`` without its last two steps: list numbers stay, and so do line breaks and spaces."""
+    """``clean`` without its last steps: list numbers stay, and so do line breaks, spaces and _GAP."""
     text = _drop_chars(text.translate(_FULLWIDTH))
     text = _FENCE.sub(" ", text)
     text = _IMAGE_OR_LINK.sub(r"\1", text)
-    text = _LINK_TAIL.sub("", text)
-    text = _URL.sub(" ", text)
-    text = _CITATION.sub("", text)
+    text = _LINK_TAIL.sub(_GAP, text)
+    text = _URL.sub(" " + _GAP, text)
+    text = _CITATION.sub(_GAP, text)
     text = text.replace("[", " ").replace("]", " ")  # never spoken; a link's cut-off half
     text = _RULE.sub(" ", text)
     text = _BULLET.sub("", text)
@@ -106,7 +109,7 @@ def clean(text: str) -> str:
     """Strip markup and symbols a voice cannot read; collapse whitespace to single spaces."""
     if not text:
         return ""
-    text = _NUMBERED.sub("", strip_markup(text))
+    text = _NUMBERED.sub("", strip_markup(text)).replace(_GAP, "")
     text = _SPACE.sub(" ", text).strip()
     while True:  # a bullet or quote mark the line rules could not see before collapsing
         stripped = _LEADING_MARK.sub("", text)

@@ -47,6 +47,8 @@ _MARKUP_OPENERS = frozenset("*_`[#>~+-")
 _LIST_HINT = re.compile(r"[^\n\w]{0,12}\d{1,3}(?:\]\([^)\n]{0,200}\)|[^\n\w.)、]){0,12}[.)、][ \t]")
 """What may open a list number once markup is gone ("45. ", "**45**. ", "[45](url). ", "45😀. "): only
 there does CutPoints ask ``starts_with_list_number``; it never cuts before one inside a line."""
+_UNDECIDED_TAIL = 40
+"""Characters at the end of unfinished text in which a list number may still be forming."""
 _LINK_TAIL = re.compile(r"\]\((?:[^()\s]|\([^()\s]*\))*\)")
 _LINE_MARKS = re.compile(r"^[ \t]*(?:#{1,6}|>+|[-*+•·▪‣◦]|\d{1,3}[.)、])[ \t]+", re.MULTILINE)
 # Chinese dates and clock times written with digits stay whole: 2026年10月21日, 10点22分.
@@ -163,6 +165,13 @@ class CutPoints:
                 blocked[k] = 1
             elif ch in CLOSERS or text[k - 1].isdecimal() and _is_cjk(ch):  # 22分, 25.5度
                 soft[k] = 1
+        if not final:  # a number still arriving may yet become "45. ": no piece may start there
+            for k in range(max(1, n - _UNDECIDED_TAIL), n):
+                ch = text[k]
+                if (ch.isdecimal() or ch in _MARKUP_OPENERS or _dropped(ch)) and text[k - 1] != "\n" \
+                        and "\n" not in text[k:] \
+                        and any(starts_with_list_number(text[k:] + end) for end in (" ", ". ")):
+                    blocked[k] = 1
         lead = len(text) - len(text.lstrip())
         for k in range(min(lead, n) + 1):
             blocked[k] = 1
