@@ -173,7 +173,7 @@ def create_tts(cfg: Config, name: str | None = None, text: str = "") -> TtsEngin
 
 def _partner(cfg: Config, lang: str, exclude: tuple[str, Any]) -> TtsEngine | None:
     """A constructed engine for ``lang`` from the installed ones, best first; None if none."""
-    from rkvoice.tts.vits import resolve_voice
+    from rkvoice.tts.vits import SPAN_NOISE, resolve_voice
 
     available = engine_languages(cfg)
     for name in PREFERENCE[lang]:
@@ -184,7 +184,7 @@ def _partner(cfg: Config, lang: str, exclude: tuple[str, Any]) -> TtsEngine | No
             voice = resolve_voice(cfg, "auto", lang)
             if lang not in voice.languages:
                 continue
-            kwargs = {"voice": voice.name}
+            kwargs = {"voice": voice.name, "piper_noise": SPAN_NOISE}
         if (name, kwargs.get("voice")) == exclude:
             continue
         engine: TtsEngine = TTS.create(name, cfg, **kwargs)

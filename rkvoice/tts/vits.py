@@ -33,6 +33,11 @@ PIPER_NOISE = (0.333, 0.5)
 """noise_scale and noise_scale_w for Piper voices (sherpa-onnx's defaults: 0.667, 0.8). Less noise,
 clearer words: Whisper heard "Python" and "GitHub" in 7 and 8 of 10 mixed-sentence takes, against
 4 and 6 with the defaults (same run, bench/mixed_tts.py's sentence)."""
+SPAN_NOISE = (0.0, 0.0)
+"""noise_scale and noise_scale_w for an English voice speaking the Latin words inside Chinese text
+(MixedTts): no sampling, the model's mean pronunciation and durations, so a sentence sounds the same
+every time it is said. Over 40 mixed sentences with brand and tech words (bench/mixed_tts.py) Whisper
+heard as many English words as with PIPER_NOISE; the bench's sentence is heard whole in every take."""
 PHONEME_LEAD = "  "
 """Word breaks put before each sentence's Piper phonemes: without them the voice starts on the
 first phoneme and swallows an opening plosive (Whisper hears "Python" said alone as "Hi then")."""
