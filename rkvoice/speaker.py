@@ -208,6 +208,15 @@ class Speaker:
         """
         self._audio_q.join()
 
+    def wait_synthesised(self) -> None:
+        """Block until every piece said so far (of every turn) has been synthesised and handed to
+        the player. Callers other than the TTS worker only (a scripted LLM on a controlled clock
+        calls it before "taking time", so the speaker's marks land before the clock moves on)."""
+        with self._cond:
+            self._cond.wait_for(lambda: all(
+                q.turn.cancelled or not (q.in_flight or any(k == "piece" for k, _ in q.inbox)) for q in self._order))
+        self._audio_q.join()
+
     # -- internals -----------------------------------------------------------------------
 
     def _queue(self, turn: Turn) -> _Queue:
@@ -306,6 +315,7 @@ class Speaker:
             finally:
                 with self._cond:
                     q.in_flight -= 1
+                    self._cond.notify_all()
 
     def _synth_one(self, q: _Queue, chunk: str) -> None:
         index = q.chunks

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -51,6 +51,9 @@ class FakeLlm:
         self.aborted = threading.Event()
         self.loaded = False
         self.seen: list[list[dict[str, str]]] = []
+        self.before: Callable[[], None] | None = None
+        """Called before each delta takes its clock time (Speaker.wait_synthesised: the speaker's
+        marks land at the clock time they would have in real life, whatever the OS schedules)."""
 
     def load(self) -> None:
         self.loaded = True
@@ -63,6 +66,8 @@ class FakeLlm:
                 assert self.gate[1].wait(WAIT), "gate never opened"
             if self.aborted.is_set():
                 return
+            if self.before is not None:
+                self.before()
             self.clock.sleep(self.token_s)
             yield d
 
@@ -240,45 +245,23 @@ def test_registry_names_and_auto(tmp_path: Path) -> None:
 
 
 def test_player_about_to_run_dry_cuts_pending_text_at_a_comma(tmp_path: Path) -> None:
-    import time
-
     deltas = ["从前有一座山。", "山里", "有座庙，", "庙里", "有个", "老和尚", "在讲", "故事。"]
     _clock, llm, tl, tts, speaker, answerer, _ = make(tmp_path, deltas, token_s=0.4)
-    said = [0]
-    real_say = speaker.say
-
-    def say(turn: Turn, piece: str) -> None:
-        said[0] += 1
-        real_say(turn, piece)
-
-    speaker.say = say  # type: ignore[method-assign]
-
-    def settle() -> None:  # let the speaker threads catch up before fake time moves on
-        deadline = time.monotonic() + WAIT
-        while time.monotonic() < deadline:
-            ev = tl.events
-            n_chunk = sum(e.name is Ev.CHUNK for e in ev)
-            if n_chunk >= said[0] and sum(e.name is Ev.PLAY_CHUNK for e in ev) == n_chunk:
-                return
-            time.sleep(0.001)
-
-    real_stream = llm.stream
-
-    def stream(messages):  # type: ignore[no-untyped-def]
-        for d in real_stream(messages):
-            settle()
-            yield d
-
-    llm.stream = stream  # type: ignore[method-assign]
+    # every piece said so far is synthesised and with the player before the LLM's next 0.4 s pass:
+    # the speaker's threads never race the fake clock
+    llm.before = speaker.wait_synthesised
     ask(answerer, "讲个故事", tl)
     speaker.close()
-    # 0.4 s per delta, 0.2 s of speech per character: the first sentence (1.4 s of audio) runs
-    # out at 1.8 s while "庙里有个老和尚在讲故事。" completes only at 3.2 s. At 1.6 s the
-    # player is about to run dry, so "山里有座庙，" is spoken on its own, early.
-    assert [e.get("text") for e in names(tl, "chunk")] == ["从前有一座山。", "山里有座庙，", "庙里有个老和尚在讲故事。"]
+    # 0.4 s per delta, 0.2 s of speech per character. The chunker hands "从前有一座山。" over with
+    # the next delta (0.8 s): 1.4 s of audio, dry at 2.2 s. "庙里有个老和尚在讲故事。" completes only
+    # at 3.2 s. At 2.0 s the player is about to run dry (0.2 s left), so "山里有座庙，" is spoken on
+    # its own, early: it plays 2.2..3.4 s, and the rest arrives at 3.2 s, before it ends.
+    chunks = names(tl, "chunk")
+    assert [e.get("text") for e in chunks] == ["从前有一座山。", "山里有座庙，", "庙里有个老和尚在讲故事。"]
+    assert [e.t_ms for e in chunks] == [800.0, 2000.0, 3200.0]
     assert "".join(tts.calls) == "".join(deltas)
-    # the cut piece plays 1.6..3.0 s, the rest arrives at 3.2 s: a 200 ms gap instead of 1400 ms
-    assert tl.summary()["max_gap_ms"] == pytest.approx(200.0, abs=1.0)
+    # no gap at all, where waiting for the sentence would leave 1000 ms of silence (2.2..3.2 s)
+    assert tl.summary()["max_gap_ms"] == 0.0
 
 
 def test_stalled_answer_fails_the_turn_by_the_gap_deadline(tmp_path: Path) -> None:

@@ -400,9 +400,15 @@ class EchoLlm(ScriptedLlm):
             self.log.append(("playing", question))
             while not self.aborted.wait(0.05):
                 yield "还有很多要说的内容，"
-            self.log.append(("llm-abort", ""))
             return
         yield "这是第二句。"
+
+    def abort(self) -> None:
+        # logged here, where the cancel arrives (synchronously, before the daemon can exit): the
+        # generator itself may be closed at its yield and never see the flag
+        if self.hold and not self.aborted.is_set():
+            self.log.append(("llm-abort", ""))
+        super().abort()
 
 
 def subprocess_plan(cfg: Config) -> Plan:

@@ -58,11 +58,13 @@ class DaemonProc:
         env.pop("RKVOICE_CONFIG", None)
         if hold:
             env["RKVOICE_TEST_HOLD"] = "1"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rkvoice.daemon", "--config", str(self.config),
-             "--stages", "test_daemon_fakes:subprocess_plan"],
-            cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True,
-        )
+        self.err_path = tmp / f"{name}-stderr.log"  # a file, so a test can wait for a line in it
+        with self.err_path.open("wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "rkvoice.daemon", "--config", str(self.config),
+                 "--stages", "test_daemon_fakes:subprocess_plan"],
+                cwd=ROOT, env=env, stderr=err,
+            )
         self.n = 0
         self.inbox: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._drain, daemon=True).start()
@@ -113,17 +115,25 @@ class DaemonProc:
             time.sleep(0.02)
         raise AssertionError(f"no event {kind} {value}; events: {self.read_events()}")
 
+    def err(self) -> str:
+        """What the daemon has written to stderr so far."""
+        return self.err_path.read_text(encoding="utf-8", errors="replace")
+
     def stderr_now(self) -> str:
-        if self.proc.poll() is None:
-            return "(still running)"
-        return self.proc.stderr.read() if self.proc.stderr else ""
+        return self.err() + ("" if self.proc.poll() is not None else "\n(still running)")
+
+    def wait_err(self, line: str, timeout: float = 20.0) -> None:
+        """Wait until stderr holds ``line`` (the daemon's log says a state was reached)."""
+        deadline = time.monotonic() + timeout
+        while line not in self.err():
+            if time.monotonic() > deadline or self.proc.poll() is not None and line not in self.err():
+                raise AssertionError(f"no {line!r} in stderr within {timeout} s: {self.stderr_now()}")
+            time.sleep(0.02)
 
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(5)
-        if self.proc.stderr:
-            self.proc.stderr.close()
         self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
 
@@ -149,15 +159,14 @@ def test_ready_then_watchdog_then_stopping_on_sigterm_exit_0_within_2s(daemon) -
     d.recv("WATCHDOG=1")
     d.say("讲个笑话")
     d.wait_event("spoke", "这是第二句。")
-    time.sleep(0.5)  # its 60 ms of audio plays out on the null player, then the turn is logged
+    # its 60 ms of audio plays out on the null player, then the turn is logged
+    d.wait_err("turn 1: heard '讲个笑话' route=llm answer_chars=15")
     t0 = time.monotonic()
     d.proc.send_signal(signal.SIGTERM)
     d.recv("STOPPING=1")
     code = d.proc.wait(5)
     assert code == 0
     assert time.monotonic() - t0 < 2.0
-    err = d.proc.stderr.read()
-    assert "turn 1: heard '讲个笑话' route=llm answer_chars=15" in err
 
 
 def test_sigterm_while_speaking_cancels_speech_and_exits_0(daemon) -> None:
@@ -177,7 +186,7 @@ def test_second_instance_fails_clearly_and_first_keeps_running(daemon, tmp_path:
     first.recv("READY=1")
     second = daemon()
     assert second.proc.wait(20) == 1
-    err = second.proc.stderr.read()
+    err = second.err()
     assert "another rkvoice daemon is already running" in err and str(first.proc.pid) in err
     assert first.proc.poll() is None
     first.say("还在吗")
@@ -199,12 +208,12 @@ def test_sighup_reloads_only_the_engines_whose_config_changed(daemon, tmp_path: 
     # a broken config is refused and the running one kept
     d.config.write_text(d.config.read_text(encoding="utf-8") + "bogus: 1\n", encoding="utf-8")
     d.proc.send_signal(signal.SIGHUP)
+    d.wait_err("config not reloaded, keeping the running one: config: unknown config key 'bogus'")
     d.say("还好吗")
     d.wait_event("spoke", "你说的是还好吗。")
     d.proc.send_signal(signal.SIGTERM)
     assert d.proc.wait(5) == 0
-    err = d.proc.stderr.read()
-    assert "config not reloaded, keeping the running one: config: unknown config key 'bogus'" in err
+    err = d.err()
     assert "reloaded engines: speak" in err
 
 
@@ -219,7 +228,7 @@ def test_no_microphone_still_ready_and_recovers(daemon) -> None:
     d.recv("WATCHDOG=1")
     d.proc.send_signal(signal.SIGTERM)
     assert d.proc.wait(5) == 0
-    err = d.proc.stderr.read()
+    err = d.err()
     assert "no microphone 'default' (test); retrying in" in err
     assert "microphone is back" in err
 
