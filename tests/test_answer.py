@@ -49,6 +49,7 @@ class FakeLlm:
         self.token_s = token_s
         self.gate = gate
         self.aborted = threading.Event()
+        self.at_gate = threading.Event()
         self.loaded = False
         self.seen: list[list[dict[str, str]]] = []
         self.before: Callable[[], None] | None = None
@@ -63,6 +64,7 @@ class FakeLlm:
         self.aborted.clear()
         for i, d in enumerate(self.deltas):
             if self.gate is not None and self.gate[0] == i:
+                self.at_gate.set()
                 assert self.gate[1].wait(WAIT), "gate never opened"
             if self.aborted.is_set():
                 return
@@ -278,18 +280,20 @@ def test_stalled_answer_fails_the_turn_by_the_gap_deadline(tmp_path: Path) -> No
 
     t = threading.Thread(target=run)
     t.start()
+    assert llm.at_gate.wait(WAIT)  # the model stalls after its third delta
     waited = 0.0
-    while t.is_alive() and waited < 60:  # the deadline waits on the turn's (fake) clock
+    # the deadline waits on the turn's (fake) clock: move it only while the answerer waits on it
+    while waited < 60 and clock.blocked(unless=lambda: not t.is_alive()):
         clock.advance(0.5)
         waited += 0.5
-        t.join(0.01)
+    t.join(WAIT)
     stalled.set()
     speaker.close()
     gap = answerer.cfg.daemon.answer_gap_timeout_s
     assert errors and getattr(errors[0], "code", "") == "timeout" and "next words" in str(errors[0])
     assert turn.reason == "timeout" and turn.exception is errors[0]
     assert llm.aborted.is_set()  # the turn's cancel reached the LLM
-    assert gap <= waited <= gap + 2
+    assert waited == gap  # to the step: the turn failed as soon as the gap deadline passed
     assert names(tl, "answer_first_text") and names(tl, "answer")
 
 
