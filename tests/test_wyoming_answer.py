@@ -16,7 +16,7 @@ pytest.importorskip("wyoming", reason="wyoming is not installed (requirements/po
 from wyoming.asr import Transcript  # noqa: E402
 from wyoming.client import AsyncTcpClient  # noqa: E402
 from wyoming.event import Event  # noqa: E402
-from wyoming.handle import HandledChunk, NotHandled  # noqa: E402
+from wyoming.handle import Handled, HandledChunk, NotHandled  # noqa: E402
 
 from rkvoice.config import WyomingConfig, load_config  # noqa: E402
 from rkvoice.turn import Turn  # noqa: E402
@@ -89,7 +89,7 @@ async def ask(port: int, on_event: Any = None) -> list[Event]:
             events.append(event)
             if on_event is not None:
                 await on_event(event)
-            if event.type in ("handled", "handled-stop", "not-handled"):
+            if event.type in ("handled", "not-handled"):  # what a client that does not stream waits for
                 return events
 
 
@@ -103,8 +103,9 @@ def test_an_llm_answer_streams_chunk_by_chunk(served):
             llm.go.release()  # the next piece is generated only after this one reached the client
 
     events = asyncio.run(ask(port, release_next))
-    assert seen == ["handled-start", "handled-chunk", "handled-chunk", "handled-chunk", "handled-stop"]
+    assert seen == ["handled-start", "handled-chunk", "handled-chunk", "handled-chunk", "handled-stop", "handled"]
     assert "".join(HandledChunk.from_event(e).text for e in events if e.type == "handled-chunk") == "".join(PIECES)
+    assert Handled.from_event(events[-1]).text == "".join(PIECES)  # the whole answer, for clients that do not stream
 
 
 def test_the_local_turn_takes_the_model_from_a_wyoming_answer(served):
@@ -122,6 +123,6 @@ def test_the_local_turn_takes_the_model_from_a_wyoming_answer(served):
     thread.start()
     events = asyncio.run(ask(port))
     thread.join(20)
-    assert events[-1].type == "not-handled"
+    assert events[-1].type == "not-handled" and "handled" not in [e.type for e in events]
     assert "local assistant" in (NotHandled.from_event(events[-1]).text or "")
     assert local_text == ["".join(PIECES)]

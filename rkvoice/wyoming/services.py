@@ -120,8 +120,9 @@ class WakeStream:
 
 
 async def answer(engines: Engines, text: str, send: Send, max_chars: int) -> None:
-    """transcript -> handled (a tool's answer) or handled-start/-chunk/-stop (the LLM's, as it comes);
-    not-handled with the reason when there is no answer."""
+    """transcript -> handled (a tool's answer), or handled-start/-chunk/-stop as the LLM's answer comes
+    and then handled with the whole text (the protocol's plain event, which clients that do not
+    stream, Home Assistant among them, wait for); not-handled with the reason when there is no answer."""
     text = text.strip()
     if not text:
         await send(NotHandled(text="the transcript is empty: nothing to answer").event())
@@ -189,15 +190,17 @@ async def _relay(queue: asyncio.Queue[tuple[str, Any]], send: Send, preempted: t
                 await send(HandledChunk(text=value).event())
         elif kind == "error":
             reason = value.message if isinstance(value, RkvoiceError) else f"the answer failed: {value}"
+            if streaming:
+                await send(HandledStop().event())
             await send(NotHandled(text=reason).event())
             return
         elif kind == "end":
             reason = "the local assistant needed the model" if preempted.is_set() else value
+            if streaming:
+                await send(HandledStop().event())
             if reason:
                 await send(NotHandled(text=f"the answer stopped early: {reason}").event())
-            elif streaming:
-                await send(HandledStop().event())
-            elif parts:
+            elif "".join(parts).strip():
                 await send(Handled(text="".join(parts)).event())
             else:
                 await send(NotHandled(text=f"no answer for {text!r}").event())
