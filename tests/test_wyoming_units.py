@@ -75,13 +75,34 @@ def test_audio_stream_resamples_counts_and_refuses_past_the_limit():
         stream.convert(b"\0\0" * 10)
 
 
-def test_bad_format_and_torn_frames_are_refused():
+def test_bad_format_is_refused():
     with pytest.raises(RkvoiceError, match="rate=1000"):
         AudioIn(1000, 2, 1, 10)
     with pytest.raises(RkvoiceError, match="width=5"):
         AudioIn(16000, 5, 1, 10)
     with pytest.raises(RkvoiceError, match="whole number"):
-        AudioIn(16000, 2, 2, 10).convert(b"\0" * 6)
+        pcm_to_float(b"\0" * 6, 2, 2)
+
+
+@pytest.mark.parametrize("width,channels", [(2, 1), (2, 2), (3, 1), (4, 2), (1, 3)])
+def test_chunks_of_any_byte_length_carry_partial_frames(width, channels):
+    rng = np.random.default_rng(width * 10 + channels)
+    frames = 1000
+    data = rng.integers(0, 256, frames * width * channels, dtype=np.uint8).tobytes()
+    whole = pcm_to_float(data, width, channels)
+    stream = AudioIn(16000, width, channels, max_s=10)
+    cuts = sorted({0, len(data), *rng.integers(1, len(data), 40).tolist(), 1, 2, 3})  # odd and one-byte chunks too
+    got = np.concatenate([stream.convert(data[a:b]) for a, b in zip(cuts, cuts[1:], strict=False)])
+    got = np.concatenate([got, stream.finish()])
+    assert np.array_equal(got, whole)  # the same samples as the stream in one piece
+    assert stream.seconds == pytest.approx(frames / 16000)
+
+
+def test_only_a_stream_that_ends_inside_a_frame_is_refused():
+    stream = AudioIn(16000, 2, 2, max_s=10)
+    assert len(stream.convert(b"\0" * 6)) == 1  # one frame now, half a frame carried
+    with pytest.raises(RkvoiceError, match="ended inside a frame"):
+        stream.finish()
 
 
 def test_a_waiting_local_caller_goes_before_waiting_remote_callers_which_queue_in_order():

@@ -3,7 +3,9 @@
 Incoming audio is checked against the stream's declared format (``audio-start``, or the first
 chunk's own fields), converted chunk by chunk (integer widths 1-4 bytes, any channel count, any
 rate 8-192 kHz; channels averaged, resampled with soxr's streaming resampler) and counted, so a
-stream longer than the allowed seconds is refused while it arrives rather than after.
+stream longer than the allowed seconds is refused while it arrives rather than after. Chunks may
+have any byte length (Home Assistant's REST STT endpoint cuts its body anywhere): a partial frame
+is carried into the next chunk, and only a stream that ends on one is refused.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ class AudioIn:
         self.rate, self.width, self.channels = check_format(rate, width, channels)
         self.max_s = max_s
         self.seconds = 0.0
+        self._carry = b""
+        """The bytes of a partial frame at the end of the last chunk, completed by the next one."""
         self._resampler = None
         if self.rate != TARGET_RATE:
             import soxr
@@ -77,7 +81,11 @@ class AudioIn:
         return (rate, width, channels) == (self.rate, self.width, self.channels)
 
     def convert(self, data: bytes, last: bool = False) -> np.ndarray:
-        """One chunk's PCM -> 16 kHz mono float32; RkvoiceError once the stream passes ``max_s``."""
+        """One chunk's PCM -> 16 kHz mono float32; RkvoiceError once the stream passes ``max_s``.
+        A partial frame at the chunk's end waits for the next chunk."""
+        data = self._carry + data
+        whole = len(data) - len(data) % (self.width * self.channels)
+        data, self._carry = data[:whole], data[whole:]
         x = pcm_to_float(data, self.width, self.channels)
         self.seconds += len(x) / self.rate
         if self.seconds > self.max_s:
@@ -90,7 +98,15 @@ class AudioIn:
         return np.asarray(self._resampler.resample_chunk(x, last=last), dtype=np.float32)
 
     def finish(self) -> np.ndarray:
-        """What the resampler still holds at the end of the stream."""
+        """What the resampler still holds at the end of the stream; RkvoiceError when the stream
+        ended inside a frame."""
+        if self._carry:
+            frame = self.width * self.channels
+            raise RkvoiceError(
+                "wyoming", "bad-audio-chunk",
+                f"the audio stream ended inside a frame ({len(self._carry)} of {frame} bytes of a {self.width}-byte "
+                f"x {self.channels}-channel frame); send whole frames",
+            )
         if self._resampler is None:
             return np.zeros(0, np.float32)
         return np.asarray(self._resampler.resample_chunk(np.zeros(0, np.float32), last=True), dtype=np.float32)

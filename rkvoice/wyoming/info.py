@@ -3,6 +3,7 @@
 One program per service: asr (the configured ASR engine, Chinese), tts (every installed voice with
 its languages and, for a loaded multi-speaker voice, its speakers), wake (the configured wake phrase)
 and handle (local tools first, else the LLM; answers stream as the LLM produces them).
+Languages are announced with their region and script variants (languages.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from wyoming.info import (
 from rkvoice import __version__
 from rkvoice.config import Config
 
+from .languages import announced
 from .tts import Voices, speaker_count
 
 ATTRIBUTION = Attribution(name="rkvoice", url="")
@@ -33,9 +35,8 @@ ASR_LANGUAGES = {"whisper": ["zh"], "paraformer": ["zh"]}
 """Languages each ASR engine transcribes (both are run in Chinese mode)."""
 WAKE_LANGUAGES = ["zh"]
 HANDLE_LANGUAGES = ["zh"]
-
-
 def asr_languages(engine: Any) -> list[str]:
+    """The primary languages the ASR engine transcribes."""
     return list(ASR_LANGUAGES.get(str(getattr(engine, "name", "")), ["zh"]))
 
 
@@ -57,7 +58,7 @@ def build_info(cfg: Config, asr: Any, voices: Voices, llm_name: str) -> Info:
         tts_voices.append(TtsVoice(
             name=spec.name, description=f"{spec.engine} voice" + (" (default)" if spec.name == voices.default else ""),
             attribution=ATTRIBUTION, installed=True, version=__version__,
-            languages=list(spec.languages), speakers=speakers,
+            languages=announced(spec.languages), speakers=speakers,
         ))
     wake = wake_model_name(cfg)
     return Info(
@@ -65,7 +66,7 @@ def build_info(cfg: Config, asr: Any, voices: Voices, llm_name: str) -> Info:
             name="rkvoice-asr", description=f"rkvoice speech recognition ({asr_name})", attribution=ATTRIBUTION,
             installed=True, version=__version__, supports_transcript_streaming=False,
             models=[AsrModel(name=asr_name, description=asr_name, attribution=ATTRIBUTION, installed=True,
-                             version=__version__, languages=asr_languages(asr))],
+                             version=__version__, languages=announced(asr_languages(asr)))],
         )],
         tts=[TtsProgram(
             name="rkvoice-tts", description="rkvoice speech synthesis", attribution=ATTRIBUTION, installed=True,
@@ -75,7 +76,7 @@ def build_info(cfg: Config, asr: Any, voices: Voices, llm_name: str) -> Info:
             name="rkvoice-wake", description=f"rkvoice wake word ({cfg.hear.wake})", attribution=ATTRIBUTION,
             installed=True, version=__version__,
             models=[WakeModel(name=wake, description=cfg.hear.wake_phrase, attribution=ATTRIBUTION,
-                              installed=True, version=__version__, languages=WAKE_LANGUAGES,
+                              installed=True, version=__version__, languages=announced(WAKE_LANGUAGES),
                               phrase=cfg.hear.wake_phrase)],
         )],
         handle=[HandleProgram(
@@ -83,6 +84,6 @@ def build_info(cfg: Config, asr: Any, voices: Voices, llm_name: str) -> Info:
             attribution=ATTRIBUTION, installed=True, version=__version__, supports_handled_streaming=True,
             models=[HandleModel(name=f"tools+{llm_name}", description="local tools, then the LLM",
                                 attribution=ATTRIBUTION, installed=True, version=__version__,
-                                languages=HANDLE_LANGUAGES)],
+                                languages=announced(HANDLE_LANGUAGES))],
         )],
     )

@@ -29,10 +29,13 @@ from rkvoice.text.stream_chunker import StreamChunker
 from rkvoice.tts.registry import TTS, engine_languages, text_language
 
 from .gate import Engines
+from .languages import primary
 
 log = logging.getLogger(__name__)
 
 CHUNK_S = 0.1  # audio per audio-chunk event
+QUIET_S = 0.3
+"""A streamed text quiet this long has its complete clauses spoken without waiting for more."""
 Send = Callable[[Event], Awaitable[None]]
 
 
@@ -95,7 +98,7 @@ class Voices:
                     f"unknown voice {name!r}; installed voices: {', '.join(sorted(self.specs))}",
                 )
             return name
-        lang = (language or text_language(text) if (language or text) else "zh").split("-")[0].split("_")[0]
+        lang = primary(language or text_language(text) if (language or text) else "zh")
         default_spec = self.specs.get(self.default)
         if default_spec is None or lang in default_spec.languages:
             return self.default
