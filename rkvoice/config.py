@@ -291,6 +291,8 @@ class WyomingConfig(Section):
     """Connections served at once; more are answered with an error and closed."""
     max_wake_streams: int = num(4, 1, 64)
     """Detect streams served at once (each has its own wake engine); more wait for one to end."""
+    time_zone: str = ""
+    """IANA time zone the served answers' clock uses (e.g. Asia/Shanghai); empty = the system's."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -298,6 +300,10 @@ class WyomingConfig(Section):
             from rkvoice.wyoming.uri import parse_uri
 
             parse_uri(self.uri)
+        if self.time_zone:
+            from rkvoice.wyoming.config import zone
+
+            zone(self.time_zone)
 
 
 @dataclass(frozen=True)

@@ -4,14 +4,24 @@ Events are framed and parsed by the ``wyoming`` package; the reader it reads fro
 or payload section above ``max_event_bytes`` before reading it. A malformed event (bad JSON, a
 header that is not an event, a line over the stream limit), an oversized section, audio beyond
 ``max_audio_s`` or ``idle_timeout_s`` without an event gets an ``error`` event and the connection is
-closed; a request the server cannot serve (an unknown event, an unknown voice, a bad audio format)
-gets an ``error`` event and the connection stays open. Nothing here touches another connection.
+closed; a request the server cannot serve (an unknown event, an unknown voice, a bad audio format,
+a field of the wrong JSON type) gets an ``error`` event and the connection stays open. Nothing here
+touches another connection.
+
+Events are read by a task of their own into a short queue and handled one at a time from it, so a
+client that leaves is noticed while its request is still being worked on: the request is cancelled
+(a transcription or synthesis still queued for its engine never runs, an LLM answer stops). The idle
+limit counts while the server waits for the client's next event, in every state (also inside a
+streamed synthesis). A connection over ``max_clients`` is still answered if its first event is
+``describe`` (Home Assistant gives ``describe`` one second), then closed; anything else is ``busy``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from typing import Any
 
 from wyoming.asr import Transcribe, Transcript
@@ -24,16 +34,26 @@ from wyoming.server import AsyncEventHandler
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped
 from wyoming.wake import Detect
 
+from rkvoice.answer.respond import _cut_early
 from rkvoice.config import WyomingConfig
 from rkvoice.errors import RkvoiceError
 
 from .audio import AudioIn
+from .fields import check_fields
 from .gate import Engines
+from .languages import primary
 from .services import AsrRequest, WakeStream, answer
-from .tts import SpeechOut, Voices, chunker, cut
+from .tts import QUIET_S, SpeechOut, Voices, chunker, cut
 
 log = logging.getLogger(__name__)
 
+OpenVoice = Callable[[str], Awaitable[tuple[SpeechOut, Any]]]
+"""Opens the stream's voice for its first text: (its SpeechOut, its engine)."""
+
+INBOX_EVENTS = 64
+"""Events read ahead of the one being handled (back-pressure on a client that sends faster)."""
+OVER_LIMIT_WAIT_S = 2.0
+"""How long a connection over max_clients may take to send its describe."""
 SERVED = ("describe, transcribe, audio-start/-chunk/-stop, synthesize, synthesize-start/-chunk/-stop, "
           "detect, transcript, select-program, ping")
 
@@ -84,28 +104,54 @@ class Context:
 
 
 class _SpeechStream:
-    """A streamed synthesis: text cut by the StreamChunker, pieces synthesised by a task in order."""
+    """A streamed synthesis on a task of its own: text arrives by ``feed``, is cut by the StreamChunker
+    and synthesised piece by piece, in order.
 
-    def __init__(self, ctx: Context, out: SpeechOut, engine: Any) -> None:
-        self.out = out
-        self.chunker = chunker(ctx.cfg, engine)
+    With no voice named, the voice is chosen from the first text that arrives (``synthesize-start``
+    carries none). A piece that waits for more text (a clause with no sentence end yet) is spoken once
+    the text has been quiet for ``quiet_s``: the local answerer's rule for a starving speaker
+    (``_cut_early``), since the client may be waiting for it.
+    """
+
+    def __init__(self, ctx: Context, open_voice: OpenVoice, quiet_s: float) -> None:
+        self.ctx = ctx
+        self.open_voice = open_voice
+        self.quiet_s = quiet_s
         self.chars = 0
-        self.pieces: asyncio.Queue[str | None] = asyncio.Queue()
+        self.texts: asyncio.Queue[str | None] = asyncio.Queue()
         self.task = asyncio.create_task(self._run(), name="wyoming synthesis")
 
     async def _run(self) -> None:
-        while (piece := await self.pieces.get()) is not None:
-            await self.out.piece(piece)
-        await self.out.finish()
+        first = ""
+        item: str | None = ""
+        while item is not None and not first.strip():  # the voice follows the first text
+            item = await self.texts.get()
+            first += item or ""
+        out, engine = await self.open_voice(first)
+        cutter = chunker(self.ctx.cfg, engine)
+        ready = cutter.feed(first) if item is not None else []
+        ended, armed = item is None, True
+        while True:
+            for piece in ready:
+                await out.piece(piece)
+            if ended:
+                break
+            wait = self.quiet_s if armed and cutter.pending.strip() else None
+            try:
+                item = await asyncio.wait_for(self.texts.get(), wait)
+            except TimeoutError:  # the text has gone quiet: what is complete of it goes now
+                ready, armed = _cut_early(cutter), False
+                continue
+            armed = True
+            ended = item is None
+            ready = cutter.flush() if item is None else cutter.feed(item)
+        await out.finish()
 
     def feed(self, text: str) -> None:
-        for piece in self.chunker.feed(text):
-            self.pieces.put_nowait(piece)
+        self.texts.put_nowait(text)
 
     async def stop(self) -> None:
-        for piece in self.chunker.flush():
-            self.pieces.put_nowait(piece)
-        self.pieces.put_nowait(None)
+        self.texts.put_nowait(None)
         await self.task
 
 
@@ -115,23 +161,29 @@ class WyomingHandler(AsyncEventHandler):
         self.ctx = ctx
         self.limits = ctx.wcfg
         self._reader = LimitedReader(reader, ctx.wcfg.max_event_bytes)
+        self._inbox: asyncio.Queue[Event | BaseException | None] = asyncio.Queue(INBOX_EVENTS)
+        self._gone = asyncio.Event()
+        """Set when the client has left (end of stream or a broken connection)."""
         self._listener: AsrRequest | WakeStream | None = None
         self._wake: WakeStream | None = None
         self._audio: AudioIn | None = None
         self._discard_audio = False
+        self._refused = False
+        """The last transcribe or detect was refused: its audio stream is dropped up to audio-stop."""
         self._speech: _SpeechStream | None = None
         self.peer = str(writer.get_extra_info("peername") or "unix socket")
 
     async def run(self) -> None:
         """Read and handle events until the peer leaves, breaks a limit or stays idle too long."""
         self.ctx.clients += 1
+        reading = asyncio.create_task(self._read_events(), name="wyoming reader")
         try:
             if self.ctx.clients > self.limits.max_clients:
-                raise Refused("busy", f"the server already serves {self.limits.max_clients} connections "
-                                      "(wyoming.max_clients); try again later")
+                await self._over_limit()
+                return
             while True:
                 event = await self._next_event()
-                if event is None or not await self.handle_event(event):
+                if event is None or not await self._handle_unless_gone(event):
                     break
         except Refused as exc:
             log.warning("wyoming %s: %s", self.peer, exc.message)
@@ -143,29 +195,77 @@ class WyomingHandler(AsyncEventHandler):
             await self._try_send(Error(text=f"the server failed on this request: {exc}", code="internal").event())
         finally:
             self.ctx.clients -= 1
+            reading.cancel()
             await self.disconnect()
             self.writer.close()
 
-    async def _next_event(self) -> Event | None:
-        read = asyncio.ensure_future(async_read_event(self._reader))  # type: ignore[arg-type]
+    async def _read_events(self) -> None:
+        """Events into the inbox until the end of the stream (None), a broken connection or a broken
+        limit (the exception, raised when the handler reaches it)."""
         try:
             while True:
-                done, _ = await asyncio.wait({read}, timeout=self.limits.idle_timeout_s)
-                if done:
-                    break
-                if self._speech is None:  # a streamed synthesis in progress is not idle
-                    raise Refused("idle", f"no event for {self.limits.idle_timeout_s:g} s "
-                                          "(wyoming.idle_timeout_s); closing the connection")
-            try:
-                event = read.result()
-            except (AttributeError, KeyError, TypeError) as exc:
-                raise Refused("malformed", f"malformed event header ({type(exc).__name__}: {exc})") from exc
-        finally:
-            if not read.done():
-                read.cancel()
+                event = await self._read_one()
+                await self._inbox.put(event)
+                if event is None:
+                    self._gone.set()
+                    return
+        except Refused as exc:
+            await self._inbox.put(exc)
+        except (ConnectionError, asyncio.IncompleteReadError) as exc:
+            self._gone.set()
+            await self._inbox.put(exc)
+
+    async def _read_one(self) -> Event | None:
+        try:
+            event = await async_read_event(self._reader)  # type: ignore[arg-type]
+        except (AttributeError, KeyError, TypeError, RecursionError) as exc:
+            raise Refused("malformed", f"malformed event header ({type(exc).__name__})") from exc
         if event is None and not self._reader.eof:
             raise Refused("malformed", "malformed event: not one line of JSON with a type, or a line over 64 KiB")
         return event
+
+    async def _next_event(self) -> Event | None:
+        """The next event from the inbox; ``Refused("idle")`` when none comes within the idle limit."""
+        try:
+            item = await asyncio.wait_for(self._inbox.get(), self.limits.idle_timeout_s)
+        except TimeoutError:
+            what = " inside a streamed synthesis" if self._speech is not None else ""
+            raise Refused("idle", f"no event for {self.limits.idle_timeout_s:g} s{what} "
+                                  "(wyoming.idle_timeout_s); closing the connection") from None
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    async def _handle_unless_gone(self, event: Event) -> bool:
+        """Handle ``event``; if the client leaves meanwhile, cancel the work and return False."""
+        work = asyncio.ensure_future(self.handle_event(event))
+        gone = asyncio.ensure_future(self._gone.wait())
+        try:
+            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if work.done():
+            return work.result()
+        work.cancel()  # also cancels what it has queued for an engine (asyncio.wrap_future)
+        with suppress(asyncio.CancelledError, ConnectionError, RuntimeError):
+            await work
+        log.info("wyoming %s left; its %s request is cancelled", self.peer, event.type)
+        return False
+
+    async def _over_limit(self) -> None:
+        """A connection past max_clients: a describe is answered (clients check the server with it),
+        anything else, or nothing within OVER_LIMIT_WAIT_S, is ``busy``; then it is closed."""
+        busy = Refused("busy", f"the server already serves {self.limits.max_clients} connections "
+                               "(wyoming.max_clients); try again later")
+        if self.ctx.clients > 2 * self.limits.max_clients:
+            raise busy
+        try:
+            item = await asyncio.wait_for(self._inbox.get(), min(OVER_LIMIT_WAIT_S, self.limits.idle_timeout_s))
+        except TimeoutError:
+            raise busy from None
+        if not isinstance(item, Event) or not Describe.is_type(item.type):
+            raise busy
+        await self.write_event(self.ctx.info.event())
 
     async def _try_send(self, event: Event) -> None:
         try:
@@ -186,12 +286,13 @@ class WyomingHandler(AsyncEventHandler):
 
     async def handle_event(self, event: Event) -> bool:
         try:
+            check_fields(str(event.type), event.data)
             await self._dispatch(event)
         except RkvoiceError as exc:
             log.info("wyoming %s: %s", self.peer, exc)
             await self.write_event(Error(text=exc.message, code=exc.code).event())
             return exc.code != "audio-too-long"
-        except (KeyError, TypeError, ValueError) as exc:
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
             message = f"event {event.type!r} has missing or bad fields ({type(exc).__name__}: {exc})"
             await self.write_event(Error(text=message, code="bad-event").event())
         return True
@@ -201,6 +302,8 @@ class WyomingHandler(AsyncEventHandler):
         if AudioChunk.is_type(kind):
             await self._audio_chunk(AudioChunk.from_event(event))
         elif AudioStart.is_type(kind):
+            if self._refused:
+                return
             self._start_audio(AudioStart.from_event(event))
             if isinstance(self._listener, WakeStream):
                 await self._listener.begin(self._audio)  # type: ignore[arg-type]
@@ -208,10 +311,13 @@ class WyomingHandler(AsyncEventHandler):
             await self._audio_stop()
         elif Describe.is_type(kind):
             await self.write_event(self.ctx.info.event())
-        elif Transcribe.is_type(kind):
-            self._listener = AsrRequest(self.ctx.engines, self._asr_language(Transcribe.from_event(event)))
-        elif Detect.is_type(kind):
-            self._listener = self._wake_stream(Detect.from_event(event))
+        elif Transcribe.is_type(kind) or Detect.is_type(kind):
+            self._listener, self._refused = None, True  # a refused request's audio is not transcribed
+            if Transcribe.is_type(kind):
+                self._listener = AsrRequest(self.ctx.engines, self._asr_language(Transcribe.from_event(event)))
+            else:
+                self._listener = self._wake_stream(Detect.from_event(event))
+            self._refused = False
         elif Transcript.is_type(kind):
             await answer(self.ctx.engines, Transcript.from_event(event).text, self.write_event,
                          self.limits.max_text_chars)
@@ -245,7 +351,7 @@ class WyomingHandler(AsyncEventHandler):
             self._listener.begin(audio)
 
     async def _audio_chunk(self, chunk: AudioChunk) -> None:
-        if self._discard_audio:
+        if self._discard_audio or self._refused:
             return
         if self._audio is None:
             self._start_audio(chunk)
@@ -265,8 +371,8 @@ class WyomingHandler(AsyncEventHandler):
             await self._listener.feed(chunk.audio)
 
     async def _audio_stop(self) -> None:
-        listener, audio, discarded = self._listener, self._audio, self._discard_audio
-        self._listener, self._audio, self._discard_audio = None, None, False
+        listener, audio, discarded = self._listener, self._audio, self._discard_audio or self._refused
+        self._listener, self._audio, self._discard_audio, self._refused = None, None, False, False
         if listener is None or discarded:
             return
         if audio is None:
@@ -274,14 +380,18 @@ class WyomingHandler(AsyncEventHandler):
         await listener.end(self.write_event)
 
     def _asr_language(self, request: Transcribe) -> str:
+        """The language the transcript is labelled with: the request's own code (any region or
+        script variant of a served language), else the engine's first."""
         from .info import asr_languages
 
         served = asr_languages(self.ctx.engines.asr)
-        lang = (request.language or served[0]).split("-")[0].split("_")[0]
-        if lang not in served:
+        if not request.language:
+            return served[0]
+        if primary(request.language) not in served:
             raise RkvoiceError("wyoming", "unknown-language",
-                               f"transcription in {request.language!r} is not served; languages: {', '.join(served)}")
-        return lang
+                               f"transcription in {request.language!r} is not served; languages: {', '.join(served)} "
+                               "(with any region or script, e.g. zh-CN)")
+        return request.language
 
     def _wake_stream(self, request: Detect) -> WakeStream:
         if request.names and self.ctx.wake_name not in request.names:
@@ -321,8 +431,18 @@ class WyomingHandler(AsyncEventHandler):
         if self._speech is not None:
             raise RkvoiceError("wyoming", "already-streaming",
                                "synthesize-start during a streamed synthesis; send synthesize-stop first")
-        out, engine = await self._open_voice(request.voice, "")
-        self._speech = _SpeechStream(self.ctx, out, engine)
+        voice = request.voice
+        if voice is not None and (voice.name or voice.language):  # named: checked (and loaded) now
+            opened = await self._open_voice(voice, "")
+
+            async def open_voice(text: str) -> tuple[SpeechOut, Any]:
+                return opened
+        else:  # none named: the first text decides
+
+            async def open_voice(text: str) -> tuple[SpeechOut, Any]:
+                return await self._open_voice(voice, text)
+
+        self._speech = _SpeechStream(self.ctx, open_voice, QUIET_S)
 
     def _speech_chunk(self, text: str) -> None:
         speech = self._speech

@@ -24,7 +24,7 @@ from wyoming.server import AsyncServer, AsyncTcpServer, AsyncUnixServer
 from rkvoice.config import Config, WyomingConfig
 from rkvoice.errors import RkvoiceError
 
-from .config import from_cfg
+from .config import clock, from_cfg
 from .discovery import Announcer
 from .gate import Engines
 from .handler import Context, WyomingHandler
@@ -47,9 +47,10 @@ def wake_factory(cfg: Config) -> Callable[[Any], Any]:
     return build
 
 
-def load_engines(cfg: Config, *, llm: bool = True) -> Engines:
+def load_engines(cfg: Config, *, llm: bool = True, time_zone: str | None = None) -> Engines:
     """The configured profile's ASR, Chinese voice and assistant, loaded (``llm=False``: the LLM
-    loads on the first question a tool does not answer)."""
+    loads on the first question a tool does not answer). The assistant's clock runs in ``time_zone``
+    (default ``wyoming.time_zone``; empty = the system's)."""
     from rkvoice.answer.assistant import Assistant
     from rkvoice.hear.asr import create_asr
     from rkvoice.tts.registry import create_tts
@@ -58,7 +59,7 @@ def load_engines(cfg: Config, *, llm: bool = True) -> Engines:
     asr.load()
     tts = create_tts(cfg, text="你好")
     tts.load()
-    assistant = Assistant(cfg)
+    assistant = Assistant(cfg, now=clock(cfg.wyoming.time_zone if time_zone is None else time_zone))
     assistant.load(llm=llm)
     return Engines(asr=asr, tts=tts, assistant=assistant, wake_factory=wake_factory(cfg))
 
@@ -145,7 +146,7 @@ async def serve_wyoming_async(cfg: Config, uri: str = "", *, zeroconf: bool | No
     wcfg = from_cfg(settings if settings is not None else cfg, uri=uri or None, zeroconf=zeroconf)
     own = engines is None
     if engines is None:
-        engines = await asyncio.to_thread(load_engines, cfg)
+        engines = await asyncio.to_thread(load_engines, cfg, time_zone=wcfg.time_zone)
     try:
         server = WyomingServer(cfg, wcfg, engines)
         await server.start()

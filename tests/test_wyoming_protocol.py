@@ -1,0 +1,619 @@
+"""The Wyoming protocol as Home Assistant speaks it, on a real server over scripted engines (no models):
+the plain ``handled`` after a streamed answer, language variants, audio chunks of any byte length,
+streamed synthesis (quiet text, the voice from the first text), the answers' time zone, and a
+server one client cannot take down (idle limits in every state, ``describe`` past ``max_clients``,
+work of a client that left cancelled, fields of the wrong type)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("wyoming", reason="wyoming is not installed (requirements/portable.txt)")
+
+from wyoming.asr import Transcribe, Transcript  # noqa: E402
+from wyoming.audio import AudioChunk, AudioStart, AudioStop  # noqa: E402
+from wyoming.client import AsyncTcpClient  # noqa: E402
+from wyoming.error import Error  # noqa: E402
+from wyoming.event import Event, async_read_event  # noqa: E402
+from wyoming.handle import Handled, HandledChunk, NotHandled  # noqa: E402
+from wyoming.info import Describe, Info  # noqa: E402
+from wyoming.ping import Ping  # noqa: E402
+from wyoming.tts import (  # noqa: E402
+    Synthesize,
+    SynthesizeChunk,
+    SynthesizeStart,
+    SynthesizeStop,
+    SynthesizeStopped,
+    SynthesizeVoice,
+)
+
+from rkvoice.config import WyomingConfig, load_config  # noqa: E402
+from rkvoice.errors import RkvoiceError  # noqa: E402
+from rkvoice.wyoming.gate import Engines  # noqa: E402
+from rkvoice.wyoming.server import serve_wyoming  # noqa: E402
+from rkvoice.wyoming.tts import VoiceSpec  # noqa: E402
+
+BOUND = 30.0
+"""Upper bound for one exchange: a test that hits it has failed (nothing here waits for wall time)."""
+ANSWER = ["月亮是", "地球唯一的", "天然卫星。"]
+
+
+class FakeAsr:
+    """Transcribes to 你好 and records the sample count of each call; ``hold`` blocks calls while clear."""
+
+    name = "whisper"
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+        self.hold = threading.Event()
+        self.hold.set()
+        self.entered = threading.Event()
+
+    def transcribe(self, samples: np.ndarray) -> str:
+        self.entered.set()
+        assert self.hold.wait(BOUND)
+        self.calls.append(len(samples))
+        return "你好"
+
+
+class FakeVoice:
+    """0.1 s of a quiet tone per character; records the texts it was given."""
+
+    sample_rate = 16000
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.texts: list[str] = []
+
+    def generate(self, text: str, sid: int = 0, speed: float = 1.0) -> tuple[np.ndarray, int]:
+        self.texts.append(text)
+        t = np.arange(1600 * max(1, len(text))) / 16000
+        return (0.1 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 16000
+
+
+class FakeLlm:
+    """Streams ANSWER, each piece after ``go`` is released (``free=True``: at once); ``fail`` raises after
+    the first piece; ``aborted`` is set when the stream is aborted."""
+
+    name = "scripted"
+
+    def __init__(self) -> None:
+        self.go = threading.Semaphore(0)
+        self.free = True
+        self.fail = False
+        self.started = threading.Event()
+        self.aborted = threading.Event()
+
+    def load(self) -> None:
+        pass
+
+    def stream(self, messages: list[dict[str, str]]) -> Iterator[str]:
+        self.started.set()
+        for i, piece in enumerate(ANSWER):
+            while not self.free and not self.go.acquire(timeout=0.05):
+                if self.aborted.is_set():
+                    return
+            if self.fail and i == 1:
+                raise RuntimeError("the model fell over")
+            yield piece
+
+    def abort(self) -> None:
+        self.aborted.set()
+
+
+@pytest.fixture
+def fakes(tmp_path, monkeypatch):
+    """Scripted engines, a real Assistant (tools, then the scripted LLM) and the voices fastspeech2 (zh)
+    and piper-joe (en), whatever is installed."""
+    from rkvoice.answer.assistant import Assistant
+    from rkvoice.state import StateStore
+
+    specs = {"fastspeech2": VoiceSpec("fastspeech2", "fastspeech2", (), ("zh",)),
+             "piper-joe": VoiceSpec("piper-joe", "vits", (("voice", "piper-joe"),), ("en",))}
+    monkeypatch.setattr("rkvoice.wyoming.tts.installed_voices", lambda cfg: dict(specs))
+    llm = FakeLlm()
+    zh, en = FakeVoice("fastspeech2"), FakeVoice("piper-joe")
+    engines = Engines(asr=FakeAsr(), tts=zh, assistant=Assistant(load_config(), llm=llm,
+                                                                 store=StateStore(tmp_path / "state")),
+                      wake_factory=lambda asr: None, voices={"piper-joe": en})
+    return engines, llm, zh, en
+
+
+@contextmanager
+def serving(engines: Engines, settings: WyomingConfig | None = None) -> Iterator[int]:
+    stop, ready, started = threading.Event(), threading.Event(), []
+
+    def on_ready(server: Any) -> None:
+        started.append(server)
+        ready.set()
+
+    thread = threading.Thread(target=serve_wyoming, args=(load_config(), "tcp://127.0.0.1:0"), daemon=True,
+                              kwargs={"engines": engines, "stop": stop, "ready": on_ready,
+                                      "settings": settings or WyomingConfig()})
+    thread.start()
+    assert ready.wait(BOUND), "the server did not start"
+    try:
+        yield started[0].port
+    finally:
+        stop.set()
+        thread.join(BOUND)
+
+
+def run(coro: Any) -> Any:
+    async def bounded() -> Any:
+        return await asyncio.wait_for(coro, BOUND)
+
+    return asyncio.run(bounded())
+
+
+async def read_until(c: AsyncTcpClient, done: Callable[[Event], bool]) -> list[Event]:
+    out: list[Event] = []
+    while True:
+        event = await c.read_event()
+        assert event is not None, f"connection closed after {[e.type for e in out]}"
+        out.append(event)
+        if done(event):
+            return out
+
+
+async def until_closed(reader: asyncio.StreamReader) -> list[Event]:
+    """Every event up to the server closing the connection."""
+    out: list[Event] = []
+    while (event := await async_read_event(reader)) is not None:
+        out.append(event)
+    return out
+
+
+def pcm(seconds: float, rate: int = 16000, channels: int = 1) -> bytes:
+    t = np.arange(int(seconds * rate)) / rate
+    x = (0.2 * np.sin(2 * np.pi * 200 * t) * 32767).astype("<i2")
+    return np.repeat(x, channels).tobytes()
+
+
+# -- answers ---------------------------------------------------------------------------------------
+
+
+def ask(port: int, text: str) -> list[Event]:
+    async def go() -> list[Event]:
+        async with AsyncTcpClient("127.0.0.1", port) as c:
+            await c.write_event(Transcript(text=text).event())
+            return await read_until(c, lambda e: e.type in ("handled", "not-handled"))
+
+    return list(run(go()))
+
+
+def test_a_streamed_llm_answer_ends_with_handled_and_the_whole_text(fakes):
+    engines, *_ = fakes
+    with serving(engines) as port:
+        events = ask(port, "用一句话介绍一下月亮")
+    types = [e.type for e in events]
+    assert types[0] == "handled-start" and types[-2:] == ["handled-stop", "handled"]
+    assert "".join(HandledChunk.from_event(e).text for e in events if e.type == "handled-chunk") == "".join(ANSWER)
+    assert Handled.from_event(events[-1]).text == "".join(ANSWER)
+
+
+def test_a_tool_answer_is_one_handled(fakes):
+    engines, *_ = fakes
+    with serving(engines) as port:
+        events = ask(port, "现在几点")
+    assert [e.type for e in events] == ["handled"] and "点" in (Handled.from_event(events[0]).text or "")
+
+
+def test_a_failed_llm_answer_is_not_handled(fakes):
+    engines, llm, *_ = fakes
+    llm.fail = True
+    with serving(engines) as port:
+        events = ask(port, "用一句话介绍一下月亮")
+    types = [e.type for e in events]
+    assert types[-1] == "not-handled" and "handled" not in types
+    assert types[-2] == "handled-stop"  # the stream a streaming client follows is closed first
+    assert "fell over" in (NotHandled.from_event(events[-1]).text or "")
+
+
+# -- languages ----------------------------------------------------------------------------------------
+
+
+def describe(port: int) -> Info:
+    async def go() -> Info:
+        async with AsyncTcpClient("127.0.0.1", port) as c:
+            await c.write_event(Describe().event())
+            return Info.from_event((await read_until(c, lambda e: Info.is_type(e.type)))[-1])
+
+    return run(go())
+
+
+def test_languages_are_announced_with_region_and_script_variants(fakes):
+    engines, *_ = fakes
+    with serving(engines) as port:
+        info = describe(port)
+    for langs in (info.asr[0].models[0].languages, info.handle[0].models[0].languages):
+        assert {"zh", "zh-CN", "zh-Hans", "zh-TW"} <= set(langs) and not any(x.startswith("en") for x in langs)
+    voices = {v.name: set(v.languages) for v in info.tts[0].voices}
+    assert {"zh", "zh-CN", "zh-Hans"} <= voices["fastspeech2"]
+    assert {"en", "en-US", "en-GB"} <= voices["piper-joe"] and not any(x.startswith("zh") for x in voices["piper-joe"])
+
+
+def transcribe(port: int, language: str | None, audio: bytes, chunks: list[int] | None = None, rate: int = 16000,
+               channels: int = 1) -> list[Event]:
+    """transcribe + the audio in chunks of the given byte lengths (cycled); the events up to the
+    transcript or an error."""
+
+    async def go() -> list[Event]:
+        async with AsyncTcpClient("127.0.0.1", port) as c:
+            await c.write_event(Transcribe(language=language).event())
+            await c.write_event(AudioStart(rate=rate, width=2, channels=channels).event())
+            i, k = 0, 0
+            sizes = chunks or [3200]
+            while i < len(audio):
+                n = sizes[k % len(sizes)]
+                await c.write_event(AudioChunk(rate=rate, width=2, channels=channels, audio=audio[i:i + n]).event())
+                i, k = i + n, k + 1
+            await c.write_event(AudioStop().event())
+            return await read_until(c, lambda e: e.type in ("transcript", "error"))
+
+    return list(run(go()))
+
+
+@pytest.mark.parametrize("language", ["zh", "zh-CN", "zh_CN", "zh-Hans", "ZH-tw", None])
+def test_transcription_accepts_any_region_or_script_of_chinese(fakes, language):
+    engines, *_ = fakes
+    with serving(engines) as port:
+        events = transcribe(port, language, pcm(0.5))
+    transcript = Transcript.from_event(events[-1])
+    assert transcript.text == "你好" and transcript.language == (language or "zh")
+
+
+def test_transcription_in_a_language_not_served_is_an_error(fakes):
+    engines, asr, *_ = fakes[0], fakes[0].asr
+    with serving(engines) as port:
+        events = transcribe(port, "en-US", pcm(0.5))
+    assert Error.from_event(events[-1]).code == "unknown-language" and asr.calls == []
+
+
+def test_a_voice_is_found_by_any_variant_of_its_language(fakes):
+    engines, _, zh, en = fakes
+
+    async def go(port: int, language: str, text: str) -> list[str]:
+        async with AsyncTcpClient("127.0.0.1", port) as c:
+            await c.write_event(Synthesize(text=text, voice=SynthesizeVoice(language=language)).event())
+            return [e.type for e in await read_until(c, lambda e: e.type in ("audio-stop", "error"))]
+
+    with serving(engines) as port:
+        assert run(go(port, "en-GB", "Good morning."))[-1] == "audio-stop"
+        assert run(go(port, "zh-Hans", "早上好。"))[-1] == "audio-stop"
+    assert " ".join(en.texts).split() == ["Good", "morning."] and zh.texts == ["早上好。"]
+
+
+# -- audio of any chunking -----------------------------------------------------------------------------
+
+
+def test_audio_chunks_of_odd_byte_lengths_are_transcribed_whole(fakes):
+    engines, *_ = fakes
+    asr = engines.asr
+    audio = pcm(1.0)
+    with serving(engines) as port:
+        events = transcribe(port, "zh-CN", audio, chunks=[1, 3, 333, 1001, 4097])  # as HA's REST STT cuts them
+        assert Transcript.is_type(events[-1].type), events[-1]
+        stereo = pcm(1.0, rate=44100, channels=2)
+        events = transcribe(port, "zh", stereo, chunks=[4095, 7], rate=44100, channels=2)
+        assert Transcript.is_type(events[-1].type), events[-1]
+    assert asr.calls[0] == 16000  # every sample, none lost at a chunk edge
+    assert abs(asr.calls[1] - 16000) <= 2
+
+
+def test_a_stream_that_ends_inside_a_frame_is_an_error_and_no_transcript(fakes):
+    engines, *_ = fakes
+    with serving(engines) as port:
+        events = transcribe(port, "zh", pcm(0.5) + b"\x01")
+    assert [e.type for e in events] == ["error"] and Error.from_event(events[0]).code == "bad-audio-chunk"
+    assert engines.asr.calls == []
+
+
+def test_a_bad_audio_format_gets_its_error_and_no_empty_transcript(fakes):
+    engines, *_ = fakes
+
+    async def go(port: int) -> list[Event]:
+        async with AsyncTcpClient("127.0.0.1", port) as c:
+            await c.write_event(Transcribe(language="zh").event())
+            await c.write_event(AudioStart(rate=3, width=7, channels=1).event())
+            await c.write_event(AudioChunk(rate=3, width=7, channels=1, audio=b"\0" * 70).event())
+            await c.write_event(AudioStop().event())
+            await c.write_event(Ping(text="after").event())
+            return await read_until(c, lambda e: e.type == "pong")
+
+    with serving(engines) as port:
+        events = run(go(port))
+    assert [e.type for e in events] == ["error", "pong"] and Error.from_event(events[0]).code == "bad-audio-format"
+    assert engines.asr.calls == []
+
+
+# -- streamed synthesis ----------------------------------------------------------------------------------
+
+
+def test_a_complete_first_clause_is_spoken_once_the_text_goes_quiet(fakes):
+    engines, _, zh, _ = fakes
+
+    async def go(port: int) -> list[str]:
+        async with AsyncTcpClient("127.0.0.1", port) as c:
+            await c.write_event(SynthesizeStart().event())
+            await c.write_event(SynthesizeChunk(text="今天的天气很好，").event())
+            # nothing more is sent until audio arrives: the clause must go out on its own
+            first = await read_until(c, lambda e: AudioChunk.is_type(e.type))
+            await c.write_event(SynthesizeChunk(text="我们出去走走吧。").event())
+            await c.write_event(SynthesizeStop().event())
+            rest = await read_until(c, lambda e: SynthesizeStopped.is_type(e.type))
+        return [e.type for e in first + rest]
+
+    with serving(engines) as port:
+        types = run(go(port))
+    assert zh.texts[0] == "今天的天气很好，"
+    assert "".join(zh.texts) == "今天的天气很好，我们出去走走吧。"
+    assert types.count("audio-start") == 1 and types[-2:] == ["audio-stop", "synthesize-stopped"]
+
+
+def test_a_streamed_synthesis_without_a_voice_takes_the_voice_of_its_first_text(fakes):
+    engines, _, zh, en = fakes
+
+    async def go(port: int, parts: list[str]) -> int:
+        async with AsyncTcpClient("127.0.0.1", port) as c:
+            await c.write_event(SynthesizeStart().event())
+            for part in parts:
+                await c.write_event(SynthesizeChunk(text=part).event())
+            await c.write_event(SynthesizeStop().event())
+            events = await read_until(c, lambda e: SynthesizeStopped.is_type(e.type))
+        return AudioStart.from_event(next(e for e in events if AudioStart.is_type(e.type))).rate
+
+    with serving(engines) as port:
+        run(go(port, ["", " ", "The weather is nice today. ", "Let's go for a walk."]))
+        assert " ".join(en.texts).split() == "The weather is nice today. Let's go for a walk.".split() and zh.texts == []
+        run(go(port, ["今天天气不错。"]))
+    assert zh.texts == ["今天天气不错。"]
+
+
+def test_a_named_voice_is_checked_at_synthesize_start(fakes):
+    engines, *_ = fakes
+
+    async def go(port: int) -> Event:
+        async with AsyncTcpClient("127.0.0.1", port) as c:
+            await c.write_event(SynthesizeStart(voice=SynthesizeVoice(name="nobody")).event())
+            return (await read_until(c, lambda e: e.type == "error"))[-1]
+
+    with serving(engines) as port:
+        assert Error.from_event(run(go(port))).code == "unknown-voice"
+
+
+# -- the answers' time zone ------------------------------------------------------------------------------
+
+
+def test_the_answers_clock_follows_the_configured_time_zone():
+    from rkvoice.wyoming.config import clock
+
+    assert clock("Asia/Shanghai")().utcoffset() == timedelta(hours=8)
+    assert clock("America/Sao_Paulo")().utcoffset() == timedelta(hours=-3)
+    assert clock("")().utcoffset() == clock("")().astimezone().utcoffset()  # the system's
+    assert load_config([{"wyoming": {"time_zone": "Asia/Shanghai"}}]).wyoming.time_zone == "Asia/Shanghai"
+    with pytest.raises(RkvoiceError, match="wyoming.time_zone 'Mars/Olympus'"):
+        load_config([{"wyoming": {"time_zone": "Mars/Olympus"}}])
+
+
+def test_the_server_loads_its_assistant_on_the_configured_time_zone(fakes, monkeypatch):
+    """serve_wyoming without engines builds them with the wyoming.time_zone of its settings."""
+    from rkvoice.wyoming import server
+
+    engines, *_ = fakes
+    asked: list[str | None] = []
+
+    def load(cfg: Any, *, llm: bool = True, time_zone: str | None = None) -> Engines:
+        asked.append(time_zone)
+        return engines
+
+    monkeypatch.setattr(server, "load_engines", load)
+    monkeypatch.setattr(engines.assistant, "close", lambda: None)
+    stop, ready = threading.Event(), threading.Event()
+    thread = threading.Thread(target=serve_wyoming, args=(load_config(), "tcp://127.0.0.1:0"), daemon=True,
+                              kwargs={"stop": stop, "ready": lambda s: ready.set(),
+                                      "settings": WyomingConfig(time_zone="Asia/Shanghai")})
+    thread.start()
+    assert ready.wait(BOUND)
+    stop.set()
+    thread.join(BOUND)
+    assert asked == ["Asia/Shanghai"]
+
+
+def test_the_time_tool_answers_in_the_zone_it_is_given(tmp_path):
+    from datetime import UTC, datetime, timezone
+
+    from rkvoice.answer.assistant import Assistant
+    from rkvoice.state import StateStore
+
+    fixed = datetime(2026, 12, 2, 5, 30, tzinfo=UTC)
+    shanghai = Assistant(load_config(), now=lambda: fixed.astimezone(timezone(timedelta(hours=8))),
+                         store=StateStore(tmp_path / "a"))
+    utc = Assistant(load_config(), now=lambda: fixed, store=StateStore(tmp_path / "b"))
+    at_shanghai = "".join(shanghai.reply("现在几点").deltas)
+    at_utc = "".join(utc.reply("现在几点").deltas)
+    assert at_shanghai != at_utc and "一点" in at_shanghai and "五点" in at_utc
+
+
+# -- a server one client cannot take down ---------------------------------------------------------------
+
+
+def test_a_streamed_synthesis_that_receives_nothing_is_closed_by_the_idle_limit(fakes):
+    engines, *_ = fakes
+
+    async def go(port: int) -> list[Event]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b'{"type": "synthesize-start"}\n')
+        await writer.drain()
+        events = await until_closed(reader)
+        writer.close()
+        return events
+
+    with serving(engines, WyomingConfig(idle_timeout_s=0.5)) as port:
+        events = run(go(port))
+    assert [Error.from_event(e).code for e in events if Error.is_type(e.type)] == ["idle"]
+    assert "streamed synthesis" in Error.from_event(events[-1]).text
+
+
+def test_describe_is_answered_while_max_clients_connections_are_held(fakes):
+    engines, *_ = fakes
+
+    async def go(port: int) -> tuple[Info, list[Event], list[str]]:
+        held = []
+        for _ in range(3):
+            c = AsyncTcpClient("127.0.0.1", port)
+            await c.connect()
+            await c.write_event(SynthesizeStart().event())  # one state idle used to skip
+            await c.write_event(Ping().event())
+            await read_until(c, lambda e: e.type == "pong")  # the server counts this connection
+            held.append(c)
+        async with AsyncTcpClient("127.0.0.1", port) as fresh:  # one over the limit
+            await fresh.write_event(Describe().event())
+            info = Info.from_event((await read_until(fresh, lambda e: Info.is_type(e.type)))[-1])
+            after = await fresh.read_event()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b'{"type": "transcribe"}\n')
+        await writer.drain()
+        refused = await until_closed(reader)
+        writer.close()
+        closed = []
+        for c in held:  # and the held ones are closed by the idle limit
+            last = None
+            while (event := await c.read_event()) is not None:
+                last = event
+            closed.append(Error.from_event(last).code if last is not None and Error.is_type(last.type) else "")
+            await c.disconnect()
+        return info, refused, closed if after is None else ["still open"]
+
+    with serving(engines, WyomingConfig(max_clients=3, idle_timeout_s=3.0)) as port:
+        info, refused, closed = run(go(port))
+    assert info.asr and info.tts
+    assert [Error.from_event(e).code for e in refused] == ["busy"]
+    assert closed == ["idle", "idle", "idle"]
+
+
+def test_a_transcription_of_a_client_that_left_never_runs(fakes):
+    engines, *_ = fakes
+    asr = engines.asr
+    left = threading.Event()
+
+    class Left(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "request is cancelled" in record.getMessage():
+                left.set()
+
+    async def audio(c: AsyncTcpClient, seconds: float) -> None:
+        await c.write_event(Transcribe().event())
+        await c.write_event(AudioStart(rate=16000, width=2, channels=1).event())
+        await c.write_event(AudioChunk(rate=16000, width=2, channels=1, audio=pcm(seconds)).event())
+        await c.write_event(AudioStop().event())
+
+    async def first(port: int) -> None:
+        async with AsyncTcpClient("127.0.0.1", port) as c:
+            await audio(c, 0.25)
+            await read_until(c, lambda e: e.type == "transcript")
+
+    async def go(port: int) -> None:
+        holder = asyncio.create_task(first(port))
+        assert await asyncio.to_thread(asr.entered.wait, BOUND)  # the first transcription holds the ASR
+        async with AsyncTcpClient("127.0.0.1", port) as c:  # queued behind it, then leaves
+            await audio(c, 0.5)
+        assert await asyncio.to_thread(left.wait, BOUND)  # the server saw it leave
+        asr.hold.set()
+        await holder
+
+    handler = Left()
+    log = logging.getLogger("rkvoice.wyoming.handler")
+    log.addHandler(handler)
+    level = log.level
+    log.setLevel(logging.INFO)
+    asr.hold.clear()
+    try:
+        with serving(engines) as port:
+            run(go(port))
+            events = transcribe(port, "zh", pcm(1.0))  # the next client
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+    assert Transcript.is_type(events[-1].type)
+    assert asr.calls == [4000, 16000]  # the first request, then the next client's; never the one that left
+
+
+def test_an_llm_answer_for_a_client_that_left_is_stopped(fakes):
+    engines, llm, *_ = fakes
+    llm.free = False
+
+    async def go(port: int) -> None:
+        async with AsyncTcpClient("127.0.0.1", port) as c:
+            await c.write_event(Transcript(text="用一句话介绍一下月亮").event())
+            llm.go.release()
+            await read_until(c, lambda e: e.type == "handled-chunk")  # generating; then the client leaves
+
+    with serving(engines) as port:
+        run(go(port))
+        assert llm.aborted.wait(BOUND)
+
+
+def raw(port: int, payload: bytes) -> list[Event]:
+    """Send raw bytes then a ping; the events up to the pong (or the server closing)."""
+
+    async def go() -> list[Event]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(payload + b'{"type": "ping"}\n')
+        await writer.drain()
+        out: list[Event] = []
+        while (event := await async_read_event(reader)) is not None:
+            out.append(event)
+            if event.type == "pong":
+                break
+        writer.close()
+        return out
+
+    return list(run(go()))
+
+
+def line(kind: str, data: Any) -> bytes:
+    return (json.dumps({"type": kind, "data": data}) + "\n").encode()
+
+
+WRONG_TYPES = {
+    "voice as a string": line("synthesize", {"text": "你好", "voice": "abc"}),
+    "voice name as a number": line("synthesize", {"text": "你好", "voice": {"name": 5}}),
+    "text as a number": line("synthesize", {"text": 5}),
+    "data as a list": line("transcribe", [1, 2]),
+    "data as a string": line("transcript", "现在几点"),
+    "names as a string": line("detect", {"names": "xiaozhixiaozhi"}),
+    "rate as a string": line("audio-start", {"rate": "16000", "width": 2, "channels": 1}),
+    "width as a bool": line("audio-start", {"rate": 16000, "width": True, "channels": 1}),
+    "transcript text as an object": line("transcript", {"text": {"a": 1}}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRONG_TYPES))
+def test_a_field_of_the_wrong_type_is_a_bad_event_without_a_traceback(fakes, name, caplog):
+    engines, *_ = fakes
+    with caplog.at_level(logging.INFO, logger="rkvoice.wyoming"), serving(engines) as port:
+        events = raw(port, WRONG_TYPES[name])
+    assert [e.type for e in events] == ["error", "pong"], events  # answered, and the connection goes on
+    assert Error.from_event(events[0]).code == "bad-event"
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+
+
+def test_deeply_nested_json_is_malformed_without_a_traceback(fakes, caplog):
+    engines, *_ = fakes
+    nested = b'{"type": "transcript", "data": {"text": ' + b"[" * 20000 + b"]" * 20000 + b"}}\n"
+    with caplog.at_level(logging.INFO, logger="rkvoice.wyoming"), serving(engines) as port:
+        events = raw(port, nested)
+        assert describe(port).asr  # others are served
+    assert [Error.from_event(e).code for e in events] == ["malformed"]
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
