@@ -177,6 +177,30 @@ def test_transcribe_real_speech_in_any_format(server, hear_fixtures, rate, width
     assert cer(text, transcript.text) <= 0.15, transcript.text
 
 
+def test_real_speech_in_odd_chunks_in_zh_cn_is_transcribed(server, hear_fixtures):
+    """As Home Assistant's REST STT sends it: a zh-CN request, the body cut at arbitrary byte counts."""
+    path, text, _wake, _req = hear_fixtures["req_weather"]
+    audio, rate = wav(path)
+    pcm = to_pcm(audio, 2, 1)
+    sizes = [1, 4095, 3, 8191, 777]
+
+    async def go() -> Transcript:
+        async with client(server) as c:
+            await c.write_event(Transcribe(language="zh-CN").event())
+            await c.write_event(AudioStart(rate=rate, width=2, channels=1).event())
+            i = k = 0
+            while i < len(pcm):
+                n = sizes[k % len(sizes)]
+                await c.write_event(AudioChunk(rate=rate, width=2, channels=1, audio=pcm[i:i + n]).event())
+                i, k = i + n, k + 1
+            await c.write_event(AudioStop().event())
+            return Transcript.from_event((await read_until(c, lambda e: Transcript.is_type(e.type)))[-1])
+
+    transcript = run(go())
+    assert transcript.language == "zh-CN"
+    assert cer(text, transcript.text) <= 0.15, transcript.text
+
+
 async def synthesize(server: Any, text: str, voice: str | None = None) -> tuple[np.ndarray, int, list[str]]:
     async with client(server) as c:
         await c.write_event(Synthesize(text=text, voice=SynthesizeVoice(name=voice) if voice else None).event())

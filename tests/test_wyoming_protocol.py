@@ -549,6 +549,44 @@ def test_a_transcription_of_a_client_that_left_never_runs(fakes):
     assert asr.calls == [4000, 16000]  # the first request, then the next client's; never the one that left
 
 
+def test_a_synthesis_for_a_client_that_left_stops_after_the_piece_in_progress(fakes):
+    engines, _, zh, _ = fakes
+    entered, hold, left = threading.Event(), threading.Event(), threading.Event()
+    generate = zh.generate
+
+    def held(text: str, sid: int = 0, speed: float = 1.0) -> tuple[np.ndarray, int]:
+        entered.set()
+        assert hold.wait(BOUND)
+        return generate(text, sid, speed)
+
+    zh.generate = held  # type: ignore[method-assign]
+
+    class Left(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "request is cancelled" in record.getMessage():
+                left.set()
+
+    async def go(port: int) -> None:
+        async with AsyncTcpClient("127.0.0.1", port) as c:
+            await c.write_event(Synthesize(text="今天天气不错。我们出去走走吧。晚上再一起吃饭。明天见。").event())
+            assert await asyncio.to_thread(entered.wait, BOUND)  # the first piece is being synthesised
+        assert await asyncio.to_thread(left.wait, BOUND)
+        hold.set()
+
+    handler, log = Left(), logging.getLogger("rkvoice.wyoming.handler")
+    log.addHandler(handler)
+    level = log.level
+    log.setLevel(logging.INFO)
+    try:
+        with serving(engines) as port:
+            run(go(port))
+            assert describe(port).tts  # the server goes on; the TTS worker has drained what it had
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+    assert zh.texts == ["今天天气不错。"]  # the piece in progress only; the rest was never synthesised
+
+
 def test_an_llm_answer_for_a_client_that_left_is_stopped(fakes):
     engines, llm, *_ = fakes
     llm.free = False
