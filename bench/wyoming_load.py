@@ -12,6 +12,22 @@ under load the one ASR engine serves every transcribe and detect in turn).
     py312/bin/python bench/wyoming_load.py --clients 8 --requests 20
 
 Pass: every request answered, no errors, RSS growth < 5 %.
+
+``--storm`` runs the probes of a client trying to lock Home Assistant out instead, against a server
+with the default limits (``wyoming`` section; ``--idle-s`` overrides idle_timeout_s):
+
+- ``max_clients`` connections held open (idle, or after ``synthesize-start`` and nothing more): the
+  time a fresh ``describe`` takes (Home Assistant gives it 1 s), and when the held ones are closed;
+- a transcription whose client left at once after ``audio-stop``, and two more queued behind a
+  running one that left: the next client's transcript time beside the same request alone;
+- malformed events (fields of the wrong JSON type, ``"voice": "abc"``, deeply nested JSON, a bad
+  audio format): the error code each gets, whether a transcript came, whether the connection goes
+  on (not after malformed JSON, which ends it) and whether the server still answers ``describe``.
+
+    py312/bin/python bench/wyoming_load.py --storm
+
+Pass: describe under 1 s in both holds, every held connection closed by the idle limit, the next
+transcript within 1.5x of alone, every probe answered with its error and no transcript.
 """
 
 from __future__ import annotations
@@ -24,6 +40,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +55,7 @@ from wyoming.client import AsyncTcpClient  # noqa: E402
 from wyoming.event import Event  # noqa: E402
 from wyoming.handle import Handled  # noqa: E402
 from wyoming.info import Describe  # noqa: E402
+from wyoming.ping import Ping  # noqa: E402
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop  # noqa: E402
 from wyoming.wake import Detect  # noqa: E402
 
@@ -138,6 +156,119 @@ async def client(port: int, index: int, requests: int, audio: dict[str, bytes]) 
     return results
 
 
+# -- storm: one client trying to lock the others out ---------------------------------------------
+
+
+async def _held(port: int, streaming: bool) -> AsyncTcpClient:
+    """A connection the server has counted (a ping answered), idle or inside a streamed synthesis."""
+    c = AsyncTcpClient("127.0.0.1", port)
+    await c.connect()
+    if streaming:
+        await c.write_event(SynthesizeStart().event())
+    await c.write_event(Ping().event())
+    while (event := await c.read_event()) is not None and event.type != "pong":
+        pass
+    return c
+
+
+async def _closed_after(c: AsyncTcpClient, t0: float) -> tuple[float, str]:
+    last = ""
+    while (event := await c.read_event()) is not None:
+        last = event.data.get("code", event.type) if event.type == "error" else event.type
+    await c.disconnect()
+    return time.monotonic() - t0, last
+
+
+async def _describe_ms(port: int) -> tuple[float, str]:
+    t0 = time.monotonic()
+    async with AsyncTcpClient("127.0.0.1", port) as c:
+        await c.write_event(Describe().event())
+        event = await c.read_event()
+    return (time.monotonic() - t0) * 1000, event.type if event is not None else "closed"
+
+
+async def _transcribe_ms(port: int, pcm: bytes) -> float:
+    t0 = time.monotonic()
+    async with AsyncTcpClient("127.0.0.1", port) as c:
+        await c.write_event(Transcribe(language="zh").event())
+        await send_pcm(c, pcm)
+        while (event := await c.read_event()) is not None and event.type != "transcript":
+            pass
+    return (time.monotonic() - t0) * 1000
+
+
+async def _leave_after(port: int, pcm: bytes) -> None:
+    async with AsyncTcpClient("127.0.0.1", port) as c:
+        await c.write_event(Transcribe(language="zh").event())
+        await send_pcm(c, pcm)
+
+
+PROBES: dict[str, bytes] = {
+    "voice as a string": b'{"type": "synthesize", "data": {"text": "hi", "voice": "abc"}}\n',
+    "data as a list": b'{"type": "transcribe", "data": [1, 2]}\n',
+    "text as a number": b'{"type": "transcript", "data": {"text": 5}}\n',
+    "rate as a string": b'{"type": "audio-start", "data": {"rate": "16000", "width": 2, "channels": 1}}\n',
+    "deeply nested json": b'{"type": "transcript", "data": {"text": ' + b"[" * 20000 + b"]" * 20000 + b"}}\n",
+    "bad audio format": (b'{"type": "transcribe"}\n{"type": "audio-start", "data": {"rate": 3, "width": 7, '
+                         b'"channels": 1}}\n{"type": "audio-stop"}\n'),
+}
+
+
+async def _probe(port: int, payload: bytes) -> dict[str, Any]:
+    from wyoming.event import async_read_event
+
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(payload + b'{"type": "ping"}\n')
+    await writer.drain()
+    types: list[str] = []
+    codes: list[str] = []
+    while (event := await asyncio.wait_for(async_read_event(reader), 60)) is not None:
+        types.append(event.type)
+        if event.type == "error":
+            codes.append(str(event.data.get("code")))
+        if event.type == "pong":
+            break
+    writer.close()
+    return {"errors": codes, "transcript": "transcript" in types, "went_on": "pong" in types}
+
+
+async def storm(port: int, audio: dict[str, bytes], max_clients: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, streaming in (("idle", False), ("synthesize_start", True)):
+        held = [await _held(port, streaming) for _ in range(max_clients)]
+        ms, answer = await _describe_ms(port)
+        t0 = time.monotonic()
+        closed = await asyncio.gather(*(_closed_after(c, t0) for c in held))
+        out[f"held_{name}"] = {
+            "connections": max_clients, "describe_ms": round(ms, 1), "describe_answer": answer,
+            "closed_after_s_max": round(max(s for s, _ in closed), 1),
+            "closed_by": sorted({code for _, code in closed}),
+        }
+    alone = await _transcribe_ms(port, audio["request"])
+    await _leave_after(port, audio["long"])
+    after_one = await _transcribe_ms(port, audio["request"])
+    await asyncio.gather(_leave_after(port, audio["long"]), _leave_after(port, audio["long"]),
+                         _leave_after(port, audio["long"]))
+    after_three = await _transcribe_ms(port, audio["request"])
+    out["left_transcriptions"] = {
+        "long_audio_s": round(len(audio["long"]) / 2 / RATE, 1), "next_alone_ms": round(alone, 1),
+        "next_after_one_left_ms": round(after_one, 1), "next_after_three_left_ms": round(after_three, 1),
+    }
+    out["probes"] = {name: await _probe(port, payload) for name, payload in PROBES.items()}
+    ms, answer = await _describe_ms(port)
+    out["describe_after_ms"], out["describe_after"] = round(ms, 1), answer
+    holds = [out["held_idle"], out["held_synthesize_start"]]
+    left = out["left_transcriptions"]
+    out["pass"] = (
+        all(h["describe_answer"] == "info" and h["describe_ms"] < 1000 and h["closed_by"] == ["idle"] for h in holds)
+        and max(left["next_after_one_left_ms"], left["next_after_three_left_ms"]) <= 1.5 * left["next_alone_ms"]
+        and all(p["errors"] and not p["transcript"] and (p["went_on"] or p["errors"] == ["malformed"])
+                for p in out["probes"].values())  # a malformed stream cannot go on: that connection closes
+        and answer == "info"
+    )
+    return out
+
+
 def pct(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(values, q)), 1) if values else None
 
@@ -146,6 +277,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--requests", type=int, default=20, help="requests per client")
+    ap.add_argument("--storm", action="store_true", help="run the lock-out probes instead of the load")
+    ap.add_argument("--idle-s", type=float, default=None, help="wyoming.idle_timeout_s for --storm")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -163,6 +296,8 @@ def main() -> None:
     engines = Engines(asr=asr, tts=tts, assistant=Assistant(cfg, store=StateStore(Path(state.name))),
                       wake_factory=wake_factory(cfg))
     audio = {"request": speech(tts, "今天天气怎么样"), "wake": speech(tts, "小智小智")}
+    audio["long"] = (audio["request"] * 8)[: RATE * 2 * 20]  # about 20 s of speech
+    settings = cfg.wyoming if args.idle_s is None else replace(cfg.wyoming, idle_timeout_s=args.idle_s)
 
     stop = threading.Event()
     ready = threading.Event()
@@ -173,11 +308,20 @@ def main() -> None:
         ready.set()
 
     thread = threading.Thread(target=serve_wyoming, args=(cfg, "tcp://127.0.0.1:0"),
-                              kwargs={"engines": engines, "stop": stop, "ready": on_ready}, daemon=True)
+                              kwargs={"engines": engines, "stop": stop, "ready": on_ready, "settings": settings},
+                              daemon=True)
     thread.start()
     if not ready.wait(60):
         raise SystemExit("the server did not start")
     port = servers[0].port
+    if args.storm:
+        report = asyncio.run(storm(port, audio, settings.max_clients))
+        report["idle_timeout_s"] = settings.idle_timeout_s
+        stop.set()
+        thread.join(30)
+        print(json.dumps(report, ensure_ascii=False, indent=1))
+        state.cleanup()
+        return
 
     async def run(clients: int, requests: int) -> list[dict[str, Any]]:
         batches = await asyncio.gather(*(client(port, i, requests, audio) for i in range(clients)))

@@ -185,8 +185,8 @@ class WyomingHandler(AsyncEventHandler):
                 event = await self._next_event()
                 if event is None or not await self._handle_unless_gone(event):
                     break
-        except Refused as exc:
-            log.warning("wyoming %s: %s", self.peer, exc.message)
+        except Refused as exc:  # an idle client is ordinary; a broken limit is worth a warning
+            log.log(logging.INFO if exc.code == "idle" else logging.WARNING, "wyoming %s: %s", self.peer, exc.message)
             await self._try_send(Error(text=exc.message, code=exc.code).event())
         except (ConnectionError, asyncio.IncompleteReadError) as exc:
             log.info("wyoming %s left mid-stream (%s)", self.peer, type(exc).__name__)
@@ -237,7 +237,11 @@ class WyomingHandler(AsyncEventHandler):
         return item
 
     async def _handle_unless_gone(self, event: Event) -> bool:
-        """Handle ``event``; if the client leaves meanwhile, cancel the work and return False."""
+        """Handle ``event``; if the client leaves meanwhile, cancel the work and return False. A client
+        already gone (it sent its request and closed at once) has nothing started for it."""
+        if self._gone.is_set():
+            log.info("wyoming %s left; its %s request is dropped", self.peer, event.type)
+            return False
         work = asyncio.ensure_future(self.handle_event(event))
         gone = asyncio.ensure_future(self._gone.wait())
         try:
