@@ -223,14 +223,19 @@ class FakeVoice:
 
 class ScriptedLlm:
     """An LlmEngine: answers with ``pieces`` (one delta each, ``delta_s`` of clock time apart); a
-    question containing "hang" blocks like a wedged native call until ``release`` or ``abort()``."""
+    question containing "hang" blocks like a wedged native call until ``release`` or ``abort()``.
+    With ``until_aborted`` the answer stays open after its pieces (a model still generating) until
+    ``abort()``, so a test's barge-in can never come after the answer ended, however the OS
+    schedules the threads (10 s real-time safety net)."""
 
     name = "scripted"
 
-    def __init__(self, pieces: list[str] | None = None, clock: Clock | None = None, delta_s: float = 0.0) -> None:
+    def __init__(self, pieces: list[str] | None = None, clock: Clock | None = None, delta_s: float = 0.0,
+                 until_aborted: bool = False) -> None:
         self.pieces = pieces or ["好的，", "这是回答。"]
         self.clock = clock or MonotonicClock()
         self.delta_s = delta_s
+        self.until_aborted = until_aborted
         self.release = threading.Event()
         self.aborted = threading.Event()
         self.calls: list[str] = []
@@ -250,6 +255,8 @@ class ScriptedLlm:
                 return
             self.clock.sleep(self.delta_s)
             yield piece
+        if self.until_aborted:
+            self.aborted.wait(10)
 
     def abort(self) -> None:
         self.aborted.set()

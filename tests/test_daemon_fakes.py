@@ -204,7 +204,7 @@ def test_repeated_failures_exit_non_zero_and_flush_state(tmp_path: Path) -> None
 
 def test_barge_in_cancels_the_answer_through_its_turn(tmp_path: Path) -> None:
     """A wake while answering cancels the turn: the LLM is aborted, speech stops, the new turn runs."""
-    long_answer = ScriptedLlm([f"第{i}段很长的回答，" for i in range(40)], delta_s=0.05)
+    long_answer = ScriptedLlm([f"第{i}段很长的回答，" for i in range(5)], delta_s=0.05, until_aborted=True)
     rig = Rig([QUESTION, "现在几点"], llm=long_answer)
     cfg = _cfg(tmp_path)
     h = Harness(cfg, rig)

@@ -93,7 +93,7 @@ def test_file_replay_with_require_wake_ignores_speech_without_wake(rig) -> None:
 
 
 def test_live_barge_in_cancels_the_turn_through_its_handle_and_starts_a_new_one(rig) -> None:
-    long = ScriptedLlm([f"第{i}段比较长的回答，" for i in range(200)], delta_s=0.0)
+    long = ScriptedLlm([f"第{i}段比较长的回答，" for i in range(5)], delta_s=0.0, until_aborted=True)
     r = rig(llm=long)
     long.clock = r.clock
     cues: list[np.ndarray] = []
