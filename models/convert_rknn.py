@@ -39,11 +39,14 @@ Subcommands:
   generic --onnx X.onnx --out X.rknn --shape NAME=D,D ... [--feed NAME=F.npy] [--simulate]
       Any graph that is fixed-shape once its inputs are.
 
-  matcha --onnx model-steps-3.onnx --out DIR --tokens 32 --tokens 64 [--frames W ...]
+  matcha --onnx model-steps-3.onnx --out DIR --tokens 32 --tokens 64 [--frames W ...] [--vocos V.onnx]
          [--target rk3576] [--toolkit-version V] [--verify auto|simulator|device|none|onnx-only]
-      The board's Matcha, one .rknn per token bucket (models/matcha_graph.py rewrites the dynamic
-      published graph into a static one that also outputs the true frame count; models/npu_voice.py
-      builds and checks it). One JSON line per bucket; exit 1 below the SNR thresholds.
+      The board's Matcha split at its length regulator (models/matcha_split.py): DIR/matcha-encoder.onnx
+      (text encoder + durations, dynamic, onnxruntime fp32 on the CPU) and one decoder .rknn per token
+      bucket's frame window (the flow-matching decoder over W frames with its mask; the alignment
+      runs in numpy between them, rkvoice.npu.length_regulator.align). models/npu_voice.py builds and
+      checks each bucket, in its own process when there are several. One JSON line per bucket (with
+      the toolkit's error-line counts and the peak RSS); exit 1 below the SNR thresholds.
 
   vocos --onnx vocos-16khz-univ.onnx --out DIR --frames 600 [--frames 200 ...] [--mel mel.npy] ...
       The board's Vocos, one .rknn per frame bucket, same checks and JSON lines.
@@ -265,10 +268,13 @@ def _voice(args: argparse.Namespace) -> int:
         os.write(json_fd, (json.dumps(report, ensure_ascii=False) + "\n").encode())
 
     keep: list | None = [] if args.serve else None
+    if args.cmd == "matcha" and len(args.tokens) > 1 and not args.serve:
+        return _buckets_apart(args, json_fd)
     try:
         if args.cmd == "matcha":
             reports = npu_voice.convert_matcha(args.onnx, args.out, args.tokens, args.frames, args.target,
-                                               args.toolkit_version, args.verify, args.fuse_qkv, emit, keep)
+                                               args.toolkit_version, args.verify, args.fuse_qkv, emit, keep,
+                                               args.vocos)
         else:
             reports = npu_voice.convert_vocos(args.onnx, args.out, args.frames or [600], args.target,
                                               args.toolkit_version, args.verify, args.mel, emit, keep)
@@ -286,6 +292,31 @@ def _voice(args: argparse.Namespace) -> int:
         for npu in keep:
             npu.release()
     return 1 if failed else 0
+
+
+def _buckets_apart(args: argparse.Namespace, json_fd: int) -> int:
+    """Several Matcha buckets: each in its own process (one build's memory at a time, <= 1.5 GB on the
+    board instead of the sum); their JSON lines are passed on; the worst exit code is returned."""
+    import subprocess
+
+    worst = 0
+    for i, k in enumerate(args.tokens):
+        cmd = [sys.executable, str(Path(__file__).resolve()), "matcha", "--onnx", str(args.onnx), "--out", str(args.out),
+               "--tokens", str(k), "--target", args.target, "--verify", args.verify]
+        if args.frames:
+            cmd += ["--frames", str(args.frames[i])]
+        if args.toolkit_version:
+            cmd += ["--toolkit-version", args.toolkit_version]
+        if args.fuse_qkv:
+            cmd.append("--fuse-qkv")
+        if args.vocos:
+            cmd += ["--vocos", str(args.vocos)]
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE)
+        os.write(json_fd, proc.stdout)
+        if proc.returncode == 2:
+            return 2
+        worst = max(worst, proc.returncode)
+    return worst
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -327,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
             vp.add_argument("--frames", type=int, action="append", help="frame window per bucket (default 9.375/token)")
             vp.add_argument("--fuse-qkv", action="store_true",
                             help="let onnxsim merge q/k/v (reproduces the toolkit's attention bug; for tests)")
+            vp.add_argument("--vocos", type=Path,
+                            help="a Vocos ONNX: check B also compares the waveforms (>= 35 dB)")
         else:
             vp.add_argument("--frames", type=int, action="append", help="frame bucket (repeat; default 600)")
             vp.add_argument("--mel", type=Path, help="a [1, n_mels, T] .npy mel for the checks")

@@ -18,9 +18,12 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import logging
+import os
 import platform
+import re
 import resource
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import matcha_graph as mg  # noqa: E402
+import matcha_split as ms  # noqa: E402
 
 log = logging.getLogger("npu_voice")
 
@@ -145,51 +149,114 @@ class Npu:
 
 
 # --------------------------------------------------------------------------------------------
-# Matcha
+# Toolkit log: the E RKNN lines (REGTASK overflows and others) counted for the JSON report
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_REGTASK = re.compile(r"REGTASK.*?target:\s*(\w+).*?offset:\s*(0x[0-9a-fA-F]+).*?limit:\s*(0x[0-9a-fA-F]+)"
+                      r".*?value:\s*(0x[0-9a-fA-F]+)")
 
 
-def _matcha_feeds(rw: mg.Rewrite, n: int, rng: np.random.Generator, noise: np.ndarray) -> dict[str, np.ndarray]:
-    x = np.full((1, rw.tokens), rw.pad_id, np.int64)
+def toolkit_errors(text: str) -> dict[str, Any]:
+    """Count the toolkit's error lines: total, REGTASK overflows (distinct target/offset/limit/value)
+    and the distinct other messages (numbers kept: they name the op or layer where the toolkit says)."""
+    lines = [_ANSI.sub("", raw).strip() for raw in text.replace("\r", "\n").splitlines()]
+    errors = [ln for ln in lines if re.match(r"^E\s+RKNN", ln) or ln.startswith("E ") and "RKNN" in ln]
+    regtask = [ln for ln in errors if "REGTASK" in ln]
+    values = sorted({m.groups() for m in map(_REGTASK.search, regtask) if m})
+    other: dict[str, int] = {}
+    for ln in errors:
+        if "REGTASK" not in ln:
+            key = re.sub(r"\[\d\d:\d\d:\d\d\.\d+\]\s*", "", ln)[:200]
+            other[key] = other.get(key, 0) + 1
+    warn = [ln for ln in lines if "Unkown op target" in ln or "Unknown op target" in ln]
+    return {"count": len(errors), "regtask": len(regtask),
+            "regtask_fields": [{"target": t, "offset": o, "limit": lim, "value": v} for t, o, lim, v in values][:40],
+            "regtask_values": sorted({v for *_, v in values}), "other": other, "unknown_op_target": len(warn)}
+
+
+class CapturedLog:
+    """fds 1 and 2 into a temporary file while the toolkit works, replayed to stderr afterwards."""
+
+    def __enter__(self) -> CapturedLog:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self._tmp = tempfile.TemporaryFile()
+        self._saved = (os.dup(1), os.dup(2))
+        os.dup2(self._tmp.fileno(), 1)
+        os.dup2(self._tmp.fileno(), 2)
+        self.text = ""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(self._saved[0], 1)
+        os.dup2(self._saved[1], 2)
+        for fd in self._saved:
+            os.close(fd)
+        self._tmp.seek(0)
+        data = self._tmp.read()
+        self._tmp.close()
+        self.text = data.decode("utf-8", "replace")
+        os.write(2, data)
+
+
+# --------------------------------------------------------------------------------------------
+# Matcha: CPU encoder (dynamic, fp32) | numpy alignment | NPU decoder per frame window
+
+
+def _ids(rw: mg.Rewrite, n: int, rng: np.random.Generator) -> np.ndarray:
     pick = np.arange(rw.vocab)
     pick = pick[pick != rw.pad_id]
-    x[0, :n] = rng.choice(pick, size=n)
-    return {"x": x, "x_length": np.array([n], np.int64), "noise_scale": np.array([0.667], np.float32),
-            "length_scale": np.array([1.0], np.float32), "noise": noise}
+    return rng.choice(pick, size=n)[None].astype(np.int64)
 
 
-def window_for(src: Any, tokens: int, probes: int = 4, headroom: float = 1.25) -> int:
+def _encoder_feed(enc: Any, ids: np.ndarray, length_scale: float = 1.0) -> dict[str, np.ndarray]:
+    feed = {"x": ids, "x_length": np.array([ids.shape[1]], np.int64),
+            "noise_scale": np.array([0.667], np.float32), "length_scale": np.array([length_scale], np.float32)}
+    return {i.name: feed[i.name] for i in enc.get_inputs()}
+
+
+def encode(enc: Any, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int]:
+    mu_x, cum, t, t_dec = enc.run(list(ms.ENCODER_OUTPUTS), _encoder_feed(enc, ids))
+    return mu_x, cum, int(t[0]), int(t_dec[0])
+
+
+def decoder_feeds(mu_x: np.ndarray, cum: np.ndarray, frames: int, dec_frames: int, window: int,
+                  noise: np.ndarray) -> dict[str, np.ndarray]:
+    from rkvoice.npu.length_regulator import align
+
+    mu, mask = align(mu_x, cum, frames, window)
+    return {"mu": mu, "mask": mask, "noise": noise, "noise_scale": np.array([0.667], np.float32),
+            "decoder_frames": np.array([dec_frames], np.float32)}
+
+
+def window_for(enc: Any, rw: mg.Rewrite, tokens: int, probes: int = 4, headroom: float = 1.25) -> int:
     """Default frame window: the field's 9.375 frames a token, or more when this model speaks slower:
-    the longest T' of a few full buckets of random tokens on the original graph, plus 25 %."""
-    sess = _session(mg.original_with_noise(src, noise=False))
-    rw = mg.Rewrite(tokens=tokens, frames=0, vocab=mg.vocab_size(src),
-                    pad_id=int({p.key: p.value for p in src.metadata_props}.get("pad_id", 0)))
+    the longest T' of a few full buckets of random tokens (the CPU encoder's own count), plus 25 %."""
     rng = np.random.default_rng(7)
-    longest = 0
-    for _ in range(probes):
-        feeds = _matcha_feeds(rw, tokens, rng, np.zeros(0, np.float32))
-        del feeds["noise"]
-        (dec,) = sess.run([mg.DEC_LEN], feeds)
-        longest = max(longest, int(round(float(dec[0]))))
+    longest = max(encode(enc, _ids(rw, tokens, rng))[3] for _ in range(probes))
     need = int(-(-int(np.ceil(longest * headroom)) // 4) * 4)
     return max(mg.default_frames(tokens), need)
 
 
-def check_matcha_original(src: Any, reference: Any, rw: mg.Rewrite, seed: int = 0) -> tuple[float, bool, list[dict]]:
-    """Check A: rewritten vs original on onnxruntime (fp32), same ids and noise, over the true frames."""
+def check_matcha_original(src: Any, enc: Any, dec: Any, rw: mg.Rewrite, seed: int = 0) -> tuple[float, bool, list[dict]]:
+    """Check A: encoder + numpy alignment + decoder against the original graph, all fp32 on onnxruntime,
+    same ids and noise, over the true frames, for a short input and a full bucket."""
     orig = _session(mg.original_with_noise(src, rw.n_mels))
-    fixed = _session(reference)
     rng = np.random.default_rng(seed)
     noise = rng.standard_normal((1, rw.n_mels, rw.frames)).astype(np.float32)
     worst, frames_ok, probes = 200.0, True, []
     for n in sorted({min(SHORT_TOKENS, rw.tokens), rw.tokens}):
-        feeds = _matcha_feeds(rw, n, rng, noise)
-        mel, frames, dec = fixed.run(["mel", mg.FRAMES, mg.DEC_LEN], feeds)
-        t, t_dec = int(round(float(frames[0]))), int(round(float(dec[0])))
+        ids = _ids(rw, n, rng)
+        mu_x, cum, t, t_dec = encode(enc, ids)
         if t_dec > rw.frames:
             raise ConvertError(f"--tokens {rw.tokens}: {n} tokens need {t_dec} frames but the window holds "
                                f"{rw.frames}; pass a larger --frames (>= {t_dec}, a multiple of 4)")
-        o_feeds = dict(feeds, x=feeds["x"][:, :n], noise=noise[:, :, :t_dec])
-        mel_o, _ = orig.run(["mel", mg.DEC_LEN], o_feeds)
+        (mel,) = dec.run(["mel"], decoder_feeds(mu_x, cum, t, t_dec, rw.frames, noise))
+        feeds = {"x": ids, "x_length": np.array([n], np.int64), "noise_scale": np.array([0.667], np.float32),
+                 "length_scale": np.array([1.0], np.float32), "noise": noise[:, :, :t_dec]}
+        mel_o, _ = orig.run(["mel", mg.DEC_LEN], feeds)
         ok = mel_o.shape[-1] == t
         db = snr_db(mel_o, mel[:, :, :t]) if ok else -100.0
         probes.append({"tokens": n, "frames": t, "original_frames": int(mel_o.shape[-1]), "snr_db": db})
@@ -197,60 +264,145 @@ def check_matcha_original(src: Any, reference: Any, rw: mg.Rewrite, seed: int = 
     return worst, frames_ok, probes
 
 
-def check_matcha_npu(npu: Npu, fixed_path: Path, rw: mg.Rewrite, seed: int = 1) -> tuple[float, bool, list[dict]]:
-    """Check B: the built model (simulator/NPU) against onnxruntime on the fixed graph."""
-    sess = _session(fixed_path)
-    names = [i.name for i in sess.get_inputs()]
+class Waves:
+    """Mel -> waveform with a Vocos ONNX on onnxruntime + the numpy ISTFT (the waveform check)."""
+
+    def __init__(self, path: Path) -> None:
+        from rkvoice.npu.istft import istft_mag_xy
+
+        model = load_onnx(path)
+        check_vocos_io(model, path)
+        self.sess = _session(model)
+        self.name = model.graph.input[0].name
+        self.stft = _stft_config({p.key: p.value for p in model.metadata_props})
+        self._istft = istft_mag_xy
+
+    def __call__(self, mel: np.ndarray) -> np.ndarray:
+        mag, x, y = self.sess.run(list(VOCOS_OUTPUTS), {self.name: np.ascontiguousarray(mel, np.float32)})
+        return self._istft(mag, x, y, self.stft)
+
+
+def matcha_npu_cases(enc: Any, dec_path: Path, rw: mg.Rewrite, waves: Waves | None = None,
+                     seed: int = 1) -> list[dict]:
+    """Check B's inputs and onnxruntime's answers, made before the build (so onnxruntime's memory is
+    freed by then): the same aligned input (the CPU encoder's, fp32) for a short text, a full bucket
+    and the whole window filled (the full bucket's input stretched to W frames: a build that holds
+    fewer frames fails there)."""
+    dec = _session(dec_path)
+    names = [i.name for i in dec.get_inputs()]
     rng = np.random.default_rng(seed)
-    noise = rng.standard_normal((1, rw.n_mels, rw.frames)).astype(np.float32)
-    worst, frames_ok, probes = 200.0, True, []
+    inputs = []
     for n in sorted({min(SHORT_TOKENS, rw.tokens), rw.tokens}):
-        feeds = _matcha_feeds(rw, n, rng, noise)
-        mel, frames = sess.run(["mel", mg.FRAMES], feeds)
-        outs = npu.run([feeds[k] for k in names])
-        t = int(round(float(frames[0])))
-        t_npu = int(round(float(np.asarray(outs[1]).reshape(-1)[0])))
-        use = min(t, rw.frames)
-        db = snr_db(mel[:, :, :use], outs[0].reshape(mel.shape)[:, :, :use])
-        probes.append({"tokens": n, "frames": t, "npu_frames": t_npu, "snr_db": db})
-        worst, frames_ok = min(worst, db), frames_ok and t == t_npu
-    return worst, frames_ok, probes
+        mu_x, cum, t, t_dec = encode(enc, _ids(rw, n, rng))
+        inputs.append((str(n), mu_x, cum, min(t, rw.frames), min(t_dec, rw.frames)))
+    _, mu_x, cum, _, _ = inputs[-1]
+    inputs.append(("window", mu_x, (cum * (rw.frames / max(float(cum[0, -1]), 1e-3))).astype(np.float32),
+                   rw.frames, rw.frames))
+    cases = []
+    for label, mu_x, cum, t, t_dec in inputs:
+        noise = rng.standard_normal((1, rw.n_mels, rw.frames)).astype(np.float32)
+        feeds = decoder_feeds(mu_x, cum, t, t_dec, rw.frames, noise)
+        (ref,) = dec.run(["mel"], feeds)
+        cases.append({"input": label, "frames": t, "feeds": [feeds[k] for k in names], "ref": ref,
+                      "wave": waves(ref[:, :, :t]) if waves is not None else None})
+    return cases
+
+
+def check_matcha_npu(npu: Npu, cases: list[dict], waves: Waves | None = None) -> tuple[float, float | None, list[dict]]:
+    """Check B, like with like: the built decoder (simulator/NPU) against onnxruntime on the same
+    aligned input; mel SNR over the true frames, and with ``waves`` the waveform SNR through the
+    same Vocos + ISTFT."""
+    worst, worst_wave, probes = 200.0, None, []
+    for case in cases:
+        ref, t = case["ref"], case["frames"]
+        sim = npu.run(case["feeds"])[0].reshape(ref.shape)
+        probe: dict[str, Any] = {"input": case["input"], "frames": t, "snr_db": snr_db(ref[:, :, :t], sim[:, :, :t])}
+        if waves is not None:
+            probe["wave_snr_db"] = snr_db(case["wave"], waves(sim[:, :, :t]))
+            worst_wave = min(worst_wave if worst_wave is not None else 200.0, probe["wave_snr_db"])
+        probes.append(probe)
+        worst = min(worst, probe["snr_db"])
+    return worst, worst_wave, probes
+
+
+def _io_only(model: Any) -> Any:
+    """A model with only the inputs, outputs and metadata of ``model`` (for its sidecar)."""
+    import onnx
+
+    light = onnx.ModelProto()
+    light.graph.input.extend(model.graph.input)
+    light.graph.output.extend(model.graph.output)
+    light.metadata_props.extend(model.metadata_props)
+    return light
+
+
+def release_memory() -> None:
+    """Give freed heap back to the OS before the toolkit's build (its peak adds to what is resident)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+def _save(model: Any, path: Path) -> None:
+    """Write atomically (a bucket process may be reading the encoder another one wrote)."""
+    import onnx
+
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    onnx.save(model, str(tmp))
+    os.replace(tmp, path)
 
 
 def convert_matcha(onnx_path: Path, out_dir: Path, tokens: list[int], frames: list[int] | None, target: str,
                    required_toolkit: str | None, verify: str = "auto", fuse_qkv: bool = False,
-                   emit: Callable[[dict], None] | None = None, keep: list | None = None) -> list[dict]:
+                   emit: Callable[[dict], None] | None = None, keep: list | None = None,
+                   vocos: Path | None = None) -> list[dict]:
     version = toolkit_version(required_toolkit) if verify != "onnx-only" else "none"
     src = load_onnx(onnx_path)
     try:
-        mg.check_matcha(src)
+        cut = ms.find_cut(src)
+        encoder = ms.encoder_graph(src, cut)
     except mg.GraphError as exc:
         raise ConvertError(f"{onnx_path}: {exc}") from None
     if frames and len(frames) != len(tokens):
         raise ConvertError("give one --frames per --tokens (or none: 9.375 frames per token)")
+    waves = Waves(vocos) if vocos else None
     out_dir.mkdir(parents=True, exist_ok=True)
+    enc_path = out_dir / ms.ENCODER_FILE
+    _save(encoder, enc_path)
+    enc = _session(enc_path)
+    probe_rw = mg.Rewrite(tokens=0, frames=0, vocab=mg.vocab_size(src),
+                          pad_id=int({p.key: p.value for p in src.metadata_props}.get("pad_id", 0)))
     reports = []
     for i, k in enumerate(tokens):
         if k < 4:
             raise ConvertError(f"--tokens {k}: a bucket needs at least 4 tokens")
-        w = frames[i] if frames else window_for(src, k)
+        w = frames[i] if frames else window_for(enc, probe_rw, k)
+        t0 = time.monotonic()
         try:
-            fixed, reference, rw = mg.rewrite(src, k, w, fuse_qkv=fuse_qkv)
+            fixed, rw = ms.decoder_graph(src, cut, k, w, fuse_qkv=fuse_qkv)
         except mg.GraphError as exc:
             raise ConvertError(f"{onnx_path}: {exc}") from None
         name = f"matcha-t{k}"
         fixed_path = out_dir / f"{name}.onnx"
-        import onnx
-
-        onnx.save(fixed, str(fixed_path))
-        snr_a, frames_ok, probes_a = check_matcha_original(src, reference, rw)
+        _save(fixed, fixed_path)
+        split_s = round(time.monotonic() - t0, 1)
+        snr_a, frames_ok, probes_a = check_matcha_original(src, enc, _session(fixed_path), rw)
+        cases = matcha_npu_cases(enc, fixed_path, rw, waves) if verify not in ("none", "onnx-only") else []
+        fixed = _io_only(fixed)  # the weights are on disk now; keep what the sidecar needs
         report = {"model": "matcha", "out": str(out_dir / f"{name}.rknn"), "tokens": k, "frames": w,
-                  "snr_vs_original_db": snr_a, "snr_db": None, "true_frames_ok": frames_ok, "build_s": None,
-                  "peak_rss_mb": None, "toolkit_version": version, "target": target, "verify": "none",
+                  "encoder": str(enc_path), "snr_vs_original_db": snr_a, "snr_db": None, "wave_snr_db": None,
+                  "true_frames_ok": frames_ok, "split_s": split_s, "build_s": None, "peak_rss_mb": None,
+                  "toolkit_version": version, "target": target, "verify": "none", "toolkit_errors": None,
                   "rewrite": rw.replaced, "probes_original": probes_a}
-        def check_b(npu: Npu, report: dict = report, fixed_path: Path = fixed_path, rw: mg.Rewrite = rw) -> None:
-            snr_b, ok_b, probes_b = check_matcha_npu(npu, fixed_path, rw)
-            report.update(snr_db=snr_b, true_frames_ok=report["true_frames_ok"] and ok_b, probes_npu=probes_b)
+
+        def check_b(npu: Npu, report: dict = report, cases: list = cases) -> None:
+            snr_b, wave_b, probes_b = check_matcha_npu(npu, cases, waves)
+            report.update(snr_db=snr_b, wave_snr_db=wave_b, probes_npu=probes_b)
 
         _build_and_check(fixed_path, report, target, verify, check_b, keep)
         report["ok"] = _matcha_ok(report)
@@ -266,7 +418,10 @@ def _build_and_check(fixed_path: Path, report: dict, target: str, verify: str,
     """Build ``NAME.rknn`` from the fixed graph, run check B where possible, record time and memory.
     ``keep`` collects the builds for --serve (the simulator runs only what this process built)."""
     if verify != "onnx-only":
-        npu = Npu(fixed_path, target)
+        release_memory()
+        with CapturedLog() as captured:
+            npu = Npu(fixed_path, target)
+        report["toolkit_errors"] = toolkit_errors(captured.text)
         npu.export(fixed_path.with_suffix(".rknn"))
         report["build_s"] = npu.build_s
         report["verify"] = npu.start(verify)
@@ -283,6 +438,7 @@ def _matcha_ok(r: dict) -> bool:
     ok = r["snr_vs_original_db"] >= ORIGINAL_DB and r["true_frames_ok"]
     if r["verify"] != "none":
         ok = ok and r["snr_db"] is not None and r["snr_db"] >= MATCHA_SIM_DB
+        ok = ok and (r["wave_snr_db"] is None or r["wave_snr_db"] >= WAVE_SIM_DB)
     return bool(ok)
 
 
@@ -290,7 +446,10 @@ def _write_sidecar(path: Path, model: Any, report: dict, tokens: int | None, fra
     side = {"model": report["model"], "frames": frames, **_io(model),
             "metadata": {p.key: p.value for p in model.metadata_props},
             **{k: report[k] for k in ("toolkit_version", "target", "snr_vs_original_db", "snr_db",
-                                       "true_frames_ok", "build_s", "peak_rss_mb", "verify", "ok")}}
+                                       "true_frames_ok", "build_s", "peak_rss_mb", "verify", "ok", "toolkit_errors")
+               if k in report}}
+    if report.get("encoder"):
+        side["encoder"] = Path(report["encoder"]).name
     if tokens is not None:
         side["tokens"] = tokens
     path.write_text(json.dumps(side, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")

@@ -20,7 +20,7 @@ Two deliberate choices keep the stand-in's behaviour plausible without training:
 Runs in the toolkit venv (python 3.11 + torch 2.13.0 CPU + matcha-tts/vocos installed --no-deps with
 einops, conformer, diffusers 0.25): see ``models/convert_rknn.py setup-venv``.
 
-    python models/standins/make_voice.py --out DIR [--seed 0] [--small]
+    python models/standins/make_voice.py --out DIR [--seed 0] [--small | --tiny] [--frames-per-token 7]
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def write_lexicon(out: Path, tokens: list[str]) -> None:
     (out / "lexicon.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def build_matcha(n_vocab: int, seed: int, frames_per_token: float, small: bool):
+def build_matcha(n_vocab: int, seed: int, frames_per_token: float, small: bool, tiny: bool = False):
     import torch
     from matcha.models.matcha_tts import MatchaTTS
 
@@ -142,8 +142,8 @@ def build_matcha(n_vocab: int, seed: int, frames_per_token: float, small: bool):
                                n_layers=2 if small else 6, kernel_size=3, p_dropout=0.1, spk_emb_dim=64,
                                n_spks=1, prenet=True),
              duration_predictor_params=ns(filter_channels_dp=256, kernel_size=3, p_dropout=0.1))
-    dec = {"channels": [256, 256], "dropout": 0.05, "attention_head_dim": 64, "n_blocks": 1,
-           "num_mid_blocks": 2, "num_heads": 2, "act_fn": "snakebeta"}
+    dec = {"channels": [64, 64] if tiny else [256, 256], "dropout": 0.05, "attention_head_dim": 32 if tiny else 64,
+           "n_blocks": 1, "num_mid_blocks": 1 if tiny else 2, "num_heads": 2, "act_fn": "snakebeta"}
     cfm = ns(name="CFM", solver="euler", sigma_min=1e-4)
     model = MatchaTTS(n_vocab=n_vocab, n_spks=1, spk_emb_dim=64, n_feats=N_MELS, encoder=enc, decoder=dec,
                       cfm=cfm, data_statistics={"mel_mean": -5.5, "mel_std": 2.1}, out_size=None)
@@ -253,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=3, help="ODE steps baked into the graph (published: 3)")
     ap.add_argument("--frames-per-token", type=float, default=7.0)
     ap.add_argument("--small", action="store_true", help="fewer/narrower layers (same ops) for quick tests")
+    ap.add_argument("--tiny", action="store_true",
+                    help="--small and a narrow decoder with one mid block (same ops): the many-bucket test")
     args = ap.parse_args(argv)
     _stub_training_imports()
     import torch
@@ -261,10 +263,11 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     tokens = zh_en_tokens()
     write_lexicon(args.out, tokens)
-    matcha = build_matcha(len(tokens), args.seed, args.frames_per_token, args.small)
+    matcha = build_matcha(len(tokens), args.seed, args.frames_per_token, args.small or args.tiny, args.tiny)
     export_matcha(matcha, args.out / f"model-steps-{args.steps}.onnx", args.steps, pad_id=0)
-    export_vocos(build_vocos(args.seed, args.small), args.out / "vocos-16khz-univ.onnx")
-    info = {"out": str(args.out), "n_vocab": len(tokens), "seed": args.seed, "small": args.small,
+    export_vocos(build_vocos(args.seed, args.small or args.tiny), args.out / "vocos-16khz-univ.onnx")
+    info = {"out": str(args.out), "n_vocab": len(tokens), "seed": args.seed, "small": args.small, "tiny": args.tiny,
+            "frames_per_token": args.frames_per_token,
             "files": sorted(p.name for p in args.out.iterdir())}
     sys.stdout.write(json.dumps(info, ensure_ascii=False) + "\n")
     return 0

@@ -33,3 +33,30 @@ def regulate(hidden: np.ndarray, durations: np.ndarray, frames: int | None = Non
                            "into shorter pieces or build a longer decoder bucket")
     out = np.pad(x, ((0, size - total), (0, 0)))[None]
     return out, (np.arange(size) < total).astype(np.int32)[None], total
+
+
+def align(mu_x: np.ndarray, cum_durations: np.ndarray, frames: int, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """Matcha's alignment in numpy: mu_x [1, N, C] (encoder output), cum_durations [1, N] (the
+    running sum of the rounded durations, as the graph's CumSum gives it), T = ``frames`` ->
+    (mu [1, C, window], mask [1, 1, window]).
+
+    Exactly the original graph's ``mu_y`` and ``y_mask`` padded with zeros: frame t belongs to the
+    token j with cum[j-1] <= t < cum[j] (its path is ``t < cum[j]`` minus ``t < cum[j-1]``, compared
+    in float32 like the graph), frames at or past T are zero and masked out.
+    """
+    mu = np.asarray(mu_x, np.float32)
+    cum = np.asarray(cum_durations, np.float32).reshape(-1)
+    if mu.ndim != 3 or mu.shape[0] != 1 or mu.shape[1] != cum.size:
+        raise RkvoiceError("tts", "bad-shape", f"Matcha alignment needs mu_x [1, N, C] and cum_durations [1, N]; "
+                           f"got {mu.shape} and {np.shape(cum_durations)}")
+    if not 0 <= frames <= window:
+        raise RkvoiceError("tts", "too-long", f"{frames} frames do not fit the decoder's window of {window}; "
+                           "run the piece in a larger bucket or split it")
+    t = np.arange(frames, dtype=np.float32)
+    token = np.searchsorted(cum, t, side="right")  # first j with t < cum[j]
+    inside = token < cum.size
+    out = np.zeros((1, mu.shape[2], window), np.float32)
+    out[0, :, :frames][:, inside] = mu[0, token[inside]].T
+    mask = np.zeros((1, 1, window), np.float32)
+    mask[..., :frames] = 1.0
+    return out, mask

@@ -33,6 +33,10 @@ log = logging.getLogger(__name__)
 
 MATCHA_INPUTS = ("x", "x_length", "noise_scale", "length_scale", "noise", "sid")
 """Every input the engine knows how to feed a Matcha graph."""
+DECODER_INPUTS = ("mu", "mask", "noise", "noise_scale", "decoder_frames")
+"""A split Matcha's decoder (models/matcha_split.py): the aligned encoder output, its frame mask, the
+ODE noise, its scale and T' (the frame count rounded up to 4); the encoder runs on the CPU."""
+ENCODER_FILE = "matcha-encoder.onnx"
 _INT = ("int64", "int32")
 _FLOAT = ("float32", "float16")
 RUNTIMES = ("auto", "rknn", "onnx")
@@ -57,6 +61,8 @@ class Bucket:
     """Tokens (Matcha) or frames (Vocos) the model takes; 0 = any (dynamic shape)."""
     window: int = 0
     """Matcha: mel frames of its fixed window (0 = dynamic). Vocos: = size."""
+    encoder: Path | None = None
+    """A split Matcha's decoder: the CPU encoder it belongs to (None: a whole Matcha graph)."""
     n_mels: int = 80
     calls: int = 0
     total_s: float = 0.0
@@ -231,8 +237,41 @@ def _agree(path: Path, side: dict[str, Any] | None, key: str, value: int, what: 
         raise _bad(sidecar_of(path), f"the sidecar says {key} {side[key]} but the model takes {value} {what}")
 
 
+def _check_decoder(b: Bucket, side: dict[str, Any] | None) -> None:
+    """A split Matcha's decoder bucket: mu [1, C, W], mask [1, 1, W], noise [1, n_mels, W] -> mel."""
+    spec = {s.name: s for s in b.inputs}
+    unknown = [n for n in spec if n not in DECODER_INPUTS]
+    mel = next((o for o in b.outputs if o.name == "mel"), None)
+    if unknown or "mu" not in spec or "mask" not in spec or mel is None or not mel.fixed or len(mel.shape) != 3:
+        raise _bad(b.path, f"not a Matcha decoder the engine can feed: inputs {', '.join(spec)}, outputs "
+                   f"{', '.join(o.describe() for o in b.outputs)} (it feeds {', '.join(DECODER_INPUTS)} -> mel)",
+                   "convert the published ONNX with models/convert_rknn.py matcha")
+    b._out_index["mel"] = b.outputs.index(mel)
+    b.n_mels, b.window = int(mel.shape[1]), int(mel.shape[2])
+    for s in spec.values():
+        if s.dtype not in _FLOAT:
+            raise _bad(b.path, f"input {s.describe()} should be float32")
+    want = {"mask": (1, 1, b.window), "noise": (1, b.n_mels, b.window), "noise_scale": (1,), "decoder_frames": (1,)}
+    for name, shape in want.items():
+        if name in spec and spec[name].shape != shape:
+            raise _bad(b.path, f"input {spec[name].describe()} should be [{', '.join(map(str, shape))}]")
+    if len(spec["mu"].shape) != 3 or spec["mu"].shape[2] != b.window:
+        raise _bad(b.path, f"input {spec['mu'].describe()} should be [1, channels, {b.window}]")
+    tokens = (side or {}).get("tokens") or b.meta.get("rkvoice_tokens")
+    if not tokens:
+        raise _bad(b.path, "a Matcha decoder without its token bucket (sidecar tokens / rkvoice_tokens metadata)")
+    b.size = int(tokens)
+    encoder = (side or {}).get("encoder") or b.meta.get("rkvoice_encoder") or ENCODER_FILE
+    b.encoder = b.path.parent / str(encoder)
+    _check_name(b, "matcha-t", "tokens")
+    _agree(b.path, side, "frames", b.window, "frames")
+
+
 def _check_matcha(b: Bucket, side: dict[str, Any] | None) -> None:
     spec = {s.name: s for s in b.inputs}
+    if "mu" in spec:
+        _check_decoder(b, side)
+        return
     unknown = [n for n in spec if n not in MATCHA_INPUTS]
     if "x" not in spec or unknown:
         raise _bad(b.path, f"not a Matcha acoustic model the engine can feed: inputs {', '.join(spec)} "

@@ -5,19 +5,29 @@ K tokens in, a mel of W frames plus its true frame count out; ``vocos-f{N}``: N 
 mag/x/y out); elsewhere their .onnx twins run through onnxruntime, and the published
 dynamic-shape ONNX files work too. Everything but the NPU call is the same code for both.
 
-A piece runs in the smallest installed Matcha bucket holding its tokens (a short first piece
-gets a small, fast bucket: first audio), its mel is cut at the model's own ``mel_frames`` (no
-frame guess, no tail trim), a piece whose frames overflow the window is cut in two and both
-halves are synthesised, and the cut mel runs in the smallest Vocos bucket holding it (or in
-overlapping windows of the largest). The ODE noise is drawn from a numpy Generator seeded per
-``generate`` call (``tts.matcha.seed``), so one text always gives the same audio.
+The converter splits Matcha at its length regulator (models/matcha_split.py): the text encoder and
+duration predictor (``matcha-encoder.onnx``) run on the CPU in fp32 (onnxruntime), the alignment
+in numpy (``rkvoice.npu.length_regulator.align``), and only the flow-matching decoder runs on the
+NPU (``matcha-t{K}``: mu, mask, noise over a fixed window of W frames -> mel). The frame count is
+known before the NPU call and is the original graph's own, so a piece goes straight to the
+smallest decoder window holding it, and the mel is cut there. A whole (unsplit) fixed graph
+(``matcha-t{K}`` with token input and a ``mel_frames`` output) and the published dynamic graph
+still load: a piece then runs in the smallest bucket holding its tokens and is re-run or halved
+when its frames overflow the window.
+
+A piece whose frames overflow every window is cut in two and both halves are synthesised, and the
+cut mel runs in the smallest Vocos bucket holding it (or in overlapping windows of the largest).
+The ODE noise is drawn from a numpy Generator seeded per ``generate`` call (``tts.matcha.seed``),
+so one text always gives the same audio.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import statistics
+import time
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -26,7 +36,9 @@ import numpy as np
 
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
+from rkvoice.npu import runtime as npu_runtime
 from rkvoice.npu.istft import StftConfig, istft_mag_phase, istft_mag_xy
+from rkvoice.npu.length_regulator import align
 from rkvoice.tts.matcha_buckets import Bucket, expected_path, find_models, load_bucket, sidecar_of
 from rkvoice.tts.matcha_frames import halve, split_units, vocos_windows
 from rkvoice.tts.matcha_frontend import MatchaFrontend, Phonemizer, Unit
@@ -64,6 +76,11 @@ class MatchaTts:
         """First and later piece lengths the speaker cuts text into for this voice (seeds/001: 24/40)."""
         self.overflows = 0
         """Pieces whose true frame count overflowed their bucket's window (re-run or halved)."""
+        self.encoder: npu_runtime.ModelRuntime | None = None
+        """A split voice's CPU encoder (text -> encoder output, durations, frame counts)."""
+        self._encoder_inputs: list[str] = []
+        self._stages: dict[str, list[float]] = {}
+        """Calls and seconds per CPU stage (encoder, align, istft) since the last reset_stats."""
         self._rates: deque[float] = deque(maxlen=32)
         """Frames per token (at speed 1) of recent Matcha calls: only to skip a bucket whose window
         a piece would overflow (a wasted NPU call); the mel is always cut at the model's own count."""
@@ -81,6 +98,8 @@ class MatchaTts:
                 out[f"{kind} {p.stem}"] = p
                 if p.suffix == ".rknn":
                     out[f"{kind} {p.stem} sidecar"] = sidecar_of(p)
+                if kind == "acoustic" and (encoder := _named_encoder(p)) is not None:
+                    out["acoustic encoder"] = encoder
         return out | {"lexicon": self.dir / mc.lexicon, "tokens": self.dir / mc.tokens}
 
     def load(self) -> None:
@@ -101,7 +120,8 @@ class MatchaTts:
             for p in find_models(self.dir, mc.vocoder, mc.runtime):
                 self.vocoders.append(load_bucket(p, "vocos", threads, mask))
             for group in (self.acoustic, self.vocoders):
-                group.sort(key=lambda b: (b.size, b.window))
+                group.sort(key=lambda b: (b.window, b.size) if b.encoder else (b.size, b.window))
+            self._load_encoder(threads)
             self._configure()
         except BaseException:
             self.close()
@@ -111,6 +131,26 @@ class MatchaTts:
                  self.acoustic[0].model.describe(), self._rate, self.stft.hop_length)
         self._warm_up()
 
+    def _load_encoder(self, threads: int) -> None:
+        """A split voice: every decoder bucket names the same CPU encoder; load it (onnxruntime, fp32)."""
+        encoders = {b.encoder for b in self.acoustic}
+        if encoders == {None}:
+            return
+        if len(encoders) != 1 or None in encoders:
+            raise RkvoiceError("tts", "bad-model", "matcha: a mix of split decoders and whole Matcha graphs "
+                               f"({', '.join(b.path.name for b in self.acoustic)}); keep one kind")
+        path = self.acoustic[0].encoder
+        assert path is not None
+        model = npu_runtime.OnnxModel(path, threads=threads, what="Matcha encoder")
+        model.load()
+        names = [s.name for s in model.input_specs()]
+        outs = [s.name for s in model.output_specs()]
+        if "x" not in names or outs != ["mu_x", "cum_durations", "mel_frames", "decoder_frames"]:
+            model.close()
+            raise RkvoiceError("tts", "bad-model", f"{path}: not a Matcha encoder (inputs {names}, outputs {outs}); "
+                               "convert the published ONNX with models/convert_rknn.py matcha")
+        self.encoder, self._encoder_inputs = model, names
+
     def _configure(self) -> None:
         """Settings from the models' metadata, and the checks that span two models."""
         mc = self.cfg.tts.matcha
@@ -119,6 +159,8 @@ class MatchaTts:
                 raise RkvoiceError("tts", "bad-model", f"{what}: mix of dynamic and fixed models "
                                    f"({', '.join(b.path.name for b in group)}); keep one dynamic model or the buckets")
         meta = self.acoustic[0].meta
+        if self.encoder is not None:
+            meta = {**dict(self.encoder.metadata), **meta}
         if meta.get("sample_rate"):
             self._rate = int(meta["sample_rate"])
         if "add_blank" in meta:
@@ -148,7 +190,11 @@ class MatchaTts:
         ids = self.frontend.ids(units, self._add_blank, self._pad_id) or [self._pad_id]
         rng = np.random.default_rng(self.cfg.tts.matcha.seed)
         for b in self.acoustic:
-            self._acoustic_run(b, ids[: b.size or len(ids)], 0, 1.0, rng)
+            if self.encoder is not None:
+                mu_x, cum, frames, dec_frames = self._encode(ids[: b.size], 1.0)
+                self._decode(b, mu_x, cum, min(frames, b.window), min(dec_frames, b.window), rng)
+            else:
+                self._acoustic_run(b, ids[: b.size or len(ids)], 0, 1.0, rng)
         for v in self.vocoders:
             v.run({v.inputs[0].name: np.full((1, v.n_mels, v.size or 8), -11.5, np.float32)})
         self.reset_stats()
@@ -157,6 +203,9 @@ class MatchaTts:
         for b in self.acoustic + self.vocoders:
             b.close()
         self.acoustic, self.vocoders = [], []
+        if self.encoder is not None:
+            self.encoder.close()
+            self.encoder = None
 
     @property
     def sample_rate(self) -> int:
@@ -169,13 +218,21 @@ class MatchaTts:
 
     def bucket_stats(self) -> dict[str, dict[str, Any]]:
         """Calls and time per bucket since load (or the last ``reset_stats``), for bench/board_report.py."""
+        stages = {k: {"calls": int(c), "mean_ms": round(1000 * t / c, 2) if c else 0.0, "total_ms": round(1000 * t, 1)}
+                  for k, (c, t) in self._stages.items()}
         return {"matcha": {b.label: b.stats() for b in self.acoustic},
-                "vocos": {v.label: v.stats() for v in self.vocoders}, "overflows": {"count": self.overflows}}
+                "vocos": {v.label: v.stats() for v in self.vocoders}, "overflows": {"count": self.overflows},
+                "stages": stages}
 
     def reset_stats(self) -> None:
         for b in self.acoustic + self.vocoders:
             b.reset_stats()
         self.overflows = 0
+        self._stages = {}
+
+    def _timed(self, stage: str, t0: float) -> None:
+        calls, total = self._stages.get(stage, [0.0, 0.0])
+        self._stages[stage] = [calls + 1, total + time.perf_counter() - t0]
 
     # -- synthesis -----------------------------------------------------------------------
     def _loaded_frontend(self) -> MatchaFrontend:
@@ -232,8 +289,60 @@ class MatchaTts:
             return mel, mel.shape[-1]
         return mel, round(float(np.asarray(b.output(outs, "mel_frames")).reshape(-1)[0]))
 
+    def _encode(self, ids: list[int], speed: float) -> tuple[np.ndarray, np.ndarray, int, int]:
+        """The split voice's CPU half: (encoder output [1, N, C], cumulative durations [1, N], T, T')."""
+        assert self.encoder is not None
+        n = max(1, len(ids))
+        x = np.full((1, n), self._pad_id, dtype=np.int64)
+        x[0, : len(ids)] = ids
+        feed: dict[str, np.ndarray] = {"x": x, "x_length": np.array([n], dtype=np.int64),
+                                       "noise_scale": np.array([self.cfg.tts.matcha.noise_scale], dtype=np.float32),
+                                       "length_scale": np.array([1.0 / speed], dtype=np.float32)}
+        t0 = time.perf_counter()
+        mu_x, cum, frames, dec_frames = self.encoder.run([feed[k] for k in self._encoder_inputs])
+        self._timed("encoder_cpu", t0)
+        return mu_x, cum, int(np.asarray(frames).reshape(-1)[0]), int(np.asarray(dec_frames).reshape(-1)[0])
+
+    def _decode(self, b: Bucket, mu_x: np.ndarray, cum: np.ndarray, frames: int, dec_frames: int,
+                rng: np.random.Generator) -> np.ndarray:
+        """Aligned input over the bucket's window -> the decoder (NPU) -> mel [1, n_mels, window]."""
+        t0 = time.perf_counter()
+        mu, mask = align(mu_x, cum, frames, b.window)
+        self._timed("align", t0)
+        feed = {"mu": mu, "mask": mask, "noise": rng.standard_normal((1, b.n_mels, b.window), dtype=np.float32),
+                "noise_scale": np.array([self.cfg.tts.matcha.noise_scale], dtype=np.float32),
+                "decoder_frames": np.array([dec_frames], dtype=np.float32)}
+        mel = b.output(b.run(feed), "mel").astype(np.float32, copy=False)
+        return mel[None] if mel.ndim == 2 else mel
+
+    def _synthesize_split(self, piece: list[Unit], sid: int, speed: float, rng: np.random.Generator,
+                          depth: int) -> list[np.ndarray]:
+        """Encoder on the CPU -> the smallest decoder window holding T' -> mel cut at T -> Vocos."""
+        ids = self._loaded_frontend().ids(piece, self._add_blank, self._pad_id)
+        mu_x, cum, frames, dec_frames = self._encode(ids, speed)
+        bucket = next((b for b in self.acoustic if b.window >= dec_frames), None)  # sorted by window
+        if bucket is None:
+            self.overflows += 1
+            if depth >= MAX_SPLITS:
+                raise RkvoiceError("tts", "too-long", f"matcha: {piece[0].text!r}... still needs {dec_frames} "
+                                   f"frames after {depth} splits; is the model's duration output broken?")
+            log.info("matcha: %d tokens need %d frames > every window; synthesising it in two halves",
+                     len(ids), dec_frames)
+            a, b = halve(piece)
+            return (self._synthesize_split(a, sid, speed, rng, depth + 1)
+                    + self._synthesize_split(b, sid, speed, rng, depth + 1))
+        if frames <= 0:
+            return []
+        mel = self._decode(bucket, mu_x, cum, frames, dec_frames, rng)
+        samples = self._vocode(mel[:, :, :frames])
+        log.debug("matcha piece: %d tokens, %d frames in %s (window %d), %d samples", len(ids), frames,
+                  bucket.label, bucket.window, len(samples))
+        return [samples]
+
     def _synthesize(self, piece: list[Unit], sid: int, speed: float, rng: np.random.Generator,
                     depth: int = 0) -> list[np.ndarray]:
+        if self.encoder is not None:
+            return self._synthesize_split(piece, sid, speed, rng, depth)
         ids = self._loaded_frontend().ids(piece, self._add_blank, self._pad_id)
         bucket = self._matcha_for(len(ids), self._expected_frames(len(ids), speed)) or self._matcha_for(len(ids))
         if bucket is None:  # split_units keeps pieces within the largest bucket
@@ -270,7 +379,10 @@ class MatchaTts:
         frames = mel.shape[-1]
         fit = next((v for v in self.vocoders if v.dynamic or v.size >= frames), None)  # sorted by size
         mag, a, b = self._vocos_call(fit, mel, frames) if fit else self._windowed(mel)
-        return istft_mag_phase(mag, a, self.stft) if b is None else istft_mag_xy(mag, a, b, self.stft)
+        t0 = time.perf_counter()
+        wave = istft_mag_phase(mag, a, self.stft) if b is None else istft_mag_xy(mag, a, b, self.stft)
+        self._timed("istft", t0)
+        return wave
 
     def _vocos_call(self, v: Bucket, mel: np.ndarray, keep: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Run ``v`` on ``mel`` padded with zeros to its size; its first ``keep`` frames.
@@ -294,6 +406,17 @@ class MatchaTts:
             windows.append([o[..., k0 - start : k1 - start] for o in outs if o is not None])
         joined = [np.concatenate(parts, axis=-1) for parts in zip(*windows)]
         return joined[0], joined[1], joined[2] if len(joined) > 2 else None
+
+
+def _named_encoder(model: Path) -> Path | None:
+    """The CPU encoder a split decoder's sidecar names (None: none named, or no readable sidecar;
+    load() reports a bad sidecar with its fix)."""
+    try:
+        side = json.loads(sidecar_of(model).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    encoder = side.get("encoder") if isinstance(side, dict) else None
+    return model.parent / str(encoder) if encoder else None
 
 
 def _system_phonemizer(cfg: Config) -> Phonemizer | None:
