@@ -214,6 +214,8 @@ class WyomingHandler(AsyncEventHandler):
         except (ConnectionError, asyncio.IncompleteReadError) as exc:
             self._gone.set()
             await self._inbox.put(exc)
+        except Exception as exc:  # a fault of this server: raised where the handler reaches it
+            await self._inbox.put(exc)
 
     async def _read_one(self) -> Event | None:
         try:
