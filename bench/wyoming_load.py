@@ -17,7 +17,8 @@ Pass: every request answered, no errors, RSS growth < 5 %.
 with the default limits (``wyoming`` section; ``--idle-s`` overrides idle_timeout_s):
 
 - ``max_clients`` connections held open (idle, or after ``synthesize-start`` and nothing more): the
-  time a fresh ``describe`` takes (Home Assistant gives it 1 s), and when the held ones are closed;
+  time a fresh ``describe`` takes (Home Assistant gives it 1 s), and when and how the held ones are
+  closed (``idle``; ``evicted`` for an idle one that made way for the describe);
 - a transcription whose client left at once after ``audio-stop``, and two more queued behind a
   running one that left: the next client's transcript time beside the same request alone;
 - malformed events (fields of the wrong JSON type, ``"voice": "abc"``, deeply nested JSON, a bad
@@ -260,7 +261,8 @@ async def storm(port: int, audio: dict[str, bytes], max_clients: int) -> dict[st
     holds = [out["held_idle"], out["held_synthesize_start"]]
     left = out["left_transcriptions"]
     out["pass"] = (
-        all(h["describe_answer"] == "info" and h["describe_ms"] < 1000 and h["closed_by"] == ["idle"] for h in holds)
+        all(h["describe_answer"] == "info" and h["describe_ms"] < 1000 and set(h["closed_by"]) <= {"idle", "evicted"}
+            for h in holds)  # the describe may have closed the oldest idle one to be served
         and max(left["next_after_one_left_ms"], left["next_after_three_left_ms"]) <= 1.5 * left["next_alone_ms"]
         and all(p["errors"] and not p["transcript"] and (p["went_on"] or p["errors"] == ["malformed"])
                 for p in out["probes"].values())  # a malformed stream cannot go on: that connection closes

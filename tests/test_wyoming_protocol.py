@@ -502,6 +502,48 @@ def test_describe_is_answered_while_max_clients_connections_are_held(fakes):
     assert closed == ["idle", "idle", "idle"]
 
 
+def test_a_connection_over_the_limit_closes_an_idle_one_and_is_served(fakes, monkeypatch):
+    from rkvoice.wyoming import handler
+
+    monkeypatch.setattr(handler, "EVICT_IDLE_S", 0.0)  # any connection waiting with nothing in progress
+    engines, *_ = fakes
+
+    async def go(port: int) -> tuple[list[Event], list[str]]:
+        held = []
+        for _ in range(2):
+            c = AsyncTcpClient("127.0.0.1", port)
+            await c.connect()
+            await c.write_event(Ping().event())
+            await read_until(c, lambda e: e.type == "pong")
+            held.append(c)
+        async with AsyncTcpClient("127.0.0.1", port) as fresh:  # over the limit, with a real request
+            await fresh.write_event(Transcribe(language="zh").event())
+            await fresh.write_event(AudioStart(rate=16000, width=2, channels=1).event())
+            await fresh.write_event(AudioChunk(rate=16000, width=2, channels=1, audio=pcm(0.5)).event())
+            await fresh.write_event(AudioStop().event())
+            got = await read_until(fresh, lambda e: e.type in ("transcript", "error"))
+        reads = {asyncio.ensure_future(c.read_event()): c for c in held}  # one was closed to make way
+        done, waiting = await asyncio.wait(reads, return_when=asyncio.FIRST_COMPLETED)
+        fates = []
+        for read in done:
+            event = read.result()
+            assert event is not None and Error.is_type(event.type), event
+            fates.append(Error.from_event(event).code)
+            assert await reads[read].read_event() is None  # and closed
+        for read in waiting:  # the other is still served
+            await reads[read].write_event(Ping().event())
+            event = await read
+            fates.append(event.type if event is not None else "closed")
+        for c in held:
+            await c.disconnect()
+        return got, fates
+
+    with serving(engines, WyomingConfig(max_clients=2)) as port:
+        got, fates = run(go(port))
+    assert Transcript.from_event(got[-1]).text == "你好"
+    assert fates == ["evicted", "pong"]  # one idle connection went, the other is still served
+
+
 def test_a_transcription_of_a_client_that_left_never_runs(fakes):
     engines, *_ = fakes
     asr = engines.asr

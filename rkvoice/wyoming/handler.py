@@ -12,7 +12,8 @@ Events are read by a task of their own into a short queue and handled one at a t
 client that leaves is noticed while its request is still being worked on: the request is cancelled
 (a transcription or synthesis still queued for its engine never runs, an LLM answer stops). The idle
 limit counts while the server waits for the client's next event, in every state (also inside a
-streamed synthesis). A connection over ``max_clients`` is still answered if its first event is
+streamed synthesis). A connection over ``max_clients`` closes the one idle longest (no request in
+progress for EVICT_IDLE_S) and is served; when none is idle it is still answered if its first event is
 ``describe`` (Home Assistant gives ``describe`` one second), then closed; anything else is ``busy``.
 """
 
@@ -54,6 +55,9 @@ INBOX_EVENTS = 64
 """Events read ahead of the one being handled (back-pressure on a client that sends faster)."""
 OVER_LIMIT_WAIT_S = 2.0
 """How long a connection over max_clients may take to send its describe."""
+EVICT_IDLE_S = 1.0
+"""A connection waiting this long with no request in progress is closed ("evicted") when a new one
+arrives over max_clients: held idle sockets cannot keep Home Assistant's requests out."""
 SERVED = ("describe, transcribe, audio-start/-chunk/-stop, synthesize, synthesize-start/-chunk/-stop, "
           "detect, transcript, select-program, ping")
 
@@ -101,6 +105,19 @@ class Context:
         self.wake_name = wake_name
         self.clients = 0
         self.wake_slots = asyncio.Semaphore(wcfg.max_wake_streams)
+        self.idle_since: dict[WyomingHandler, float] = {}
+        """Connections waiting for their next event with no request in progress -> since when (loop time)."""
+
+    def evict_oldest_idle(self, now: float) -> bool:
+        """Close the connection idle longest, if one has been idle EVICT_IDLE_S; True if one was."""
+        if not self.idle_since:
+            return False
+        handler, since = min(self.idle_since.items(), key=lambda item: item[1])
+        if now - since < EVICT_IDLE_S:
+            return False
+        del self.idle_since[handler]
+        handler.evict()
+        return True
 
 
 class _SpeechStream:
@@ -178,7 +195,7 @@ class WyomingHandler(AsyncEventHandler):
         self.ctx.clients += 1
         reading = asyncio.create_task(self._read_events(), name="wyoming reader")
         try:
-            if self.ctx.clients > self.limits.max_clients:
+            if self.ctx.clients > self.limits.max_clients and not self.ctx.evict_oldest_idle(self._loop_time()):
                 await self._over_limit()
                 return
             while True:
@@ -195,6 +212,7 @@ class WyomingHandler(AsyncEventHandler):
             await self._try_send(Error(text=f"the server failed on this request: {exc}", code="internal").event())
         finally:
             self.ctx.clients -= 1
+            self.ctx.idle_since.pop(self, None)
             reading.cancel()
             await self.disconnect()
             self.writer.close()
@@ -226,14 +244,29 @@ class WyomingHandler(AsyncEventHandler):
             raise Refused("malformed", "malformed event: not one line of JSON with a type, or a line over 64 KiB")
         return event
 
+    @staticmethod
+    def _loop_time() -> float:
+        return asyncio.get_running_loop().time()
+
+    def evict(self) -> None:
+        """Make way for a new connection: this idle one gets an ``evicted`` error and is closed."""
+        with suppress(asyncio.QueueFull):
+            self._inbox.put_nowait(Refused("evicted", f"closed to make way for a new connection: this one was "
+                                                      f"idle and the server serves {self.limits.max_clients} at "
+                                                      "most (wyoming.max_clients)"))
+
     async def _next_event(self) -> Event | None:
         """The next event from the inbox; ``Refused("idle")`` when none comes within the idle limit."""
+        if self._listener is None and self._speech is None:  # nothing in progress: may be evicted
+            self.ctx.idle_since[self] = self._loop_time()
         try:
             item = await asyncio.wait_for(self._inbox.get(), self.limits.idle_timeout_s)
         except TimeoutError:
             what = " inside a streamed synthesis" if self._speech is not None else ""
             raise Refused("idle", f"no event for {self.limits.idle_timeout_s:g} s{what} "
                                   "(wyoming.idle_timeout_s); closing the connection") from None
+        finally:
+            self.ctx.idle_since.pop(self, None)
         if isinstance(item, BaseException):
             raise item
         return item
