@@ -21,6 +21,7 @@ from wyoming.error import Error  # noqa: E402
 from wyoming.event import Event  # noqa: E402
 from wyoming.handle import Handled, HandledStop, NotHandled  # noqa: E402
 from wyoming.info import Describe, Info  # noqa: E402
+from wyoming.ping import Ping  # noqa: E402
 from wyoming.tts import (  # noqa: E402
     Synthesize,
     SynthesizeChunk,
@@ -425,6 +426,9 @@ def test_unix_socket_and_the_client_limit(engines, tmp_path):
         async with AsyncUnixClient(str(path)) as first:
             await first.write_event(Describe().event())
             info = Info.from_event((await read_until(first, lambda e: Info.is_type(e.type)))[-1])
+            await first.write_event(SynthesizeStart().event())  # busy: not an idle connection to evict
+            await first.write_event(Ping().event())
+            await read_until(first, lambda e: e.type == "pong")
             async with AsyncUnixClient(str(path)) as second:  # one too many while the first is open
                 refused = await second.read_event()
         return refused, info
