@@ -11,7 +11,8 @@ profile. Prints ONE JSON object:
   board the NPU's buffers are DMA memory that may not show in VmRSS: compare MemAvailable.
 - ``tts``: on a fixed text, first audio / max gap through the real Speaker (a paced null player,
   so nothing waits for playback) and the whole-text synthesis RTF, medians over ``--runs``; for
-  the Matcha voice, calls and time per bucket (Matcha per token bucket, Vocos per frame bucket).
+  the Matcha voice, calls and time per bucket (the Matcha decoder per window, on the NPU; Vocos per
+  frame bucket) and per CPU stage of the split voice (``stages``: encoder_cpu, align, istft).
 - ``asr``: the TTS's own output of that text transcribed, CER against the text.
 - ``wake``: the wake phrase synthesised (alone and followed by a request) and fed to the wake
   engine (kws on the board, VAD + ASR + pinyin match on portable): detected or not.

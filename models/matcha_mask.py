@@ -114,48 +114,67 @@ def _decoder_lengths(rw: Rewrite) -> list[int]:
 
 def _masked_instance_norm(model: Any, node: Any, before: list[int], after: list[int],
                           mask_frac: tuple[str, str]) -> None:
-    """y [N, G, (C/G)*L] -> normalised over the first T' frames of each group; scale/bias kept.
+    """GroupNorm over the first T' frames: [N, C, L] -> the same, statistics per group of channels.
 
-    Stays in the GroupNorm's own 3-D layout (the mask tiled over the group's channels once per
-    shape) so the toolkit sees the same Reshape/ReduceMean shapes it fuses in a LayerNorm."""
+    The exported GroupNorm reshapes [N, C, L] to [N, G, (C/G)*L] and normalises over that long last
+    axis; reducing over it on the NPU overflows rknn-toolkit2's REGTASK register fields (value
+    (C/G)*L - 1 against a limit of 0x1fff: 32*W - 1 for 256 channels in 8 groups, 64*W - 1 for 512;
+    the simulator does not notice, a board may). So the statistics are taken in two short steps in
+    the [N, C, L] layout: a masked mean over the frames per channel ([N, C, 1]), then the mean over
+    each group's channels (a MatMul with a constant block-averaging [C, C] matrix: equal counts per
+    channel, so this is the same mean). The Reshape back to [N, C, L] that follows
+    the InstanceNormalization is bypassed: no [N, G, (C/G)*L] tensor is left."""
     import onnx
 
     graph = model.graph
     mask, frac = mask_frac
-    _, c, length = before
+    prods = _producers(graph)
+    x = prods[node.input[0]].input[0]  # the GroupNorm Reshape's input, [N, C, L]
+    n, c, length = before
     g = after[1]
     eps = 1e-5
     for a in node.attribute:
         if a.name == "epsilon":
             eps = onnx.helper.get_attribute_value(a)
     p = node.name or node.output[0]
-    y = node.input[0]
-    flat = f"_dec_mflat_{c // g}x{length}"
-    if not any(n.output[0] == flat for n in graph.node):
-        m3 = _node(graph, "Reshape", [mask, _const(graph, flat + "_3d", np.array([1, 1, length], np.int64))], flat + "_m3")
-        _node(graph, "Tile", [m3, _const(graph, flat + "_reps", np.array([1, 1, c // g], np.int64))], flat)
+    m3 = f"_dec_m3_{length}"
+    if not any(o == m3 for nd in graph.node for o in nd.output):
+        _node(graph, "Reshape", [mask, _const(graph, m3 + "_shape", np.array([1, 1, length], np.int64))], m3)
     inv = f"{frac}_inv"
-    if not any(n.output[0] == inv for n in graph.node):
+    if not any(o == inv for nd in graph.node for o in nd.output):
         _node(graph, "Reciprocal", [frac], inv)
-    axes = [2]
-    mean = _node(graph, "Mul", [_node(graph, "ReduceMean", [_node(graph, "Mul", [y, flat], p + "_ym")], p + "_sum",
-                                      axes=axes, keepdims=1), inv], p + "_mean")
-    centred = _node(graph, "Sub", [y, mean], p + "_c")
-    cm = _node(graph, "Mul", [centred, flat], p + "_cm")
-    var = _node(graph, "Mul", [_node(graph, "ReduceMean", [_node(graph, "Mul", [cm, cm], p + "_sq")], p + "_vsum",
-                                     axes=axes, keepdims=1), inv], p + "_var")
+    avg = f"_dec_group_avg_{c}x{g}"  # [C, C]: the mean over each channel's group, block by block
+    if not any(i.name == avg for i in graph.initializer):
+        _const(graph, avg, np.kron(np.eye(g), np.full((c // g, c // g), g / c)).astype(np.float32))
+
+    def group_mean(t: str, tag: str) -> str:
+        """masked mean over frames and the group's channels of t [N, C, L] -> [N, C, 1]."""
+        chan = _node(graph, "ReduceMean", [_node(graph, "Mul", [t, m3], f"{p}_{tag}_m")], f"{p}_{tag}_c",
+                     axes=[2], keepdims=1)
+        grp = _node(graph, "MatMul", [avg, chan], f"{p}_{tag}_g")
+        return _node(graph, "Mul", [grp, inv], f"{p}_{tag}")
+
+    centred = _node(graph, "Sub", [x, group_mean(x, "mean")], p + "_c")
+    var = group_mean(_node(graph, "Mul", [centred, centred], p + "_sq"), "var")
     std = _node(graph, "Sqrt", [_node(graph, "Add", [var, _const(graph, p + "_eps", np.array(eps, np.float32))],
                                       p + "_ve")], p + "_std")
     normed = _node(graph, "Div", [centred, std], p + "_n")
     scale_v, bias_v = _initializer(graph, node.input[1]), _initializer(graph, node.input[2])
+    if not (np.all(scale_v == 1) and np.all(bias_v == 0)):  # torch's GroupNorm export applies its affine after
+        scale = _const(graph, p + "_scale3", np.repeat(scale_v, c // g).reshape(1, c, 1))
+        bias = _const(graph, p + "_bias3", np.repeat(bias_v, c // g).reshape(1, c, 1))
+        normed = _node(graph, "Add", [_node(graph, "Mul", [normed, scale], p + "_scaled"), bias], p + "_affine")
     out = node.output[0]
     graph.node.remove(node)
-    if np.all(scale_v == 1) and np.all(bias_v == 0):  # torch's GroupNorm export: affine applied after
-        _node(graph, "Identity", [normed], out)
-        return
-    scale = _const(graph, p + "_scale3", scale_v.reshape(1, g, 1))
-    bias = _const(graph, p + "_bias3", bias_v.reshape(1, g, 1))
-    _node(graph, "Add", [_node(graph, "Mul", [normed, scale], p + "_scaled"), bias], out)
+    back = [nd for nd in graph.node if out in nd.input]
+    if len(back) == 1 and back[0].op_type == "Reshape" and _shape(model, back[0].output[0]) == before:
+        reshape = back[0]  # [N, G, (C/G)*L] -> [N, C, L]: now the identity
+        reshape.op_type = "Identity"
+        del reshape.input[:]
+        del reshape.attribute[:]
+        reshape.input.append(normed)
+    else:
+        _node(graph, "Reshape", [normed, _const(graph, p + "_after", np.array(after, np.int64))], out)
 
 
 def _initializer(graph: Any, name: str) -> np.ndarray:

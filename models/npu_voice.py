@@ -404,13 +404,70 @@ def convert_matcha(onnx_path: Path, out_dir: Path, tokens: list[int], frames: li
             snr_b, wave_b, probes_b = check_matcha_npu(npu, cases, waves)
             report.update(snr_db=snr_b, wave_snr_db=wave_b, probes_npu=probes_b)
 
-        _build_and_check(fixed_path, report, target, verify, check_b, keep)
+        if keep is None and verify != "onnx-only":
+            _build_apart(fixed_path, report, target, verify, cases, waves)
+        else:
+            _build_and_check(fixed_path, report, target, verify, check_b, keep)
         report["ok"] = _matcha_ok(report)
         _write_sidecar(out_dir / f"{name}.json", fixed, report, rw.tokens, w)
         if emit:
             emit(report)
         reports.append(report)
     return reports
+
+
+def _build_apart(fixed_path: Path, report: dict, target: str, verify: str, cases: list[dict],
+                 waves: Waves | None) -> None:
+    """Build and run check B in a fresh process that holds nothing but the toolkit and the decoder
+    (``npu_voice.py build``): the toolkit's build and its simulator are the peak, and this process's
+    onnxruntime sessions and graphs must not add to it. Both peaks go into the report."""
+    import subprocess
+
+    release_memory()
+    with tempfile.TemporaryDirectory() as tmp:
+        feeds = Path(tmp) / "cases.npz"
+        np.savez(feeds, **{f"c{i}_{j}": a for i, c in enumerate(cases) for j, a in enumerate(c["feeds"])})
+        result = Path(tmp) / "result.json"
+        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "build", str(fixed_path), target,
+                               verify, str(feeds), str(result), str(len(cases)), str(len(cases[0]["feeds"]) if cases else 0)])
+        if proc.returncode != 0 or not result.is_file():
+            raise ConvertError(f"rknn-toolkit2 could not build {fixed_path} (exit {proc.returncode}; see its log above)")
+        got = json.loads(result.read_text())
+        outs = np.load(Path(tmp) / "outputs.npz") if got["verify"] != "none" else None
+        report.update(build_s=got["build_s"], toolkit_errors=got["toolkit_errors"], verify=got["verify"])
+        if outs is not None:
+            class Answers:  # check B's NPU: the child's answers, in case order
+                def __init__(self) -> None:
+                    self.i = 0
+
+                def run(self, feeds: list[np.ndarray]) -> list[np.ndarray]:
+                    self.i += 1
+                    return [outs[f"out{self.i - 1}"]]
+
+            snr_b, wave_b, probes_b = check_matcha_npu(Answers(), cases, waves)  # type: ignore[arg-type]
+            report.update(snr_db=snr_b, wave_snr_db=wave_b, probes_npu=probes_b)
+    report["peak_rss_build_mb"] = got["peak_rss_mb"]
+    report["peak_rss_prepare_mb"] = peak_rss_mb()
+    report["peak_rss_mb"] = max(got["peak_rss_mb"], report["peak_rss_prepare_mb"])
+
+
+def _build_child(argv: list[str]) -> int:
+    """``npu_voice.py build FIXED.onnx TARGET VERIFY CASES.npz RESULT.json N_CASES N_INPUTS``."""
+    fixed, target, verify, feeds_path, result = Path(argv[0]), argv[1], argv[2], Path(argv[3]), Path(argv[4])
+    n_cases, n_inputs = int(argv[5]), int(argv[6])
+    with CapturedLog() as captured:
+        npu = Npu(fixed, target)
+    errors = toolkit_errors(captured.text)
+    npu.export(fixed.with_suffix(".rknn"))
+    mode = npu.start(verify)
+    if mode != "none":
+        feeds = np.load(feeds_path)
+        outs = {f"out{i}": npu.run([feeds[f"c{i}_{j}"] for j in range(n_inputs)])[0] for i in range(n_cases)}
+        np.savez(result.parent / "outputs.npz", **outs)
+    npu.release()
+    result.write_text(json.dumps({"build_s": npu.build_s, "toolkit_errors": errors, "verify": mode,
+                                  "peak_rss_mb": peak_rss_mb()}))
+    return 0
 
 
 def _build_and_check(fixed_path: Path, report: dict, target: str, verify: str,
@@ -554,3 +611,8 @@ def _vocos_ok(r: dict) -> bool:
     if r["verify"] != "none":
         ok = ok and bool(r["capacity_ok"]) and (r["snr_db"] or 0) >= VOCOS_SIM_DB and (r["wave_snr_db"] or 0) >= WAVE_SIM_DB
     return bool(ok)
+
+
+if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "build":
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    raise SystemExit(_build_child(sys.argv[2:]))

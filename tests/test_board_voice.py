@@ -127,7 +127,10 @@ def test_matcha_buckets_meet_both_thresholds(converted, capsys):
         assert r["probes_npu"][-1]["frames"] == r["frames"]  # the whole window, checked on its own
         assert Path(r["out"]).stat().st_size > 1_000_000
         assert r["peak_rss_mb"] > 0  # measured per bucket process (the 1.5 GB bound: test_board_voice_buckets.py)
-        assert isinstance(errors["count"], int) and errors["count"] >= errors["regtask"] >= 0
+        assert isinstance(errors["count"], int) and errors["count"] >= errors["regtask"]
+        # the masked GroupNorm reduces per channel, then per group: no REGTASK field overflow (the
+        # [1, 8, 32*W] layout gave 60 lines at 312 frames, 186 at 616)
+        assert errors["regtask"] == 0, errors
         side = json.loads(Path(r["out"]).with_suffix(".json").read_text())
         assert [i["name"] for i in side["inputs"]] == ["mu", "mask", "noise", "noise_scale", "decoder_frames"]
         w = r["frames"]
