@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from datetime import tzinfo
 from pathlib import Path
 from typing import Any, Literal
 
@@ -270,6 +271,18 @@ class DaemonConfig(Section):
         return ROOT / Path(self.lock_file).expanduser() if self.lock_file else state_dir / "rkvoice.lock"
 
 
+def zone(name: str) -> tzinfo:
+    """The IANA time zone ``name``, or an RkvoiceError naming the key and an example."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise RkvoiceError("config", "bad-value", f"wyoming.time_zone {name!r} is not a known IANA time zone "
+                                                  "(e.g. Asia/Shanghai, Europe/Berlin); empty = the system's") from exc
+
+
+
 @dataclass(frozen=True)
 class WyomingConfig(Section):
     """The Wyoming server (``--wyoming URI``, or beside the microphone loop in the daemon)."""
@@ -301,8 +314,6 @@ class WyomingConfig(Section):
 
             parse_uri(self.uri)
         if self.time_zone:
-            from rkvoice.wyoming.config import zone
-
             zone(self.time_zone)
 
 

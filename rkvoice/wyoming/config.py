@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import datetime, tzinfo
+from datetime import datetime
 from typing import Any
 
-from rkvoice.config import Config, WyomingConfig
-from rkvoice.errors import RkvoiceError
+from rkvoice.config import Config, WyomingConfig, zone
 
 
 def from_cfg(cfg: Config | WyomingConfig, **overrides: Any) -> WyomingConfig:
@@ -16,17 +15,6 @@ def from_cfg(cfg: Config | WyomingConfig, **overrides: Any) -> WyomingConfig:
     base = cfg if isinstance(cfg, WyomingConfig) else cfg.wyoming
     given = {k: v for k, v in overrides.items() if v is not None}
     return replace(base, **given) if given else base
-
-
-def zone(name: str) -> tzinfo:
-    """The IANA time zone ``name``, or an RkvoiceError naming the key and an example."""
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
-        raise RkvoiceError("config", "bad-value", f"wyoming.time_zone {name!r} is not a known IANA time zone "
-                                                  "(e.g. Asia/Shanghai, Europe/Berlin); empty = the system's") from exc
 
 
 def clock(time_zone: str) -> Callable[[], datetime]:
