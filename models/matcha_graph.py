@@ -1,28 +1,21 @@
-"""Rewrite a published Matcha ONNX graph into a fixed-shape graph that rknn-toolkit2 can build.
+"""What the Matcha split (models/matcha_split.py) needs to know about a published Matcha ONNX graph.
 
 The published export (icefall/sherpa-onnx ``model-steps-N.onnx``: ``x``, ``x_length``,
 ``noise_scale``, ``length_scale`` -> ``mel``) sizes everything after the duration predictor by a
 data-dependent frame count: ``Range(0, T')`` builds the frame mask (T' = the true frame count T
-rounded up for the U-Net), ``CumSum`` + ``Range`` build the alignment path, ``Ceil`` rounds
-durations, ``RandomNormalLike`` draws the ODE start noise, and a final ``Slice`` cuts the mel at T.
-The NPU compiler needs static shapes. For a token bucket K and a frame window W this module
+rounded up for the U-Net), ``CumSum`` builds the alignment path, ``Ceil`` rounds durations,
+``RandomNormalLike`` draws the ODE start noise, and a final ``Slice`` cuts the mel at T.
 
-1. replaces ``RandomNormalLike`` by a model input ``noise`` [1, n_mels, W] (the caller draws it:
-   reproducible, and the same noise can be fed to the original graph to compare the two),
-2. fixes ``x`` to [1, K] and replaces every data-dependent ``Range`` limit by W and every
-   data-dependent ``Slice`` end by "to the end", refusing any other data-dependent shape input,
-3. replaces ``Ceil(x)`` by ``-Floor(-x)`` and ``CumSum`` over the K durations by a MatMul with a
-   constant triangular matrix,
-4. keeps the true frame count T as a second output ``mel_frames`` (float32 [1]), so the engine cuts
-   the mel exactly instead of guessing, and
-5. masks the decoder to the length the original would have used (T'): every GroupNorm (exported as
-   Reshape -> InstanceNormalization) computes its statistics over the first T' frames only, and
-   every decoder attention gets -1e4 on keys at or beyond T'. Without this the padded frames leak
-   into the mel (measured: 39 dB at 64 tokens, 9 dB at 20 tokens); with it the fixed graph matches
-   the original to float rounding.
+Here: the I/O check, the ODE noise as a model input ``noise`` (the caller draws it: reproducible,
+and the same noise can be fed to the original graph and to the split to compare them), the
+data-dependence analysis that finds the frame Range and the mel Slice (refusing any other
+data-dependent shape), the vocabulary size, onnxsim with q/k/v kept separate, and the original
+graph with its noise as an input and T' as an output (check A's reference). An earlier version
+rewrote the whole graph to a fixed shape (Ceil -> -Floor(-x), CumSum -> triangular MatMul, Range
+limits -> W); with the durations on the CPU (the split) none of that is needed any more.
 
-Everything here needs only ``onnx`` and ``numpy`` (plus ``onnxsim`` for the shape folding), so it
-runs in the toolkit venv on a PC or on the board.
+Everything here needs only ``onnx`` and ``numpy`` (plus ``onnxsim``), so it runs in the toolkit
+venv on a PC or on the board.
 """
 
 from __future__ import annotations
@@ -33,19 +26,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from matcha_mask import DEC_LEN, mask_decoder
+from matcha_mask import DEC_LEN
 from onnx_edit import (
     GraphError,
     const as _const,
     constant_value as _constant_value,
-    elem_type as _elem_type,
-    feeds_output as _feeds_output,
     node as _node,
-    output_dims as _output_dims,
     producers as _producers,
     rename_input as _rename_input,
-    set_input_shape as _set_input_shape,
-    shape as _shape,
     toposort as _toposort,
 )
 
@@ -157,85 +145,6 @@ def find_length_points(model: Any) -> tuple[list[Any], list[Any]]:
 # the rewrite
 
 
-def fix_lengths(model: Any, rw: Rewrite) -> None:
-    """Range limits -> W (keeping T' as an output), Slice ends -> end; T as the ``mel_frames`` output."""
-    import onnx
-
-    graph = model.graph
-    ranges, slices = find_length_points(model)
-    if not ranges:
-        raise GraphError("no data-dependent Range found: is this the dynamic published Matcha export?")
-    limits = {n.input[1] for n in ranges}
-    if len(limits) != 1:
-        raise GraphError(f"expected one frame-count tensor feeding the frame Ranges, found {sorted(limits)}")
-    dec_len = limits.pop()
-    for n in ranges:
-        dtype = _elem_type(model, n.input[0])
-        np_type = onnx.helper.tensor_dtype_to_np_dtype(dtype) if dtype else np.int64
-        n.input[1] = _const(graph, f"{n.name}_fixed_limit", np.array(rw.frames, dtype=np_type))
-        rw.count("Range")
-    mel_slice = None
-    for n in slices:
-        ends = n.input[2]
-        n.input[2] = _const(graph, f"{n.name}_fixed_end", np.array([np.iinfo(np.int64).max], np.int64))
-        rw.count("Slice")
-        if _feeds_output(model, n.output[0], "mel"):
-            mel_slice = ends
-    if mel_slice is None:  # an export that returns the decoder's whole length: T' is the frame count
-        log.warning("no data-dependent Slice cuts the mel: reporting the decoder length as mel_frames")
-        mel_slice = dec_len
-    frames_f = _node(graph, "Cast", [mel_slice], FRAMES + "_f", to=onnx.TensorProto.FLOAT)
-    _node(graph, "Reshape", [frames_f, _const(graph, FRAMES + "_shape", np.array([1], np.int64))], FRAMES)
-    dec_f = _node(graph, "Cast", [dec_len], DEC_LEN + "_f", to=onnx.TensorProto.FLOAT)
-    _node(graph, "Reshape", [dec_f, _const(graph, DEC_LEN + "_shape", np.array([1], np.int64))], DEC_LEN)
-    graph.output.append(onnx.helper.make_tensor_value_info(FRAMES, onnx.TensorProto.FLOAT, [1]))
-    graph.output.append(onnx.helper.make_tensor_value_info(DEC_LEN, onnx.TensorProto.FLOAT, [1]))
-
-
-def replace_ceil(model: Any, rw: Rewrite) -> None:
-    """Ceil(x) -> -Floor(-x): the toolkit has no Ceil."""
-    graph = model.graph
-    for n in [n for n in graph.node if n.op_type == "Ceil"]:
-        idx = list(graph.node).index(n)
-        x, y = n.input[0], n.output[0]
-        graph.node.remove(n)
-        from onnx import helper
-
-        new = [helper.make_node("Neg", [x], [y + "_neg"], name=y + "_neg"),
-               helper.make_node("Floor", [y + "_neg"], [y + "_floor"], name=y + "_floor"),
-               helper.make_node("Neg", [y + "_floor"], [y], name=y + "_ceil")]
-        for k, m in enumerate(new):
-            graph.node.insert(idx + k, m)
-        rw.count("Ceil")
-
-
-def replace_cumsum(model: Any, rw: Rewrite) -> None:
-    """CumSum over the last axis of a static [.., K] tensor -> MatMul with an upper-triangular K x K."""
-    import onnx
-
-    graph = model.graph
-    prods = _producers(graph)
-    for n in [n for n in graph.node if n.op_type == "CumSum"]:
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
-        if attrs.get("exclusive", 0) or attrs.get("reverse", 0):
-            raise GraphError(f"{n.name}: exclusive/reverse CumSum is not supported")
-        axis = _constant_value(graph, prods, n.input[1])
-        shape = _shape(model, n.input[0])
-        if axis is None or shape is None:
-            raise GraphError(f"{n.name}: CumSum needs a constant axis and a static input shape")
-        axis = int(np.asarray(axis).reshape(-1)[0]) % len(shape)
-        if axis != len(shape) - 1:
-            raise GraphError(f"{n.name}: CumSum over axis {axis} of {shape} (only the last axis is supported)")
-        k = shape[-1]
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(_elem_type(model, n.input[0]) or onnx.TensorProto.FLOAT)
-        tri = np.triu(np.ones((k, k), dtype=dtype))
-        idx = list(graph.node).index(n)
-        graph.node.remove(n)
-        graph.node.insert(idx, onnx.helper.make_node("MatMul", [n.input[0], _const(graph, n.output[0] + "_tri", tri)],
-                                                     [n.output[0]], name=n.output[0] + "_matmul"))
-        rw.count("CumSum")
-
-
 def vocab_size(model: Any) -> int:
     """Rows of the embedding table the token ids index (the Gather fed by ``x``)."""
     graph = model.graph
@@ -261,59 +170,6 @@ def simplify(model: Any, fuse_qkv: bool = False) -> Any:
     if not ok:
         raise GraphError("onnxsim could not validate the simplified graph")
     return out
-
-
-def rewrite(model: Any, tokens: int, frames: int, fuse_qkv: bool = False) -> tuple[Any, Any, Rewrite]:
-    """(fixed graph, reference graph with T' output, report) for one token bucket and frame window."""
-    import onnx
-
-    check_matcha(model)
-    if frames % 4:
-        raise GraphError(f"--frames {frames}: use a multiple of 4 (the decoder halves the length twice)")
-    if frames <= 2 * tokens:
-        raise GraphError(f"--frames {frames} is too small for a {tokens}-token bucket (a token lasts several "
-                         f"frames); pass a larger --frames, or none for the default")
-    rw = Rewrite(tokens=tokens, frames=frames, vocab=vocab_size(model),
-                 pad_id=int({p.key: p.value for p in model.metadata_props}.get("pad_id", 0)))
-    out_shape = _output_dims(model, "mel")
-    rw.n_mels = out_shape[1] if out_shape and isinstance(out_shape[1], int) else 80
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    noise_as_input(m, rw.n_mels, frames)
-    _set_input_shape(m, "x", [1, tokens])
-    _set_input_shape(m, "x_length", [1])
-    for name in ("noise_scale", "length_scale"):
-        _set_input_shape(m, name, [1])
-    fix_lengths(m, rw)
-    replace_ceil(m, rw)
-    _toposort(m.graph)
-    m = onnx.shape_inference.infer_shapes(simplify(m, fuse_qkv))
-    replace_cumsum(m, rw)
-    mask_decoder(m, rw)
-    _toposort(m.graph)
-    m = onnx.shape_inference.infer_shapes(simplify(m, fuse_qkv))
-    reference = onnx.ModelProto()
-    reference.CopyFrom(m)
-    outs = [o for o in m.graph.output if o.name != DEC_LEN]
-    del m.graph.output[:]
-    m.graph.output.extend(outs)
-    m = simplify(m, fuse_qkv)
-    left = sorted({n.op_type for n in m.graph.node} & {"Range", "CumSum", "Ceil", "RandomNormalLike", "Loop", "If"})
-    if left:
-        raise GraphError(f"rewrite left unsupported ops: {left}")
-    _copy_metadata(model, m, rw)
-    _copy_metadata(model, reference, rw)
-    return m, reference, rw
-
-
-def _copy_metadata(src: Any, dst: Any, rw: Rewrite) -> None:
-    meta = {p.key: p.value for p in src.metadata_props}
-    meta.update({"rkvoice_tokens": str(rw.tokens), "rkvoice_frames": str(rw.frames),
-                 "rkvoice_rewrite": ",".join(f"{k}={v}" for k, v in sorted(rw.replaced.items()))})
-    del dst.metadata_props[:]
-    for k, v in meta.items():
-        p = dst.metadata_props.add()
-        p.key, p.value = k, v
 
 
 def original_with_noise(model: Any, n_mels: int = 80, noise: bool = True) -> Any:

@@ -1,8 +1,9 @@
-"""Masking Matcha's decoder to the length the original graph would use (step 5 of matcha_graph).
+"""Masking Matcha's decoder to the length the original graph would use (models/matcha_split.py).
 
-The fixed-window graph runs the decoder over W frames; the original ran it over T' (the true frame
+The NPU decoder runs over a fixed window of W frames; the original ran it over T' (the true frame
 count rounded up for the U-Net). Every GroupNorm (exported as Reshape -> InstanceNormalization)
-gets its statistics over the first T' frames only, in its own 3-D layout (a tiled mask), and every
+gets its statistics over the first T' frames only (per channel, then per group: see
+``_masked_instance_norm``), and every
 decoder attention gets ``MASK_NEG`` on keys at or beyond T', from a chain of its own: one mask
 tensor shared by both made rknn-toolkit2 2.3.2 fuse the decoder into one mesh (a build > 25 min).
 """

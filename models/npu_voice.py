@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import matcha_graph as mg  # noqa: E402
 import matcha_split as ms  # noqa: E402
+from onnx_edit import set_input_shape  # noqa: E402
 
 log = logging.getLogger("npu_voice")
 
@@ -569,7 +570,7 @@ def convert_vocos(onnx_path: Path, out_dir: Path, frames: list[int], target: str
             raise ConvertError(f"--frames {n}: a Vocos window needs at least 16 frames")
         fixed = onnx.ModelProto()
         fixed.CopyFrom(src)
-        mg._set_input_shape(fixed, in_name, [1, n_mels, n])
+        set_input_shape(fixed, in_name, [1, n_mels, n])
         fixed = onnx.shape_inference.infer_shapes(mg.simplify(fixed))
         name = f"vocos-f{n}"
         fixed_path = out_dir / f"{name}.onnx"

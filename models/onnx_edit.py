@@ -1,4 +1,4 @@
-"""Small ONNX graph-editing helpers for the voice converters (models/matcha_graph.py, npu_voice.py).
+"""Small ONNX graph-editing helpers for the voice converters (models/matcha_graph.py, matcha_split.py, npu_voice.py).
 
 Plain functions over ``onnx`` protobufs: add constants and nodes, find producers/consumers, read
 static shapes and constant values, restore topological order, run onnxsim. Only ``onnx``, ``numpy``
