@@ -298,6 +298,24 @@ def test_whole_engine_on_the_simulator_matches_onnxruntime(converted, text, monk
     assert stages["encoder_cpu"]["calls"] >= 1 and stages["istft"]["calls"] >= 1
 
 
+def test_split_voice_halves_a_piece_no_window_holds(converted):
+    """Slowed down, a 40-odd-token piece needs more frames than the largest window: the engine knows it
+    from the CPU encoder before any decoder call, cuts the piece in two and speaks both halves."""
+    out, _, _, _ = converted
+    tts = _engine(out, "onnx")
+    assert tts.encoder is not None and [b.window for b in tts.acoustic] == sorted(b.window for b in tts.acoustic)
+    text = "今天天气不错，我们出去走走吧。公园里的花都开了，空气也很新鲜，记得带水。"
+    normal, rate = tts.generate(text)
+    tts.reset_stats()
+    slow, _ = tts.generate(text, speed=0.35)
+    stats = tts.bucket_stats()
+    assert rate == 16000 and stats["overflows"]["count"] >= 1
+    assert len(slow) > 2.0 * len(normal)  # every frame is spoken, none cut off (about 2.86x)
+    # the overflow cost an encoder call, never a decoder call: each decoder call made audio
+    decoder_calls = sum(b["calls"] for b in stats["matcha"].values())
+    assert stats["stages"]["encoder_cpu"]["calls"] == decoder_calls + stats["overflows"]["count"]
+
+
 def aligned_snr_db(ref: np.ndarray, test: np.ndarray, hop: int) -> tuple[float, int]:
     """Waveform SNR; when one side is one frame longer, the best frame boundary to take it out at."""
     def snr(a: np.ndarray, b: np.ndarray) -> float:
