@@ -27,6 +27,9 @@ _LATIN_WORD = re.compile(r"[A-Za-z]+")
 FORCED_WAIT = 3
 """Spoken characters past the limit to wait for before cutting inside a number, word or brackets."""
 _ONE_ATOM = re.compile(r"(?:https?|ftp)://[!-~]*|[\dA-Za-z\u00C0-\u024F]*")
+_LINK_ARRIVING = re.compile(r"\]\([^()\s]*$")
+"""A markdown link whose URL is still arriving: its text must not be cut from it (alone, "[text]"
+is cleaned away like a citation mark) and the URL's characters are not spoken."""
 
 
 def _words(text: str) -> int:
@@ -91,6 +94,8 @@ class StreamChunker:
     def _next_cut(self, final: bool) -> int | None:
         buf = self._buf
         if not final and _ONE_ATOM.fullmatch(buf):  # a single word or URL so far: nothing to decide
+            return None
+        if not final and len(buf) <= 4 * self.chunk and _LINK_ARRIVING.search(buf):
             return None
         limit = self.first if self._emitted == 0 else self.chunk
         cuts = CutPoints(buf, final=final, lookahead=1, fine_lookahead=2,
