@@ -86,7 +86,7 @@ def test_standin_files_match_the_script_record():
 STANDINS_VENV = Path(os.environ.get("RKVOICE_STANDINS_VENV", "/tmp/rkvoice-standins-venv"))
 
 
-def test_the_script_rebuilds_the_committed_standins_byte_for_byte(tmp_path):
+def test_the_script_rebuilds_the_committed_standins(tmp_path):
     py = STANDINS_VENV / "bin" / "python"
     if not py.is_file():
         pytest.skip(f"stand-in build venv {STANDINS_VENV} is absent: python3.11 -m venv {STANDINS_VENV} && "
@@ -98,7 +98,50 @@ def test_the_script_rebuilds_the_committed_standins_byte_for_byte(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     committed = json.loads((STANDINS / "standins.json").read_text(encoding="utf-8"))
     rebuilt = json.loads((out / "standins.json").read_text(encoding="utf-8"))
-    assert rebuilt == committed
+    assert {k: v for k, v in rebuilt.items() if k != "files"} == {k: v for k, v in committed.items() if k != "files"}
+    assert rebuilt["files"].keys() == committed["files"].keys()
+    for rel, info in committed["files"].items():
+        if rebuilt["files"][rel] != info:  # only tensors torch computes at export may differ, by an ulp
+            same_onnx_within_ulps(STANDINS / rel, out / rel)
+
+
+def same_onnx_within_ulps(committed: Path, rebuilt: Path, atol: float = 1e-5) -> None:
+    """The same graph (nodes, names, attributes, metadata) and the same integer weights; float
+    tensors equal to ``atol``. Some floats come from the CPU's math libraries, which differ in the
+    last bit between CPU models: torch's sin/cos for a positional-encoding table computed at export
+    (seen: a 1999x16 table off by at most 9.5e-7 in 1288 entries) and the least-squares solve that
+    rigs the wake joiner (its int8 scale off by 1.2e-7), between the machine that made the fixtures
+    and a CI machine. So byte equality holds only on the same kind of CPU."""
+    import onnx
+    from onnx import numpy_helper
+
+    if committed.suffix != ".onnx":
+        assert committed.read_bytes() == rebuilt.read_bytes(), committed.name
+        return
+    a, b = onnx.load(str(committed)), onnx.load(str(rebuilt))
+
+    def tensors(m: onnx.ModelProto) -> list[np.ndarray]:
+        out = [numpy_helper.to_array(t) for t in m.graph.initializer]
+        out += [numpy_helper.to_array(at.t) for n in m.graph.node for at in n.attribute if at.HasField("t")]
+        return out
+
+    def without_values(m: onnx.ModelProto) -> onnx.ModelProto:
+        m = onnx.ModelProto.FromString(m.SerializeToString())
+        values = [*m.graph.initializer, *(at.t for n in m.graph.node for at in n.attribute if at.HasField("t"))]
+        for t in values:
+            for name in ("raw_data", "float_data", "double_data", "int32_data", "int64_data", "uint64_data"):
+                t.ClearField(name)
+        return m
+
+    assert without_values(a) == without_values(b), f"{committed.name}: the graph itself differs"
+    ta, tb = tensors(a), tensors(b)
+    assert len(ta) == len(tb)
+    for x, y in zip(ta, tb, strict=True):
+        assert x.dtype == y.dtype and x.shape == y.shape, committed.name
+        if np.issubdtype(x.dtype, np.floating):
+            assert np.allclose(x, y, rtol=0, atol=atol), (committed.name, float(np.abs(x - y).max()))
+        else:
+            assert np.array_equal(x, y), committed.name
 
 
 def test_standins_carry_the_published_io_and_metadata():
