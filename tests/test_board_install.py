@@ -408,7 +408,7 @@ def test_real_board_manifest_converts_on_the_board_with_the_lean_toolkit_deps():
     assert pc == list(_rknn_setup().TOOLKIT_DEPS)
     assert "torch==2.2.0; platform_machine == 'aarch64'" in step.deps
     assert all("{toolkit_version}" in run for run in step.runs)  # never a fixed toolkit version
-    assert [f.path for f in npu.files] == ["matcha-t32.rknn", "matcha-t64.rknn", "matcha-t140.rknn",
+    assert [f.path for f in npu.files] == ["matcha-encoder.onnx", "matcha-t32.rknn", "matcha-t64.rknn",
                                            "vocos-f600.rknn", "vocos-f200.rknn"]
     assert m.get("board-fastspeech2-vocoder-rknn").optional
     assert not m.get("board-matcha-zh-en-onnx").optional and not npu.optional
