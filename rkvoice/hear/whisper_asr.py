@@ -5,12 +5,19 @@ above 0.6 while its mean token log-probability is below -1 comes back empty), wh
 requests made of breath and room noise. ``transcribe_primed`` serves the wake check on a short
 segment the VAD already called speech: the wake phrase primes the decoder and no filter can veto
 the result; a quiet "小智小智" alone was dropped by that filter (no-speech 0.75 at -20 dB).
+
+The encoder (a fixed 30 s window: most of a short decode's time) is run once per audio: the engine
+keeps the last encoder output with a digest of its input features, so the wake check's primed decode
+and phrase score on the segment the plain decode just read cost decoder steps only. Same input, same
+output: the results are those of three separate encodings.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +45,10 @@ class WhisperAsr:
         self.beam_size = beam_size or cfg.hear.whisper_beam
         self.threads = cfg.hear.threads
         self._model: Any = None  # faster_whisper.WhisperModel once loaded
+        self._encoded: tuple[bytes, Any] | None = None  # (digest of the features, encoder output)
+        self._encode_lock = threading.Lock()
+        self.encodes = 0
+        """Encoder runs so far (the cached ones not counted)."""
 
     def load(self) -> None:
         missing = [f for f in FILES if not (self.model_dir / f).is_file()]
@@ -56,8 +67,27 @@ class WhisperAsr:
         self._model = WhisperModel(
             str(self.model_dir), device="cpu", compute_type="int8", cpu_threads=self.threads, num_workers=1
         )
+        self._model.encode = functools.partial(self._encode_once, self._model.encode)
         self.transcribe(np.zeros(16000, dtype=np.float32))  # warm-up: first decode allocates
         log.info("whisper loaded from %s (beam %d, %d threads)", self.model_dir, self.beam_size, self.threads)
+
+    def _encode_once(self, encode: Any, features: np.ndarray) -> Any:
+        """faster-whisper's ``encode``, remembering the last input's output (one entry, ~3 MB)."""
+        key = hashlib.blake2b(np.ascontiguousarray(features).tobytes(), digest_size=16).digest() + repr(
+            features.shape).encode()
+        with self._encode_lock:
+            if self._encoded is not None and self._encoded[0] == key:
+                return self._encoded[1]
+        out = encode(features)
+        with self._encode_lock:
+            self._encoded = (key, out)
+            self.encodes += 1
+        return out
+
+    def forget_encoding(self) -> None:
+        """Drop the remembered encoder output (the next decode encodes afresh; benches time it so)."""
+        with self._encode_lock:
+            self._encoded = None
 
     def transcribe_primed(self, samples: np.ndarray, phrase: str) -> str:
         """Decode a short utterance expected to hold ``phrase``: the phrase is given to the decoder
