@@ -3,9 +3,10 @@
     py312/bin/python bench/wake_recall.py [--quick] [--out .cache/wake_set]
 
 Each clip of bench/wake_set.py is replayed through the real engine (silero VAD -> Whisper ->
-pinyin match) twice: "before" is the plain decode alone (``short_s=0``, the behaviour before the
-primed second look), "after" the shipped engine (``short_s=SHORT_S``: a primed decode that must
-give the phrase whole, backed by the phrase's forced log-probability). Prints one JSON object:
+pinyin match) twice: "before" is the plain decode alone (``short_s=0``, and the request's trailing
+silence for every segment: the behaviour before the primed second look), "after" the shipped engine
+(``short_s=SHORT_S``: a primed decode that must give the phrase whole, backed by the phrase's forced
+log-probability; its phrase segmenter closes phrase-length speech after a short silence). Prints one JSON object:
 recall on the wake-only positives, false-wake rate on the negatives, counts per condition, the
 clips each variant got wrong with what was heard, spurious requests (a wake-only clip that came
 back with a request), the decode cost of the second look, and the phrase scores it computed. Identical plain decodes are made
@@ -78,7 +79,7 @@ class SharedDecodes:
 
 def replay(cfg: Config, asr: SharedDecodes, path: Path, short_s: float) -> dict[str, Any]:
     """Run one clip through a fresh engine: did it wake, on what text, with which request."""
-    wake = AsrMatchWake(cfg, asr, Segmenter(cfg), short_s=short_s)
+    wake = AsrMatchWake(cfg, asr, None if short_s else Segmenter(cfg), short_s=short_s)
     wake.load()
     heard: list[str] = []
     wake.on_segment = lambda seg: heard.append(f"{seg.duration_s:.2f}s")

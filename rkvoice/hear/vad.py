@@ -3,11 +3,20 @@
 The segmenter counts samples, never reads a clock: ``Segment.end_s`` is where speech stopped in
 the audio stream and ``Segment.decided_s`` is where the segmenter knew it (after the configured
 trailing silence, or at the maximum request length). Tests feed audio and get exact times.
+
+A segmenter made with ``early_silence_s``/``early_max_s`` (the asr-match wake's) also closes speech
+of phrase length early: a second silero VAD with the short silence runs beside the main one, and
+when it ends a piece while the speech so far (the main VAD's open segment, from its start to that
+piece's end) is at most ``early_max_s`` long, that audio is returned at once as an ``early``
+segment. The main segment is still returned at the full trailing silence when the speech went on
+after it (the utterance as a whole), and dropped when it ends where the early one did (already
+decided on the same speech).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +30,7 @@ log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 16000
 WINDOW = 512  # silero's window at 16 kHz
+SAME_END = 2 * WINDOW  # a main segment ending this close after an early one holds no more speech
 
 
 @dataclass(frozen=True)
@@ -35,10 +45,26 @@ class Segment:
     """Audio time when the segmenter closed the segment (end + trailing silence, or the cut)."""
     truncated: bool = False
     """True when the segment was cut at the maximum request length."""
+    early: bool = False
+    """True when closed after the short end-of-phrase silence (the speech may still go on)."""
 
     @property
     def duration_s(self) -> float:
         return len(self.samples) / SAMPLE_RATE
+
+
+def on_grid(trailing_s: float, silence_s: float) -> float:
+    """The longest silence up to ``silence_s`` that ends speech on the same sample as ``trailing_s``.
+
+    sherpa-onnx's silero VAD declares the end on a window boundary, once the silence has lasted
+    ``min_silence`` samples rounded up to whole windows, and cuts the segment ``min_silence`` samples
+    before that point: two silences that differ by whole windows cut at the same sample, so an early
+    segment holds exactly the audio the main VAD would have returned (the wake's decode and its
+    phrase score are the same; 0.15 s against 0.5 s cut 2 ms apart, enough to move a score across
+    the threshold on a noisy clip of the wake set)."""
+    trailing = round(trailing_s * SAMPLE_RATE)
+    steps = math.ceil((trailing - silence_s * SAMPLE_RATE) / WINDOW)
+    return max(0, trailing - steps * WINDOW) / SAMPLE_RATE
 
 
 def vad_model_path(cfg: Config) -> Path:
@@ -49,11 +75,20 @@ def vad_model_path(cfg: Config) -> Path:
 class Segmenter:
     """Turns a stream of frames into speech segments. ``load()`` builds the VAD."""
 
-    def __init__(self, cfg: Config, model_path: Path | None = None) -> None:
+    def __init__(
+        self, cfg: Config, model_path: Path | None = None, early_silence_s: float = 0.0, early_max_s: float = 0.0
+    ) -> None:
         self.cfg = cfg
         self.model_path = model_path or vad_model_path(cfg)
         h = cfg.hear
         self.trailing_silence_s = h.trailing_silence_ms / 1000.0
+        # early close of phrase-length speech: only when shorter than the trailing silence
+        self.early_silence_s = self.early_max_s = 0.0
+        if 0 < early_silence_s < self.trailing_silence_s and early_max_s > 0:
+            self.early_silence_s = on_grid(self.trailing_silence_s, early_silence_s)
+            self.early_max_s = early_max_s if self.early_silence_s > 0 else 0.0
+        self._early: Any = None  # the short-silence VAD once loaded (early close on)
+        self._early_end: int | None = None  # stream sample where the last early segment ended
         self.max_request_s = h.max_request_s
         # the VAD reports speech min_speech_ms after it started: count the request from its start
         self._detect_lag_s = h.min_speech_ms / 1000.0
@@ -68,20 +103,25 @@ class Segmenter:
             raise RkvoiceError(
                 "vad", "missing-model", f"silero VAD model {self.model_path} is missing; run ./install.sh"
             )
+        self._vad = self._make_vad(self.trailing_silence_s)
+        if self.early_silence_s:
+            self._early = self._make_vad(self.early_silence_s)
+        log.debug("VAD loaded from %s", self.model_path)
+
+    def _make_vad(self, min_silence_s: float) -> Any:
         import sherpa_onnx
 
         h = self.cfg.hear
         silero = sherpa_onnx.SileroVadModelConfig(
             model=str(self.model_path),
             threshold=h.vad_threshold,
-            min_silence_duration=self.trailing_silence_s,
+            min_silence_duration=min_silence_s,
             min_speech_duration=h.min_speech_ms / 1000.0,
             window_size=WINDOW,
             max_speech_duration=h.max_request_s + 30.0,  # our own cut below is the one that counts
         )
         config = sherpa_onnx.VadModelConfig(silero_vad=silero, sample_rate=SAMPLE_RATE, num_threads=1)
-        self._vad = sherpa_onnx.VoiceActivityDetector(config, buffer_size_in_seconds=h.max_request_s + 30.0)
-        log.debug("VAD loaded from %s", self.model_path)
+        return sherpa_onnx.VoiceActivityDetector(config, buffer_size_in_seconds=h.max_request_s + 30.0)
 
     @property
     def in_speech(self) -> bool:
@@ -91,8 +131,11 @@ class Segmenter:
         """Forget any speech in progress (keeps the audio clock running)."""
         if self._vad is not None:
             self._vad.reset()
+        if self._early is not None:
+            self._early.reset()
         self._base = self._fed
         self._speech_from = None
+        self._early_end = None
         # keep _pending: those samples are still "now"
 
     def restart(self, at_sample: int) -> None:
@@ -110,8 +153,12 @@ class Segmenter:
         while len(self._pending) >= WINDOW:
             window, self._pending = self._pending[:WINDOW], self._pending[WINDOW:]
             self._vad.accept_waveform(window)
+            if self._early is not None:
+                self._early.accept_waveform(window)
             self._fed += WINDOW
             out.extend(self._collect())
+            if self._early is not None:
+                out.extend(self._collect_early())
         return out
 
     def flush(self) -> list[Segment]:
@@ -125,6 +172,9 @@ class Segmenter:
         self._vad.flush()
         out = self._collect()
         self._speech_from = None
+        if self._early is not None:  # the main VAD's segments are the ones that count at the end
+            self._early.reset()
+        self._early_end = None
         return out
 
     def _collect(self) -> list[Segment]:
@@ -133,9 +183,13 @@ class Segmenter:
         decided = self._fed / SAMPLE_RATE
         while not vad.empty():
             seg = vad.front
+            n = len(seg.samples)
+            if self._early_end is not None and self._base + seg.start + n <= self._early_end + SAME_END:
+                vad.pop()  # decided already, at the short silence, on the same speech
+                continue
             samples = np.array(seg.samples, dtype=np.float32)
             start = (self._base + seg.start) / SAMPLE_RATE
-            out.append(Segment(samples, start, start + len(samples) / SAMPLE_RATE, decided))
+            out.append(Segment(samples, start, start + n / SAMPLE_RATE, decided))
             vad.pop()
         if vad.is_speech_detected():
             if self._speech_from is None:
@@ -148,4 +202,25 @@ class Segmenter:
                 out.append(Segment(samples, decided - len(samples) / SAMPLE_RATE, decided, decided, truncated=True))
         else:
             self._speech_from = None
+        return out
+
+    def _collect_early(self) -> list[Segment]:
+        """Pieces the short-silence VAD ended: the speech so far, when it is of phrase length."""
+        early, vad = self._early, self._vad
+        out: list[Segment] = []
+        while not early.empty():
+            piece = early.front
+            end = self._base + piece.start + len(piece.samples)
+            early.pop()
+            if vad.is_speech_detected():  # the main VAD's open segment: the speech from its start
+                cur = vad.current_segment
+                begin = self._base + cur.start
+                samples = np.array(cur.samples, dtype=np.float32)[: max(0, end - begin)]
+            else:
+                begin = self._base + piece.start
+                samples = np.array(piece.samples, dtype=np.float32)
+            if len(samples) == 0 or len(samples) > self.early_max_s * SAMPLE_RATE:
+                continue
+            self._early_end = end
+            out.append(Segment(samples, begin / SAMPLE_RATE, end / SAMPLE_RATE, self._fed / SAMPLE_RATE, early=True))
         return out

@@ -14,6 +14,12 @@ alone turns near misses into the phrase (小猪小猪, 小时小时, quiet babbl
 forced on the audio must reach ``MIN_PHRASE_LOGPROB`` (wake-only clips of the wake set: -0.4 to
 -1.5 bar one at SNR 5 dB babble; the primed near misses: -1.8 to -3.2). bench/wake_recall.py
 measures both paths on bench/wake_set.py's clips.
+
+In time: the engine's segmenter closes speech of phrase length (up to ``PHRASE_MAX_S``) after
+``PHRASE_SILENCE_S`` of silence instead of the request's trailing silence (``Segmenter`` early
+segments), and the second look costs no second encoding (WhisperAsr keeps the last encoder output:
+the primed decode and the phrase score reuse the plain decode's), so a phrase said alone is decided
+one decode after a short silence (bench/wake_latency.py).
 """
 
 from __future__ import annotations
@@ -36,6 +42,13 @@ log = logging.getLogger(__name__)
 PROBE_MARGIN_S = 1.5  # segments up to probe + this are transcribed whole at once
 SHORT_S = 3.0  # segments up to this long may be the phrase alone: they get the primed second look
 MIN_PHRASE_LOGPROB = -1.6  # the primed look's phrase must be this likely per token, unprimed
+PHRASE_SILENCE_S = 0.15  # speech of phrase length is decided after this much silence
+PHRASE_MAX_S = 2.5  # "phrase length": the wake set's slowest phrase (0.7x, "小智，小智。") is under 2 s
+
+
+def phrase_segmenter(cfg: Config) -> Segmenter:
+    """The asr-match wake's segmenter: phrase-length speech closes after ``PHRASE_SILENCE_S``."""
+    return Segmenter(cfg, early_silence_s=PHRASE_SILENCE_S, early_max_s=PHRASE_MAX_S)
 
 
 @dataclass(frozen=True)
@@ -82,7 +95,7 @@ class AsrMatchWake:
     ) -> None:
         self.clock = clock or MonotonicClock()
         self.asr = asr
-        self.segmenter = segmenter or Segmenter(cfg)
+        self.segmenter = segmenter or phrase_segmenter(cfg)
         self.matcher = PhraseMatcher(cfg.hear.wake_phrase, tolerance=cfg.hear.wake_tolerance)
         self.primed_matcher = PhraseMatcher(cfg.hear.wake_phrase, tolerance=0.0)
         self.short_s = short_s if isinstance(asr, PrimedAsr) else 0.0
