@@ -103,12 +103,15 @@ class Segmenter:
             raise RkvoiceError(
                 "vad", "missing-model", f"silero VAD model {self.model_path} is missing; run ./install.sh"
             )
-        self._vad = self._make_vad(self.trailing_silence_s)
+        self._vad = self._make_vad(self.trailing_silence_s, self.cfg.hear.max_request_s + 30.0)
         if self.early_silence_s:
-            self._early = self._make_vad(self.early_silence_s)
+            # its pieces count only while the speech is of phrase length: a short buffer (the VAD's
+            # buffer is most of its memory: ~14 MB at 42 s, ~0.3 MB at 4.5 s); longer speech is
+            # split by it and ignored, the main VAD's segment is the one that counts
+            self._early = self._make_vad(self.early_silence_s, self.early_max_s + 2.0)
         log.debug("VAD loaded from %s", self.model_path)
 
-    def _make_vad(self, min_silence_s: float) -> Any:
+    def _make_vad(self, min_silence_s: float, max_s: float) -> Any:
         import sherpa_onnx
 
         h = self.cfg.hear
@@ -118,10 +121,10 @@ class Segmenter:
             min_silence_duration=min_silence_s,
             min_speech_duration=h.min_speech_ms / 1000.0,
             window_size=WINDOW,
-            max_speech_duration=h.max_request_s + 30.0,  # our own cut below is the one that counts
+            max_speech_duration=max_s,  # main VAD: our own cut in _collect is the one that counts
         )
         config = sherpa_onnx.VadModelConfig(silero_vad=silero, sample_rate=SAMPLE_RATE, num_threads=1)
-        return sherpa_onnx.VoiceActivityDetector(config, buffer_size_in_seconds=h.max_request_s + 30.0)
+        return sherpa_onnx.VoiceActivityDetector(config, buffer_size_in_seconds=max_s)
 
     @property
     def in_speech(self) -> bool:
