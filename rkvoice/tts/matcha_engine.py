@@ -323,14 +323,7 @@ class MatchaTts:
         bucket = next((b for b in self.acoustic if b.window >= dec_frames), None)  # sorted by window
         if bucket is None:
             self.overflows += 1
-            if depth >= MAX_SPLITS:
-                raise RkvoiceError("tts", "too-long", f"matcha: {piece[0].text!r}... still needs {dec_frames} "
-                                   f"frames after {depth} splits; is the model's duration output broken?")
-            log.info("matcha: %d tokens need %d frames > every window; synthesising it in two halves",
-                     len(ids), dec_frames)
-            a, b = halve(piece)
-            return (self._synthesize_split(a, sid, speed, rng, depth + 1)
-                    + self._synthesize_split(b, sid, speed, rng, depth + 1))
+            return self._in_halves(piece, len(ids), dec_frames, sid, speed, rng, depth)
         if frames <= 0:
             return []
         mel = self._decode(bucket, mu_x, cum, frames, dec_frames, rng)
@@ -338,6 +331,16 @@ class MatchaTts:
         log.debug("matcha piece: %d tokens, %d frames in %s (window %d), %d samples", len(ids), frames,
                   bucket.label, bucket.window, len(samples))
         return [samples]
+
+    def _in_halves(self, piece: list[Unit], n_ids: int, frames: int, sid: int, speed: float,
+                   rng: np.random.Generator, depth: int) -> list[np.ndarray]:
+        """A piece longer than every window: synthesised as two halves (longer text is split, never cut)."""
+        if depth >= MAX_SPLITS:
+            raise RkvoiceError("tts", "too-long", f"matcha: {piece[0].text!r}... still needs {frames} "
+                               f"frames after {depth} splits; is the model's duration output broken?")
+        log.info("matcha: %d tokens need %d frames > every window; synthesising it in two halves", n_ids, frames)
+        a, b = halve(piece)
+        return self._synthesize(a, sid, speed, rng, depth + 1) + self._synthesize(b, sid, speed, rng, depth + 1)
 
     def _synthesize(self, piece: list[Unit], sid: int, speed: float, rng: np.random.Generator,
                     depth: int = 0) -> list[np.ndarray]:
@@ -359,14 +362,7 @@ class MatchaTts:
                 mel, frames = self._acoustic_run(bigger, ids, sid, speed, rng)
                 bucket = bigger
             if frames > bucket.window:
-                if depth >= MAX_SPLITS:
-                    raise RkvoiceError("tts", "too-long", f"matcha: {piece[0].text!r}... still needs {frames} "
-                                       f"frames after {depth} splits; is the model's duration output broken?")
-                log.info("matcha: %d tokens need %d frames > every window; synthesising it in two halves",
-                         len(ids), frames)
-                a, b = halve(piece)
-                return (self._synthesize(a, sid, speed, rng, depth + 1)
-                        + self._synthesize(b, sid, speed, rng, depth + 1))
+                return self._in_halves(piece, len(ids), frames, sid, speed, rng, depth)
         if frames <= 0:
             return []
         samples = self._vocode(mel[:, :, :frames])
