@@ -37,6 +37,7 @@ usage: ./install.sh [--profile portable|board] [--python PATH | --python-tarball
                        board's librknnrt.so; give it on a PC to build for a board with that runtime)
   --toolkit-python P   board: interpreter for the throw-away converter venv (default: py312/bin/python)
 Interpreter choice, first that applies: --python-tarball, --python, python3.12 on PATH (if it runs),
+an installed CPython 3.12 in pyenv's versions directory, /usr/local/bin or /usr/bin,
 on an aarch64 board the pinned python-build-standalone CPython 3.12 (downloaded, sha256-checked),
 python3 >= 3.11 (with a warning; the pinned packages have no 3.10 builds).
 The board profile attempts every model and ends with a table (ok / missing / corrupt / mismatch,
@@ -138,9 +139,22 @@ fetch_python_tarball() {
 
 is312() { "$1" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 12) else 1)' >/dev/null 2>&1; }
 
+# An installed CPython 3.12 that `python3.12` on PATH may not reach: a pyenv shim with no 3.12
+# selected does not run, while pyenv's versions directory still holds the interpreter. Prints its
+# path (the highest 3.12.x found), or fails.
+find_python312() {
+  local c
+  if command -v python3.12 >/dev/null 2>&1 && runs python3.12; then command -v python3.12; return 0; fi
+  for c in $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3.12 2>/dev/null | sort -rV) \
+           /usr/local/bin/python3.12 /usr/bin/python3.12; do
+    [ -x "$c" ] && runs "$c" && is312 "$c" && { echo "$c"; return 0; }
+  done
+  return 1
+}
+
 step interpreter "choosing the Python for py312/"
 if [ -z "$PY_TARBALL" ] && [ -z "$PY_PATH" ] && [ "$PROFILE" = board ] && [ "$(uname -m)" = aarch64 ] \
-   && ! { [ -x "$PY" ] && is312 "$PY"; } && ! { command -v python3.12 >/dev/null 2>&1 && runs python3.12; }; then
+   && ! { [ -x "$PY" ] && is312 "$PY"; } && ! find_python312 >/dev/null; then
   echo "    no Python 3.12 here (system python3: $(python3 --version 2>&1 || echo none)): using the pinned standalone CPython"
   PY_TARBALL="$(fetch_python_tarball)" \
     || fail "cannot fetch the pinned CPython ($PBS_URL, see above); download it by hand and pass --python-tarball FILE"
@@ -170,8 +184,8 @@ else
     runs "$PY_PATH" || fail "--python $PY_PATH does not run"
     version_ok "$PY_PATH" || fail "--python $PY_PATH is Python $(pyver "$PY_PATH"); rkvoice needs >= 3.11"
     BASE="$PY_PATH"
-  elif command -v python3.12 >/dev/null 2>&1 && runs python3.12; then
-    BASE="$(command -v python3.12)"
+  elif P312="$(find_python312)"; then
+    BASE="$P312"
   elif command -v python3 >/dev/null 2>&1 && runs python3 && version_ok python3; then
     BASE="$(command -v python3)"
     echo "    WARNING: python3.12 not found (or it does not run); using python3 $(pyver python3)." \

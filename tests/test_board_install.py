@@ -447,6 +447,33 @@ def test_an_aarch64_board_without_python312_fetches_the_pinned_cpython_and_check
     assert not (checkout / "py312").exists()
 
 
+def test_an_installed_python312_behind_a_dead_pyenv_shim_is_found(tmp_path):
+    """`python3.12` on PATH is a pyenv shim that does not run (no 3.12 selected), but pyenv's versions
+    directory holds one: install.sh builds py312/ with it, not with python3 3.11."""
+    import subprocess
+
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / "install.sh").write_bytes((ROOT / "install.sh").read_bytes())
+    (checkout / "rkvoice").symlink_to(ROOT / "rkvoice")
+    shims = tmp_path / "shims"
+    shims.mkdir()
+    (shims / "python3.12").write_text("#!/bin/sh\necho 'pyenv: python3.12: command not found' >&2\nexit 127\n")
+    found = tmp_path / ".pyenv" / "versions" / "3.12.9" / "bin" / "python3.12"
+    found.parent.mkdir(parents=True)
+    # answers the installer's questions like a CPython 3.12.9; "-m venv" fails, which ends the run there
+    found.write_text('#!/bin/sh\ncase "$2" in *sys.executable*) echo "$0" ;; *%d.%d.%d*) echo 3.12.9 ;; esac\n'
+                     '[ "$1" = -m ] && exit 1\nexit 0\n')
+    for f in (shims / "python3.12", found):
+        f.chmod(0o755)
+    env = {"PATH": f"{shims}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    r = subprocess.run(["bash", str(checkout / "install.sh")], env=env, capture_output=True, text=True,
+                       timeout=60, check=False)
+    assert f"creating py312/ with {found} (Python 3.12.9)" in r.stdout, (r.stdout, r.stderr)
+    assert "WARNING: python3.12 not found" not in r.stdout
+    assert r.returncode != 0 and "-m venv failed" in r.stderr
+
+
 def test_a_bad_toolkit_version_option_stops_the_installer_with_exit_2(tmp_path, capsys):
     manifest = _npu_manifest(tmp_path, "http://127.0.0.1:9")
     rc = cli.main(["install", "--profile", "board", "--root", str(tmp_path), "--manifest", str(manifest),
