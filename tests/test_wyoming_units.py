@@ -227,7 +227,7 @@ def test_the_announcement_can_be_resolved():
 
 
 def test_the_wake_engines_second_look_goes_through_the_asr_gate_too():
-    from rkvoice.hear.wake import PrimedAsr
+    from rkvoice.hear.wake import can_prime
     from rkvoice.wyoming.gate import LocalAsr
 
     class Plain:
@@ -242,9 +242,9 @@ def test_the_wake_engines_second_look_goes_through_the_asr_gate_too():
             return -0.5
 
     gate = PriorityGate("asr")
-    assert not isinstance(LocalAsr(Plain(), gate), PrimedAsr)  # no second look the engine cannot do
+    assert not can_prime(LocalAsr(Plain(), gate))  # no second look the engine cannot do
     local = LocalAsr(Primed(), gate)
-    assert isinstance(local, PrimedAsr)
+    assert can_prime(local)  # on every Python: 3.12's Protocol isinstance() missed __getattr__ calls
     held, release = threading.Event(), threading.Event()
 
     def remote() -> None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast
 
 import numpy as np
 
@@ -76,13 +76,19 @@ class WakeEngine(Protocol):
         """End of stream: decide on whatever speech is still open."""
 
 
-@runtime_checkable
 class PrimedAsr(Protocol):
     def transcribe_primed(self, samples: np.ndarray, phrase: str) -> str:
         """Decode a short utterance with the decoder primed by ``phrase`` and no no-speech veto."""
 
     def phrase_logprob(self, samples: np.ndarray, phrase: str) -> float:
         """Mean token log-probability of ``phrase`` forced on ``samples`` by the unprimed decoder."""
+
+
+def can_prime(asr: object) -> bool:
+    """Whether ``asr`` has the PrimedAsr calls. Looked up as the wake calls them (plain getattr), so a
+    gated view that forwards them through ``__getattr__`` counts: Python 3.12's isinstance() on a
+    runtime-checkable Protocol looks attributes up statically and would miss them."""
+    return all(callable(getattr(asr, name, None)) for name in ("transcribe_primed", "phrase_logprob"))
 
 
 class AsrMatchWake:
@@ -98,7 +104,7 @@ class AsrMatchWake:
         self.segmenter = segmenter or phrase_segmenter(cfg)
         self.matcher = PhraseMatcher(cfg.hear.wake_phrase, tolerance=cfg.hear.wake_tolerance)
         self.primed_matcher = PhraseMatcher(cfg.hear.wake_phrase, tolerance=0.0)
-        self.short_s = short_s if isinstance(asr, PrimedAsr) else 0.0
+        self.short_s = short_s if can_prime(asr) else 0.0
         self.probe_s = cfg.hear.wake_probe_s
         self.last_text = ""
         self.on_segment: Callable[[Segment], None] | None = None
@@ -148,13 +154,13 @@ class AsrMatchWake:
     def _primed(self, seg: Segment, plain: str) -> tuple[str, PhraseMatch | None]:
         """The second look at a short segment: (transcript, match) of the primed decode when it
         gives the phrase whole, else (the plain transcript, None)."""
-        assert isinstance(self.asr, PrimedAsr)  # short_s is 0 otherwise
-        primed = self.asr.transcribe_primed(seg.samples, self.matcher.phrase)
+        asr = cast(PrimedAsr, self.asr)  # short_s is 0 unless can_prime(self.asr)
+        primed = asr.transcribe_primed(seg.samples, self.matcher.phrase)
         found = self.primed_matcher.match(primed)
         if found is None:
             log.debug("no wake in %r nor primed %r (%.1f s)", plain, primed, seg.duration_s)
             return plain, None
-        score = self.asr.phrase_logprob(seg.samples, self.matcher.phrase)
+        score = asr.phrase_logprob(seg.samples, self.matcher.phrase)
         if score < MIN_PHRASE_LOGPROB:
             log.debug("primed %r but the audio backs the phrase weakly (%.2f; plain %r)", primed, score, plain)
             return plain, None
