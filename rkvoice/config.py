@@ -282,7 +282,6 @@ def zone(name: str) -> tzinfo:
                                                   "(e.g. Asia/Shanghai, Europe/Berlin); empty = the system's") from exc
 
 
-
 @dataclass(frozen=True)
 class WyomingConfig(Section):
     """The Wyoming server (``--wyoming URI``, or beside the microphone loop in the daemon)."""
