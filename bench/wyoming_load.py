@@ -61,7 +61,7 @@ from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, Synthesize
 from wyoming.wake import Detect  # noqa: E402
 
 from rkvoice.config import load_config  # noqa: E402
-from rkvoice.wyoming.gate import Engines  # noqa: E402
+from rkvoice.gate import Engines  # noqa: E402
 from rkvoice.wyoming.server import (
     serve_wyoming,  # noqa: E402
     wake_factory,  # noqa: E402

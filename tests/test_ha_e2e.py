@@ -313,8 +313,8 @@ def ha(hear_asr, hear_voice, hear_fixtures, tmp_path_factory) -> Iterator[dict[s
 
     from rkvoice.answer.assistant import Assistant
     from rkvoice.config import WyomingConfig, load_config
+    from rkvoice.gate import Engines
     from rkvoice.state import StateStore
-    from rkvoice.wyoming.gate import Engines
     from rkvoice.wyoming.server import serve_wyoming, wake_factory
 
     work = tmp_path_factory.mktemp("ha_e2e")

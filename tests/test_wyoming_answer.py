@@ -19,8 +19,8 @@ from wyoming.event import Event  # noqa: E402
 from wyoming.handle import Handled, HandledChunk, NotHandled  # noqa: E402
 
 from rkvoice.config import WyomingConfig, load_config  # noqa: E402
+from rkvoice.gate import Engines, LocalAssistant  # noqa: E402
 from rkvoice.turn import Turn  # noqa: E402
-from rkvoice.wyoming.gate import Engines  # noqa: E402
 from rkvoice.wyoming.server import serve_wyoming  # noqa: E402
 
 QUESTION = "用一句话介绍一下月亮"
@@ -114,7 +114,7 @@ def test_the_local_turn_takes_the_model_from_a_wyoming_answer(served):
 
     def local_turn() -> None:
         assert llm.started.wait(10)  # the Wyoming answer is generating
-        reply = engines.local_assistant().reply(QUESTION, Turn(text=QUESTION))
+        reply = LocalAssistant(engines.assistant, engines.answer_gate).reply(QUESTION, Turn(text=QUESTION))
         for _ in PIECES:
             llm.go.release()
         local_text.append("".join(reply.deltas))

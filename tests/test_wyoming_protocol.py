@@ -39,7 +39,7 @@ from wyoming.tts import (  # noqa: E402
 
 from rkvoice.config import WyomingConfig, load_config  # noqa: E402
 from rkvoice.errors import RkvoiceError  # noqa: E402
-from rkvoice.wyoming.gate import Engines  # noqa: E402
+from rkvoice.gate import Engines  # noqa: E402
 from rkvoice.wyoming.server import serve_wyoming  # noqa: E402
 from rkvoice.wyoming.tts import VoiceSpec  # noqa: E402
 

@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,10 +16,10 @@ pytest.importorskip("wyoming", reason="wyoming is not installed (requirements/po
 
 from rkvoice.config import WyomingConfig, load_config  # noqa: E402
 from rkvoice.errors import RkvoiceError  # noqa: E402
+from rkvoice.gate import LocalAssistant, PriorityGate  # noqa: E402
 from rkvoice.wyoming.audio import AudioIn, pcm_to_float  # noqa: E402
 from rkvoice.wyoming.config import from_cfg  # noqa: E402
 from rkvoice.wyoming.discovery import Announcer  # noqa: E402
-from rkvoice.wyoming.gate import LocalAssistant, PriorityGate  # noqa: E402
 from rkvoice.wyoming.uri import parse_uri  # noqa: E402
 
 
@@ -227,8 +228,8 @@ def test_the_announcement_can_be_resolved():
 
 
 def test_the_wake_engines_second_look_goes_through_the_asr_gate_too():
+    from rkvoice.gate import LocalAsr
     from rkvoice.hear.wake import can_prime
-    from rkvoice.wyoming.gate import LocalAsr
 
     class Plain:
         def transcribe(self, samples):
@@ -263,3 +264,69 @@ def test_the_wake_engines_second_look_goes_through_the_asr_gate_too():
     release.set()
     caller.join(5)
     assert got == ["小智小智"]
+
+
+def test_a_wake_decode_goes_before_the_transcriptions_queued_for_other_clients():
+    """Issue 24: nothing queued ahead of a wake decode. A transcription holds the ASR; two more are
+    queued; a detect stream's wake engine then decodes: it runs next, the transcriptions after it."""
+    from rkvoice.gate import REMOTE, Engines
+
+    decoded: list[str] = []
+    busy, release = threading.Event(), threading.Event()
+
+    class Asr:
+        def transcribe(self, samples: str) -> str:
+            decoded.append(samples)
+            if samples == "client 1":
+                busy.set()
+                assert release.wait(5)
+            return samples
+
+    wakes: list[Any] = []
+    engines = Engines(asr=Asr(), tts=None, assistant=None, wake_factory=wakes.append)
+    submitted = threading.Semaphore(0)
+    submit = engines.asr_worker.submit
+
+    def counted(call: Any, rank: int = REMOTE) -> Any:
+        done = submit(call, rank)
+        submitted.release()
+        return done
+
+    engines.asr_worker.submit = counted  # type: ignore[method-assign]
+    try:
+        first = engines.transcribe("client 1")
+        assert busy.wait(5)
+        queued = [engines.transcribe(name) for name in ("client 2", "client 3")]
+        engines.borrow_wake()
+        heard: list[str] = []
+        wake = threading.Thread(target=lambda: heard.append(wakes[0].transcribe("wake")), daemon=True)
+        wake.start()
+        for _ in range(4):  # three transcriptions and the wake decode are on the worker's queue
+            assert submitted.acquire(timeout=5)
+        release.set()
+        assert [f.result(5) for f in (first, *queued)] == ["client 1", "client 2", "client 3"]
+        wake.join(5)
+        assert heard == ["wake"]
+        assert decoded == ["client 1", "wake", "client 2", "client 3"]
+    finally:
+        release.set()
+        engines.close()
+
+
+def test_a_worker_shut_down_cancels_what_it_had_queued_and_takes_no_more():
+    from rkvoice.gate import Worker
+
+    worker = Worker("test")
+    go = threading.Event()
+
+    def first() -> str:
+        assert go.wait(5)
+        worker.shutdown()  # from its own thread: no join, the running call finishes
+        return "done"
+
+    running = worker.submit(first)
+    queued = worker.submit(lambda: "never")
+    go.set()
+    assert running.result(5) == "done" and queued.cancelled()
+    with pytest.raises(RuntimeError):
+        worker.submit(lambda: None)

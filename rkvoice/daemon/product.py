@@ -8,7 +8,7 @@ Three resident engines, each reloaded on SIGHUP only when its part of the config
   voice: a 4 GB board has no room for a second one).
 
 The loop reaches the ASR, the voice and the assistant through priority gates
-(rkvoice.wyoming.gate) at local priority, so a Wyoming server on the same engines (``wyoming.uri``)
+(rkvoice.gate) at local priority, so a Wyoming server on the same engines (``wyoming.uri``)
 always lets the local turn go first: it waits at most for one transcription or one synthesised
 piece, and a Wyoming answer holding the LLM is stopped.
 
@@ -30,6 +30,7 @@ from rkvoice.answer.assistant import Assistant
 from rkvoice.answer.respond import Answerer
 from rkvoice.audio.players import Player, choose_player, create_player
 from rkvoice.config import Config
+from rkvoice.gate import Engines, LocalAsr, LocalAssistant, LocalTts, PriorityGate
 from rkvoice.hear.asr import AsrEngine
 from rkvoice.hear.loop import TurnLoop, player_cue
 from rkvoice.hear.session import HearSession
@@ -39,7 +40,6 @@ from rkvoice.hear.wake import WakeEngine
 from rkvoice.speaker import Speaker
 from rkvoice.tts.base import TtsEngine
 from rkvoice.turn import Turn
-from rkvoice.wyoming.gate import Engines, LocalAsr, LocalAssistant, LocalTts, PriorityGate
 
 from .stages import Plan, StageSpec
 

@@ -38,10 +38,10 @@ from wyoming.wake import Detect
 from rkvoice.answer.respond import _cut_early
 from rkvoice.config import WyomingConfig
 from rkvoice.errors import RkvoiceError
+from rkvoice.gate import Engines
 
 from .audio import AudioIn
 from .fields import check_fields
-from .gate import Engines
 from .languages import primary
 from .services import AsrRequest, WakeStream, answer
 from .tts import QUIET_S, SpeechOut, Voices, chunker, cut

@@ -23,10 +23,10 @@ from wyoming.server import AsyncServer, AsyncTcpServer, AsyncUnixServer
 
 from rkvoice.config import Config, WyomingConfig
 from rkvoice.errors import RkvoiceError
+from rkvoice.gate import Engines
 
 from .config import clock, from_cfg
 from .discovery import Announcer
-from .gate import Engines
 from .handler import Context, WyomingHandler
 from .info import build_info, wake_model_name
 from .tts import Voices

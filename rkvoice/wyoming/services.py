@@ -18,9 +18,9 @@ from wyoming.handle import Handled, HandledChunk, HandledStart, HandledStop, Not
 from wyoming.wake import Detection, NotDetected
 
 from rkvoice.errors import RkvoiceError
+from rkvoice.gate import Engines
 
 from .audio import TARGET_RATE, AudioIn
-from .gate import Engines
 from .tts import Send
 
 log = logging.getLogger(__name__)

@@ -22,13 +22,13 @@ from wyoming.event import Event
 from rkvoice.audio.post import prepare_piece
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
+from rkvoice.gate import Engines
 from rkvoice.speaker import piece_chars
 from rkvoice.text.normalize import speakable
 from rkvoice.text.split import split_for_tts
 from rkvoice.text.stream_chunker import StreamChunker
 from rkvoice.tts.registry import TTS, engine_languages, text_language
 
-from .gate import Engines
 from .languages import primary
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""Sharing one set of loaded engines between the local assistant and Wyoming clients.
+"""Sharing one set of loaded engines between the local turn and remote (Wyoming) clients.
 
 The engines are not thread-safe, the board has 2 CPU cores and one NPU, and the local turn has
 deadlines. Each engine therefore sits behind a ``PriorityGate``: one holder at a time, and a
@@ -10,19 +10,23 @@ local caller waiting for the gate always goes before every waiting Wyoming reque
 - Answers: a Wyoming request holds the assistant gate for its whole reply; a local turn that wants
   the assistant aborts that reply (the client gets ``not-handled``) and takes over at once.
 
-The local loop gets the same engines through ``Engines.local_*()``: views whose calls take the
-gate at local priority. The daemon hands those views to its loop and the ``Engines`` to
-``serve_wyoming``; the server alone (``--wyoming`` without the daemon) has no local caller.
+- Wake decodes: a detect stream's decode goes on the ASR worker before every queued transcription,
+  so a wake word is not reported late because other clients are being transcribed.
+
+The local loop gets the engines through ``LocalAsr``/``LocalTts``/``LocalAssistant``: views whose
+calls take the gate at local priority (rkvoice.stages builds them); remote callers get ``Engines``,
+the same engines and gates. The server alone (``--wyoming`` without the daemon) has no local caller.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -177,8 +181,59 @@ def _then_release(deltas: Iterator[str], release: Callable[[], None]) -> Iterato
         release()
 
 
-def _worker(name: str) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+WAKE, REMOTE = 0, 1
+"""Ranks on a Worker: a wake decode before every other queued remote call."""
+
+
+class Worker:
+    """One thread running submitted calls by rank, then in the order they came (one thread per engine
+    kind keeps the engines' per-thread caches and arenas few). Started on the first call."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._cond = threading.Condition()
+        self._queue: list[tuple[int, int, Callable[[], Any], Future[Any]]] = []
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def submit(self, call: Callable[[], Any], rank: int = REMOTE) -> Future[Any]:
+        done: Future[Any] = Future()
+        with self._cond:
+            if self._closed:
+                raise RuntimeError(f"{self.name} is shut down")
+            heapq.heappush(self._queue, (rank, next(self._order), call, done))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return done
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                _, _, call, done = heapq.heappop(self._queue)
+            if done.set_running_or_notify_cancel():  # skipped when its caller has given up
+                try:
+                    done.set_result(call())
+                except BaseException as exc:
+                    done.set_exception(exc)
+
+    def shutdown(self) -> None:
+        """Cancel the queued calls, let the running one finish, stop the thread."""
+        with self._cond:
+            self._closed = True
+            for *_, done in self._queue:
+                done.cancel()
+            self._queue.clear()
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
 
 
 @dataclass
@@ -188,10 +243,10 @@ class Engines:
     ``asr`` (loaded), ``tts`` (the default voice, loaded), ``assistant`` (an Assistant),
     ``wake_factory`` (a callable making a new, loaded wake engine from an ASR engine: a wake engine
     keeps stream state, so each detect stream borrows its own from a pool; asr-match ones transcribe
-    through ``remote_asr()``). Further voices are loaded on first use and kept.
+    through a ``WakeAsr``). Further voices are loaded on first use and kept.
 
-    Wyoming calls into the ASR and into every voice run on one worker thread per engine kind, so the
-    engines' per-thread caches and arenas stay as few as the threads that call them. ``close()``
+    Wyoming calls into the ASR and into every voice run on one ``Worker`` per engine kind (wake
+    decodes first), so the engines' per-thread caches and arenas stay few. ``close()``
     stops those threads; ``serve_wyoming`` calls it only for engines it loaded itself.
     """
 
@@ -205,31 +260,24 @@ class Engines:
     tts_gate: PriorityGate = field(default_factory=lambda: PriorityGate("tts"))
     answer_gate: PriorityGate = field(default_factory=lambda: PriorityGate("answer"))
     voices_lock: threading.Lock = field(default_factory=threading.Lock)
-    asr_worker: ThreadPoolExecutor = field(default_factory=lambda: _worker("wyoming-asr"))
-    tts_worker: ThreadPoolExecutor = field(default_factory=lambda: _worker("wyoming-tts"))
+    asr_worker: Worker = field(default_factory=lambda: Worker("wyoming-asr"))
+    tts_worker: Worker = field(default_factory=lambda: Worker("wyoming-tts"))
     _idle_wakes: list[Any] = field(default_factory=list)
     _wake_lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def local_asr(self) -> LocalAsr:
-        return LocalAsr(self.asr, self.asr_gate)
-
-    def local_tts(self) -> LocalTts:
-        return LocalTts(self.tts, self.tts_gate)
-
-    def local_assistant(self) -> LocalAssistant:
-        return LocalAssistant(self.assistant, self.answer_gate)
-
-    def remote_asr(self) -> RemoteAsr:
-        return RemoteAsr(self)
-
     def transcribe(self, samples: np.ndarray) -> Future[str]:
         """Transcribe on the ASR worker at Wyoming priority."""
+        return self.decode("transcribe", samples)
 
-        def run() -> str:
+    def decode(self, call: str, *args: Any, rank: int = REMOTE) -> Future[Any]:
+        """The ASR's ``call`` (transcribe or an ASR_CALLS one) on the ASR worker at Wyoming priority,
+        ``rank`` saying where it queues on the worker (WAKE: before the queued transcriptions)."""
+
+        def run() -> Any:
             with self.asr_gate.remote():
-                return str(self.asr.transcribe(samples))
+                return getattr(self.asr, call)(*args)
 
-        return self.asr_worker.submit(run)
+        return self.asr_worker.submit(run, rank)
 
     def synthesize(self, engine: Any, text: str, sid: int, speed: float) -> Future[tuple[np.ndarray, int]]:
         """One piece on the TTS worker at Wyoming priority."""
@@ -247,7 +295,7 @@ class Engines:
         with self._wake_lock:
             if self._idle_wakes:
                 return self._idle_wakes.pop()
-        return self.wake_factory(self.remote_asr())
+        return self.wake_factory(WakeAsr(self))
 
     def return_wake(self, engine: Any) -> None:
         with self._wake_lock:
@@ -255,14 +303,15 @@ class Engines:
 
     def close(self) -> None:
         """Stop the worker threads (the engines themselves belong to whoever loaded them)."""
-        self.asr_worker.shutdown(wait=True, cancel_futures=True)
-        self.tts_worker.shutdown(wait=True, cancel_futures=True)
+        self.asr_worker.shutdown()
+        self.tts_worker.shutdown()
         with self._wake_lock:
             self._idle_wakes.clear()
 
 
-class RemoteAsr:
-    """The ASR engine at Wyoming priority (handed to the asr-match wake engines of detect streams)."""
+class WakeAsr:
+    """The ASR engine as a detect stream's wake engine sees it: Wyoming priority at the gate, but its
+    decodes go on the ASR worker before every queued transcription."""
 
     name = "remote-asr"
 
@@ -273,18 +322,10 @@ class RemoteAsr:
         """Already loaded: the shared engine was loaded once at start."""
 
     def transcribe(self, samples: np.ndarray) -> str:
-        return self._engines.transcribe(samples).result()
+        return str(self._engines.decode("transcribe", samples, rank=WAKE).result())
 
     def __getattr__(self, name: str) -> Any:
-        """The engine's other decoding calls (ASR_CALLS), on the ASR worker at Wyoming priority."""
+        """The engine's other decoding calls (ASR_CALLS), the same way."""
         if name not in ASR_CALLS or not hasattr(self._engines.asr, name):
             raise AttributeError(name)
-
-        def remote(*args: Any, **kwargs: Any) -> Any:
-            def run() -> Any:
-                with self._engines.asr_gate.remote():
-                    return getattr(self._engines.asr, name)(*args, **kwargs)
-
-            return self._engines.asr_worker.submit(run).result()
-
-        return remote
+        return lambda *args: self._engines.decode(name, *args, rank=WAKE).result()
