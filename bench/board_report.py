@@ -232,7 +232,7 @@ def guarded(what: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 def engine_names(cfg: Config) -> dict[str, str]:
     from rkvoice.answer.llm.registry import engine_name
     from rkvoice.hear.asr import asr_name
-    from rkvoice.hear.registry import wake_name
+    from rkvoice.hear.wake_registry import wake_name
 
     return {"tts": cfg.tts.engine, "asr": asr_name(cfg), "wake": wake_name(cfg), "vad": "silero",
             "llm": engine_name(cfg)}
@@ -257,8 +257,8 @@ def voices(cfg: Config) -> dict[str, Any]:
 def report(cfg: Config, runs: int, with_llm: bool) -> dict[str, Any]:
     from rkvoice.answer.llm.registry import create_llm
     from rkvoice.hear.asr import create_asr
-    from rkvoice.hear.registry import create_wake
     from rkvoice.hear.vad import Segmenter
+    from rkvoice.hear.wake_registry import create_wake
     from rkvoice.tts.registry import create_tts
 
     out: dict[str, Any] = {

@@ -309,7 +309,7 @@ class WyomingConfig(Section):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.uri:
-            from rkvoice.wyoming.uri import parse_uri
+            from rkvoice.endpoint import parse_uri
 
             parse_uri(self.uri)
         if self.time_zone:

@@ -6,8 +6,8 @@ factory: ``REGISTRY.register(name, target, summary, needs=fn)`` with ``fn(cfg, *
 ``missing(needs, probe)`` answers without importing a runtime or loading a model, so both the
 "auto" choices (is this engine installed?) and ``--check`` read the same declarations.
 
-Runtime versions (librknnrt, librkllmrt) are declared here and judged in
-``rkvoice.board.runtimes`` from the libraries' bytes.
+Runtime versions (librknnrt, librkllmrt) are declared and judged from the libraries' bytes in
+``rkvoice.board.runtimes``.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from rkvoice.audio.devices import has_input_device, has_sound_device
+from rkvoice.board import versions
+from rkvoice.board.devices import has_input_device, has_sound_device
+from rkvoice.board.runtimes import RuntimeNeed, display_path
 
 Device = Literal["sound-output", "microphone", "npu"]
-Library = Literal["librknnrt", "librkllmrt"]
 
 
 @dataclass(frozen=True)
@@ -45,17 +46,6 @@ class PackageNeed:
 class ProgramNeed:
     program: str
     fix: str
-
-
-@dataclass(frozen=True)
-class RuntimeNeed:
-    library: Library
-    built_for: tuple[Path, ...] = ()
-    """librknnrt: .rknn models and sidecars whose toolkit version must equal the library's."""
-    abi: str = ""
-    """librkllmrt: the binding ABI (llm.rkllm_abi) the library's version must fit."""
-    library_path: str = ""
-    """librkllmrt: llm.rkllm_lib when it names an absolute path."""
 
 
 @dataclass(frozen=True)
@@ -100,8 +90,6 @@ def file_present(path: Path) -> bool:
 
 def npu_present() -> bool:
     """The RKNPU driver's device node or version file, or the NPU runtime library."""
-    from rkvoice.board import versions
-
     nodes = (Path("/dev/rknpu"), *versions.NPU_DRIVER_PATHS, *versions.LIBRKNNRT_PATHS)
     return any(p.exists() for p in nodes)
 
@@ -184,8 +172,3 @@ def _package_fix(pkg: PackageNeed, profile: str) -> str:
         return "py312/bin/pip install rknn-toolkit-lite2==<the librknnrt version>; aarch64 wheels only"
     return (f"py312/bin/pip install -r requirements/{profile or 'portable'}.txt, which pins {pkg.dist}; "
             "./install.sh does it")
-
-
-def display_path(path: Path, root: Path | None) -> str:
-    """``path`` relative to ``root`` when it lies under it."""
-    return str(path.relative_to(root) if root is not None and path.is_relative_to(root) else path)

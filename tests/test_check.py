@@ -5,9 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from rkvoice.board import check, versions
-from rkvoice.board.check import check_pipeline, run_check
+from rkvoice.board import versions
 from rkvoice.board.runtimes import rknn_build_version
+from rkvoice.cli import check
+from rkvoice.cli.check import check_pipeline, run_check
 from rkvoice.config import Config, LlmConfig, ModelsConfig, TtsConfig, load_config
 from rkvoice.errors import RkvoiceError
 
@@ -209,7 +210,7 @@ def _created_name(registry, engine) -> str:
 def test_check_names_the_engines_the_factories_create(profile, overrides, tmp_path):
     from rkvoice.answer.llm.registry import LLM, create_llm
     from rkvoice.hear.asr import ASR, create_asr
-    from rkvoice.hear.registry import WAKE, create_wake
+    from rkvoice.hear.wake_registry import WAKE, create_wake
     from rkvoice.tts.registry import TTS, create_tts
 
     cfg = load_config([{**overrides, "models": {"profile": profile}}])

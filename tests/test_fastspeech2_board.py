@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rkvoice.board import check, versions
+from rkvoice.board import versions
+from rkvoice.cli import check
 from rkvoice.config import DEFAULT_CONFIG, ROOT, Config, ModelsConfig, TtsConfig, load_config, parse_override
 from rkvoice.errors import RkvoiceError
 from rkvoice.hear.vad import vad_model_path

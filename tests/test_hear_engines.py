@@ -11,9 +11,9 @@ from rkvoice.hear.asr import ASR, asr_name, create_asr
 from rkvoice.hear.cer import cer
 from rkvoice.hear.kws import KwsWake, keywords_line, kws_dir, phrase_tokens
 from rkvoice.hear.paraformer_asr import ParaformerAsr, paraformer_dir
-from rkvoice.hear.registry import WAKE, create_wake, wake_name
 from rkvoice.hear.sources import read_wav
 from rkvoice.hear.wake import AsrMatchWake
+from rkvoice.hear.wake_registry import WAKE, create_wake, wake_name
 from rkvoice.hear.whisper_asr import WhisperAsr, simplify
 
 

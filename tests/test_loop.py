@@ -1,9 +1,8 @@
 """The one turn loop on scripted fake engines and the controlled clock: barge-in through the turn
-handle, file replay latency, require-wake, interrupt, a failed synthesis, the import graph."""
+handle, file replay latency, require-wake, interrupt, a failed synthesis."""
 
 from __future__ import annotations
 
-import ast
 import threading
 from pathlib import Path
 
@@ -22,8 +21,6 @@ from rkvoice.hear.vad import SAMPLE_RATE
 from rkvoice.speaker import Speaker
 from rkvoice.timeline import Ev
 from rkvoice.turn import Turn
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def cfg_with(tmp_path: Path, **hear: object):
@@ -190,55 +187,3 @@ def test_answer_deadline_cancels_a_wedged_llm_turn(rig, tmp_path: Path) -> None:
     (turn,) = loop.turns
     assert turn.reason == "timeout" and getattr(turn.exception, "code", "") == "timeout"
     assert waited == r.cfg.daemon.answer_first_timeout_s  # to the step: failed as soon as the deadline passed
-
-
-def _imports(path: Path, module: str, modules: set[str]) -> set[str]:
-    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
-    out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        names: list[str] = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*parts, *([node.module] if node.module else [])])
-            names = [base, *(f"{base}.{a.name}" for a in node.names)]
-        out |= {n for n in names if n in modules}
-    return out
-
-
-def _graph() -> dict[str, set[str]]:
-    files = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
-             for p in (ROOT / "rkvoice").rglob("*.py")}
-    return {m: _imports(p, m, set(files)) - {m} for m, p in files.items()}
-
-
-def test_rkvoice_has_no_import_cycle() -> None:
-    """Every import in rkvoice/ (function-local ones too), as a graph: no module reaches itself."""
-    graph = _graph()
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(m: str) -> None:
-        state[m] = 1
-        stack.append(m)
-        for n in sorted(graph[m]):
-            if state.get(n) == 1:
-                cycle = stack[stack.index(n):] + [n]
-                pytest.fail("import cycle: " + " -> ".join(cycle))
-            if n not in state:
-                visit(n)
-        stack.pop()
-        state[m] = 2
-
-    for m in sorted(graph):
-        if m not in state:
-            visit(m)
-
-
-def test_no_stage_package_imports_the_cli() -> None:
-    for module, deps in _graph().items():
-        if module.split(".")[:2] != ["rkvoice", "cli"]:
-            assert not {d for d in deps if d.split(".")[:2] == ["rkvoice", "cli"]}, module

@@ -730,7 +730,8 @@ def test_contract_graphs_build_for_rk3576_and_simulate_like_onnxruntime(tmp_path
 # ---------------------------------------------------------------- assistant.py --check (matcha part)
 
 def test_check_lists_buckets_and_refuses_a_sidecar_of_another_toolkit(tmp_path: Path, monkeypatch) -> None:
-    from rkvoice.board import check, versions
+    from rkvoice.board import versions
+    from rkvoice.cli import check
 
     models = tmp_path / "models"
     d = models / "board"

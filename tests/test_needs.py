@@ -80,7 +80,7 @@ def test_registry_entries_carry_their_needs() -> None:
     assert reg.needs("without", cfg) == Needs()
 
 
-@pytest.mark.parametrize("module", ["rkvoice.tts.registry", "rkvoice.hear.asr", "rkvoice.hear.registry",
+@pytest.mark.parametrize("module", ["rkvoice.tts.registry", "rkvoice.hear.asr", "rkvoice.hear.wake_registry",
                                     "rkvoice.answer.llm.registry", "rkvoice.audio.players"])
 def test_every_engine_declares_its_needs(module: str) -> None:
     import importlib

@@ -15,6 +15,7 @@ import pytest
 
 from rkvoice.answer.llm import rkllm as rkllm_mod, rkllm_abi as A
 from rkvoice.answer.llm.rkllm import RkllmEngine
+from rkvoice.board import versions
 from rkvoice.config import Config, LlmConfig
 from rkvoice.errors import RkvoiceError
 
@@ -427,16 +428,17 @@ def test_supported_runtimes_load_and_stream(tmp_path: Path, runtime: str, abi: s
 
 
 def test_runtime_abi_table() -> None:
-    assert [A.runtime_abi(v) for v in ("1.2.0", "1.2.1", "1.2.3", "1.2.4", "1.3.0", "1.3.1", "1.1.4", "2.0.0")] == [
+    releases = ("1.2.0", "1.2.1", "1.2.3", "1.2.4", "1.3.0", "1.3.1", "1.1.4", "2.0.0")
+    assert [versions.rkllm_runtime_abi(v) for v in releases] == [
         None, "1.2", "1.2", None, "1.3", "1.3", None, None]
-    assert A.runtime_problem("1.2.2", "1.2") is None
-    assert "role" in (A.runtime_problem("1.2.0", "1.2") or "")
-    assert 'set llm.rkllm_abi: "1.2"' in (A.runtime_problem("1.2.2", "1.3") or "")
+    assert versions.rkllm_runtime_problem("1.2.2", "1.2") is None
+    assert "role" in (versions.rkllm_runtime_problem("1.2.0", "1.2") or "")
+    assert 'set llm.rkllm_abi: "1.2"' in (versions.rkllm_runtime_problem("1.2.2", "1.3") or "")
 
 
 def test_check_refuses_runtime_1_2_0(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from rkvoice.board import runtimes, versions
-    from rkvoice.needs import RuntimeNeed
+    from rkvoice.board import runtimes
+    from rkvoice.board.runtimes import RuntimeNeed
 
     lib = tmp_path / "librkllmrt.so"
     monkeypatch.setattr(versions, "LIBRKLLMRT_PATHS", (lib,))

@@ -15,12 +15,12 @@ import pytest
 pytest.importorskip("wyoming", reason="wyoming is not installed (requirements/portable.txt)")
 
 from rkvoice.config import WyomingConfig, load_config  # noqa: E402
+from rkvoice.endpoint import parse_uri  # noqa: E402
 from rkvoice.errors import RkvoiceError  # noqa: E402
 from rkvoice.gate import LocalAssistant, PriorityGate  # noqa: E402
 from rkvoice.wyoming.audio import AudioIn, pcm_to_float  # noqa: E402
 from rkvoice.wyoming.config import from_cfg  # noqa: E402
 from rkvoice.wyoming.discovery import Announcer  # noqa: E402
-from rkvoice.wyoming.uri import parse_uri  # noqa: E402
 
 
 def test_uri_forms():

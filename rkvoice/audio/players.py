@@ -23,8 +23,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from rkvoice.audio.device_players import AplayPlayer, SounddevicePlayer
-from rkvoice.audio.devices import has_input_device, has_sound_device
 from rkvoice.audio.sinks import NullPlayer, PacedPlayer, TeePlayer, WavPlayer, default_wav_path
+from rkvoice.board.devices import has_input_device, has_sound_device
 from rkvoice.clock import Clock
 from rkvoice.config import Config
 from rkvoice.needs import Needs, PackageNeed, ProgramNeed

@@ -9,9 +9,20 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from rkvoice.board import versions
-from rkvoice.needs import RuntimeNeed, display_path
+
+
+@dataclass(frozen=True)
+class RuntimeNeed:
+    library: Literal["librknnrt", "librkllmrt"]
+    built_for: tuple[Path, ...] = ()
+    """librknnrt: .rknn models and sidecars whose toolkit version must equal the library's."""
+    abi: str = ""
+    """librkllmrt: the binding ABI (llm.rkllm_abi) the library's version must fit."""
+    library_path: str = ""
+    """librkllmrt: llm.rkllm_lib when it names an absolute path."""
 
 
 @dataclass(kw_only=True)
@@ -20,6 +31,11 @@ class Findings:
     """Reasons the engine cannot run (each fails the check)."""
     notes: list[str] = field(default_factory=list)
     """Facts and warnings that do not stop it."""
+
+
+def display_path(path: Path, root: Path | None) -> str:
+    """``path`` relative to ``root`` when it lies under it."""
+    return str(path.relative_to(root) if root is not None and path.is_relative_to(root) else path)
 
 
 def rknn_build_version(path: Path) -> str | None:
@@ -84,8 +100,6 @@ def _check_sidecar(side: Path, rt: str | None, shown: str, out: Findings) -> Non
 def check_librkllmrt(need: RuntimeNeed, out: Findings) -> None:
     """librkllmrt present (``need.library_path`` when absolute, else the board's paths), its
     version readable and fitting the binding ABI ``need.abi``."""
-    from rkvoice.answer.llm.rkllm_abi import runtime_abi, runtime_problem
-
     named = Path(need.library_path or "librkllmrt.so")
     lib = named if named.is_absolute() and named.exists() else versions.first_existing(versions.LIBRKLLMRT_PATHS)
     if lib is None:
@@ -96,10 +110,10 @@ def check_librkllmrt(need: RuntimeNeed, out: Findings) -> None:
     if ver is None:
         out.notes.append(f"cannot read the librkllmrt version from {lib}")
         return
-    problem = runtime_problem(ver, need.abi)
+    problem = versions.rkllm_runtime_problem(ver, need.abi)
     if problem is None:
         out.notes.append(f"librkllmrt {ver}")
-    elif runtime_abi(ver) is None:
+    elif versions.rkllm_runtime_abi(ver) is None:
         out.problems.append(f"{lib}: {problem}")
     else:
         out.problems.append(f"version mismatch: {lib}: {problem}")

@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_cli_config(args)
         if args.check:
-            from rkvoice.board.check import run_check
+            from rkvoice.cli.check import run_check
 
             return run_check(cfg, sys.stdout)
         if args.zeroconf and not args.wyoming:

@@ -69,7 +69,7 @@ class HearEngines:
 
     def load(self) -> None:
         from rkvoice.hear.asr import create_asr
-        from rkvoice.hear.registry import create_wake
+        from rkvoice.hear.wake_registry import create_wake
 
         self.asr = create_asr(self.cfg)
         self.asr.load()

@@ -1,4 +1,4 @@
-"""Wake engines: a streaming protocol and asr-match (the registry is rkvoice.hear.registry).
+"""Wake engines: a streaming protocol and asr-match (the registry is rkvoice.hear.wake_registry).
 
 An engine eats 16 kHz frames and returns a ``WakeHit`` when it heard the wake phrase. asr-match
 (portable; no Chinese keyword model installs offline) closes speech segments with the VAD,

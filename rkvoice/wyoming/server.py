@@ -22,6 +22,7 @@ from typing import Any
 from wyoming.server import AsyncServer, AsyncTcpServer, AsyncUnixServer
 
 from rkvoice.config import Config, WyomingConfig
+from rkvoice.endpoint import Endpoint, parse_uri
 from rkvoice.errors import RkvoiceError
 from rkvoice.gate import Engines
 
@@ -30,14 +31,13 @@ from .discovery import Announcer
 from .handler import Context, WyomingHandler
 from .info import build_info, wake_model_name
 from .tts import Voices
-from .uri import Endpoint, parse_uri
 
 log = logging.getLogger(__name__)
 
 
 def wake_factory(cfg: Config) -> Callable[[Any], Any]:
     """A maker of loaded wake engines for detect streams (asr-match transcribes through ``asr``)."""
-    from rkvoice.hear.registry import create_wake
+    from rkvoice.hear.wake_registry import create_wake
 
     def build(asr: Any) -> Any:
         engine = create_wake(cfg, asr)

@@ -157,7 +157,7 @@ class RkllmEngine:
             log.warning("cannot read the librkllmrt version of %s; assuming it matches llm.rkllm_abi %s",
                         path or self.lib_path, self.abi.version)
             return
-        problem = abi_mod.runtime_problem(version, self.abi.version)
+        problem = versions.rkllm_runtime_problem(version, self.abi.version)
         if problem is not None:
             raise RkvoiceError("llm", "rkllm-version", f"{path}: {problem}")
         log.info("librkllmrt %s (%s)", version, path)

@@ -7,7 +7,6 @@ crashes inside rkllm_run, so the version is a config value and the two are never
 from __future__ import annotations
 
 import ctypes
-import re
 from ctypes import (
     CFUNCTYPE,
     POINTER,
@@ -203,35 +202,6 @@ def get_abi(version: str) -> Abi:
             "llm", "bad-rkllm-abi",
             f"llm.rkllm_abi {version!r} is not supported; choose one of: 1.2, 1.3 (match librkllmrt.so on the board)",
         ) from None
-
-
-SUPPORTED_RUNTIMES = "1.2.1-1.2.3 (llm.rkllm_abi 1.2) or 1.3.x (llm.rkllm_abi 1.3)"
-"""librkllmrt releases a layout here matches (RKLLM_ABI.md). 1.2.0 is not one of them: its
-RKLLMInput has no role / enable_thinking and its callback returns void, so calls through
-either binding would read and write the wrong fields."""
-
-
-def runtime_abi(version: str) -> str | None:
-    """The binding ABI for a librkllmrt release ("1.2" / "1.3"), None when none here fits it."""
-    m = re.match(r"\s*(\d+)\.(\d+)\.(\d+)", version)
-    release = tuple(int(g) for g in m.groups()) if m else ()
-    if (1, 2, 1) <= release <= (1, 2, 3):
-        return "1.2"
-    return "1.3" if release[:2] == (1, 3) else None
-
-
-def runtime_problem(version: str, abi: str) -> str | None:
-    """Why librkllmrt ``version`` must not be driven through binding ``abi``; None when it may."""
-    want = runtime_abi(version)
-    if want is None:
-        why = (" (1.2.0 has another RKLLMInput, without role and enable_thinking, and a void callback: "
-               "a call through these bindings would crash)" if version.startswith("1.2.0") else "")
-        return (f"librkllmrt {version} is not supported{why}; supported: {SUPPORTED_RUNTIMES}: install "
-                "librkllmrt.so 1.2.1-1.2.3 or 1.3.x from airockchip/rknn-llm and convert the model with the same "
-                "rkllm-toolkit version")
-    if want != abi:
-        return f"librkllmrt {version} needs llm.rkllm_abi \"{want}\" but it is {abi!r}; set llm.rkllm_abi: \"{want}\""
-    return None
 
 
 def bind(lib: ctypes.CDLL, abi: Abi) -> None:

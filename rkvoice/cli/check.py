@@ -36,7 +36,7 @@ DAEMON_TEXT = "你好"
 """The daemon loads its voice for Chinese first (rkvoice.daemon.product)."""
 RUNTIME_PACKAGES = ("rknnlite",)
 """Judged with their runtime's version (rkvoice.board.runtimes), not as a bare import."""
-REGISTRIES = {"wake": "rkvoice.hear.registry:WAKE", "asr": "rkvoice.hear.asr:ASR",
+REGISTRIES = {"wake": "rkvoice.hear.wake_registry:WAKE", "asr": "rkvoice.hear.asr:ASR",
               "llm": "rkvoice.answer.llm.registry:LLM", "tts": "rkvoice.tts.registry:TTS",
               "audio": "rkvoice.audio.players:PLAYERS"}
 """Each stage's registry (``module:attribute``), imported when first asked."""
@@ -84,7 +84,7 @@ def _choices(cfg: Config, output_device: Callable[[], str | None] | None) -> dic
     """Stage -> (engine the daemon runs, why it cannot be chosen or None), from the registries."""
     from rkvoice.answer.llm.registry import engine_name
     from rkvoice.hear.asr import asr_name
-    from rkvoice.hear.registry import wake_name
+    from rkvoice.hear.wake_registry import wake_name
 
     def pick(choose: Callable[[], str], configured: str) -> tuple[str, str | None]:
         try:
@@ -102,7 +102,7 @@ def _choices(cfg: Config, output_device: Callable[[], str | None] | None) -> dic
 def stage_needs(cfg: Config, stage: str, engine: str, **kwargs: Any) -> Needs:
     """What ``engine`` of ``stage`` declares it needs (its registry entry; vad: the loop's model)."""
     if stage == "vad":
-        from rkvoice.hear.registry import vad_needs
+        from rkvoice.hear.wake_registry import vad_needs
 
         return vad_needs(cfg)
     if stage not in REGISTRIES:
@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from rkvoice.config import load_config, parse_override
 
-    ap = argparse.ArgumentParser(prog="python -m rkvoice.board.check")
+    ap = argparse.ArgumentParser(prog="python -m rkvoice.cli.check")
     ap.add_argument("--set", action="append", default=[], help="config override KEY=VALUE")
     args = ap.parse_args(argv)
     cfg = load_config([parse_override(s) for s in args.set])
