@@ -3,8 +3,8 @@
     py312/bin/python bench/llm_threads.py [--runs 5] [--replays 2] [--question "用一句话介绍一下长城。"]
 
 - before: ``llm.threads=1``, ``llm.threads_batch=1`` (one thread for the prompt and for generation);
-- after: the defaults, ``llm.threads: auto`` (cores - 1 generating) and ``llm.threads_batch: auto``
-  (the cores the load average leaves free on the prompt, decided per answer; ``threads_batch_used``);
+- after: the defaults, ``llm.threads: auto`` and ``llm.threads_batch: auto`` (the cores free now on the
+  prompt and until the first piece is spoken, then cores - 1; decided per answer; ``threads_batch_used``);
 - prompt_on_every_core: ``llm.threads_batch`` fixed at every usable core (what ``auto`` gives on an
   idle machine), to show what it costs when other work holds the cores.
 
@@ -40,7 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from rkvoice.answer.conversation import Conversation
-from rkvoice.answer.llm.llama import LlamaEngine, thread_counts, usable_cores
+from rkvoice.answer.llm.cores import thread_counts, usable_cores
+from rkvoice.answer.llm.llama import LlamaEngine
 from rkvoice.config import Config, load_config, parse_override
 from rkvoice.errors import RkvoiceError
 
@@ -199,7 +200,7 @@ def main() -> int:
     result: dict[str, Any] = {
         "question": args.question,
         "cores": cores,
-        "auto_threads": dict(zip(("threads", "threads_batch"), thread_counts(_cfg([]).llm, cores), strict=True)),
+        "auto_threads": thread_counts(_cfg([]).llm, cores)._asdict(),
         "load_average_at_start": os.getloadavg()[0],
         "first_token": part_first_token(args.question, args.runs),
     }

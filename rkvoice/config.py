@@ -201,13 +201,16 @@ class LlmConfig(Section):
     model: str = ""
     """Model file; empty = the profile's default, relative = under models.dir."""
     threads: int | Literal["auto"] = num("auto", 1, 256)
-    """llama.cpp threads while generating (one token at a time). auto: one less than the cores this
-    process may use, at least 1, so the TTS thread that runs alongside keeps a core (with every core
-    busy llama's threads spin at barriers against TTS and collapse; see bench/overlap.py)."""
+    """llama.cpp threads while generating (one token at a time). auto: the cores free now (those this
+    process may use less the threads other processes have runnable) until the answer's first piece
+    goes to the voice, then one less than the cores (at least 1), so the TTS thread that runs alongside
+    keeps a core (with every core busy llama's threads spin at barriers against TTS and collapse; see
+    bench/overlap.py). rkvoice.answer.llm.cores."""
     threads_batch: int | Literal["auto"] = num("auto", 1, 256)
-    """llama.cpp threads while evaluating the prompt (nothing is spoken yet). auto: the cores this
-    process may use minus the whole part of the 1-minute load average, at least 1, decided per
-    answer (threads on cores that other work holds stall each other; bench/llm_threads.py)."""
+    """llama.cpp threads while evaluating the prompt (nothing is spoken yet). auto: the cores free now
+    (this process's usable cores less the threads other processes have runnable, sampled over ~20 ms
+    per answer), at least 1 (threads on cores that other work holds stall each other;
+    bench/llm_threads.py)."""
     context: int = num(2048, 128, 131_072)
     max_tokens: int = num(200, 1, 8192)
     """Longest answer in tokens; generation stops there."""

@@ -24,6 +24,7 @@ from rkvoice.errors import RkvoiceError
 from rkvoice.speaker import Speaker
 from rkvoice.state import StateStore
 from rkvoice.text.normalize import speakable
+from rkvoice.text.stream_chunker import StreamChunker
 from rkvoice.timeline import Ev, Event, Timeline
 from rkvoice.turn import Turn
 
@@ -52,6 +53,9 @@ class FakeLlm:
         self.at_gate = threading.Event()
         self.loaded = False
         self.seen: list[list[dict[str, str]]] = []
+        self.yielded = 0
+        self.spoken_after: list[int] = []
+        """Deltas yielded when ``speaking()`` was called (the voice got the first piece)."""
         self.before: Callable[[], None] | None = None
         """Called before each delta takes its clock time (Speaker.wait_synthesised: the speaker's
         marks land at the clock time they would have in real life, whatever the OS schedules)."""
@@ -71,7 +75,11 @@ class FakeLlm:
             if self.before is not None:
                 self.before()
             self.clock.sleep(self.token_s)
+            self.yielded = i + 1
             yield d
+
+    def speaking(self) -> None:
+        self.spoken_after.append(self.yielded)
 
     def abort(self) -> None:
         self.aborted.set()
@@ -147,6 +155,17 @@ def test_first_audio_plays_while_llm_still_generates(tmp_path: Path) -> None:
     assert "".join(tts.calls) == speakable(whole)
     assert len(tts.calls) >= 3
     assert len(tts.calls[0]) <= Config().tts.first_chars
+
+
+def test_the_llm_is_told_once_when_its_first_piece_goes_to_the_voice(tmp_path: Path) -> None:
+    """So generation can leave the voice a core from then on (llama: Threads.speaking)."""
+    _clock, llm, tl, _tts, speaker, answerer, _ = make(tmp_path, STORY)
+    ask(answerer, "给我讲一个关于月亮的小故事", tl)
+    speaker.close()
+    chunker = StreamChunker(Config().tts.first_chars, Config().tts.chunk_chars)
+    first_piece_at = next(i + 1 for i, d in enumerate(STORY) if chunker.feed(d))
+    assert 1 < first_piece_at < len(STORY)
+    assert llm.spoken_after == [first_piece_at]
 
 
 def test_pieces_of_the_same_turn_keep_text_before_audio(tmp_path: Path) -> None:

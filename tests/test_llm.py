@@ -17,8 +17,9 @@ from rkvoice.errors import RkvoiceError
 
 pytest.importorskip("cyllama", reason="cyllama (llama.cpp) is not installed: pip install cyllama==0.2.18")
 
-from rkvoice.answer.llm import llama as llama_module
-from rkvoice.answer.llm.llama import LlamaEngine, OwnCpu, thread_counts, usable_cores
+from rkvoice.answer.llm import cores as cores_module
+from rkvoice.answer.llm.cores import busy_elsewhere, thread_counts, usable_cores
+from rkvoice.answer.llm.llama import LlamaEngine
 
 # Short answers keep this fast on a busy 2-core machine; 1 generating thread (what auto gives on 2
 # cores) avoids llama's spin barriers; the prompt threads follow the load (threads_batch auto).
@@ -147,24 +148,81 @@ def test_close_frees_and_load_again_works() -> None:
 def test_thread_counts_auto_and_fixed() -> None:
     auto = LlmConfig()
     assert (auto.threads, auto.threads_batch) == ("auto", "auto")
-    assert thread_counts(auto, cores=2, load=0.3) == (1, 2)  # generation leaves the TTS thread a core
-    assert thread_counts(auto, cores=2, load=1.2) == (1, 1)  # the prompt only on free cores
-    assert thread_counts(auto, cores=2, load=6.0) == (1, 1)
-    assert thread_counts(auto, cores=1, load=0.0) == (1, 1)
-    assert thread_counts(auto, cores=8, load=2.9) == (7, 6)
+    # (before speech, while speaking, prompt): every free core until the voice starts, then one less
+    assert thread_counts(auto, cores=2, busy=0.0) == (2, 1, 2)
+    assert thread_counts(auto, cores=2, busy=1.0) == (1, 1, 1)  # another process holds a core now
+    assert thread_counts(auto, cores=2, busy=6.0) == (1, 1, 1)
+    assert thread_counts(auto, cores=1, busy=0.0) == (1, 1, 1)
+    assert thread_counts(auto, cores=8, busy=2.4) == (6, 6, 6)
+    assert thread_counts(auto, cores=8, busy=0.0) == (8, 7, 8)
     fixed = dataclasses.replace(auto, threads=3, threads_batch=1)
-    assert thread_counts(fixed, cores=2, load=0.0) == thread_counts(fixed, cores=2, load=9.0) == (3, 1)
+    assert thread_counts(fixed, cores=2, busy=0.0) == thread_counts(fixed, cores=2, busy=9.0) == (3, 3, 1)
     assert usable_cores() == len(os.sched_getaffinity(0))
 
 
-@pytest.mark.parametrize("load", [0.0, 64.0])
-def test_each_answer_sets_the_prompt_threads_for_the_load_now(engine: LlamaEngine, load: float,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(llama_module.os, "getloadavg", lambda: (load, load, load))
-    "".join(engine.stream(MESSAGES))
-    want = (1, usable_cores() if load == 0 else 1)
+def _fake_proc(root: Path, running: int, own_states: str) -> Path:
+    tasks = root / "self" / "task"
+    tasks.mkdir(parents=True, exist_ok=True)
+    (root / "stat").write_text(f"cpu  1 2 3 4\nintr 5 6\nprocs_running {running}\nprocs_blocked 0\n")
+    for old in tasks.iterdir():
+        (old / "stat").unlink()
+        old.rmdir()
+    for i, state in enumerate(own_states):
+        (tasks / str(100 + i)).mkdir()
+        (tasks / str(100 + i) / "stat").write_text(f"{100 + i} (py (x) {i}) {state} 1 2 3\n")
+    return root
+
+
+def test_busy_elsewhere_counts_other_processes_runnable_now(tmp_path: Path) -> None:
+    """The kernel's running count less this process's own running threads (a name with ") " in it
+    does not fool the state field), the median of the samples."""
+    proc = _fake_proc(tmp_path, running=3, own_states="RSS")
+    assert busy_elsewhere(proc, samples=3, sleep=lambda _s: None) == 2.0
+    _fake_proc(tmp_path, running=2, own_states="RRS")
+    assert busy_elsewhere(proc, samples=3, sleep=lambda _s: None) == 0.0
+    readings = iter([(4, "R"), (1, "R")])  # a moment's spike among three samples is outvoted
+
+    def next_reading(_s: float) -> None:
+        running, own = next(readings)
+        _fake_proc(tmp_path, running, own)
+
+    _fake_proc(tmp_path, 1, "R")
+    assert busy_elsewhere(proc, samples=3, sleep=next_reading) == 0.0
+    assert busy_elsewhere(tmp_path / "absent") == 0.0  # no /proc: every core counts as free
+    assert busy_elsewhere() >= 0.0  # the real /proc reads
+
+
+@pytest.mark.parametrize("busy", [0.0, 64.0])
+def test_each_answer_sets_the_threads_for_the_cores_free_now(engine: LlamaEngine, busy: float,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cores_module, "busy_elsewhere", lambda: busy)
+    engine.cfg = dataclasses.replace(CFG, llm=dataclasses.replace(CFG.llm, threads="auto"))
+    try:
+        "".join(engine.stream(MESSAGES))
+    finally:
+        engine.cfg = CFG
+    free = usable_cores() if busy == 0 else 1
+    want = (free, free)  # nothing was spoken: every free core generated
     assert (engine.last_stats["threads"], engine.last_stats["threads_batch"]) == want
     assert (engine.ctx.n_threads(), engine.ctx.n_threads_batch()) == want
+
+
+def test_generation_leaves_a_core_once_the_voice_speaks(engine: LlamaEngine,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cores_module, "busy_elsewhere", lambda: 0.0)
+    monkeypatch.setattr(cores_module, "usable_cores", lambda: 2)
+    engine.cfg = dataclasses.replace(CFG, llm=dataclasses.replace(CFG.llm, threads="auto"))
+    seen = []
+    try:
+        for delta in engine.stream(MESSAGES):
+            seen.append(engine.ctx.n_threads())
+            if delta:
+                engine.speaking()  # the first piece went to the voice
+    finally:
+        engine.cfg = CFG
+    assert seen[0] == 2 and len(seen) >= 2 and set(seen[1:]) == {1}, seen
+    assert engine.last_stats["threads_quiet"] == 2 and engine.last_stats["threads"] == 1
+    assert engine.ctx.n_threads_batch() == 2
 
 
 def test_the_next_turn_evaluates_only_the_new_question(engine: LlamaEngine) -> None:
@@ -192,25 +250,3 @@ def test_the_next_turn_evaluates_only_the_new_question(engine: LlamaEngine) -> N
     assert evaluated == second["prompt_tokens"] - second["reused_tokens"]
     assert evaluated < 40 < second["prompt_tokens"]
 
-
-def test_own_cpu_is_the_cores_this_process_used_in_the_last_minute() -> None:
-    clock = {"wall": 100.0, "cpu": 5.0}
-    own = OwnCpu(wall=lambda: clock["wall"], cpu=lambda: clock["cpu"])
-    assert own.cores_used() == 0.0  # under a second since the first sample: nothing to tell
-    clock["wall"], clock["cpu"] = 110.0, 20.0  # 15 s of CPU in 10 s: 1.5 cores
-    assert own.cores_used() == pytest.approx(1.5)
-    clock["wall"], clock["cpu"] = 200.0, 20.0  # idle for 90 s: the busy stretch has left the window
-    assert own.cores_used() == pytest.approx(0.0)
-    clock["wall"], clock["cpu"] = 230.0, 50.0
-    assert own.cores_used() == pytest.approx(1.0)
-
-
-def test_auto_prompt_threads_leave_out_this_process_own_load(monkeypatch: pytest.MonkeyPatch) -> None:
-    import rkvoice.answer.llm.llama as llama
-
-    auto = LlmConfig(threads="auto", threads_batch="auto")
-    monkeypatch.setattr(llama.os, "getloadavg", lambda: (1.4, 1.0, 1.0))
-    monkeypatch.setattr(llama._OWN_CPU, "cores_used", lambda: 1.2)  # the load is the assistant's own
-    assert thread_counts(auto, cores=2) == (1, 2)
-    monkeypatch.setattr(llama._OWN_CPU, "cores_used", lambda: 0.1)  # another process holds a core
-    assert thread_counts(auto, cores=2) == (1, 1)

@@ -50,6 +50,12 @@ class LlmStream:
             self.cancelled = True
             self.engine.abort()
 
+    def speaking(self) -> None:
+        """The first piece went to the voice: tell an engine that adapts its threads (llama)."""
+        speaking = getattr(self.engine, "speaking", None)
+        if speaking is not None:
+            speaking()
+
     def __iter__(self) -> Iterator[str]:
         deadline = self.clock.now() + self.timeout_s
         if self.turn is not None:

@@ -145,7 +145,7 @@ class Answerer:
         chunker = StreamChunker(*piece_chars(self.cfg, self.speaker.engine))
         tl.mark(Ev.ANSWER_START, turn=turn.id)
         d = self.cfg.daemon
-        started = False
+        started = spoken = False
         try:
             for delta in deadline_deltas(reply.deltas, turn, d.answer_first_timeout_s, d.answer_gap_timeout_s):
                 if turn.cancelled:
@@ -160,6 +160,9 @@ class Answerer:
                     ready = _cut_early(chunker)
                 for piece in ready:
                     self.speaker.say(turn, piece)
+                if ready and not spoken and reply.llm is not None:
+                    spoken = True
+                    reply.llm.speaking()  # generation now leaves the voice a core
             if not turn.cancelled:
                 for piece in chunker.flush():
                     self.speaker.say(turn, piece)

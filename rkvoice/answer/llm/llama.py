@@ -1,7 +1,8 @@
 """llama.cpp engine (portable profile) through cyllama's low-level bindings.
 
-Own generation loop rather than cyllama's high-level LLM: it sets the thread counts (the prompt on
-the cores other work leaves free, generation on ``llm.threads``), keeps characters split across
+Own generation loop rather than cyllama's high-level LLM: it sets the thread counts per answer
+(rkvoice.answer.llm.cores: the prompt and the tokens before the first spoken piece on the cores free
+now, then one core less once ``speaking()`` says the voice has started), keeps characters split across
 tokens whole (incremental detokenisation instead of per-token pieces, which lose such characters),
 aborts both between tokens and inside a running decode, and keeps the KV cache of the longest
 common prompt prefix between turns (the system prompt and the conversation so far are not
@@ -11,11 +12,9 @@ computed again; the current time sits in the newest user turn, see rkvoice.answe
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,8 @@ from cyllama.llama.llama_cpp import (
 )
 
 from rkvoice.answer.llm.base import Message, chatml, model_path
-from rkvoice.config import Config, LlmConfig
+from rkvoice.answer.llm.cores import Threads, thread_counts
+from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
 
 log = logging.getLogger(__name__)
@@ -42,55 +42,6 @@ N_BATCH = 256
 PENALTY_LAST_N = 64
 MAX_PENDING_TOKENS = 6
 """Tokens held back waiting for a character to complete before giving up on it."""
-
-
-def usable_cores() -> int:
-    """CPU cores this process may run on (its affinity mask, e.g. under taskset or a cgroup)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-class OwnCpu:
-    """Cores this process kept busy over about the last minute (the load average's window; measured
-    from the earlier call closest to a minute ago), so the prompt's thread count does not shrink for the assistant's own speech and last answer."""
-
-    WINDOW_S = 60.0
-
-    def __init__(self, wall: Callable[[], float] = time.monotonic, cpu: Callable[[], float] = time.process_time):
-        self._wall, self._cpu = wall, cpu
-        self._samples: deque[tuple[float, float]] = deque([(wall(), cpu())])
-
-    def cores_used(self) -> float:
-        now, used = self._wall(), self._cpu()
-        while len(self._samples) > 1 and now - self._samples[1][0] >= self.WINDOW_S:
-            self._samples.popleft()
-        then, used_then = min(list(self._samples)[:2], key=lambda sample: abs(now - sample[0] - self.WINDOW_S))
-        self._samples.append((now, used))
-        return (used - used_then) / (now - then) if now - then >= 1.0 else 0.0
-
-
-_OWN_CPU = OwnCpu()
-
-
-def thread_counts(llm: LlmConfig, cores: int | None = None, load: float | None = None) -> tuple[int, int]:
-    """(generation, prompt) threads for ``llm.threads`` / ``llm.threads_batch``.
-
-    auto generation: one core less than usable, at least 1 (the TTS thread speaks alongside).
-    auto prompt (nothing is spoken yet): the usable cores other work leaves free, i.e. minus the
-    whole part of ``load``: the 1-minute load average less what this process itself used
-    (``OwnCpu``), at least 1. llama.cpp's threads wait for each other after every layer, so one
-    thread on a core another process holds stalls them all: on 2 cores at load average 4-7, 2
-    prompt threads took 2.4x as long as 1 (bench/llm_threads.py).
-    """
-    cores = usable_cores() if cores is None else cores
-    gen = max(1, cores - 1) if llm.threads == "auto" else llm.threads
-    if llm.threads_batch != "auto":
-        return gen, llm.threads_batch
-    if load is None:
-        load = max(0.0, os.getloadavg()[0] - _OWN_CPU.cores_used())
-    return gen, max(1, cores - int(load))
 
 
 class LlamaEngine:
@@ -106,7 +57,9 @@ class LlamaEngine:
         self._cancel = threading.Event()
         self._busy = threading.Lock()
         self._kv: list[int] = []  # tokens whose keys/values are in the context, in order
-        self.threads = self.threads_batch = 0  # set by load()
+        self.threads = self.threads_batch = 0  # in use now (set by load(), then per answer)
+        self._plan = Threads(0, 0, 0)
+        self._speaking = threading.Event()
         self.last_stats: dict[str, float] = {}
 
     def load(self) -> None:
@@ -128,7 +81,8 @@ class LlamaEngine:
         cparams = LlamaContextParams()
         cparams.n_ctx = self.cfg.llm.context
         cparams.n_batch = N_BATCH
-        self.threads, self.threads_batch = thread_counts(self.cfg.llm)
+        self._plan = thread_counts(self.cfg.llm)
+        self.threads, self.threads_batch = self._plan.quiet, self._plan.prompt
         cparams.n_threads = self.threads  # llama.cpp: batches of one token (generation)
         cparams.n_threads_batch = self.threads_batch  # batches of more (the prompt)
         cparams.no_perf = True
@@ -183,9 +137,12 @@ class LlamaEngine:
             t_prefill = time.monotonic() - t0
             pending: list[int] = []
             n_new = 0
+            t_first = 0.0
             for _ in range(max_new):
                 if self._cancel.is_set():
                     break
+                if self._speaking.is_set() and self.threads != self._plan.speaking:
+                    self._use_threads(self._plan.speaking, self.threads_batch)
                 tok = sampler.sample(ctx, -1)
                 if vocab.is_eog(tok):
                     break
@@ -196,6 +153,7 @@ class LlamaEngine:
                     pending.clear()
                     text = text.replace("\ufffd", "")
                     if text:
+                        t_first = t_first or time.monotonic() - t0
                         yield text
                 try:
                     ctx.decode(llama_batch_get_one([tok], len(self._kv)))  # its position: the cache's length
@@ -205,7 +163,8 @@ class LlamaEngine:
                 self._kv.append(tok)
             self.last_stats = {"prompt_tokens": len(tokens), "reused_tokens": reused, "new_tokens": n_new,
                                "threads": self.threads, "threads_batch": self.threads_batch,
-                               "prefill_s": t_prefill, "total_s": time.monotonic() - t0}
+                               "threads_quiet": self._plan.quiet, "prefill_s": t_prefill,
+                               "first_text_s": t_first, "total_s": time.monotonic() - t0}
         finally:
             self._busy.release()
 
@@ -219,11 +178,21 @@ class LlamaEngine:
         return self.vocab.tokenize(self.prompt(messages), add_special=True, parse_special=True)
 
     def _set_threads(self) -> None:
-        """Thread counts for this prompt (an auto prompt count follows the machine's load)."""
-        counts = thread_counts(self.cfg.llm)
-        if counts != (self.threads, self.threads_batch):
-            self.threads, self.threads_batch = counts
-            self.ctx.set_n_threads(*counts)
+        """Thread counts for this answer (auto counts follow the cores free now); nothing spoken yet."""
+        self._speaking.clear()
+        self._plan = thread_counts(self.cfg.llm)
+        self._use_threads(self._plan.quiet, self._plan.prompt)
+
+    def _use_threads(self, generating: int, prompt: int) -> None:
+        """llama.cpp takes new counts between decode calls (llama_set_n_threads)."""
+        if (generating, prompt) != (self.threads, self.threads_batch):
+            self.threads, self.threads_batch = generating, prompt
+            self.ctx.set_n_threads(generating, prompt)
+
+    def speaking(self) -> None:
+        """The answer's first piece went to the voice: the next tokens leave the TTS thread a core
+        (``Threads.speaking``). Safe from any thread; the current answer only."""
+        self._speaking.set()
 
     def _prefill(self, tokens: list[int], start: int) -> bool:
         """Decode ``tokens[start:]`` into the cache; False if aborted (the cache is then dropped)."""

@@ -1,0 +1,102 @@
+"""How many llama.cpp threads an answer gets: decided from the cores free now, not a minute ago.
+
+The 1-minute load average lags: after any busy minute (the previous answer, a previous command) it
+reads "busy" on an idle machine and the prompt got one thread. ``busy_elsewhere()`` instead counts
+the threads of *other* processes that are runnable right now (the kernel's ``procs_running`` in
+/proc/stat, less this process's own running threads from /proc/self/task), the median of a few
+samples over ~20 ms. CPU time from /proc/stat over so short a window is too coarse to use (the
+counters tick 100 times a second: 4 ticks on 2 cores in 20 ms); a runnable count is exact at each
+instant. llama.cpp's threads wait for each other after every layer, so one thread on a core another
+process holds stalls them all (on 2 cores at load average 4-7, 2 prompt threads took 2.4x as long
+as 1: bench/llm_threads.py): auto counts stay on the free cores.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+from rkvoice.config import LlmConfig
+
+SAMPLES = 5
+SAMPLE_GAP_S = 0.004
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, e.g. under taskset or a cgroup)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _procs_running(stat: str) -> int:
+    for line in stat.splitlines():
+        if line.startswith("procs_running "):
+            return int(line.split()[1])
+    raise ValueError("no procs_running line in /proc/stat")
+
+
+def _own_running(task_dir: Path) -> int:
+    """This process's threads in state R (running or waiting for a core)."""
+    n = 0
+    for task in task_dir.iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        if stat[stat.rindex(")") + 2:].startswith("R"):
+            n += 1
+    return n
+
+
+def busy_elsewhere(proc: Path = Path("/proc"), samples: int = SAMPLES, gap_s: float = SAMPLE_GAP_S,
+                   sleep: Callable[[float], None] = time.sleep) -> float:
+    """Threads of other processes runnable now: the median over ``samples`` readings ``gap_s`` apart.
+    0.0 where /proc is not there (not Linux): every core counts as free."""
+    counts: list[int] = []
+    try:
+        for i in range(samples):
+            if i:
+                sleep(gap_s)
+            total = _procs_running((proc / "stat").read_text())
+            counts.append(max(0, total - _own_running(proc / "self" / "task")))
+    except (OSError, ValueError):
+        return 0.0
+    return float(statistics.median(counts))
+
+
+class Threads(NamedTuple):
+    """llama.cpp thread counts for one answer."""
+
+    quiet: int
+    """Generating while nothing is spoken yet (until the first piece goes to the voice)."""
+    speaking: int
+    """Generating while the answer is spoken (the TTS thread needs a core)."""
+    prompt: int
+    """Evaluating the prompt."""
+
+
+def thread_counts(llm: LlmConfig, cores: int | None = None, busy: float | None = None) -> Threads:
+    """Thread counts for ``llm.threads`` / ``llm.threads_batch`` with ``busy`` threads of other
+    processes runnable now (measured by ``busy_elsewhere()`` when None and something is auto).
+
+    auto: the free cores (usable cores minus ``busy``, rounded, at least 1) for the prompt and for
+    generating until the first piece is handed to the voice; then one core less than usable (and no
+    more than free) while it speaks, so the TTS thread keeps a core. A fixed ``llm.threads`` is used
+    both before and during speech; a fixed ``llm.threads_batch`` for every prompt."""
+    cores = usable_cores() if cores is None else cores
+    auto = llm.threads == "auto" or llm.threads_batch == "auto"
+    if busy is None:
+        busy = busy_elsewhere() if auto else 0.0
+    free = max(1, cores - round(busy))
+    if llm.threads == "auto":
+        quiet, speaking = free, max(1, min(free, cores - 1))
+    else:
+        quiet = speaking = llm.threads
+    prompt = free if llm.threads_batch == "auto" else llm.threads_batch
+    return Threads(quiet, speaking, prompt)
