@@ -9,9 +9,9 @@ arriving piece by piece):
     speaker.end(turn)
     speaker.wait(turn)                     # until it has played, was cancelled or failed
 
-Each piece is cut for synthesis (the turn's first chunk short, later ones longer) and made
-speakable, synthesised on the TTS worker while the previous chunk plays, post-processed and
-played in order by the player thread. Cancelling the turn (``turn.cancel()``) drops its queued
+Each piece goes the one speech path (``rkvoice.pieces``: cut with the engine's piece sizes, the
+turn's first chunk short, made speakable, synthesised, post-processed) on the TTS worker while the
+previous chunk plays, and is played in order by the player thread. Cancelling the turn (``turn.cancel()``) drops its queued
 pieces and audio wherever they are, clears the player at once and stops synthesis before the next
 chunk; a synthesis or player failure fails the turn (``turn.fail``).
 
@@ -38,6 +38,7 @@ from rkvoice.audio.post import prepare_piece
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
+from rkvoice.pieces import Pieces
 from rkvoice.text.normalize import speakable
 from rkvoice.text.split import split_for_tts
 from rkvoice.timeline import Ev, Timeline
@@ -54,25 +55,16 @@ class _Queue:
     """The speaker's own bookkeeping for one turn it speaks."""
 
     turn: Turn
+    pieces: Pieces
     inbox: deque[tuple[str, str]] = field(default_factory=deque)
     """("piece", text) and ("end", "") items waiting for the TTS worker."""
     played: threading.Event = field(default_factory=threading.Event)
     text_seen: bool = False
     ended: bool = False
     synth_done: bool = False  # the worker has passed this turn's end (or its failure)
-    chunks: int = 0  # sent to synthesis so far (worker thread); 0: the next cut is the turn's first
     in_flight: int = 0  # pieces taken by the worker and not yet queued for the player
     queued_s: float = 0.0  # audio synthesised and queued for the player thread, not yet handed to it
     dry_at: float | None = None  # clock time the player runs out of this turn's audio (None: none played yet)
-
-
-def piece_chars(cfg: Config, engine: object) -> tuple[int, int]:
-    """(first, later) piece lengths in characters: the engine's own when it has them (the Matcha
-    voice: tts.matcha.first_chars / chunk_chars, 24 / 40), else tts.first_chars / tts.chunk_chars."""
-    own = getattr(engine, "piece_chars", None)
-    if isinstance(own, tuple) and len(own) == 2 and all(isinstance(n, int) and n > 0 for n in own):
-        return own
-    return cfg.tts.first_chars, cfg.tts.chunk_chars
 
 
 class Speaker:
@@ -138,7 +130,8 @@ class Speaker:
         """Queue ``turn`` for speaking (after every turn started before it)."""
         if not self._threads:
             raise RkvoiceError("speak", "not-loaded", "the speaker was not loaded (call load() first)")
-        q = _Queue(turn)
+        q = _Queue(turn, Pieces(self.engine, self.cfg, turn, out_rate=self.player.rate, normalize=self._normalize,
+                                split=self._split, clock=self.clock))
         with self._cond:
             if self._closed:
                 raise RkvoiceError("speak", "closed", "the speaker was closed")
@@ -244,15 +237,6 @@ class Speaker:
             for tid in done[:-64]:
                 del self._queues[tid]
 
-    def _pieces(self, q: _Queue, text: str, limit: int) -> list[str]:
-        """Cut the written text (where numbers and words are still visible, so no cut lands
-        inside them), then make each chunk speakable; chunks with nothing to say are dropped."""
-        if not text.strip():
-            return []
-        first = piece_chars(self.cfg, self.engine)[0] if q.chunks == 0 else limit
-        chunks = [self._normalize(c) for c in self._split(text, first, limit)]
-        return [c for c in chunks if c.strip()]
-
     def _next_item(self) -> tuple[_Queue, str, str, bool] | None:
         """Wait for work of the oldest turn, moving past turns that ended or were cancelled.
 
@@ -273,7 +257,7 @@ class Speaker:
                     merged = False
                     if kind == "piece":
                         q.in_flight += 1
-                        if q.chunks and self.cfg.tts.coalesce_chars > 0:
+                        if q.pieces.count and self.cfg.tts.coalesce_chars > 0:
                             joined = self._coalesce(q, text)
                             merged, text = joined != text, joined
                     return q, kind, text, merged
@@ -296,13 +280,13 @@ class Speaker:
                 q.synth_done = True
                 self._audio_q.put((q, "end", None))
                 continue
-            chunk_chars = piece_chars(self.cfg, self.engine)[1]
-            limit = max(chunk_chars, self.cfg.tts.coalesce_chars) if merged else chunk_chars
+            limit = max(q.pieces.later, self.cfg.tts.coalesce_chars) if merged else None
             try:
-                for chunk in self._pieces(q, text, limit):
-                    if q.turn.cancelled:
-                        break
-                    self._synth_one(q, chunk)
+                for piece in q.pieces.pieces(text, limit):
+                    if len(piece.blocks):
+                        with self._cond:
+                            q.queued_s += piece.audio_s
+                        self._audio_q.put((q, "audio", (piece.index, piece.blocks)))
             except Exception as exc:  # an engine failure fails this turn, never the thread
                 err = exc if isinstance(exc, RkvoiceError) else RkvoiceError(
                     "tts", "synthesis-failed", f"{getattr(self.engine, 'name', 'tts')} failed: {exc}"
@@ -316,25 +300,6 @@ class Speaker:
                 with self._cond:
                     q.in_flight -= 1
                     self._cond.notify_all()
-
-    def _synth_one(self, q: _Queue, chunk: str) -> None:
-        index = q.chunks
-        q.chunks += 1
-        tl, tid = q.turn.timeline, q.turn.id
-        tl.mark(Ev.CHUNK, turn=tid, index=index, text=chunk)
-        t0 = self.clock.now()
-        tl.mark(Ev.SYNTH_START, turn=tid, index=index)
-        samples, rate = self.engine.generate(chunk, sid=self.cfg.tts.sid, speed=self.cfg.tts.speed)
-        synth_ms = (self.clock.now() - t0) * 1000.0
-        samples = np.asarray(samples, dtype=np.float32).reshape(-1)
-        tl.mark(Ev.SYNTH_END, turn=tid, index=index, synth_ms=round(synth_ms, 3), audio_s=round(len(samples) / rate, 4))
-        if q.turn.cancelled:
-            return
-        blocks = prepare_piece(samples, rate, self.player.rate, self.block, fade_ms=self.cfg.audio.crossfade_ms)
-        if len(blocks):
-            with self._cond:
-                q.queued_s += blocks.size / self.player.rate
-            self._audio_q.put((q, "audio", (index, blocks)))
 
     def _play_loop(self) -> None:
         while True:

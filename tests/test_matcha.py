@@ -30,7 +30,7 @@ from onnx import TensorProto, helper  # noqa: E402
 from rkvoice.config import Config, MatchaConfig, ModelsConfig, TtsConfig, load_config  # noqa: E402
 from rkvoice.errors import RkvoiceError  # noqa: E402
 from rkvoice.npu import runtime as npu_runtime  # noqa: E402
-from rkvoice.speaker import piece_chars  # noqa: E402
+from rkvoice.pieces import piece_chars  # noqa: E402
 from rkvoice.tts.matcha_engine import MatchaTts  # noqa: E402
 from rkvoice.tts.matcha_frames import (  # noqa: E402
     halve,

@@ -27,7 +27,8 @@ from typing import Protocol
 from rkvoice.answer.assistant import Reply
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
-from rkvoice.speaker import Speaker, piece_chars
+from rkvoice.pieces import piece_chars
+from rkvoice.speaker import Speaker
 from rkvoice.text.stream_chunker import StreamChunker
 from rkvoice.timeline import Ev
 from rkvoice.turn import Turn

@@ -1,0 +1,116 @@
+"""The one speech path: a turn's text -> pieces cut with the engine's own sizes -> speakable ->
+synthesised -> post-processed audio blocks.
+
+``Pieces`` holds one turn's cutting state (its first piece short, later ones longer) and yields one
+``Piece`` at a time, so the caller decides where synthesis runs and where the audio goes: the
+speaker's TTS worker (the previous piece plays meanwhile), the Wyoming TTS worker (each piece is
+sent as soon as it is ready), a bench's loop. Each piece is marked on the turn's timeline (chunk,
+synth_start, synth_end); a cancelled turn synthesises nothing more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rkvoice.audio.post import prepare_piece
+from rkvoice.clock import Clock
+from rkvoice.config import Config
+from rkvoice.text.normalize import speakable
+from rkvoice.text.split import split_for_tts
+from rkvoice.timeline import Ev
+from rkvoice.turn import Turn
+
+Synth = Callable[[str], tuple[np.ndarray, int]]
+"""Speakable text -> (float32 mono samples, their rate): one engine call."""
+
+
+def piece_chars(cfg: Config, engine: object) -> tuple[int, int]:
+    """(first, later) piece lengths in characters: the engine's own when it has them (the Matcha
+    voice: tts.matcha.first_chars / chunk_chars, 24 / 40), else tts.first_chars / tts.chunk_chars."""
+    own = getattr(engine, "piece_chars", None)
+    if isinstance(own, tuple) and len(own) == 2 and all(isinstance(n, int) and n > 0 for n in own):
+        return own
+    return cfg.tts.first_chars, cfg.tts.chunk_chars
+
+
+@dataclass(frozen=True)
+class Piece:
+    index: int
+    text: str
+    """What was synthesised (speakable)."""
+    blocks: np.ndarray
+    """int16 rows of one block each, at ``rate``."""
+    rate: int
+    synth_ms: float
+
+    @property
+    def audio_s(self) -> float:
+        return self.blocks.size / self.rate
+
+
+class Pieces:
+    """One turn's speech through ``engine``: ``pieces(text)`` yields its pieces, synthesised one by one.
+
+    ``out_rate`` None keeps the voice's rate; blocks are ``block_ms`` long (at least one sample).
+    ``synth`` replaces the plain engine call (the Wyoming server takes the engine's gate in it);
+    ``normalize`` and ``split`` replace ``speakable`` and ``split_for_tts``; synthesis time is taken on
+    ``clock`` (default: the turn's).
+    """
+
+    def __init__(self, engine: Any, cfg: Config, turn: Turn, *, out_rate: int | None = None,
+                 block_ms: int | None = None, fade_ms: float | None = None, synth: Synth | None = None,
+                 normalize: Callable[[str], str] | None = None,
+                 split: Callable[[str, int, int], list[str]] | None = None, clock: Clock | None = None) -> None:
+        self.turn = turn
+        self.clock = clock or turn.clock
+        self.first, self.later = piece_chars(cfg, engine)
+        self.out_rate = out_rate
+        self.block_ms = cfg.audio.block_ms if block_ms is None else block_ms
+        self.fade_ms = cfg.audio.crossfade_ms if fade_ms is None else fade_ms
+        self._synth = synth or (lambda text: engine.generate(text, sid=cfg.tts.sid, speed=cfg.tts.speed))
+        self._normalize = normalize or speakable
+        self._split = split or split_for_tts
+        self.count = 0
+        """Pieces sent to synthesis so far; 0: the next cut is the turn's first (short) one."""
+
+    def cut(self, text: str, limit: int | None = None) -> list[str]:
+        """Cut the written text (where numbers and words are still visible, so no cut lands inside
+        them) at most ``limit`` (default: the later size) characters a piece, the turn's first piece
+        shorter; then make each speakable. Pieces with nothing to say are dropped."""
+        if not text.strip():
+            return []
+        limit = limit or self.later
+        chunks = [self._normalize(c) for c in self._split(text, self.first if self.count == 0 else limit, limit)]
+        return [c for c in chunks if c.strip()]
+
+    def pieces(self, text: str, limit: int | None = None) -> Iterator[Piece]:
+        """``text`` cut, then each piece synthesised and post-processed when the caller asks for it.
+        Ends early once the turn is cancelled (also when it was cancelled during a synthesis)."""
+        for chunk in self.cut(text, limit):
+            if self.turn.cancelled:
+                return
+            piece = self.synthesise(chunk)
+            if piece is None:
+                return
+            yield piece
+
+    def synthesise(self, text: str) -> Piece | None:
+        """One piece, marked on the timeline; None if the turn was cancelled meanwhile."""
+        index, tl, tid = self.count, self.turn.timeline, self.turn.id
+        self.count += 1
+        tl.mark(Ev.CHUNK, turn=tid, index=index, text=text)
+        t0 = self.clock.now()
+        tl.mark(Ev.SYNTH_START, turn=tid, index=index)
+        samples, rate = self._synth(text)
+        synth_ms = (self.clock.now() - t0) * 1000.0
+        samples = np.asarray(samples, dtype=np.float32).reshape(-1)
+        tl.mark(Ev.SYNTH_END, turn=tid, index=index, synth_ms=round(synth_ms, 3), audio_s=round(len(samples) / rate, 4))
+        if self.turn.cancelled:
+            return None
+        out_rate = self.out_rate or int(rate)
+        block = max(1, out_rate * self.block_ms // 1000)
+        return Piece(index, text, prepare_piece(samples, rate, out_rate, block, fade_ms=self.fade_ms), out_rate, synth_ms)
