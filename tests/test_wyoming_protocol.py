@@ -698,3 +698,151 @@ def test_deeply_nested_json_is_malformed_without_a_traceback(fakes, caplog):
         assert describe(port).asr  # others are served
     assert [Error.from_event(e).code for e in events] == ["malformed"]
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+
+
+# -- each request a turn: one log line with its figures, cancelled with its client -----------------------
+
+
+class RequestLines(logging.Handler):
+    """The server's one line per request (logger rkvoice.wyoming.context); ``wait(n)`` for the first n."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+        self.cond = threading.Condition()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with self.cond:
+            self.lines.append(record.getMessage())
+            self.cond.notify_all()
+
+    def wait(self, n: int) -> list[str]:
+        with self.cond:
+            assert self.cond.wait_for(lambda: len(self.lines) >= n, BOUND), self.lines
+            return list(self.lines)
+
+
+@contextmanager
+def request_lines() -> Iterator[RequestLines]:
+    handler, log = RequestLines(), logging.getLogger("rkvoice.wyoming.context")
+    level = log.level
+    log.setLevel(logging.INFO)
+    log.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """The requests' timelines on a FakeClock that only the scripted engines move."""
+    from rkvoice.clock import FakeClock
+
+    fake = FakeClock()
+    monkeypatch.setattr("rkvoice.wyoming.context.MonotonicClock", lambda: fake)
+    return fake
+
+
+def taking(clock: Any, seconds: float, call: Callable[..., Any]) -> Callable[..., Any]:
+    """``call`` taking ``seconds`` on the clock (moved by the engine itself, before the result is seen)."""
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        clock.advance(seconds)
+        return call(*args, **kwargs)
+
+    return timed
+
+
+def speak(port: int, text: str) -> list[Event]:
+    async def go() -> list[Event]:
+        async with AsyncTcpClient("127.0.0.1", port) as c:
+            await c.write_event(Synthesize(text=text).event())
+            return await read_until(c, lambda e: AudioStop.is_type(e.type))
+
+    return list(run(go()))
+
+
+def test_a_synthesis_is_logged_with_its_timings(fakes, clock):
+    engines, _, zh, _ = fakes
+    zh.generate = taking(clock, 0.2, zh.generate)  # type: ignore[method-assign]
+    text = "今天天气不错。我们出去走走吧。晚上再一起吃饭。明天见。"
+    with request_lines() as lines, serving(engines) as port:
+        speak(port, text)
+        line = lines.wait(1)[0]
+    n = len(zh.texts)
+    assert n >= 2 and "".join(zh.texts) == text  # cut in pieces, the first short
+    assert f"synthesis {text!r}: first_audio_ms=200 synth_ms={200 * n} audio_s={len(text) / 10:g} chunks={n} " \
+           f"total_ms={200 * n}" in line, line
+
+
+def test_a_transcription_and_an_answer_are_logged_with_their_timings(fakes, clock):
+    engines, *_ = fakes
+    engines.asr.transcribe = taking(clock, 0.15, engines.asr.transcribe)  # type: ignore[method-assign]
+    with request_lines() as lines, serving(engines) as port:
+        transcribe(port, "zh", pcm(1.0))
+        ask(port, "用一句话介绍一下月亮")
+        got = lines.wait(2)
+    assert "transcription '你好': asr_ms=150 total_ms=150" in got[0], got
+    assert "answer '用一句话介绍一下月亮': route=llm llm_first_token_ms=0 total_ms=0" in got[1], got
+
+
+def test_a_streamed_synthesis_of_a_client_that_left_is_cancelled_after_the_piece_in_progress(fakes):
+    engines, _, zh, _ = fakes
+    entered, hold = threading.Event(), threading.Event()
+    zh.generate = taking_hold(entered, hold, zh.generate)  # type: ignore[method-assign]
+
+    async def go(port: int) -> None:
+        async with AsyncTcpClient("127.0.0.1", port) as c:
+            await c.write_event(SynthesizeStart().event())
+            await c.write_event(SynthesizeChunk(text="今天天气不错。我们出去走走吧。晚上再一起吃饭。明天见。").event())
+            assert await asyncio.to_thread(entered.wait, BOUND)  # the first piece is being synthesised
+
+    with request_lines() as lines, serving(engines) as port:
+        run(go(port))
+        line = lines.wait(1)[0]  # the turn ends when the client leaves, not when the engine is done
+        hold.set()
+        assert describe(port).tts  # the server goes on
+        engines.tts_worker.submit(lambda: None).result(BOUND)  # the TTS worker has done what it had queued
+    assert "streamed synthesis '今天天气不错。" in line and line.endswith("cancelled (client gone)"), line
+    assert zh.texts == ["今天天气不错。"]  # the piece in progress only
+
+
+def taking_hold(entered: threading.Event, hold: threading.Event, call: Callable[..., Any]) -> Callable[..., Any]:
+    def held(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        assert hold.wait(BOUND)
+        return call(*args, **kwargs)
+
+    return held
+
+
+def test_an_answer_and_a_transcription_of_a_client_that_left_are_logged_as_cancelled(fakes):
+    engines, llm, *_ = fakes
+    llm.free = False
+    asr = engines.asr
+
+    async def leave_answer(port: int) -> None:
+        async with AsyncTcpClient("127.0.0.1", port) as c:
+            await c.write_event(Transcript(text="用一句话介绍一下月亮").event())
+            assert await asyncio.to_thread(llm.started.wait, BOUND)
+
+    async def leave_transcription(port: int) -> None:
+        async with AsyncTcpClient("127.0.0.1", port) as c:
+            await c.write_event(Transcribe().event())
+            await c.write_event(AudioChunk(rate=16000, width=2, channels=1, audio=pcm(0.5)).event())
+            await c.write_event(AudioStop().event())
+            assert await asyncio.to_thread(asr.entered.wait, BOUND)
+
+    asr.hold.clear()
+    with request_lines() as lines, serving(engines) as port:
+        run(leave_answer(port))
+        assert llm.aborted.wait(BOUND)  # the turn's handle stopped the LLM
+        lines.wait(1)  # logged once the LLM has let go of the turn
+        run(leave_transcription(port))
+        got = lines.wait(2)
+        asr.hold.set()
+    assert got[0].startswith("wyoming ") and " answer '用一句话介绍一下月亮': " in got[0], got
+    assert got[0].endswith("cancelled (client gone)") and got[1].endswith("cancelled (client gone)"), got
+    assert " transcription '': " in got[1], got

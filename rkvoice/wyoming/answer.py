@@ -1,9 +1,6 @@
-"""The listening services for one connection: an ASR request, a wake-detect stream and an answer.
-
-Each keeps its own per-request state; the engines are the shared ones (``Engines``). Every blocking
-call runs off the event loop, behind the engine's gate at Wyoming priority: ASR on the ASR worker
-thread, a detect stream's VAD on a pool thread, the answer on a pool thread for its whole reply.
-"""
+"""The answer to a client's transcript (``handle``), as a turn: the assistant replies on a pool
+thread, holding the answer gate at Wyoming priority for its whole reply; the client gets the text
+as it comes. The turn's handle stops the LLM when the client leaves."""
 
 from __future__ import annotations
 
@@ -12,118 +9,23 @@ import logging
 import threading
 from typing import Any
 
-import numpy as np
-from wyoming.asr import Transcript
 from wyoming.handle import Handled, HandledChunk, HandledStart, HandledStop, NotHandled
-from wyoming.wake import Detection, NotDetected
 
 from rkvoice.errors import RkvoiceError
 from rkvoice.gate import Engines
+from rkvoice.timeline import Ev
+from rkvoice.turn import Turn
 
-from .audio import TARGET_RATE, AudioIn
-from .tts import Send
+from .context import Send
 
 log = logging.getLogger(__name__)
 
 
-class AsrRequest:
-    """transcribe + audio -> one transcript at audio-stop (the engine does not stream text)."""
-
-    def __init__(self, engines: Engines, language: str) -> None:
-        self.engines = engines
-        self.language = language
-        self.audio: AudioIn | None = None
-        self.parts: list[np.ndarray] = []
-
-    def begin(self, audio: AudioIn) -> None:
-        self.audio = audio
-        self.parts = []
-
-    async def feed(self, data: bytes) -> None:
-        assert self.audio is not None
-        self.parts.append(self.audio.convert(data))
-
-    async def end(self, send: Send) -> None:
-        if self.audio is not None:
-            self.parts.append(self.audio.finish())
-        samples = np.concatenate(self.parts) if self.parts else np.zeros(0, np.float32)
-        self.parts = []
-        text = await asyncio.wrap_future(self.engines.transcribe(samples))
-        log.info("wyoming transcript (%.1f s): %r", len(samples) / TARGET_RATE, text)
-        await send(Transcript(text=text, language=self.language).event())
-
-
-class WakeStream:
-    """detect + audio -> detection (as soon as the phrase is heard) or not-detected at audio-stop.
-
-    The stream has its own wake engine (its VAD state belongs to this stream); an asr-match engine
-    transcribes through the shared ASR at Wyoming priority.
-    """
-
-    def __init__(self, engines: Engines, name: str, slots: asyncio.Semaphore) -> None:
-        self.engines = engines
-        self.name = name
-        self.slots = slots
-        """Bounds the wake engines out at once (each about 12 MB for asr-match); a stream waits for one."""
-        self.engine: Any = None
-        self.audio: AudioIn | None = None
-        self.fed = 0
-        self.detections = 0
-
-    async def begin(self, audio: AudioIn) -> None:
-        self.audio = audio
-        self.fed = 0
-        self.detections = 0
-        if self.engine is None:
-            await self.slots.acquire()
-            try:
-                self.engine = await asyncio.to_thread(self.engines.borrow_wake)
-            except BaseException:
-                self.slots.release()
-                raise
-        self.engine.restart(0)
-
-    async def feed(self, data: bytes, send: Send) -> None:
-        assert self.audio is not None and self.engine is not None
-        frame = self.audio.convert(data)
-        hit = await asyncio.to_thread(self.engine.accept, frame) if len(frame) else None
-        self.fed += len(frame)
-        if hit is not None:
-            await self._detected(hit, send)
-
-    async def _detected(self, hit: Any, send: Send) -> None:
-        self.detections += 1
-        log.info("wyoming wake: %r at %.2f s", getattr(hit, "text", ""), hit.at_s)
-        await send(Detection(name=self.name, timestamp=int(round(hit.end_s * 1000))).event())
-        self.engine.restart(self.fed)
-
-    async def end(self, send: Send) -> None:
-        assert self.audio is not None and self.engine is not None
-        tail = self.audio.finish()
-        hit = None
-        if len(tail):
-            hit = await asyncio.to_thread(self.engine.accept, tail)
-            self.fed += len(tail)
-        if hit is None:
-            hit = await asyncio.to_thread(self.engine.flush)
-        if hit is not None:
-            await self._detected(hit, send)
-        if self.detections == 0:
-            await send(NotDetected().event())
-
-    def close(self) -> None:
-        """The connection is gone: its wake engine goes back to the pool for the next stream."""
-        engine, self.engine = self.engine, None
-        if engine is not None:
-            self.engines.return_wake(engine)
-            self.slots.release()
-
-
-async def answer(engines: Engines, text: str, send: Send, max_chars: int) -> None:
+async def answer(engines: Engines, turn: Turn, send: Send, max_chars: int) -> None:
     """transcript -> handled (a tool's answer), or handled-start/-chunk/-stop as the LLM's answer comes
     and then handled with the whole text (the protocol's plain event, which clients that do not
     stream, Home Assistant among them, wait for); not-handled with the reason when there is no answer."""
-    text = text.strip()
+    text = turn.text.strip()
     if not text:
         await send(NotHandled(text="the transcript is empty: nothing to answer").event())
         return
@@ -131,11 +33,8 @@ async def answer(engines: Engines, text: str, send: Send, max_chars: int) -> Non
         await send(NotHandled(text=f"the transcript has {len(text)} characters; at most {max_chars} are "
                                    "answered (wyoming.max_text_chars)").event())
         return
-    from rkvoice.turn import Turn
-
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-    turn = Turn(text=text)
     preempted = threading.Event()
 
     def put(kind: str, value: Any) -> None:
@@ -164,23 +63,22 @@ async def answer(engines: Engines, text: str, send: Send, max_chars: int) -> Non
 
     worker = loop.run_in_executor(None, work)
     try:
-        await _relay(queue, send, preempted, text)
+        await _relay(queue, send, preempted, turn)
     except BaseException:
-        turn.cancel("client gone")  # a client gone mid-answer (or a cancelled task) stops the LLM
+        turn.cancel("interrupted")  # a cancelled task stops the LLM before waiting for it
         raise
     finally:
         await asyncio.shield(worker)
-        turn.finish()
 
 
-async def _relay(queue: asyncio.Queue[tuple[str, Any]], send: Send, preempted: threading.Event, text: str) -> None:
+async def _relay(queue: asyncio.Queue[tuple[str, Any]], send: Send, preempted: threading.Event, turn: Turn) -> None:
     route = ""
     parts: list[str] = []
     streaming = False
     while True:
         kind, value = await queue.get()
         if kind == "route":
-            route = value
+            route = turn.route = value
             if route == "llm":
                 streaming = True
                 await send(HandledStart().event())
@@ -195,6 +93,7 @@ async def _relay(queue: asyncio.Queue[tuple[str, Any]], send: Send, preempted: t
             await send(NotHandled(text=reason).event())
             return
         elif kind == "end":
+            turn.timeline.mark(Ev.ANSWER, text="".join(parts), route=route)
             reason = "the local assistant needed the model" if preempted.is_set() else value
             if streaming:
                 await send(HandledStop().event())
@@ -203,7 +102,7 @@ async def _relay(queue: asyncio.Queue[tuple[str, Any]], send: Send, preempted: t
             elif "".join(parts).strip():
                 await send(Handled(text="".join(parts)).event())
             else:
-                await send(NotHandled(text=f"no answer for {text!r}").event())
+                await send(NotHandled(text=f"no answer for {turn.text!r}").event())
             return
         elif kind == "done":  # the worker ended before reaching the model (preempted while waiting)
             await send(NotHandled(text="the local assistant needed the model; ask again").event())

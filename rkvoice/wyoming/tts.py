@@ -1,42 +1,19 @@
-"""Speech for Wyoming clients: the installed voices by name, and text -> audio events piece by piece.
-
-Text is cut like the local speaker cuts it (``split_for_tts`` with the engine's first/later piece
-lengths, the first piece short), each piece made speakable and synthesised on its own, and its
-audio sent as soon as it is ready: the client hears the first piece while the rest is synthesised.
-A streamed text (``synthesize-start``/``-chunk``/``-stop``) goes through the same ``StreamChunker``
-the local turn uses, so the first audio goes out before the client's text has ended.
-Every engine call takes the shared TTS gate at Wyoming priority, one piece at a time.
-"""
+"""The voices Wyoming clients can ask for: every installed voice by name, each loaded on first use."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from wyoming.audio import AudioChunk, AudioStart, AudioStop
-from wyoming.event import Event
-
-from rkvoice.audio.post import prepare_piece
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
 from rkvoice.gate import Engines
-from rkvoice.speaker import piece_chars
-from rkvoice.text.normalize import speakable
-from rkvoice.text.split import split_for_tts
-from rkvoice.text.stream_chunker import StreamChunker
 from rkvoice.tts.registry import TTS, engine_languages, text_language
 
 from .languages import primary
 
 log = logging.getLogger(__name__)
-
-CHUNK_S = 0.1  # audio per audio-chunk event
-QUIET_S = 0.3
-"""A streamed text quiet this long has its complete clauses spoken without waiting for more."""
-Send = Callable[[Event], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -129,48 +106,3 @@ class Voices:
                 f"voice {voice_name(engine)} has speakers 0-{count - 1}; got speaker {speaker!r}",
             )
         return int(speaker)
-
-
-class SpeechOut:
-    """One synthesis answer: audio-start on the first piece, audio-chunks per piece, audio-stop."""
-
-    def __init__(self, engines: Engines, engine: Any, sid: int, speed: float, send: Send) -> None:
-        self.engines = engines
-        self.engine = engine
-        self.sid = sid
-        self.speed = speed
-        self.send = send
-        self.rate = 0
-        self.started = False
-        self.pieces = 0
-
-    async def piece(self, text: str) -> None:
-        """Synthesise one piece (on the TTS worker, off the event loop) and send its audio."""
-        said = speakable(text)
-        if not said.strip():
-            return
-        samples, self.rate = await asyncio.wrap_future(self.engines.synthesize(self.engine, said, self.sid, self.speed))
-        block = max(1, int(self.rate * CHUNK_S))
-        blocks = prepare_piece(samples, self.rate, self.rate, block, fade_ms=10.0)
-        self.pieces += 1
-        if not self.started:
-            await self.send(AudioStart(rate=self.rate, width=2, channels=1).event())
-            self.started = True
-        for block in blocks:
-            await self.send(AudioChunk(rate=self.rate, width=2, channels=1, audio=block.tobytes()).event())
-
-    async def finish(self) -> None:
-        if not self.started:  # nothing speakable: an empty stream at the voice's rate
-            self.rate = int(self.engine.sample_rate)
-            await self.send(AudioStart(rate=self.rate, width=2, channels=1).event())
-        await self.send(AudioStop().event())
-
-
-def cut(cfg: Config, engine: Any, text: str) -> list[str]:
-    first, later = piece_chars(cfg, engine)
-    return split_for_tts(text, first=first, chunk=later)
-
-
-def chunker(cfg: Config, engine: Any) -> StreamChunker:
-    first, later = piece_chars(cfg, engine)
-    return StreamChunker(first=first, chunk=later)

@@ -1,0 +1,105 @@
+"""What a Wyoming request runs in: the server's shared ``Context``, and the connection's ``Requests``.
+
+Each request (a transcription, a synthesis, streamed or not, an answer) runs as a ``Turn`` with its
+timeline, like a local turn: the stages mark it (synth_start/_end, asr_done, llm_first_token...),
+its handle stops its work when the client leaves (a piece or a transcription still queued for its
+engine never runs, an LLM answer stops), and the server logs one line per request with its figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from wyoming.event import Event
+from wyoming.info import Info
+
+from rkvoice.clock import Clock, MonotonicClock
+from rkvoice.config import WyomingConfig
+from rkvoice.gate import Engines
+from rkvoice.timeline import Timeline
+from rkvoice.turn import Turn
+
+from .tts import Voices
+
+log = logging.getLogger(__name__)
+
+Send = Callable[[Event], Awaitable[None]]
+FIGURES = ("route", "asr_ms", "llm_first_token_ms", "first_audio_ms", "synth_ms", "audio_s", "chunks", "total_ms")
+"""Summary figures of a request's timeline in its log line, where it has them (the synthesis figures
+only where something was synthesised)."""
+SYNTHESIS = ("synth_ms", "audio_s", "chunks")
+
+
+class Context:
+    """What every connection shares: settings, engines, voices, the info answer, the client count."""
+
+    def __init__(self, cfg: Any, wcfg: WyomingConfig, engines: Engines, voices: Voices,
+                 info: Info, wake_name: str, clock: Clock | None = None) -> None:
+        self.cfg = cfg
+        self.wcfg = wcfg
+        self.engines = engines
+        self.voices = voices
+        self.info = info
+        self.wake_name = wake_name
+        self.clock = clock or MonotonicClock()
+        """The requests' timelines run on it."""
+        self.clients = 0
+        self.wake_slots = asyncio.Semaphore(wcfg.max_wake_streams)
+        self.idle_since: dict[Any, float] = {}
+        """Connections waiting for their next event with no request in progress -> since when (loop time)."""
+
+    def evict_oldest_idle(self, now: float, idle_s: float) -> bool:
+        """Close the connection idle longest, if one has been idle ``idle_s``; True if one was."""
+        if not self.idle_since:
+            return False
+        handler, since = min(self.idle_since.items(), key=lambda item: item[1])
+        if now - since < idle_s:
+            return False
+        del self.idle_since[handler]
+        handler.evict()
+        return True
+
+
+class Requests:
+    """The turns of one connection's requests in progress."""
+
+    def __init__(self, peer: str, clock: Clock) -> None:
+        self.peer = peer
+        self.clock = clock
+        self._open: set[Turn] = set()
+
+    @contextmanager
+    def turn(self, kind: str, text: str = "") -> Iterator[Turn]:
+        """A request's turn, from now until the block ends: then it is over and logged. An exception
+        fails it; a cancelled task cancels it (the client left: already cancelled, with that reason)."""
+        turn = Turn(Timeline(self.clock), text=text)
+        turn.timeline.start()
+        t0 = self.clock.now()
+        self._open.add(turn)
+        try:
+            yield turn
+        except Exception as exc:
+            turn.fail(exc)
+            raise
+        except BaseException:
+            turn.cancel("interrupted")
+            raise
+        finally:
+            self._open.discard(turn)
+            turn.finish()
+            summary = {**turn.summary(), "total_ms": round((self.clock.now() - t0) * 1000.0, 3)}
+            figures = " ".join(f"{k}={summary[k]:g}" if isinstance(summary[k], (int, float)) else f"{k}={summary[k]}"
+                               for k in FIGURES if summary.get(k) not in (None, "")
+                               and (summary["chunks"] or k not in SYNTHESIS))
+            outcome = (f" failed: {turn.exception}" if turn.exception is not None
+                       else f" cancelled ({turn.reason})" if turn.cancelled else "")
+            log.info("wyoming %s %s %r: %s%s", self.peer, kind, turn.text[:60], figures, outcome)
+
+    def cancel(self, reason: str) -> None:
+        """Stop every request in progress (the client left)."""
+        for turn in list(self._open):
+            turn.cancel(reason)

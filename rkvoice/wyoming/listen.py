@@ -1,0 +1,225 @@
+"""A connection's audio in: a transcription (transcribe + audio) or a wake-detect stream (detect + audio).
+
+Each keeps its own per-request state; the engines are the shared ones (``Engines``). Every blocking
+call runs off the event loop, behind the engine's gate at Wyoming priority: ASR on the ASR worker
+thread, a detect stream's VAD on a pool thread. A transcription runs as a turn from its audio-stop
+to its transcript (``Requests``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import numpy as np
+from wyoming.asr import Transcribe, Transcript
+from wyoming.audio import AudioChunk, AudioStart
+from wyoming.wake import Detect, Detection, NotDetected
+
+from rkvoice.errors import RkvoiceError
+from rkvoice.gate import Engines
+from rkvoice.timeline import Ev
+
+from .audio import TARGET_RATE, AudioIn
+from .context import Context, Requests, Send
+from .languages import primary
+
+log = logging.getLogger(__name__)
+
+
+class AsrRequest:
+    """transcribe + audio -> one transcript at audio-stop (the engine does not stream text)."""
+
+    def __init__(self, engines: Engines, language: str, requests: Requests) -> None:
+        self.engines = engines
+        self.language = language
+        self.requests = requests
+        self.audio: AudioIn | None = None
+        self.parts: list[np.ndarray] = []
+
+    def begin(self, audio: AudioIn) -> None:
+        self.audio = audio
+        self.parts = []
+
+    async def feed(self, data: bytes) -> None:
+        assert self.audio is not None
+        self.parts.append(self.audio.convert(data))
+
+    async def end(self, send: Send) -> None:
+        if self.audio is not None:
+            self.parts.append(self.audio.finish())
+        samples = np.concatenate(self.parts) if self.parts else np.zeros(0, np.float32)
+        self.parts = []
+        with self.requests.turn("transcription") as turn:
+            tl = turn.timeline
+            tl.mark(Ev.SPEECH_END, audio_s=round(len(samples) / TARGET_RATE, 3))
+            t0 = tl.clock.now()
+            job = self.engines.transcribe(samples)
+            turn.on_cancel(lambda _: None if job.cancel() else None)  # still queued behind another: never runs
+            turn.text = await asyncio.wrap_future(job)
+            tl.mark(Ev.ASR_DONE, text=turn.text, asr_ms=round((tl.clock.now() - t0) * 1000.0, 3))
+        await send(Transcript(text=turn.text, language=self.language).event())
+
+
+class WakeStream:
+    """detect + audio -> detection (as soon as the phrase is heard) or not-detected at audio-stop.
+
+    The stream has its own wake engine (its VAD state belongs to this stream); an asr-match engine
+    transcribes through the shared ASR at Wyoming priority.
+    """
+
+    def __init__(self, engines: Engines, name: str, slots: asyncio.Semaphore) -> None:
+        self.engines = engines
+        self.name = name
+        self.slots = slots
+        """Bounds the wake engines out at once (each about 12 MB for asr-match); a stream waits for one."""
+        self.engine: Any = None
+        self.audio: AudioIn | None = None
+        self.fed = 0
+        self.detections = 0
+
+    async def begin(self, audio: AudioIn) -> None:
+        self.audio = audio
+        self.fed = 0
+        self.detections = 0
+        if self.engine is None:
+            await self.slots.acquire()
+            try:
+                self.engine = await asyncio.to_thread(self.engines.borrow_wake)
+            except BaseException:
+                self.slots.release()
+                raise
+        self.engine.restart(0)
+
+    async def feed(self, data: bytes, send: Send) -> None:
+        assert self.audio is not None and self.engine is not None
+        frame = self.audio.convert(data)
+        hit = await asyncio.to_thread(self.engine.accept, frame) if len(frame) else None
+        self.fed += len(frame)
+        if hit is not None:
+            await self._detected(hit, send)
+
+    async def _detected(self, hit: Any, send: Send) -> None:
+        self.detections += 1
+        log.info("wyoming wake: %r at %.2f s", getattr(hit, "text", ""), hit.at_s)
+        await send(Detection(name=self.name, timestamp=int(round(hit.end_s * 1000))).event())
+        self.engine.restart(self.fed)
+
+    async def end(self, send: Send) -> None:
+        assert self.audio is not None and self.engine is not None
+        tail = self.audio.finish()
+        hit = None
+        if len(tail):
+            hit = await asyncio.to_thread(self.engine.accept, tail)
+            self.fed += len(tail)
+        if hit is None:
+            hit = await asyncio.to_thread(self.engine.flush)
+        if hit is not None:
+            await self._detected(hit, send)
+        if self.detections == 0:
+            await send(NotDetected().event())
+
+    def close(self) -> None:
+        """The connection is gone: its wake engine goes back to the pool for the next stream."""
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            self.engines.return_wake(engine)
+            self.slots.release()
+
+
+
+
+class Listening:
+    """The connection's audio-in state: the request the audio is for, its stream and whether it is dropped.
+
+    Audio without a request is a transcription, as in ASR servers. A refused transcribe or detect
+    has its audio stream dropped up to audio-stop; so has a stream whose format is bad or changes.
+    """
+
+    def __init__(self, ctx: Context, requests: Requests, send: Send) -> None:
+        self.ctx = ctx
+        self.requests = requests
+        self.send = send
+        self.listener: AsrRequest | WakeStream | None = None
+        self.wake: WakeStream | None = None
+        self.audio: AudioIn | None = None
+        self.discard = False
+        self.refused = False
+
+    def request(self, request: Transcribe | Detect) -> None:
+        self.listener, self.refused = None, True  # a refused request's audio is not transcribed
+        if isinstance(request, Transcribe):
+            self.listener = AsrRequest(self.ctx.engines, self._asr_language(request), self.requests)
+        else:
+            self.listener = self._wake_stream(request)
+        self.refused = False
+
+    async def start(self, fmt: AudioStart | AudioChunk) -> None:
+        if self.refused:
+            return
+        self.audio = None
+        self.discard = True  # until the format is known to be good
+        if self.listener is None:
+            self.listener = AsrRequest(self.ctx.engines, "zh", self.requests)
+        audio = AudioIn(fmt.rate, fmt.width, fmt.channels, self.ctx.wcfg.max_audio_s)
+        self.audio, self.discard = audio, False
+        if isinstance(self.listener, AsrRequest):
+            self.listener.begin(audio)
+        else:
+            await self.listener.begin(audio)
+
+    async def chunk(self, chunk: AudioChunk) -> None:
+        if self.discard or self.refused:
+            return
+        if self.audio is None:
+            await self.start(chunk)
+        assert self.audio is not None
+        if not self.audio.same_format(chunk.rate, chunk.width, chunk.channels):
+            self.discard = True
+            raise RkvoiceError(
+                "wyoming", "bad-audio-format",
+                f"audio-chunk format {chunk.rate} Hz/{chunk.width} B/{chunk.channels} ch differs from the stream's "
+                f"{self.audio.rate} Hz/{self.audio.width} B/{self.audio.channels} ch; the stream is dropped",
+            )
+        if isinstance(self.listener, WakeStream):
+            await self.listener.feed(chunk.audio, self.send)
+        elif isinstance(self.listener, AsrRequest):
+            await self.listener.feed(chunk.audio)
+
+    async def stop(self) -> None:
+        listener, audio, discarded = self.listener, self.audio, self.discard or self.refused
+        self.listener, self.audio, self.discard, self.refused = None, None, False, False
+        if listener is None or discarded:
+            return
+        if audio is None:
+            raise RkvoiceError("wyoming", "no-audio", "audio-stop came before any audio; send audio-start and chunks")
+        await listener.end(self.send)
+
+    def close(self) -> None:
+        if self.wake is not None:
+            self.wake.close()
+            self.wake = None
+
+    def _asr_language(self, request: Transcribe) -> str:
+        """The language the transcript is labelled with: the request's own code (any region or
+        script variant of a served language), else the engine's first."""
+        from .info import asr_languages
+
+        served = asr_languages(self.ctx.engines.asr)
+        if not request.language:
+            return served[0]
+        if primary(request.language) not in served:
+            raise RkvoiceError("wyoming", "unknown-language",
+                               f"transcription in {request.language!r} is not served; languages: {', '.join(served)} "
+                               "(with any region or script, e.g. zh-CN)")
+        return request.language
+
+    def _wake_stream(self, request: Detect) -> WakeStream:
+        if request.names and self.ctx.wake_name not in request.names:
+            raise RkvoiceError("wyoming", "unknown-wake-word",
+                               f"wake word(s) {', '.join(request.names)} not served; the wake word is "
+                               f"{self.ctx.wake_name} ({self.ctx.cfg.hear.wake_phrase})")
+        if self.wake is None:
+            self.wake = WakeStream(self.ctx.engines, self.ctx.wake_name, self.ctx.wake_slots)
+        return self.wake

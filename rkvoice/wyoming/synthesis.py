@@ -1,0 +1,215 @@
+"""Speech for Wyoming clients: synthesize, and streamed synthesize-start/-chunk/-stop, as turns.
+
+The text goes the one speech path (``rkvoice.pieces``: cut with the engine's own piece sizes, the
+first piece short, each made speakable, synthesised, post-processed) one piece at a time on the TTS
+worker, taking the shared TTS gate at Wyoming priority per piece, and each piece's audio is sent as
+soon as it is ready: the client hears the first piece while the rest is synthesised. A streamed text
+goes through the ``StreamChunker`` the local answer uses, so the first audio goes out before the
+client's text has ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import numpy as np
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.tts import Synthesize, SynthesizeStart, SynthesizeStopped
+
+from rkvoice.answer.respond import _cut_early
+from rkvoice.errors import RkvoiceError
+from rkvoice.pieces import Piece, Pieces
+from rkvoice.text.stream_chunker import StreamChunker
+from rkvoice.timeline import Ev
+from rkvoice.turn import Turn
+
+from .context import Context, Requests, Send
+
+log = logging.getLogger(__name__)
+
+CHUNK_MS = 100  # audio per audio-chunk event
+QUIET_S = 0.3
+"""A streamed text quiet this long has its complete clauses spoken without waiting for more."""
+Voice = tuple[Any, int]
+"""A chosen voice: its loaded engine and the speaker id."""
+
+
+class SpeechOut:
+    """One synthesis answer of ``turn``: audio-start with the first piece, audio-chunks, audio-stop."""
+
+    def __init__(self, ctx: Context, voice: Voice, turn: Turn, send: Send) -> None:
+        engine, sid = voice
+        gate, speed = ctx.engines.tts_gate, ctx.cfg.tts.speed
+
+        def synth(text: str) -> tuple[np.ndarray, int]:
+            with gate.remote():
+                samples, rate = engine.generate(text, sid, speed)
+            return samples, int(rate)
+
+        self.engine = engine
+        self.worker = ctx.engines.tts_worker
+        self.pieces = Pieces(engine, ctx.cfg, turn, block_ms=CHUNK_MS, fade_ms=10.0, synth=synth)
+        self.turn = turn
+        self.send = send
+        self.rate = 0
+
+    async def say(self, text: str) -> None:
+        """Cut ``text`` and send each piece's audio as soon as it is synthesised (off the event loop)."""
+        if text.strip() and not self.turn.timeline.find(Ev.TEXT_READY):
+            self.turn.timeline.mark(Ev.TEXT_READY, turn=self.turn.id)
+        steps = self.pieces.pieces(text)
+        while (piece := await asyncio.wrap_future(self.worker.submit(next, steps, None))) is not None:
+            await self._send(piece)
+
+    async def _send(self, piece: Piece) -> None:
+        if not self.rate:
+            self.rate = piece.rate
+            await self.send(AudioStart(rate=self.rate, width=2, channels=1).event())
+            self.turn.timeline.mark(Ev.AUDIO_FIRST, turn=self.turn.id)
+        for block in piece.blocks:
+            await self.send(AudioChunk(rate=self.rate, width=2, channels=1, audio=block.tobytes()).event())
+
+    async def finish(self) -> None:
+        if not self.rate:  # nothing speakable: an empty stream at the voice's rate
+            self.rate = int(self.engine.sample_rate)
+            await self.send(AudioStart(rate=self.rate, width=2, channels=1).event())
+        await self.send(AudioStop().event())
+
+
+class SpeechStream:
+    """A streamed synthesis on a task of its own: text arrives by ``feed``, is cut by the StreamChunker
+    and synthesised piece by piece, in order.
+
+    With no voice named, the voice is chosen from the first text that arrives (``synthesize-start``
+    carries none). A piece that waits for more text (a clause with no sentence end yet) is spoken once
+    the text has been quiet for ``quiet_s``: the local answerer's rule for a starving speaker
+    (``_cut_early``), since the client may be waiting for it.
+    """
+
+    def __init__(self, synthesis: Synthesis, voice: Callable[[str], Awaitable[Voice]], quiet_s: float) -> None:
+        self.synthesis = synthesis
+        self.voice = voice
+        self.quiet_s = quiet_s
+        self.chars = 0
+        self.texts: asyncio.Queue[str | None] = asyncio.Queue()
+        self.task = asyncio.create_task(self._run(), name="wyoming synthesis")
+
+    async def _run(self) -> None:
+        with self.synthesis.requests.turn("streamed synthesis") as turn:
+            first = ""
+            item: str | None = ""
+            while item is not None and not first.strip():  # the voice follows the first text
+                item = await self.texts.get()
+                first += item or ""
+            out = self.synthesis.out(await self.voice(first), turn)
+            cutter = StreamChunker(out.pieces.first, out.pieces.later)
+            ready = cutter.feed(first) if item is not None else []
+            ended, armed = item is None, True
+            turn.text = first
+            while True:
+                for piece in ready:
+                    await out.say(piece)
+                if ended:
+                    break
+                wait = self.quiet_s if armed and cutter.pending.strip() else None
+                try:
+                    item = await asyncio.wait_for(self.texts.get(), wait)
+                except TimeoutError:  # the text has gone quiet: what is complete of it goes now
+                    ready, armed = _cut_early(cutter), False
+                    continue
+                armed, ended = True, item is None
+                turn.text += item or ""
+                ready = cutter.flush() if item is None else cutter.feed(item)
+            await out.finish()
+
+    def feed(self, text: str) -> None:
+        self.texts.put_nowait(text)
+
+    async def stop(self) -> None:
+        self.texts.put_nowait(None)
+        await self.task
+
+
+class Synthesis:
+    """A connection's speech out: one ``synthesize`` at a time, or one streamed synthesis."""
+
+    def __init__(self, ctx: Context, requests: Requests, send: Send) -> None:
+        self.ctx = ctx
+        self.requests = requests
+        self.send = send
+        self.stream: SpeechStream | None = None
+        self.max_chars = ctx.wcfg.max_text_chars
+
+    async def voice(self, voice: Any, text: str) -> Voice:
+        """The requested voice (loaded off the event loop the first time) and speaker id."""
+        voices = self.ctx.voices
+        name = voices.choose(getattr(voice, "name", None), getattr(voice, "language", None), text)
+        engine = await asyncio.to_thread(voices.engine, name)
+        return engine, voices.sid(engine, getattr(voice, "speaker", None))
+
+    def out(self, voice: Voice, turn: Turn) -> SpeechOut:
+        return SpeechOut(self.ctx, voice, turn, self.send)
+
+    async def synthesize(self, request: Synthesize) -> None:
+        if self.stream is not None:  # while streaming, synthesize repeats the streamed text: skipped
+            return
+        if len(request.text) > self.max_chars:
+            raise RkvoiceError("wyoming", "text-too-long",
+                               f"the text has {len(request.text)} characters; at most {self.max_chars} "
+                               "are synthesised at once (wyoming.max_text_chars)")
+        with self.requests.turn("synthesis", request.text) as turn:
+            out = self.out(await self.voice(request.voice, request.text), turn)
+            await out.say(request.text)
+            await out.finish()
+
+    async def start(self, request: SynthesizeStart) -> None:
+        if self.stream is not None:
+            raise RkvoiceError("wyoming", "already-streaming",
+                               "synthesize-start during a streamed synthesis; send synthesize-stop first")
+        named = request.voice
+        if named is not None and (named.name or named.language):  # named: checked (and loaded) now
+            chosen = await self.voice(named, "")
+
+            async def voice(text: str) -> Voice:
+                return chosen
+        else:  # none named: the first text decides
+
+            async def voice(text: str) -> Voice:
+                return await self.voice(named, text)
+
+        self.stream = SpeechStream(self, voice, QUIET_S)
+
+    def chunk(self, text: str) -> None:
+        stream = self.stream
+        if stream is None:
+            raise RkvoiceError("wyoming", "not-streaming", "synthesize-chunk without synthesize-start")
+        if stream.task.done():  # the synthesis failed: its error is reported at synthesize-stop
+            return
+        stream.chars += len(text)
+        if stream.chars > self.max_chars:
+            stream.task.cancel()
+            self.stream = None
+            raise RkvoiceError("wyoming", "text-too-long",
+                               f"the streamed text passed {self.max_chars} characters "
+                               "(wyoming.max_text_chars); the synthesis is dropped")
+        stream.feed(text)
+
+    async def stop(self) -> None:
+        stream, self.stream = self.stream, None
+        if stream is None:
+            raise RkvoiceError("wyoming", "not-streaming", "synthesize-stop without synthesize-start")
+        await stream.stop()
+        await self.send(SynthesizeStopped().event())
+
+    def close(self, peer: str) -> None:
+        """The connection is over: a streamed synthesis still running is stopped."""
+        stream, self.stream = self.stream, None
+        if stream is None:
+            return
+        if not stream.task.done():
+            stream.task.cancel()
+        elif not stream.task.cancelled() and stream.task.exception() is not None:
+            log.info("wyoming %s: a streamed synthesis ended in %s", peer, stream.task.exception())
