@@ -8,11 +8,12 @@ In one run, interleaved so both see the same machine load:
   voice (``create_tts``: Latin spans to the English Piper voice) each synthesise it ``--runs``
   times; the installed Whisper transcribes every take: CER against the text (digits as written),
   and how many takes contain "Python" and "GitHub";
-- pure Chinese text: both voices speak it the way the speaker does (pieces from split_for_tts with
-  tts.first_chars / tts.chunk_chars, made speakable, synthesised one after another while the
-  previous piece plays): first audio = synthesis time of the first piece, max gap = the longest
-  wait of a real-time listener between pieces (audio-time accounting), at least 6 runs each, the
-  order alternating; and whether the routed voice loaded its English voice (it must not);
+- pure Chinese text: both voices speak it the way the speaker does (its one speech path,
+  ``rkvoice.pieces``: cut with the engine's own piece sizes, made speakable, synthesised and
+  post-processed one after another while the previous piece plays): first audio = when the first
+  piece is ready, max gap = the longest wait of a real-time listener between pieces (audio-time
+  accounting), at least 6 runs each, the order alternating; and whether the routed voice loaded
+  its English voice (it must not);
 - span noise: the routed voice (its English partner at ``SPAN_NOISE``: none, the model's mean
   pronunciation) against the same routing with the partner sampling at ``PIPER_NOISE`` (what a
   Piper voice speaking English alone uses), on MIXED and on BROAD, 40 other mixed sentences with
@@ -41,12 +42,14 @@ from rkvoice.audio.post import resample  # noqa: E402
 from rkvoice.config import Config, load_config  # noqa: E402
 from rkvoice.hear.cer import cer  # noqa: E402
 from rkvoice.hear.whisper_asr import WhisperAsr  # noqa: E402
+from rkvoice.pieces import Pieces, piece_chars  # noqa: E402
 from rkvoice.text.normalize import speakable  # noqa: E402
-from rkvoice.text.split import split_for_tts  # noqa: E402
+from rkvoice.timeline import max_gap_ms  # noqa: E402
 from rkvoice.tts.fastspeech2 import FastSpeech2Tts  # noqa: E402
 from rkvoice.tts.mixed import MixedTts  # noqa: E402
 from rkvoice.tts.registry import create_tts  # noqa: E402
 from rkvoice.tts.vits import PIPER_NOISE, VitsTts  # noqa: E402
+from rkvoice.turn import Turn  # noqa: E402
 
 MIXED = "我每天用Python写代码，也用GitHub管理项目。"
 WORDS = ("python", "github")
@@ -98,22 +101,10 @@ PURE_ZH = "今天天气不错，我们出去走走吧。公园里的花都开了
 
 def pipelined(engine: Any, cfg: Config, text: str) -> dict[str, float]:
     """First audio and max gap of the speaker's piece-by-piece synthesis (no player needed)."""
-    pieces = [p for p in (speakable(c) for c in split_for_tts(text, cfg.tts.first_chars, cfg.tts.chunk_chars))
-              if p.strip()]
+    pieces = Pieces(engine, cfg, Turn(text=text), out_rate=cfg.audio.output_rate)
     t0 = time.monotonic()
-    first_audio = max_gap = 0.0
-    play_end = 0.0  # seconds after t0 when the audio handed over so far finishes playing
-    for i, piece in enumerate(pieces):
-        samples, rate = engine.generate(piece, sid=cfg.tts.sid, speed=cfg.tts.speed)
-        ready = time.monotonic() - t0
-        if i == 0:
-            first_audio = ready
-            play_end = ready
-        else:
-            max_gap = max(max_gap, ready - play_end)
-        play_end = max(play_end, ready) + len(samples) / rate
-    return {"first_audio_ms": first_audio * 1000.0, "max_gap_ms": max(0.0, max_gap) * 1000.0,
-            "pieces": float(len(pieces))}
+    plays = [((time.monotonic() - t0) * 1000.0, piece.audio_s) for piece in pieces.pieces(text)]
+    return {"first_audio_ms": plays[0][0], "max_gap_ms": max_gap_ms(plays), "pieces": float(len(plays))}
 
 
 def heard(asr: WhisperAsr, engine: Any, text: str) -> str:
@@ -178,8 +169,7 @@ def main() -> int:
         "runs": args.runs,
         "mixed_text": MIXED,
         "pure_zh_text": PURE_ZH,
-        "first_chars": cfg.tts.first_chars,
-        "chunk_chars": cfg.tts.chunk_chars,
+        "piece_chars": piece_chars(cfg, plain),
         "before": {"engine": "fastspeech2 alone", **summary("before")},
         "after": {"engine": f"fastspeech2 + {routed.voices['en'].name} for Latin spans", **summary("after"),
                   "english_voice_loaded_by_pure_zh": english_loaded_on_pure_zh},
