@@ -279,16 +279,6 @@ class Engines:
 
         return self.asr_worker.submit(run, rank)
 
-    def synthesize(self, engine: Any, text: str, sid: int, speed: float) -> Future[tuple[np.ndarray, int]]:
-        """One piece on the TTS worker at Wyoming priority."""
-
-        def run() -> tuple[np.ndarray, int]:
-            with self.tts_gate.remote():
-                samples, rate = engine.generate(text, sid, speed)
-            return samples, int(rate)
-
-        return self.tts_worker.submit(run)
-
     def borrow_wake(self) -> Any:
         """A loaded wake engine for one detect stream (blocking: builds one when none is idle).
         The server bounds how many are out at once (wyoming.max_wake_streams)."""

@@ -61,7 +61,7 @@ class SpeechOut:
         if text.strip() and not self.turn.timeline.find(Ev.TEXT_READY):
             self.turn.timeline.mark(Ev.TEXT_READY, turn=self.turn.id)
         steps = self.pieces.pieces(text)
-        while (piece := await asyncio.wrap_future(self.worker.submit(next, steps, None))) is not None:
+        while (piece := await asyncio.wrap_future(self.worker.submit(lambda: next(steps, None)))) is not None:
             await self._send(piece)
 
     async def _send(self, piece: Piece) -> None:
