@@ -44,7 +44,7 @@ from rkvoice.audio.players import NullPlayer  # noqa: E402
 from rkvoice.audio.post import resample  # noqa: E402
 from rkvoice.clock import FakeClock, MonotonicClock  # noqa: E402
 from rkvoice.config import DEFAULT_CONFIG, Config, load_config, parse_override  # noqa: E402
-from rkvoice.errors import RkvoiceError  # noqa: E402
+from rkvoice.errors import RkvoiceError, Stage  # noqa: E402
 from rkvoice.hear.cer import cer  # noqa: E402
 from rkvoice.speaker import Speaker  # noqa: E402
 from rkvoice.text.normalize import speakable  # noqa: E402
@@ -133,7 +133,7 @@ def measure_tts(engine: Any, cfg: Config, runs: int) -> dict[str, Any]:
         finally:
             speaker.close()
         if not played or turn.cancelled:
-            raise RkvoiceError("bench", "tts-failed", f"speaking the test text ended with "
+            raise RkvoiceError(Stage.BENCH, "tts-failed", f"speaking the test text ended with "
                                f"{turn.reason or 'a timeout'}: {turn.exception}")
         s = timeline.summary()
         s["played_s"] = round(sum(float(e.get("audio_s", 0.0)) for e in timeline.find(Ev.PLAY_CHUNK)), 4)
@@ -343,11 +343,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr)
     try:
         if args.config is not None and not args.config.is_file():
-            raise RkvoiceError("config", "unreadable", f"--config {args.config}: no such file")
+            raise RkvoiceError(Stage.CONFIG, "unreadable", f"--config {args.config}: no such file")
         files = [DEFAULT_CONFIG, args.config] if args.config else None  # None: + /etc/rkvoice/config.yaml
         cfg = load_config([parse_override(s) for s in args.set], files=files)
         if args.runs < 1:
-            raise RkvoiceError("bench", "bad-value", f"--runs {args.runs}: give 1 or more")
+            raise RkvoiceError(Stage.BENCH, "bad-value", f"--runs {args.runs}: give 1 or more")
     except RkvoiceError as exc:
         sys.stderr.write(f"board_report: {exc}\n")
         return 2

@@ -43,7 +43,7 @@ from rkvoice.answer.conversation import Conversation
 from rkvoice.answer.llm.cores import thread_counts, usable_cores
 from rkvoice.answer.llm.llama import LlamaEngine
 from rkvoice.config import Config, load_config, parse_override
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 
 BEFORE = ["llm.threads=1", "llm.threads_batch=1"]
 VARIANTS = {"before": BEFORE, "after": [], "prompt_on_every_core": ["llm.threads=1", f"llm.threads_batch={usable_cores()}"],
@@ -161,11 +161,11 @@ def _replay(wav: Path, sets: list[str], metrics: Path, max_tokens: int) -> dict[
         cmd += ["--set", s]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if not metrics.is_file():
-        raise RkvoiceError("bench", "replay-failed", f"{' '.join(cmd)} wrote no metrics: {proc.stderr[-500:]}")
+        raise RkvoiceError(Stage.BENCH, "replay-failed", f"{' '.join(cmd)} wrote no metrics: {proc.stderr[-500:]}")
     summary: dict[str, Any] = json.loads(metrics.read_text(encoding="utf-8"))["summary"]
     metrics.unlink()
     if summary.get("route") != "llm" or summary.get("errors"):
-        raise RkvoiceError("bench", "not-llm", f"the replay was not a clean LLM answer: {summary}")
+        raise RkvoiceError(Stage.BENCH, "not-llm", f"the replay was not a clean LLM answer: {summary}")
     return summary
 
 

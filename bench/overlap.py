@@ -29,7 +29,7 @@ from rkvoice.answer.respond import Answerer
 from rkvoice.audio.players import NullPlayer
 from rkvoice.clock import MonotonicClock
 from rkvoice.config import load_config, parse_override
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.speaker import Speaker
 from rkvoice.timeline import Event, Timeline
 from rkvoice.tts.registry import create_tts
@@ -86,7 +86,7 @@ def run_overlapped(answerer: Answerer, question: str, clock: MonotonicClock) -> 
     turn.finish(answerer.respond(turn))
     start, done = first(tl.events, "llm_start"), first(tl.events, "llm_done")
     if start is None or done is None:
-        raise RkvoiceError("bench", "not-llm", f"{question!r} was answered by {turn.route}, not the LLM")
+        raise RkvoiceError(Stage.BENCH, "not-llm", f"{question!r} was answered by {turn.route}, not the LLM")
     fig = turn_figures(tl, start, done)
     fig["answer"] = turn.result
     fig["llm_first_token_from_llm_start_ms"] = round(first(tl.events, "llm_first_token") - start, 1)  # type: ignore[operator]

@@ -146,9 +146,9 @@ class _NoLlm:
         pass
 
     def stream(self, messages: Any) -> Any:
-        from rkvoice.errors import RkvoiceError
+        from rkvoice.errors import RkvoiceError, Stage
 
-        raise RkvoiceError("llm", "disabled", "soak --no-llm: this request needed the LLM")
+        raise RkvoiceError(Stage.LLM, "disabled", "soak --no-llm: this request needed the LLM")
 
     def abort(self) -> None:
         pass

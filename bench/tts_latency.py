@@ -34,7 +34,7 @@ from rkvoice.audio.players import NullPlayer  # noqa: E402
 from rkvoice.audio.post import prepare_piece  # noqa: E402
 from rkvoice.clock import FakeClock, MonotonicClock  # noqa: E402
 from rkvoice.config import Config, load_config  # noqa: E402
-from rkvoice.errors import RkvoiceError  # noqa: E402
+from rkvoice.errors import RkvoiceError, Stage  # noqa: E402
 from rkvoice.speaker import Speaker  # noqa: E402
 from rkvoice.text.normalize import speakable  # noqa: E402
 from rkvoice.timeline import Timeline  # noqa: E402
@@ -64,7 +64,7 @@ def chunked_run(engine: Any, cfg: Config, text: str) -> dict[str, float]:
     finally:
         speaker.close()
     if not played or turn.cancelled:
-        raise RkvoiceError("bench", "failed", f"chunked run ended with {turn.reason or 'a timeout'}: {turn.exception}")
+        raise RkvoiceError(Stage.BENCH, "failed", f"chunked run ended with {turn.reason or 'a timeout'}: {turn.exception}")
     s = timeline.summary()
     return {"first_audio_ms": s["first_audio_ms"], "max_gap_ms": s["max_gap_ms"], "chunks": s["chunks"]}
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rkvoice.config_fields import Section, build, merge, num, one_of, read_yaml, yaml_load
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = ROOT / "config.yaml"
@@ -85,7 +85,7 @@ class FastSpeech2Config(Section):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.vocoder_frames <= 2 * self.vocoder_context:
-            raise RkvoiceError("config", "bad-value", f"tts.fastspeech2: vocoder_frames {self.vocoder_frames} must "
+            raise RkvoiceError(Stage.CONFIG, "bad-value", f"tts.fastspeech2: vocoder_frames {self.vocoder_frames} must "
                                f"exceed twice vocoder_context {self.vocoder_context} (e.g. frames 50, context 16)")
 
 
@@ -243,7 +243,7 @@ class LlmConfig(Section):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.max_tokens >= self.context:
-            raise RkvoiceError("config", "bad-value", f"llm.max_tokens {self.max_tokens} leaves no room for the "
+            raise RkvoiceError(Stage.CONFIG, "bad-value", f"llm.max_tokens {self.max_tokens} leaves no room for the "
                                f"prompt in llm.context {self.context}; lower max_tokens or raise context")
 
 
@@ -281,7 +281,7 @@ def zone(name: str) -> tzinfo:
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as exc:
-        raise RkvoiceError("config", "bad-value", f"wyoming.time_zone {name!r} is not a known IANA time zone "
+        raise RkvoiceError(Stage.CONFIG, "bad-value", f"wyoming.time_zone {name!r} is not a known IANA time zone "
                                                   "(e.g. Asia/Shanghai, Europe/Berlin); empty = the system's") from exc
 
 
@@ -335,7 +335,7 @@ def parse_override(item: str) -> dict[str, Any]:
     """``"tts.threads=2"`` -> ``{"tts": {"threads": 2}}`` (the value parsed as YAML)."""
     key, sep, raw = item.partition("=")
     if not sep or not key.strip():
-        raise RkvoiceError("config", "bad-override", f"--set expects KEY=VALUE, got {item!r}")
+        raise RkvoiceError(Stage.CONFIG, "bad-override", f"--set expects KEY=VALUE, got {item!r}")
     value: Any = yaml_load(raw) if raw.strip() else ""
     for part in reversed(key.strip().split(".")):
         value = {part: value}

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Literal
 
 import yaml
 
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 
 
 def _fmt(x: float) -> str:
@@ -118,14 +118,14 @@ def check_value(path: str, value: Any, tp: Any, metadata: typing.Mapping[str, An
             value = kind(value) if kind in _TAKES else value
             break
     else:
-        raise RkvoiceError("config", "bad-type", f"{path}: expected {type_name(tp)}, got {value!r}"
+        raise RkvoiceError(Stage.CONFIG, "bad-type", f"{path}: expected {type_name(tp)}, got {value!r}"
                            + (f" (allowed: {rule})" if rule else ""))
     rng = metadata.get("range")
     if rng is not None and value not in rng:
-        raise RkvoiceError("config", "bad-value", f"{path}: {value!r} is out of range (allowed: {rule})")
+        raise RkvoiceError(Stage.CONFIG, "bad-value", f"{path}: {value!r} is out of range (allowed: {rule})")
     choices = metadata.get("choices")
     if choices is not None and value not in choices:
-        raise RkvoiceError("config", "bad-value", f"{path}: {value!r} is not allowed; choose {rule}")
+        raise RkvoiceError(Stage.CONFIG, "bad-value", f"{path}: {value!r} is not allowed; choose {rule}")
     return value
 
 
@@ -151,11 +151,11 @@ def build(cls: Any, data: dict[str, Any], path: str = "") -> Any:
     for key, value in data.items():
         key_path = f"{path}.{key}" if path else str(key)
         if key not in names:
-            raise RkvoiceError("config", "unknown-key",
+            raise RkvoiceError(Stage.CONFIG, "unknown-key",
                                f"unknown config key {key_path!r}; known keys here: {', '.join(sorted(names))}")
         if dataclasses.is_dataclass(hints[key]):
             if not isinstance(value, dict):
-                raise RkvoiceError("config", "bad-type", f"{key_path}: expected a mapping, got {value!r}")
+                raise RkvoiceError(Stage.CONFIG, "bad-type", f"{key_path}: expected a mapping, got {value!r}")
             value = build(hints[key], value, key_path)
         kwargs[key] = value
     return cls(**kwargs)
@@ -203,9 +203,9 @@ def read_yaml(path: Path) -> dict[str, Any]:
     try:
         data = yaml_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise RkvoiceError("config", "unreadable", f"cannot read {path}: {exc.strerror}") from exc
+        raise RkvoiceError(Stage.CONFIG, "unreadable", f"cannot read {path}: {exc.strerror}") from exc
     except yaml.YAMLError as exc:
-        raise RkvoiceError("config", "bad-yaml", f"{path} is not valid YAML: {exc}") from exc
+        raise RkvoiceError(Stage.CONFIG, "bad-yaml", f"{path} is not valid YAML: {exc}") from exc
     if not isinstance(data, dict | None):
-        raise RkvoiceError("config", "bad-yaml", f"{path} must hold a mapping at the top level")
+        raise RkvoiceError(Stage.CONFIG, "bad-yaml", f"{path} must hold a mapping at the top level")
     return data or {}

@@ -6,7 +6,7 @@ import ipaddress
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 
 DEFAULT_PORT = 10700
 
@@ -39,7 +39,7 @@ def parse_uri(uri: str) -> Endpoint:
     if parsed.scheme == "unix":
         path = parsed.path or parsed.netloc
         if not path:
-            raise RkvoiceError("wyoming", "bad-uri", f"wyoming uri {uri!r} names no socket path; {forms}")
+            raise RkvoiceError(Stage.WYOMING, "bad-uri", f"wyoming uri {uri!r} names no socket path; {forms}")
         return Endpoint("unix", path=path)
     if parsed.scheme == "tcp":
         try:
@@ -47,6 +47,6 @@ def parse_uri(uri: str) -> Endpoint:
         except ValueError:
             port = None
         if not parsed.hostname or port is None:
-            raise RkvoiceError("wyoming", "bad-uri", f"wyoming uri {uri!r} needs a host and a port; {forms}")
+            raise RkvoiceError(Stage.WYOMING, "bad-uri", f"wyoming uri {uri!r} needs a host and a port; {forms}")
         return Endpoint("tcp", host=parsed.hostname, port=port)
-    raise RkvoiceError("wyoming", "bad-uri", f"wyoming uri {uri!r}: only tcp:// and unix:// are served; {forms}")
+    raise RkvoiceError(Stage.WYOMING, "bad-uri", f"wyoming uri {uri!r}: only tcp:// and unix:// are served; {forms}")

@@ -6,7 +6,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.needs import Needs, NeedsFn
 
 
@@ -22,7 +22,7 @@ class Backend:
 class Registry:
     """Maps backend names to factories for one stage kind (tts, asr, wake, llm, player)."""
 
-    def __init__(self, stage: str, auto: tuple[str, str] | None = None) -> None:
+    def __init__(self, stage: Stage, auto: tuple[str, str] | None = None) -> None:
         self.stage = stage
         self.auto = auto
         """The backends ``auto`` stands for: (on the board profile, elsewhere)."""

@@ -37,7 +37,7 @@ from rkvoice.audio.players import Player
 from rkvoice.audio.post import prepare_piece
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.pieces import Pieces
 from rkvoice.text.normalize import speakable
 from rkvoice.text.split import split_for_tts
@@ -129,12 +129,12 @@ class Speaker:
     def start(self, turn: Turn) -> None:
         """Queue ``turn`` for speaking (after every turn started before it)."""
         if not self._threads:
-            raise RkvoiceError("speak", "not-loaded", "the speaker was not loaded (call load() first)")
+            raise RkvoiceError(Stage.SPEAK, "not-loaded", "the speaker was not loaded (call load() first)")
         q = _Queue(turn, Pieces(self.engine, self.cfg, turn, out_rate=self.player.rate, normalize=self._normalize,
                                 split=self._split, clock=self.clock))
         with self._cond:
             if self._closed:
-                raise RkvoiceError("speak", "closed", "the speaker was closed")
+                raise RkvoiceError(Stage.SPEAK, "closed", "the speaker was closed")
             self._queues[turn.id] = q
             self._order.append(q)
         turn.on_cancel(self._dropped)
@@ -146,7 +146,7 @@ class Speaker:
             log.debug("dropping piece of cancelled turn %d: %r", turn.id, text)
             return
         if q.ended:
-            raise RkvoiceError("speak", "turn-ended", f"turn {turn.id} was already ended; start a new turn")
+            raise RkvoiceError(Stage.SPEAK, "turn-ended", f"turn {turn.id} was already ended; start a new turn")
         if not q.text_seen and text.strip():
             q.text_seen = True
             turn.timeline.mark(Ev.TEXT_READY, turn=turn.id)
@@ -216,7 +216,7 @@ class Speaker:
         try:
             return self._queues[turn.id]
         except KeyError:
-            raise RkvoiceError("speak", "unknown-turn", f"turn {turn.id} was never started (call start)") from None
+            raise RkvoiceError(Stage.SPEAK, "unknown-turn", f"turn {turn.id} was never started (call start)") from None
 
     def _dropped(self, turn: Turn) -> None:
         """turn.cancel() callback: drop its queued pieces and audio, silence the player now."""
@@ -289,7 +289,7 @@ class Speaker:
                         self._audio_q.put((q, "audio", (piece.index, piece.blocks)))
             except Exception as exc:  # an engine failure fails this turn, never the thread
                 err = exc if isinstance(exc, RkvoiceError) else RkvoiceError(
-                    "tts", "synthesis-failed", f"{getattr(self.engine, 'name', 'tts')} failed: {exc}"
+                    Stage.TTS, "synthesis-failed", f"{getattr(self.engine, 'name', 'tts')} failed: {exc}"
                 )
                 log.error("turn %d: %s", q.turn.id, err, exc_info=not isinstance(exc, RkvoiceError))
                 q.turn.timeline.mark(Ev.ERROR, turn=q.turn.id, message=str(err))
@@ -321,7 +321,7 @@ class Speaker:
                         q.turn.timeline.mark(Ev.PLAY_END, turn=q.turn.id)
                         self._played(q)
             except Exception as exc:  # a broken player fails the turn, never the thread
-                err = exc if isinstance(exc, RkvoiceError) else RkvoiceError("player", "failed", str(exc))
+                err = exc if isinstance(exc, RkvoiceError) else RkvoiceError(Stage.PLAYER, "failed", str(exc))
                 log.error("player: %s", err, exc_info=not isinstance(exc, RkvoiceError))
                 if q is not None:
                     q.turn.timeline.mark(Ev.ERROR, turn=q.turn.id, message=str(err))

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rkvoice.atomic import write_atomic
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class StateStore:
 
     def path(self, name: str) -> Path:
         if not name or "/" in name or name.startswith("."):
-            raise RkvoiceError("state", "bad-name", f"bad state file name {name!r}")
+            raise RkvoiceError(Stage.STATE, "bad-name", f"bad state file name {name!r}")
         return self.dir / f"{name}.json"
 
     def load(self, name: str, default: Any) -> Any:
@@ -53,7 +53,7 @@ class StateStore:
             except FileNotFoundError:
                 return default
             except OSError as exc:
-                raise RkvoiceError("state", "unreadable", f"cannot read {path}: {exc.strerror}") from exc
+                raise RkvoiceError(Stage.STATE, "unreadable", f"cannot read {path}: {exc.strerror}") from exc
             try:
                 return json.loads(raw.decode("utf-8"))
             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -70,7 +70,7 @@ class StateStore:
             try:
                 self.dir.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
-                raise RkvoiceError("state", "unwritable", f"cannot create state directory {self.dir}: "
+                raise RkvoiceError(Stage.STATE, "unwritable", f"cannot create state directory {self.dir}: "
                                    f"{exc.strerror}; set state.dir in config.yaml") from exc
             write_atomic(path, payload, durable=True)
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from rkvoice.atomic import write_atomic
 from rkvoice.clock import Clock
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 
 log = logging.getLogger(__name__)
 
@@ -193,5 +193,5 @@ def write_json_atomic(path: Path, data: Any) -> None:
         write_atomic(path, payload)
     except OSError as exc:
         raise RkvoiceError(
-            "metrics", "unwritable", f"cannot write {path}: {exc.strerror}; choose a writable path"
+            Stage.METRICS, "unwritable", f"cannot write {path}: {exc.strerror}; choose a writable path"
         ) from exc

@@ -25,7 +25,7 @@ from rkvoice.daemon.product import HearEngines, SpeakEngines, answer_key, hear_k
 from rkvoice.daemon.sdnotify import Notifier
 from rkvoice.daemon.service import EXIT_OK, EXIT_REPEATED_FAILURES, Daemon
 from rkvoice.daemon.stages import Plan, StageSpec
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import Code, RkvoiceError, Stage
 from rkvoice.hear.session import Mode
 from rkvoice.hear.sources import AudioSource
 from rkvoice.turn import Turn
@@ -84,7 +84,7 @@ class Rig:
     def source(self, cfg: Config) -> AudioSource:
         self.mic_opened += 1
         if self.mic_opened <= self.mic_errors:
-            raise RkvoiceError("audio", "device-lost", "microphone unplugged (test)")
+            raise RkvoiceError(Stage.AUDIO, Code.DEVICE_LOST, "microphone unplugged (test)")
         return ScriptedMic(len(self.script), self._ready)
 
     def _ready(self, done: int) -> bool:
@@ -375,7 +375,7 @@ class SpoolMic:
                 f.unlink()
                 if text == "NOMIC":
                     self.log.append(("listen-raised", "device-missing"))
-                    raise RkvoiceError("audio", "device-missing", "no microphone 'default' (test)")
+                    raise RkvoiceError(Stage.AUDIO, Code.DEVICE_MISSING, "no microphone 'default' (test)")
                 self.log.append(("heard", text))
                 self.script.append(text)
                 yield np.zeros(512, np.float32)  # a frame of silence ends any follow-up window first

@@ -26,7 +26,7 @@ from typing import Protocol
 
 from rkvoice.answer.assistant import Reply
 from rkvoice.config import Config
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.pieces import piece_chars
 from rkvoice.speaker import Speaker
 from rkvoice.text.stream_chunker import StreamChunker
@@ -88,7 +88,7 @@ def deadline_deltas(deltas: Iterable[str], turn: Turn, first_timeout: float, gap
                     what = "its first words" if timeout is first_timeout else "its next words"
                     turn.cancel("timeout")
                     raise RkvoiceError(
-                        "answer", "timeout",
+                        Stage.ANSWER, "timeout",
                         f"the answer did not produce {what} within {timeout:g} s; the turn was aborted "
                         "(raise daemon.answer_first_timeout_s / answer_gap_timeout_s if the model is just slow)",
                     )

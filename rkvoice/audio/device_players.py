@@ -20,7 +20,7 @@ import numpy as np
 from rkvoice.audio.sinks import PacedPlayer
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class AplayPlayer(PacedPlayer):
     def open(self) -> None:
         if shutil.which(self.command[0]) is None:
             raise RkvoiceError(
-                "player",
+                Stage.PLAYER,
                 "aplay-missing",
                 f"{self.command[0]} not found: install alsa-utils, or set audio.player to sounddevice, wav or null",
             )
@@ -169,7 +169,7 @@ class SounddevicePlayer:
                 import sounddevice as sd
             except (ImportError, OSError) as exc:
                 raise RkvoiceError(
-                    "player", "missing-dependency", f"sounddevice is unusable ({exc}); use audio.player=aplay, wav or null"
+                    Stage.PLAYER, "missing-dependency", f"sounddevice is unusable ({exc}); use audio.player=aplay, wav or null"
                 ) from exc
             factory = sd.OutputStream
         try:
@@ -179,7 +179,7 @@ class SounddevicePlayer:
             )
             stream.start()
         except Exception as exc:  # PortAudioError and friends
-            raise RkvoiceError("player", "device", f"cannot open sound device {self.device or 'default'}: {exc}") from exc
+            raise RkvoiceError(Stage.PLAYER, "device", f"cannot open sound device {self.device or 'default'}: {exc}") from exc
         with self._cond:
             self._stream = stream
             self._dead = False

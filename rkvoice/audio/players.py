@@ -27,6 +27,7 @@ from rkvoice.audio.sinks import NullPlayer, PacedPlayer, TeePlayer, WavPlayer, d
 from rkvoice.board.devices import has_input_device, has_sound_device
 from rkvoice.clock import Clock
 from rkvoice.config import Config
+from rkvoice.errors import Stage
 from rkvoice.needs import Needs, PackageNeed, ProgramNeed
 from rkvoice.registry import Registry
 
@@ -46,7 +47,7 @@ def sounddevice_needs(cfg: Config, **_: Any) -> Needs:
                  profile=cfg.models.profile)
 
 
-PLAYERS = Registry("player")
+PLAYERS = Registry(Stage.PLAYER)
 PLAYERS.register("aplay", "rkvoice.audio.device_players:AplayPlayer", "ALSA aplay subprocess (board default)",
                  install_hint="apt-get install alsa-utils", needs=aplay_needs)
 PLAYERS.register("sounddevice", "rkvoice.audio.device_players:SounddevicePlayer", "PortAudio output stream",

@@ -18,7 +18,7 @@ import numpy as np
 from rkvoice.atomic import FILE_MODE
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 
 log = logging.getLogger(__name__)
 
@@ -141,12 +141,12 @@ class WavPlayer:
 
     def open(self) -> None:
         if self.path.is_dir():
-            raise RkvoiceError("player", "bad-out", f"--out {self.path} is a directory; give a file name ending in .wav")
+            raise RkvoiceError(Stage.PLAYER, "bad-out", f"--out {self.path} is a directory; give a file name ending in .wav")
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".part", dir=self.path.parent)
         except OSError as exc:
             raise RkvoiceError(
-                "player",
+                Stage.PLAYER,
                 "unwritable",
                 f"cannot write {self.path}: {exc.strerror or exc}; choose a writable path for --out",
             ) from exc
@@ -158,7 +158,7 @@ class WavPlayer:
     def write(self, block: np.ndarray) -> None:
         with self._lock:
             if self._wav is None:
-                raise RkvoiceError("player", "not-open", "the WAV player was used before open()")
+                raise RkvoiceError(Stage.PLAYER, "not-open", "the WAV player was used before open()")
             self._wav.writeframes(np.asarray(block, dtype="<i2").tobytes())
             self.samples += len(block)
 
@@ -177,7 +177,7 @@ class WavPlayer:
                 os.replace(self._tmp, self.path)
             except OSError as exc:
                 self._remove_tmp()
-                raise RkvoiceError("player", "unwritable", f"cannot write {self.path}: {exc.strerror or exc}") from exc
+                raise RkvoiceError(Stage.PLAYER, "unwritable", f"cannot write {self.path}: {exc.strerror or exc}") from exc
             finally:
                 self._wav = None
             log.info("wrote %s (%.2f s)", self.path, self.samples / self.rate)

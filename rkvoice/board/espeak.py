@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 
 if TYPE_CHECKING:
     from rkvoice.config import Config
@@ -49,16 +49,16 @@ def unpack_debs(debs: list[Path], dest: Path) -> Path:
     This is what ``install.sh --profile board`` calls (``python -m rkvoice.board.espeak unpack``).
     """
     if shutil.which("dpkg-deb") is None:
-        raise RkvoiceError("install", "missing-tool", "dpkg-deb not found; it ships with dpkg on Debian-based boards")
+        raise RkvoiceError(Stage.INSTALL, "missing-tool", "dpkg-deb not found; it ships with dpkg on Debian-based boards")
     root, lib = dest / "root", dest / "lib"
     for d in (root, lib):
         d.mkdir(parents=True, exist_ok=True)
     for deb in debs:
         if not deb.is_file():
-            raise RkvoiceError("install", "missing-file", f"Debian package {deb} not found")
+            raise RkvoiceError(Stage.INSTALL, "missing-file", f"Debian package {deb} not found")
         res = subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], capture_output=True, text=True)
         if res.returncode != 0:
-            raise RkvoiceError("install", "bad-deb", f"dpkg-deb -x {deb} failed: {res.stderr.strip()}")
+            raise RkvoiceError(Stage.INSTALL, "bad-deb", f"dpkg-deb -x {deb} failed: {res.stderr.strip()}")
     for so in root.rglob("*.so*"):
         if so.is_file() and so.name.split(".so")[0] in ("libespeak-ng", "libpcaudio", "libsonic"):
             target = lib / so.name
@@ -74,7 +74,7 @@ def unpack_debs(debs: list[Path], dest: Path) -> Path:
         link.symlink_to(os.path.relpath(data, lib))  # relative: the install dir may move
     missing = [n for n in PRELOAD_ORDER if not (lib / n).exists()]
     if missing:
-        raise RkvoiceError("install", "bad-deb", f"after unpacking, {lib} lacks {', '.join(missing)}; "
+        raise RkvoiceError(Stage.INSTALL, "bad-deb", f"after unpacking, {lib} lacks {', '.join(missing)}; "
                            f"unpack all of: {', '.join(PACKAGES)}")
     log.info("espeak-ng unpacked into %s", lib)
     return lib
@@ -104,12 +104,12 @@ def preload(lib_dir: Path) -> ctypes.CDLL:
         for name in PRELOAD_ORDER:
             path = lib_dir / name
             if not path.exists():
-                raise RkvoiceError("tts", "missing-espeak", f"{path} not found; run ./install.sh --profile board "
+                raise RkvoiceError(Stage.TTS, "missing-espeak", f"{path} not found; run ./install.sh --profile board "
                                    "(it unpacks libespeak-ng1, libpcaudio0, libsonic0 there)")
             try:
                 handle = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
             except OSError as exc:
-                raise RkvoiceError("tts", "missing-espeak", f"cannot load {path}: {exc}") from exc
+                raise RkvoiceError(Stage.TTS, "missing-espeak", f"cannot load {path}: {exc}") from exc
         assert handle is not None
         _loaded[lib_dir] = handle
         return handle
@@ -132,10 +132,10 @@ class Espeak:
         path = str(data_parent).encode() if data_parent else None
         rate = lib.espeak_Initialize(_AUDIO_OUTPUT_RETRIEVAL, 0, path, INITIALIZE_DONT_EXIT)
         if rate <= 0:
-            raise RkvoiceError("tts", "espeak-init", f"espeak_Initialize failed ({rate}); espeak-ng-data "
+            raise RkvoiceError(Stage.TTS, "espeak-init", f"espeak_Initialize failed ({rate}); espeak-ng-data "
                                f"missing under {data_parent or 'the default location'}")
         if lib.espeak_SetVoiceByName(voice.encode()) != 0:
-            raise RkvoiceError("tts", "espeak-init", f"espeak-ng has no voice {voice!r}")
+            raise RkvoiceError(Stage.TTS, "espeak-init", f"espeak-ng has no voice {voice!r}")
         self.voice = voice
 
     @classmethod
@@ -146,13 +146,13 @@ class Espeak:
         if lib_dir is not None:
             data = lib_dir / "espeak-ng-data" / "phontab"
             if not data.exists():  # espeak-ng exits the process when its data is missing: check first
-                raise RkvoiceError("tts", "missing-espeak", f"{data} not found; unpack espeak-ng-data too "
+                raise RkvoiceError(Stage.TTS, "missing-espeak", f"{data} not found; unpack espeak-ng-data too "
                                    "(python -m rkvoice.board.espeak unpack DEST *.deb)")
             inst = cls(preload(lib_dir), lib_dir.resolve(), voice)
         else:
             name = ctypes.util.find_library("espeak-ng")
             if name is None:
-                raise RkvoiceError("tts", "missing-espeak", "espeak-ng is not installed; apt-get install "
+                raise RkvoiceError(Stage.TTS, "missing-espeak", "espeak-ng is not installed; apt-get install "
                                    "libespeak-ng1, or set tts.matcha.espeak_lib_dir to an unpacked copy")
             inst = cls(ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL), None, voice)
         cls._instance = inst

@@ -11,7 +11,7 @@ from rkvoice.answer.respond import Answerer
 from rkvoice.cli.output import check_outputs, load_voice, open_output, speaking
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.timeline import Timeline
 from rkvoice.turn import Turn
 
@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 def run_text(text: str, args: argparse.Namespace, cfg: Config, clock: Clock | None = None) -> int:
     clock = clock or MonotonicClock()
     if not text.strip():
-        raise RkvoiceError("input", "empty-text", "nothing to ask: give --text a non-empty question")
+        raise RkvoiceError(Stage.INPUT, "empty-text", "nothing to ask: give --text a non-empty question")
     check_outputs(args)
     assistant = Assistant(cfg, clock)
     try:

@@ -26,7 +26,7 @@ from typing import Any, TextIO
 from rkvoice.board import runtimes
 from rkvoice.board.espeak import PRELOAD_ORDER, espeak_lib_dir
 from rkvoice.config import ROOT, Config
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import Code, RkvoiceError, Stage
 from rkvoice.needs import Needs, Probe, display_path, missing, module_found, present_file
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ def _tts_choice(cfg: Config, probe: Probe, text: str = DAEMON_TEXT) -> tuple[str
     try:
         return (*resolve(cfg, None, text, probe), None)
     except RkvoiceError as err:
-        if err.code != "no-voice":
+        if err.code != Code.NO_VOICE:
             return cfg.tts.engine, {}, err.message
         return (*profile_engine(cfg, text), err.message)
 
@@ -106,7 +106,7 @@ def stage_needs(cfg: Config, stage: str, engine: str, **kwargs: Any) -> Needs:
 
         return vad_needs(cfg)
     if stage not in REGISTRIES:
-        raise RkvoiceError("check", "unknown-stage", f"unknown stage {stage!r}")
+        raise RkvoiceError(Stage.CHECK, "unknown-stage", f"unknown stage {stage!r}")
     module, _, attr = REGISTRIES[stage].partition(":")
     needs: Needs = getattr(importlib.import_module(module), attr).needs(engine, cfg, **kwargs)
     return needs

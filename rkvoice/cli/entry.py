@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from rkvoice.config import DEFAULT_CONFIG, Config, load_config, parse_override
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def load_cli_config(args: argparse.Namespace, daemon: bool = False) -> Config:
     if args.config:
         path = Path(args.config)
         if not path.is_file():
-            raise RkvoiceError("config", "missing", f"config file {path} does not exist")
+            raise RkvoiceError(Stage.CONFIG, "missing", f"config file {path} does not exist")
         files = [DEFAULT_CONFIG, path]
     return load_config(overrides, files)
 
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return run_check(cfg, sys.stdout)
         if args.zeroconf and not args.wyoming:
-            raise RkvoiceError("input", "bad-flags", "--zeroconf only applies to --wyoming URI")
+            raise RkvoiceError(Stage.INPUT, "bad-flags", "--zeroconf only applies to --wyoming URI")
         if args.wyoming is not None:
             from rkvoice.cli.serve import run_wyoming
 
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return run_file(args.file, args, cfg)
         if args.require_wake:
-            raise RkvoiceError("input", "bad-flags", "--require-wake only applies to --file WAV")
+            raise RkvoiceError(Stage.INPUT, "bad-flags", "--require-wake only applies to --file WAV")
         if args.text is not None:
             from rkvoice.cli.ask import run_text
 
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     except RkvoiceError as err:
         log.debug("stopped by %s/%s", err.stage, err.code, exc_info=args.verbose)
         print(f"error: {err}", file=sys.stderr)
-        return EXIT_USAGE if err.stage == "input" else EXIT_FAILED
+        return EXIT_USAGE if err.stage == Stage.INPUT else EXIT_FAILED
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

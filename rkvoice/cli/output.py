@@ -14,7 +14,7 @@ from pathlib import Path
 from rkvoice.audio.players import NullPlayer, Player, TeePlayer, WavPlayer, choose_player, create_player
 from rkvoice.clock import Clock
 from rkvoice.config import Config
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.speaker import Speaker
 from rkvoice.tts.base import TtsEngine
 
@@ -24,9 +24,9 @@ log = logging.getLogger(__name__)
 def check_writable(path: Path, what: str) -> None:
     """Fail before any model is loaded when an output file can't be created."""
     if path.is_dir():
-        raise RkvoiceError("input", "bad-path", f"{what} {path} is a directory; give a file name")
+        raise RkvoiceError(Stage.INPUT, "bad-path", f"{what} {path} is a directory; give a file name")
     if not path.parent.is_dir() or not os.access(path.parent, os.W_OK | os.X_OK):
-        raise RkvoiceError("input", "unwritable", f"cannot write {what} {path}: {path.parent} is not a writable folder")
+        raise RkvoiceError(Stage.INPUT, "unwritable", f"cannot write {what} {path}: {path.parent} is not a writable folder")
 
 
 def check_outputs(args: argparse.Namespace) -> None:

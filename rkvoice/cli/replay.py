@@ -18,7 +18,7 @@ from rkvoice.cli.output import check_outputs, load_voice, open_output, speaking
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
 from rkvoice.daemon.product import HearEngines
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.hear.cue import AckCue
 from rkvoice.hear.loop import TurnLoop, player_cue
 from rkvoice.hear.sources import WavFileSource
@@ -68,5 +68,5 @@ def run_file(path: str, args: argparse.Namespace, cfg: Config, clock: Clock | No
     output.report()
     for turn in turns:
         if errors := turn.timeline.find(Ev.ERROR):
-            raise RkvoiceError("speak", "turn-failed", f"the answer to {turn.text!r} failed: {errors[0].get('message')}")
+            raise RkvoiceError(Stage.SPEAK, "turn-failed", f"the answer to {turn.text!r} failed: {errors[0].get('message')}")
     return 0

@@ -9,7 +9,7 @@ from pathlib import Path
 from rkvoice.cli.output import check_outputs, load_voice, open_output, speaking
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.text.normalize import speakable
 from rkvoice.timeline import Ev, Timeline
 
@@ -19,15 +19,15 @@ log = logging.getLogger(__name__)
 def check_text(text: str, cfg: Config) -> str:
     """The speakable form of TEXT, or a clear refusal."""
     if not text.strip():
-        raise RkvoiceError("input", "empty-text", "nothing to say: give --say a non-empty TEXT")
+        raise RkvoiceError(Stage.INPUT, "empty-text", "nothing to say: give --say a non-empty TEXT")
     if len(text) > cfg.tts.max_text_chars:
-        raise RkvoiceError("input", "text-too-long", f"TEXT has {len(text)} characters, more than tts.max_text_chars="
+        raise RkvoiceError(Stage.INPUT, "text-too-long", f"TEXT has {len(text)} characters, more than tts.max_text_chars="
                            f"{cfg.tts.max_text_chars}; split it into several calls or raise the limit with "
                            "--set tts.max_text_chars=N")
     spoken = speakable(text)
     if not spoken.strip():
         raise RkvoiceError(
-            "input", "nothing-speakable", "TEXT has nothing to pronounce (only symbols or emoji?); give words to --say"
+            Stage.INPUT, "nothing-speakable", "TEXT has nothing to pronounce (only symbols or emoji?); give words to --say"
         )
     return spoken
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rkvoice.config import Config
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 
 from .stages import StageSpec
 
@@ -21,7 +21,7 @@ class StageSet:
     def __init__(self, specs: tuple[StageSpec, ...], on_progress: Callable[[str], None] | None = None):
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
-            raise RkvoiceError("daemon", "bad-plan", f"stage names must be unique, got {names}")
+            raise RkvoiceError(Stage.DAEMON, "bad-plan", f"stage names must be unique, got {names}")
         self.specs = specs
         self.engines: dict[str, Any] = {}
         self._keys: dict[str, Any] = {}

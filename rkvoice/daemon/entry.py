@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rkvoice.config import DEFAULT_CONFIG, Config, load_config, parse_override
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 
 from .service import run_daemon
 from .stages import Plan
@@ -42,11 +42,11 @@ def resolve_plan(spec: str | None) -> Callable[[Config], Plan]:
         return product_plan
     module_name, sep, attr = spec.partition(":")
     if not sep:
-        raise RkvoiceError("daemon", "bad-stages", f"--stages expects MODULE:FUNC, got {spec!r}")
+        raise RkvoiceError(Stage.DAEMON, "bad-stages", f"--stages expects MODULE:FUNC, got {spec!r}")
     try:
         return getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
-        raise RkvoiceError("daemon", "bad-stages", f"cannot load --stages {spec!r}: {exc}") from exc
+        raise RkvoiceError(Stage.DAEMON, "bad-stages", f"cannot load --stages {spec!r}: {exc}") from exc
 
 
 def config_loader(config_file: str | None, overrides: list[str]) -> Callable[[], Config]:

@@ -12,7 +12,7 @@ import logging
 import os
 from pathlib import Path
 
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import Code, RkvoiceError, Stage
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ class InstanceLock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
-            raise RkvoiceError("daemon", "lock-unwritable", f"cannot open the instance lock {self.path}: "
+            raise RkvoiceError(Stage.DAEMON, "lock-unwritable", f"cannot open the instance lock {self.path}: "
                                f"{exc.strerror}; set daemon.lock_file to a writable path (or run as the rkvoice "
                                "user)") from exc
         try:
@@ -40,7 +40,7 @@ class InstanceLock:
             except (OSError, ValueError):
                 who = ""
             os.close(fd)
-            raise RkvoiceError("daemon", "already-running", f"another rkvoice daemon is already running{who}, "
+            raise RkvoiceError(Stage.DAEMON, Code.ALREADY_RUNNING, f"another rkvoice daemon is already running{who}, "
                                f"holding {self.path}; stop it first (systemctl stop rkvoice) or use --text/--file for "
                                "one-shot runs") from None
         os.ftruncate(fd, 0)

@@ -13,7 +13,7 @@ import os
 import socket
 import threading
 
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ def _address(name: str) -> str | bytes:
         return b"\0" + name[1:].encode()
     if name.startswith("/"):
         return name
-    raise RkvoiceError("daemon", "bad-notify-socket", f"NOTIFY_SOCKET={name!r} is neither an absolute path nor an "
+    raise RkvoiceError(Stage.DAEMON, "bad-notify-socket", f"NOTIFY_SOCKET={name!r} is neither an absolute path nor an "
                        "abstract '@name'; unset it or point it at the service manager's socket")
 
 
@@ -99,7 +99,7 @@ def _parse_usec(raw: str | None) -> int | None:
         usec = int(raw)
     except ValueError:
         raise RkvoiceError(
-            "daemon", "bad-watchdog", f"WATCHDOG_USEC={raw!r} is not a number of microseconds"
+            Stage.DAEMON, "bad-watchdog", f"WATCHDOG_USEC={raw!r} is not a number of microseconds"
         ) from None
     if os.environ.get("WATCHDOG_PID") not in (None, "", str(os.getpid())):
         # the watchdog is meant for another process (e.g. our parent): don't ping it

@@ -26,7 +26,7 @@ from types import FrameType
 
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
-from rkvoice.errors import RkvoiceError, is_device_error
+from rkvoice.errors import Code, RkvoiceError, is_device_error
 from rkvoice.turn import Turn
 
 from .engines import StageSet
@@ -328,4 +328,4 @@ def run_daemon(cfg: Config, plan: Plan, load_config: Callable[[], Config]) -> in
         return Daemon(cfg, plan, load_config).run()
     except RkvoiceError as exc:
         log.error("%s", exc)
-        return 1 if exc.code == "already-running" else EXIT_FATAL
+        return 1 if exc.code == Code.ALREADY_RUNNING else EXIT_FATAL

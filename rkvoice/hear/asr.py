@@ -9,6 +9,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from rkvoice.config import Config
+from rkvoice.errors import Stage
 from rkvoice.needs import FileNeed, Needs, PackageNeed
 from rkvoice.registry import Registry
 
@@ -47,7 +48,7 @@ def paraformer_needs(cfg: Config, **_: Any) -> Needs:
                  packages=(PackageNeed("sherpa_onnx", "sherpa-onnx"),), profile="board")
 
 
-ASR = Registry("asr", auto=("paraformer", "whisper"))
+ASR = Registry(Stage.ASR, auto=("paraformer", "whisper"))
 ASR.register("whisper", "rkvoice.hear.whisper_asr:WhisperAsr",
              "Whisper base, CTranslate2 int8 via faster-whisper (portable)",
              "pip install faster-whisper==1.2.1 and run ./install.sh for the portable models", needs=whisper_needs)

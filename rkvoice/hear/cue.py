@@ -8,7 +8,7 @@ import numpy as np
 
 from rkvoice.audio.post import resample
 from rkvoice.config import Config
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import Code, RkvoiceError, Stage
 from rkvoice.tts.base import TtsEngine
 
 log = logging.getLogger(__name__)
@@ -42,10 +42,10 @@ class AckCue:
             self.samples = chime(self.rate)
         elif self.kind == "voice":
             if self.voice is None:
-                raise RkvoiceError("hear", "no-voice", "hear.ack=voice needs the loaded voice; pass it to AckCue")
+                raise RkvoiceError(Stage.HEAR, Code.NO_VOICE, "hear.ack=voice needs the loaded voice; pass it to AckCue")
             tts = self.cfg.tts
             samples, rate = self.voice.generate(self.cfg.hear.ack_text, sid=tts.sid, speed=tts.speed)
             self.samples = resample(samples, rate, self.rate)
         elif self.kind != "none":
-            raise RkvoiceError("hear", "bad-ack", f"hear.ack is {self.kind!r}; choose one of: chime, none, voice")
+            raise RkvoiceError(Stage.HEAR, "bad-ack", f"hear.ack is {self.kind!r}; choose one of: chime, none, voice")
         log.info("ack cue %s: %.0f ms", self.kind, 1000 * len(self.samples) / self.rate)

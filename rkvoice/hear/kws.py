@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rkvoice.config import ROOT, Config
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.hear.sherpa_guard import Fix, check_kws_model, read_tokens
 from rkvoice.hear.wake import WakeHit
 
@@ -51,7 +51,7 @@ def kws_dir(cfg: Config) -> Path:
 
 
 def fix_for(model_dir: Path) -> Fix:
-    return Fix("wake", f"reinstall the keyword spotter (./install.sh --profile board) or fix hear.kws_dir ({model_dir})")
+    return Fix(Stage.WAKE, f"reinstall the keyword spotter (./install.sh --profile board) or fix hear.kws_dir ({model_dir})")
 
 
 def model_files(model_dir: Path) -> dict[str, Path]:
@@ -94,14 +94,14 @@ def keywords_line(phrase: str, tokens_file: Path, known: dict[str, int] | None =
     foreign = [c for c in text if "CJK" not in unicodedata.name(c, "")]
     if not text or foreign:
         what = f"characters the keyword model cannot spell: {' '.join(foreign)}" if text else "no characters"
-        raise RkvoiceError("wake", "bad-phrase", f"wake phrase {phrase!r} has {what}; {fix}")
+        raise RkvoiceError(Stage.WAKE, "bad-phrase", f"wake phrase {phrase!r} has {what}; {fix}")
     if known is None:
         known = read_tokens(tokens_file, fix_for(tokens_file.parent))
     tokens = phrase_tokens(text)
     unknown = [t for t in tokens if t not in known]
     if not tokens or unknown:
         raise RkvoiceError(
-            "wake",
+            Stage.WAKE,
             "bad-phrase",
             f"wake phrase {phrase!r} cannot be spelled with the keyword model's tokens "
             f"(unknown: {' '.join(unknown) or 'no pinyin'}; {tokens_file}); {fix}",
@@ -157,14 +157,14 @@ class KwsWake:
 
     def _spotter(self) -> tuple[KeywordSpotter, OnlineStream]:
         if self._kws is None or self._stream is None:
-            raise RkvoiceError("wake", "not-loaded", "keyword spotter: call load() before accept()")
+            raise RkvoiceError(Stage.WAKE, "not-loaded", "keyword spotter: call load() before accept()")
         return self._kws, self._stream
 
     def accept(self, frame: np.ndarray) -> WakeHit | None:
         _, stream = self._spotter()
         samples = np.asarray(frame, dtype=np.float32)
         if samples.ndim != 1:
-            raise RkvoiceError("wake", "bad-audio",
+            raise RkvoiceError(Stage.WAKE, "bad-audio",
                                f"keyword spotter takes 16 kHz mono frames, got shape {samples.shape}")
         stream.accept_waveform(SAMPLE_RATE, samples)
         self._samples += len(samples)

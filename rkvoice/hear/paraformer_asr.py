@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from rkvoice.config import ROOT, Config
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.hear.sherpa_guard import Fix, check_paraformer_model
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ def paraformer_dir(cfg: Config) -> Path:
 
 
 def fix_for(model_dir: Path) -> Fix:
-    return Fix("asr", f"reinstall the Paraformer (./install.sh --profile board) or fix hear.paraformer_dir ({model_dir})")
+    return Fix(Stage.ASR, f"reinstall the Paraformer (./install.sh --profile board) or fix hear.paraformer_dir ({model_dir})")
 
 
 def model_files(model_dir: Path) -> tuple[Path, Path]:
@@ -80,12 +80,12 @@ class ParaformerAsr:
         data = np.asarray(samples, dtype=np.float32)
         if data.ndim != 1:
             raise RkvoiceError(
-                "asr", "bad-audio",
+                Stage.ASR, "bad-audio",
                 f"the recogniser takes 16 kHz mono samples, got an array of shape {data.shape} "
                 "(convert with rkvoice.hear.sources.to_mono_16k)",
             )
         if not np.all(np.isfinite(data)):
-            raise RkvoiceError("asr", "bad-audio", "the audio holds NaN or infinite samples")
+            raise RkvoiceError(Stage.ASR, "bad-audio", "the audio holds NaN or infinite samples")
         if len(data) < MIN_SAMPLES:
             return ""  # a click: sherpa-onnx would log an ONNX Runtime error for an empty feature matrix
         try:
@@ -94,4 +94,4 @@ class ParaformerAsr:
             self._rec.decode_stream(stream)
             return stream.result.text.strip()
         except Exception as exc:  # a native decode failure is this stage's error
-            raise RkvoiceError("asr", "decode-failed", f"paraformer could not decode the audio: {exc}") from exc
+            raise RkvoiceError(Stage.ASR, "decode-failed", f"paraformer could not decode the audio: {exc}") from exc

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.tts.vits import read_onnx_metadata
 
 ZIPFORMER2_ENCODER_KEYS = (
@@ -35,7 +35,7 @@ PARAFORMER_KEYS = ("vocab_size", "lfr_window_size", "lfr_window_shift", "neg_mea
 class Fix:
     """Who is checking (the error's stage) and what the user should do about a bad file."""
 
-    stage: str
+    stage: Stage
     hint: str
 
     def error(self, code: str, problem: str) -> RkvoiceError:

@@ -19,7 +19,7 @@ import numpy as np
 
 from rkvoice.audio.post import resample
 from rkvoice.clock import Clock, MonotonicClock
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 
 log = logging.getLogger(__name__)
 
@@ -59,18 +59,18 @@ def read_wav(path: str | Path) -> np.ndarray:
 
     p = Path(path)
     if not p.is_file():
-        raise RkvoiceError("hear", "no-file", f"audio file {p} does not exist; pass a WAV recording")
+        raise RkvoiceError(Stage.HEAR, "no-file", f"audio file {p} does not exist; pass a WAV recording")
     try:
         data, rate = sf.read(str(p), dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError, ValueError) as exc:
         raise RkvoiceError(
-            "hear",
+            Stage.HEAR,
             "bad-audio",
             f"{p} is not a readable audio file ({exc}); record or convert it to WAV "
             "(e.g. arecord -f S16_LE -r 16000 -c 1 file.wav)",
         ) from exc
     if data.shape[0] == 0:
-        raise RkvoiceError("hear", "bad-audio", f"{p} holds no audio samples; record it again")
+        raise RkvoiceError(Stage.HEAR, "bad-audio", f"{p} holds no audio samples; record it again")
     return to_mono_16k(data, int(rate), what=str(p))
 
 
@@ -286,6 +286,6 @@ def microphone(kind: str, device: str, frame_samples: int = FRAME_SAMPLES) -> Mi
     streams: dict[str, Callable[[str, int], MicStream]] = {"sounddevice": SounddeviceStream, "arecord": ArecordStream}
     if kind not in streams:
         raise RkvoiceError(
-            "hear", "bad-input", f"unknown microphone source {kind!r} (audio.input); choose one of: arecord, sounddevice"
+            Stage.HEAR, "bad-input", f"unknown microphone source {kind!r} (audio.input); choose one of: arecord, sounddevice"
         )
     return MicSource(lambda: streams[kind](device, frame_samples), f"{kind}:{device}")

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from rkvoice.config import Config
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class Segmenter:
     def load(self) -> None:
         if not self.model_path.is_file():
             raise RkvoiceError(
-                "vad", "missing-model", f"silero VAD model {self.model_path} is missing; run ./install.sh"
+                Stage.VAD, "missing-model", f"silero VAD model {self.model_path} is missing; run ./install.sh"
             )
         self._vad = self._make_vad(self.trailing_silence_s, self.cfg.hear.max_request_s + 30.0)
         if self.early_silence_s:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rkvoice.config import Config
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.hear.asr import AsrEngine
 from rkvoice.hear.wake import WakeEngine
 from rkvoice.needs import FileNeed, Needs, PackageNeed
@@ -40,7 +40,7 @@ def kws_needs(cfg: Config, **_: Any) -> Needs:
     return Needs(files=tuple(files), packages=(SHERPA, PYPINYIN), devices=("microphone",), profile="board")
 
 
-WAKE = Registry("wake", auto=("kws", "asr-match"))
+WAKE = Registry(Stage.WAKE, auto=("kws", "asr-match"))
 WAKE.register("asr-match", "rkvoice.hear.wake:AsrMatchWake", "VAD segment -> ASR -> pinyin match (portable)",
               needs=asr_match_needs)
 WAKE.register("kws", "rkvoice.hear.kws:KwsWake", "sherpa-onnx keyword spotter, zipformer zh (board profile)",
@@ -57,7 +57,7 @@ def create_wake(cfg: Config, asr: AsrEngine | None = None, name: str | None = No
     resolved = wake_name(cfg, name)
     if resolved == "asr-match":
         if asr is None:
-            raise RkvoiceError("wake", "needs-asr", "the asr-match wake engine needs an ASR engine")
+            raise RkvoiceError(Stage.WAKE, "needs-asr", "the asr-match wake engine needs an ASR engine")
         engine: WakeEngine = WAKE.create(resolved, cfg, asr)
     else:
         engine = WAKE.create(resolved, cfg)

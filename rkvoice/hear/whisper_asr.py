@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from rkvoice.config import Config
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class WhisperAsr:
         missing = [f for f in FILES if not (self.model_dir / f).is_file()]
         if missing:
             raise RkvoiceError(
-                "asr",
+                Stage.ASR,
                 "missing-model",
                 f"Whisper model files missing in {self.model_dir}: {', '.join(missing)}; run ./install.sh",
             )
@@ -62,7 +62,7 @@ class WhisperAsr:
             from faster_whisper import WhisperModel
         except ImportError as exc:
             raise RkvoiceError(
-                "asr", "missing-dependency", f"whisper ASR needs faster-whisper ({exc}); pip install faster-whisper==1.2.1"
+                Stage.ASR, "missing-dependency", f"whisper ASR needs faster-whisper ({exc}); pip install faster-whisper==1.2.1"
             ) from exc
         self._model = WhisperModel(
             str(self.model_dir), device="cpu", compute_type="int8", cpu_threads=self.threads, num_workers=1
@@ -112,7 +112,7 @@ class WhisperAsr:
             (result,) = model.model.align(encoded, tokenizer.sot_sequence, [ids], features.shape[-1])
             probs = np.maximum(np.asarray(result.text_token_probs, dtype=np.float64), 1e-12)
         except Exception as exc:
-            raise RkvoiceError("asr", "decode-failed", f"whisper could not score {phrase!r}: {exc}") from exc
+            raise RkvoiceError(Stage.ASR, "decode-failed", f"whisper could not score {phrase!r}: {exc}") from exc
         return float(np.mean(np.log(probs)))
 
     def transcribe(self, samples: np.ndarray, **options: object) -> str:
@@ -139,7 +139,7 @@ class WhisperAsr:
             text = "".join(seg.text for seg in segments).strip()
         except Exception as exc:  # a native decode failure is this stage's error
             raise RkvoiceError(
-                "asr", "decode-failed", f"whisper could not decode {len(audio) / 16000:.1f} s of audio: {exc}"
+                Stage.ASR, "decode-failed", f"whisper could not decode {len(audio) / 16000:.1f} s of audio: {exc}"
             ) from exc
         return simplify(text)
 
@@ -162,6 +162,6 @@ def _t2s() -> Any:
         import opencc
     except ImportError as exc:
         raise RkvoiceError(
-            "asr", "missing-dependency", f"simplified output needs opencc ({exc}); pip install opencc==1.4.2"
+            Stage.ASR, "missing-dependency", f"simplified output needs opencc ({exc}); pip install opencc==1.4.2"
         ) from exc
     return opencc.OpenCC("t2s")

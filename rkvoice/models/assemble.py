@@ -21,7 +21,7 @@ from typing import IO
 
 from pooch import file_hash
 
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import Code, RkvoiceError, Stage
 from rkvoice.models.context import Context, atomic, run_tail
 from rkvoice.models.manifest import Part, Step
 from rkvoice.models.rknn import run_rknn_step
@@ -33,7 +33,7 @@ CHUNK = 1 << 20
 
 def _fail(ctx: Context, step: Step, msg: str) -> RkvoiceError:
     what = step.to or step.script or step.module
-    return RkvoiceError("models", "step-failed", f"{ctx.model.id}: {step.op} -> {what}: {msg}")
+    return RkvoiceError(Stage.MODELS, Code.STEP_FAILED, f"{ctx.model.id}: {step.op} -> {what}: {msg}")
 
 
 @contextlib.contextmanager
@@ -115,8 +115,8 @@ def _run(ctx: Context, step: Step, python: str, args: tuple[str, ...]) -> None:
 
 def _convert(ctx: Context, step: Step) -> None:
     log.info("  creating a throw-away venv with %s", " ".join(step.venv))
-    with ctx.venv(ctx.python, "step-failed") as vpy:
-        ctx.pip_install(vpy, step.venv, " ".join(step.venv), "step-failed")
+    with ctx.venv(ctx.python, Code.STEP_FAILED) as vpy:
+        ctx.pip_install(vpy, step.venv, " ".join(step.venv), Code.STEP_FAILED)
         for args in step.runs:
             _run(ctx, step, vpy, args)
 

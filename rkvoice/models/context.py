@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.models.manifest import Model
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ class Context:
         try:
             rc, out = run_tail([base, "-m", "venv", "--without-pip", str(venv)])
             if rc:
-                raise RkvoiceError("models", code, f"{self.model.id}: {base} -m venv failed: {out}")
+                raise RkvoiceError(Stage.MODELS, code, f"{self.model.id}: {base} -m venv failed: {out}")
             yield str(venv / "bin" / "python")
         finally:
             shutil.rmtree(venv, ignore_errors=True)
@@ -101,4 +101,4 @@ class Context:
         rc, tail = run_tail([self.python, "-m", "pip", "--python", vpy, "install", "--disable-pip-version-check",
                              "-q", "--cache-dir", str(self.pip_cache), *args])
         if rc:
-            raise RkvoiceError("models", code, f"{self.model.id}: pip install {what} failed: {tail}")
+            raise RkvoiceError(Stage.MODELS, code, f"{self.model.id}: pip install {what} failed: {tail}")

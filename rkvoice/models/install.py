@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pooch import file_hash
 
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import Code, RkvoiceError, Stage
 from rkvoice.models.assemble import run_step
 from rkvoice.models.context import DOWNLOADS, Context, Toolkit
 from rkvoice.models.fetch import fetch
@@ -73,13 +73,13 @@ def _fetch_all(model: Model, cache: Path, dead_hosts: set[str] | None) -> dict[s
     for i, source in enumerate(model.sources, 1):
         host = urllib.parse.urlsplit(source.url or "").netloc
         if dead_hosts is not None and host and host in dead_hosts and not (cache / source.filename).is_file():
-            raise SourceError(RkvoiceError("models", "download-failed",
+            raise SourceError(RkvoiceError(Stage.MODELS, Code.DOWNLOAD_FAILED,
                                            f"download {source.url}: not tried, {host} could not be reached "
                                            "earlier in this run"), source)
         try:
             fetched[source.name] = fetch(source, cache)
         except RkvoiceError as err:
-            if dead_hosts is not None and err.code == "download-failed" and "cannot connect" in err.message:
+            if dead_hosts is not None and err.code == Code.DOWNLOAD_FAILED and "cannot connect" in err.message:
                 dead_hosts.add(host)
             raise SourceError(err, source) from None
         done += source.size or 0
@@ -105,7 +105,7 @@ def install_model(model: Model, root: Path, *, allow_unverified: bool = False, k
     bad = [s for s in model.sources if s.sha256 is None and s.kind != "local"]
     if bad and not allow_unverified:
         raise RkvoiceError(
-            "models", "no-sha256",
+            Stage.MODELS, Code.NO_SHA256,
             f"{model.id}: source(s) {', '.join(s.name for s in bad)} have no published sha256 "
             f"({'; '.join(f'{s.name}: {s.note}' for s in bad)}); "
             "refusing to install unverified files. Rerun with --allow-unverified to accept them on trust",
@@ -117,7 +117,7 @@ def install_model(model: Model, root: Path, *, allow_unverified: bool = False, k
         run_step(ctx, step)
     problems = verify_model(model, root, version)
     if problems:
-        raise RkvoiceError("models", "verify-failed",
+        raise RkvoiceError(Stage.MODELS, Code.VERIFY_FAILED,
                            f"{model.id}: assembled but does not verify: " + "; ".join(map(str, problems)))
     shutil.rmtree(ctx.work, ignore_errors=True)
     if not keep_downloads:
@@ -136,7 +136,7 @@ def _source_fix(model: Model, err: SourceError, rerun: str, root: Path | None) -
     """(status, fix) for a source that could not be fetched; URL sources: every one still to fetch."""
     src = err.source
     dest = f"{DOWNLOADS}/{src.filename}"
-    if err.code in ("bad-sha256", "bad-size"):
+    if err.code in (Code.BAD_SHA256, Code.BAD_SIZE):
         where = src.url or src.pip or dest
         return "corrupt", f"{rerun} (the bad copy was deleted; if it repeats, {where} changed: report it)"
     if src.kind == "local":
@@ -160,13 +160,13 @@ def classify(model: Model, err: RkvoiceError, profile: str, toolkit: Toolkit | N
     status, fix = "missing", rerun
     if isinstance(err, SourceError):
         status, fix = _source_fix(model, err, rerun, root)
-    elif err.code == "no-sha256":
+    elif err.code == Code.NO_SHA256:
         fix = f"{rerun} --allow-unverified"
-    elif err.code == "no-toolkit-version":
+    elif err.code == Code.NO_TOOLKIT_VERSION:
         fix = _pc_fix(profile)
-    elif err.code == "toolkit-unreadable":
+    elif err.code == Code.TOOLKIT_UNREADABLE:
         fix = f"{rerun} --toolkit-version V (V = the version librknnrt.so reports)"
-    elif err.code == "toolkit-mismatch":
+    elif err.code == Code.TOOLKIT_MISMATCH:
         status = "mismatch"
         if toolkit is not None and toolkit.error is err:
             fix = f"{rerun} without --toolkit-version (the board's runtime decides)"
@@ -174,13 +174,13 @@ def classify(model: Model, err: RkvoiceError, profile: str, toolkit: Toolkit | N
             stems = " ".join(f"{DOWNLOADS}/{Path(p).stem}.*" for p in rknn_files(model))
             version = toolkit.version if toolkit and toolkit.version else "V"
             fix = f"rm {stems} (to convert here), or rebuild them with --toolkit-version {version}"
-    elif err.code in ("convert-failed", "toolkit-install-failed"):
+    elif err.code in (Code.CONVERT_FAILED, Code.TOOLKIT_INSTALL_FAILED):
         fix = ("see the converter output above; retry alone: py312/bin/python -m rkvoice.models install "
                f"--profile {profile} --only {model.id}")
-    elif err.code == "bad-drop-in":
+    elif err.code == Code.BAD_DROP_IN:
         status = "corrupt"
         fix = f"rebuild the files in {DOWNLOADS} (models/convert_rknn.py) or delete them to convert here"
-    elif err.code in ("step-failed", "verify-failed"):
+    elif err.code in (Code.STEP_FAILED, Code.VERIFY_FAILED):
         status = "corrupt"
         fix = f"rm -r {model.dir}; {rerun}"
     return Outcome(model.id, status, err.message, fix, model.optional)
@@ -194,7 +194,7 @@ def install_profile(manifest: Manifest, root: Path, profile: str, *, only: list[
     if only:
         unknown = sorted(set(only) - {m.id for m in models})
         if unknown:
-            raise RkvoiceError("models", "unknown-model", f"no {profile} model(s) {', '.join(unknown)}; "
+            raise RkvoiceError(Stage.MODELS, "unknown-model", f"no {profile} model(s) {', '.join(unknown)}; "
                                f"choose from: {', '.join(m.id for m in models)}")
         models = [m for m in models if m.id in only]
     npu = any(s.op == "rknn" for m in models for s in m.steps)

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 
 STAGES = ("wake", "vad", "asr", "llm", "tts", "text")
 PROFILES = ("portable", "board")
@@ -44,7 +44,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 def _err(where: str, msg: str) -> RkvoiceError:
-    return RkvoiceError("models", "bad-manifest", f"manifest {where}: {msg}")
+    return RkvoiceError(Stage.MODELS, "bad-manifest", f"manifest {where}: {msg}")
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ class Manifest:
 
     def profile(self, profile: str) -> list[Model]:
         if profile not in PROFILES:
-            raise RkvoiceError("models", "bad-profile",
+            raise RkvoiceError(Stage.MODELS, "bad-profile",
                                f"unknown profile {profile!r}; choose one of: {', '.join(PROFILES)}")
         return [m for m in self.models if m.profile == profile]
 
@@ -136,7 +136,7 @@ class Manifest:
         for m in self.models:
             if m.id == model_id:
                 return m
-        raise RkvoiceError("models", "unknown-model", f"no model {model_id!r} in {self.path}")
+        raise RkvoiceError(Stage.MODELS, "unknown-model", f"no model {model_id!r} in {self.path}")
 
 
 def _take(d: dict[str, Any], where: str, required: tuple[str, ...], optional: tuple[str, ...]) -> dict[str, Any]:
@@ -310,9 +310,9 @@ def load_manifest(path: str | Path) -> Manifest:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise RkvoiceError("models", "no-manifest", f"{path} not found; run from the rkvoice checkout") from None
+        raise RkvoiceError(Stage.MODELS, "no-manifest", f"{path} not found; run from the rkvoice checkout") from None
     except yaml.YAMLError as exc:
-        raise RkvoiceError("models", "bad-manifest", f"{path} is not valid YAML: {exc}") from None
+        raise RkvoiceError(Stage.MODELS, "bad-manifest", f"{path} is not valid YAML: {exc}") from None
     d = _take(data, str(path), ("schema", "models"), ("notes",))
     if d["schema"] != 1:
         raise _err(str(path), f"unsupported schema {d['schema']!r} (this code reads schema 1)")

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rkvoice.board import versions
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import Code, RkvoiceError, Stage
 from rkvoice.models.context import DOWNLOADS, Context, Toolkit, atomic
 
 if TYPE_CHECKING:
@@ -40,16 +40,16 @@ _STAMP = re.compile(rb"toolkit[_ ]?version\"?[:=] *\"?v?(\d+\.\d+\.\d+(?:[a-z]+\
 def resolve_toolkit(override: str | None = None, lib_paths: tuple[Path, ...] | None = None) -> Toolkit:
     """The board runtime's version, or ``override`` (a PC build); both given and different is refused."""
     if override is not None and not _VERSION.match(override):
-        raise RkvoiceError("models", "bad-option", f"--toolkit-version {override!r}: expected a version like 2.3.2")
+        raise RkvoiceError(Stage.MODELS, "bad-option", f"--toolkit-version {override!r}: expected a version like 2.3.2")
     path, found = versions.librknnrt_version(lib_paths)
     if override and found and override != found:
-        return Toolkit(None, "", RkvoiceError("models", "toolkit-mismatch", f"--toolkit-version {override} but this "
+        return Toolkit(None, "", RkvoiceError(Stage.MODELS, Code.TOOLKIT_MISMATCH, f"--toolkit-version {override} but this "
                                               f"board's librknnrt ({path}) is {found}; they must be equal: "
                                               "drop --toolkit-version to build with the board's version"))
     if override:
         return Toolkit(override, "--toolkit-version")
     if path is not None and found is None:
-        return Toolkit(None, "", RkvoiceError("models", "toolkit-unreadable", f"cannot read the version string from "
+        return Toolkit(None, "", RkvoiceError(Stage.MODELS, Code.TOOLKIT_UNREADABLE, f"cannot read the version string from "
                                               f"{path} (strings {path} | grep 'librknnrt version'); "
                                               "pass --toolkit-version V with the version it reports"))
     if found:
@@ -67,11 +67,11 @@ def read_sidecar(rknn: Path) -> dict[str, Any]:
     try:
         data = json.loads(side.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise RkvoiceError("models", "no-sidecar", f"{side} not found (every .rknn comes with its .json)") from None
+        raise RkvoiceError(Stage.MODELS, Code.NO_SIDECAR, f"{side} not found (every .rknn comes with its .json)") from None
     except (OSError, ValueError) as exc:
-        raise RkvoiceError("models", "bad-sidecar", f"{side} is not readable JSON: {exc}") from None
+        raise RkvoiceError(Stage.MODELS, "bad-sidecar", f"{side} is not readable JSON: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("toolkit_version"), str):
-        raise RkvoiceError("models", "bad-sidecar", f"{side} has no toolkit_version")
+        raise RkvoiceError(Stage.MODELS, "bad-sidecar", f"{side} has no toolkit_version")
     return data
 
 
@@ -88,7 +88,7 @@ def rknn_problem(rknn: Path, expected: str | None) -> tuple[str, str] | None:
     try:
         built = read_sidecar(rknn)["toolkit_version"]
     except RkvoiceError as err:
-        return ("missing" if err.code == "no-sidecar" else "corrupt"), err.message
+        return ("missing" if err.code == Code.NO_SIDECAR else "corrupt"), err.message
     try:  # the toolkit version rknn-toolkit2 stamps into the .rknn itself (first 4 MB), if any
         with rknn.open("rb") as fh:
             m = _STAMP.search(fh.read(4 << 20))
@@ -133,14 +133,14 @@ def install_drop_ins(ctx: Context, toolkit: Toolkit) -> bool:
     for p in present:
         problem = rknn_problem(p, toolkit.version)
         if problem and problem[0] == "mismatch":
-            raise RkvoiceError("models", "toolkit-mismatch", f"{problem[1]} ({toolkit.origin}); refusing the files "
+            raise RkvoiceError(Stage.MODELS, Code.TOOLKIT_MISMATCH, f"{problem[1]} ({toolkit.origin}); refusing the files "
                                f"in {cache}: rebuild them with --toolkit-version {toolkit.version}, or delete them "
                                "to convert here")
         if problem:
-            raise RkvoiceError("models", "bad-drop-in", f"{p}: {problem[1]}")
+            raise RkvoiceError(Stage.MODELS, Code.BAD_DROP_IN, f"{p}: {problem[1]}")
         built.add(read_sidecar(p)["toolkit_version"])
     if len(built) > 1:
-        raise RkvoiceError("models", "toolkit-mismatch",
+        raise RkvoiceError(Stage.MODELS, Code.TOOLKIT_MISMATCH,
                            f"the files in {cache} were built by different toolkits ({', '.join(sorted(built))})")
     if toolkit.version is None:
         (made_by,) = built
@@ -176,16 +176,16 @@ def _run_converter(ctx: Context, vpy: str, script: Path, args: list[str]) -> Non
         rc = proc.wait()
     what = f"{script.name} {args[0] if args else ''}".strip()
     if rc != 0:
-        raise RkvoiceError("models", "convert-failed",
+        raise RkvoiceError(Stage.MODELS, Code.CONVERT_FAILED,
                            f"{ctx.model.id}: {what} exited {rc}: {' | '.join(t for t in tail if t)}")
     want = sum(a in ("--tokens", "--frames") for a in args)  # one JSON line per bucket
     if not reports or (want and len(reports) != want):
-        raise RkvoiceError("models", "convert-failed",
+        raise RkvoiceError(Stage.MODELS, Code.CONVERT_FAILED,
                            f"{ctx.model.id}: {what} printed {len(reports)} JSON report line(s), "
                            f"expected {want or 'some'}")
     for r in reports:
         if r.get("true_frames_ok") is False:
-            raise RkvoiceError("models", "convert-failed", f"{ctx.model.id}: {what}: true_frames_ok is false in {r}")
+            raise RkvoiceError(Stage.MODELS, Code.CONVERT_FAILED, f"{ctx.model.id}: {what}: true_frames_ok is false in {r}")
         log.info("  %s %s: SNR vs original %s dB, simulator %s dB, build %s s, peak %s MB", r.get("model"),
                  r.get("tokens", r.get("frames")), r.get("snr_vs_original_db"), r.get("snr_db"),
                  r.get("build_s"), r.get("peak_rss_mb"))
@@ -205,14 +205,14 @@ def convert(ctx: Context, step: Step) -> None:
     assert version is not None
     script = ctx.root / step.script
     if not script.is_file():
-        raise RkvoiceError("models", "step-failed", f"{ctx.model.id}: converter {script} is missing from the checkout")
+        raise RkvoiceError(Stage.MODELS, Code.STEP_FAILED, f"{ctx.model.id}: converter {script} is missing from the checkout")
     base = ctx.toolkit_python or ctx.python
     log.info("  creating a throw-away venv (%s) with %s==%s", base, step.toolkit, version)
-    with ctx.venv(base, "toolkit-install-failed") as vpy:
+    with ctx.venv(base, Code.TOOLKIT_INSTALL_FAILED) as vpy:
         pin = f"{step.toolkit}=={version}"
-        ctx.pip_install(vpy, ["--no-deps", "--only-binary=:all:", pin], pin, "toolkit-install-failed")
+        ctx.pip_install(vpy, ["--no-deps", "--only-binary=:all:", pin], pin, Code.TOOLKIT_INSTALL_FAILED)
         if step.deps:
-            ctx.pip_install(vpy, step.deps, "the toolkit's dependencies", "toolkit-install-failed")
+            ctx.pip_install(vpy, step.deps, "the toolkit's dependencies", Code.TOOLKIT_INSTALL_FAILED)
         for args in step.runs:
             _run_converter(ctx, vpy, script, [ctx.fmt(a) for a in args])
 
@@ -226,7 +226,7 @@ def run_rknn_step(ctx: Context, step: Step) -> None:
         return
     if toolkit.version is None:
         raise RkvoiceError(
-            "models", "no-toolkit-version",
+            Stage.MODELS, Code.NO_TOOLKIT_VERSION,
             f"{ctx.model.id}: no librknnrt.so here to take the rknn-toolkit2 version from; run the install "
             "on the board, or pass --toolkit-version V (the board's librknnrt version) to build on a PC",
         )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.npu.runtime import ModelRuntime
 
 
@@ -21,7 +21,7 @@ class ChunkedVocoder:
 
     def __init__(self, runtime: ModelRuntime, frames: int = 50, context: int = 12, hop: int = 300) -> None:
         if frames <= 2 * context:
-            raise RkvoiceError("config", "bad-vocoder-window",
+            raise RkvoiceError(Stage.CONFIG, "bad-vocoder-window",
                                f"vocoder window of {frames} frames leaves no centre with context {context} on each side")
         self.runtime = runtime
         self.frames = frames
@@ -40,7 +40,7 @@ class ChunkedVocoder:
     def __call__(self, mel: np.ndarray) -> np.ndarray:
         mel = np.asarray(mel, dtype=np.float32)
         if mel.ndim != 3 or mel.shape[0] != 1:
-            raise RkvoiceError("tts", "bad-shape", f"vocoder expects a mel [1, T, C], got {mel.shape}")
+            raise RkvoiceError(Stage.TTS, "bad-shape", f"vocoder expects a mel [1, T, C], got {mel.shape}")
         total = mel.shape[1]
         if total == 0:
             return np.zeros(0, dtype=np.float32)
@@ -51,7 +51,7 @@ class ChunkedVocoder:
             win = np.pad(win, ((0, 0), (0, self.frames - win.shape[1]), (0, 0)), constant_values=fill)
             wave = np.asarray(self.runtime.run([np.ascontiguousarray(win)])[0], dtype=np.float32).reshape(-1)
             if wave.size != self.frames * self.hop:
-                raise RkvoiceError("tts", "bad-model", f"vocoder gave {wave.size} samples for {self.frames} frames; "
+                raise RkvoiceError(Stage.TTS, "bad-model", f"vocoder gave {wave.size} samples for {self.frames} frames; "
                                    f"expected {self.frames * self.hop} (hop {self.hop})")
             pieces.append(wave[(keep0 - start) * self.hop : (keep1 - start) * self.hop])
         return np.concatenate(pieces)

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 
 log = logging.getLogger(__name__)
 
@@ -36,14 +36,14 @@ class StftConfig:
 
     def __post_init__(self) -> None:
         if self.n_fft < 2 or self.hop_length < 1 or not 1 <= self.win_length <= self.n_fft:
-            raise RkvoiceError("tts", "bad-stft-config", "STFT config needs n_fft >= 2, hop_length >= 1 and "
+            raise RkvoiceError(Stage.TTS, "bad-stft-config", "STFT config needs n_fft >= 2, hop_length >= 1 and "
                                f"1 <= win_length <= n_fft; got n_fft={self.n_fft}, hop_length={self.hop_length}, "
                                f"win_length={self.win_length}")
         if self.window not in _WINDOWS:
-            raise RkvoiceError("tts", "bad-stft-config",
+            raise RkvoiceError(Stage.TTS, "bad-stft-config",
                                f"unknown STFT window {self.window!r}; choose one of: {', '.join(_WINDOWS)}")
         if self.hop_length > self.win_length:
-            raise RkvoiceError("tts", "bad-stft-config", f"hop_length {self.hop_length} > win_length "
+            raise RkvoiceError(Stage.TTS, "bad-stft-config", f"hop_length {self.hop_length} > win_length "
                                f"{self.win_length}: frames would not overlap and the signal cannot be reconstructed")
 
     @property
@@ -63,7 +63,7 @@ class StftConfig:
                 return int(raw)
             except (TypeError, ValueError):
                 msg = f"vocoder metadata {key}={raw!r} is not an integer"
-                raise RkvoiceError("tts", "bad-stft-config", msg) from None
+                raise RkvoiceError(Stage.TTS, "bad-stft-config", msg) from None
 
         sizes = {k: num(k, getattr(b, k)) for k in ("n_fft", "hop_length", "win_length")}
         return cls(**sizes, window=str(meta.get("window_type", b.window) or b.window),
@@ -87,13 +87,13 @@ def stft(signal: np.ndarray, cfg: StftConfig) -> np.ndarray:
     """Complex STFT [bins, frames] of a 1-D signal (the forward transform ``istft`` inverts)."""
     x = np.asarray(signal, dtype=np.float64)
     if x.ndim != 1:
-        raise RkvoiceError("tts", "bad-shape", f"stft expects a 1-D signal, got shape {x.shape}")
+        raise RkvoiceError(Stage.TTS, "bad-shape", f"stft expects a 1-D signal, got shape {x.shape}")
     if cfg.center:
         pad = cfg.n_fft // 2
         mode: Literal["reflect", "constant"] = "reflect" if len(x) > pad else "constant"
         x = np.pad(x, (pad, pad), mode=mode)
     if len(x) < cfg.n_fft:
-        raise RkvoiceError("tts", "bad-shape", f"signal of {len(signal)} samples is shorter than n_fft")
+        raise RkvoiceError(Stage.TTS, "bad-shape", f"signal of {len(signal)} samples is shorter than n_fft")
     frames = 1 + (len(x) - cfg.n_fft) // cfg.hop_length
     idx = np.arange(cfg.n_fft)[None, :] + cfg.hop_length * np.arange(frames)[:, None]
     spec = np.fft.rfft(x[idx] * make_window(cfg)[None, :], axis=1)
@@ -109,7 +109,7 @@ def istft(spec: np.ndarray, cfg: StftConfig, length: int | None = None) -> np.nd
         s = s[0]
     if s.ndim != 2 or s.shape[0] != cfg.bins:
         raise RkvoiceError(
-            "tts",
+            Stage.TTS,
             "bad-shape",
             f"istft expects [{cfg.bins}, frames] for n_fft={cfg.n_fft}, got shape {np.shape(spec)}; "
             "check n_fft in the vocoder configuration",

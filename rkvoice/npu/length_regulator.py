@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 
 
 def regulate(hidden: np.ndarray, durations: np.ndarray, frames: int | None = None) -> tuple[np.ndarray, np.ndarray, int]:
@@ -22,14 +22,14 @@ def regulate(hidden: np.ndarray, durations: np.ndarray, frames: int | None = Non
     h = np.asarray(hidden)
     d = np.asarray(durations).reshape(-1).astype(np.int64)
     if h.ndim != 3 or h.shape[0] != 1 or h.shape[1] != d.size:
-        raise RkvoiceError("tts", "bad-shape", f"length regulator needs hidden [1, N, D] and durations [1, N]; "
+        raise RkvoiceError(Stage.TTS, "bad-shape", f"length regulator needs hidden [1, N, D] and durations [1, N]; "
                            f"got {h.shape} and {np.shape(durations)}")
     d = np.clip(d, 0, None)
     x = np.repeat(h[0], d, axis=0)
     total = x.shape[0]
     size = total if frames is None else frames
     if total > size:
-        raise RkvoiceError("tts", "too-long", f"{total} frames do not fit the decoder's {size}; split the text "
+        raise RkvoiceError(Stage.TTS, "too-long", f"{total} frames do not fit the decoder's {size}; split the text "
                            "into shorter pieces or build a longer decoder bucket")
     out = np.pad(x, ((0, size - total), (0, 0)))[None]
     return out, (np.arange(size) < total).astype(np.int32)[None], total
@@ -47,10 +47,10 @@ def align(mu_x: np.ndarray, cum_durations: np.ndarray, frames: int, window: int)
     mu = np.asarray(mu_x, np.float32)
     cum = np.asarray(cum_durations, np.float32).reshape(-1)
     if mu.ndim != 3 or mu.shape[0] != 1 or mu.shape[1] != cum.size:
-        raise RkvoiceError("tts", "bad-shape", f"Matcha alignment needs mu_x [1, N, C] and cum_durations [1, N]; "
+        raise RkvoiceError(Stage.TTS, "bad-shape", f"Matcha alignment needs mu_x [1, N, C] and cum_durations [1, N]; "
                            f"got {mu.shape} and {np.shape(cum_durations)}")
     if not 0 <= frames <= window:
-        raise RkvoiceError("tts", "too-long", f"{frames} frames do not fit the decoder's window of {window}; "
+        raise RkvoiceError(Stage.TTS, "too-long", f"{frames} frames do not fit the decoder's window of {window}; "
                            "run the piece in a larger bucket or split it")
     t = np.arange(frames, dtype=np.float32)
     token = np.searchsorted(cum, t, side="right")  # first j with t < cum[j]

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from rkvoice.board.versions import librknnrt_version, package_version
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class ModelRuntime(Protocol):
 
 
 def _missing(path: Path, what: str) -> RkvoiceError:
-    return RkvoiceError("npu", "missing-model", f"{what} model file {path} not found; run ./install.sh "
+    return RkvoiceError(Stage.NPU, "missing-model", f"{what} model file {path} not found; run ./install.sh "
                         "for this profile or fix the path in config.yaml")
 
 
@@ -113,13 +113,13 @@ class OnnxModel:
                                               providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises several types for a bad file
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise RkvoiceError("npu", "load-failed",
+            raise RkvoiceError(Stage.NPU, "load-failed",
                                f"cannot load {self.path} with onnxruntime {ort.__version__}: {first}") from exc
         log.debug("loaded %s (onnxruntime %s, %d threads)", self.path, ort.__version__, self.threads)
 
     def _session(self) -> Any:
         if self._sess is None:
-            raise RkvoiceError("npu", "not-loaded", f"{self.path}: call load() before run()")
+            raise RkvoiceError(Stage.NPU, "not-loaded", f"{self.path}: call load() before run()")
         return self._sess
 
     def input_specs(self) -> list[TensorSpec]:
@@ -137,7 +137,7 @@ class OnnxModel:
         sess = self._session()
         specs = sess.get_inputs()
         if len(inputs) != len(specs):
-            raise RkvoiceError("npu", "bad-inputs", f"{self.path} takes {len(specs)} inputs "
+            raise RkvoiceError(Stage.NPU, "bad-inputs", f"{self.path} takes {len(specs)} inputs "
                                f"({', '.join(s.name for s in specs)}), got {len(inputs)}")
         feed = {}
         for spec, arr in zip(specs, inputs):  # cast to the declared type: onnxruntime refuses any other
@@ -165,7 +165,7 @@ def _lite_api() -> Any:
     except ImportError as exc:
         _, rt = librknnrt_version()
         pin = f"=={rt}" if rt else " matching /usr/lib/librknnrt.so"
-        raise RkvoiceError("npu", "missing-dependency",
+        raise RkvoiceError(Stage.NPU, "missing-dependency",
                            f"rknn-toolkit-lite2 is not installed ({exc}); on the board run "
                            f"py312/bin/pip install rknn-toolkit-lite2{pin} (aarch64 only)") from exc
     return RKNNLite
@@ -175,11 +175,11 @@ def core_mask_value(api: Any, mask: str) -> Any:
     """Map a config core mask ("auto", "0", "1", "0_1", ...) to the RKNNLite constant."""
     key = str(mask).strip().lower()
     if key not in CORE_MASKS:
-        raise RkvoiceError("npu", "bad-core-mask",
+        raise RkvoiceError(Stage.NPU, "bad-core-mask",
                            f"unknown NPU core mask {mask!r}; choose one of: {', '.join(CORE_MASKS)}")
     attr = f"NPU_CORE_{key.upper()}"
     if not hasattr(api, attr):
-        raise RkvoiceError("npu", "bad-core-mask",
+        raise RkvoiceError(Stage.NPU, "bad-core-mask",
                            f"NPU core mask {mask!r} ({attr}) is not offered by this rknn-toolkit-lite2; "
                            "RK3576 has cores 0 and 1: use auto, 0, 1 or 0_1")
     return getattr(api, attr)
@@ -211,21 +211,21 @@ class RknnModel:
         try:
             ret = rknn.load_rknn(str(self.path))
         except Exception as exc:
-            raise RkvoiceError("npu", "load-failed",
+            raise RkvoiceError(Stage.NPU, "load-failed",
                                f"cannot load {self.path} with {self._versions()}: {exc}") from exc
         if ret != 0:
-            raise RkvoiceError("npu", "load-failed",
+            raise RkvoiceError(Stage.NPU, "load-failed",
                                f"cannot load {self.path} (load_rknn returned {ret}) with {self._versions()}; "
                                "the file may be truncated or built for another toolkit version")
         try:
             ret = rknn.init_runtime(core_mask=mask)
         except Exception as exc:
             rknn.release()
-            raise RkvoiceError("npu", "init-failed",
+            raise RkvoiceError(Stage.NPU, "init-failed",
                                f"cannot start {self.path} on the NPU with {self._versions()}: {exc}") from exc
         if ret != 0:
             rknn.release()
-            raise RkvoiceError("npu", "init-failed",
+            raise RkvoiceError(Stage.NPU, "init-failed",
                                f"cannot start {self.path} on the NPU (init_runtime returned {ret}) with "
                                f"{self._versions()}; librknnrt, rknn-toolkit-lite2 and the toolkit that "
                                "built the file must be the same version (assistant.py --check)")
@@ -256,10 +256,10 @@ class RknnModel:
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         if self._rknn is None:
-            raise RkvoiceError("npu", "not-loaded", f"{self.path}: call load() before run()")
+            raise RkvoiceError(Stage.NPU, "not-loaded", f"{self.path}: call load() before run()")
         outs = self._rknn.inference(inputs=[np.ascontiguousarray(a) for a in inputs])
         if outs is None:
-            raise RkvoiceError("npu", "inference-failed",
+            raise RkvoiceError(Stage.NPU, "inference-failed",
                                f"RKNNLite inference on {self.path} returned nothing (see the RKNN log above)")
         return [np.asarray(o) for o in outs]
 
@@ -289,5 +289,5 @@ def open_model(path: Path | str, *, threads: int = 1, core_mask: str = "auto",
         return RknnModel(p, core_mask=core_mask, what=what)
     if p.suffix == ".onnx":
         return OnnxModel(p, threads=threads, what=what)
-    raise RkvoiceError("npu", "bad-model-path",
+    raise RkvoiceError(Stage.NPU, "bad-model-path",
                        f"{what} model {p} must end in .rknn (NPU) or .onnx (CPU)")

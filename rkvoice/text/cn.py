@@ -10,7 +10,7 @@ import logging
 from datetime import date, datetime, time
 from decimal import Decimal, InvalidOperation
 
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def _under_10000(n: int) -> str:
 def cn_int(n: int) -> str:
     """Integer in Chinese: 10 十, 105 一百零五, 100200 十万零二百, 120000000 一亿二千万, -7 负七."""
     if isinstance(n, bool) or not isinstance(n, int):
-        raise RkvoiceError("text", "bad-number", f"cn_int needs an int, got {n!r}; convert it first")
+        raise RkvoiceError(Stage.TEXT, "bad-number", f"cn_int needs an int, got {n!r}; convert it first")
     if n < 0:
         return "负" + cn_int(-n)
     if n == 0:
@@ -75,9 +75,9 @@ def cn_dec(x: float | str) -> str:
     try:
         d = Decimal(str(x).strip())
     except InvalidOperation:
-        raise RkvoiceError("text", "bad-number", f"cn_dec needs a decimal number, got {x!r}") from None
+        raise RkvoiceError(Stage.TEXT, "bad-number", f"cn_dec needs a decimal number, got {x!r}") from None
     if not d.is_finite():
-        raise RkvoiceError("text", "bad-number", f"cn_dec needs a finite number, got {x!r}")
+        raise RkvoiceError(Stage.TEXT, "bad-number", f"cn_dec needs a finite number, got {x!r}")
     sign = "负" if d < 0 else ""
     whole, _, frac = format(abs(d), "f").partition(".")
     text = cn_int(int(whole))
@@ -92,7 +92,7 @@ def cn_dec(x: float | str) -> str:
 def cn_date(d: date | datetime) -> str:
     """Date with weekday: 2026-10-21 -> 二零二六年十月二十一日 星期三."""
     if not isinstance(d, date):
-        raise RkvoiceError("text", "bad-date", f"cn_date needs a date or datetime, got {d!r}")
+        raise RkvoiceError(Stage.TEXT, "bad-date", f"cn_date needs a date or datetime, got {d!r}")
     return f"{cn_day(d.year, d.month, d.day)} 星期{_WEEKDAYS[d.weekday()]}"
 
 
@@ -113,7 +113,7 @@ def period(hour: int) -> str:
 def clock_hm(hour: int, minute: int) -> str:
     """12-hour reading with period: (22, 5) -> 晚上十点零五分, (14, 0) -> 下午两点整."""
     if not (0 <= hour <= 23 and 0 <= minute <= 59):
-        raise RkvoiceError("text", "bad-time", f"clock time {hour}:{minute:02d} is out of range 0:00-23:59")
+        raise RkvoiceError(Stage.TEXT, "bad-time", f"clock time {hour}:{minute:02d} is out of range 0:00-23:59")
     h12 = hour % 12 or 12
     spoken_hour = "两" if h12 == 2 else cn_int(h12)
     tail = "整" if minute == 0 else ("零" if minute < 10 else "") + cn_int(minute) + "分"
@@ -123,5 +123,5 @@ def clock_hm(hour: int, minute: int) -> str:
 def cn_time(t: time | datetime) -> str:
     """Clock time: 22:05 晚上十点零五分, 14:30 下午两点三十分, 00:30 凌晨十二点三十分."""
     if not isinstance(t, (time, datetime)):
-        raise RkvoiceError("text", "bad-time", f"cn_time needs a time or datetime, got {t!r}")
+        raise RkvoiceError(Stage.TEXT, "bad-time", f"cn_time needs a time or datetime, got {t!r}")
     return clock_hm(t.hour, t.minute)

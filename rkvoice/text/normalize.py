@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import re
 
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.text.clean import clean
 from rkvoice.text.en import en_speakable
 from rkvoice.text.zh import UNITS, wetext_zh, zh_speakable
@@ -64,10 +64,10 @@ def speakable(text: str, lang: str | None = None) -> str:
     removed and whitespace collapsed; words are never dropped. Empty text gives "".
     """
     if lang is not None and lang not in LANGS:
-        raise RkvoiceError("text", "bad-language",
+        raise RkvoiceError(Stage.TEXT, "bad-language",
                            f"speakable lang must be one of {', '.join(LANGS)} or None, got {lang!r}")
     if not isinstance(text, str):
-        raise RkvoiceError("text", "bad-text", f"speakable needs a str, got {type(text).__name__}")
+        raise RkvoiceError(Stage.TEXT, "bad-text", f"speakable needs a str, got {type(text).__name__}")
     text = clean(text)
     if not text:
         return ""

@@ -15,7 +15,7 @@ import unicodedata
 from bisect import bisect_left, bisect_right
 from itertools import pairwise
 
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.text.clean import dropped as _dropped, starts_with_list_number
 
 log = logging.getLogger(__name__)
@@ -319,7 +319,7 @@ def split_for_tts(text: str, first: int = 24, chunk: int = 40) -> list[str]:
     ``"".join(result) == text``; whitespace-only text gives ``[]``.
     """
     if first < 1 or chunk < 1:
-        raise RkvoiceError("text", "bad-chunk-size",
+        raise RkvoiceError(Stage.TEXT, "bad-chunk-size",
                            f"split_for_tts needs first >= 1 and chunk >= 1, got {first} and {chunk}")
     if not text or text.isspace():
         return []

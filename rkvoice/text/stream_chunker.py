@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import re
 
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.text.split import CutPoints, pack
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ class StreamChunker:
     def __init__(self, first: int = 24, chunk: int = 40, min_clause_words: int = 5,
                  max_words: int = 12) -> None:
         if first < 1 or chunk < 1 or max_words < 1 or min_clause_words < 0:
-            raise RkvoiceError("text", "bad-chunk-size",
+            raise RkvoiceError(Stage.TEXT, "bad-chunk-size",
                                "StreamChunker needs first, chunk and max_words >= 1 and min_clause_words >= 0, "
                                f"got first={first} chunk={chunk} max_words={max_words} "
                                f"min_clause_words={min_clause_words}")
@@ -56,7 +56,7 @@ class StreamChunker:
     def feed(self, delta: str) -> list[str]:
         """Add text; return the pieces that became safe to speak (possibly none)."""
         if not isinstance(delta, str):
-            raise RkvoiceError("text", "bad-text", f"StreamChunker.feed needs a str, got {type(delta).__name__}")
+            raise RkvoiceError(Stage.TEXT, "bad-text", f"StreamChunker.feed needs a str, got {type(delta).__name__}")
         self._buf += delta
         return self._drain(final=False)
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rkvoice.config import Config
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 
 if TYPE_CHECKING:
     from rkvoice.npu.chunked_vocoder import ChunkedVocoder
@@ -70,7 +70,7 @@ def open_session(path: Path, threads: int, what: str) -> Any:
     import onnxruntime as ort
 
     if not path.is_file():
-        raise RkvoiceError("tts", "missing-model", f"{what} model {path} is missing: run ./install.sh to install it")
+        raise RkvoiceError(Stage.TTS, "missing-model", f"{what} model {path} is missing: run ./install.sh to install it")
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = max(1, int(threads))
     opts.inter_op_num_threads = 1
@@ -83,7 +83,7 @@ def open_session(path: Path, threads: int, what: str) -> Any:
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises several types for bad files
         reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
         raise RkvoiceError(
-            "tts",
+            Stage.TTS,
             "corrupt-model",
             f"{what} model {path} is truncated or corrupt ({reason}): run ./install.sh to "
             "fetch and convert it again",
@@ -112,17 +112,17 @@ class FastSpeech2Tts:
         try:
             from rkvoice.tts.pinyin_frontend import PinyinFrontend
         except ImportError as exc:
-            raise RkvoiceError("tts", "missing-dependency", f"fastspeech2 needs {exc.name}: run ./install.sh") from exc
+            raise RkvoiceError(Stage.TTS, "missing-dependency", f"fastspeech2 needs {exc.name}: run ./install.sh") from exc
         mapper = self.dir / FILES["mapper"]
         if not mapper.is_file():
-            raise RkvoiceError("tts", "missing-model", f"fastspeech2 symbol map {mapper} is missing: run ./install.sh")
+            raise RkvoiceError(Stage.TTS, "missing-model", f"fastspeech2 symbol map {mapper} is missing: run ./install.sh")
         try:
             data = json.loads(mapper.read_text(encoding="utf-8"))
             self.frontend = PinyinFrontend(dict(data["symbol_to_id"]), dict(data["pinyin_dict"]))
             self._num_speakers = max(1, len(data.get("speakers_map", {})))
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
             raise RkvoiceError(
-                "tts", "corrupt-model",
+                Stage.TTS, "corrupt-model",
                 f"fastspeech2 symbol map {mapper} is truncated or corrupt ({exc}): run ./install.sh",
             ) from exc
         self._acoustic = open_session(self.dir / FILES["acoustic"], self.threads, "FastSpeech2 acoustic")
@@ -139,7 +139,7 @@ class FastSpeech2Tts:
         outputs = self._acoustic.get_outputs()
         if len(outputs) < 2 or [i.name for i in self._acoustic.get_inputs()][:1] != ["input_ids"]:
             raise RkvoiceError(
-                "tts", "corrupt-model",
+                Stage.TTS, "corrupt-model",
                 f"{self.dir / FILES['acoustic']} is not the FastSpeech2 graph this engine expects: "
                 "run ./install.sh to convert it again",
             )
@@ -167,14 +167,14 @@ class FastSpeech2Tts:
 
     def generate(self, text: str, sid: int = 0, speed: float = 1.0) -> tuple[np.ndarray, int]:
         if self._acoustic is None or self.frontend is None:
-            raise RkvoiceError("tts", "not-loaded", "fastspeech2: generate() called before load()")
+            raise RkvoiceError(Stage.TTS, "not-loaded", "fastspeech2: generate() called before load()")
         if not 0 <= sid < self._num_speakers:
             raise RkvoiceError(
-                "tts", "bad-speaker",
+                Stage.TTS, "bad-speaker",
                 f"fastspeech2 has {self._num_speakers} speaker(s); sid {sid} is out of range (use 0)",
             )
         if not MIN_SPEED <= speed <= MAX_SPEED:
-            raise RkvoiceError("tts", "bad-speed", f"speed {speed} is outside {MIN_SPEED}..{MAX_SPEED}")
+            raise RkvoiceError(Stage.TTS, "bad-speed", f"speed {speed} is outside {MIN_SPEED}..{MAX_SPEED}")
         pieces = [self._vocode(self._mel(ids, sid, speed)) for ids in self._id_pieces(text)]
         if not pieces:
             log.debug("nothing pronounceable in %r", text[:40])

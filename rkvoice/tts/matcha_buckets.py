@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.npu import runtime as npu_runtime
 from rkvoice.npu.runtime import ModelRuntime, OnnxModel, RknnModel, TensorSpec
 
@@ -43,7 +43,7 @@ RUNTIMES = ("auto", "rknn", "onnx")
 
 
 def _bad(path: Path, why: str, fix: str = "rebuild it with models/convert_rknn.py") -> RkvoiceError:
-    return RkvoiceError("tts", "bad-model", f"{path}: {why}; {fix}")
+    return RkvoiceError(Stage.TTS, "bad-model", f"{path}: {why}; {fix}")
 
 
 @dataclass
@@ -122,7 +122,7 @@ def find_models(base: Path, pattern: str, runtime: str = "auto") -> list[Path]:
     rknn-toolkit-lite2 is importable (the board) and there are .rknn files, else .onnx.
     """
     if runtime not in RUNTIMES:
-        raise RkvoiceError("config", "bad-value", f"tts.matcha.runtime {runtime!r}; choose one of: {', '.join(RUNTIMES)}")
+        raise RkvoiceError(Stage.CONFIG, "bad-value", f"tts.matcha.runtime {runtime!r}; choose one of: {', '.join(RUNTIMES)}")
     full = str(base / pattern)
 
     def matches(suffix: str) -> list[Path]:
@@ -151,7 +151,7 @@ def read_sidecar(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise RkvoiceError("tts", "missing-model", f"cannot read {path}: {exc.strerror}; models/convert_rknn.py "
+        raise RkvoiceError(Stage.TTS, "missing-model", f"cannot read {path}: {exc.strerror}; models/convert_rknn.py "
                            "writes it next to the model") from exc
     except json.JSONDecodeError as exc:
         raise _bad(path, f"the sidecar is not JSON ({exc.msg} at line {exc.lineno})") from exc
@@ -167,7 +167,7 @@ def load_bucket(path: Path, kind: str, threads: int = 1, core_mask: str = "auto"
     side_path = sidecar_of(path)
     side = read_sidecar(side_path) if side_path.is_file() else None
     if path.suffix == ".rknn" and side is None:
-        raise RkvoiceError("tts", "missing-model", f"{path} has no sidecar {side_path.name} (its inputs and "
+        raise RkvoiceError(Stage.TTS, "missing-model", f"{path} has no sidecar {side_path.name} (its inputs and "
                            "outputs); rebuild it with models/convert_rknn.py, which writes both")
     if side is not None and side.get("model") not in (None, kind):
         raise _bad(side_path, f"the sidecar describes a {side.get('model')!r} model where a {kind} model belongs")

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from rkvoice.config import Config
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.npu import runtime as npu_runtime
 from rkvoice.npu.istft import StftConfig, istft_mag_phase, istft_mag_xy
 from rkvoice.npu.length_regulator import align
@@ -107,7 +107,7 @@ class MatchaTts:
         files = self.files()
         missing = [f"{k} {p}" for k, p in files.items() if not p.is_file()]
         if missing:
-            raise RkvoiceError("tts", "missing-model",
+            raise RkvoiceError(Stage.TTS, "missing-model",
                                f"matcha voice files missing: {'; '.join(missing)}; run ./install.sh "
                                "--profile board (or set tts.matcha.dir to a directory holding them)")
         phonemizer = self._phonemizer or _system_phonemizer(self.cfg)
@@ -137,7 +137,7 @@ class MatchaTts:
         if encoders == {None}:
             return
         if len(encoders) != 1 or None in encoders:
-            raise RkvoiceError("tts", "bad-model", "matcha: a mix of split decoders and whole Matcha graphs "
+            raise RkvoiceError(Stage.TTS, "bad-model", "matcha: a mix of split decoders and whole Matcha graphs "
                                f"({', '.join(b.path.name for b in self.acoustic)}); keep one kind")
         path = self.acoustic[0].encoder
         assert path is not None
@@ -147,7 +147,7 @@ class MatchaTts:
         outs = [s.name for s in model.output_specs()]
         if "x" not in names or outs != ["mu_x", "cum_durations", "mel_frames", "decoder_frames"]:
             model.close()
-            raise RkvoiceError("tts", "bad-model", f"{path}: not a Matcha encoder (inputs {names}, outputs {outs}); "
+            raise RkvoiceError(Stage.TTS, "bad-model", f"{path}: not a Matcha encoder (inputs {names}, outputs {outs}); "
                                "convert the published ONNX with models/convert_rknn.py matcha")
         self.encoder, self._encoder_inputs = model, names
 
@@ -156,7 +156,7 @@ class MatchaTts:
         mc = self.cfg.tts.matcha
         for group, what in ((self.acoustic, "Matcha"), (self.vocoders, "Vocos")):
             if any(b.dynamic for b in group) and len(group) > 1:
-                raise RkvoiceError("tts", "bad-model", f"{what}: mix of dynamic and fixed models "
+                raise RkvoiceError(Stage.TTS, "bad-model", f"{what}: mix of dynamic and fixed models "
                                    f"({', '.join(b.path.name for b in group)}); keep one dynamic model or the buckets")
         meta = self.acoustic[0].meta
         if self.encoder is not None:
@@ -173,12 +173,12 @@ class MatchaTts:
         for b in self.acoustic:
             for v in self.vocoders:
                 if b.n_mels != v.n_mels:
-                    raise RkvoiceError("tts", "bad-model", f"{b.path.name} makes {b.n_mels} mel bins but "
+                    raise RkvoiceError(Stage.TTS, "bad-model", f"{b.path.name} makes {b.n_mels} mel bins but "
                                        f"{v.path.name} takes {v.n_mels}; use the vocoder made for this voice")
         for v in self.vocoders:
             bins = v.outputs[0].shape[1]
             if isinstance(bins, int) and bins != self.stft.bins:
-                raise RkvoiceError("tts", "bad-model", f"{v.path.name} gives {bins} frequency bins but n_fft "
+                raise RkvoiceError(Stage.TTS, "bad-model", f"{v.path.name} gives {bins} frequency bins but n_fft "
                                    f"{self.stft.n_fft} needs {self.stft.bins}; check its n_fft metadata")
         if fixed := max((v.size for v in self.vocoders), default=0):
             vocos_windows(fixed, fixed, mc.vocoder_context)  # raises now if the context leaves no centre
@@ -238,7 +238,7 @@ class MatchaTts:
     def _loaded_frontend(self) -> MatchaFrontend:
         """The frontend, once ``load()`` has set it and the Matcha buckets up."""
         if self.frontend is None or not self.acoustic:
-            raise RkvoiceError("tts", "not-loaded", "matcha: call load() before generate()")
+            raise RkvoiceError(Stage.TTS, "not-loaded", "matcha: call load() before generate()")
         return self.frontend
 
     def count(self, units: list[Unit]) -> int:
@@ -251,7 +251,7 @@ class MatchaTts:
 
     def generate(self, text: str, sid: int = 0, speed: float = 1.0) -> tuple[np.ndarray, int]:
         if speed <= 0:
-            raise RkvoiceError("tts", "bad-speed", f"speed must be > 0, got {speed}")
+            raise RkvoiceError(Stage.TTS, "bad-speed", f"speed must be > 0, got {speed}")
         rng = np.random.default_rng(self.cfg.tts.matcha.seed)
         out = [audio for piece in self.pieces(text) for audio in self._synthesize(piece, sid, speed, rng)]
         if not out:
@@ -336,7 +336,7 @@ class MatchaTts:
                    rng: np.random.Generator, depth: int) -> list[np.ndarray]:
         """A piece longer than every window: synthesised as two halves (longer text is split, never cut)."""
         if depth >= MAX_SPLITS:
-            raise RkvoiceError("tts", "too-long", f"matcha: {piece[0].text!r}... still needs {frames} "
+            raise RkvoiceError(Stage.TTS, "too-long", f"matcha: {piece[0].text!r}... still needs {frames} "
                                f"frames after {depth} splits; is the model's duration output broken?")
         log.info("matcha: %d tokens need %d frames > every window; synthesising it in two halves", n_ids, frames)
         a, b = halve(piece)
@@ -349,7 +349,7 @@ class MatchaTts:
         ids = self._loaded_frontend().ids(piece, self._add_blank, self._pad_id)
         bucket = self._matcha_for(len(ids), self._expected_frames(len(ids), speed)) or self._matcha_for(len(ids))
         if bucket is None:  # split_units keeps pieces within the largest bucket
-            raise RkvoiceError("tts", "too-long", f"matcha piece of {len(ids)} tokens exceeds every bucket")
+            raise RkvoiceError(Stage.TTS, "too-long", f"matcha piece of {len(ids)} tokens exceeds every bucket")
         mel, frames = self._acoustic_run(bucket, ids, sid, speed, rng)
         if ids and frames > 0:
             self._rates.append(frames * speed / len(ids))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.tts.matcha_frontend import Unit
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ def split_units(units: list[Unit], max_tokens: int, count: Counter) -> list[list
     word). Every unit ends up in exactly one piece, in order.
     """
     if max_tokens < 1:
-        raise RkvoiceError("tts", "bad-bucket", f"a Matcha bucket of {max_tokens} tokens holds nothing")
+        raise RkvoiceError(Stage.TTS, "bad-bucket", f"a Matcha bucket of {max_tokens} tokens holds nothing")
     pieces: list[list[Unit]] = []
     cur: list[Unit] = []
     for unit in _shrink(units, max_tokens, count):
@@ -61,7 +61,7 @@ def halve(piece: list[Unit]) -> tuple[list[Unit], list[Unit]]:
     if len(piece) == 1:
         u = piece[0]
         if len(u.ids) < 2:
-            raise RkvoiceError("tts", "too-long", f"Matcha cannot fit {u.text!r} (one token) into any frame window")
+            raise RkvoiceError(Stage.TTS, "too-long", f"Matcha cannot fit {u.text!r} (one token) into any frame window")
         mid = len(u.ids) // 2
         return [Unit(u.text, u.ids[:mid], u.kind)], [Unit(u.text, u.ids[mid:], u.kind, u.blank_after)]
     mid = len(piece) // 2
@@ -81,7 +81,7 @@ def vocos_windows(total: int, frames: int, context: int) -> list[tuple[int, int,
     and 32; 164 dB at 16, 117 dB at 8, 43 dB with no context).
     """
     if frames - 2 * context < 1:
-        raise RkvoiceError("config", "bad-value", f"tts.matcha.vocoder_context {context} leaves no centre in a "
+        raise RkvoiceError(Stage.CONFIG, "bad-value", f"tts.matcha.vocoder_context {context} leaves no centre in a "
                            f"{frames}-frame Vocos window; use less than {frames // 2}")
     if total <= frames:
         return [(0, 0, total)]

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ def _read_lines(path: Path, what: str) -> list[str]:
     try:
         return path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
-        raise RkvoiceError("tts", "missing-model", f"cannot read Matcha {what} {path}: "
+        raise RkvoiceError(Stage.TTS, "missing-model", f"cannot read Matcha {what} {path}: "
                            f"{exc.strerror}; run ./install.sh --profile board") from exc
 
 
@@ -87,9 +87,9 @@ def read_tokens(path: Path) -> dict[str, int]:
         try:
             out[tok] = int(raw)
         except ValueError:
-            raise RkvoiceError("tts", "bad-model", f"{path}:{n}: expected 'token id', got {line!r}") from None
+            raise RkvoiceError(Stage.TTS, "bad-model", f"{path}:{n}: expected 'token id', got {line!r}") from None
     if not out:
-        raise RkvoiceError("tts", "bad-model", f"Matcha tokens file {path} is empty")
+        raise RkvoiceError(Stage.TTS, "bad-model", f"Matcha tokens file {path} is empty")
     return out
 
 
@@ -112,7 +112,7 @@ def read_lexicon(path: Path, token2id: dict[str, int]) -> dict[str, tuple[int, .
     if dropped:
         log.warning("%s: %d entries name tokens that are not in tokens.txt; skipped", path, dropped)
     if not out:
-        raise RkvoiceError("tts", "bad-model", f"Matcha lexicon {path} has no usable entries (do its tokens "
+        raise RkvoiceError(Stage.TTS, "bad-model", f"Matcha lexicon {path} has no usable entries (do its tokens "
                            "match tokens.txt?)")
     _check_zh_en_format(path, out)
     return out
@@ -124,7 +124,7 @@ def _check_zh_en_format(path: Path, lexicon: dict[str, tuple[int, ...]]) -> None
     total = sum(per_char.values())
     if total and per_char[1] < 0.9 * total:
         common = per_char.most_common(1)[0][0]
-        raise RkvoiceError("tts", "bad-model", f"Matcha lexicon {path} is not in the zh-en format: its Chinese "
+        raise RkvoiceError(Stage.TTS, "bad-model", f"Matcha lexicon {path} is not in the zh-en format: its Chinese "
                            f"characters have {common} tokens each, the zh-en model takes one toned syllable per "
                            "character (e.g. '你 ni3'); use the lexicon.txt of matcha-icefall-zh-en")
 

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from rkvoice.audio.post import resample, window_rms
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.tts.base import TtsEngine
 
 log = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ class MixedTts:
             self.voices[lang] = primary
         unknown = sorted(set(self.voices) - set(LANGS))
         if unknown:
-            raise RkvoiceError("tts", "bad-language",
+            raise RkvoiceError(Stage.TTS, "bad-language",
                                f"mixed voice languages must be among {', '.join(LANGS)}, got {', '.join(unknown)}")
         self.name = primary.name
         """The primary voice's name: the engine that was asked for (``voices`` lists all)."""
@@ -135,7 +135,7 @@ class MixedTts:
         from rkvoice.text.script_spans import english_reading, has_han, has_latin, script_spans
 
         if id(self.primary) not in self._loaded:
-            raise RkvoiceError("tts", "not-loaded", f"{self.name}: generate() called before load()")
+            raise RkvoiceError(Stage.TTS, "not-loaded", f"{self.name}: generate() called before load()")
         other = next((lang for lang in self.voices if lang != self.primary_lang), None)
         needs_other = other is not None and (has_latin(text) if other == "en" else has_han(text))
         if not needs_other:

@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from rkvoice.config import Config
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import Code, RkvoiceError, Stage
 from rkvoice.needs import FileNeed, Needs, PackageNeed, Probe, RuntimeNeed, installed
 from rkvoice.registry import Registry
 from rkvoice.tts.base import TtsEngine
@@ -64,7 +64,7 @@ def matcha_needs(cfg: Config, **_: Any) -> Needs:
     return needs + Needs(packages=(ONNXRUNTIME,))
 
 
-TTS = Registry("tts")
+TTS = Registry(Stage.TTS)
 TTS.register("fastspeech2", "rkvoice.tts.fastspeech2:FastSpeech2Tts",
              "FastSpeech2 + MB-MelGAN via onnxruntime; portable Chinese voice (Baker, 24 kHz)",
              "run ./install.sh (needs onnxruntime and pypinyin)", needs=fastspeech2_needs)
@@ -108,7 +108,7 @@ def choose_engine(cfg: Config, text: str = "", probe: Probe | None = None) -> tu
     lang = text_language(text)
     available = engine_languages(cfg, probe)
     if not available:
-        raise RkvoiceError("tts", "no-voice", "no TTS voice is installed: run ./install.sh to install the voices")
+        raise RkvoiceError(Stage.TTS, Code.NO_VOICE, "no TTS voice is installed: run ./install.sh to install the voices")
     name = next((n for n in PREFERENCE[lang] if lang in available.get(n, ())), None)
     if name is None:  # nothing speaks this language: fall back to the best installed engine and say so
         name = next(n for n in PREFERENCE[lang] if n in available)
@@ -154,7 +154,7 @@ def resolve(cfg: Config, name: str | None = None, text: str = "",
     if name == AUTO:
         return choose_engine(cfg, text, probe)
     if name not in TTS.names():
-        raise RkvoiceError("tts", "unknown-backend",
+        raise RkvoiceError(Stage.TTS, "unknown-backend",
                            f"unknown tts engine {name!r}; choose one of: {AUTO}, {', '.join(TTS.names())}")
     return name, _kwargs(cfg, name, text_language(text)) if name == "vits" and text else {}
 

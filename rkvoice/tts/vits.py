@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from rkvoice.config import Config
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def resolve_voice(cfg: Config, voice: str | None = None, lang: str | None = None
             return VOICES[name]
         except KeyError:
             raise RkvoiceError(
-                "tts", "unknown-voice",
+                Stage.TTS, "unknown-voice",
                 f"unknown vits voice {name!r}; choose one of: auto, {', '.join(sorted(VOICES))}",
             ) from None
     return min(
@@ -153,25 +153,25 @@ class VitsTts:
         fix = f"run ./install.sh{profile} to install the {v.name} voice"
         for path in [model, tokens] + ([lexicon] if lexicon else []):
             if not path.is_file():
-                raise RkvoiceError("tts", "missing-model", f"vits voice file {path} is missing: {fix}")
+                raise RkvoiceError(Stage.TTS, "missing-model", f"vits voice file {path} is missing: {fix}")
         try:
             meta = read_onnx_metadata(model)
         except (OSError, ValueError) as exc:
             why = f"vits model {model} is truncated or corrupt ({exc}): {fix}"
-            raise RkvoiceError("tts", "corrupt-model", why) from exc
+            raise RkvoiceError(Stage.TTS, "corrupt-model", why) from exc
         missing = [k for k in ("sample_rate", "n_speakers", "comment", "language") if k not in meta]
         if missing:
             raise RkvoiceError(
-                "tts", "corrupt-model",
+                Stage.TTS, "corrupt-model",
                 f"vits model {model} lacks sherpa-onnx metadata ({', '.join(missing)}): {fix}",
             )
         try:
             lines = tokens.read_text(encoding="utf-8").splitlines()
             bad = [ln for ln in lines if ln.strip() and not ln.rsplit(" ", 1)[-1].isdigit()]
         except (OSError, UnicodeDecodeError) as exc:
-            raise RkvoiceError("tts", "corrupt-model", f"vits tokens {tokens}: {exc}: {fix}") from exc
+            raise RkvoiceError(Stage.TTS, "corrupt-model", f"vits tokens {tokens}: {exc}: {fix}") from exc
         if not lines or bad:
-            raise RkvoiceError("tts", "corrupt-model", f"vits tokens {tokens} is empty or malformed: {fix}")
+            raise RkvoiceError(Stage.TTS, "corrupt-model", f"vits tokens {tokens} is empty or malformed: {fix}")
         return model, tokens, lexicon, meta
 
     def load(self) -> None:
@@ -179,7 +179,7 @@ class VitsTts:
         try:
             import sherpa_onnx
         except ImportError as exc:
-            raise RkvoiceError("tts", "missing-dependency", "vits needs sherpa-onnx: run ./install.sh") from exc
+            raise RkvoiceError(Stage.TTS, "missing-dependency", "vits needs sherpa-onnx: run ./install.sh") from exc
         d = self.voice.dir(self.cfg)
         fsts = ",".join(str(d / f) for f in self.voice.rule_fsts if (d / f).is_file())
         fars = ",".join(str(d / f) for f in self.voice.rule_fars if (d / f).is_file())
@@ -193,14 +193,14 @@ class VitsTts:
             max_num_sentences=1,
         )
         if not config.validate():
-            raise RkvoiceError("tts", "bad-config", f"sherpa-onnx rejected the {self.voice.name} files in {d}")
+            raise RkvoiceError(Stage.TTS, "bad-config", f"sherpa-onnx rejected the {self.voice.name} files in {d}")
         if self.voice.external_phonemes:
             self._espeak_voice = meta.get("voice") or "en-us"
             try:
                 from piper.phonemize_espeak import EspeakPhonemizer
             except ImportError as exc:
                 raise RkvoiceError(
-                    "tts", "missing-dependency",
+                    Stage.TTS, "missing-dependency",
                     "the Piper voice needs piper-tts (espeak-ng phonemes): run ./install.sh",
                 ) from exc
             self._phonemizer = EspeakPhonemizer()
@@ -216,19 +216,19 @@ class VitsTts:
     @property
     def sample_rate(self) -> int:
         if not self._rate:
-            raise RkvoiceError("tts", "not-loaded", "vits: sample_rate read before load()")
+            raise RkvoiceError(Stage.TTS, "not-loaded", "vits: sample_rate read before load()")
         return self._rate
 
     def generate(self, text: str, sid: int = 0, speed: float = 1.0) -> tuple[np.ndarray, int]:
         if self._tts is None:
-            raise RkvoiceError("tts", "not-loaded", "vits: generate() called before load()")
+            raise RkvoiceError(Stage.TTS, "not-loaded", "vits: generate() called before load()")
         if not 0 <= sid < self._speakers:
             raise RkvoiceError(
-                "tts", "bad-speaker",
+                Stage.TTS, "bad-speaker",
                 f"vits voice {self.voice.name} has {self._speakers} speaker(s); sid {sid} is out of range",
             )
         if not MIN_SPEED <= speed <= MAX_SPEED:
-            raise RkvoiceError("tts", "bad-speed", f"speed {speed} is outside {MIN_SPEED}..{MAX_SPEED}")
+            raise RkvoiceError(Stage.TTS, "bad-speed", f"speed {speed} is outside {MIN_SPEED}..{MAX_SPEED}")
         empty = np.zeros(0, dtype=np.float32)
         if not text.strip():
             return empty, self._rate

@@ -14,7 +14,7 @@ import logging
 
 import numpy as np
 
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import Code, RkvoiceError, Stage
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ def check_format(rate: object, width: object, channels: object) -> tuple[int, in
     ):
         return rate, width, channels
     raise RkvoiceError(
-        "wyoming", "bad-audio-format",
+        Stage.WYOMING, "bad-audio-format",
         f"audio format rate={rate!r} width={width!r} channels={channels!r} is not served; send PCM at "
         f"{MIN_RATE}-{MAX_RATE} Hz, width 1-4 bytes, 1-{MAX_CHANNELS} channels",
     )
@@ -43,7 +43,7 @@ def pcm_to_float(data: bytes, width: int, channels: int) -> np.ndarray:
     frame = width * channels
     if len(data) % frame:
         raise RkvoiceError(
-            "wyoming", "bad-audio-chunk",
+            Stage.WYOMING, "bad-audio-chunk",
             f"an audio chunk of {len(data)} bytes is not a whole number of {width}-byte x {channels}-channel frames",
         )
     if width == 1:
@@ -90,7 +90,7 @@ class AudioIn:
         self.seconds += len(x) / self.rate
         if self.seconds > self.max_s:
             raise RkvoiceError(
-                "wyoming", "audio-too-long",
+                Stage.WYOMING, Code.AUDIO_TOO_LONG,
                 f"the audio stream passed {self.max_s:g} s (wyoming.max_audio_s); send shorter requests",
             )
         if self._resampler is None:
@@ -103,7 +103,7 @@ class AudioIn:
         if self._carry:
             frame = self.width * self.channels
             raise RkvoiceError(
-                "wyoming", "bad-audio-chunk",
+                Stage.WYOMING, "bad-audio-chunk",
                 f"the audio stream ended inside a frame ({len(self._carry)} of {frame} bytes of a {self.width}-byte "
                 f"x {self.channels}-channel frame); send whole frames",
             )

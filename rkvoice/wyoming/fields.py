@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 
 _AUDIO: dict[str, type] = {"rate": int, "width": int, "channels": int, "timestamp": int}
 _VOICE: dict[str, type] = {"name": str, "language": str, "speaker": str}
@@ -41,7 +41,7 @@ def _is(value: Any, kind: type) -> bool:
 
 def _bad(event_type: str, name: str, kind: type, value: Any) -> RkvoiceError:
     shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-    return RkvoiceError("wyoming", "bad-event",
+    return RkvoiceError(Stage.WYOMING, "bad-event",
                         f"event {event_type!r}: field {name!r} must be {_JSON_NAME[kind]}, got {shown}")
 
 
@@ -49,7 +49,7 @@ def check_fields(event_type: str, data: Any) -> None:
     """Raise a ``bad-event`` RkvoiceError when ``data`` is not an object or a field it has for
     ``event_type`` is of the wrong JSON type."""
     if not isinstance(data, dict):
-        raise RkvoiceError("wyoming", "bad-event",
+        raise RkvoiceError(Stage.WYOMING, "bad-event",
                            f"event {event_type!r}: its data must be a JSON object, got {type(data).__name__}")
     for name, kind in FIELDS.get(event_type, {}).items():
         value = data.get(name)

@@ -33,7 +33,7 @@ from wyoming.server import AsyncEventHandler
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
 from wyoming.wake import Detect
 
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import Code, RkvoiceError, Stage
 
 from .answer import answer
 from .context import Context, Requests
@@ -195,7 +195,7 @@ class WyomingHandler(AsyncEventHandler):
         except RkvoiceError as exc:
             log.info("wyoming %s: %s", self.peer, exc)
             await self.write_event(Error(text=exc.message, code=exc.code).event())
-            return exc.code != "audio-too-long"
+            return exc.code != Code.AUDIO_TOO_LONG
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             message = f"event {event.type!r} has missing or bad fields ({type(exc).__name__}: {exc})"
             await self.write_event(Error(text=message, code="bad-event").event())
@@ -231,10 +231,10 @@ class WyomingHandler(AsyncEventHandler):
         elif Ping.is_type(kind):
             await self.write_event(Pong(text=Ping.from_event(event).text).event())
         else:
-            raise RkvoiceError("wyoming", "unknown-event", f"unknown event type {kind!r}; served: {SERVED}")
+            raise RkvoiceError(Stage.WYOMING, "unknown-event", f"unknown event type {kind!r}; served: {SERVED}")
 
     def _select(self, name: str) -> None:
         info = self.ctx.info
         names = [p.name for p in (*info.asr, *info.tts, *info.wake, *info.handle)]
         if name not in names:
-            raise RkvoiceError("wyoming", "unknown-program", f"unknown program {name!r}; programs: {', '.join(names)}")
+            raise RkvoiceError(Stage.WYOMING, "unknown-program", f"unknown program {name!r}; programs: {', '.join(names)}")

@@ -17,7 +17,7 @@ from wyoming.asr import Transcribe, Transcript
 from wyoming.audio import AudioChunk, AudioStart
 from wyoming.wake import Detect, Detection, NotDetected
 
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.gate import Engines
 from rkvoice.timeline import Ev
 
@@ -178,7 +178,7 @@ class Listening:
         if not self.audio.same_format(chunk.rate, chunk.width, chunk.channels):
             self.discard = True
             raise RkvoiceError(
-                "wyoming", "bad-audio-format",
+                Stage.WYOMING, "bad-audio-format",
                 f"audio-chunk format {chunk.rate} Hz/{chunk.width} B/{chunk.channels} ch differs from the stream's "
                 f"{self.audio.rate} Hz/{self.audio.width} B/{self.audio.channels} ch; the stream is dropped",
             )
@@ -193,7 +193,7 @@ class Listening:
         if listener is None or discarded:
             return
         if audio is None:
-            raise RkvoiceError("wyoming", "no-audio", "audio-stop came before any audio; send audio-start and chunks")
+            raise RkvoiceError(Stage.WYOMING, "no-audio", "audio-stop came before any audio; send audio-start and chunks")
         await listener.end(self.send)
 
     def close(self) -> None:
@@ -210,14 +210,14 @@ class Listening:
         if not request.language:
             return served[0]
         if primary(request.language) not in served:
-            raise RkvoiceError("wyoming", "unknown-language",
+            raise RkvoiceError(Stage.WYOMING, "unknown-language",
                                f"transcription in {request.language!r} is not served; languages: {', '.join(served)} "
                                "(with any region or script, e.g. zh-CN)")
         return request.language
 
     def _wake_stream(self, request: Detect) -> WakeStream:
         if request.names and self.ctx.wake_name not in request.names:
-            raise RkvoiceError("wyoming", "unknown-wake-word",
+            raise RkvoiceError(Stage.WYOMING, "unknown-wake-word",
                                f"wake word(s) {', '.join(request.names)} not served; the wake word is "
                                f"{self.ctx.wake_name} ({self.ctx.cfg.hear.wake_phrase})")
         if self.wake is None:

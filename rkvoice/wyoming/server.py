@@ -23,7 +23,7 @@ from wyoming.server import AsyncServer, AsyncTcpServer, AsyncUnixServer
 
 from rkvoice.config import Config, WyomingConfig
 from rkvoice.endpoint import Endpoint, parse_uri
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.gate import Engines
 
 from .config import clock, from_cfg
@@ -75,7 +75,7 @@ class WyomingServer:
 
     def __init__(self, cfg: Config, wcfg: WyomingConfig, engines: Engines) -> None:
         if not wcfg.uri:
-            raise RkvoiceError("wyoming", "no-uri", "no Wyoming address given; set wyoming.uri or pass "
+            raise RkvoiceError(Stage.WYOMING, "no-uri", "no Wyoming address given; set wyoming.uri or pass "
                                                     "--wyoming tcp://127.0.0.1:10700")
         self.cfg = cfg
         self.wcfg = wcfg
@@ -105,7 +105,7 @@ class WyomingServer:
         try:
             await server.start(self._handler)
         except OSError as exc:
-            raise RkvoiceError("wyoming", "bind-failed",
+            raise RkvoiceError(Stage.WYOMING, "bind-failed",
                                f"cannot serve on {self.wcfg.uri}: {exc.strerror or exc}; pick a free port "
                                "or another socket path") from exc
         self._server = server

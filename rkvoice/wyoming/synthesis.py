@@ -20,7 +20,7 @@ from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.tts import Synthesize, SynthesizeStart, SynthesizeStopped
 
 from rkvoice.answer.respond import _cut_early
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.pieces import Piece, Pieces
 from rkvoice.text.stream_chunker import StreamChunker
 from rkvoice.timeline import Ev
@@ -157,7 +157,7 @@ class Synthesis:
         if self.stream is not None:  # while streaming, synthesize repeats the streamed text: skipped
             return
         if len(request.text) > self.max_chars:
-            raise RkvoiceError("wyoming", "text-too-long",
+            raise RkvoiceError(Stage.WYOMING, "text-too-long",
                                f"the text has {len(request.text)} characters; at most {self.max_chars} "
                                "are synthesised at once (wyoming.max_text_chars)")
         with self.requests.turn("synthesis", request.text) as turn:
@@ -167,7 +167,7 @@ class Synthesis:
 
     async def start(self, request: SynthesizeStart) -> None:
         if self.stream is not None:
-            raise RkvoiceError("wyoming", "already-streaming",
+            raise RkvoiceError(Stage.WYOMING, "already-streaming",
                                "synthesize-start during a streamed synthesis; send synthesize-stop first")
         named = request.voice
         if named is not None and (named.name or named.language):  # named: checked (and loaded) now
@@ -185,14 +185,14 @@ class Synthesis:
     def chunk(self, text: str) -> None:
         stream = self.stream
         if stream is None:
-            raise RkvoiceError("wyoming", "not-streaming", "synthesize-chunk without synthesize-start")
+            raise RkvoiceError(Stage.WYOMING, "not-streaming", "synthesize-chunk without synthesize-start")
         if stream.task.done():  # the synthesis failed: its error is reported at synthesize-stop
             return
         stream.chars += len(text)
         if stream.chars > self.max_chars:
             stream.task.cancel()
             self.stream = None
-            raise RkvoiceError("wyoming", "text-too-long",
+            raise RkvoiceError(Stage.WYOMING, "text-too-long",
                                f"the streamed text passed {self.max_chars} characters "
                                "(wyoming.max_text_chars); the synthesis is dropped")
         stream.feed(text)
@@ -200,7 +200,7 @@ class Synthesis:
     async def stop(self) -> None:
         stream, self.stream = self.stream, None
         if stream is None:
-            raise RkvoiceError("wyoming", "not-streaming", "synthesize-stop without synthesize-start")
+            raise RkvoiceError(Stage.WYOMING, "not-streaming", "synthesize-stop without synthesize-start")
         await stream.stop()
         await self.send(SynthesizeStopped().event())
 

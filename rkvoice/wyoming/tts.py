@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rkvoice.config import Config
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.gate import Engines
 from rkvoice.tts.registry import TTS, engine_languages, text_language
 
@@ -71,7 +71,7 @@ class Voices:
         if name:
             if name not in self.specs and name != self.default:
                 raise RkvoiceError(
-                    "wyoming", "unknown-voice",
+                    Stage.WYOMING, "unknown-voice",
                     f"unknown voice {name!r}; installed voices: {', '.join(sorted(self.specs))}",
                 )
             return name
@@ -102,7 +102,7 @@ class Voices:
         count = speaker_count(engine)
         if not speaker.isdigit() or int(speaker) >= count:
             raise RkvoiceError(
-                "wyoming", "unknown-speaker",
+                Stage.WYOMING, "unknown-speaker",
                 f"voice {voice_name(engine)} has speakers 0-{count - 1}; got speaker {speaker!r}",
             )
         return int(speaker)

@@ -34,7 +34,7 @@ from cyllama.llama.llama_cpp import (
 from rkvoice.answer.llm.base import Message, chatml, model_path
 from rkvoice.answer.llm.cores import Threads, thread_counts
 from rkvoice.config import Config
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class LlamaEngine:
         if self.model is not None:
             return
         if not self.model_file.is_file():
-            raise RkvoiceError("llm", "model-missing",
+            raise RkvoiceError(Stage.LLM, "model-missing",
                                f"GGUF model {self.model_file} not found; run ./install.sh or set llm.model")
         t0 = time.monotonic()
         disable_logging()
@@ -76,7 +76,7 @@ class LlamaEngine:
         try:
             self.model = LlamaModel(str(self.model_file), params)
         except Exception as exc:
-            raise RkvoiceError("llm", "model-bad", f"llama.cpp cannot load {self.model_file}: {exc}") from exc
+            raise RkvoiceError(Stage.LLM, "model-bad", f"llama.cpp cannot load {self.model_file}: {exc}") from exc
         self.vocab = self.model.get_vocab()
         cparams = LlamaContextParams()
         cparams.n_ctx = self.cfg.llm.context
@@ -120,13 +120,13 @@ class LlamaEngine:
 
     def stream(self, messages: list[Message]) -> Generator[str, None, None]:
         if not self._busy.acquire(blocking=False):
-            raise RkvoiceError("llm", "busy", "llama is already generating; abort() the running answer first")
+            raise RkvoiceError(Stage.LLM, "busy", "llama is already generating; abort() the running answer first")
         try:
             ctx, vocab = self.ctx, self.vocab
             tokens = self._start(messages)
             max_new = self.cfg.llm.max_tokens
             if len(tokens) + max_new > self.cfg.llm.context:
-                raise RkvoiceError("llm", "prompt-too-long",
+                raise RkvoiceError(Stage.LLM, "prompt-too-long",
                                    f"prompt of {len(tokens)} tokens + {max_new} new exceeds llm.context "
                                    f"{self.cfg.llm.context}; lower llm.history_turns or raise llm.context")
             sampler = self._sampler()
@@ -171,7 +171,7 @@ class LlamaEngine:
     def _start(self, messages: list[Message]) -> list[int]:
         """The prompt's tokens, with a previous abort cleared and the thread counts set for it."""
         if self.model is None:
-            raise RkvoiceError("llm", "not-loaded", "llama engine used before load()")
+            raise RkvoiceError(Stage.LLM, "not-loaded", "llama engine used before load()")
         self._cancel.clear()
         self.ctx.cancel = False
         self._set_threads()

@@ -7,6 +7,7 @@ from typing import Any
 
 from rkvoice.answer.llm.base import LlmEngine, model_path
 from rkvoice.config import Config
+from rkvoice.errors import Stage
 from rkvoice.needs import FileNeed, Needs, PackageNeed, RuntimeNeed
 from rkvoice.registry import Registry
 
@@ -23,7 +24,7 @@ def rkllm_needs(cfg: Config, **_: Any) -> Needs:
                  profile="board")
 
 
-LLM = Registry("llm", auto=("rkllm", "llama"))
+LLM = Registry(Stage.LLM, auto=("rkllm", "llama"))
 LLM.register("llama", "rkvoice.answer.llm.llama:LlamaEngine", "llama.cpp (cyllama) with a GGUF model",
              "pip install cyllama==0.2.18 (./install.sh does it)", needs=llama_needs)
 LLM.register("rkllm", "rkvoice.answer.llm.rkllm:RkllmEngine", "RKLLM runtime (librkllmrt.so) on the RK3576 NPU",

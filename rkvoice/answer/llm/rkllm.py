@@ -23,7 +23,7 @@ from rkvoice.answer.llm import rkllm_abi as abi_mod
 from rkvoice.answer.llm.base import Message, chatml, model_path
 from rkvoice.board import versions
 from rkvoice.config import Config
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 
 log = logging.getLogger(__name__)
 
@@ -89,23 +89,23 @@ class RkllmEngine:
         if self.lib is not None:
             return
         if not self.model.is_file():
-            raise RkvoiceError("llm", "model-missing",
+            raise RkvoiceError(Stage.LLM, "model-missing",
                                f"RKLLM model {self.model} not found; run ./install.sh --profile board or set llm.model")
         try:
             lib = ctypes.CDLL(self.lib_path)
         except OSError as exc:
-            raise RkvoiceError("llm", "rkllm-lib-missing",
+            raise RkvoiceError(Stage.LLM, "rkllm-lib-missing",
                                f"cannot load {self.lib_path} ({exc}); install the RKLLM runtime or set llm.rkllm_lib"
                                ) from exc
         self._refuse_unsupported_runtime(lib)
         try:
             abi_mod.bind(lib, self.abi)
         except AttributeError as exc:
-            raise RkvoiceError("llm", "rkllm-lib-bad",
+            raise RkvoiceError(Stage.LLM, "rkllm-lib-bad",
                                f"{self.lib_path} lacks {exc}; is it librkllmrt.so of version {self.abi.version}?"
                                ) from exc
         if self.abi.version == "1.3" and self.lib_path in FAILED_INITS:
-            raise RkvoiceError("llm", "rkllm-init-again",
+            raise RkvoiceError(Stage.LLM, "rkllm-init-again",
                                f"rkllm_init already failed once in this process with {self.lib_path}; runtime "
                                "1.3.0 may crash on a second attempt: fix the cause above and restart rkvoice")
         llm = self.cfg.llm
@@ -133,7 +133,7 @@ class RkllmEngine:
             if self.abi.version == "1.3":
                 FAILED_INITS.add(self.lib_path)
             raise RkvoiceError(
-                "llm", "rkllm-init",
+                Stage.LLM, "rkllm-init",
                 f"rkllm_init failed ({ret}) for {self.model}: check the model matches runtime ABI "
                 f"{self.abi.version} (llm.rkllm_abi), llm.context <= the model's max context, NPU driver >= 0.9.8",
             )
@@ -159,7 +159,7 @@ class RkllmEngine:
             return
         problem = versions.rkllm_runtime_problem(version, self.abi.version)
         if problem is not None:
-            raise RkvoiceError("llm", "rkllm-version", f"{path}: {problem}")
+            raise RkvoiceError(Stage.LLM, "rkllm-version", f"{path}: {problem}")
         log.info("librkllmrt %s (%s)", version, path)
 
     def close(self) -> None:
@@ -203,9 +203,9 @@ class RkllmEngine:
 
     def stream(self, messages: list[Message]) -> Iterator[str]:
         if self.lib is None:
-            raise RkvoiceError("llm", "not-loaded", "rkllm engine used before load()")
+            raise RkvoiceError(Stage.LLM, "not-loaded", "rkllm engine used before load()")
         if not self._run_lock.acquire(blocking=False):
-            raise RkvoiceError("llm", "busy", "rkllm is already generating; abort() the running answer first")
+            raise RkvoiceError(Stage.LLM, "busy", "rkllm is already generating; abort() the running answer first")
         worker: threading.Thread | None = None
         try:
             self._aborted.clear()
@@ -225,7 +225,7 @@ class RkllmEngine:
                 elif kind == "error":
                     error = True
                 elif kind == "exception":
-                    raise RkvoiceError("llm", "rkllm-run", f"rkllm_run failed: {payload}")
+                    raise RkvoiceError(Stage.LLM, "rkllm-run", f"rkllm_run failed: {payload}")
                 elif kind is _DONE:
                     tail = decoder.decode(b"", final=True)
                     if tail and tail != "\ufffd":
@@ -233,7 +233,7 @@ class RkllmEngine:
                     elif tail:
                         log.warning("rkllm output ended inside a UTF-8 character; dropped it")
                     if (error or payload != 0) and not self._aborted.is_set():
-                        raise RkvoiceError("llm", "rkllm-run",
+                        raise RkvoiceError(Stage.LLM, "rkllm-run",
                                            f"rkllm_run reported an error (ret {payload}); see the runtime log")
                     break
             worker.join()

@@ -28,7 +28,7 @@ from ctypes import (
 from dataclasses import dataclass
 from typing import Any
 
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 
 # LLMCallState
 NORMAL, WAITING, FINISH, ERROR = 0, 1, 2, 3
@@ -199,7 +199,7 @@ def get_abi(version: str) -> Abi:
         return ABIS[key]
     except KeyError:
         raise RkvoiceError(
-            "llm", "bad-rkllm-abi",
+            Stage.LLM, "bad-rkllm-abi",
             f"llm.rkllm_abi {version!r} is not supported; choose one of: 1.2, 1.3 (match librkllmrt.so on the board)",
         ) from None
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.state import StateStore
 from rkvoice.text.cn import clock_hm
 from rkvoice.text.normalize import speakable
@@ -41,7 +41,7 @@ class ReminderScheduler:
     def items(self) -> list[dict[str, Any]]:
         data = self.store.load(FILE, [])
         if not isinstance(data, list):
-            raise RkvoiceError("state", "bad-reminders", f"{self.store.path(FILE)} must hold a list; move it aside")
+            raise RkvoiceError(Stage.STATE, "bad-reminders", f"{self.store.path(FILE)} must hold a list; move it aside")
         return sorted(data, key=lambda r: r["due"])
 
     def add(self, due: datetime, text: str, kind: str = "reminder") -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from rkvoice.answer.tools.base import ToolAnswer, ToolContext, cn_count
 from rkvoice.answer.tools.numerals import parse_int
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.state import StateStore
 from rkvoice.text.cn import cn_int
 from rkvoice.text.normalize import speakable
@@ -48,7 +48,7 @@ class TodoList:
     def items(self) -> list[dict[str, Any]]:
         data = self.store.load(FILE, [])
         if not isinstance(data, list):
-            raise RkvoiceError("state", "bad-todos", f"{self.store.path(FILE)} must hold a list; move it aside")
+            raise RkvoiceError(Stage.STATE, "bad-todos", f"{self.store.path(FILE)} must hold a list; move it aside")
         return data
 
     def open_items(self) -> list[dict[str, Any]]:
