@@ -183,7 +183,7 @@ def test_tool_answers_skip_the_llm(tmp_path: Path) -> None:
     answered = ask(answerer, "现在几点", tl)
     speaker.close()
     assert answered.route == "tool:time" and answered.result == "现在是晚上十点零五分。"
-    assert names(tl, "route")[0].get("route") == "time"
+    assert names(tl, "route")[0].get("route") == "tool:time"
     assert not names(tl, "llm_first_token") and not llm.seen and not llm.loaded
     assert "".join(tts.calls) == "现在是晚上十点零五分。"
 

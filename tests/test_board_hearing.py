@@ -446,9 +446,9 @@ def test_file_goes_kws_wake_vad_paraformer_answer_speech(vad_ok, request_wav, tm
     asr = next(e for e in data["events"] if e["name"] == "asr_done")
     assert asr["text"] == TOKEN and asr["woke"] is True
     summary = data["summary"]
-    # one summary for --file and --text: the route as the answerer names it, the tool in the route event
+    # one summary for --file and --text, and one spelling of the route in the summary and the route event
     assert summary["transcript"] == TOKEN and summary["route"] == "tool:time" and summary["woke"] is True
-    assert next(e for e in data["events"] if e["name"] == "route")["route"] == "time"
+    assert next(e for e in data["events"] if e["name"] == "route")["route"] == "tool:time"
     assert 0 < summary["end_to_first_audio_ms"] < 30000
 
 

@@ -90,10 +90,11 @@ class Assistant:
     def reply(self, text: str, turn: Turn | None = None) -> Reply:
         """Route ``text``; the LLM's generation stops when ``turn`` is cancelled."""
         tool = route(text, self.ctx)
+        name = f"tool:{tool.tool}" if tool is not None else "llm"  # the one spelling: event, Reply, metrics
         if turn is not None:
-            turn.timeline.mark(Ev.ROUTE, route=tool.tool if tool is not None else "llm")
+            turn.timeline.mark(Ev.ROUTE, route=name)
         if tool is not None:
-            return Reply(f"tool:{tool.tool}", iter([tool.text] if tool.text else []), tool=tool, action=tool.action)
+            return Reply(name, iter([tool.text] if tool.text else []), tool=tool, action=tool.action)
         self.llm.load()  # no-op once loaded (the product loads at start)
         stream = LlmStream(self.llm, self.conversation.messages(text), self.clock, self.cfg.llm.timeout_s,
                            self.cfg.llm.max_answer_chars, turn)
@@ -103,4 +104,4 @@ class Assistant:
             if not stream.cancelled and not stream.timed_out:
                 self.conversation.remember(text, stream.text)
 
-        return Reply("llm", deltas(), llm=stream)
+        return Reply(name, deltas(), llm=stream)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class ToolAnswer:
     tool: str
-    """Tool name, e.g. "time", "arithmetic" (goes into the timeline's ``route`` event)."""
+    """Tool name, e.g. "time", "arithmetic" (the route is "tool:<name>")."""
     text: str
     """Speakable Chinese (no digits); empty for pure actions such as stop."""
     action: str = ""
