@@ -143,6 +143,10 @@ class ModelsConfig(Section):
         return ROOT / self.dir  # an absolute dir replaces ROOT
 
 
+GREETINGS = ("你好", "您好", "嗨", "嘿", "哈喽")
+"""Greetings a wake phrase may open with before the assistant's name."""
+
+
 @dataclass(frozen=True)
 class HearConfig(Section):
     PATH = "hear"
@@ -151,6 +155,7 @@ class HearConfig(Section):
     wake: str = "auto"
     """Wake engine: asr-match (portable), kws (board), or auto (by models.profile)."""
     wake_phrase: str = "小智小智"
+    """Also names the assistant (``name``): the tools and the LLM's system prompt use it."""
     wake_tolerance: float = num(0.75, 0.0, 2.0)
     """asr-match: largest pinyin mismatch cost accepted (a syllable off by initial or final = 0.5)."""
     wake_probe_s: float = num(2.5, 1.0, 10.0, also=((0, "off"),))
@@ -178,6 +183,17 @@ class HearConfig(Section):
     ack: str = one_of("chime", "voice", "none")
     """Wake acknowledgement: chime, voice (ack_text synthesised once at start-up) or none."""
     ack_text: str = "我在"
+
+    @property
+    def name(self) -> str:
+        """What the user calls the assistant, from the wake phrase: a name said twice ("小智小智")
+        or after a greeting ("你好小智", "嘿小智") -> "小智"; any other phrase as it is."""
+        phrase = "".join(c for c in self.wake_phrase if c.isalnum())
+        half = len(phrase) // 2
+        if half and phrase[:half] == phrase[half:]:
+            return phrase[:half]
+        greeting = next((g for g in GREETINGS if phrase.startswith(g) and len(phrase) > len(g)), "")
+        return phrase[len(greeting):]
 
 
 @dataclass(frozen=True)
@@ -229,10 +245,11 @@ class LlmConfig(Section):
     """Most earlier question/answer pairs kept in the prompt; one more drops the older half at once
     (the cached prompt then stays valid for the next turns; rkvoice.answer.conversation)."""
     system_prompt: str = (
-        "你是小智，一个在本地设备上离线运行的中文语音助手。用口语化的简体中文回答，"
+        "你是{name}，一个在本地设备上离线运行的中文语音助手。用口语化的简体中文回答，"
         "一般两三句话；讲故事时讲五六句。不要用列表、表格、表情符号、代码或英文缩写。"
     )
-    """The stable instructions, first in every prompt (their cache is kept between turns)."""
+    """The stable instructions, first in every prompt (their cache is kept between turns); ``{name}``
+    becomes the assistant's name (``hear.name``, from the wake phrase)."""
     rkllm_abi: str = "1.2"
     """librkllmrt.so ABI on the board: 1.2 (1.2.1-1.2.3) or 1.3 (1.3.0)."""
     rkllm_lib: str = "librkllmrt.so"

@@ -193,23 +193,6 @@ class Speaker:
         for turn in turns:
             turn.cancel(reason)
 
-    def wait_handed(self) -> None:
-        """Block until every chunk queued so far has been handed to the player.
-
-        Scripted engines on a controlled clock call this before "taking time", so the player
-        thread's marks happen at the clock time they would have in real life.
-        """
-        self._audio_q.join()
-
-    def wait_synthesised(self) -> None:
-        """Block until every piece said so far (of every turn) has been synthesised and handed to
-        the player. Callers other than the TTS worker only (a scripted LLM on a controlled clock
-        calls it before "taking time", so the speaker's marks land before the clock moves on)."""
-        with self._cond:
-            self._cond.wait_for(lambda: all(
-                q.turn.cancelled or not (q.in_flight or any(k == "piece" for k, _ in q.inbox)) for q in self._order))
-        self._audio_q.join()
-
     # -- internals -----------------------------------------------------------------------
 
     def _queue(self, turn: Turn) -> _Queue:

@@ -14,10 +14,12 @@ from typing import Any
 
 import numpy as np
 
+from rkvoice.audio.players import NullPlayer
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.errors import RkvoiceError
 from rkvoice.hear.vad import SAMPLE_RATE, Segment
 from rkvoice.hear.wake import WakeHit
+from rkvoice.speaker import Speaker
 
 FRAME = 512
 
@@ -200,7 +202,7 @@ class FakeVoice:
         self.said: list[str] = []
         self.loaded = False
         self.before: Callable[[], None] | None = None
-        """Called before taking clock time: Speaker.wait_handed, so the player thread's marks land
+        """Called before taking clock time: SteppedSpeaker.wait_handed, so the player thread's marks land
         at the clock time they would have in real life."""
 
     @property
@@ -263,6 +265,29 @@ class ScriptedLlm:
 
     def close(self) -> None:
         pass
+
+
+class SteppedSpeaker(Speaker):
+    """The product's Speaker with the waits a scripted engine on a controlled clock calls before it
+    "takes time", so the speaker's marks land at the clock time they would have in real life."""
+
+    def wait_handed(self) -> None:
+        """Block until every chunk queued so far has been handed to the player."""
+        self._audio_q.join()
+
+    def wait_synthesised(self) -> None:
+        """Block until every piece said so far (of every turn) has been synthesised and handed to
+        the player (for callers other than the TTS worker: a scripted LLM)."""
+        with self._cond:
+            self._cond.wait_for(lambda: all(
+                q.turn.cancelled or not (q.in_flight or any(k == "piece" for k, _ in q.inbox)) for q in self._order))
+        self._audio_q.join()
+
+
+def heard_until(player: NullPlayer) -> float | None:
+    """Where the NullPlayer's last audio segment ends: what a listener heard until (cut by clear())."""
+    with player._cond:
+        return player.segments[-1][1] if player.segments else None
 
 
 def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> bool:

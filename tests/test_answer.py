@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fakes import SteppedSpeaker
 
 from rkvoice.answer.assistant import Assistant
 from rkvoice.answer.conversation import spoken_now
@@ -19,9 +20,8 @@ from rkvoice.answer.llm.registry import LLM, engine_name
 from rkvoice.answer.respond import Answerer
 from rkvoice.audio.players import NullPlayer
 from rkvoice.clock import FakeClock
-from rkvoice.config import Config, LlmConfig, ModelsConfig, StateConfig
+from rkvoice.config import Config, HearConfig, LlmConfig, ModelsConfig, StateConfig
 from rkvoice.errors import RkvoiceError
-from rkvoice.speaker import Speaker
 from rkvoice.state import StateStore
 from rkvoice.text.normalize import speakable
 from rkvoice.text.stream_chunker import StreamChunker
@@ -57,7 +57,7 @@ class FakeLlm:
         self.spoken_after: list[int] = []
         """Deltas yielded when ``speaking()`` was called (the voice got the first piece)."""
         self.before: Callable[[], None] | None = None
-        """Called before each delta takes its clock time (Speaker.wait_synthesised: the speaker's
+        """Called before each delta takes its clock time (SteppedSpeaker.wait_synthesised: the speaker's
         marks land at the clock time they would have in real life, whatever the OS schedules)."""
 
     def load(self) -> None:
@@ -117,7 +117,7 @@ def make(tmp_path: Path, deltas: list[str], **kw: object):
     tl = Timeline(clock, on_event=on_event)
     tts = FakeTts()
     player = NullPlayer(cfg, clock)
-    speaker = Speaker(tts, player, cfg, clock, normalize=speakable)
+    speaker = SteppedSpeaker(tts, player, cfg, clock, normalize=speakable)
     speaker.load()
     assistant = Assistant(cfg, clock, llm=llm, now=lambda: NOW, store=StateStore(tmp_path / "state"))
     return clock, llm, tl, tts, speaker, Answerer(assistant, speaker, cfg), events
@@ -242,6 +242,17 @@ def test_max_answer_length_hard_cut_without_sentence_end() -> None:
     stream = LlmStream(llm, [], clock, timeout_s=60, max_chars=10)
     out = "".join(stream)
     assert stream.truncated and len(out) <= 18
+
+
+def test_the_assistant_answers_to_the_configured_wake_phrases_name(tmp_path: Path) -> None:
+    clock = FakeClock()
+    llm = FakeLlm(clock, ["我是小白。"])
+    cfg = dataclasses.replace(cfg_for(tmp_path), hear=HearConfig(wake_phrase="小白小白"))
+    a = Assistant(cfg, clock, llm=llm, now=lambda: NOW, store=StateStore(tmp_path / "s"))
+    assert a.reply("小白停一下").route == "tool:stop"
+    reply = a.reply("你叫什么名字")
+    assert reply.route == "llm" and "".join(reply.deltas) == "我是小白。"
+    assert llm.seen[0][0]["content"].startswith("你是小白，")
 
 
 def test_assistant_remembers_llm_turns(tmp_path: Path) -> None:

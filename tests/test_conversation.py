@@ -6,7 +6,7 @@ import dataclasses
 from datetime import datetime, timedelta
 
 from rkvoice.answer.conversation import TIME_NOTE, Conversation, spoken_now
-from rkvoice.config import Config, LlmConfig
+from rkvoice.config import Config, HearConfig, LlmConfig
 
 NOW = datetime(2026, 10, 21, 22, 5)
 
@@ -23,6 +23,12 @@ def _cfg(**llm: object) -> Config:
     return Config(llm=dataclasses.replace(LlmConfig(), **llm))
 
 
+def test_the_assistant_calls_itself_by_its_wake_phrase() -> None:
+    cfg = dataclasses.replace(_cfg(), hear=dataclasses.replace(HearConfig(), wake_phrase="你好小白"))
+    prompt = Conversation(cfg, Clock()).system_prompt()
+    assert prompt.startswith("你是小白，") and "小智" not in prompt
+
+
 def test_spoken_now() -> None:
     assert spoken_now(NOW) == "二零二六年十月二十一日，星期三，晚上十点零五分"
 
@@ -31,7 +37,8 @@ def test_time_opens_the_newest_question_and_the_system_prompt_never_changes() ->
     clock = Clock()
     conv = Conversation(_cfg(), clock)
     first = conv.messages("今天适合出门吗？")
-    assert first[0] == {"role": "system", "content": LlmConfig().system_prompt + TIME_NOTE}
+    system = LlmConfig().system_prompt.replace("{name}", "小智") + TIME_NOTE
+    assert first[0] == {"role": "system", "content": system} and system.startswith("你是小智，")
     assert first[-1] == {"role": "user", "content": f"[{spoken_now(NOW)}] 今天适合出门吗？"}
     clock.t = NOW + timedelta(days=1, minutes=7)
     assert conv.messages("x")[0] == first[0]  # a day later: same system prompt, same cached tokens

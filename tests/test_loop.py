@@ -8,7 +8,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fakes import FakeVoice, ListSource, ScriptedAsr, ScriptedLlm, ScriptedSegmenter, ScriptedWake, wait_until
+from fakes import (
+    FakeVoice,
+    ListSource,
+    ScriptedAsr,
+    ScriptedLlm,
+    ScriptedSegmenter,
+    ScriptedWake,
+    SteppedSpeaker,
+    wait_until,
+)
 
 from rkvoice.answer.assistant import Assistant
 from rkvoice.answer.respond import Answerer
@@ -18,7 +27,6 @@ from rkvoice.config import load_config, parse_override
 from rkvoice.hear.loop import TurnLoop
 from rkvoice.hear.session import HearSession, Mode
 from rkvoice.hear.vad import SAMPLE_RATE
-from rkvoice.speaker import Speaker
 from rkvoice.timeline import Ev
 from rkvoice.turn import Turn
 
@@ -38,7 +46,7 @@ class Rig:
         self.llm = llm or ScriptedLlm(clock=self.clock)
         self.voice = voice or FakeVoice(self.clock, synth_s=0.1)
         self.assistant = Assistant(self.cfg, self.clock, llm=self.llm)
-        self.speaker = Speaker(self.voice, NullPlayer(self.cfg, self.clock), self.cfg, self.clock)
+        self.speaker = SteppedSpeaker(self.voice, NullPlayer(self.cfg, self.clock), self.cfg, self.clock)
         self.speaker.load()
         self.voice.before = self.speaker.wait_handed
         self.answerer = Answerer(self.assistant, self.speaker, self.cfg)

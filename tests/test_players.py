@@ -11,6 +11,7 @@ import wave
 
 import numpy as np
 import pytest
+from fakes import heard_until
 
 from rkvoice.audio import players
 from rkvoice.audio.players import AplayPlayer, NullPlayer, SounddevicePlayer, TeePlayer, WavPlayer
@@ -50,7 +51,7 @@ def test_null_player_clear_cuts_what_is_heard():
         p.write(block())
     clock.advance(0.3)
     p.clear()
-    assert p.heard_until() == pytest.approx(0.3)
+    assert heard_until(p) == pytest.approx(0.3)
     p.drain()  # nothing left to wait for
     assert clock.now() == pytest.approx(0.3)
 

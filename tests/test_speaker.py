@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from fakes import wait_until
+from fakes import SteppedSpeaker, heard_until, wait_until
 
 from rkvoice.audio.players import NullPlayer
 from rkvoice.clock import FakeClock
@@ -40,7 +40,7 @@ class ScriptedEngine:
         self.entered: dict[str, threading.Event] = {}
         self.fail: set[str] = set()
         self.calls: list[tuple[str, float]] = []
-        self.speaker: Speaker | None = None
+        self.speaker: SteppedSpeaker | None = None
 
     def load(self) -> None:
         pass
@@ -70,7 +70,7 @@ Split = Callable[[str, int, int], list[str]]
 
 def make(
     script: dict[str, tuple[float, float]], split: Split = bar_split, cfg: Config | None = None
-) -> tuple[FakeClock, ScriptedEngine, NullPlayer, Timeline, Speaker, threading.Event]:
+) -> tuple[FakeClock, ScriptedEngine, NullPlayer, Timeline, SteppedSpeaker, threading.Event]:
     """A loaded speaker, and the timeline the tests give their turns (``audio_first`` is set from it)."""
     clock = FakeClock()
     cfg = cfg or Config()
@@ -83,7 +83,7 @@ def make(
             audio_first.set()
 
     timeline = Timeline(clock, on_event=on_event)
-    speaker = Speaker(engine, player, cfg, clock, normalize=lambda t: t, split=split)
+    speaker = SteppedSpeaker(engine, player, cfg, clock, normalize=lambda t: t, split=split)
     speaker.load()
     engine.speaker = speaker
     return clock, engine, player, timeline, speaker, audio_first
@@ -203,7 +203,7 @@ def test_cancel_silences_player_within_50ms_and_stops_synthesis() -> None:
     assert turn.cancel("barge-in")
     assert sp.wait(turn, 0)  # no clock time passes: the cancel itself ends the wait
     assert turn.cancelled and turn.reason == "barge-in" and turn.exception is None
-    heard = player.heard_until()
+    heard = heard_until(player)
     assert heard is not None and heard - t_cancel <= 0.05
     engine.gates["b"].set()  # b's synthesis returns after the cancel...
     sp.close()

@@ -13,12 +13,14 @@ from pathlib import Path
 
 import pytest
 
+import rkvoice.answer.tools.network as network
 from rkvoice.answer.tools import ToolAnswer, ToolContext, route
 from rkvoice.answer.tools.arithmetic import evaluate
 from rkvoice.answer.tools.match import clean
 from rkvoice.answer.tools.numerals import parse_number
 from rkvoice.answer.tools.scheduler import ReminderScheduler
 from rkvoice.answer.tools.when import parse_when
+from rkvoice.config import HearConfig
 from rkvoice.state import StateStore
 from rkvoice.text.normalize import speakable
 
@@ -166,15 +168,15 @@ def test_real_machine_status_is_speakable(ctx: ToolContext) -> None:
 # -- IP --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("q", ["本机IP", "IP地址是多少", "你的ip", "查一下网络地址", "联网了吗", "本机地址"])
-def test_ip(q: str, tmp_path: Path) -> None:
-    ctx = make_ctx(tmp_path, extra={"ip_addresses": lambda: [("wlan0", "192.168.0.103"), ("eth0", "10.0.0.2")]})
+def test_ip(q: str, ctx: ToolContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(network, "ip_addresses", lambda: [("wlan0", "192.168.0.103"), ("eth0", "10.0.0.2")])
     assert ask(q, ctx).text == "本机地址：无线网一九二点一六八点零点一零三；有线网一零点零点零点二。"
 
 
-def test_ip_offline_and_real(tmp_path: Path) -> None:
-    ctx = make_ctx(tmp_path, extra={"ip_addresses": list})
+def test_ip_offline_and_real(ctx: ToolContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert ask("本机IP", ctx).tool == "ip"  # this machine's own addresses
+    monkeypatch.setattr(network, "ip_addresses", list)
     assert ask("本机IP", ctx).text == "现在没有联网，没有网络地址。"
-    assert ask("本机IP", make_ctx(tmp_path / "r")).tool == "ip"
 
 
 # -- todos -----------------------------------------------------------------------------------
@@ -418,6 +420,24 @@ def test_parser_is_exact_and_never_evals() -> None:
 def test_stop(q: str, ctx: ToolContext) -> None:
     ans = route(q, ctx)
     assert ans is not None and ans.tool == "stop" and ans.action == "stop" and ans.text == ""
+
+
+# -- the assistant's name ----------------------------------------------------------------------
+
+@pytest.mark.parametrize(("phrase", "name"), [("小智小智", "小智"), ("你好小白", "小白"), ("嘿，阿福！", "阿福"),
+                                              ("小白同学", "小白同学"), ("芝麻开门", "芝麻开门")])
+def test_the_name_comes_from_the_wake_phrase(phrase: str, name: str) -> None:
+    assert HearConfig(wake_phrase=phrase).name == name
+
+
+def test_tools_skip_the_configured_name_not_a_built_in_one(tmp_path: Path) -> None:
+    ctx = make_ctx(tmp_path, name=HearConfig(wake_phrase="你好小白").name)
+    assert ask("小白停一下", ctx).action == "stop"
+    assert ask("小白算一下三加四", ctx).text == "三加四等于七。"
+    assert ask("小白帮我添加待办买牛奶", ctx).text.startswith("好的，已添加待办：买牛奶。")
+    for q in ("小智停一下", "小智算一下三加四", "小智帮我添加待办买牛奶"):  # another name: the LLM's
+        assert route(q, ctx) is None, q
+    assert ask("小智算一下三加四", make_ctx(tmp_path / "default")).text == "三加四等于七。"
 
 
 @pytest.mark.parametrize("q", ["停车场在哪里", "别说话的时候要注意什么", "给我讲个故事"])

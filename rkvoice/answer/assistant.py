@@ -60,7 +60,7 @@ class Assistant:
         self._llm = llm
         self.store = store or StateStore(cfg.state.path)
         self.scheduler = ReminderScheduler(self.store, now, on_reminder)
-        self.ctx = ToolContext(now=now, store=self.store, scheduler=self.scheduler)
+        self.ctx = ToolContext(now=now, store=self.store, scheduler=self.scheduler, name=cfg.hear.name)
         self.conversation = Conversation(cfg, now)
 
     @property

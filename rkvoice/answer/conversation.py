@@ -42,9 +42,10 @@ class Conversation:
         return "{now}" in self.cfg.llm.system_prompt
 
     def system_prompt(self) -> str:
-        """llm.system_prompt and TIME_NOTE. A custom prompt with ``{now}`` gets the time there
-        instead (and not in the questions): the whole prompt is then recomputed each new minute."""
-        template = self.cfg.llm.system_prompt
+        """llm.system_prompt (``{name}``: the assistant's name) and TIME_NOTE. A custom prompt with
+        ``{now}`` gets the time there instead (and not in the questions): the whole prompt is then
+        recomputed each new minute."""
+        template = self.cfg.llm.system_prompt.replace("{name}", self.cfg.hear.name)
         if self._time_in_system:
             return template.replace("{now}", spoken_now(self.now()))
         return template + TIME_NOTE

@@ -109,10 +109,6 @@ class NullPlayer(PacedPlayer):
                 seg[1] = min(seg[1], max(seg[0], now))
         super().clear()
 
-    def heard_until(self) -> float | None:
-        with self._cond:
-            return self.segments[-1][1] if self.segments else None
-
     def close(self) -> None:
         pass
 

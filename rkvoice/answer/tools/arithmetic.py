@@ -7,6 +7,7 @@ otherwise the tool declines and the LLM answers.
 
 from __future__ import annotations
 
+import functools
 import operator
 import re
 from collections.abc import Callable
@@ -18,7 +19,8 @@ from rkvoice.text.cn import cn_dec, cn_int
 
 NAME = "arithmetic"
 
-_PREFIX = re.compile(r"^(?:请问|请|你|帮我|麻烦|给我|小智)*(?:算一下|算算|计算一下|计算|算一算|算)?")
+_LEAD = ("请问", "请", "你", "帮我", "麻烦", "给我")
+
 _SUFFIX = re.compile(
     r"(?:等于|是|得|得到|结果是|的结果是|结果)?(?:多少|几|啥|什么)?(?:呢|啊|呀|吗|嘛|了)*$"
 )
@@ -118,8 +120,15 @@ def speak_number(x: Fraction) -> tuple[str, bool]:
     return cn_dec(f"{float(rounded):.2f}"), rounded == x
 
 
-def evaluate(text: str) -> tuple[list[Token], Fraction] | None:
-    expr = _SUFFIX.sub("", _PREFIX.sub("", text, count=1), count=1)
+@functools.lru_cache(maxsize=4)
+def _prefix(name: str) -> re.Pattern[str]:
+    """Polite words and the assistant's ``name`` before the sum, then the verb (算一下)."""
+    lead = "|".join((*_LEAD, re.escape(name)) if name else _LEAD)
+    return re.compile(rf"^(?:{lead})*(?:算一下|算算|计算一下|计算|算一算|算)?")
+
+
+def evaluate(text: str, name: str = "") -> tuple[list[Token], Fraction] | None:
+    expr = _SUFFIX.sub("", _prefix(name).sub("", text, count=1), count=1)
     for pat, rep in _POWERS:
         expr = pat.sub(rep, expr)
     tokens = tokenize(expr)
@@ -130,7 +139,7 @@ def evaluate(text: str) -> tuple[list[Token], Fraction] | None:
 
 def handle(text: str, ctx: ToolContext) -> ToolAnswer | None:
     try:
-        result = evaluate(text)
+        result = evaluate(text, ctx.name)
     except ZeroDivisionError:
         return ToolAnswer(NAME, "零不能做除数，这道题没有答案。")
     except OverflowError:

@@ -8,6 +8,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rkvoice.config import HearConfig
 from rkvoice.text.cn import cn_int
 
 if TYPE_CHECKING:
@@ -44,4 +45,5 @@ class ToolContext:
     scheduler: ReminderScheduler | None = None
     sys_root: Path = Path("/sys")
     proc_root: Path = Path("/proc")
-    extra: dict[str, object] = field(default_factory=dict)
+    name: str = field(default_factory=lambda: HearConfig().name)
+    """What the user calls the assistant (``hear.name``, from the wake phrase): tools skip it in requests."""

@@ -43,7 +43,7 @@ def interface_label(name: str) -> str:
 def handle(text: str, ctx: ToolContext) -> ToolAnswer | None:
     if not has_any(text, IP_WORDS) or len(text) > 20:
         return None
-    addrs = ctx.extra.get("ip_addresses", ip_addresses)()  # type: ignore[operator]
+    addrs = ip_addresses()
     if not addrs:
         return ToolAnswer(NAME, "现在没有联网，没有网络地址。")
     parts = [f"{interface_label(n)}{cn_digits(a)}" for n, a in addrs]

@@ -11,7 +11,7 @@ _STOP = ("停", "停下", "停止", "停一下", "停停", "别说了", "不要�
 
 
 def handle(text: str, ctx: ToolContext) -> ToolAnswer | None:
-    core = text.removeprefix("小智").rstrip("吧啊呀了吗")
+    core = text.removeprefix(ctx.name).rstrip("吧啊呀了吗")
     if text in _STOP or core in _STOP or core.rstrip("吧啊呀了吗哦") in _STOP:
         return ToolAnswer(NAME, "", action="stop")
     return None

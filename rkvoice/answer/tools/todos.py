@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import datetime
 from typing import Any
@@ -19,13 +20,21 @@ FILE = "todos"
 _SYNONYMS = (("待办事项", "待办"), ("待做事项", "待办"), ("备忘录", "待办"), ("任务清单", "待办"),
              ("待办清单", "待办"), ("待办列表", "待办"), ("要做的事", "待办"))
 _N = r"([零一二两三四五六七八九十百\d]+)"
-_LEAD = r"^(?:请|帮我|给我|麻烦你?|小智)*"
-_ADD = (
-    re.compile(_LEAD + r"(?:添加|加|新建|新增|记|建)(?:一个|个|一条|条|一项|项)?待办(?:是|叫|内容是)?(.+)$"),
-    re.compile(_LEAD + r"(?:在)?(?:我的)?待办(?:里|中|里面)?(?:添加|加上|加|记上|记|增加|新增)(?:一个|一条|个|条|一项)?(.+)$"),
-    re.compile(_LEAD + r"(?:把|将)?(.+?)(?:加到|加入|添加到|记到|放到|写到|加进|放进|记在)(?:我的)?待办(?:里|中|里面)?$"),
-    re.compile(_LEAD + r"(?:记一下|记下|记住|记个|记一笔)(.+)$"),
-)
+_LEAD = "请|帮我|给我|麻烦你?"
+
+
+@functools.lru_cache(maxsize=4)
+def _add_patterns(name: str) -> tuple[re.Pattern[str], ...]:
+    """"Add a todo" phrasings, after polite words and the assistant's ``name``."""
+    lead = rf"^(?:{_LEAD}|{re.escape(name)})*" if name else rf"^(?:{_LEAD})*"
+    return (
+        re.compile(lead + r"(?:添加|加|新建|新增|记|建)(?:一个|个|一条|条|一项|项)?待办(?:是|叫|内容是)?(.+)$"),
+        re.compile(lead + r"(?:在)?(?:我的)?待办(?:里|中|里面)?(?:添加|加上|加|记上|记|增加|新增)(?:一个|一条|个|条|一项)?(.+)$"),
+        re.compile(lead + r"(?:把|将)?(.+?)(?:加到|加入|添加到|记到|放到|写到|加进|放进|记在)(?:我的)?待办(?:里|中|里面)?$"),
+        re.compile(lead + r"(?:记一下|记下|记住|记个|记一笔)(.+)$"),
+    )
+
+
 _LIST = ("有哪些", "有什么", "看看", "查看", "列出", "列一下", "念一下", "读一下", "是什么", "几条", "几个",
          "多少", "还有", "说一下", "看一下", "查一下", "念念", "都有")
 _CLEAR = re.compile(r"(?:清空|清除|删除|删掉|清理|去掉)(?:所有|全部)(?:的)?待办|(?:清空|清除|清理)(?:我的)?待办|"
@@ -111,9 +120,10 @@ def handle(text: str, ctx: ToolContext) -> ToolAnswer | None:
             if not 1 <= k <= len(items):
                 return ToolAnswer(NAME, f"没有第{cn_int(k)}条待办，你现在有{cn_int(len(items))}条。")
             return _completed(todos, items[k - 1], len(items) - 1)
-    if "待办" in text and any(w in text for w in _LIST) and not any(p.match(text) for p in _ADD[:3]):
+    add = _add_patterns(ctx.name)
+    if "待办" in text and any(w in text for w in _LIST) and not any(p.match(text) for p in add[:3]):
         return ToolAnswer(NAME, _list_answer(todos))
-    for pat in _ADD:
+    for pat in add:
         m = pat.match(text)
         if m:
             item = _strip_item(m.group(1))
