@@ -79,6 +79,8 @@ class Threads(NamedTuple):
     """Generating while the answer is spoken (the TTS thread needs a core)."""
     prompt: int
     """Evaluating the prompt."""
+    follow: bool = False
+    """``quiet`` is auto: re-decided before every token (``FreeCores``)."""
 
 
 def thread_counts(llm: LlmConfig, cores: int | None = None, busy: float | None = None) -> Threads:
@@ -99,4 +101,21 @@ def thread_counts(llm: LlmConfig, cores: int | None = None, busy: float | None =
     else:
         quiet = speaking = llm.threads
     prompt = free if llm.threads_batch == "auto" else llm.threads_batch
-    return Threads(quiet, speaking, prompt)
+    return Threads(quiet, speaking, prompt, follow=llm.threads == "auto")
+
+
+class FreeCores:
+    """Generating threads before speech, re-decided before every token: the usable cores less the
+    median of the last three readings of other processes' runnable threads (one reading, ~0.1 ms).
+    A process that starts working while the answer's first piece is generated takes a thread away
+    at the next token instead of stalling every thread at llama's barriers until the voice starts."""
+
+    def __init__(self, cores: int | None = None, read: Callable[[], float] | None = None, keep: int = 3) -> None:
+        self.cores = usable_cores() if cores is None else cores
+        self._read = read or (lambda: busy_elsewhere(samples=1))
+        self._recent: list[float] = []
+        self._keep = keep
+
+    def threads(self) -> int:
+        self._recent = [*self._recent[1 - self._keep:], self._read()]
+        return max(1, self.cores - round(statistics.median(self._recent)))

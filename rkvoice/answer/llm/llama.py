@@ -32,7 +32,7 @@ from cyllama.llama.llama_cpp import (
 )
 
 from rkvoice.answer.llm.base import Message, chatml, model_path
-from rkvoice.answer.llm.cores import Threads, thread_counts
+from rkvoice.answer.llm.cores import FreeCores, Threads, thread_counts
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
 
@@ -138,11 +138,17 @@ class LlamaEngine:
             pending: list[int] = []
             n_new = 0
             t_first = 0.0
+            free = FreeCores() if self._plan.follow else None
+            quiet_used: set[int] = set()
             for _ in range(max_new):
                 if self._cancel.is_set():
                     break
-                if self._speaking.is_set() and self.threads != self._plan.speaking:
-                    self._use_threads(self._plan.speaking, self.threads_batch)
+                if self._speaking.is_set():
+                    want = self._plan.speaking
+                else:
+                    want = free.threads() if free is not None else self._plan.quiet
+                    quiet_used.add(want)
+                self._use_threads(want, self.threads_batch)
                 tok = sampler.sample(ctx, -1)
                 if vocab.is_eog(tok):
                     break
@@ -163,7 +169,7 @@ class LlamaEngine:
                 self._kv.append(tok)
             self.last_stats = {"prompt_tokens": len(tokens), "reused_tokens": reused, "new_tokens": n_new,
                                "threads": self.threads, "threads_batch": self.threads_batch,
-                               "threads_quiet": self._plan.quiet, "prefill_s": t_prefill,
+                               "threads_quiet": sorted(quiet_used), "prefill_s": t_prefill,
                                "first_text_s": t_first, "total_s": time.monotonic() - t0}
         finally:
             self._busy.release()
