@@ -60,7 +60,7 @@ class LlamaEngine:
         self.threads = self.threads_batch = 0  # in use now (set by load(), then per answer)
         self._plan = Threads(0, 0, 0)
         self._speaking = threading.Event()
-        self.last_stats: dict[str, float] = {}
+        self.last_stats: dict[str, Any] = {}
 
     def load(self) -> None:
         if self.model is not None:

@@ -1,0 +1,255 @@
+"""Turn latency: end of speech -> first audio per route through the real daemon, and its parts.
+
+    py312/bin/python bench/turn_latency.py [--rounds 6] [--hog 0] [--out turn.json]
+    py312/bin/python bench/turn_latency.py --board-only      # only the board's predicted budget
+
+The daemon runs as in bench/soak.py (supervisor, product plan, live hear loop, Assistant, Speaker;
+portable profile) on a scripted microphone: request WAVs by the portable FastSpeech2 voice (wake
+phrase + request in one breath) fed at real-time pace. The player drains at once (a null sink on a
+fake clock): first audio is when the first PCM reaches it, which playback speed does not change, and
+turns end when the answer is synthesised. Each round is one tool question and one LLM question per
+variant, interleaved, so all variants see the same machine load:
+
+- ``default``: the configuration as shipped (``llm.threads`` / ``threads_batch`` auto);
+- ``one_thread``: ``llm.threads=1``, ``llm.threads_batch=1`` (the engine's config is swapped
+  between turns; the same loaded model, cache and conversation);
+- ``--variant NAME:KEY=VALUE,...`` adds one (e.g. ``early:daemon.first_piece_early=false``).
+
+Per route, p50/p90 of end of speech -> first audio and its parts: VAD end-of-speech silence, ASR,
+routing (transcript -> route), LLM first token (prefix cached: the system prompt and the previous
+turns are in llama's cache), first piece ready (first token -> the first piece handed to the voice),
+first piece synthesised (handed -> first PCM at the player). ``--hog N`` runs N busy processes
+alongside (the "never slower than 1 under load" check). The load average is recorded: on a shared
+machine compare variants within one run only. ``board_predicted`` is bench/board_budget.py's
+prediction (the real loop on the board's measured engine times).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import multiprocessing
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.board_budget import predict
+from bench.soak import REQUESTS, ScaledClock, TurnFeeder, pct, synth_requests
+from rkvoice.audio.players import NullPlayer
+from rkvoice.clock import FakeClock
+from rkvoice.config import Config, load_config, parse_override
+from rkvoice.daemon.product import product_plan
+from rkvoice.daemon.sdnotify import Notifier
+from rkvoice.daemon.service import Daemon
+from rkvoice.timeline import Ev, Event
+from rkvoice.turn import Turn
+
+log = logging.getLogger("turn_latency")
+
+TOOL_REQUESTS = REQUESTS
+LLM_REQUESTS = ["小智小智，用一句话介绍一下月亮", "小智小智，用一句话介绍一下长城", "小智小智，用一句话介绍一下熊猫"]
+ONE_THREAD = ["llm.threads=1", "llm.threads_batch=1"]
+PARTS = ("end_to_first_audio_ms", "vad_silence_ms", "asr_ms", "route_ms", "llm_first_token_ms",
+         "llm_first_piece_gen_ms", "first_piece_synth_ms")
+
+
+def _first(events: list[Event], name: Ev) -> float | None:
+    return next((e.t_ms for e in events if e.name == name), None)
+
+
+def turn_parts(turn: Turn) -> dict[str, Any]:
+    """One turn's route and the parts of its end of speech -> first audio, in ms."""
+    s = turn.timeline.summary()
+    ev = turn.timeline.events
+    t = {name: _first(ev, name) for name in (Ev.ASR_DONE, Ev.ROUTE, Ev.LLM_START, Ev.LLM_FIRST_TOKEN,
+                                             Ev.TEXT_READY, Ev.AUDIO_FIRST)}
+
+    def span(a: Ev, b: Ev) -> float | None:
+        return round(t[b] - t[a], 1) if t[a] is not None and t[b] is not None else None  # type: ignore[operator]
+
+    return {"route": "llm" if s.get("route") == "llm" else "tool", "transcript": s.get("transcript"),
+            "answer": s.get("answer"), "end_to_first_audio_ms": s.get("end_to_first_audio_ms"),
+            "vad_silence_ms": s.get("vad_silence_ms"), "asr_ms": s.get("asr_ms"),
+            "route_ms": span(Ev.ASR_DONE, Ev.ROUTE), "llm_first_token_ms": span(Ev.LLM_START, Ev.LLM_FIRST_TOKEN),
+            "llm_first_piece_gen_ms": span(Ev.LLM_FIRST_TOKEN, Ev.TEXT_READY),
+            "first_piece_synth_ms": span(Ev.TEXT_READY, Ev.AUDIO_FIRST),
+            "first_piece": next((str(e.get("text")) for e in ev if e.name == Ev.CHUNK), None)}
+
+
+def summarise(turns: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"turns": len(turns)}
+    for key in PARTS:
+        values = [float(x[key]) for x in turns if isinstance(x.get(key), (int, float))]
+        if values:
+            out[key] = {"p50": pct(values, 50), "p90": pct(values, 90)}
+    return out
+
+
+def _hog(stop: Any) -> None:
+    x = 0
+    while not stop.is_set():
+        for _ in range(100_000):
+            x += 1
+
+
+class Script:
+    """The scripted turns: (variant, request text) in order; round-robin over the variants."""
+
+    def __init__(self, variants: list[str], rounds: int, warmup: int) -> None:
+        self.turns: list[tuple[str, str]] = [("warmup", TOOL_REQUESTS[0]), ("warmup", LLM_REQUESTS[0])][:warmup * 2]
+        for r in range(rounds):
+            for v in variants if r % 2 == 0 else variants[::-1]:  # alternate the order too
+                self.turns.append((v, TOOL_REQUESTS[(r + len(self.turns)) % len(TOOL_REQUESTS)]))
+                self.turns.append((v, LLM_REQUESTS[r % len(LLM_REQUESTS)]))
+
+
+def run(cfg: Config, variants: dict[str, Config], rounds: int, warmup: int) -> dict[str, Any]:
+    script = Script(list(variants), rounds, warmup)
+    work = Path(cfg.state.dir).parent
+    texts = sorted({text for _, text in script.turns})
+    audio = synth_requests(cfg, texts, work)
+    clock = ScaledClock(1.0)
+    done: list[tuple[str, Turn | None]] = []
+    daemon_ref: list[Daemon] = []
+    feeder = TurnFeeder([audio[text] for _, text in script.turns], lambda: daemon_ref[0].turns if daemon_ref else 0,
+                        clock)
+    plan = product_plan(cfg, source=lambda c: feeder, player=lambda c: NullPlayer(c, FakeClock()))
+    daemon = Daemon(cfg, plan, lambda: cfg, notifier=Notifier(socket_name=""))
+    daemon_ref.append(daemon)
+    lock = threading.Lock()
+    load_avg: list[float] = []
+
+    def ready_next(n: int) -> None:
+        """Turn ``n`` (0-based) comes next: its variant's LLM configuration."""
+        if n < len(script.turns):
+            llm = daemon.stages.engines["answer"].llm
+            llm.cfg = variants.get(script.turns[n][0], cfg)
+        else:
+            daemon.request_stop()
+
+    def finished(turn: Turn | None) -> None:
+        with lock:
+            i = len(done)
+            done.append((script.turns[i][0], turn))
+            load_avg.append(os.getloadavg()[0])
+            print(f"turn_latency: {i + 1}/{len(script.turns)} {script.turns[i][0]}: "
+                  f"{turn.timeline.summary().get('end_to_first_audio_ms') if turn else 'failed'} ms",
+                  file=sys.stderr, flush=True)
+            ready_next(i + 1)
+
+    daemon.on_turn = finished
+    orig_failed = daemon._turn_failed
+
+    def on_failed(exc: BaseException) -> None:
+        orig_failed(exc)
+        finished(None)
+
+    daemon._turn_failed = on_failed  # type: ignore[method-assign]
+    t0 = time.monotonic()
+    code = daemon.run()
+    per: dict[str, list[dict[str, Any]]] = {}
+    failed = 0
+    for variant, turn in done:
+        if turn is None:
+            failed += 1
+        elif variant != "warmup":
+            per.setdefault(variant, []).append(turn_parts(turn))
+    return {"per": per, "failed": failed, "exit_code": code, "wall_s": round(time.monotonic() - t0, 1),
+            "load_average_during": {"min": min(load_avg, default=None), "max": max(load_avg, default=None),
+                                    "median": pct(load_avg, 50)}}
+
+
+def report(result: dict[str, Any], variants: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for v in variants:
+        turns = result["per"].get(v, [])
+        out[v] = {route: summarise([x for x in turns if x["route"] == route]) for route in ("tool", "llm")}
+        out[v]["llm_first_pieces"] = [x["first_piece"] for x in turns if x["route"] == "llm"]
+        out[v]["llm_answers"] = [x["answer"] for x in turns if x["route"] == "llm"]
+        out[v]["transcripts"] = sorted({str(x["transcript"]) for x in turns})
+
+    def p50(v: str, route: str, key: str) -> float | None:
+        return out.get(v, {}).get(route, {}).get(key, {}).get("p50")
+
+    d = variants[0]
+    flat = {"tool_p50_ms": p50(d, "tool", "end_to_first_audio_ms"), "llm_p50_ms": p50(d, "llm", "end_to_first_audio_ms"),
+            "llm_first_token_ms": p50(d, "llm", "llm_first_token_ms"),
+            "llm_first_piece_gen_ms": p50(d, "llm", "llm_first_piece_gen_ms"),
+            "llm_p50_ms_one_thread": p50("one_thread", "llm", "end_to_first_audio_ms"),
+            "tool_p50_ms_one_thread": p50("one_thread", "tool", "end_to_first_audio_ms")}
+    tool, llm, first, piece = (flat[k] for k in ("tool_p50_ms", "llm_p50_ms", "llm_first_token_ms",
+                                                  "llm_first_piece_gen_ms"))
+    if tool is not None and llm is not None and first is not None and piece is not None:
+        bound = tool + first + piece + 150.0  # no wasted wait: the LLM's own time on top of a tool turn
+        flat["llm_bound_ms"] = round(bound, 1)
+        flat["llm_within_bound"] = llm <= bound
+    if flat["llm_p50_ms"] is not None and flat["llm_p50_ms_one_thread"]:
+        flat["llm_vs_one_thread"] = round(flat["llm_p50_ms"] / flat["llm_p50_ms_one_thread"], 3)
+    return {**flat, "variants": out}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=6, help="tool + LLM question per variant per round")
+    ap.add_argument("--warmup", type=int, default=1, help="warm-up rounds (one tool, one LLM turn), not counted")
+    ap.add_argument("--hog", type=int, default=0, help="busy processes running alongside (a CPU hog)")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE,...",
+                    help="one more variant beside default and one_thread")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="for every variant")
+    ap.add_argument("--max-tokens", type=int, default=48, help="LLM answer length (turns stay short)")
+    ap.add_argument("--board-only", action="store_true", help="only the board's predicted budget")
+    ap.add_argument("--out", help="also write the JSON here")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    board = predict()
+    if args.board_only:
+        text = json.dumps({"board_predicted": board}, ensure_ascii=False, indent=1)
+        print(text)
+        return 0
+    work = Path(tempfile.mkdtemp(prefix="rkvoice-turns-"))
+    base = [{"state": {"dir": str(work / "state")},
+             "models": {"profile": "portable"}, "llm": {"max_tokens": args.max_tokens, "timeout_s": 600},
+             "daemon": {"lock_file": str(work / "rkvoice.lock"), "answer_first_timeout_s": 600,
+                        "answer_gap_timeout_s": 600}},
+            *(parse_override(s) for s in args.set)]
+    cfg = load_config(base, files=None)
+    variants = {"default": cfg, "one_thread": load_config([*base, *(parse_override(s) for s in ONE_THREAD)], files=None)}
+    for spec in args.variant:
+        name, _, sets = spec.partition(":")
+        variants[name] = load_config([*base, *(parse_override(s) for s in sets.split(",") if s)], files=None)
+    stop = multiprocessing.Event()
+    hogs = [multiprocessing.Process(target=_hog, args=(stop,), daemon=True) for _ in range(args.hog)]
+    for h in hogs:
+        h.start()
+    load_start = os.getloadavg()
+    try:
+        result = run(cfg, variants, args.rounds, args.warmup)
+    finally:
+        stop.set()
+        for h in hogs:
+            h.join(5)
+    out = report(result, list(variants))
+    out.update(board_predicted=board, hog_processes=args.hog, cores=os.cpu_count(),
+               load_average_start=[round(x, 2) for x in load_start], load_average_during=result["load_average_during"],
+               load_note="a shared machine: compare variants within one run (interleaved, medians)",
+               turns_failed=result["failed"], exit_code=result["exit_code"], wall_s=result["wall_s"],
+               rounds=args.rounds, max_tokens=args.max_tokens)
+    text = json.dumps(out, ensure_ascii=False, indent=1)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n", encoding="utf-8")
+    return 0 if result["failed"] == 0 and result["exit_code"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
