@@ -16,7 +16,7 @@ from datetime import datetime
 
 from rkvoice.answer.llm.base import Message
 from rkvoice.config import Config
-from rkvoice.text.cn import cn_date, cn_time
+from rkvoice.text.spoken_numbers import cn_date, cn_time
 
 TIME_NOTE = "用户的话开头方括号里是说话时的日期和时间，需要时才用。"
 """Appended to the system prompt: what the bracketed time before each question is."""

@@ -16,7 +16,7 @@ T = TypeVar("T")
 def normalise(text: str, read_digits: bool = True) -> str:
     """NFKC, digit runs read out as Chinese numbers (unless ``read_digits`` is False: then a
     digit is a character like any other), punctuation and spaces dropped, lower case."""
-    from rkvoice.text.cn import cn_int
+    from rkvoice.text.spoken_numbers import cn_int
 
     text = unicodedata.normalize("NFKC", text)
     if read_digits:

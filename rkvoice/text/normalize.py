@@ -3,8 +3,8 @@
 Steps: remove markup, emoji, URLs, citation marks and control characters (clean.py); cut the text
 into clauses at punctuation; give each clause a language by its script (Chinese characters -> zh,
 English words -> en, only digits and symbols -> the language around it); join neighbouring clauses
-of the same language into runs; normalise each run with the Chinese rules plus wetext (zh.py) or
-the English rules (en.py).
+of the same language into runs; normalise each run with the Chinese rules plus wetext (zh_speakable.py) or
+the English rules (en_speakable.py).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import re
 
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.text.clean import clean
-from rkvoice.text.en import en_speakable
-from rkvoice.text.zh import UNITS, wetext_zh, zh_speakable
+from rkvoice.text.en_speakable import en_speakable
+from rkvoice.text.zh_speakable import UNITS, wetext_zh, zh_speakable
 
 log = logging.getLogger(__name__)
 

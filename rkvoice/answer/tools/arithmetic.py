@@ -15,7 +15,7 @@ from fractions import Fraction
 
 from rkvoice.answer.tools.base import ToolAnswer, ToolContext
 from rkvoice.answer.tools.numerals import NUMBER_RE, parse_number
-from rkvoice.text.cn import cn_dec, cn_int
+from rkvoice.text.spoken_numbers import cn_dec, cn_int
 
 NAME = "arithmetic"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rkvoice.config import HearConfig
-from rkvoice.text.cn import cn_int
+from rkvoice.text.spoken_numbers import cn_int
 
 if TYPE_CHECKING:
     from rkvoice.answer.tools.scheduler import ReminderScheduler

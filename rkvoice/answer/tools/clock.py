@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 
 from rkvoice.answer.tools.base import ToolAnswer, ToolContext
 from rkvoice.answer.tools.match import has_any
-from rkvoice.text.cn import cn_date, cn_time
+from rkvoice.text.spoken_numbers import cn_date, cn_time
 
 NAME = "time"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rkvoice.answer.tools.base import ToolAnswer, ToolContext, cn_count
 from rkvoice.answer.tools.match import has_any
-from rkvoice.text.cn import cn_dec, cn_int
+from rkvoice.text.spoken_numbers import cn_dec, cn_int
 
 log = logging.getLogger(__name__)
 

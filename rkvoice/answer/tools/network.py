@@ -8,7 +8,7 @@ import struct
 
 from rkvoice.answer.tools.base import ToolAnswer, ToolContext
 from rkvoice.answer.tools.match import has_any
-from rkvoice.text.cn import cn_digits
+from rkvoice.text.spoken_numbers import cn_digits
 
 NAME = "ip"
 _SIOCGIFADDR = 0x8915

@@ -7,8 +7,8 @@ from datetime import datetime, timedelta
 
 from rkvoice.answer.tools.base import ToolAnswer, ToolContext, cn_count
 from rkvoice.answer.tools.when import parse_when
-from rkvoice.text.cn import clock_hm, cn_int
 from rkvoice.text.normalize import speakable
+from rkvoice.text.spoken_numbers import clock_hm, cn_int
 
 NAME = "reminder"
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.state import StateStore
-from rkvoice.text.cn import clock_hm
 from rkvoice.text.normalize import speakable
+from rkvoice.text.spoken_numbers import clock_hm
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from rkvoice.answer.tools.base import ToolAnswer, ToolContext, cn_count
 from rkvoice.answer.tools.numerals import parse_int
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.state import StateStore
-from rkvoice.text.cn import cn_int
 from rkvoice.text.normalize import speakable
+from rkvoice.text.spoken_numbers import cn_int
 
 NAME = "todo"
 FILE = "todos"

@@ -15,7 +15,7 @@ import re
 import threading
 from collections.abc import Callable
 
-from rkvoice.text.cn import clock_hm, cn_day, cn_dec, cn_digits, cn_int
+from rkvoice.text.spoken_numbers import clock_hm, cn_day, cn_dec, cn_digits, cn_int
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from rkvoice.errors import RkvoiceError
-from rkvoice.text.cn import cn_date, cn_dec, cn_digits, cn_int, cn_time
+from rkvoice.text.spoken_numbers import cn_date, cn_dec, cn_digits, cn_int, cn_time
 
 
 @pytest.mark.parametrize("n, want", [
