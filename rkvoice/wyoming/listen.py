@@ -38,11 +38,11 @@ class AsrRequest:
         self.audio: AudioIn | None = None
         self.parts: list[np.ndarray] = []
 
-    def begin(self, audio: AudioIn) -> None:
+    async def begin(self, audio: AudioIn) -> None:
         self.audio = audio
         self.parts = []
 
-    async def feed(self, data: bytes) -> None:
+    async def feed(self, data: bytes, send: Send) -> None:
         assert self.audio is not None
         self.parts.append(self.audio.convert(data))
 
@@ -164,17 +164,14 @@ class Listening:
             self.listener = AsrRequest(self.ctx.engines, "zh", self.requests)
         audio = AudioIn(fmt.rate, fmt.width, fmt.channels, self.ctx.wcfg.max_audio_s)
         self.audio, self.discard = audio, False
-        if isinstance(self.listener, AsrRequest):
-            self.listener.begin(audio)
-        else:
-            await self.listener.begin(audio)
+        await self.listener.begin(audio)
 
     async def chunk(self, chunk: AudioChunk) -> None:
         if self.discard or self.refused:
             return
         if self.audio is None:
             await self.start(chunk)
-        assert self.audio is not None
+        assert self.audio is not None and self.listener is not None
         if not self.audio.same_format(chunk.rate, chunk.width, chunk.channels):
             self.discard = True
             raise RkvoiceError(
@@ -182,10 +179,7 @@ class Listening:
                 f"audio-chunk format {chunk.rate} Hz/{chunk.width} B/{chunk.channels} ch differs from the stream's "
                 f"{self.audio.rate} Hz/{self.audio.width} B/{self.audio.channels} ch; the stream is dropped",
             )
-        if isinstance(self.listener, WakeStream):
-            await self.listener.feed(chunk.audio, self.send)
-        elif isinstance(self.listener, AsrRequest):
-            await self.listener.feed(chunk.audio)
+        await self.listener.feed(chunk.audio, self.send)
 
     async def stop(self) -> None:
         listener, audio, discarded = self.listener, self.audio, self.discard or self.refused

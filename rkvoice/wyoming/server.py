@@ -27,8 +27,9 @@ from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.gate import Engines
 
 from .config import clock, from_cfg
+from .context import Context
 from .discovery import Announcer
-from .handler import Context, WyomingHandler
+from .handler import WyomingHandler
 from .info import build_info, wake_model_name
 from .tts import Voices
 
