@@ -459,10 +459,12 @@ def test_a_streamed_synthesis_that_receives_nothing_is_closed_by_the_idle_limit(
         writer.close()
         return events
 
-    with serving(engines, WyomingConfig(idle_timeout_s=0.5)) as port:
+    with request_lines() as lines, serving(engines, WyomingConfig(idle_timeout_s=0.5)) as port:
         events = run(go(port))
+        line = lines.wait(1)[0]
     assert [Error.from_event(e).code for e in events if Error.is_type(e.type)] == ["idle"]
     assert "streamed synthesis" in Error.from_event(events[-1]).text
+    assert " streamed synthesis '': total_ms=" in line and line.endswith(" cancelled (idle)"), line
 
 
 def test_describe_is_answered_while_max_clients_connections_are_held(fakes):

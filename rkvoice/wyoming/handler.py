@@ -83,6 +83,7 @@ class WyomingHandler(AsyncEventHandler):
                     break
         except Refused as exc:  # an idle client is ordinary; a broken limit is worth a warning
             log.log(logging.INFO if exc.code == "idle" else logging.WARNING, "wyoming %s: %s", self.peer, exc.message)
+            self.requests.cancel(exc.code)  # a streamed synthesis in progress ends with its connection
             await self._try_send(Error(text=exc.message, code=exc.code).event())
         except (ConnectionError, asyncio.IncompleteReadError) as exc:
             log.info("wyoming %s left mid-stream (%s)", self.peer, type(exc).__name__)
