@@ -64,6 +64,7 @@ async def answer(engines: Engines, turn: Turn, send: Send, max_chars: int) -> No
     worker = loop.run_in_executor(None, work)
     try:
         await _relay(queue, send, preempted, turn)
+        turn.finish()  # answered: a client leaving while the worker lets go cancels nothing
     except BaseException:
         turn.cancel("interrupted")  # a cancelled task stops the LLM before waiting for it
         raise

@@ -34,6 +34,17 @@ only where something was synthesised)."""
 SYNTHESIS = ("synth_ms", "audio_s", "chunks")
 
 
+def figures(summary: dict[str, Any]) -> str:
+    """``name=value`` for each of FIGURES the summary has, milliseconds whole."""
+    out = []
+    for k in FIGURES:
+        v = summary.get(k)
+        if v in (None, "") or (k in SYNTHESIS and not summary.get("chunks")):
+            continue
+        out.append(f"{k}={v:.0f}" if k.endswith("_ms") else f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={v}")
+    return " ".join(out)
+
+
 class Context:
     """What every connection shares: settings, engines, voices, the info answer, the client count."""
 
@@ -91,13 +102,10 @@ class Requests:
         finally:
             self._open.discard(turn)
             turn.finish()
-            summary = {**turn.summary(), "total_ms": round((self.clock.now() - t0) * 1000.0, 3)}
-            figures = " ".join(f"{k}={summary[k]:g}" if isinstance(summary[k], (int, float)) else f"{k}={summary[k]}"
-                               for k in FIGURES if summary.get(k) not in (None, "")
-                               and (summary["chunks"] or k not in SYNTHESIS))
+            summary = {**turn.summary(), "total_ms": (self.clock.now() - t0) * 1000.0}
             outcome = (f" failed: {turn.exception}" if turn.exception is not None
                        else f" cancelled ({turn.reason})" if turn.cancelled else "")
-            log.info("wyoming %s %s %r: %s%s", self.peer, kind, turn.text[:60], figures, outcome)
+            log.info("wyoming %s %s %r: %s%s", self.peer, kind, turn.text[:60], figures(summary), outcome)
 
     def cancel(self, reason: str) -> None:
         """Stop every request in progress (the client left)."""
