@@ -87,7 +87,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 if [ "$CHECK_ONLY" = 1 ]; then
   step check "verifying the $PROFILE models (nothing is changed)"
   [ -x "$PY" ] || fail "py312/ does not exist yet; run ./install.sh${PROFILE:+ --profile $PROFILE} first"
-  "$PY" -m rkvoice.models check --profile "$PROFILE" ${MODEL_ARGS[@]+"${MODEL_ARGS[@]}"} || fail "some model files are missing or corrupt (listed above); run ./install.sh --profile $PROFILE to repair"
+  "$PY" -m rkvoice.installer check --profile "$PROFILE" ${MODEL_ARGS[@]+"${MODEL_ARGS[@]}"} || fail "some model files are missing or corrupt (listed above); run ./install.sh --profile $PROFILE to repair"
   exit 0
 fi
 
@@ -247,13 +247,13 @@ step models "fetch, assemble and verify the $PROFILE models (models/manifest.yam
 # model is not usable (named on the last line), anything else = the installer itself failed.
 MODELS_RC=0
 REPORT="$CACHE/models/install-report.json"
-"$PY" -m rkvoice.models install --profile "$PROFILE" --report "$REPORT" ${MODEL_ARGS[@]+"${MODEL_ARGS[@]}"} \
+"$PY" -m rkvoice.installer install --profile "$PROFILE" --report "$REPORT" ${MODEL_ARGS[@]+"${MODEL_ARGS[@]}"} \
   || MODELS_RC=$?
 case "$MODELS_RC" in
   0) ;;
   1) FAILED_IDS="$("$PY" -c 'import json, sys; print(", ".join(o["model"] for o in json.load(open(sys.argv[1])) if o["fails"]))' "$REPORT")"
      PENDING+=("required model(s) not installed: ${FAILED_IDS:-see above} (the table above says how to fix each)") ;;
-  *) fail "the model installer failed (exit $MODELS_RC; the 'rkvoice.models:' line above says why)" ;;
+  *) fail "the model installer failed (exit $MODELS_RC; the 'rkvoice.installer:' line above says why)" ;;
 esac
 
 # ---------------------------------------------------------------- service (opt-in)

@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rkvoice.atomic import write_atomic  # noqa: E402
-from rkvoice.models.onnx_meta import with_onnx_metadata  # noqa: E402
+from rkvoice.installer.onnx_meta import with_onnx_metadata  # noqa: E402
 from rkvoice.tts.vits import read_onnx_metadata  # noqa: E402
 
 

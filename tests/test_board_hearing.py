@@ -32,7 +32,7 @@ from rkvoice.hear.paraformer_asr import ParaformerAsr, check_paraformer
 from rkvoice.hear.session import HearSession
 from rkvoice.hear.sources import RealtimeSource, WavFileSource
 from rkvoice.hear.vad import Segmenter, vad_model_path
-from rkvoice.models.onnx_meta import with_onnx_metadata
+from rkvoice.installer.onnx_meta import with_onnx_metadata
 from rkvoice.timeline import Ev
 from rkvoice.tts.vits import read_onnx_metadata
 from rkvoice.turn import Turn

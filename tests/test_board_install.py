@@ -1,7 +1,7 @@
 """The board install against a local HTTP server: every model attempted, a table, the right exit.
 
 A small board manifest is served by a real ``http.server`` (one model ok, one 404, one corrupt,
-one optional and missing) and installed by the real code (``python -m rkvoice.models install``).
+one optional and missing) and installed by the real code (``python -m rkvoice.installer install``).
 The NPU step is driven with a fake librknnrt.so that carries the version string, PC-built
 drop-ins with sidecars, and a fake converter run in a real throw-away venv holding a locally built
 ``rknn-toolkit2``-like wheel of the runtime's version (no network, seconds).
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from rkvoice.models import __main__ as cli, fetch as fetch_mod
-from rkvoice.models.install import format_table, install_profile
-from rkvoice.models.manifest import load_manifest
-from rkvoice.models.rknn import resolve_toolkit, rknn_problem
+from rkvoice.installer import __main__ as cli, fetch as fetch_mod
+from rkvoice.installer.install import format_table, install_profile
+from rkvoice.installer.manifest import load_manifest
+from rkvoice.installer.rknn import resolve_toolkit, rknn_problem
 
 ROOT = Path(__file__).resolve().parents[1]
 GOOD = b"good model bytes\n" * 100

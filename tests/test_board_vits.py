@@ -21,7 +21,7 @@ import soundfile as sf
 from rkvoice import cli
 from rkvoice.config import ROOT, load_config, parse_override
 from rkvoice.errors import RkvoiceError
-from rkvoice.models.onnx_meta import with_onnx_metadata
+from rkvoice.installer.onnx_meta import with_onnx_metadata
 from rkvoice.tts.vits import VOICES, VitsTts, read_onnx_metadata
 
 PIPER = ROOT / "models" / "portable" / "piper-joe"

@@ -63,7 +63,7 @@ def test_portable_default_is_the_whole_mel_onnx_vocoder():
 
 
 def test_board_config_selects_the_rknn_the_manifest_installs():
-    from rkvoice.models.manifest import load_manifest
+    from rkvoice.installer.manifest import load_manifest
 
     cfg = load_config(files=[DEFAULT_CONFIG, BOARD_CONFIG])
     assert cfg.models.profile == "board"

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from rkvoice.errors import RkvoiceError
-from rkvoice.models import __main__ as cli, fetch as fetch_mod
-from rkvoice.models.install import install_model, install_profile
-from rkvoice.models.manifest import STAGES, load_manifest
-from rkvoice.models.verify import verify_model, verify_profile
+from rkvoice.installer import __main__ as cli, fetch as fetch_mod
+from rkvoice.installer.install import install_model, install_profile
+from rkvoice.installer.manifest import STAGES, load_manifest
+from rkvoice.installer.verify import verify_model, verify_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "models" / "manifest.yaml"

@@ -16,7 +16,7 @@ import pytest
 
 from rkvoice.config import ROOT, Config, load_config
 from rkvoice.errors import RkvoiceError
-from rkvoice.models.onnx_meta import with_onnx_metadata
+from rkvoice.installer.onnx_meta import with_onnx_metadata
 from rkvoice.needs import installed
 from rkvoice.tts import fastspeech2, vits
 from rkvoice.tts.registry import (

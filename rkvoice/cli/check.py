@@ -132,8 +132,8 @@ def _check_checksums(cfg: Config, engine: str, st: StageCheck, found: list[Path]
     if not found or not manifest.is_file():
         return
     try:
-        from rkvoice.models.manifest import load_manifest
-        from rkvoice.models.verify import verify_file
+        from rkvoice.installer.manifest import load_manifest
+        from rkvoice.installer.verify import verify_file
     except ImportError as exc:
         st.notes.append(f"checksums not checked ({exc})")
         return

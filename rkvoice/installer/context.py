@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO
 
 from rkvoice.errors import RkvoiceError, Stage
-from rkvoice.models.manifest import Model
+from rkvoice.installer.manifest import Model
 
 log = logging.getLogger(__name__)
 

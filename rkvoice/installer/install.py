@@ -18,12 +18,12 @@ from pathlib import Path
 from pooch import file_hash
 
 from rkvoice.errors import Code, RkvoiceError, Stage
-from rkvoice.models.assemble import run_step
-from rkvoice.models.context import DOWNLOADS, Context, Toolkit
-from rkvoice.models.fetch import fetch
-from rkvoice.models.manifest import Manifest, Model, Source
-from rkvoice.models.rknn import drop_ins_present, resolve_toolkit, rknn_files
-from rkvoice.models.verify import applies_here, verify_model
+from rkvoice.installer.assemble import run_step
+from rkvoice.installer.context import DOWNLOADS, Context, Toolkit
+from rkvoice.installer.fetch import fetch
+from rkvoice.installer.manifest import Manifest, Model, Source
+from rkvoice.installer.rknn import drop_ins_present, resolve_toolkit, rknn_files
+from rkvoice.installer.verify import applies_here, verify_model
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ def classify(model: Model, err: RkvoiceError, profile: str, toolkit: Toolkit | N
             version = toolkit.version if toolkit and toolkit.version else "V"
             fix = f"rm {stems} (to convert here), or rebuild them with --toolkit-version {version}"
     elif err.code in (Code.CONVERT_FAILED, Code.TOOLKIT_INSTALL_FAILED):
-        fix = ("see the converter output above; retry alone: py312/bin/python -m rkvoice.models install "
+        fix = ("see the converter output above; retry alone: py312/bin/python -m rkvoice.installer install "
                f"--profile {profile} --only {model.id}")
     elif err.code == Code.BAD_DROP_IN:
         status = "corrupt"

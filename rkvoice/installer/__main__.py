@@ -1,4 +1,4 @@
-"""``python -m rkvoice.models install|check --profile P``: the model half of install.sh.
+"""``python -m rkvoice.installer install|check --profile P``: the model half of install.sh.
 
 ``install`` attempts every model and ends with a table (model, ok / missing / corrupt / mismatch /
 skipped, the fix); it exits 1 only when a required (not ``optional``) model is not usable, and
@@ -17,16 +17,16 @@ import time
 from pathlib import Path
 
 from rkvoice.errors import RkvoiceError
-from rkvoice.models.install import format_table, install_profile, rerun_command
-from rkvoice.models.manifest import PROFILES, Manifest, load_manifest
-from rkvoice.models.rknn import resolve_toolkit
-from rkvoice.models.verify import verify_profile
+from rkvoice.installer.install import format_table, install_profile, rerun_command
+from rkvoice.installer.manifest import PROFILES, Manifest, load_manifest
+from rkvoice.installer.rknn import resolve_toolkit
+from rkvoice.installer.verify import verify_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m rkvoice.models", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m rkvoice.installer", description=__doc__)
     p.add_argument("command", choices=("install", "check"),
                    help="install: fetch/assemble/verify what is missing; check: verify only, change nothing")
     p.add_argument("--profile", default="portable", choices=PROFILES)
@@ -49,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _install(args: argparse.Namespace, manifest: Manifest, root: Path, t0: float) -> int:
-    log = logging.getLogger("rkvoice.models")
+    log = logging.getLogger("rkvoice.installer")
     report = install_profile(manifest, root, args.profile, only=args.only, allow_unverified=args.allow_unverified,
                              keep_downloads=args.keep_downloads, toolkit_version=args.toolkit_version,
                              toolkit_python=args.toolkit_python)
@@ -63,7 +63,7 @@ def _install(args: argparse.Namespace, manifest: Manifest, root: Path, t0: float
                                           ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     failed = [o for o in report.outcomes if o.fails]
     if failed:
-        print(f"rkvoice.models: required model(s) not installed: {', '.join(o.model for o in failed)} "
+        print(f"rkvoice.installer: required model(s) not installed: {', '.join(o.model for o in failed)} "
               f"(the table above says how to fix each; then rerun {rerun_command(args.profile)})", file=sys.stderr)
         return 1
     return 0
@@ -73,7 +73,7 @@ def _check(args: argparse.Namespace, manifest: Manifest, root: Path, t0: float) 
     npu = any(s.op == "rknn" for m in manifest.profile(args.profile) for s in m.steps)
     toolkit = resolve_toolkit(args.toolkit_version) if npu else None
     if toolkit is not None and toolkit.error is not None:
-        print(f"rkvoice.models check ({args.profile}): {toolkit.error.message}", file=sys.stderr)
+        print(f"rkvoice.installer check ({args.profile}): {toolkit.error.message}", file=sys.stderr)
         return 1
     checked, problems = verify_profile(manifest, root, args.profile, toolkit.version if toolkit else None)
     optional = {m.id for m in checked if m.optional}
@@ -82,13 +82,13 @@ def _check(args: argparse.Namespace, manifest: Manifest, root: Path, t0: float) 
         if p.model in optional:
             print(f"  (optional) {p}", file=sys.stderr)
     if required:
-        print(f"rkvoice.models check ({args.profile}): {len(required)} problem(s):", file=sys.stderr)
+        print(f"rkvoice.installer check ({args.profile}): {len(required)} problem(s):", file=sys.stderr)
         for p in required:
             print(f"  {p}", file=sys.stderr)
         print(f"fix: run {rerun_command(args.profile)} (it re-fetches only what is missing or corrupt)",
               file=sys.stderr)
         return 1
-    print(f"rkvoice.models check ({args.profile}): {len(checked)} model(s), all required files verified "
+    print(f"rkvoice.installer check ({args.profile}): {len(checked)} model(s), all required files verified "
           f"in {time.monotonic() - t0:.1f} s", file=sys.stderr)
     return 0
 
@@ -104,10 +104,10 @@ def main(argv: list[str] | None = None) -> int:
             return _install(args, manifest, root, t0)
         return _check(args, manifest, root, t0)
     except RkvoiceError as err:
-        print(f"rkvoice.models: {err.message}", file=sys.stderr)
+        print(f"rkvoice.installer: {err.message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("rkvoice.models: interrupted; rerun to resume (finished downloads are kept)", file=sys.stderr)
+        print("rkvoice.installer: interrupted; rerun to resume (finished downloads are kept)", file=sys.stderr)
         return 130
 
 

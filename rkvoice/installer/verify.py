@@ -17,8 +17,8 @@ from pathlib import Path
 from pooch import file_hash
 
 from rkvoice.errors import RkvoiceError
-from rkvoice.models.manifest import FileSpec, Manifest, Model
-from rkvoice.models.rknn import rknn_problem
+from rkvoice.installer.manifest import FileSpec, Manifest, Model
+from rkvoice.installer.rknn import rknn_problem
 from rkvoice.npu.runtime import OnnxModel
 
 log = logging.getLogger(__name__)

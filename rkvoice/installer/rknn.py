@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from rkvoice.board import versions
 from rkvoice.errors import Code, RkvoiceError, Stage
-from rkvoice.models.context import DOWNLOADS, Context, Toolkit, atomic
+from rkvoice.installer.context import DOWNLOADS, Context, Toolkit, atomic
 
 if TYPE_CHECKING:
-    from rkvoice.models.manifest import Model, Step
+    from rkvoice.installer.manifest import Model, Step
 
 log = logging.getLogger(__name__)
 

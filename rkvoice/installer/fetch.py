@@ -15,9 +15,9 @@ from pathlib import Path
 from pooch import file_hash
 
 from rkvoice.errors import RkvoiceError, Stage
-from rkvoice.models.context import run_tail
-from rkvoice.models.download import check_file, download
-from rkvoice.models.manifest import Source
+from rkvoice.installer.context import run_tail
+from rkvoice.installer.download import check_file, download
+from rkvoice.installer.manifest import Source
 
 log = logging.getLogger(__name__)
 
