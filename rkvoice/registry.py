@@ -3,11 +3,30 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from rkvoice.board.runtimes import Findings
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.needs import Needs, NeedsFn
+
+CheckFn = Callable[[Any, list[Path], Findings], None]
+
+
+def guarded(note: Callable[[Any], str]) -> CheckFn:
+    """A ``check`` for a model that may end the process (sherpa-onnx exits on bad metadata or
+    tokens): with the files in place, ``note(cfg)`` reads them; its line is a note, its RkvoiceError
+    a problem."""
+    def check(cfg: Any, _found: list[Path], out: Findings) -> None:
+        if not out.problems:
+            try:
+                out.notes.append(note(cfg))
+            except RkvoiceError as err:
+                out.problems.append(err.message)
+
+    return check
 
 
 @dataclass(frozen=True)
@@ -17,6 +36,8 @@ class Backend:
     install_hint: str = ""
     needs: NeedsFn | None = None
     """``needs(cfg, **kwargs) -> Needs``: files, packages, devices, runtimes (rkvoice.needs)."""
+    check: CheckFn | None = None
+    """``check(cfg, found, out)``: what ``--check`` verifies beyond the needs (see ``Registry.check``)."""
 
 
 class Registry:
@@ -29,8 +50,8 @@ class Registry:
         self._backends: dict[str, Backend] = {}
 
     def register(self, name: str, target: str, summary: str, install_hint: str = "",
-                 needs: NeedsFn | None = None) -> None:
-        self._backends[name] = Backend(target, summary, install_hint, needs)
+                 needs: NeedsFn | None = None, check: CheckFn | None = None) -> None:
+        self._backends[name] = Backend(target, summary, install_hint, needs, check)
 
     def names(self) -> list[str]:
         return sorted(self._backends)
@@ -54,8 +75,8 @@ class Registry:
         backend = self.backend(name)
         return backend.needs(cfg, **kwargs) if backend.needs is not None else Needs()
 
-    def create(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        """Import backend ``name``'s module (only now) and call its factory."""
+    def target(self, name: str) -> Any:
+        """Backend ``name``'s factory (its engine class, which declares its ``languages``), imported now."""
         backend = self.backend(name)
         module_name, _, attr = backend.target.partition(":")
         try:
@@ -64,4 +85,15 @@ class Registry:
             hint = backend.install_hint or "run ./install.sh for this profile"
             raise RkvoiceError(self.stage, "missing-dependency",
                                f"{self.stage} backend {name!r} needs {exc.name or exc}: {hint}") from exc
-        return getattr(module, attr)(*args, **kwargs)
+        return getattr(module, attr)
+
+    def check(self, name: str, cfg: Any, found: list[Path], out: Findings) -> None:
+        """What ``--check`` verifies of backend ``name`` beyond its needs, without loading it
+        (``found``: its files present), into ``out``; nothing declared: nothing more."""
+        backend = self.backend(name)
+        if backend.check is not None:
+            backend.check(cfg, found, out)
+
+    def create(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Import backend ``name``'s module (only now) and call its factory."""
+        return self.target(name)(*args, **kwargs)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from rkvoice.board import versions
+from rkvoice.board import espeak, versions
 from rkvoice.board.runtimes import rknn_build_version
 from rkvoice.cli import check
 from rkvoice.cli.check import check_pipeline, run_check
@@ -79,7 +79,7 @@ def board(tmp_path, monkeypatch):
     monkeypatch.setattr(versions, "NPU_DRIVER_PATHS", (drv,))
     monkeypatch.setattr(versions, "package_version", lambda d: {"rknn-toolkit-lite2": "2.3.2"}.get(d))
     monkeypatch.setattr(check, "module_found", lambda name: True)
-    monkeypatch.setattr(check, "_check_espeak", lambda cfg, st: None)
+    monkeypatch.setattr(espeak, "espeak_lack", lambda cfg: None)
     cfg = Config(models=ModelsConfig(dir=str(models), profile="board"))
     return cfg, tmp_path
 

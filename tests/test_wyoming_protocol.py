@@ -40,8 +40,8 @@ from wyoming.tts import (  # noqa: E402
 from rkvoice.config import WyomingConfig, load_config  # noqa: E402
 from rkvoice.errors import RkvoiceError  # noqa: E402
 from rkvoice.gate import Engines  # noqa: E402
+from rkvoice.tts.registry import VoiceSpec  # noqa: E402
 from rkvoice.wyoming.server import serve_wyoming  # noqa: E402
-from rkvoice.wyoming.tts import VoiceSpec  # noqa: E402
 
 BOUND = 30.0
 """Upper bound for one exchange: a test that hits it has failed (nothing here waits for wall time)."""
@@ -52,6 +52,7 @@ class FakeAsr:
     """Transcribes to 你好 and records the sample count of each call; ``hold`` blocks calls while clear."""
 
     name = "whisper"
+    languages = ("zh",)
 
     def __init__(self) -> None:
         self.calls: list[int] = []

@@ -90,6 +90,17 @@ def espeak_lib_dir(cfg: Config) -> Path | None:
     return p if p.is_dir() else None
 
 
+def espeak_lack(cfg: Config) -> str | None:
+    """What the preload would miss (said by ``--check``), None when espeak-ng is there to load."""
+    lib_dir = espeak_lib_dir(cfg)
+    if lib_dir is not None:
+        lacking = [n for n in (*PRELOAD_ORDER, "espeak-ng-data/phontab") if not (lib_dir / n).exists()]
+        return f"espeak-ng copy in {lib_dir} lacks {', '.join(lacking)}: English words will be skipped" if lacking else None
+    if ctypes.util.find_library("espeak-ng") is None:
+        return "no espeak-ng (no unpacked copy at tts.matcha.espeak_lib_dir, none on the system): English words are skipped"
+    return None
+
+
 _loaded: dict[Path, ctypes.CDLL] = {}
 _lock = threading.Lock()
 

@@ -5,9 +5,9 @@ engine the daemon and the command line would choose (``wake_name``, ``asr_name``
 ``rkvoice.tts.registry.resolve`` for the daemon's first Chinese sentence, ``choose_player`` for
 the daemon and for command-line runs) and what that engine declares it needs
 (``rkvoice.needs``), and reports what is missing with the fix. Without loading any model it also
-compares the found files with the manifest's size/sha256, reads what sherpa-onnx would exit the
-process on (kws, paraformer), and judges the NPU runtimes' versions from the files' bytes
-(``rkvoice.board.runtimes``). A missing microphone is a note (--text and --file still work); a
+compares the found files with the manifest's size/sha256, judges the NPU runtimes' versions from
+the files' bytes (``rkvoice.board.runtimes``) and adds what the engine's registry entry checks
+beyond its needs (``Registry.check``: e.g. what sherpa-onnx would exit the process on). A missing microphone is a note (--text and --file still work); a
 missing sound device fails the check only when a device player is configured explicitly.
 
 Exit status: 0 when every stage can run, 1 otherwise.
@@ -15,7 +15,6 @@ Exit status: 0 when every stage can run, 1 otherwise.
 
 from __future__ import annotations
 
-import ctypes.util
 import importlib
 import logging
 from collections.abc import Callable
@@ -24,10 +23,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from rkvoice.board import runtimes
-from rkvoice.board.espeak import PRELOAD_ORDER, espeak_lib_dir
 from rkvoice.config import ROOT, Config
 from rkvoice.errors import Code, RkvoiceError, Stage
-from rkvoice.needs import Needs, Probe, display_path, missing, module_found, present_file
+from rkvoice.needs import Needs, Probe, missing, module_found, present_file
+from rkvoice.registry import Registry
 
 log = logging.getLogger(__name__)
 
@@ -99,17 +98,21 @@ def _choices(cfg: Config, output_device: Callable[[], str | None] | None) -> dic
             "audio": pick(lambda: _players(cfg, _probe(output_device, None))[0], cfg.audio.player)}
 
 
+def _registry(stage: str) -> Registry:
+    if stage not in REGISTRIES:
+        raise RkvoiceError(Stage.CHECK, "unknown-stage", f"unknown stage {stage!r}")
+    module, _, attr = REGISTRIES[stage].partition(":")
+    registry: Registry = getattr(importlib.import_module(module), attr)
+    return registry
+
+
 def stage_needs(cfg: Config, stage: str, engine: str, **kwargs: Any) -> Needs:
     """What ``engine`` of ``stage`` declares it needs (its registry entry; vad: the loop's model)."""
     if stage == "vad":
         from rkvoice.hear.wake_registry import vad_needs
 
         return vad_needs(cfg)
-    if stage not in REGISTRIES:
-        raise RkvoiceError(Stage.CHECK, "unknown-stage", f"unknown stage {stage!r}")
-    module, _, attr = REGISTRIES[stage].partition(":")
-    needs: Needs = getattr(importlib.import_module(module), attr).needs(engine, cfg, **kwargs)
-    return needs
+    return _registry(stage).needs(engine, cfg, **kwargs)
 
 
 def _report_needs(cfg: Config, st: StageCheck, needs: Needs, probe: Probe) -> list[Path]:
@@ -149,49 +152,6 @@ def _check_checksums(cfg: Config, engine: str, st: StageCheck, found: list[Path]
                     st.problems.append(f"{problem.path}: {problem.kind}: {problem.detail}")
 
 
-def _check_sherpa_model(cfg: Config, engine: str, st: StageCheck) -> None:
-    """What sherpa-onnx would exit the process on (metadata, tokens, the wake phrase's tokens)."""
-    try:
-        if engine == "kws":
-            from rkvoice.hear.kws import check_kws
-
-            st.notes.append(f"keywords: {check_kws(cfg)}")
-        else:
-            from rkvoice.hear.paraformer_asr import check_paraformer
-
-            st.notes.append(f"model {display_path(check_paraformer(cfg)[0], cfg.models.path.parent)}")
-    except RkvoiceError as err:
-        st.problems.append(err.message)
-
-
-def _check_espeak(cfg: Config, st: StageCheck) -> None:
-    lib_dir = espeak_lib_dir(cfg)
-    if lib_dir is not None:
-        lacking = [n for n in (*PRELOAD_ORDER, "espeak-ng-data/phontab") if not (lib_dir / n).exists()]
-        if lacking:
-            st.notes.append(f"espeak-ng copy in {lib_dir} lacks {', '.join(lacking)}: English words will be skipped")
-    elif ctypes.util.find_library("espeak-ng") is None:
-        st.notes.append("no espeak-ng (no unpacked copy at tts.matcha.espeak_lib_dir, none on the system): "
-                        "English words are skipped")
-
-
-def _check_fastspeech2_vocoder(cfg: Config, st: StageCheck) -> None:
-    """A configured vocoder (config.board.yaml): its windows, the .rknn core mask, a known suffix."""
-    from rkvoice.npu.runtime import CORE_MASKS
-    from rkvoice.tts.fastspeech2 import vocoder_path
-
-    fs = cfg.tts.fastspeech2
-    if not fs.vocoder.strip():
-        return
-    vocoder = vocoder_path(cfg)
-    st.notes.append(f"vocoder {display_path(vocoder, cfg.models.path.parent)} in {fs.vocoder_frames}-frame windows, "
-                    f"context {fs.vocoder_context}")
-    if vocoder.suffix == ".rknn" and fs.core_mask.strip().lower() not in CORE_MASKS:
-        st.problems.append(f"tts.fastspeech2.core_mask {fs.core_mask!r} is not one of: {', '.join(CORE_MASKS)}")
-    elif vocoder.suffix not in (".rknn", ".onnx"):
-        st.problems.append(f"tts.fastspeech2.vocoder {fs.vocoder!r} must end in .rknn (NPU) or .onnx (CPU)")
-
-
 def _check_audio(cfg: Config, st: StageCheck, probe: Probe) -> None:
     cfg = replace(cfg, audio=replace(cfg.audio, player=st.engine))
     daemon, cli = _players(cfg, probe)
@@ -221,18 +181,9 @@ def check_stage(cfg: Config, stage: str, engine: str, manifest: Path = MANIFEST,
 
         _, kwargs = resolve(cfg, engine, DAEMON_TEXT, probe)
     found = _report_needs(cfg, st, stage_needs(cfg, stage, engine, **kwargs), probe)
-    if stage == "wake" and engine == "asr-match":
-        st.notes.append("wake by ASR + pinyin match (needs the asr stage)")
     _check_checksums(cfg, engine, st, found, manifest)
-    if engine in ("kws", "paraformer") and not st.problems:
-        _check_sherpa_model(cfg, engine, st)
-    if engine == "matcha":
-        buckets = sorted(p.stem for p in found if p.suffix in (".rknn", ".onnx") and p.stem.startswith(("matcha", "vocos")))
-        if buckets:
-            st.notes.append("buckets: " + ", ".join(buckets))
-        _check_espeak(cfg, st)
-    if engine == "fastspeech2":
-        _check_fastspeech2_vocoder(cfg, st)
+    if stage != "vad":
+        _registry(stage).check(engine, cfg, found, st)
     return st
 
 

@@ -1,5 +1,5 @@
 """ASR engines: a small protocol and the registry (``hear.asr``: whisper, paraformer, auto), each
-engine with what it needs."""
+engine with what it needs and what ``--check`` reads of it; each engine class declares its languages."""
 
 from __future__ import annotations
 
@@ -8,16 +8,19 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from rkvoice.board.runtimes import display_path
 from rkvoice.config import Config
 from rkvoice.errors import Stage
 from rkvoice.needs import FileNeed, Needs, PackageNeed
-from rkvoice.registry import Registry
+from rkvoice.registry import Registry, guarded
 
 log = logging.getLogger(__name__)
 
 
 class AsrEngine(Protocol):
     name: str
+    languages: tuple[str, ...]
+    """What it transcribes, as primary language codes ("zh")."""
 
     def load(self) -> None:
         """Load the model and run one warm-up decode."""
@@ -26,15 +29,12 @@ class AsrEngine(Protocol):
         """16 kHz mono float32 speech -> simplified Chinese text ('' when nothing was said)."""
 
 
-WHISPER_FILES = ("model.bin", "config.json", "tokenizer.json", "vocabulary.json")
-
-
 def whisper_needs(cfg: Config, **_: Any) -> Needs:
     """CTranslate2 Whisper base (models/portable/whisper-base); opencc makes its output simplified."""
-    from rkvoice.hear.whisper_asr import whisper_dir
+    from rkvoice.hear.whisper_asr import FILES, whisper_dir
 
     d = whisper_dir(cfg)
-    return Needs(files=tuple(FileNeed(n, (d / n,)) for n in WHISPER_FILES),
+    return Needs(files=tuple(FileNeed(n, (d / n,)) for n in FILES),
                  packages=(PackageNeed("faster_whisper", "faster-whisper"), PackageNeed("opencc", "opencc")),
                  profile="portable")
 
@@ -48,13 +48,21 @@ def paraformer_needs(cfg: Config, **_: Any) -> Needs:
                  packages=(PackageNeed("sherpa_onnx", "sherpa-onnx"),), profile="board")
 
 
+def paraformer_model(cfg: Config) -> str:
+    """What sherpa-onnx would exit the process on (metadata, tokens), checked; the model's name."""
+    from rkvoice.hear.paraformer_asr import check_paraformer
+
+    return f"model {display_path(check_paraformer(cfg)[0], cfg.models.path.parent)}"
+
+
 ASR = Registry(Stage.ASR, auto=("paraformer", "whisper"))
 ASR.register("whisper", "rkvoice.hear.whisper_asr:WhisperAsr",
              "Whisper base, CTranslate2 int8 via faster-whisper (portable)",
              "pip install faster-whisper==1.2.1 and run ./install.sh for the portable models", needs=whisper_needs)
 ASR.register("paraformer", "rkvoice.hear.paraformer_asr:ParaformerAsr",
              "sherpa-onnx offline Paraformer zh (board profile)",
-             "pip install sherpa-onnx and run ./install.sh --profile board", needs=paraformer_needs)
+             "pip install sherpa-onnx and run ./install.sh --profile board", needs=paraformer_needs,
+             check=guarded(paraformer_model))
 
 
 def asr_name(cfg: Config, name: str | None = None) -> str:

@@ -118,6 +118,8 @@ def check_kws(cfg: Config, model_dir: Path | None = None) -> str:
 
 
 class KwsWake:
+    languages = ("zh",)
+
     def __init__(self, cfg: Config, model_dir: Path | None = None) -> None:
         self.cfg = cfg
         self.model_dir = model_dir or kws_dir(cfg)

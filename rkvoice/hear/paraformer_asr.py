@@ -58,6 +58,7 @@ def check_paraformer(cfg: Config, model_dir: Path | None = None) -> tuple[Path, 
 
 class ParaformerAsr:
     name = "paraformer"
+    languages = ("zh",)
 
     def __init__(self, cfg: Config, model_dir: Path | None = None) -> None:
         self.cfg = cfg

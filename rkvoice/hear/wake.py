@@ -95,6 +95,8 @@ class AsrMatchWake:
     """``short_s``: segments up to this long that the plain decode does not match are decoded again
     primed with the phrase, when the ASR can (``PrimedAsr``); 0 turns the second look off."""
 
+    languages = ("zh",)  # the phrase is matched by its pinyin
+
     def __init__(
         self, cfg: Config, asr: AsrEngine, segmenter: Segmenter | None = None, short_s: float = SHORT_S,
         clock: Clock | None = None,

@@ -1,16 +1,19 @@
-"""Wake engines by name (``hear.wake``: kws, asr-match, auto), each with what it needs, and the
-voice-activity model both the asr-match wake and the loop's segmenter read."""
+"""Wake engines by name (``hear.wake``: kws, asr-match, auto), each with what it needs and what
+``--check`` reads of it, and the voice-activity model both the asr-match wake and the loop's
+segmenter read."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from rkvoice.board.runtimes import Findings
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.hear.asr import AsrEngine
 from rkvoice.hear.wake import WakeEngine
 from rkvoice.needs import FileNeed, Needs, PackageNeed
-from rkvoice.registry import Registry
+from rkvoice.registry import Registry, guarded
 
 SHERPA = PackageNeed("sherpa_onnx", "sherpa-onnx")
 PYPINYIN = PackageNeed("pypinyin", "pypinyin")
@@ -28,6 +31,10 @@ def asr_match_needs(cfg: Config, **_: Any) -> Needs:
     return vad_needs(cfg) + Needs(packages=(PYPINYIN,), devices=("microphone",))
 
 
+def asr_match_check(_cfg: Config, _found: list[Path], out: Findings) -> None:
+    out.notes.append("wake by ASR + pinyin match (needs the asr stage)")
+
+
 def kws_needs(cfg: Config, **_: Any) -> Needs:
     from rkvoice.hear.kws import STEMS, kws_dir
 
@@ -40,11 +47,18 @@ def kws_needs(cfg: Config, **_: Any) -> Needs:
     return Needs(files=tuple(files), packages=(SHERPA, PYPINYIN), devices=("microphone",), profile="board")
 
 
+def kws_keywords(cfg: Config) -> str:
+    """What sherpa-onnx would exit the process on (metadata, the wake phrase's tokens), checked; the keywords."""
+    from rkvoice.hear.kws import check_kws
+
+    return f"keywords: {check_kws(cfg)}"
+
+
 WAKE = Registry(Stage.WAKE, auto=("kws", "asr-match"))
 WAKE.register("asr-match", "rkvoice.hear.wake:AsrMatchWake", "VAD segment -> ASR -> pinyin match (portable)",
-              needs=asr_match_needs)
+              needs=asr_match_needs, check=asr_match_check)
 WAKE.register("kws", "rkvoice.hear.kws:KwsWake", "sherpa-onnx keyword spotter, zipformer zh (board profile)",
-              "run ./install.sh --profile board for the keyword-spotter model", needs=kws_needs)
+              "run ./install.sh --profile board for the keyword-spotter model", needs=kws_needs, check=guarded(kws_keywords))
 
 
 def wake_name(cfg: Config, name: str | None = None) -> str:

@@ -39,6 +39,7 @@ def whisper_dir(cfg: Config) -> Path:
 
 class WhisperAsr:
     name = "whisper"
+    languages = ("zh",)  # run in Chinese mode
 
     def __init__(self, cfg: Config, model_dir: Path | None = None, beam_size: int | None = None) -> None:
         self.model_dir = model_dir or whisper_dir(cfg)

@@ -1,5 +1,7 @@
-"""The TTS backend registry and ``create_tts``: each engine with what it needs, and the one place
-"auto" is resolved (by the installed engines and the language of the text).
+"""The TTS backend registry and ``create_tts``: each engine with what it needs and what ``--check``
+reads of it, its voices (``engine_voices``: the engine class's ``voices`` table, else the engine with
+its class's ``languages``), and the one place "auto" is resolved (by the installed voices and the
+language of the text).
 
     engine = create_tts(cfg, "auto", text="今天天气不错")   # constructed, not loaded
     engine.load()
@@ -9,8 +11,11 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from rkvoice.board.runtimes import Findings, display_path
 from rkvoice.config import Config
 from rkvoice.errors import Code, RkvoiceError, Stage
 from rkvoice.needs import FileNeed, Needs, PackageNeed, Probe, RuntimeNeed, installed
@@ -39,6 +44,23 @@ def fastspeech2_needs(cfg: Config, **_: Any) -> Needs:
     return needs
 
 
+def fastspeech2_check(cfg: Config, _found: list[Path], out: Findings) -> None:
+    """A configured vocoder (config.board.yaml): its windows, the .rknn core mask, a known suffix."""
+    from rkvoice.npu.runtime import CORE_MASKS
+    from rkvoice.tts.fastspeech2 import vocoder_path
+
+    fs = cfg.tts.fastspeech2
+    if not fs.vocoder.strip():
+        return
+    vocoder = vocoder_path(cfg)
+    out.notes.append(f"vocoder {display_path(vocoder, cfg.models.path.parent)} in {fs.vocoder_frames}-frame "
+                     f"windows, context {fs.vocoder_context}")
+    if vocoder.suffix == ".rknn" and fs.core_mask.strip().lower() not in CORE_MASKS:
+        out.problems.append(f"tts.fastspeech2.core_mask {fs.core_mask!r} is not one of: {', '.join(CORE_MASKS)}")
+    elif vocoder.suffix not in (".rknn", ".onnx"):
+        out.problems.append(f"tts.fastspeech2.vocoder {fs.vocoder!r} must end in .rknn (NPU) or .onnx (CPU)")
+
+
 def vits_needs(cfg: Config, voice: str | None = None, **_: Any) -> Needs:
     from rkvoice.tts.vits import resolve_voice
 
@@ -64,16 +86,28 @@ def matcha_needs(cfg: Config, **_: Any) -> Needs:
     return needs + Needs(packages=(ONNXRUNTIME,))
 
 
+def matcha_check(cfg: Config, found: list[Path], out: Findings) -> None:
+    """The model buckets found, and whether espeak-ng is there for English words."""
+    from rkvoice.board.espeak import espeak_lack
+
+    buckets = sorted(p.stem for p in found if p.suffix in (".rknn", ".onnx") and p.stem.startswith(("matcha", "vocos")))
+    if buckets:
+        out.notes.append("buckets: " + ", ".join(buckets))
+    if lack := espeak_lack(cfg):
+        out.notes.append(lack)
+
+
 TTS = Registry(Stage.TTS)
 TTS.register("fastspeech2", "rkvoice.tts.fastspeech2:FastSpeech2Tts",
              "FastSpeech2 + MB-MelGAN via onnxruntime; portable Chinese voice (Baker, 24 kHz)",
-             "run ./install.sh (needs onnxruntime and pypinyin)", needs=fastspeech2_needs)
+             "run ./install.sh (needs onnxruntime and pypinyin)", needs=fastspeech2_needs, check=fastspeech2_check)
 TTS.register("vits", "rkvoice.tts.vits:VitsTts",
              "sherpa-onnx VITS: English Piper voice (portable) or aishell3 Chinese voices (board)",
              "run ./install.sh (needs sherpa-onnx, and piper-tts for the Piper voice)", needs=vits_needs)
 TTS.register("matcha", "rkvoice.tts.matcha:MatchaTts",
              "Matcha + Vocos on the NPU (board; RKNN), Chinese and English, 16 kHz",
-             "run ./install.sh --profile board on the board (needs rknn-toolkit-lite2)", needs=matcha_needs)
+             "run ./install.sh --profile board on the board (needs rknn-toolkit-lite2)", needs=matcha_needs,
+             check=matcha_check)
 
 AUTO = "auto"
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
@@ -81,8 +115,6 @@ _LATIN = re.compile(r"[A-Za-z]")
 
 # Engines in order of preference per language; "vits" stands for its voice speaking that language.
 PREFERENCE = {"zh": ("matcha", "fastspeech2", "vits"), "en": ("vits", "matcha", "fastspeech2")}
-LANGUAGES = {"matcha": ("zh", "en"), "fastspeech2": ("zh",)}
-"""Languages of the single-voice engines; a vits engine speaks its voice's languages."""
 
 
 def text_language(text: str) -> str:
@@ -90,16 +122,38 @@ def text_language(text: str) -> str:
     return "en" if _LATIN.search(text) and not _HAN.search(text) else "zh"
 
 
-def engine_languages(cfg: Config, probe: Probe | None = None) -> dict[str, tuple[str, ...]]:
-    """Installed engines (model files present, runtime importable) -> languages they speak.
-    ``probe`` replaces the import check (rkvoice.needs.Probe)."""
-    from rkvoice.tts.vits import VOICES
+@dataclass(frozen=True)
+class VoiceSpec:
+    """One voice: the engine that speaks it, the constructor arguments that pick it, its languages."""
 
-    out = {name: langs for name, langs in LANGUAGES.items() if installed(TTS.needs(name, cfg), probe)}
-    langs = sorted({lang for v in VOICES.values() if installed(TTS.needs("vits", cfg, voice=v.name), probe)
-                    for lang in v.languages})
-    if langs:
-        out["vits"] = tuple(langs)
+    name: str
+    engine: str
+    kwargs: tuple[tuple[str, str], ...]
+    languages: tuple[str, ...]
+
+
+def engine_voices(name: str) -> list[VoiceSpec]:
+    """The voices engine ``name`` declares: one per entry of its class's ``voices`` table (VITS),
+    else the engine itself speaking its class's ``languages``."""
+    cls = TTS.target(name)
+    table = getattr(cls, "voices", None)
+    if table is None:
+        return [VoiceSpec(name, name, (), cls.languages)]
+    return [VoiceSpec(v.name, name, (("voice", v.name),), v.languages) for v in table.values()]
+
+
+def installed_voices(cfg: Config, probe: Probe | None = None) -> dict[str, VoiceSpec]:
+    """Every installed voice by name (model files present, runtime importable); ``probe`` replaces
+    the import check (rkvoice.needs.Probe)."""
+    return {v.name: v for name in TTS.names() for v in engine_voices(name)
+            if installed(TTS.needs(name, cfg, **dict(v.kwargs)), probe)}
+
+
+def engine_languages(cfg: Config, probe: Probe | None = None) -> dict[str, tuple[str, ...]]:
+    """Installed engines -> the languages their installed voices speak."""
+    out: dict[str, tuple[str, ...]] = {}
+    for v in installed_voices(cfg, probe).values():
+        out[v.engine] = tuple(dict.fromkeys(out.get(v.engine, ()) + v.languages))
     return out
 
 

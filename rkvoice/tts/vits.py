@@ -132,6 +132,7 @@ class VitsTts:
     """sherpa-onnx VITS (Piper English voice or aishell3 Chinese voices)."""
 
     name = "vits"
+    voices = VOICES  # one voice per entry (rkvoice.tts.registry.engine_voices)
 
     def __init__(self, cfg: Config, voice: str | None = None, piper_noise: tuple[float, float] = PIPER_NOISE) -> None:
         self.cfg = cfg

@@ -1,8 +1,9 @@
 """The ``info`` answer to ``describe``: what this server offers, built from the loaded engines.
 
-One program per service: asr (the configured ASR engine, Chinese), tts (every installed voice with
-its languages and, for a loaded multi-speaker voice, its speakers), wake (the configured wake phrase)
-and handle (local tools first, else the LLM; answers stream as the LLM produces them).
+One program per service: asr (the configured ASR engine), tts (every installed voice and, for a
+loaded multi-speaker voice, its speakers), wake (the configured wake phrase) and handle (local tools
+first, else the LLM; answers stream as the LLM produces them), each with the languages its engines
+declare (rkvoice.tts.registry.engine_voices, the ASR and wake engine classes).
 Languages are announced with their region and script variants (languages.py).
 """
 
@@ -31,13 +32,20 @@ from .languages import announced
 from .tts import Voices, speaker_count
 
 ATTRIBUTION = Attribution(name="rkvoice", url="")
-ASR_LANGUAGES = {"whisper": ["zh"], "paraformer": ["zh"]}
-"""Languages each ASR engine transcribes (both are run in Chinese mode)."""
-WAKE_LANGUAGES = ["zh"]
 HANDLE_LANGUAGES = ["zh"]
+"""The assistant's: its prompts and tools are Chinese. The engines declare their own languages."""
+
+
 def asr_languages(engine: Any) -> list[str]:
-    """The primary languages the ASR engine transcribes."""
-    return list(ASR_LANGUAGES.get(str(getattr(engine, "name", "")), ["zh"]))
+    """The primary languages the ASR engine transcribes (its ``languages``)."""
+    return list(engine.languages)
+
+
+def wake_languages(cfg: Config) -> list[str]:
+    """The primary languages of the configured wake engine (its class's ``languages``)."""
+    from rkvoice.hear.wake_registry import WAKE, wake_name
+
+    return list(WAKE.target(wake_name(cfg)).languages)
 
 
 def wake_model_name(cfg: Config) -> str:
@@ -76,7 +84,7 @@ def build_info(cfg: Config, asr: Any, voices: Voices, llm_name: str) -> Info:
             name="rkvoice-wake", description=f"rkvoice wake word ({cfg.hear.wake})", attribution=ATTRIBUTION,
             installed=True, version=__version__,
             models=[WakeModel(name=wake, description=cfg.hear.wake_phrase, attribution=ATTRIBUTION,
-                              installed=True, version=__version__, languages=announced(WAKE_LANGUAGES),
+                              installed=True, version=__version__, languages=announced(wake_languages(cfg)),
                               phrase=cfg.hear.wake_phrase)],
         )],
         handle=[HandleProgram(

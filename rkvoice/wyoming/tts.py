@@ -3,41 +3,16 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.gate import Engines
-from rkvoice.tts.registry import TTS, engine_languages, text_language
+from rkvoice.tts.registry import TTS, installed_voices, text_language
 
 from .languages import primary
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class VoiceSpec:
-    name: str
-    engine: str
-    kwargs: tuple[tuple[str, str], ...]
-    languages: tuple[str, ...]
-
-
-def installed_voices(cfg: Config) -> dict[str, VoiceSpec]:
-    """Every installed voice by name: one per engine, and one per installed VITS voice."""
-    from rkvoice.needs import installed
-    from rkvoice.tts.vits import VOICES
-
-    out: dict[str, VoiceSpec] = {}
-    for engine, langs in engine_languages(cfg).items():
-        if engine == "vits":
-            for v in VOICES.values():
-                if installed(TTS.needs("vits", cfg, voice=v.name)):
-                    out[v.name] = VoiceSpec(v.name, "vits", (("voice", v.name),), v.languages)
-        else:
-            out[engine] = VoiceSpec(engine, engine, (), langs)
-    return out
 
 
 def voice_name(engine: Any) -> str:
