@@ -37,7 +37,7 @@ def cn_count(n: int) -> str:
 
 @dataclass
 class ToolContext:
-    """Everything tools touch outside themselves, injectable for tests."""
+    """Everything tools touch outside themselves: wall clock, state, reminders, /sys and /proc, the name."""
 
     now: Callable[[], datetime] = local_now
     """Wall-clock time with the local time zone."""
