@@ -35,11 +35,10 @@ sys.path.insert(0, str(ROOT))
 
 from rkvoice.clock import MonotonicClock
 from rkvoice.config import Config, load_config
-from rkvoice.daemon.product import product_plan
 from rkvoice.daemon.sdnotify import Notifier
 from rkvoice.daemon.service import Daemon
-from rkvoice.daemon.stages import Plan, StageSpec
 from rkvoice.hear.sources import paced
+from rkvoice.stages import Plan, StageSet, StageSpec, product_plan
 from rkvoice.turn import Turn
 
 log = logging.getLogger("soak")
@@ -177,7 +176,6 @@ def pct(values: list[float], q: float) -> float | None:
 
 def resident(args: argparse.Namespace) -> int:
     """VmRSS after loading each of the daemon's engines (the portable profile's resident set)."""
-    from rkvoice.daemon.engines import StageSet
 
     work = Path(tempfile.mkdtemp(prefix="rkvoice-rss-"))
     cfg = load_config([{"state": {"dir": str(work / "state")}, "audio": {"player": "null"}}])
@@ -263,7 +261,9 @@ def main() -> int:
     def player(c: Config) -> Any:
         from rkvoice.audio.players import NullPlayer
 
-        return NullPlayer(c, clock)
+        opened = NullPlayer(c, clock)
+        opened.open()
+        return opened
 
     plan = product_plan(cfg, source=lambda c: feeder, player=player)
     if args.no_llm:

@@ -46,9 +46,9 @@ from bench.soak import REQUESTS, ScaledClock, TurnFeeder, pct, synth_requests
 from rkvoice.audio.players import NullPlayer
 from rkvoice.clock import FakeClock
 from rkvoice.config import Config, load_config, parse_override
-from rkvoice.daemon.product import product_plan
 from rkvoice.daemon.sdnotify import Notifier
 from rkvoice.daemon.service import Daemon
+from rkvoice.stages import product_plan
 from rkvoice.timeline import Ev, Event
 from rkvoice.turn import Turn
 

@@ -62,10 +62,8 @@ from wyoming.wake import Detect  # noqa: E402
 
 from rkvoice.config import load_config  # noqa: E402
 from rkvoice.gate import Engines  # noqa: E402
-from rkvoice.wyoming.server import (
-    serve_wyoming,  # noqa: E402
-    wake_factory,  # noqa: E402
-)
+from rkvoice.stages import wake_factory  # noqa: E402
+from rkvoice.wyoming.server import serve_wyoming  # noqa: E402
 
 KINDS = ("transcribe", "synthesize", "stream", "detect", "handle", "describe")
 SAY = "今天天气不错，我们一起去公园散步吧。"

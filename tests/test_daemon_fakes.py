@@ -21,19 +21,18 @@ from rkvoice.answer.assistant import Assistant
 from rkvoice.audio.players import NullPlayer
 from rkvoice.clock import FakeClock
 from rkvoice.config import Config, load_config
-from rkvoice.daemon.product import HearEngines, SpeakEngines, answer_key, hear_key, speak_key
 from rkvoice.daemon.sdnotify import Notifier
 from rkvoice.daemon.service import EXIT_OK, EXIT_REPEATED_FAILURES, Daemon
-from rkvoice.daemon.stages import Plan, StageSpec
 from rkvoice.errors import Code, RkvoiceError, Stage
 from rkvoice.hear.session import Mode
 from rkvoice.hear.sources import AudioSource
+from rkvoice.stages import Hear, Plan, Speak, StageSpec, answer_key, hear_key, speak_key
 from rkvoice.turn import Turn
 
 QUESTION = "给我讲讲长城的历史"  # no tool takes it: the LLM answers
 
 
-class FakeHear(HearEngines):
+class FakeHear(Hear):
     """The hear stage with a marker wake engine (requests said in one breath with the wake phrase)."""
 
     def __init__(self, cfg: Config, script: list[Any]) -> None:
@@ -62,7 +61,7 @@ class Rig:
         self.mic_opened = 0
         self.hear: FakeHear | None = None
         self.assistant: Assistant | None = None
-        self.speak: SpeakEngines | None = None
+        self.speak: Speak | None = None
         self.daemon: Daemon | None = None
 
     def plan(self) -> Plan:
@@ -74,8 +73,8 @@ class Rig:
             self.assistant = Assistant(c, llm=self.llm)
             return self.assistant
 
-        def speak(c: Config) -> SpeakEngines:
-            self.speak = SpeakEngines(c, player=lambda cc: NullPlayer(cc), tts=lambda cc: self.voice)
+        def speak(c: Config) -> Speak:
+            self.speak = Speak(c, player=lambda cc: NullPlayer(cc), tts=lambda cc: self.voice)
             return self.speak
 
         return Plan(stages=(StageSpec("hear", hear_key, hear), StageSpec("answer", answer_key, answer),
@@ -90,11 +89,11 @@ class Rig:
     def _ready(self, done: int) -> bool:
         """The previous script item was heard and its turn (if any) is over."""
         d = self.daemon
-        if d is None or d.loop is None or self.hear is None or self.hear.wake is None:
+        if d is None or d.listener is None or self.hear is None or self.hear.wake is None:
             return False
         wake = self.hear.wake
         assert isinstance(wake, MarkerWake)
-        loop = d.loop.loop
+        loop = d.listener.turn_loop
         return wake.seen >= done and loop.current is None and loop.session.mode is Mode.IDLE
 
 
@@ -324,14 +323,14 @@ def test_reload_reaches_the_running_loop_and_swaps_only_the_changed_engine(tmp_p
     t = threading.Thread(target=d.run, kwargs={"handle_signals": False}, daemon=True)
     t.start()
     try:
-        assert wait_until(lambda: d.loop is not None and rig.mic_opened == 1)
-        first_loop = d.loop
+        assert wait_until(lambda: d.listener is not None and rig.mic_opened == 1)
+        first_loop = d.listener
         cfgs.append(load_config([{"tts": {"speed": 1.3}, "daemon": {"lock_file": str(tmp_path / "lock")},
                                   "state": {"dir": str(tmp_path / "state")}, "hear": {"ack": "none"}}]))
         d.request_reload()
         assert wait_until(lambda: len(builds) == 2 and rig.mic_opened == 2)
         assert builds == [1.0, 1.3]
-        assert d.loop is not first_loop  # the loop runs again, on the new engine
+        assert d.listener is not first_loop  # the loop runs again, on the new engine
         assert d.stages.engines["hear"] is rig.hear and not rig.hear.closed  # hear was not reloaded
     finally:
         d.request_stop()
@@ -441,7 +440,7 @@ def subprocess_plan(cfg: Config) -> Plan:
         stages=(
             StageSpec("hear", hear_key, built("hear", lambda c: FakeHear(c, script))),
             StageSpec("answer", answer_key, built("answer", lambda c: Assistant(c, llm=EchoLlm(events, hold)))),
-            StageSpec("speak", speak_key, built("speak", lambda c: SpeakEngines(
+            StageSpec("speak", speak_key, built("speak", lambda c: Speak(
                 c, player=lambda cc: NullPlayer(cc), tts=lambda cc: LoggedVoice(events)))),
         ),
         source=lambda c: SpoolMic(script, events),

@@ -15,8 +15,9 @@ from fakes import FakeVoice, MarkerWake, ScriptedAsr, ScriptedLlm, ScriptedMic, 
 from rkvoice.answer.assistant import Assistant
 from rkvoice.audio.players import NullPlayer
 from rkvoice.config import Config, load_config
-from rkvoice.daemon.product import HearEngines, LiveHost, SpeakEngines
+from rkvoice.daemon.listener import Listener
 from rkvoice.errors import RkvoiceError
+from rkvoice.stages import Hear, Speak
 from rkvoice.turn import Turn
 
 
@@ -36,7 +37,7 @@ class FakeHost:
         yield
 
 
-class Hear(HearEngines):
+class ScriptedHear(Hear):
     def __init__(self, cfg: Config, script: list[Any]) -> None:
         super().__init__(cfg)
         self.asr, self.wake, self.segmenter = ScriptedAsr([]), MarkerWake(script), ScriptedSegmenter()
@@ -45,23 +46,23 @@ class Hear(HearEngines):
         pass
 
 
-def live(tmp_path: Path, script: list[Any], llm: ScriptedLlm | None = None, **ack: Any) -> tuple[LiveHost, FakeHost, FakeVoice]:
+def live(tmp_path: Path, script: list[Any], llm: ScriptedLlm | None = None, **ack: Any) -> tuple[Listener, FakeHost, FakeVoice]:
     cfg = load_config([{"state": {"dir": str(tmp_path / "state")}, "hear": {"ack": "none", **ack},
                         "daemon": {"answer_first_timeout_s": 2.0}}])
     voice = FakeVoice(char_s=0.005)
-    speak = SpeakEngines(cfg, player=lambda c: NullPlayer(c), tts=lambda c: voice)
+    speak = Speak(cfg, player=lambda c: NullPlayer(c), tts=lambda c: voice)
     speak.load()
     host = FakeHost()
-    engines = {"hear": Hear(cfg, script), "answer": Assistant(cfg, llm=llm or ScriptedLlm()), "speak": speak}
+    engines = {"hear": ScriptedHear(cfg, script), "answer": Assistant(cfg, llm=llm or ScriptedLlm()), "speak": speak}
     wake = engines["hear"].wake
 
     def ready(done: int) -> bool:
         return wake.seen >= done and (not done or bool(host.reports))
 
-    return LiveHost(engines, cfg, host, source=lambda c: ScriptedMic(len(script), ready)), host, voice
+    return Listener(engines, cfg, host, source=lambda c: ScriptedMic(len(script), ready)), host, voice
 
 
-def run(h: LiveHost, until: Any) -> None:
+def run(h: Listener, until: Any) -> None:
     t = threading.Thread(target=h.run, daemon=True)
     t.start()
     try:
@@ -129,7 +130,7 @@ def test_a_due_reminder_is_spoken_as_a_turn_of_its_own(tmp_path: Path) -> None:
 def test_voice_cue_is_made_with_the_loaded_voice(tmp_path: Path) -> None:
     cfg = load_config([{"hear": {"ack": "voice", "ack_text": "我在"}}])
     voice = FakeVoice(char_s=0.1)
-    speak = SpeakEngines(cfg, player=lambda c: NullPlayer(c), tts=lambda c: voice)
+    speak = Speak(cfg, player=lambda c: NullPlayer(c), tts=lambda c: voice)
     speak.load()
     try:
         assert voice.said == ["我在"]  # one voice on the board: the cue does not load a second

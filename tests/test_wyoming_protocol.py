@@ -397,7 +397,7 @@ def test_a_named_voice_is_checked_at_synthesize_start(fakes):
 
 
 def test_the_answers_clock_follows_the_configured_time_zone():
-    from rkvoice.wyoming.config import clock
+    from rkvoice.stages import answer_clock as clock
 
     assert clock("Asia/Shanghai")().utcoffset() == timedelta(hours=8)
     assert clock("America/Sao_Paulo")().utcoffset() == timedelta(hours=-3)
@@ -408,18 +408,24 @@ def test_the_answers_clock_follows_the_configured_time_zone():
 
 
 def test_the_server_loads_its_assistant_on_the_configured_time_zone(fakes, monkeypatch):
-    """serve_wyoming without engines builds them with the wyoming.time_zone of its settings."""
+    """serve_wyoming without engines builds its stages with the wyoming.time_zone of its settings."""
+    from types import SimpleNamespace
+
+    from rkvoice.stages import StageSpec
     from rkvoice.wyoming import server
 
     engines, *_ = fakes
-    asked: list[str | None] = []
+    asked: list[str] = []
 
-    def load(cfg: Any, *, llm: bool = True, time_zone: str | None = None) -> Engines:
+    def stages(time_zone: str) -> tuple[StageSpec, ...]:
         asked.append(time_zone)
-        return engines
+        idle = {"load": lambda: None, "close": lambda: None}
+        loaded = {"hear": SimpleNamespace(asr=engines.asr, gate=engines.asr_gate, **idle),
+                  "answer": SimpleNamespace(**idle),
+                  "speak": SimpleNamespace(tts=engines.tts, gate=engines.tts_gate, **idle)}
+        return tuple(StageSpec(name, lambda c: None, lambda c, s=stage: s) for name, stage in loaded.items())
 
-    monkeypatch.setattr(server, "load_engines", load)
-    monkeypatch.setattr(engines.assistant, "close", lambda: None)
+    monkeypatch.setattr(server, "serving_stages", stages)
     stop, ready = threading.Event(), threading.Event()
     thread = threading.Thread(target=serve_wyoming, args=(load_config(), "tcp://127.0.0.1:0"), daemon=True,
                               kwargs={"stop": stop, "ready": lambda s: ready.set(),

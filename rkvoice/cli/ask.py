@@ -6,12 +6,12 @@ import argparse
 import logging
 from pathlib import Path
 
-from rkvoice.answer.assistant import Assistant
 from rkvoice.answer.respond import Answerer
-from rkvoice.cli.output import check_outputs, load_voice, open_output, speaking
+from rkvoice.cli.output import check_outputs, speaking
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
+from rkvoice.stages import assistant, default_voice
 from rkvoice.timeline import Timeline
 from rkvoice.turn import Turn
 
@@ -23,20 +23,19 @@ def run_text(text: str, args: argparse.Namespace, cfg: Config, clock: Clock | No
     if not text.strip():
         raise RkvoiceError(Stage.INPUT, "empty-text", "nothing to ask: give --text a non-empty question")
     check_outputs(args)
-    assistant = Assistant(cfg, clock)
+    answer = assistant(cfg, clock)
     try:
-        engine = load_voice(cfg, args.tts, "你好")
-        output = open_output(args, cfg, clock)
         turn = Turn(Timeline(clock), text=text)
-        with speaking(engine, output, cfg, clock) as speaker:
+        with speaking(args, cfg, clock, lambda c: default_voice(c, args.tts)) as (speak, output):
+            assert speak.speaker is not None
             turn.timeline.start()
             try:
-                turn.finish(Answerer(assistant, speaker, cfg).respond(turn))
+                turn.finish(Answerer(answer, speak.speaker, cfg).respond(turn))
             except KeyboardInterrupt:
                 turn.cancel("interrupted")
                 raise
     finally:
-        assistant.close()
+        answer.close()
     if args.metrics:
         turn.timeline.write(Path(args.metrics))
     print(turn.result or "(stopped)")

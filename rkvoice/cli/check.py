@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 MANIFEST = ROOT / "models" / "manifest.yaml"
 DAEMON_TEXT = "你好"
-"""The daemon loads its voice for Chinese first (rkvoice.daemon.product)."""
+"""The text the daemon chooses its voice for (rkvoice.stages.CHINESE; not imported: --check loads no stage)."""
 RUNTIME_PACKAGES = ("rknnlite",)
 """Judged with their runtime's version (rkvoice.board.runtimes), not as a bare import."""
 REGISTRIES = {"wake": "rkvoice.hear.wake_registry:WAKE", "asr": "rkvoice.hear.asr:ASR",

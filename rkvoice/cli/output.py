@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +14,7 @@ from rkvoice.audio.players import NullPlayer, Player, TeePlayer, WavPlayer, choo
 from rkvoice.clock import Clock
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
-from rkvoice.speaker import Speaker
+from rkvoice.stages import Speak
 from rkvoice.tts.base import TtsEngine
 
 log = logging.getLogger(__name__)
@@ -34,17 +33,6 @@ def check_outputs(args: argparse.Namespace) -> None:
     for flag, path in (("--out", args.out), ("--metrics", args.metrics)):
         if path:
             check_writable(Path(path), flag)
-
-
-def load_voice(cfg: Config, name: str | None, text: str) -> TtsEngine:
-    """The TTS engine for ``text`` (``name`` or auto), loaded."""
-    from rkvoice.tts.registry import create_tts
-
-    engine = create_tts(cfg, name or None, text)
-    t0 = time.monotonic()
-    engine.load()
-    log.info("loaded %s in %.0f ms", getattr(engine, "name", "tts"), (time.monotonic() - t0) * 1000)
-    return engine
 
 
 @dataclass
@@ -89,25 +77,32 @@ def open_output(args: argparse.Namespace, cfg: Config, clock: Clock) -> Output:
 
 
 @contextmanager
-def speaking(engine: TtsEngine, output: Output, cfg: Config, clock: Clock) -> Iterator[Speaker]:
-    """A loaded Speaker into ``output`` for one CLI run.
+def speaking(args: argparse.Namespace, cfg: Config, clock: Clock, tts: Callable[[Config], TtsEngine],
+             cue: bool = False) -> Iterator[tuple[Speak, Output]]:
+    """The Speak stage (voice ``tts``, ``cue`` or not) into this run's output, loaded, for one CLI run.
 
     On success the speaker's threads are joined and every output closed (the WAV renamed into
     place); on any error or Ctrl-C every turn is cancelled and the WAV file dropped, so no
     half-written WAV is left.
     """
-    speaker: Speaker | None = None
+    opened: list[Output] = []
+
+    def player(c: Config) -> Player:
+        opened.append(open_output(args, c, clock))
+        return opened[0].player
+
+    speak = Speak(cfg, player, tts, clock, cue)
     try:
-        speaker = Speaker(engine, output.player, cfg, clock)
-        speaker.load()
-        yield speaker
-        speaker.close()
-        for part in output.parts:
+        speak.load()
+        assert speak.speaker is not None
+        yield speak, opened[0]
+        speak.speaker.close()
+        for part in opened[0].parts:
             part.close()
     except BaseException:
-        if speaker is not None:
-            speaker.cancel_all("error")
-            speaker.close(timeout=1.0)
-        if output.wav is not None:
-            output.wav.abort()
+        if speak.speaker is not None:
+            speak.speaker.cancel_all("error")
+            speak.speaker.close(timeout=1.0)
+        if opened and opened[0].wav is not None:
+            opened[0].wav.abort()
         raise

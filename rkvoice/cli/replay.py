@@ -12,16 +12,14 @@ import logging
 import time
 from pathlib import Path
 
-from rkvoice.answer.assistant import Assistant
 from rkvoice.answer.respond import Answerer
-from rkvoice.cli.output import check_outputs, load_voice, open_output, speaking
+from rkvoice.cli.output import check_outputs, speaking
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
-from rkvoice.daemon.product import HearEngines
 from rkvoice.errors import RkvoiceError, Stage
-from rkvoice.hear.cue import AckCue
 from rkvoice.hear.loop import TurnLoop, player_cue
 from rkvoice.hear.sources import WavFileSource
+from rkvoice.stages import Hear, assistant, default_voice
 from rkvoice.timeline import Ev, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -33,22 +31,19 @@ def run_file(path: str, args: argparse.Namespace, cfg: Config, clock: Clock | No
     check_outputs(args)
 
     t0 = time.monotonic()
-    hear = HearEngines(cfg)  # the daemon's: ASR, wake engine (it also serves --require-wake), VAD segmenter
+    hear = Hear(cfg)  # the daemon's: ASR, wake engine (it also serves --require-wake), VAD segmenter
     hear.load()
     log.info("hearing loaded (%s, wake %s) in %.1f s", getattr(hear.asr, "name", "asr"), type(hear.wake).__name__,
              time.monotonic() - t0)
-    engine = load_voice(cfg, args.tts, "你好")
-    cue = AckCue(cfg, voice=engine)
-    cue.load()
-    assistant = Assistant(cfg, clock)
+    answer = assistant(cfg, clock)
     try:
-        output = open_output(args, cfg, clock)
-        with speaking(engine, output, cfg, clock) as speaker:
-            loop = TurnLoop(hear.session(), Answerer(assistant, speaker, cfg), cue=cue.samples,
+        with speaking(args, cfg, clock, lambda c: default_voice(c, args.tts), cue=True) as (speak, output):
+            assert speak.speaker is not None
+            loop = TurnLoop(hear.session(), Answerer(answer, speak.speaker, cfg), cue=speak.cue,
                             cue_out=player_cue(output.player), clock=clock)
             turns = loop.run_file(source, require_wake=args.require_wake)
     finally:
-        assistant.close()
+        answer.close()
 
     summaries = [turn.summary() for turn in turns]
     if args.require_wake:

@@ -6,10 +6,11 @@ import argparse
 import logging
 from pathlib import Path
 
-from rkvoice.cli.output import check_outputs, load_voice, open_output, speaking
+from rkvoice.cli.output import check_outputs, speaking
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
+from rkvoice.stages import voice_for
 from rkvoice.text.normalize import speakable
 from rkvoice.timeline import Ev, Timeline
 
@@ -36,10 +37,10 @@ def run_say(text: str, args: argparse.Namespace, cfg: Config, clock: Clock | Non
     clock = clock or MonotonicClock()
     spoken = check_text(text, cfg)
     check_outputs(args)
-    engine = load_voice(cfg, args.tts, text)
-    output = open_output(args, cfg, clock)
     timeline = Timeline(clock)
-    with speaking(engine, output, cfg, clock) as speaker:
+    with speaking(args, cfg, clock, lambda c: voice_for(c, text, args.tts)) as (speak, output):
+        speaker = speak.speaker
+        assert speaker is not None and speak.tts is not None
         timeline.start()
         turn = speaker.speak(text, timeline)
         try:
@@ -50,7 +51,7 @@ def run_say(text: str, args: argparse.Namespace, cfg: Config, clock: Clock | Non
         turn.raise_if_failed()
         if args.compare_whole:
             t0 = clock.now()
-            samples, rate = engine.generate(spoken, sid=cfg.tts.sid, speed=cfg.tts.speed)
+            samples, rate = speak.tts.generate(spoken, sid=cfg.tts.sid, speed=cfg.tts.speed)
             synth_ms = (clock.now() - t0) * 1000.0
             timeline.mark(Ev.WHOLE_TEXT_SYNTH, synth_ms=round(synth_ms, 3), audio_s=round(len(samples) / rate, 4))
     if args.metrics:

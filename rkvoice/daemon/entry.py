@@ -18,9 +18,9 @@ from pathlib import Path
 
 from rkvoice.config import DEFAULT_CONFIG, Config, load_config, parse_override
 from rkvoice.errors import RkvoiceError, Stage
+from rkvoice.stages import Plan
 
 from .service import run_daemon
-from .stages import Plan
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def setup_logging(verbose: bool = False) -> None:
 
 def resolve_plan(spec: str | None) -> Callable[[Config], Plan]:
     if not spec:
-        from .product import product_plan
+        from rkvoice.stages import product_plan
 
         return product_plan
     module_name, sep, attr = spec.partition(":")

@@ -2,7 +2,7 @@
 
 Threads: the main thread owns signals and the systemd watchdog; one worker thread runs
 the turn loop. The main thread pings WATCHDOG=1 only while the worker is alive and no
-work the loop marked busy (``Host.busy``: a turn, a transcription) has been running for
+work the loop marked busy (``Supervisor.busy``: a turn, a transcription) has been running for
 ``daemon.stall_s`` -- a wedged pipeline stops the pings and systemd restarts the process.
 Waiting for a wake or for a missing microphone is not busy.
 
@@ -27,13 +27,12 @@ from types import FrameType
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
 from rkvoice.errors import Code, RkvoiceError, is_device_error
+from rkvoice.stages import Plan, StageSet
 from rkvoice.turn import Turn
 
-from .engines import StageSet
+from .listener import Listener
 from .lock import InstanceLock
-from .product import LiveHost
 from .sdnotify import Notifier
-from .stages import Plan
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +50,7 @@ class Daemon:
         self.notifier = notifier or Notifier()
         self.clock = clock or MonotonicClock()
         self.stages = StageSet(plan.stages, on_progress=self._loading)
-        self.loop: LiveHost | None = None
+        self.listener: Listener | None = None
         self.stop = threading.Event()
         self._wake = threading.Event()  # wakes the main thread early
         self._reload = threading.Event()
@@ -103,12 +102,12 @@ class Daemon:
         """The turn loop over the loaded engines, and with ``wyoming.uri`` a Wyoming server for them on
         a thread of its own (both again after a reload, on the new engines). A server that fails is
         logged; the local loop goes on."""
-        self.loop = LiveHost(self.stages.engines, self.cfg, self, self.plan.source)
+        self.listener = Listener(self.stages.engines, self.cfg, self, self.plan.source)
         if not self.cfg.wyoming.uri:
             return
         from rkvoice.wyoming.server import serve_wyoming
 
-        engines = self.loop.shared()
+        engines = self.listener.shared()
         stop = threading.Event()
 
         def serve() -> None:
@@ -132,9 +131,9 @@ class Daemon:
 
     def _interrupt(self, reason: str) -> None:
         """Make the hosted loop return (cancelling the turn in progress)."""
-        if self.loop is not None:
+        if self.listener is not None:
             try:
-                self.loop.interrupt(reason)
+                self.listener.interrupt(reason)
             except Exception as exc:
                 log.error("stopping the turn loop failed: %s", exc)
 
@@ -183,7 +182,7 @@ class Daemon:
             else:
                 log.error("stuck in %s for %.0f s; not feeding the watchdog", *stuck)
 
-    # -- Host: what the hosted loop may call ---------------------------------------------------
+    # -- Supervisor: what the hosted loop may call ---------------------------------------------------
 
     @contextmanager
     def busy(self, what: str) -> Iterator[None]:
@@ -242,9 +241,9 @@ class Daemon:
             if new_cfg is not None:
                 self._do_reload(new_cfg)
                 continue
-            assert self.loop is not None
+            assert self.listener is not None
             try:
-                self.loop.run()
+                self.listener.run()
             except Exception as exc:
                 if self.stop.is_set():
                     log.info("turn ended by shutdown: %s", exc)
@@ -285,10 +284,10 @@ class Daemon:
             log.error("turn %d failed in %s (%s): %s", n, exc.stage, exc.code, exc.message)
         else:
             log.error("turn %d failed: %s", n, exc, exc_info=exc)
-        assert self.loop is not None
+        assert self.listener is not None
         fatal = failures >= self.cfg.daemon.max_failures
         # before exiting, the apology is heard (the shutdown would cancel it), within stop_timeout_s
-        self.loop.apologise(self.cfg.daemon.apology, wait_s=self.cfg.daemon.stop_timeout_s if fatal else 0.0)
+        self.listener.apologise(self.cfg.daemon.apology, wait_s=self.cfg.daemon.stop_timeout_s if fatal else 0.0)
         if fatal:
             log.critical("%d turns failed in a row; exiting so the service manager restarts us", failures)
             self.request_stop(EXIT_REPEATED_FAILURES)

@@ -1,9 +1,9 @@
 """Serving rkvoice over the Wyoming protocol: ``serve_wyoming(cfg, uri)`` blocks until ``stop`` is set.
 
-    serve_wyoming(cfg, "tcp://127.0.0.1:10700")                  # loads the profile's engines
+    serve_wyoming(cfg, "tcp://127.0.0.1:10700")                  # loads the profile's stages
     serve_wyoming(cfg, uri, engines=shared, stop=stop_event)      # the daemon's loaded engines
 
-The engines are loaded once and shared by every connection (``Engines``, see gate.py for how the
+The engines are loaded once and shared by every connection (``Engines``, see rkvoice/gate.py for how the
 local turn keeps priority over Wyoming requests). The protocol has no authentication: a TCP
 address other than loopback is served, with a warning, because exposing the server is the user's
 choice. With ``zeroconf`` the TCP server is announced as ``_wyoming._tcp``.
@@ -17,7 +17,6 @@ import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from wyoming.server import AsyncServer, AsyncTcpServer, AsyncUnixServer
 
@@ -25,8 +24,9 @@ from rkvoice.config import Config, WyomingConfig
 from rkvoice.endpoint import Endpoint, parse_uri
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.gate import Engines
+from rkvoice.stages import StageSet, serving_stages, shared
 
-from .config import clock, from_cfg
+from .config import from_cfg
 from .context import Context
 from .discovery import Announcer
 from .handler import WyomingHandler
@@ -34,35 +34,6 @@ from .info import build_info, wake_model_name
 from .tts import Voices
 
 log = logging.getLogger(__name__)
-
-
-def wake_factory(cfg: Config) -> Callable[[Any], Any]:
-    """A maker of loaded wake engines for detect streams (asr-match transcribes through ``asr``)."""
-    from rkvoice.hear.wake_registry import create_wake
-
-    def build(asr: Any) -> Any:
-        engine = create_wake(cfg, asr)
-        engine.load()
-        return engine
-
-    return build
-
-
-def load_engines(cfg: Config, *, llm: bool = True, time_zone: str | None = None) -> Engines:
-    """The configured profile's ASR, Chinese voice and assistant, loaded (``llm=False``: the LLM
-    loads on the first question a tool does not answer). The assistant's clock runs in ``time_zone``
-    (default ``wyoming.time_zone``; empty = the system's)."""
-    from rkvoice.answer.assistant import Assistant
-    from rkvoice.hear.asr import create_asr
-    from rkvoice.tts.registry import create_tts
-
-    asr = create_asr(cfg)
-    asr.load()
-    tts = create_tts(cfg, text="你好")
-    tts.load()
-    assistant = Assistant(cfg, now=clock(cfg.wyoming.time_zone if time_zone is None else time_zone))
-    assistant.load(llm=llm)
-    return Engines(asr=asr, tts=tts, assistant=assistant, wake_factory=wake_factory(cfg))
 
 
 def _llm_name(cfg: Config) -> str:
@@ -145,9 +116,11 @@ async def serve_wyoming_async(cfg: Config, uri: str = "", *, zeroconf: bool | No
     """Serve until ``stop`` is set (forever without one). ``ready(server)`` runs once it listens.
     ``settings`` replaces the ``wyoming`` section of ``cfg``; ``uri`` and ``zeroconf`` override either."""
     wcfg = from_cfg(settings if settings is not None else cfg, uri=uri or None, zeroconf=zeroconf)
-    own = engines is None
-    if engines is None:
-        engines = await asyncio.to_thread(load_engines, cfg, time_zone=wcfg.time_zone)
+    own = StageSet(serving_stages(wcfg.time_zone)) if engines is None else None
+    if own is not None:
+        await asyncio.to_thread(own.load_all, cfg)
+        engines = shared(cfg, **own.engines)
+    assert engines is not None
     try:
         server = WyomingServer(cfg, wcfg, engines)
         await server.start()
@@ -158,9 +131,9 @@ async def serve_wyoming_async(cfg: Config, uri: str = "", *, zeroconf: bool | No
         finally:
             await server.stop()
     finally:
-        if own:  # engines loaded here are closed here; the daemon closes its own
+        if own is not None:  # stages loaded here are closed here; the daemon closes its own
             engines.close()
-            engines.assistant.close()
+            own.close_all()
 
 
 def serve_wyoming(cfg: Config, uri: str = "", *, zeroconf: bool | None = None, engines: Engines | None = None,

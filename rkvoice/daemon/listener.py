@@ -1,0 +1,89 @@
+"""The daemon's listener: the product's one turn loop on the microphone, over the loaded stages.
+
+The loop reaches the ASR, the voice and the assistant through the stages' priority gates
+(rkvoice.gate) at local priority, so a Wyoming server on the same stages (``wyoming.uri``) always
+lets the local turn go first: it waits at most for one transcription or one synthesised piece, and
+a Wyoming answer holding the LLM is stopped.
+
+``Listener.run`` runs rkvoice.hear.loop.TurnLoop on the microphone until ``interrupt()``; the
+supervisor's additions are the loop's hooks: ``busy`` marks work for the watchdog, ``on_turn`` and
+``on_error`` report turns and hearing failures to be counted and apologised for.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from rkvoice.answer.assistant import Assistant
+from rkvoice.answer.respond import Answerer
+from rkvoice.config import Config
+from rkvoice.gate import Engines, LocalAssistant, PriorityGate
+from rkvoice.hear.loop import TurnLoop, player_cue
+from rkvoice.hear.sources import AudioSource
+from rkvoice.speaker import Speaker
+from rkvoice.stages import Hear, Speak, microphone, shared
+from rkvoice.turn import Turn
+
+log = logging.getLogger(__name__)
+
+
+class Supervisor(Protocol):
+    """What the supervisor (the daemon) offers the loop it hosts."""
+
+    def report(self, result: Turn | BaseException) -> None:
+        """A turn is over (the handle), or hearing failed (the exception): logged, counted,
+        apologised for when it failed."""
+
+    def busy(self, what: str) -> AbstractContextManager[None]:
+        """Marks work that must finish: stuck in it for ``daemon.stall_s`` -> no watchdog pings."""
+
+
+class Listener:
+    """The turn loop on the microphone, over loaded stages, for the supervisor."""
+
+    def __init__(self, engines: dict[str, Any], cfg: Config, supervisor: Supervisor,
+                 source: Callable[[Config], AudioSource] = microphone) -> None:
+        self.cfg = cfg
+        self.hear: Hear = engines["hear"]
+        self.assistant: Assistant = engines["answer"]
+        self.speak: Speak = engines["speak"]
+        assert self.speak.speaker is not None and self.speak.player is not None, "speak stage not loaded"
+        self.speaker: Speaker = self.speak.speaker
+        self.source = source
+        self.answer_gate = PriorityGate("answer")
+        self.answerer = Answerer(LocalAssistant(self.assistant, self.answer_gate), self.speaker, cfg)
+        self.assistant.set_reminder_callback(self._remind)
+        self.turn_loop = TurnLoop(self.hear.session(), self.answerer, cue=self.speak.cue,
+                                  cue_out=player_cue(self.speak.player), on_turn=supervisor.report,
+                                  on_error=supervisor.report, busy=supervisor.busy)
+
+    def shared(self) -> Engines:
+        """The loaded stages for a Wyoming server beside this loop, behind the loop's own gates."""
+        return shared(self.cfg, self.hear, self.assistant, self.speak, self.answer_gate)
+
+    def _remind(self, text: str) -> None:
+        log.info("reminder due: %r", text)
+        self.speaker.speak(text)
+
+    def run(self) -> None:
+        """Listen and answer until ``interrupt()`` (or the source ends)."""
+        source = self.source(self.cfg)
+        log.info("listening (wake phrase %r)", self.cfg.hear.wake_phrase)
+        self.turn_loop.run_live(source)
+
+    def interrupt(self, reason: str) -> None:
+        """Shutdown or reload: stop speaking now and make ``run`` return."""
+        self.turn_loop.interrupt(reason)
+        self.speaker.cancel_all(reason)
+
+    def apologise(self, text: str, wait_s: float = 0.0) -> None:
+        """Say ``text`` as a turn of its own; with ``wait_s``, until it has played (at most that long)."""
+        try:
+            turn = self.speaker.speak(text)
+            if wait_s > 0:
+                self.speaker.wait(turn, wait_s)
+        except Exception as exc:
+            log.error("could not speak the apology: %s", exc)

@@ -1,0 +1,298 @@
+"""The composition root: every mode's engines are built here, from the registries, and nowhere else.
+
+Three stages, each built unloaded (``StageSpec.build``), then ``load()``-ed and ``close()``-d, with the
+part of the config (``StageSpec.key``) whose change reloads it on SIGHUP:
+
+- ``hear`` (``Hear``): ASR, wake engine and VAD segmenter; for the Wyoming server alone the ASR only
+  (it builds a wake engine per detect stream with ``wake_factory``);
+- ``answer`` (``assistant()``): tools, LLM, state and reminders, on the clock of ``wyoming.time_zone``;
+- ``speak`` (``Speak``): the voice (``default_voice``), and given a player the pipelined speaker into
+  it and the wake cue, made with the same voice (a 4 GB board has no room for a second one).
+
+``Hear`` and ``Speak`` keep their engines behind priority gates (rkvoice.gate): the local turn reaches
+them through the gate's ``Local*`` views, a Wyoming server through ``shared()``, the same engines
+behind the same gates, so the local turn always goes first. The daemon runs ``product_plan``, the
+Wyoming server alone ``serving_stages``, through a ``StageSet``; the CLI modes build the same stages.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from rkvoice.answer.assistant import Assistant
+from rkvoice.audio.players import Player, choose_player, create_player
+from rkvoice.clock import Clock
+from rkvoice.config import Config, zone
+from rkvoice.errors import RkvoiceError, Stage
+from rkvoice.gate import Engines, LocalAsr, LocalTts, PriorityGate
+from rkvoice.hear.asr import AsrEngine
+from rkvoice.hear.session import HearSession
+from rkvoice.hear.sources import AudioSource
+from rkvoice.hear.vad import Segmenter
+from rkvoice.hear.wake import WakeEngine
+from rkvoice.speaker import Speaker
+from rkvoice.tts.base import TtsEngine
+
+log = logging.getLogger(__name__)
+
+CHINESE = "你好"
+"""The text the default voice is chosen for: the assistant answers in Chinese first."""
+
+
+def voice_for(cfg: Config, text: str, name: str | None = None) -> TtsEngine:
+    """The voice for ``text``: ``name``, else the registry's choice for the text (unloaded)."""
+    from rkvoice.tts.registry import create_tts
+
+    return create_tts(cfg, name or None, text)
+
+
+def default_voice(cfg: Config, name: str | None = None) -> TtsEngine:
+    """The voice answers are spoken in: ``name``, else the registry's choice for Chinese (unloaded)."""
+    return voice_for(cfg, CHINESE, name)
+
+
+def answer_clock(time_zone: str) -> Callable[[], datetime]:
+    """The answers' clock: now in ``time_zone``, or in the system's zone when it is empty."""
+    if not time_zone:
+        return lambda: datetime.now().astimezone()
+    tz = zone(time_zone)
+    return lambda: datetime.now(tz)
+
+
+def assistant(cfg: Config, clock: Clock | None = None, time_zone: str | None = None, **kwargs: Any) -> Assistant:
+    """The assistant (unloaded), answering on the clock of ``time_zone`` (default ``wyoming.time_zone``;
+    empty = the system's): the server and its clients may not share one."""
+    now = answer_clock(cfg.wyoming.time_zone if time_zone is None else time_zone)
+    return Assistant(cfg, clock, now=now, **kwargs)
+
+
+def wake_factory(cfg: Config) -> Callable[[Any], Any]:
+    """A maker of loaded wake engines for detect streams (asr-match transcribes through ``asr``)."""
+    from rkvoice.hear.wake_registry import create_wake
+
+    def build(asr: Any) -> Any:
+        engine = create_wake(cfg, asr)
+        engine.load()
+        return engine
+
+    return build
+
+
+class Hear:
+    """ASR + wake + VAD, loaded once (opening the microphone is not part of loading); ``asr_only``:
+    the ASR alone."""
+
+    def __init__(self, cfg: Config, asr_only: bool = False) -> None:
+        self.cfg = cfg
+        self.asr_only = asr_only
+        self.asr: AsrEngine | None = None
+        self.wake: WakeEngine | None = None
+        self.segmenter: Segmenter | None = None
+        self.gate = PriorityGate("asr")
+
+    def load(self) -> None:
+        from rkvoice.hear.asr import create_asr
+
+        self.asr = create_asr(self.cfg)
+        self.asr.load()
+        if self.asr_only:
+            return
+        self.wake = wake_factory(self.cfg)(LocalAsr(self.asr, self.gate))
+        self.segmenter = Segmenter(self.cfg)
+        self.segmenter.load()
+
+    def session(self) -> HearSession:
+        assert self.asr is not None and self.wake is not None and self.segmenter is not None, "load() first"
+        return HearSession(self.cfg, LocalAsr(self.asr, self.gate), self.wake, self.segmenter)
+
+    def close(self) -> None:
+        for engine in (self.wake, self.asr):
+            getattr(engine, "close", lambda: None)()
+
+
+class Speak:
+    """The voice (``tts``, default ``default_voice``); with ``player`` (a maker of an opened Player)
+    also the pipelined speaker into it and, with ``cue``, the wake cue."""
+
+    def __init__(self, cfg: Config, player: Callable[[Config], Player] | None = None,
+                 tts: Callable[[Config], TtsEngine] | None = None, clock: Clock | None = None,
+                 cue: bool = True) -> None:
+        self.cfg = cfg
+        self._player_factory = player
+        self._tts_factory = tts or default_voice
+        self._clock = clock
+        self._cue = cue
+        self.tts: TtsEngine | None = None
+        self.player: Player | None = None
+        self.speaker: Speaker | None = None
+        self.cue = np.zeros(0, dtype=np.float32)
+        self.gate = PriorityGate("tts")
+
+    def load(self) -> None:
+        from rkvoice.hear.cue import AckCue
+
+        self.tts = self._tts_factory(self.cfg)
+        t0 = time.monotonic()
+        self.tts.load()
+        log.info("loaded %s in %.0f ms", getattr(self.tts, "name", "tts"), (time.monotonic() - t0) * 1000)
+        if self._player_factory is None:
+            return
+        self.player = self._player_factory(self.cfg)
+        self.speaker = Speaker(LocalTts(self.tts, self.gate), self.player, self.cfg, self._clock)
+        self.speaker.load()
+        if self._cue:
+            cue = AckCue(self.cfg, voice=self.tts, rate=self.player.rate)
+            cue.load()
+            self.cue = cue.samples
+
+    def close(self) -> None:
+        if self.speaker is not None:
+            self.speaker.cancel_all("shutdown")
+            self.speaker.close(timeout=0.5)  # its threads are daemon threads: exit stays < 2 s
+        if self.player is not None:
+            self.player.close()
+
+
+def daemon_player(cfg: Config) -> Player:
+    """The configured player, opened; with ``auto`` and no sound device, a real-time null sink (a
+    daemon must not grow a WAV file for weeks)."""
+    player = create_player(choose_player(cfg, daemon=True), cfg)
+    player.open()
+    return player
+
+
+def microphone(cfg: Config) -> AudioSource:
+    from rkvoice.hear.sources import microphone as open_microphone
+
+    return open_microphone(cfg.audio.input, cfg.audio.input_device)
+
+
+def shared(cfg: Config, hear: Hear, answer: Assistant, speak: Speak,
+           answer_gate: PriorityGate | None = None) -> Engines:
+    """The loaded stages for remote (Wyoming) callers: the same engines behind the same gates."""
+    assert hear.asr is not None and speak.tts is not None, "load() first"
+    return Engines(asr=hear.asr, tts=speak.tts, assistant=answer, wake_factory=wake_factory(cfg),
+                   asr_gate=hear.gate, tts_gate=speak.gate, answer_gate=answer_gate or PriorityGate("answer"))
+
+
+def hear_key(cfg: Config) -> object:
+    return (cfg.hear, cfg.models)
+
+
+def answer_key(cfg: Config) -> object:
+    return (cfg.llm, cfg.models, cfg.state, cfg.wyoming.time_zone)
+
+
+def speak_key(cfg: Config) -> object:
+    a = cfg.audio
+    return (cfg.tts, cfg.models, cfg.hear.ack, cfg.hear.ack_text, a.player, a.device, a.output_rate,
+            a.block_ms, a.crossfade_ms)
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """One resident stage: which config it depends on and how to build it (unloaded)."""
+
+    name: str
+    key: Callable[[Config], Any]
+    """The part of the config the stage depends on; a change reloads it on SIGHUP."""
+    build: Callable[[Config], Any]
+    """Returns the stage, not yet loaded (``load()`` does the heavy work)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything the daemon runs: the "hear", "answer" and "speak" stages and the audio source."""
+
+    stages: tuple[StageSpec, ...]
+    source: Callable[[Config], AudioSource]
+    """Opens the microphone (or a scripted stand-in); raises RkvoiceError("audio", "device-...")."""
+
+
+def product_plan(cfg: Config, source: Callable[[Config], AudioSource] | None = None,
+                 player: Callable[[Config], Player] | None = None) -> Plan:
+    """The daemon's real stages; ``source``/``player`` replace the microphone/player (the soak)."""
+    return Plan(
+        stages=(
+            StageSpec("hear", hear_key, Hear),
+            StageSpec("answer", answer_key, assistant),
+            StageSpec("speak", speak_key, lambda c: Speak(c, player or daemon_player)),
+        ),
+        source=source or microphone,
+    )
+
+
+def serving_stages(time_zone: str) -> tuple[StageSpec, ...]:
+    """The Wyoming server's stages when it runs alone: the ASR, the assistant answering in
+    ``time_zone``, the default voice."""
+    return (
+        StageSpec("hear", hear_key, lambda c: Hear(c, asr_only=True)),
+        StageSpec("answer", answer_key, lambda c: assistant(c, time_zone=time_zone)),
+        StageSpec("speak", speak_key, Speak),
+    )
+
+
+class StageSet:
+    """Holds one loaded stage per StageSpec, with the config key it was loaded for."""
+
+    def __init__(self, specs: tuple[StageSpec, ...], on_progress: Callable[[str], None] | None = None):
+        names = [s.name for s in specs]
+        if len(set(names)) != len(names):
+            raise RkvoiceError(Stage.DAEMON, "bad-plan", f"stage names must be unique, got {names}")
+        self.specs = specs
+        self.engines: dict[str, Any] = {}
+        self._keys: dict[str, Any] = {}
+        self._progress = on_progress or (lambda _msg: None)
+
+    def _load(self, spec: StageSpec, cfg: Config) -> Any:
+        self._progress(f"loading {spec.name}")
+        t0 = time.monotonic()
+        engine = spec.build(cfg)
+        engine.load()
+        log.info("loaded %s (%s) in %.2f s", spec.name, type(engine).__name__, time.monotonic() - t0)
+        return engine
+
+    def load_all(self, cfg: Config) -> None:
+        for spec in self.specs:
+            self.engines[spec.name] = self._load(spec, cfg)
+            self._keys[spec.name] = spec.key(cfg)
+
+    def reload(self, old_cfg: Config, new_cfg: Config) -> list[str]:
+        """Reload the stages whose config key changed; returns their names.
+
+        The old stage is closed before the new one loads (the board has no RAM for two LLMs). If the
+        new one fails to load, the old config is loaded back and the error re-raised; if even that
+        fails, the error is fatal to the process.
+        """
+        changed = [s for s in self.specs if s.key(new_cfg) != self._keys.get(s.name)]
+        for spec in changed:
+            _close(spec.name, self.engines.pop(spec.name, None))
+            try:
+                self.engines[spec.name] = self._load(spec, new_cfg)
+            except Exception as exc:
+                log.error("reloading %s failed (%s); restoring the previous config", spec.name, exc)
+                try:
+                    self.engines[spec.name] = self._load(spec, old_cfg)
+                except Exception as again:
+                    log.critical("restoring %s failed too: %s", spec.name, again)
+                raise
+            self._keys[spec.name] = spec.key(new_cfg)
+        return [s.name for s in changed]
+
+    def close_all(self) -> None:
+        for spec in reversed(self.specs):
+            _close(spec.name, self.engines.pop(spec.name, None))
+
+
+def _close(name: str, engine: Any) -> None:
+    try:
+        getattr(engine, "close", lambda: None)()  # None (never loaded) has no close either
+    except Exception as exc:
+        log.error("closing %s failed: %s", name, exc)
