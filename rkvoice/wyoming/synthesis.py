@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -89,9 +88,10 @@ class SpeechStream:
     (``_cut_early``), since the client may be waiting for it.
     """
 
-    def __init__(self, synthesis: Synthesis, voice: Callable[[str], Awaitable[Voice]], quiet_s: float) -> None:
+    def __init__(self, synthesis: Synthesis, request: SynthesizeStart, chosen: Voice | None, quiet_s: float) -> None:
         self.synthesis = synthesis
-        self.voice = voice
+        self.request = request
+        self.chosen = chosen
         self.quiet_s = quiet_s
         self.chars = 0
         self.texts: asyncio.Queue[str | None] = asyncio.Queue()
@@ -104,7 +104,7 @@ class SpeechStream:
             while item is not None and not first.strip():  # the voice follows the first text
                 item = await self.texts.get()
                 first += item or ""
-            out = self.synthesis.out(await self.voice(first), turn)
+            out = self.synthesis.out(self.chosen or await self.synthesis.voice(self.request.voice, first), turn)
             cutter = StreamChunker(out.pieces.first, out.pieces.later)
             ready = cutter.feed(first) if item is not None else []
             ended, armed = item is None, True
@@ -169,18 +169,9 @@ class Synthesis:
         if self.stream is not None:
             raise RkvoiceError(Stage.WYOMING, "already-streaming",
                                "synthesize-start during a streamed synthesis; send synthesize-stop first")
-        named = request.voice
-        if named is not None and (named.name or named.language):  # named: checked (and loaded) now
-            chosen = await self.voice(named, "")
-
-            async def voice(text: str) -> Voice:
-                return chosen
-        else:  # none named: the first text decides
-
-            async def voice(text: str) -> Voice:
-                return await self.voice(named, text)
-
-        self.stream = SpeechStream(self, voice, QUIET_S)
+        named = request.voice  # named: checked (and loaded) now; else the first text decides
+        chosen = await self.voice(named, "") if named is not None and (named.name or named.language) else None
+        self.stream = SpeechStream(self, request, chosen, QUIET_S)
 
     def chunk(self, text: str) -> None:
         stream = self.stream
