@@ -61,7 +61,7 @@ def served(tmp_path):
     cfg = load_config()
     llm = ScriptedLlm()
     assistant = Assistant(cfg, llm=llm, store=StateStore(tmp_path / "state"))
-    engines = Engines(asr=SimpleNamespace(name="whisper"), tts=SimpleNamespace(name="fastspeech2"),
+    engines = Engines(asr=SimpleNamespace(name="whisper", languages=("zh",)), tts=SimpleNamespace(name="fastspeech2"),
                       assistant=assistant, wake_factory=lambda asr: None)
     stop, ready, started = threading.Event(), threading.Event(), []
 
