@@ -234,20 +234,3 @@ def run_check(cfg: Config, out: TextIO, manifest: Path = MANIFEST, **probes: Any
     out.write(f"profile {cfg.models.profile}, models in {cfg.models.path}\n")
     out.write(render(checks))
     return 0 if all(st.ok for st in checks) else 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import sys
-
-    from rkvoice.config import load_config, parse_override
-
-    ap = argparse.ArgumentParser(prog="python -m rkvoice.cli.check")
-    ap.add_argument("--set", action="append", default=[], help="config override KEY=VALUE")
-    args = ap.parse_args(argv)
-    cfg = load_config([parse_override(s) for s in args.set])
-    return run_check(cfg, sys.stdout)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -40,12 +40,10 @@ def whisper_needs(cfg: Config, **_: Any) -> Needs:
 
 
 def paraformer_needs(cfg: Config, **_: Any) -> Needs:
-    from rkvoice.hear.paraformer_asr import paraformer_dir
+    from rkvoice.hear.paraformer_asr import file_needs, paraformer_dir
 
-    d = paraformer_dir(cfg)
-    return Needs(files=(FileNeed("model", (d / "model.int8.onnx", d / "model.onnx")),
-                        FileNeed("tokens", (d / "tokens.txt",))),
-                 packages=(PackageNeed("sherpa_onnx", "sherpa-onnx"),), profile="board")
+    return Needs(files=file_needs(paraformer_dir(cfg)), packages=(PackageNeed("sherpa_onnx", "sherpa-onnx"),),
+                 profile="board")
 
 
 def paraformer_model(cfg: Config) -> str:

@@ -31,6 +31,7 @@ from rkvoice.config import ROOT, Config
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.hear.sherpa_guard import Fix, check_kws_model, read_tokens
 from rkvoice.hear.wake import WakeHit
+from rkvoice.needs import FileNeed, present_file
 
 if TYPE_CHECKING:
     from sherpa_onnx import KeywordSpotter, OnlineStream
@@ -54,16 +55,23 @@ def fix_for(model_dir: Path) -> Fix:
     return Fix(Stage.WAKE, f"reinstall the keyword spotter (./install.sh --profile board) or fix hear.kws_dir ({model_dir})")
 
 
-def model_files(model_dir: Path) -> dict[str, Path]:
-    """Per stem ``{stem}*.int8.onnx`` first, else ``{stem}*.onnx`` (upstream names carry the recipe,
+def file_needs(model_dir: Path) -> tuple[FileNeed, ...]:
+    """Per stem ``{stem}*.int8.onnx`` first, then ``{stem}*.onnx`` (upstream names carry the recipe,
     e.g. encoder-epoch-12-avg-2-chunk-16-left-64.int8.onnx); then ``tokens``."""
-    files = {}
+    needs = []
     for stem in STEMS:
-        found = sorted(model_dir.glob(f"{stem}*.int8.onnx")) or sorted(model_dir.glob(f"{stem}*.onnx"))
-        if not found:
-            raise fix_for(model_dir).error("missing-model", f"keyword spotter model missing: {model_dir}/{stem}*.onnx")
-        files[stem] = found[0]
-    files["tokens"] = model_dir / "tokens.txt"
+        found = sorted(model_dir.glob(f"{stem}*.int8.onnx")) + sorted(model_dir.glob(f"{stem}*.onnx"))
+        needs.append(FileNeed(stem, tuple(found) or (model_dir / f"{stem}.int8.onnx", model_dir / f"{stem}.onnx")))
+    return (*needs, FileNeed("tokens", (model_dir / "tokens.txt",)))
+
+
+def model_files(model_dir: Path) -> dict[str, Path]:
+    """The first present file of each stem (``file_needs``), and ``tokens``."""
+    files = {"tokens": model_dir / "tokens.txt"}
+    for need in file_needs(model_dir)[:-1]:
+        if (found := present_file(need)) is None:
+            raise fix_for(model_dir).error("missing-model", f"keyword spotter model missing: {model_dir}/{need.role}*.onnx")
+        files[need.role] = found
     return files
 
 

@@ -17,6 +17,7 @@ import numpy as np
 from rkvoice.config import ROOT, Config
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.hear.sherpa_guard import Fix, check_paraformer_model
+from rkvoice.needs import FileNeed, present_file
 
 log = logging.getLogger(__name__)
 
@@ -37,15 +38,18 @@ def fix_for(model_dir: Path) -> Fix:
     return Fix(Stage.ASR, f"reinstall the Paraformer (./install.sh --profile board) or fix hear.paraformer_dir ({model_dir})")
 
 
+def file_needs(model_dir: Path) -> tuple[FileNeed, FileNeed]:
+    """The model (int8 first) and its tokens."""
+    return (FileNeed("model", (model_dir / "model.int8.onnx", model_dir / "model.onnx")),
+            FileNeed("tokens", (model_dir / "tokens.txt",)))
+
+
 def model_files(model_dir: Path) -> tuple[Path, Path]:
-    tokens = model_dir / "tokens.txt"
-    for name in ("model.int8.onnx", "model.onnx"):
-        model = model_dir / name
-        if model.is_file() and tokens.is_file():
-            return model, tokens
-    raise fix_for(model_dir).error(
-        "missing-model", f"Paraformer model missing: need {model_dir}/model.int8.onnx and tokens.txt"
-    )
+    model, tokens = (present_file(f) for f in file_needs(model_dir))
+    if model is None or tokens is None:
+        raise fix_for(model_dir).error(
+            "missing-model", f"Paraformer model missing: need {model_dir}/model.int8.onnx and tokens.txt")
+    return model, tokens
 
 
 def check_paraformer(cfg: Config, model_dir: Path | None = None) -> tuple[Path, Path]:

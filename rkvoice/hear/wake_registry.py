@@ -36,15 +36,9 @@ def asr_match_check(_cfg: Config, _found: list[Path], out: Findings) -> None:
 
 
 def kws_needs(cfg: Config, **_: Any) -> Needs:
-    from rkvoice.hear.kws import STEMS, kws_dir
+    from rkvoice.hear.kws import file_needs, kws_dir
 
-    d = kws_dir(cfg)  # upstream names carry the recipe: encoder-epoch-12-...int8.onnx
-    files = []
-    for stem in STEMS:
-        found = sorted(d.glob(f"{stem}*.int8.onnx")) + sorted(d.glob(f"{stem}*.onnx"))
-        files.append(FileNeed(stem, tuple(found) or (d / f"{stem}.int8.onnx", d / f"{stem}.onnx")))
-    files.append(FileNeed("tokens", (d / "tokens.txt",)))
-    return Needs(files=tuple(files), packages=(SHERPA, PYPINYIN), devices=("microphone",), profile="board")
+    return Needs(files=file_needs(kws_dir(cfg)), packages=(SHERPA, PYPINYIN), devices=("microphone",), profile="board")
 
 
 def kws_keywords(cfg: Config) -> str:

@@ -65,14 +65,10 @@ def vits_needs(cfg: Config, voice: str | None = None, **_: Any) -> Needs:
     from rkvoice.tts.vits import resolve_voice
 
     v = resolve_voice(cfg, voice)
-    d = v.dir(cfg)
-    files = [FileNeed("model", tuple(d / n for n in v.models)), FileNeed("tokens", (d / "tokens.txt",))]
-    if v.lexicon:
-        files.append(FileNeed("lexicon", (d / v.lexicon,)))
     packages = [PackageNeed("sherpa_onnx", "sherpa-onnx")]
     if v.external_phonemes:  # Piper voices: espeak-ng phonemes from piper-tts
         packages.append(PackageNeed("piper", "piper-tts"))
-    return Needs(files=tuple(files), packages=tuple(packages), profile=v.profile)
+    return Needs(files=v.files(cfg), packages=tuple(packages), profile=v.profile)
 
 
 def matcha_needs(cfg: Config, **_: Any) -> Needs:

@@ -24,6 +24,7 @@ import numpy as np
 
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
+from rkvoice.needs import FileNeed, present_file
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +63,14 @@ class VitsVoice:
         d = self.dir(cfg)
         return next((d / name for name in self.models if (d / name).is_file()), d / self.models[0])
 
-    def installed(self, cfg: Config) -> bool:
+    def files(self, cfg: Config) -> tuple[FileNeed, ...]:
+        """What the voice needs: one of its model files, tokens, and its lexicon if it has one."""
         d = self.dir(cfg)
-        need = [self.model_path(cfg), d / "tokens.txt"] + ([d / self.lexicon] if self.lexicon else [])
-        return all(p.is_file() and p.stat().st_size > 0 for p in need)
+        lexicon = (FileNeed("lexicon", (d / self.lexicon,)),) if self.lexicon else ()
+        return FileNeed("model", tuple(d / n for n in self.models)), FileNeed("tokens", (d / "tokens.txt",)), *lexicon
+
+    def installed(self, cfg: Config) -> bool:
+        return all(present_file(f) is not None for f in self.files(cfg))
 
 
 VOICES = {
