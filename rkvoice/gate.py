@@ -24,10 +24,9 @@ import heapq
 import itertools
 import logging
 import threading
-from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,83 +36,66 @@ log = logging.getLogger(__name__)
 
 
 class PriorityGate:
-    """A lock with two queues: ``local()`` callers are admitted before any ``remote()`` caller."""
+    """A lock whose waiters are admitted ``local()`` callers first, then ``remote()`` callers first come,
+    first served."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self._cond = threading.Condition()
         self._held_by: str | None = None
-        self._local_waiting = 0
         self._on_preempt: Callable[[], None] | None = None
+        self._waiting: list[tuple[bool, int]] = []  # a heap of (remote?, ticket)
         self._tickets = itertools.count()
-        self._remote_queue: deque[int] = deque()
+
+    def local(self) -> AbstractContextManager[None]:
+        return self._hold("local")
+
+    def remote(self, on_preempt: Callable[[], None] | None = None) -> AbstractContextManager[None]:
+        """``on_preempt`` is called (under the gate's lock, so it must only signal) when a local caller
+        arrives while this one holds the gate."""
+        return self._hold("remote", on_preempt)
 
     @contextmanager
-    def local(self) -> Iterator[None]:
+    def _hold(self, who: str, on_preempt: Callable[[], None] | None = None) -> Iterator[None]:
         with self._cond:
-            self._local_waiting += 1
+            me = (who == "remote", next(self._tickets))
+            heapq.heappush(self._waiting, me)
+            if who == "local" and self._held_by == "remote" and self._on_preempt is not None:
+                log.info("%s: the local turn preempts a Wyoming request", self.name)
+                self._on_preempt()
             try:
-                if self._held_by == "remote" and self._on_preempt is not None:
-                    log.info("%s: the local turn preempts a Wyoming request", self.name)
-                    self._on_preempt()
-                while self._held_by is not None:
+                while self._held_by is not None or self._waiting[0] != me:
                     self._cond.wait()
-            finally:
-                self._local_waiting -= 1
-            self._held_by = "local"
-        try:
-            yield
-        finally:
-            self._release()
-
-    @contextmanager
-    def remote(self, on_preempt: Callable[[], None] | None = None) -> Iterator[None]:
-        """Wait until no local caller holds or wants the gate and every earlier remote caller had its
-        turn (first come, first served). ``on_preempt`` is called (under the gate's lock, so it must
-        only signal) when a local caller arrives while this one holds the gate."""
-        with self._cond:
-            ticket = next(self._tickets)
-            self._remote_queue.append(ticket)
-            try:
-                while self._held_by is not None or self._local_waiting or self._remote_queue[0] != ticket:
-                    self._cond.wait()
-            except BaseException:
-                self._remote_queue.remove(ticket)
+            finally:  # admitted, or gave up waiting: either way out of the queue
+                self._waiting.remove(me)
+                heapq.heapify(self._waiting)
                 self._cond.notify_all()
-                raise
-            self._remote_queue.popleft()
-            self._held_by = "remote"
-            self._on_preempt = on_preempt
+            self._held_by, self._on_preempt = who, on_preempt
         try:
             yield
         finally:
-            self._release()
-
-    def _release(self) -> None:
-        with self._cond:
-            self._held_by = None
-            self._on_preempt = None
-            self._cond.notify_all()
+            with self._cond:
+                self._held_by = self._on_preempt = None
+                self._cond.notify_all()
 
 
 ASR_CALLS = ("transcribe_primed", "phrase_logprob")
 """ASR calls besides ``transcribe`` that decode (the wake engine's second look), where the engine has them."""
 
 
-class LocalAsr:
-    """The ASR engine as the local loop sees it: same calls, gate taken at local priority."""
+class Local:
+    """An engine as the local turn sees it: its ``CALLS`` take the gate at local priority, the rest
+    passes through."""
+
+    CALLS: tuple[str, ...] = ()
 
     def __init__(self, engine: Any, gate: PriorityGate) -> None:
         self._engine = engine
         self._gate = gate
 
-    def transcribe(self, samples: np.ndarray) -> str:
-        with self._gate.local():
-            return str(self._engine.transcribe(samples))
-
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._engine, name)
-        if name not in ASR_CALLS:
+        if name not in self.CALLS:
             return value
 
         def gated(*args: Any, **kwargs: Any) -> Any:
@@ -123,20 +105,16 @@ class LocalAsr:
         return gated
 
 
-class LocalTts:
-    """The TTS engine as the local speaker sees it: ``generate`` at local priority."""
+class LocalAsr(Local):
+    """The ASR engine for the local loop: its decoding calls gated."""
 
-    def __init__(self, engine: Any, gate: PriorityGate) -> None:
-        self._engine = engine
-        self._gate = gate
+    CALLS = ("transcribe", *ASR_CALLS)
 
-    def generate(self, text: str, sid: int = 0, speed: float = 1.0) -> tuple[np.ndarray, int]:
-        with self._gate.local():
-            samples, rate = self._engine.generate(text, sid, speed)
-        return samples, int(rate)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._engine, name)
+class LocalTts(Local):
+    """The voice for the local speaker: ``generate`` gated."""
+
+    CALLS = ("generate",)
 
 
 class LocalAssistant:

@@ -109,47 +109,38 @@ class WyomingServer:
             self._server = None
 
 
-async def serve_wyoming_async(cfg: Config, uri: str = "", *, zeroconf: bool | None = None,
-                              engines: Engines | None = None, stop: asyncio.Event | None = None,
-                              ready: Callable[[WyomingServer], None] | None = None,
-                              settings: WyomingConfig | None = None) -> None:
-    """Serve until ``stop`` is set (forever without one). ``ready(server)`` runs once it listens.
-    ``settings`` replaces the ``wyoming`` section of ``cfg``; ``uri`` and ``zeroconf`` override either."""
+def serve_wyoming(cfg: Config, uri: str = "", *, zeroconf: bool | None = None, engines: Engines | None = None,
+                  stop: threading.Event | None = None, ready: Callable[[WyomingServer], None] | None = None,
+                  settings: WyomingConfig | None = None) -> None:
+    """Serve on ``uri`` (else ``wyoming.uri``) until ``stop`` is set (forever without one); ``ready(server)``
+    runs once it listens. ``settings`` replaces the ``wyoming`` section of ``cfg``; ``uri`` and ``zeroconf``
+    override either. ``engines`` are the daemon's loaded engines; without them the server's own stages
+    (rkvoice.stages.serving_stages) are loaded here, and closed at the end."""
     wcfg = from_cfg(settings if settings is not None else cfg, uri=uri or None, zeroconf=zeroconf)
     own = StageSet(serving_stages(wcfg.time_zone)) if engines is None else None
     if own is not None:
-        await asyncio.to_thread(own.load_all, cfg)
+        own.load_all(cfg)
         engines = shared(cfg, **own.engines)
-    assert engines is not None
-    try:
-        server = WyomingServer(cfg, wcfg, engines)
-        await server.start()
-        try:
-            if ready is not None:
-                ready(server)
-            await (stop or asyncio.Event()).wait()
-        finally:
-            await server.stop()
-    finally:
-        if own is not None:  # stages loaded here are closed here; the daemon closes its own
-            engines.close()
-            own.close_all()
 
-
-def serve_wyoming(cfg: Config, uri: str = "", *, zeroconf: bool | None = None, engines: Engines | None = None,
-                  stop: threading.Event | None = None,
-                  ready: Callable[[WyomingServer], None] | None = None,
-                  settings: WyomingConfig | None = None) -> None:
-    """Blocking entry for the CLI and the daemon: serve on ``uri`` (else ``wyoming.uri``) until ``stop``
-    is set. ``engines`` are the daemon's loaded engines; without them the profile's are loaded here."""
-
-    async def main() -> None:
+    async def main(engines: Engines) -> None:
         done = asyncio.Event()
         loop = asyncio.get_running_loop()
         if stop is not None:
             threading.Thread(target=lambda: (stop.wait(), loop.call_soon_threadsafe(done.set)),
                              name="wyoming-stop", daemon=True).start()
-        await serve_wyoming_async(cfg, uri, zeroconf=zeroconf, engines=engines, stop=done, ready=ready,
-                                  settings=settings)
+        server = WyomingServer(cfg, wcfg, engines)
+        await server.start()
+        try:
+            if ready is not None:
+                ready(server)
+            await done.wait()
+        finally:
+            await server.stop()
 
-    asyncio.run(main())
+    assert engines is not None
+    try:
+        asyncio.run(main(engines))
+    finally:
+        if own is not None:
+            engines.close()
+            own.close_all()
