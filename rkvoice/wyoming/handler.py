@@ -1,4 +1,5 @@
-"""One Wyoming connection: read events within limits, dispatch them to the services, answer errors.
+"""One Wyoming connection: read events within limits (reading.py), dispatch them (audio in: listen.py,
+speech out: synthesis.py, answers: answer.py; each request a turn: context.py), answer errors.
 
 Events are framed and parsed by the ``wyoming`` package; the reader it reads from refuses a data
 or payload section above ``max_event_bytes`` before reading it. A malformed event (bad JSON, a
