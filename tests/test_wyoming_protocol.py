@@ -880,3 +880,20 @@ def test_an_answer_is_not_cancelled_by_its_client_leaving_once_it_has_it(fakes):
         let_go.set()
         line = lines.wait(1)[0]
     assert " answer '现在几点': route=tool:time total_ms=" in line and "cancelled" not in line, line
+
+
+def test_a_streamed_text_over_the_limit_is_dropped_and_its_turn_says_why(fakes):
+    engines, *_ = fakes
+
+    async def go(port: int) -> Event:
+        async with AsyncTcpClient("127.0.0.1", port) as c:
+            await c.write_event(SynthesizeStart().event())
+            await c.write_event(SynthesizeChunk(text="今天天气").event())
+            await c.write_event(SynthesizeChunk(text="不错，我们出去走走吧。").event())
+            return (await read_until(c, lambda e: e.type == "error"))[-1]
+
+    with request_lines() as lines, serving(engines, WyomingConfig(max_text_chars=10)) as port:
+        error = run(go(port))
+        line = lines.wait(1)[0]
+    assert Error.from_event(error).code == "text-too-long"
+    assert " streamed synthesis '" in line and line.endswith(" cancelled (text-too-long)"), line

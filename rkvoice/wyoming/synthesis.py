@@ -181,6 +181,7 @@ class Synthesis:
             return
         stream.chars += len(text)
         if stream.chars > self.max_chars:
+            self.requests.cancel("text-too-long")
             stream.task.cancel()
             self.stream = None
             raise RkvoiceError(Stage.WYOMING, "text-too-long",
