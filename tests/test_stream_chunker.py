@@ -68,10 +68,24 @@ def test_abbreviation_is_not_a_sentence_end() -> None:
 
 
 def test_english_clause_needs_more_than_min_words() -> None:
-    c = StreamChunker(first=80, chunk=80)
+    c = StreamChunker(first=80, chunk=80, first_clause_words=6)  # the later pieces' rule for the first too
     assert c.feed("Yes, I can, ") == []
     assert c.feed("and the clinic opens early, so") == ["Yes, I can, and the clinic opens early, "]
     assert c.flush() == ["so"]
+
+
+def test_the_first_piece_is_the_first_clause_of_a_few_words() -> None:
+    """The first sound waits for a short first clause only; later clauses keep the longer minimum."""
+    c = StreamChunker(first=80, chunk=80)
+    assert c.feed("Sure, ") == []  # one word: too short to say alone
+    assert c.feed("thanks for asking, the") == ["Sure, thanks for asking, "]
+    assert c.feed(" weather is fine, and") == []  # four words: a later clause needs more than five
+    assert c.flush() == ["the weather is fine, and"]
+    zh = StreamChunker()
+    assert zh.feed("好的，") == []
+    assert zh.feed("它很美，月") == ["好的，它很美，"]  # 7 characters: a first clause ("好的，" alone: 3)
+    assert zh.feed("亮离地球很远，") == []  # later: a clause of a useful length (13 for 40)
+    assert StreamChunker(first_clause_chars=8).feed("好的，它很美，月") == []  # the rule before
 
 
 def test_english_max_words_without_punctuation() -> None:

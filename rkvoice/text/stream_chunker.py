@@ -1,7 +1,9 @@
 """Cut an LLM's text delta stream into TTS pieces as soon as each one is safe.
 
 A piece is emitted when it is a finished sentence; else a clause at a comma (English: more than
-``min_clause_words`` words; Chinese: a clause of a useful length); else ``max_words`` words
+``min_clause_words`` words; Chinese: a clause of a useful length; the first piece of a stream takes
+its first clause as soon as it has ``first_clause_words`` words / ``first_clause_chars`` characters,
+so the first sound does not wait for a longer clause); else ``max_words`` words
 (English) or at most ``first``/``chunk`` characters at a safe cut (Chinese). In every language no
 piece has more than ``first`` (the first) or ``chunk`` (later) spoken characters (``CutPoints.size``:
 URLs, markdown markers and emoji not counted): a sentence or group of words that would be longer is
@@ -40,7 +42,7 @@ class StreamChunker:
     """Incremental chunker: ``feed(delta)`` returns the pieces now complete, ``flush()`` the rest."""
 
     def __init__(self, first: int = 24, chunk: int = 40, min_clause_words: int = 5,
-                 max_words: int = 12) -> None:
+                 max_words: int = 12, first_clause_words: int = 2, first_clause_chars: int = 4) -> None:
         if first < 1 or chunk < 1 or max_words < 1 or min_clause_words < 0:
             raise RkvoiceError(Stage.TEXT, "bad-chunk-size",
                                "StreamChunker needs first, chunk and max_words >= 1 and min_clause_words >= 0, "
@@ -50,6 +52,8 @@ class StreamChunker:
         self.chunk = chunk
         self.min_clause_words = min_clause_words
         self.max_words = max_words
+        self.first_clause_words = first_clause_words
+        self.first_clause_chars = first_clause_chars
         self._buf = ""
         self._emitted = 0
 
@@ -133,7 +137,7 @@ class StreamChunker:
         sentence_ends = cuts.levels[0]
         if sentence_ends and cuts.size(0, sentence_ends[0]) <= limit:
             return sentence_ends[0]
-        useful = max(6, limit // 3)
+        useful = self.first_clause_chars if self._emitted == 0 else max(6, limit // 3)
         for c in cuts.levels[1]:
             size = cuts.size(0, c)
             if size > limit:
@@ -147,11 +151,12 @@ class StreamChunker:
         sentence_ends = cuts.levels[0]
         if sentence_ends and _words(text[: sentence_ends[0]]) <= self.max_words:
             return sentence_ends[0]
+        enough = self.first_clause_words if self._emitted == 0 else self.min_clause_words + 1
         for c in cuts.levels[1]:
             words = _words(text[:c])
             if words > self.max_words:
                 break
-            if words > self.min_clause_words:
+            if words >= enough:
                 return c
         gaps = cuts.levels[2]
         for c in gaps:
