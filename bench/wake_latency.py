@@ -22,10 +22,14 @@ the VAD's speech end, is reported beside it).
   acknowledgement handed to the player.
 - ``false_wakes`` / ``negatives``: the shipped engine on the negatives of bench/wake_set.py.
 - ``kws_*`` (board profile, the rigged stand-in of tests/fixtures/board-hearing/): the streaming
-  keyword spotter fed at real-time pace; latency = wall time of the detection - wall time when the
-  audio of the keyword's last token (the spotter's own token timestamp) was heard. The stand-in
-  emits 你好小智 whatever it hears, so this measures the spotter's reporting lag (chunking and
-  decode), not its accuracy.
+  keyword spotter on the recordings said 你好小智, fed at real-time pace; latency = wall time of
+  the detection - wall time when the phrase's end was heard. The stand-in emits 你好小智 whatever
+  it hears, its last token 0.28 s into a fresh stream, so the spotter's stream is restarted (the
+  audio going on) that long before the phrase's end, to the frame: its last token lands where a
+  spotter that hears the phrase would emit it, on the phrase's end (``kws_token_vs_end_ms``: the
+  token's place against the end, -32..0 ms). This measures the reporting lag (chunking, right
+  context, trailing blanks, decode) and the zeros fed at the pause, not accuracy. ``kws_nopad_*``:
+  the same without the zeros (the spotter waits for the audio itself).
 """
 
 from __future__ import annotations
@@ -272,52 +276,77 @@ def negatives(cfg: Config, asr: WhisperAsr) -> dict[str, Any]:
     return {"false_wakes": len(woke), "negatives": len(pairs), "false_woke": woke}
 
 
-def kws(maker: Maker, voices: list[tuple[float, float]]) -> dict[str, Any]:
-    """The board's keyword spotter (rigged stand-in): report lag after the keyword's last token."""
-    from rkvoice.hear.kws import KwsWake
+def rig_token_s(engine: Any, stamps: list[list[float]]) -> float:
+    """Where the rigged stand-in puts its last token: that many seconds into a fresh stream."""
+    engine.restart(0)
+    stamps.clear()
+    for _ in range(4 * SAMPLE_RATE // FRAME_SAMPLES):
+        if engine.accept(np.zeros(FRAME_SAMPLES, np.float32)) is not None and stamps:
+            return float(stamps[-1][-1])
+    raise RuntimeError("the rigged keyword spotter did not fire on 4 s of audio")
 
-    cfg = load_config(files=[ROOT / "config.yaml", ROOT / "tests/fixtures/board-hearing.yaml"])
-    engine = KwsWake(cfg)
-    engine.load()
-    spotter = engine._kws
-    assert spotter is not None
-    stamps: list[list[float]] = []
-    real_get = spotter.keyword_spotter.get_result
 
-    class Recorder:  # sees each result once, as KwsWake reads it (get_result clears it)
-        def get_result(self, stream: Any) -> Any:
-            result = real_get(stream)
-            if result.keyword.strip():
-                stamps.append(list(result.timestamps))
-            return result
-
-    class Spotter:
-        keyword_spotter = Recorder()
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(spotter, name)
-
-    engine._kws = Spotter()  # type: ignore[assignment]
-    recs = recordings(maker, voices, phrase=cfg.hear.wake_phrase)
+def kws_run(engine: Any, stamps: list[list[float]], recs: list[Recording]) -> dict[str, Any]:
+    """Each recording in real time; the spotter's stream is restarted (audio continuing) so that
+    the rig's last token lands on the phrase's end, to the 32 ms frame before it."""
+    token_s = rig_token_s(engine, stamps)
     lat: list[float] = []
     lag_audio: list[float] = []
+    offsets: list[float] = []
     for rec in recs:
-        stamps.clear()
+        cut = int((rec.phrase_end_s - token_s) * SAMPLE_RATE) // FRAME_SAMPLES * FRAME_SAMPLES
         engine.restart(0)
         stop = threading.Event()
         q, started = realtime(rec.audio, stop)
         fed = 0
         while (frame := q.get()) is not None:
+            if fed == cut:
+                engine.restart(cut)
+                stamps.clear()
             hit = engine.accept(frame)
             fed += len(frame)
-            if hit is not None and stamps:
-                last = stamps[-1][-1]
-                lat.append((time.monotonic() - (started[0] + last)) * 1000.0)
-                lag_audio.append((fed / SAMPLE_RATE - last) * 1000.0)
+            if hit is not None and fed > cut and stamps:
+                lat.append((time.monotonic() - (started[0] + rec.phrase_end_s)) * 1000.0)
+                lag_audio.append((fed / SAMPLE_RATE - rec.phrase_end_s) * 1000.0)
+                offsets.append((cut / SAMPLE_RATE + stamps[-1][-1] - rec.phrase_end_s) * 1000.0)
                 break
         stop.set()
-    return {"kws_p50_ms": pct(lat, 50), "kws_p90_ms": pct(lat, 90), "kws_audio_lag_p50_ms": pct(lag_audio, 50),
-            "kws_recordings": len(recs), "kws_detected": len(lat)}
+    return {"p50_ms": pct(lat, 50), "p90_ms": pct(lat, 90), "audio_lag_p50_ms": pct(lag_audio, 50),
+            "detected": len(lat), "token_vs_end_ms": [round(min(offsets), 1), round(max(offsets), 1)] if offsets else None}
+
+
+def kws(maker: Maker, voices: list[tuple[float, float]]) -> dict[str, Any]:
+    """The board's keyword spotter (rigged stand-in): phrase end -> detection, with the zeros fed
+    at a pause (shipped) and without them (the spotter waiting for the audio)."""
+    from rkvoice.hear.kws import KwsWake
+
+    cfg = load_config(files=[ROOT / "config.yaml", ROOT / "tests/fixtures/board-hearing.yaml"])
+    recs = recordings(maker, voices, phrase=cfg.hear.wake_phrase)
+    out: dict[str, Any] = {"kws_recordings": len(recs)}
+    for pad, key in ((True, "kws"), (False, "kws_nopad")):
+        engine = KwsWake(cfg, pad_at_pause=pad)
+        engine.load()
+        spotter = engine._kws
+        assert spotter is not None
+        stamps: list[list[float]] = []
+        real_get = spotter.keyword_spotter.get_result
+
+        class Recorder:  # sees each result once, as KwsWake reads it (get_result clears it)
+            def get_result(self, stream: Any, real_get: Any = real_get, stamps: list[list[float]] = stamps) -> Any:
+                result = real_get(stream)
+                if result.keyword.strip():
+                    stamps.append(list(result.timestamps))
+                return result
+
+        class Spotter:
+            keyword_spotter = Recorder()
+
+            def __getattr__(self, name: str, spotter: Any = spotter) -> Any:
+                return getattr(spotter, name)
+
+        engine._kws = Spotter()
+        out.update({f"{key}_{k}": v for k, v in kws_run(engine, stamps, recs).items()})
+    return out
 
 
 def main() -> int:

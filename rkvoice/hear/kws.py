@@ -13,7 +13,22 @@ sherpa-onnx facts this code is built on (2.0.1, measured with the stand-in model
   are created without extra keywords and a detection of anything but the configured phrase is
   dropped;
 - ``get_result`` (and ``tokens``/``timestamps``) clear the detection they return: the result is
-  read once, as one KeywordResult, before anything else asks.
+  read once, as one KeywordResult, before anything else asks;
+- the encoder runs on whole chunks (``decode_chunk_len`` feature frames, 0.32 s for chunk-16) and
+  each needs its right context too (``T``: 45 frames), and a keyword counts only once more than
+  ``num_trailing_blanks`` (1) blank frames follow its last token: a last token on a chunk's last
+  frames is reported one chunk later. Measured on the rigged stand-in (bench/wake_latency.py):
+  detection 0.51 s of audio after the last token, whatever the feed block size (decoding runs as
+  soon as ``is_ready``; 32 ms blocks add at most one block).
+
+So when the speech pauses (silero VAD, ``PAUSE_S`` of silence) the spotter is fed zeros until the
+encoder has consumed everything heard: the silence it would otherwise wait up to a chunk and its
+right context for, fed at once (sherpa-onnx's own examples end a file the same way). The zeros only
+lengthen a pause (one chunk decode more per pause), and the keyword rules (trailing blanks,
+threshold) are untouched. silero ends the speech 30-140 ms after the phrase's end by level (the
+bench's) and reports it after the silence, on its 32 ms grid: 0.24 s after the end at 0.1 s of
+silence (p50 of the bench's 11 voices, at most 0.29 s), 0.27 s at the asr-match wake's 0.15 s
+(at most 0.32 s), 0.18 s at 0.05 s.
 """
 
 from __future__ import annotations
@@ -23,13 +38,14 @@ import tempfile
 import unicodedata
 from collections import deque
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rkvoice.config import ROOT, Config
 from rkvoice.errors import RkvoiceError, Stage
-from rkvoice.hear.sherpa_guard import Fix, check_kws_model, read_tokens
+from rkvoice.hear.sherpa_guard import Fix, check_kws_model, onnx_metadata, read_tokens, require_int
+from rkvoice.hear.vad import WINDOW, silero_vad
 from rkvoice.hear.wake import WakeHit
 from rkvoice.needs import FileNeed, present_file
 
@@ -39,7 +55,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 16000
+HOP = SAMPLE_RATE // 100  # samples per feature frame (10 ms)
 STEMS = ("encoder", "decoder", "joiner")
+PAUSE_S = 0.1  # the silence that ends speech for the pause watch
+PAUSE_MAX_S = 20.0  # the pause watch's VAD cuts longer speech itself (its buffer holds this much)
 
 
 def kws_dir(cfg: Config) -> Path:
@@ -126,21 +145,38 @@ def check_kws(cfg: Config, model_dir: Path | None = None) -> str:
 
 
 class KwsWake:
+    """``pad_at_pause``: feed zeros when the speech pauses (see the module doc); off, the spotter
+    waits for the audio itself (bench/wake_latency.py measures both)."""
+
     languages = ("zh",)
 
-    def __init__(self, cfg: Config, model_dir: Path | None = None) -> None:
+    def __init__(self, cfg: Config, model_dir: Path | None = None, pad_at_pause: bool = True) -> None:
         self.cfg = cfg
         self.model_dir = model_dir or kws_dir(cfg)
         self.phrase = spoken_text(cfg.hear.wake_phrase)
+        self.pad_at_pause = pad_at_pause
         self._kws: KeywordSpotter | None = None
         self._stream: OnlineStream | None = None
-        self._samples = 0
+        self._samples = 0  # audio heard (stream time)
+        self._fed = 0  # samples given to the current spotter stream, zeros included
+        self._decoded = 0  # of those, the ones the encoder has consumed (chunks decoded x shift)
+        self._shift = 0  # samples per chunk (decode_chunk_len feature frames)
+        self._pad_max = 0  # zeros that always complete a chunk with its right context
+        self._vad: Any = None  # the pause watch (silero)
+        self._vad_zero = 0  # stream sample of the VAD's own sample 0
+        self._vad_pending = np.zeros(0, dtype=np.float32)
         self.ignored: deque[str] = deque(maxlen=16)
         """Keywords detected that are not the configured phrase (dropped)."""
 
     def load(self) -> None:
         line = check_kws(self.cfg, self.model_dir)
         files = model_files(self.model_dir)
+        meta = onnx_metadata(files["encoder"], fix_for(self.model_dir))
+        chunk = require_int(meta, "decode_chunk_len", files["encoder"], fix_for(self.model_dir))
+        self._shift = chunk * HOP
+        self._pad_max = (chunk + require_int(meta, "T", files["encoder"], fix_for(self.model_dir)) + 3) * HOP
+        if self.pad_at_pause:
+            self._vad = silero_vad(self.cfg, PAUSE_S, PAUSE_MAX_S)
         import sherpa_onnx
 
         fd, name = tempfile.mkstemp(prefix="rkvoice-keywords-", suffix=".txt")
@@ -157,12 +193,23 @@ class KwsWake:
             )
         finally:
             Path(name).unlink(missing_ok=True)
-        self._stream = self._kws.create_stream()
+        self._new_stream()
         log.info("keyword spotter loaded from %s (%s)", self.model_dir, line)
 
-    def restart(self, at_sample: int) -> None:
+    def _new_stream(self) -> None:
         if self._kws is not None:
             self._stream = self._kws.create_stream()
+        self._fed = self._decoded = 0
+
+    def restart(self, at_sample: int) -> None:
+        """A new spotter stream; the next frame is stream sample ``at_sample``. The pause watch
+        keeps listening when the audio goes on from where it was (``at_sample`` is the next
+        sample), and starts afresh after a gap."""
+        self._new_stream()
+        if at_sample != self._samples and self._vad is not None:
+            self._vad.reset()
+            self._vad_zero = at_sample
+            self._vad_pending = self._vad_pending[:0]
         self._samples = at_sample
 
     def _spotter(self) -> tuple[KeywordSpotter, OnlineStream]:
@@ -178,18 +225,55 @@ class KwsWake:
                                f"keyword spotter takes 16 kHz mono frames, got shape {samples.shape}")
         stream.accept_waveform(SAMPLE_RATE, samples)
         self._samples += len(samples)
-        return self._decode()
+        self._fed += len(samples)
+        paused_at = self._pause(samples)
+        hit = self._decode()
+        if hit is None and paused_at is not None:
+            hit = self._pad(paused_at)
+        return hit
 
     def flush(self) -> WakeHit | None:
+        """End of the stream: decode all of it."""
         if self._kws is None or self._stream is None:
             return None
-        self._stream.accept_waveform(SAMPLE_RATE, np.zeros(SAMPLE_RATE // 2, dtype=np.float32))
-        return self._decode()
+        return self._pad(self._samples)
 
-    def _decode(self) -> WakeHit | None:
+    def _pause(self, samples: np.ndarray) -> int | None:
+        """Feed the pause watch; the stream sample where speech stopped when it reports a pause."""
+        if self._vad is None:
+            return None
+        pending = np.concatenate([self._vad_pending, samples])
+        whole = len(pending) - len(pending) % WINDOW
+        for i in range(0, whole, WINDOW):
+            self._vad.accept_waveform(pending[i : i + WINDOW])
+        self._vad_pending = pending[whole:]
+        ended = None
+        while not self._vad.empty():
+            seg = self._vad.front
+            ended = self._vad_zero + seg.start + len(seg.samples)
+            self._vad.pop()
+        return ended
+
+    def _pad(self, speech_end: int) -> WakeHit | None:
+        """Zeros until the encoder has consumed all the audio heard; a detection in them is dated
+        at ``speech_end`` (the stream sample where the speech stopped)."""
+        _, stream = self._spotter()
+        zeros = np.zeros(WINDOW, dtype=np.float32)
+        target, padded = self._fed, 0
+        while self._decoded < target and padded < self._pad_max:
+            stream.accept_waveform(SAMPLE_RATE, zeros)
+            self._fed += WINDOW
+            padded += WINDOW
+            hit = self._decode(end=speech_end)
+            if hit is not None:
+                return hit
+        return None
+
+    def _decode(self, end: int | None = None) -> WakeHit | None:
         kws, stream = self._spotter()
         while kws.is_ready(stream):
             kws.decode_stream(stream)
+            self._decoded += self._shift
             result = kws.keyword_spotter.get_result(stream)  # clears it: read once
             keyword = result.keyword.strip()
             if not keyword:
@@ -200,10 +284,13 @@ class KwsWake:
                 log.info("keyword %r is not the wake phrase %r: ignored", keyword, self.phrase)
                 continue
             now = self._samples / SAMPLE_RATE
-            log.info("keyword spotted: %s (%s) at %.2f s", keyword, " ".join(result.tokens), now)
-            return WakeHit(at_s=now, end_s=now, text=keyword)
+            end_s = now if end is None else min(now, end / SAMPLE_RATE)
+            log.info("keyword spotted: %s (%s) at %.2f s%s", keyword, " ".join(result.tokens), now,
+                     "" if end is None else f" (speech paused at {end_s:.2f} s)")
+            return WakeHit(at_s=now, end_s=end_s, text=keyword)
         return None
 
     def close(self) -> None:
         self._stream = None
         self._kws = None
+        self._vad = None

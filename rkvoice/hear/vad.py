@@ -72,6 +72,27 @@ def vad_model_path(cfg: Config) -> Path:
     return cfg.models.path / cfg.models.profile / "vad" / "silero_vad.onnx"
 
 
+def silero_vad(cfg: Config, min_silence_s: float, max_s: float, model_path: Path | None = None) -> Any:
+    """A sherpa-onnx silero VAD (the configured threshold and minimum speech) that ends speech after
+    ``min_silence_s`` of silence and cuts it at ``max_s`` (its buffer holds that much audio)."""
+    import sherpa_onnx
+
+    path = model_path or vad_model_path(cfg)
+    if not path.is_file():
+        raise RkvoiceError(Stage.VAD, "missing-model", f"silero VAD model {path} is missing; run ./install.sh")
+    h = cfg.hear
+    silero = sherpa_onnx.SileroVadModelConfig(
+        model=str(path),
+        threshold=h.vad_threshold,
+        min_silence_duration=min_silence_s,
+        min_speech_duration=h.min_speech_ms / 1000.0,
+        window_size=WINDOW,
+        max_speech_duration=max_s,
+    )
+    config = sherpa_onnx.VadModelConfig(silero_vad=silero, sample_rate=SAMPLE_RATE, num_threads=1)
+    return sherpa_onnx.VoiceActivityDetector(config, buffer_size_in_seconds=max_s)
+
+
 class Segmenter:
     """Turns a stream of frames into speech segments. ``load()`` builds the VAD."""
 
@@ -99,10 +120,6 @@ class Segmenter:
         self._base = 0  # sample index of the VAD's own zero (it restarts counting on reset)
 
     def load(self) -> None:
-        if not self.model_path.is_file():
-            raise RkvoiceError(
-                Stage.VAD, "missing-model", f"silero VAD model {self.model_path} is missing; run ./install.sh"
-            )
         self._vad = self._make_vad(self.trailing_silence_s, self.cfg.hear.max_request_s + 30.0)
         if self.early_silence_s:
             # its pieces count only while the speech is of phrase length: a short buffer (the VAD's
@@ -112,19 +129,7 @@ class Segmenter:
         log.debug("VAD loaded from %s", self.model_path)
 
     def _make_vad(self, min_silence_s: float, max_s: float) -> Any:
-        import sherpa_onnx
-
-        h = self.cfg.hear
-        silero = sherpa_onnx.SileroVadModelConfig(
-            model=str(self.model_path),
-            threshold=h.vad_threshold,
-            min_silence_duration=min_silence_s,
-            min_speech_duration=h.min_speech_ms / 1000.0,
-            window_size=WINDOW,
-            max_speech_duration=max_s,  # main VAD: our own cut in _collect is the one that counts
-        )
-        config = sherpa_onnx.VadModelConfig(silero_vad=silero, sample_rate=SAMPLE_RATE, num_threads=1)
-        return sherpa_onnx.VoiceActivityDetector(config, buffer_size_in_seconds=max_s)
+        return silero_vad(self.cfg, min_silence_s, max_s, self.model_path)
 
     @property
     def in_speech(self) -> bool:

@@ -1,5 +1,5 @@
 """Wake engines by name (``hear.wake``: kws, asr-match, auto), each with what it needs and what
-``--check`` reads of it, and the voice-activity model both the asr-match wake and the loop's
+``--check`` reads of it, and the voice-activity model both wake engines and the loop's
 segmenter read."""
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ def asr_match_check(_cfg: Config, _found: list[Path], out: Findings) -> None:
 def kws_needs(cfg: Config, **_: Any) -> Needs:
     from rkvoice.hear.kws import file_needs, kws_dir
 
-    return Needs(files=file_needs(kws_dir(cfg)), packages=(SHERPA, PYPINYIN), devices=("microphone",), profile="board")
+    kws = Needs(files=file_needs(kws_dir(cfg)), packages=(SHERPA, PYPINYIN), devices=("microphone",), profile="board")
+    return kws + vad_needs(cfg)  # the VAD watches for the pause that ends a phrase (rkvoice.hear.kws)
 
 
 def kws_keywords(cfg: Config) -> str:
