@@ -129,8 +129,9 @@ class BoardVoice:
     languages = ("zh", "en")
     sample_rate = RATE
 
-    def __init__(self, clock: MonotonicClock) -> None:
+    def __init__(self, clock: MonotonicClock, cfg: Config) -> None:
         self.clock = clock
+        self.piece_chars = (cfg.tts.matcha.first_chars, cfg.tts.matcha.chunk_chars)  # the Matcha voice's pieces
 
     def load(self) -> None:
         pass
@@ -275,7 +276,7 @@ def run_board(cfg: Config, questions: list[str]) -> list[Turn]:
     """The turn loop over the scripted questions; the finished turns."""
     clock = MonotonicClock()
     script = Script(questions, cfg.hear.trailing_silence_ms / 1000.0)
-    speaker = Speaker(BoardVoice(clock), NullPlayer(cfg, FakeClock()), cfg, clock)  # the player drains at once:
+    speaker = Speaker(BoardVoice(clock, cfg), NullPlayer(cfg, FakeClock()), cfg, clock)  # the player drains at once:
     speaker.load()  # a piece's audio is "handed" when synthesised, so gaps are what a listener would hear
     assistant = Assistant(cfg, clock, llm=BoardLlm(clock))
     session = HearSession(cfg, BoardAsr(script, clock), BoardWake(script), BoardSegmenter(script), clock=clock)
