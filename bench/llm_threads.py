@@ -19,6 +19,8 @@ Part 2 (``--replays`` > 0): the question is synthesised to a WAV once, then
 to the speech running alongside); the medians of the summaries' ``end_to_first_audio_ms``,
 ``first_audio_from_llm_start_ms`` and ``max_gap_ms`` (the longest silence inside the answer).
 Prints one JSON object with both configurations' figures and the ratios after / before.
+``--text-runs N`` instead runs only ``assistant.py --text`` back to back (after, before, N rounds):
+LLM start -> first token and -> first audio, the bar's check on an idle machine.
 """
 
 from __future__ import annotations
@@ -153,10 +155,12 @@ def _speak_question(question: str, wav: Path) -> None:
     subprocess.run(cmd, check=True, capture_output=True, timeout=300)
 
 
-def _replay(wav: Path, sets: list[str], metrics: Path, max_tokens: int) -> dict[str, Any]:
+def _replay(wav: Path | str, sets: list[str], metrics: Path, max_tokens: int) -> dict[str, Any]:
+    """One ``assistant.py`` run on a spoken question (a WAV) or a typed one (``--text``, a str)."""
     extra = [*sets, f"llm.max_tokens={max_tokens}", "llm.temperature=0", "llm.timeout_s=600",
              "daemon.answer_first_timeout_s=600", "daemon.answer_gap_timeout_s=600"]
-    cmd = [sys.executable, str(ROOT / "assistant.py"), "--file", str(wav), "--no-play", "--metrics", str(metrics)]
+    source = ["--text", wav] if isinstance(wav, str) else ["--file", str(wav)]
+    cmd = [sys.executable, str(ROOT / "assistant.py"), *source, "--no-play", "--metrics", str(metrics)]
     for s in extra:
         cmd += ["--set", s]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
@@ -187,16 +191,42 @@ def part_replay(question: str, replays: int, max_tokens: int) -> dict[str, Any]:
     return out
 
 
+def part_text(question: str, rounds: int, max_tokens: int) -> dict[str, Any]:
+    """``assistant.py --text`` back to back, alternating after / before (each run a fresh process that
+    loads the model, as the issue's bar runs it): LLM start -> first token and -> first audio."""
+    got: dict[str, list[dict[str, float]]] = {"after": [], "before": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(rounds):
+            for name in got:
+                s = _replay(question, VARIANTS[name], Path(tmp) / f"{name}.json", max_tokens)
+                got[name].append({"first_token_ms": round(s["llm_first_token_ms"] - s["llm_start_ms"], 1),
+                                  "first_audio_from_llm_start_ms": s["first_audio_from_llm_start_ms"],
+                                  "load_average": round(os.getloadavg()[0], 2)})
+    out: dict[str, Any] = {name: {"runs": runs, **{f"{k}_median": statistics.median(r[k] for r in runs)
+                                                   for k in ("first_token_ms", "first_audio_from_llm_start_ms")}}
+                           for name, runs in got.items()}
+    for k in ("first_token_ms", "first_audio_from_llm_start_ms"):
+        out[f"ratio_{k}"] = round(out["after"][f"{k}_median"] / out["before"][f"{k}_median"], 3)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--question", default="用一句话介绍一下长城。")
     ap.add_argument("--runs", type=int, default=5, help="first-token runs per configuration (median)")
     ap.add_argument("--replays", type=int, default=2, help="assistant.py --file runs per configuration; 0: skip")
     ap.add_argument("--max-tokens", type=int, default=40, help="answer length in the replays")
+    ap.add_argument("--text-runs", type=int, default=0,
+                    help="only assistant.py --text, after then before, this many rounds back to back")
     args = ap.parse_args()
     if args.runs < 1 or args.replays < 0:
         raise SystemExit("--runs must be >= 1 and --replays >= 0")
     cores = usable_cores()
+    if args.text_runs:
+        text = {"question": args.question, "cores": cores, "load_average_at_start": os.getloadavg()[0],
+                "text": part_text(args.question, args.text_runs, args.max_tokens)}
+        print(json.dumps(text, ensure_ascii=False, indent=1))
+        return 0
     result: dict[str, Any] = {
         "question": args.question,
         "cores": cores,

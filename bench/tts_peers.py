@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rkvoice.audio.players import NullPlayer
 from rkvoice.clock import FakeClock, MonotonicClock
 from rkvoice.config import Config, load_config, parse_override
-from rkvoice.errors import RkvoiceError
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.speaker import Speaker
 from rkvoice.timeline import Ev, Timeline
 from rkvoice.tts.vits import VitsTts, read_onnx_metadata
@@ -69,7 +69,7 @@ def rkvoice_first_audio(speaker: Speaker, clock: MonotonicClock) -> tuple[float,
     tl = Timeline(clock)
     turn = speaker.speak(TEXT, tl)
     if not speaker.wait(turn, timeout=120) or turn.exception is not None:
-        raise RkvoiceError("bench", "failed", f"the speaker did not finish: {turn.exception}")
+        raise RkvoiceError(Stage.BENCH, "failed", f"the speaker did not finish: {turn.exception}")
     first = tl.find(Ev.SYNTH_END)[0]
     piece = str(tl.find(Ev.CHUNK)[0].get("text"))
     return float(tl.summary()["first_audio_ms"]), piece, float(first.get("audio_s"))
