@@ -180,6 +180,13 @@ class HearConfig(Section):
     """After a wake, give up if no speech starts within this time."""
     follow_up_s: float = num(6.0, 0.0, 600.0)
     """After an answer, speech within this window is a request without the wake phrase; 0: off."""
+    aec: str = one_of("auto", "webrtc", "speex", "off")
+    """Echo cancellation with the played audio as reference, before VAD/wake/ASR: webrtc (AEC3),
+    speex, auto (the first installed), off (the wake and follow-up path is muted while the speaker
+    plays and for the echo tail after)."""
+    echo_tail_ms: int = num(300, 0, 3000)
+    """How long the room rings after the last played block (plus the measured delay): the mute
+    fallback's extra silence, and how long after playback the canceller keeps running."""
     ack: str = one_of("chime", "voice", "none")
     """Wake acknowledgement: chime, voice (ack_text synthesised once at start-up) or none."""
     ack_text: str = "我在"
@@ -194,6 +201,11 @@ class HearConfig(Section):
             return phrase[:half]
         greeting = next((g for g in GREETINGS if phrase.startswith(g) and len(phrase) > len(g)), "")
         return phrase[len(greeting):]
+
+    def __post_init__(self) -> None:
+        if self.aec is False:  # YAML 1.1 reads a bare off as false
+            object.__setattr__(self, "aec", "off")
+        super().__post_init__()
 
 
 @dataclass(frozen=True)

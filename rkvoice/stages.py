@@ -33,6 +33,7 @@ from rkvoice.config import Config, zone
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.gate import Engines, LocalAsr, LocalTts, PriorityGate
 from rkvoice.hear.asr import AsrEngine
+from rkvoice.hear.echo import PlayedAudio, ReferenceTap
 from rkvoice.hear.session import HearSession
 from rkvoice.hear.sources import AudioSource
 from rkvoice.hear.vad import Segmenter
@@ -134,6 +135,8 @@ class Speak:
         self.speaker: Speaker | None = None
         self.cue = np.zeros(0, dtype=np.float32)
         self.gate = PriorityGate("tts")
+        self.played = PlayedAudio()
+        """Every block the player was handed, at the time it is heard: the echo canceller's reference."""
 
     def load(self) -> None:
         from rkvoice.hear.cue import AckCue
@@ -144,7 +147,7 @@ class Speak:
         log.info("loaded %s in %.0f ms", getattr(self.tts, "name", "tts"), (time.monotonic() - t0) * 1000)
         if self._player_factory is None:
             return
-        self.player = self._player_factory(self.cfg)
+        self.player = ReferenceTap(self._player_factory(self.cfg), self.played)
         self.speaker = Speaker(LocalTts(self.tts, self.gate), self.player, self.cfg, self._clock)
         self.speaker.load()
         if self._cue:

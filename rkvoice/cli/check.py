@@ -213,6 +213,10 @@ def check_pipeline(cfg: Config, manifest: Path = MANIFEST, **probes: Any) -> lis
             out.append(StageCheck(stage, engine, problems=[why]))
         else:
             out.append(check_stage(cfg, stage, cfg.audio.player if stage == "audio" else engine, manifest, **probes))
+    from rkvoice.hear.aec import describe
+
+    name, problems, notes = describe(cfg.hear.aec, cfg.hear.echo_tail_ms)
+    out.append(StageCheck("echo", name, problems=problems, notes=notes))
     return out
 
 

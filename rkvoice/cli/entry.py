@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="replay a recording as if spoken into the microphone: VAD -> ASR -> answer -> speak")
     mode.add_argument("--require-wake", action="store_true",
                       help="with --file: act only on speech that starts with the wake phrase")
+    mode.add_argument("--reference", metavar="WAV",
+                      help="with --file: what the speaker played during the recording (from its start); "
+                           "its echo is cancelled before hearing (hear.aec)")
     mode.add_argument("--check", action="store_true",
                       help="report whether each stage of the configured pipeline can run here (exit 1 if not)")
     mode.add_argument("--wyoming", metavar="URI",
@@ -93,8 +96,9 @@ def main(argv: list[str] | None = None) -> int:
             from rkvoice.cli.replay import run_file
 
             return run_file(args.file, args, cfg)
-        if args.require_wake:
-            raise RkvoiceError(Stage.INPUT, "bad-flags", "--require-wake only applies to --file WAV")
+        if args.require_wake or args.reference:
+            flag = "--require-wake" if args.require_wake else "--reference"
+            raise RkvoiceError(Stage.INPUT, "bad-flags", f"{flag} only applies to --file WAV")
         if args.text is not None:
             from rkvoice.cli.ask import run_text
 

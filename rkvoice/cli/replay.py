@@ -17,17 +17,28 @@ from rkvoice.cli.output import check_outputs, speaking
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
+from rkvoice.hear.echo import EchoCancelledSource, PlayedAudio, echo_filter
 from rkvoice.hear.loop import TurnLoop, player_cue
-from rkvoice.hear.sources import WavFileSource
+from rkvoice.hear.sources import AudioSource, WavFileSource, read_wav
 from rkvoice.stages import Hear, assistant, default_voice
 from rkvoice.timeline import Ev, write_json_atomic
 
 log = logging.getLogger(__name__)
 
 
+def reference_source(source: WavFileSource, args: argparse.Namespace, cfg: Config) -> AudioSource:
+    """With ``--reference WAV`` (what the speaker played during the recording, starting with it):
+    the recording with that echo cancelled (``hear.aec``), as the daemon hears its microphone."""
+    if not getattr(args, "reference", None):
+        return source
+    played = PlayedAudio()
+    played.push(0, read_wav(args.reference))
+    return EchoCancelledSource(source, echo_filter(cfg, played), live=False)
+
+
 def run_file(path: str, args: argparse.Namespace, cfg: Config, clock: Clock | None = None) -> int:
     clock = clock or MonotonicClock()
-    source = WavFileSource(path)  # a bad file fails here, before any model loads
+    source = reference_source(WavFileSource(path), args, cfg)  # a bad file fails here, before any model loads
     check_outputs(args)
 
     t0 = time.monotonic()

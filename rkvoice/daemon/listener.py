@@ -21,8 +21,9 @@ from rkvoice.answer.assistant import Assistant
 from rkvoice.answer.respond import Answerer
 from rkvoice.config import Config
 from rkvoice.gate import Engines, LocalAssistant, PriorityGate
+from rkvoice.hear.echo import EchoCancelledSource, echo_filter
 from rkvoice.hear.loop import TurnLoop, player_cue
-from rkvoice.hear.sources import AudioSource
+from rkvoice.hear.sources import AudioSource, MicSource, WavFileSource
 from rkvoice.speaker import Speaker
 from rkvoice.stages import Hear, Speak, microphone, shared
 from rkvoice.turn import Turn
@@ -59,6 +60,7 @@ class Listener:
         self.turn_loop = TurnLoop(self.hear.session(), self.answerer, cue=self.speak.cue,
                                   cue_out=player_cue(self.speak.player), on_turn=supervisor.report,
                                   on_error=supervisor.report, busy=supervisor.busy)
+        self.echo = echo_filter(cfg, self.speak.played)  # lives as long as the listener: the room stays learnt
 
     def shared(self) -> Engines:
         """The loaded stages for a Wyoming server beside this loop, behind the loop's own gates."""
@@ -71,6 +73,8 @@ class Listener:
     def run(self) -> None:
         """Listen and answer until ``interrupt()`` (or the source ends)."""
         source = self.source(self.cfg)
+        if isinstance(source, (MicSource, WavFileSource)):  # sound (not a test's scripted markers)
+            source = EchoCancelledSource(source, self.echo)
         log.info("listening (wake phrase %r)", self.cfg.hear.wake_phrase)
         self.turn_loop.run_live(source)
 

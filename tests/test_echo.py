@@ -1,0 +1,203 @@
+"""Echo cancellation: the cancellers on a synthetic echo, the delay estimate, the reference tap, the
+mute fallback, the live source's timeline and the config key. Deterministic: seeded signals, FakeClock."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from rkvoice.audio.sinks import NullPlayer
+from rkvoice.clock import FakeClock
+from rkvoice.config import DEFAULT_CONFIG, load_config, parse_override
+from rkvoice.errors import RkvoiceError
+from rkvoice.hear import aec
+from rkvoice.hear.echo import EchoCancelledSource, EchoFilter, PlayedAudio, ReferenceTap, echo_filter
+
+RATE = 16000
+
+
+def talk(seconds: float, seed: int) -> np.ndarray:
+    """Speech-like audio: voiced harmonics with a wandering pitch and noisy bursts, syllable-rate
+    envelope with pauses."""
+    rng = np.random.default_rng(seed)
+    n = int(seconds * RATE)
+    t = np.arange(n) / RATE
+    f0 = 140 + 40 * np.sin(2 * np.pi * 0.7 * t + rng.uniform(0, 6))
+    phase = 2 * np.pi * np.cumsum(f0) / RATE
+    voiced = sum(np.sin(k * phase) / k for k in range(1, 20))
+    noise = np.convolve(rng.standard_normal(n), np.ones(4) / 4, "same")
+    syllable = np.clip(np.sin(2 * np.pi * 4.0 * t + rng.uniform(0, 6)), 0, None) ** 0.5
+    pauses = np.repeat(rng.uniform(size=int(seconds * 2) + 1) > 0.2, RATE // 2)[:n]
+    x = (voiced + 0.3 * noise) * syllable * pauses
+    return (0.1 * x / np.sqrt(np.mean(x**2))).astype(np.float32)
+
+
+def room(delay_s: float, seed: int = 3) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    n = int(0.08 * RATE)
+    h = rng.standard_normal(n) * np.exp(-np.arange(n) / (0.015 * RATE)) * 0.1
+    h[0] = 1.0
+    return np.concatenate([np.zeros(int(delay_s * RATE)), h])
+
+
+def run_filter(f: EchoFilter, mic: np.ndarray, start_tick: int, frame: int = 512) -> np.ndarray:
+    return np.concatenate([f.process(mic[i : i + frame], start_tick + i) for i in range(0, len(mic), frame)])
+
+
+@pytest.mark.parametrize(("name", "at_least"), [("webrtc", 20.0), ("speex", 10.0)])
+def test_canceller_removes_a_synthetic_echo(name: str, at_least: float) -> None:
+    if not aec.installed(name):
+        pytest.skip(f"{aec.BACKENDS[name][1]} is not installed (requirements/portable.txt lists it)")
+    ref = talk(8.0, seed=1)
+    echo = np.convolve(ref, room(0.06))[: len(ref)].astype(np.float32)
+    noise = (np.random.default_rng(9).standard_normal(len(ref)) * 1e-4).astype(np.float32)
+    played = PlayedAudio()
+    played.push(50_000, ref)
+    f = EchoFilter(played, aec.create_canceller(name))
+    out = run_filter(f, echo + noise, 50_000)
+    assert f.delay is not None and abs(f.delay - int(0.06 * RATE)) <= 16  # found, not assumed
+    settled = slice(4 * RATE, len(ref))
+    assert aec.erle_db(echo[settled], out[settled]) >= at_least
+
+
+def test_delay_estimate_finds_the_lag_and_refuses_unrelated_audio() -> None:
+    ref = talk(2.0, seed=2)
+    mic = np.concatenate([np.zeros(1234, np.float32), ref])[: len(ref)] * 0.5
+    lag, prominence = aec.estimate_delay(mic, ref, 8000)
+    assert lag == 1234 and prominence > aec.DELAY_TRUST
+    _lag, weak = aec.estimate_delay(talk(2.0, seed=5), ref, 8000)
+    assert weak < aec.DELAY_TRUST
+    assert aec.estimate_delay(mic, np.zeros_like(ref), 8000) == (0, 0.0)
+
+
+def test_the_filter_follows_a_change_of_delay() -> None:
+    class Passthrough:
+        name = "id"
+        resets = 0
+
+        def process(self, mic: np.ndarray, ref: np.ndarray) -> np.ndarray:
+            return mic
+
+        def reset(self) -> None:
+            self.resets += 1
+
+    ref = talk(8.0, seed=4)
+    mic = np.concatenate([np.convolve(ref[: 4 * RATE], room(0.03))[: 4 * RATE],
+                          np.convolve(ref, room(0.11))[4 * RATE : len(ref)]]).astype(np.float32)
+    played = PlayedAudio()
+    played.push(0, ref)
+    canceller = Passthrough()
+    f = EchoFilter(played, canceller)
+    run_filter(f, mic[: 4 * RATE], 0)
+    assert f.delay is not None and abs(f.delay - 480) <= 8
+    run_filter(f, mic[4 * RATE :], 4 * RATE)
+    assert abs(f.delay - 1760) <= 8
+    assert canceller.resets == f.delay_changes == 2
+
+
+def test_mute_fallback_silences_playback_and_the_echo_tail_only() -> None:
+    played = PlayedAudio()
+    played.push(RATE, np.full(RATE, 0.1, np.float32))  # plays from 1 s to 2 s
+    f = EchoFilter(played, None, tail_s=0.3, delay_s=0.05)
+    mic = np.full(4 * RATE, 0.2, np.float32)
+    out = run_filter(f, mic, 0, frame=160)
+    assert f.name == "mute"
+    assert np.all(out[: RATE - 160] == 0.2)  # before playback: heard
+    assert np.all(out[RATE : int(2.35 * RATE) - 160] == 0.0)  # playing + delay + tail: muted
+    assert np.all(out[int(2.35 * RATE) + 160 :] == 0.2)  # after the tail: heard again
+    assert f.muted_s == pytest.approx(1.35, abs=0.02)
+
+
+def test_reference_tap_places_blocks_when_heard_and_clear_erases_the_unheard() -> None:
+    clock = FakeClock(10.0)
+    cfg = load_config(files=[DEFAULT_CONFIG])
+    inner = NullPlayer(replace(cfg, audio=replace(cfg.audio, output_rate=RATE)), clock)
+    played = PlayedAudio()
+    tap = ReferenceTap(inner, played, clock)
+    block = np.full(320, 16384, np.int16)  # 20 ms at 0.5
+    for _ in range(10):
+        tap.write(block)
+    assert inner.blocks == 10  # the player got every block
+    start = 10 * RATE
+    assert played.end_tick == start + 3200
+    assert np.allclose(played.read(start - 100, 100), 0.0)
+    assert np.allclose(played.read(start, 3200), 0.5)
+    clock.advance(0.1)  # half of it heard, then a barge-in
+    tap.clear()
+    assert played.end_tick == start + 1600
+    assert np.allclose(played.read(start + 1600, 1600), 0.0)
+    assert inner.segments[-1][1] == pytest.approx(10.1)  # the player was cleared too
+    tap.write(block)  # the next answer starts now, not after the dropped audio
+    assert played.read(round(10.1 * RATE), 1)[0] == pytest.approx(0.5)
+
+
+def test_reference_tap_resamples_to_16k() -> None:
+    clock = FakeClock(0.0)
+    cfg = load_config(files=[DEFAULT_CONFIG])
+    played = PlayedAudio()
+    tap = ReferenceTap(NullPlayer(replace(cfg, audio=replace(cfg.audio, output_rate=24000)), clock), played, clock)
+    for _ in range(50):
+        tap.write(np.full(480, 8192, np.int16))
+    ref = played.read(0, RATE)
+    assert 15000 <= (played.end_tick or 0) <= 16000
+    assert abs(float(np.median(ref[2000:14000])) - 0.25) < 0.01
+
+
+def test_live_source_anchors_on_the_earliest_arrival() -> None:
+    clock = FakeClock(100.0)
+    seen: list[int] = []
+
+    class Recorder(EchoFilter):
+        def process(self, frame: np.ndarray, start_tick: int) -> np.ndarray:
+            seen.append(start_tick)
+            return frame
+
+    class Mic:
+        sample_rate = RATE
+
+        def frames(self):  # type: ignore[no-untyped-def]
+            for late in (0.0, 0.0, 0.05, 0.0, 0.2):  # some reads come late, none early
+                clock.advance(0.032 + late)
+                yield np.zeros(512, np.float32)
+
+        def close(self) -> None:
+            pass
+
+    src = EchoCancelledSource(Mic(), Recorder(PlayedAudio(), None), clock)
+    list(src.frames())
+    assert seen == [100 * RATE + 512 * i for i in range(5)]  # contiguous: lateness does not shift them
+
+
+def test_config_key_is_validated_and_the_check_names_the_canceller(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_config([parse_override("hear.aec=off")], files=[DEFAULT_CONFIG]).hear.aec == "off"
+    with pytest.raises(RkvoiceError, match=r"hear\.aec.*one of: auto, webrtc, speex, off"):
+        load_config([parse_override("hear.aec=xmos")], files=[DEFAULT_CONFIG])
+    name, problems, notes = aec.describe("off", 300)
+    assert (name, problems) == ("off", []) and "muted" in notes[0] and "300 ms" in notes[0]
+    monkeypatch.setattr(aec, "installed", lambda n: n == "speex")
+    assert aec.resolve("auto") == "speex"
+    name, problems, _notes = aec.describe("webrtc", 300)
+    assert name == "webrtc" and "livekit" in problems[0]
+    monkeypatch.setattr(aec, "installed", lambda n: False)
+    assert aec.resolve("auto") == "off" and aec.create_canceller("auto") is None
+    cfg = load_config([parse_override("hear.aec=auto")], files=[DEFAULT_CONFIG])
+    assert echo_filter(cfg, PlayedAudio()).name == "mute"  # nothing installed: the safe fallback
+
+
+def test_file_replay_with_a_reference_cancels_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import soundfile as sf
+
+    from rkvoice.cli.replay import reference_source
+    from rkvoice.hear.sources import WavFileSource
+
+    ref = talk(3.0, seed=6)
+    sf.write(tmp_path / "ref.wav", ref, RATE, subtype="FLOAT")
+    cfg = load_config([parse_override("hear.aec=off")], files=[DEFAULT_CONFIG])
+    mic = WavFileSource(np.full(4 * RATE, 0.2, np.float32))
+    assert reference_source(mic, argparse.Namespace(reference=None), cfg) is mic
+    src = reference_source(mic, argparse.Namespace(reference=str(tmp_path / "ref.wav")), cfg)
+    out = np.concatenate(list(src.frames()))
+    assert np.all(out[: 3 * RATE] == 0.0) and np.all(out[-RATE // 8 :] == 0.2)  # muted while it played
