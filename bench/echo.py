@@ -47,7 +47,7 @@ DEFAULT_DELAY_MS, DEFAULT_LEVEL_DB = 60, 5.0
 USER_DBFS = -26.0  # the user's speech level at the microphone (RMS over speech)
 NOISE_DBFS = -65.0  # the room's noise floor
 USER_AT_S = 4.0  # where the user speaks into the playback: the daemon's canceller has heard earlier answers
-FOLLOW_UP_EARLY_S = 0.5  # the follow-up window opens this long before the player's last block ends (a stress)
+FOLLOW_UP_EARLY_S = 1.0  # the follow-up window opens this long before the player's last block ends (a stress)
 T0 = 1_000 * RATE  # the tick (clock second 1000) where each playback starts
 CACHE = ROOT / ".cache" / "echo"
 
@@ -246,7 +246,8 @@ def run(cfg: Config, n_answers: int, n_users: int, setting: str) -> dict[str, An
     conditions = [(d, lv) for d in DELAYS_MS for lv in LEVELS_DB]
     modes = ("on", "off", "mute")
     res: dict[str, dict[str, Any]] = {m: {"woke_quiet": 0, "woke_playback": 0, "cer_quiet": [], "cer_playback": [],
-                                          "self_wakes": 0, "self_requests": 0, "erle": {}, "heard": []} for m in modes}
+                                          "self_wakes": 0, "self_requests": 0, "erle": {}, "heard": [], "requests_heard": []}
+                                   for m in modes}
     # 1. the user during playback (and the same utterance in quiet), conditions in turn
     users = [(text, req, v) for v in USER_VOICES[:n_users] for text, req in USERS]
     cases = 0
@@ -270,6 +271,7 @@ def run(cfg: Config, n_answers: int, n_users: int, setting: str) -> dict[str, An
                     res[mode][f"woke_{where}"] += int(woke)
                     if req:
                         res[mode][f"cer_{where}"].append(min(1.0, cer(req, request)) if woke else 1.0)
+                        res[mode]["requests_heard"].append([where, req, list(case.condition), request])
                     if where == "playback" and not woke:
                         res[mode]["heard"].append([text, list(case.condition), heard])
     # 2. the assistant's own answers alone: ERLE, self-wakes, self-requests
@@ -309,6 +311,7 @@ def run(cfg: Config, n_answers: int, n_users: int, setting: str) -> dict[str, An
             "cer_quiet": round(float(np.mean(r["cer_quiet"])), 3) if r["cer_quiet"] else None,
             "cer_playback": round(float(np.mean(r["cer_playback"])), 3) if r["cer_playback"] else None,
             "user_cases": cases, "requests": len(r["cer_quiet"]), "misses_and_self_hearings": r["heard"][:20],
+            "requests_heard": r["requests_heard"],
         }
     return out
 

@@ -201,3 +201,10 @@ def test_file_replay_with_a_reference_cancels_it(tmp_path) -> None:  # type: ign
     src = reference_source(mic, argparse.Namespace(reference=str(tmp_path / "ref.wav")), cfg)
     out = np.concatenate(list(src.frames()))
     assert np.all(out[: 3 * RATE] == 0.0) and np.all(out[-RATE // 8 :] == 0.2)  # muted while it played
+
+
+def test_reference_needs_file(capsys: pytest.CaptureFixture[str]) -> None:
+    from rkvoice.cli.entry import main
+
+    assert main(["--reference", "ref.wav", "--say", "你好"]) == 2
+    assert "--reference only applies to --file" in capsys.readouterr().err

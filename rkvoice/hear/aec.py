@@ -1,11 +1,14 @@
 """Acoustic echo cancellers (the played audio is the reference) and the playback-to-capture delay.
 
-Two backends, chosen by ``hear.aec`` (``auto``: the first that imports, in this order):
+Two backends, chosen by ``hear.aec`` (``auto``: the first that is installed, in this order):
 
-- ``webrtc``: WebRTC's AEC3 through livekit's ``rtc.AudioProcessingModule`` (echo cancellation +
-  high-pass filter, no noise suppression or gain control: the VAD and the wake see the user's level).
-- ``speex``: speexdsp's MDF canceller with its residual-echo suppressor, through ``pyaec``'s
-  library (called on numpy buffers here; pyaec's own wrapper copies Python lists).
+- ``speex``: speexdsp's MDF canceller with its residual-echo suppressor, through the library of
+  ``pyaec`` (a 240 KB wheel for x86_64 and aarch64, no dependencies; called on numpy buffers here,
+  pyaec's own wrapper copies Python lists). Chosen by bench/echo.py: the user is still heard while
+  the assistant talks over them (double talk), and the residual echo is suppressed.
+- ``webrtc``: WebRTC's AEC3 through livekit's ``rtc.AudioProcessingModule`` (an optional extra:
+  a 12 MB wheel). Cancels more echo when nobody else talks, but its suppressor also removes the
+  user whenever the echo is as loud as they are: barge-in recall dropped to half on the bench.
 
 Both work on 10 ms frames of 16 kHz int16. ``estimate_delay`` finds how far the microphone's echo
 lags the reference (GCC-PHAT cross-correlation): the reference is shifted by it before the canceller,
@@ -121,8 +124,8 @@ class SpeexCanceller:
 
 
 BACKENDS: dict[str, tuple[Callable[[], Canceller], str, str]] = {
-    "webrtc": (WebrtcCanceller, "livekit", "pip install livekit (see requirements/portable.txt)"),
-    "speex": (SpeexCanceller, "pyaec", "pip install pyaec (see requirements/portable.txt)"),
+    "speex": (SpeexCanceller, "pyaec", "pip install pyaec==1.0.1 (requirements/portable.txt lists it)"),
+    "webrtc": (WebrtcCanceller, "livekit", "pip install livekit==1.2.1 (an optional extra: not in requirements/)"),
 }
 """name -> (factory, the package it imports, how to install it); ``auto`` tries them in this order."""
 
