@@ -46,7 +46,7 @@ class Turn:
         self.reason = ""
         """Why the turn was cancelled ("barge-in", "stop", "shutdown", "timeout", "error"...), else ""."""
         self._lock = threading.Lock()
-        self._callbacks: list[Callable[[Turn], None]] = []
+        self._callbacks: list[Callable[[Turn], object]] = []
 
     def __repr__(self) -> str:
         state = "done" if self.done.is_set() else "open"
@@ -60,7 +60,7 @@ class Turn:
     def cancelled(self) -> bool:
         return bool(self.reason)
 
-    def on_cancel(self, callback: Callable[[Turn], None]) -> None:
+    def on_cancel(self, callback: Callable[[Turn], object]) -> None:
         """Run ``callback(turn)`` when the turn is cancelled (at once if it already was)."""
         with self._lock:
             if not self.reason:

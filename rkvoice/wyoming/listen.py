@@ -56,7 +56,7 @@ class AsrRequest:
             tl.mark(Ev.SPEECH_END, audio_s=round(len(samples) / TARGET_RATE, 3))
             t0 = tl.clock.now()
             job = self.engines.transcribe(samples)
-            turn.on_cancel(lambda _: None if job.cancel() else None)  # still queued behind another: never runs
+            turn.on_cancel(lambda _: job.cancel())  # still queued behind another request: it never runs
             turn.text = await asyncio.wrap_future(job)
             tl.mark(Ev.ASR_DONE, text=turn.text, asr_ms=round((tl.clock.now() - t0) * 1000.0, 3))
         await send(Transcript(text=turn.text, language=self.language).event())
@@ -126,8 +126,6 @@ class WakeStream:
         if engine is not None:
             self.engines.return_wake(engine)
             self.slots.release()
-
-
 
 
 class Listening:
