@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from rkvoice.board import versions
-from rkvoice.board.devices import has_input_device, has_sound_device
+from rkvoice.board.devices import has_input_device, has_npu, has_sound_device
 from rkvoice.board.runtimes import RuntimeNeed, display_path
 
 Device = Literal["sound-output", "microphone", "npu"]
@@ -88,12 +87,6 @@ def file_present(path: Path) -> bool:
         return False
 
 
-def npu_present() -> bool:
-    """The RKNPU driver's device node or version file, or the NPU runtime library."""
-    nodes = (Path("/dev/rknpu"), *versions.NPU_DRIVER_PATHS, *versions.LIBRKNNRT_PATHS)
-    return any(p.exists() for p in nodes)
-
-
 @dataclass
 class Probe:
     """How this machine is asked; tests replace the device probes."""
@@ -101,7 +94,7 @@ class Probe:
     sound_output: Callable[[], str | None] = has_sound_device
     """Name of a usable output backend ("aplay", "sounddevice") or None."""
     microphone: Callable[[], bool] = has_input_device
-    npu: Callable[[], bool] = npu_present
+    npu: Callable[[], bool] = has_npu
     module: Callable[[str], bool] = module_found
     program: Callable[[str], bool] = lambda name: shutil.which(name) is not None
 

@@ -1,10 +1,12 @@
-"""Is there a sound output device, a microphone? Asked without opening either."""
+"""Is there a sound output device, a microphone, an NPU? Asked without opening any."""
 
 from __future__ import annotations
 
 import logging
 import shutil
 from pathlib import Path
+
+from rkvoice.board import versions
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +27,12 @@ def has_input_device() -> bool:
     """True when ALSA lists a capture PCM or PortAudio an input device."""
     pcm = ASOUND / "pcm"
     return (pcm.exists() and "capture" in pcm.read_text(errors="replace")) or _portaudio_lists("max_input_channels")
+
+
+def has_npu() -> bool:
+    """The RKNPU driver's device node or version file, or the NPU runtime library."""
+    nodes = (Path("/dev/rknpu"), *versions.NPU_DRIVER_PATHS, *versions.LIBRKNNRT_PATHS)
+    return any(p.exists() for p in nodes)
 
 
 def _portaudio_lists(channels: str) -> bool:

@@ -42,9 +42,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rkvoice.config import ROOT, Config
+from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
-from rkvoice.hear.sherpa_guard import Fix, check_kws_model, onnx_metadata, read_tokens, require_int
+from rkvoice.hear.sherpa_guard import Fix, board_model_dir, check_kws_model, onnx_metadata, read_tokens, require_int
 from rkvoice.hear.vad import WINDOW, silero_vad
 from rkvoice.hear.wake import WakeHit
 from rkvoice.needs import FileNeed, present_file
@@ -63,11 +63,7 @@ PAUSE_MAX_S = 20.0  # the pause watch's VAD cuts longer speech itself (its buffe
 
 def kws_dir(cfg: Config) -> Path:
     """``hear.kws_dir`` (relative to the install dir) or models.dir/board/kws-zh."""
-    configured = cfg.hear.kws_dir.strip()
-    if not configured:
-        return cfg.models.path / "board" / "kws-zh"
-    p = Path(configured).expanduser()
-    return p if p.is_absolute() else ROOT / p
+    return board_model_dir(cfg, "kws_dir", "kws-zh")
 
 
 def fix_for(model_dir: Path) -> Fix:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from rkvoice.config import ROOT, Config
+from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
-from rkvoice.hear.sherpa_guard import Fix, check_paraformer_model
+from rkvoice.hear.sherpa_guard import Fix, board_model_dir, check_paraformer_model
 from rkvoice.needs import FileNeed, present_file
 
 log = logging.getLogger(__name__)
@@ -27,11 +27,7 @@ MIN_SAMPLES = SAMPLE_RATE // 20  # 50 ms: less than one LFR window of features
 
 def paraformer_dir(cfg: Config) -> Path:
     """``hear.paraformer_dir`` (relative to the install dir) or models.dir/board/paraformer-zh."""
-    configured = cfg.hear.paraformer_dir.strip()
-    if not configured:
-        return cfg.models.path / "board" / "paraformer-zh"
-    p = Path(configured).expanduser()
-    return p if p.is_absolute() else ROOT / p
+    return board_model_dir(cfg, "paraformer_dir", "paraformer-zh")
 
 
 def fix_for(model_dir: Path) -> Fix:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from rkvoice.config import ROOT, Config
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.tts.vits import read_onnx_metadata
 
@@ -40,6 +41,13 @@ class Fix:
 
     def error(self, code: str, problem: str) -> RkvoiceError:
         return RkvoiceError(self.stage, code, f"{problem}; {self.hint}")
+
+
+def board_model_dir(cfg: Config, key: str, default: str) -> Path:
+    """``hear.<key>`` (relative to the install dir), else models.dir/board/<default>."""
+    configured = str(getattr(cfg.hear, key)).strip()
+    p = Path(configured).expanduser()
+    return cfg.models.path / "board" / default if not configured else p if p.is_absolute() else ROOT / p
 
 
 def require_file(path: Path, fix: Fix) -> None:
