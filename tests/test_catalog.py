@@ -75,3 +75,10 @@ def test_wyoming_info_announces_the_declared_languages(monkeypatch: pytest.Monke
     built = info.build_info(Config(), Asr(), voices, "llama")
     assert built.asr[0].models[0].languages[0] == "en"
     assert built.wake[0].models[0].languages[0] == "en"
+
+
+def test_installed_voices_come_in_the_order_preferred_for_chinese(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Wyoming voice choice takes the first installed voice that speaks a language: Matcha before
+    FastSpeech2 before the VITS voices, as the daemon prefers them."""
+    monkeypatch.setattr("rkvoice.tts.registry.installed", lambda needs, probe=None: True)
+    assert list(installed_voices(Config())) == ["matcha", "fastspeech2", *VOICES]

@@ -139,9 +139,9 @@ def engine_voices(name: str) -> list[VoiceSpec]:
 
 
 def installed_voices(cfg: Config, probe: Probe | None = None) -> dict[str, VoiceSpec]:
-    """Every installed voice by name (model files present, runtime importable); ``probe`` replaces
-    the import check (rkvoice.needs.Probe)."""
-    return {v.name: v for name in TTS.names() for v in engine_voices(name)
+    """Every installed voice by name (model files present, runtime importable), engines in the
+    order preferred for Chinese; ``probe`` replaces the import check (rkvoice.needs.Probe)."""
+    return {v.name: v for name in PREFERENCE["zh"] for v in engine_voices(name)
             if installed(TTS.needs(name, cfg, **dict(v.kwargs)), probe)}
 
 

@@ -32,6 +32,8 @@ from .languages import announced
 from .tts import Voices, speaker_count
 
 ATTRIBUTION = Attribution(name="rkvoice", url="")
+OURS: dict[str, Any] = {"attribution": ATTRIBUTION, "installed": True, "version": __version__}
+"""What every program and model here says of itself."""
 HANDLE_LANGUAGES = ["zh"]
 """The assistant's: its prompts and tools are Chinese. The engines declare their own languages."""
 
@@ -60,38 +62,30 @@ def build_info(cfg: Config, asr: Any, voices: Voices, llm_name: str) -> Info:
     tts_voices = []
     for spec in voices.specs.values():
         loaded = voices.engines.voices.get(spec.name)
-        speakers = None
-        if loaded is not None and speaker_count(loaded) > 1:
-            speakers = [TtsVoiceSpeaker(name=str(i)) for i in range(speaker_count(loaded))]
+        count = speaker_count(loaded) if loaded is not None else 1
         tts_voices.append(TtsVoice(
             name=spec.name, description=f"{spec.engine} voice" + (" (default)" if spec.name == voices.default else ""),
-            attribution=ATTRIBUTION, installed=True, version=__version__,
-            languages=announced(spec.languages), speakers=speakers,
+            languages=announced(spec.languages), speakers=[TtsVoiceSpeaker(name=str(i)) for i in range(count)]
+            if count > 1 else None, **OURS,
         ))
-    wake = wake_model_name(cfg)
+    phrase = cfg.hear.wake_phrase
     return Info(
         asr=[AsrProgram(
-            name="rkvoice-asr", description=f"rkvoice speech recognition ({asr_name})", attribution=ATTRIBUTION,
-            installed=True, version=__version__, supports_transcript_streaming=False,
-            models=[AsrModel(name=asr_name, description=asr_name, attribution=ATTRIBUTION, installed=True,
-                             version=__version__, languages=announced(asr_languages(asr)))],
+            name="rkvoice-asr", description=f"rkvoice speech recognition ({asr_name})", **OURS,
+            supports_transcript_streaming=False,
+            models=[AsrModel(name=asr_name, description=asr_name, languages=announced(asr_languages(asr)), **OURS)],
         )],
-        tts=[TtsProgram(
-            name="rkvoice-tts", description="rkvoice speech synthesis", attribution=ATTRIBUTION, installed=True,
-            version=__version__, voices=tts_voices, supports_synthesize_streaming=True,
-        )],
+        tts=[TtsProgram(name="rkvoice-tts", description="rkvoice speech synthesis", voices=tts_voices,
+                        supports_synthesize_streaming=True, **OURS)],
         wake=[WakeProgram(
-            name="rkvoice-wake", description=f"rkvoice wake word ({cfg.hear.wake})", attribution=ATTRIBUTION,
-            installed=True, version=__version__,
-            models=[WakeModel(name=wake, description=cfg.hear.wake_phrase, attribution=ATTRIBUTION,
-                              installed=True, version=__version__, languages=announced(wake_languages(cfg)),
-                              phrase=cfg.hear.wake_phrase)],
+            name="rkvoice-wake", description=f"rkvoice wake word ({cfg.hear.wake})", **OURS,
+            models=[WakeModel(name=wake_model_name(cfg), description=phrase, phrase=phrase,
+                              languages=announced(wake_languages(cfg)), **OURS)],
         )],
         handle=[HandleProgram(
-            name="rkvoice-handle", description="rkvoice answers: local tools first, else the LLM",
-            attribution=ATTRIBUTION, installed=True, version=__version__, supports_handled_streaming=True,
+            name="rkvoice-handle", description="rkvoice answers: local tools first, else the LLM", **OURS,
+            supports_handled_streaming=True,
             models=[HandleModel(name=f"tools+{llm_name}", description="local tools, then the LLM",
-                                attribution=ATTRIBUTION, installed=True, version=__version__,
-                                languages=announced(HANDLE_LANGUAGES))],
+                                languages=announced(HANDLE_LANGUAGES), **OURS)],
         )],
     )
