@@ -37,7 +37,8 @@ class Backend:
     needs: NeedsFn | None = None
     """``needs(cfg, **kwargs) -> Needs``: files, packages, devices, runtimes (rkvoice.needs)."""
     check: CheckFn | None = None
-    """``check(cfg, found, out)``: what ``--check`` verifies beyond the needs (see ``Registry.check``)."""
+    """``check(cfg, found, out)``: what ``--check`` verifies beyond the needs, without loading the
+    engine (``found``: its files present), into ``out``."""
 
 
 class Registry:
@@ -86,13 +87,6 @@ class Registry:
             raise RkvoiceError(self.stage, "missing-dependency",
                                f"{self.stage} backend {name!r} needs {exc.name or exc}: {hint}") from exc
         return getattr(module, attr)
-
-    def check(self, name: str, cfg: Any, found: list[Path], out: Findings) -> None:
-        """What ``--check`` verifies of backend ``name`` beyond its needs, without loading it
-        (``found``: its files present), into ``out``; nothing declared: nothing more."""
-        backend = self.backend(name)
-        if backend.check is not None:
-            backend.check(cfg, found, out)
 
     def create(self, name: str, *args: Any, **kwargs: Any) -> Any:
         """Import backend ``name``'s module (only now) and call its factory."""

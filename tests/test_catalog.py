@@ -50,7 +50,7 @@ def test_installed_voices_and_languages_follow_the_files(tmp_path: Path) -> None
 
 
 def test_check_names_no_engine() -> None:
-    """--check asks each stage's registry (needs, then ``Registry.check``); no engine name in its code."""
+    """--check asks each stage's registry (needs, then the entry's ``check``); no engine name in its code."""
     from rkvoice.answer.llm.registry import LLM
 
     engines = {n for reg in (ASR, WAKE, TTS, LLM) for n in reg.names()}

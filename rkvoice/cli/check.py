@@ -7,7 +7,7 @@ the daemon and for command-line runs) and what that engine declares it needs
 (``rkvoice.needs``), and reports what is missing with the fix. Without loading any model it also
 compares the found files with the manifest's size/sha256, judges the NPU runtimes' versions from
 the files' bytes (``rkvoice.board.runtimes``) and adds what the engine's registry entry checks
-beyond its needs (``Registry.check``: e.g. what sherpa-onnx would exit the process on). A missing microphone is a note (--text and --file still work); a
+beyond its needs (``Backend.check``: e.g. what sherpa-onnx would exit the process on). A missing microphone is a note (--text and --file still work); a
 missing sound device fails the check only when a device player is configured explicitly.
 
 Exit status: 0 when every stage can run, 1 otherwise.
@@ -182,8 +182,8 @@ def check_stage(cfg: Config, stage: str, engine: str, manifest: Path = MANIFEST,
         _, kwargs = resolve(cfg, engine, DAEMON_TEXT, probe)
     found = _report_needs(cfg, st, stage_needs(cfg, stage, engine, **kwargs), probe)
     _check_checksums(cfg, engine, st, found, manifest)
-    if stage != "vad":
-        _registry(stage).check(engine, cfg, found, st)
+    if stage != "vad" and (check := _registry(stage).backend(engine).check):
+        check(cfg, found, st)
     return st
 
 

@@ -226,19 +226,12 @@ def _partner(cfg: Config, lang: str, exclude: tuple[str, Any]) -> TtsEngine | No
     from rkvoice.tts.vits import SPAN_NOISE, resolve_voice
 
     available = engine_languages(cfg)
-    for name in PREFERENCE[lang]:
-        if lang not in available.get(name, ()):
-            continue
-        kwargs: dict[str, Any] = {}
-        if name == "vits":
-            voice = resolve_voice(cfg, "auto", lang)
-            if lang not in voice.languages:
-                continue
-            kwargs = {"voice": voice.name, "piper_noise": SPAN_NOISE}
-        if (name, kwargs.get("voice")) == exclude:
-            continue
-        engine: TtsEngine = TTS.create(name, cfg, **kwargs)
-        return engine
+    for name in (n for n in PREFERENCE[lang] if lang in available.get(n, ())):
+        # an installed VITS voice speaks lang, so the one chosen for it does
+        kwargs = {"voice": resolve_voice(cfg, "auto", lang).name, "piper_noise": SPAN_NOISE} if name == "vits" else {}
+        if (name, kwargs.get("voice")) != exclude:
+            engine: TtsEngine = TTS.create(name, cfg, **kwargs)
+            return engine
     return None
 
 
