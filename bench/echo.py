@@ -145,7 +145,7 @@ def play(blocks_of: np.ndarray, rate: int, cfg: Config) -> PlayedAudio:
     from rkvoice.audio.post import to_blocks, to_pcm16
 
     clock = FakeClock(T0 / RATE)
-    played = PlayedAudio()
+    played = PlayedAudio(keep_s=len(blocks_of) / rate + 1.0)  # the whole answer: it is written at once
     tap = ReferenceTap(NullPlayer(replace(cfg, audio=replace(cfg.audio, output_rate=rate)), clock), played, clock)
     tap.open()
     for block in to_blocks(blocks_of, rate // 50):

@@ -180,10 +180,10 @@ class HearConfig(Section):
     """After a wake, give up if no speech starts within this time."""
     follow_up_s: float = num(6.0, 0.0, 600.0)
     """After an answer, speech within this window is a request without the wake phrase; 0: off."""
-    aec: str = one_of("auto", "webrtc", "speex", "off")
-    """Echo cancellation with the played audio as reference, before VAD/wake/ASR: webrtc (AEC3),
-    speex, auto (the first installed), off (the wake and follow-up path is muted while the speaker
-    plays and for the echo tail after)."""
+    aec: str = one_of("auto", "webrtc", "speex", "off", "external")
+    """Echo cancellation with the played audio as reference, before VAD/wake/ASR: speex, webrtc
+    (AEC3, an optional extra), auto (the first installed), off (the wake and follow-up path is muted
+    while the speaker plays and for the echo tail after), external (the sound server cancels it)."""
     echo_tail_ms: int = num(300, 0, 3000)
     """How long the room rings after the last played block (plus the measured delay): the mute
     fallback's extra silence, and how long after playback the canceller keeps running."""

@@ -173,7 +173,7 @@ def test_live_source_anchors_on_the_earliest_arrival() -> None:
 
 def test_config_key_is_validated_and_the_check_names_the_canceller(monkeypatch: pytest.MonkeyPatch) -> None:
     assert load_config([parse_override("hear.aec=off")], files=[DEFAULT_CONFIG]).hear.aec == "off"
-    with pytest.raises(RkvoiceError, match=r"hear\.aec.*one of: auto, webrtc, speex, off"):
+    with pytest.raises(RkvoiceError, match=r"hear\.aec.*one of: auto, webrtc, speex, off, external"):
         load_config([parse_override("hear.aec=xmos")], files=[DEFAULT_CONFIG])
     name, problems, notes = aec.describe("off", 300)
     assert (name, problems) == ("off", []) and "muted" in notes[0] and "300 ms" in notes[0]
@@ -184,7 +184,11 @@ def test_config_key_is_validated_and_the_check_names_the_canceller(monkeypatch: 
     monkeypatch.setattr(aec, "installed", lambda n: False)
     assert aec.resolve("auto") == "off" and aec.create_canceller("auto") is None
     cfg = load_config([parse_override("hear.aec=auto")], files=[DEFAULT_CONFIG])
-    assert echo_filter(cfg, PlayedAudio()).name == "mute"  # nothing installed: the safe fallback
+    f = echo_filter(cfg, PlayedAudio())
+    assert f is not None and f.name == "mute"  # nothing installed: the safe fallback
+    external = load_config([parse_override("hear.aec=external")], files=[DEFAULT_CONFIG])
+    assert echo_filter(external, PlayedAudio()) is None  # the sound server cancels: the mic as it is
+    assert aec.describe("external", 300)[0] == "external"
 
 
 def test_file_replay_with_a_reference_cancels_it(tmp_path) -> None:  # type: ignore[no-untyped-def]

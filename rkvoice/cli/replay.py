@@ -31,9 +31,14 @@ def reference_source(source: WavFileSource, args: argparse.Namespace, cfg: Confi
     the recording with that echo cancelled (``hear.aec``), as the daemon hears its microphone."""
     if not getattr(args, "reference", None):
         return source
-    played = PlayedAudio()
-    played.push(0, read_wav(args.reference))
-    return EchoCancelledSource(source, echo_filter(cfg, played), live=False)
+    reference = read_wav(args.reference)
+    played = PlayedAudio(keep_s=len(reference) / 16000 + 1.0)  # all of it: the recording is read at once
+    played.push(0, reference)
+    echo = echo_filter(cfg, played)
+    if echo is None:
+        log.warning("hear.aec is external: --reference %s is not used", args.reference)
+        return source
+    return EchoCancelledSource(source, echo, live=False)
 
 
 def run_file(path: str, args: argparse.Namespace, cfg: Config, clock: Clock | None = None) -> int:

@@ -73,7 +73,7 @@ class Listener:
     def run(self) -> None:
         """Listen and answer until ``interrupt()`` (or the source ends)."""
         source = self.source(self.cfg)
-        if isinstance(source, (MicSource, WavFileSource)):  # sound (not a test's scripted markers)
+        if self.echo is not None and isinstance(source, (MicSource, WavFileSource)):  # sound, not test markers
             source = EchoCancelledSource(source, self.echo)
         log.info("listening (wake phrase %r)", self.cfg.hear.wake_phrase)
         self.turn_loop.run_live(source)

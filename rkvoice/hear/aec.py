@@ -33,8 +33,8 @@ RATE = 16000
 FRAME = 160  # 10 ms: the frame both libraries take
 SPEEX_TAIL = 2048  # 128 ms of echo path after the estimated delay
 
-CHOICES = ("auto", "webrtc", "speex", "off")
-"""The values of ``hear.aec``."""
+CHOICES = ("auto", "webrtc", "speex", "off", "external")
+"""The values of ``hear.aec`` (external: the sound server cancels the echo; the microphone is heard as it is)."""
 
 
 class Canceller(Protocol):
@@ -151,7 +151,7 @@ def create_canceller(setting: str) -> Canceller | None:
     A backend named explicitly that cannot load is an error naming the fix; under ``auto`` a
     backend that fails to load is logged and the next one is tried."""
     name = resolve(setting)
-    if name == "off":
+    if name in ("off", "external"):
         return None
     order = [name] if setting != "auto" else [n for n in BACKENDS if installed(n)]
     for candidate in order:
@@ -172,6 +172,9 @@ SUMMARY = {"webrtc": "WebRTC AEC3 (livekit)", "speex": "speexdsp MDF (pyaec)"}
 def describe(setting: str, tail_ms: int) -> tuple[str, list[str], list[str]]:
     """For ``--check``: (the canceller in use, problems, notes) under ``hear.aec: setting``."""
     name = resolve(setting)
+    if name == "external":
+        return name, [], ["hear.aec: external: the sound server cancels the echo (PipeWire/PulseAudio echo-cancel "
+                          "as audio.input_device); the microphone is heard as it is, barge-in included"]
     if name != "off" and not installed(name):
         _factory, package, hint = BACKENDS[name]
         return name, [f"hear.aec: {name} needs the {package} package: {hint}"], []

@@ -39,7 +39,9 @@ LEAD = 80  # samples (5 ms) the reference is kept ahead of the estimated delay: 
 class PlayedAudio:
     """The played audio on a tick timeline (16 kHz sample ticks)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_s: float = KEEP_S) -> None:
+        self.keep = int(keep_s * RATE)
+        """Ticks of audio kept behind the newest block's end (the player writes at most ~0.25 s ahead)."""
         self._lock = threading.Lock()
         self._chunks: deque[tuple[int, np.ndarray]] = deque()
         self.end_tick: int | None = None
@@ -55,7 +57,7 @@ class PlayedAudio:
                 start_tick = self.end_tick
             self._chunks.append((start_tick, np.asarray(samples, np.float32)))
             self.end_tick = max(self.end_tick or 0, start_tick + len(samples))
-            while self._chunks and self._chunks[0][0] + len(self._chunks[0][1]) < self.end_tick - KEEP_S * RATE:
+            while self._chunks and self._chunks[0][0] + len(self._chunks[0][1]) < self.end_tick - self.keep:
                 self._chunks.popleft()
 
     def cut(self, tick: int) -> None:
@@ -263,8 +265,12 @@ class EchoCancelledSource:
         self.source.close()
 
 
-def echo_filter(cfg: Config, played: PlayedAudio) -> EchoFilter:
-    """The hearing side's filter as ``hear.aec`` and ``hear.echo_tail_ms`` say (a canceller, or the mute)."""
+def echo_filter(cfg: Config, played: PlayedAudio) -> EchoFilter | None:
+    """The hearing side's filter as ``hear.aec`` and ``hear.echo_tail_ms`` say (a canceller, or the
+    mute); None for ``external`` (the sound server cancels the echo: the microphone as it is)."""
+    if cfg.hear.aec == "external":
+        log.info("echo cancelled by the sound server (hear.aec=external): the microphone is heard as it is")
+        return None
     f = EchoFilter(played, create_canceller(cfg.hear.aec), tail_s=cfg.hear.echo_tail_ms / 1000.0)
     if f.canceller is None:
         log.info("no echo canceller (hear.aec=%s): muting the microphone while speaking", cfg.hear.aec)
