@@ -27,6 +27,7 @@ from wyoming.info import (
 
 from rkvoice import __version__
 from rkvoice.config import Config
+from rkvoice.hear.wake_registry import WAKE, wake_name
 
 from .languages import announced
 from .tts import Voices, speaker_count
@@ -41,13 +42,6 @@ HANDLE_LANGUAGES = ["zh"]
 def asr_languages(engine: Any) -> list[str]:
     """The primary languages the ASR engine transcribes (its ``languages``)."""
     return list(engine.languages)
-
-
-def wake_languages(cfg: Config) -> list[str]:
-    """The primary languages of the configured wake engine (its class's ``languages``)."""
-    from rkvoice.hear.wake_registry import WAKE, wake_name
-
-    return list(WAKE.target(wake_name(cfg)).languages)
 
 
 def wake_model_name(cfg: Config) -> str:
@@ -80,7 +74,7 @@ def build_info(cfg: Config, asr: Any, voices: Voices, llm_name: str) -> Info:
         wake=[WakeProgram(
             name="rkvoice-wake", description=f"rkvoice wake word ({cfg.hear.wake})", **OURS,
             models=[WakeModel(name=wake_model_name(cfg), description=phrase, phrase=phrase,
-                              languages=announced(wake_languages(cfg)), **OURS)],
+                              languages=announced(WAKE.target(wake_name(cfg)).languages), **OURS)],
         )],
         handle=[HandleProgram(
             name="rkvoice-handle", description="rkvoice answers: local tools first, else the LLM", **OURS,
