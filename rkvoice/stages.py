@@ -40,23 +40,26 @@ from rkvoice.hear.vad import Segmenter
 from rkvoice.hear.wake import WakeEngine
 from rkvoice.speaker import Speaker
 from rkvoice.tts.base import TtsEngine
+from rkvoice.tts.registry import CHINESE, TTS, VoiceSpec, create_tts
 
 log = logging.getLogger(__name__)
-
-CHINESE = "你好"
-"""The text the default voice is chosen for: the assistant answers in Chinese first."""
 
 
 def voice_for(cfg: Config, text: str, name: str | None = None) -> TtsEngine:
     """The voice for ``text``: ``name``, else the registry's choice for the text (unloaded)."""
-    from rkvoice.tts.registry import create_tts
-
     return create_tts(cfg, name or None, text)
 
 
 def default_voice(cfg: Config, name: str | None = None) -> TtsEngine:
     """The voice answers are spoken in: ``name``, else the registry's choice for Chinese (unloaded)."""
     return voice_for(cfg, CHINESE, name)
+
+
+def installed_voice(cfg: Config, spec: VoiceSpec) -> TtsEngine:
+    """An installed voice a Wyoming client names (rkvoice.tts.registry.installed_voices), loaded."""
+    engine: TtsEngine = TTS.create(spec.engine, cfg, **dict(spec.kwargs))
+    engine.load()
+    return engine
 
 
 def answer_clock(time_zone: str) -> Callable[[], datetime]:

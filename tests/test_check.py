@@ -211,7 +211,7 @@ def test_check_names_the_engines_the_factories_create(profile, overrides, tmp_pa
     from rkvoice.answer.llm.registry import LLM, create_llm
     from rkvoice.hear.asr import ASR, create_asr
     from rkvoice.hear.wake_registry import WAKE, create_wake
-    from rkvoice.tts.registry import TTS, create_tts
+    from rkvoice.tts.registry import CHINESE, TTS, create_tts
 
     cfg = load_config([{**overrides, "models": {"profile": profile}}])
     engines = {c.stage: c.engine for c in check_pipeline(cfg, Path("/x"), **NO_DEVICES)}
@@ -220,7 +220,7 @@ def test_check_names_the_engines_the_factories_create(profile, overrides, tmp_pa
     assert engines["wake"] == _created_name(WAKE, create_wake(cfg, asr))
     assert engines["llm"] == _created_name(LLM, create_llm(cfg))
     try:
-        voice = create_tts(cfg, None, check.DAEMON_TEXT)
+        voice = create_tts(cfg, None, CHINESE)
     except RkvoiceError as err:  # nothing installed for this profile: the check fails the stage with it
         tts = next(c for c in check_pipeline(cfg, Path("/x"), **NO_DEVICES) if c.stage == "tts")
         assert err.message in tts.problems and not tts.ok
@@ -233,18 +233,18 @@ TTS_ENGINES = [("fastspeech2", "portable"), ("vits", "portable"), ("vits", "boar
 
 @pytest.mark.parametrize("engine, profile", TTS_ENGINES)
 def test_missing_voice_files_are_reported_with_the_fix_and_refused_at_load(engine, profile, tmp_path):
-    from rkvoice.tts.registry import TTS, create_tts, resolve
+    from rkvoice.tts.registry import CHINESE, TTS, create_tts, resolve
 
     voice = "piper-joe" if profile == "portable" else "vits-zh-aishell3"  # used by the vits engine
     cfg = Config(models=ModelsConfig(dir=str(tmp_path / "models"), profile=profile), tts=TtsConfig(vits_voice=voice))
     st = check.check_stage(cfg, "tts", engine, Path("/x"), **NO_DEVICES)
-    declared = TTS.needs(engine, cfg, **resolve(cfg, engine, check.DAEMON_TEXT)[1]).files
+    declared = TTS.needs(engine, cfg, **resolve(cfg, engine, CHINESE)[1]).files
     assert declared and not st.ok
     for need in declared:
         shown = " or ".join(str(p.relative_to(tmp_path)) for p in need.paths)
         assert any(p.startswith(f"missing {shown} (run ./install.sh --profile") for p in st.problems), (shown, st.problems)
     with pytest.raises(RkvoiceError) as err:
-        create_tts(cfg, engine, check.DAEMON_TEXT).load()
+        create_tts(cfg, engine, CHINESE).load()
     assert str(tmp_path) in str(err.value) and "install.sh" in str(err.value)
 
 

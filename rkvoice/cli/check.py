@@ -2,7 +2,7 @@
 
 The check keeps no catalogue of its own: for each stage it asks the stage's registry which
 engine the daemon and the command line would choose (``wake_name``, ``asr_name``, ``engine_name``,
-``rkvoice.tts.registry.resolve`` for the daemon's first Chinese sentence, ``choose_player`` for
+``rkvoice.tts.registry.resolve`` for the answers' language, ``CHINESE``, ``choose_player`` for
 the daemon and for command-line runs) and what that engine declares it needs
 (``rkvoice.needs``), and reports what is missing with the fix. Without loading any model it also
 compares the found files with the manifest's size/sha256, judges the NPU runtimes' versions from
@@ -31,8 +31,6 @@ from rkvoice.registry import Registry
 log = logging.getLogger(__name__)
 
 MANIFEST = ROOT / "models" / "manifest.yaml"
-DAEMON_TEXT = "你好"
-"""The text the daemon chooses its voice for (rkvoice.stages.CHINESE; not imported: --check loads no stage)."""
 RUNTIME_PACKAGES = ("rknnlite",)
 """Judged with their runtime's version (rkvoice.board.runtimes), not as a bare import."""
 REGISTRIES = {"wake": "rkvoice.hear.wake_registry:WAKE", "asr": "rkvoice.hear.asr:ASR",
@@ -66,7 +64,7 @@ def _players(cfg: Config, probe: Probe) -> tuple[str, str]:
             choose_player(cfg, daemon=False, device=probe.sound_output))
 
 
-def _tts_choice(cfg: Config, probe: Probe, text: str = DAEMON_TEXT) -> tuple[str, dict[str, Any], str | None]:
+def _tts_choice(cfg: Config, probe: Probe, text: str) -> tuple[str, dict[str, Any], str | None]:
     """(engine, kwargs, why it cannot be built): ``create_tts``'s choice; with no voice installed,
     the profile's own voice (whose missing files the report names)."""
     from rkvoice.tts.registry import profile_engine, resolve
@@ -84,6 +82,7 @@ def _choices(cfg: Config, output_device: Callable[[], str | None] | None) -> dic
     from rkvoice.answer.llm.registry import engine_name
     from rkvoice.hear.asr import asr_name
     from rkvoice.hear.wake_registry import wake_name
+    from rkvoice.tts.registry import CHINESE
 
     def pick(choose: Callable[[], str], configured: str) -> tuple[str, str | None]:
         try:
@@ -91,7 +90,7 @@ def _choices(cfg: Config, output_device: Callable[[], str | None] | None) -> dic
         except RkvoiceError as err:  # an unknown name: reported on its stage
             return configured, err.message
 
-    tts, _, why = _tts_choice(cfg, _probe(output_device, None))
+    tts, _, why = _tts_choice(cfg, _probe(output_device, None), CHINESE)
     return {"wake": pick(lambda: wake_name(cfg), cfg.hear.wake), "vad": ("silero", None),
             "asr": pick(lambda: asr_name(cfg), cfg.hear.asr), "llm": pick(lambda: engine_name(cfg), cfg.llm.engine),
             "tts": (tts, why),
@@ -177,9 +176,9 @@ def check_stage(cfg: Config, stage: str, engine: str, manifest: Path = MANIFEST,
         return st
     kwargs: dict[str, Any] = {}
     if stage == "tts":
-        from rkvoice.tts.registry import resolve
+        from rkvoice.tts.registry import CHINESE, resolve
 
-        _, kwargs = resolve(cfg, engine, DAEMON_TEXT, probe)
+        _, kwargs = resolve(cfg, engine, CHINESE, probe)
     found = _report_needs(cfg, st, stage_needs(cfg, stage, engine, **kwargs), probe)
     _check_checksums(cfg, engine, st, found, manifest)
     if stage != "vad" and (check := _registry(stage).backend(engine).check):

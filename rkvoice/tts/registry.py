@@ -110,6 +110,9 @@ _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _LATIN = re.compile(r"[A-Za-z]")
 
 # Engines in order of preference per language; "vits" stands for its voice speaking that language.
+CHINESE = "你好"
+"""The text the answers' voice is chosen for (the daemon, the CLI, ``--check``): the assistant answers
+in Chinese first."""
 PREFERENCE = {"zh": ("matcha", "fastspeech2", "vits"), "en": ("vits", "matcha", "fastspeech2")}
 
 

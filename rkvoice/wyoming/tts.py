@@ -8,7 +8,8 @@ from typing import Any
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.gate import Engines
-from rkvoice.tts.registry import TTS, installed_voices, text_language
+from rkvoice.stages import installed_voice
+from rkvoice.tts.registry import installed_voices, text_language
 
 from .languages import primary
 
@@ -64,10 +65,8 @@ class Voices:
         with self.engines.voices_lock:
             engine = self.engines.voices.get(name)
             if engine is None:
-                spec = self.specs[name]
                 log.info("loading voice %s for Wyoming clients", name)
-                engine = TTS.create(spec.engine, self.cfg, **dict(spec.kwargs))
-                engine.load()
+                engine = installed_voice(self.cfg, self.specs[name])
                 self.engines.voices[name] = engine
             return engine
 
