@@ -6,6 +6,19 @@ from typing import Protocol
 
 import numpy as np
 
+from rkvoice.errors import RkvoiceError, Stage
+
+MIN_SPEED, MAX_SPEED = 0.25, 4.0
+"""The speeds the onnxruntime/sherpa-onnx voices synthesise at."""
+
+
+def check_request(voice: str, speakers: int, sid: int, speed: float) -> None:
+    """Refuse a speaker ``sid`` that ``voice`` does not have, or a speed outside MIN_SPEED..MAX_SPEED."""
+    if not 0 <= sid < speakers:
+        raise RkvoiceError(Stage.TTS, "bad-speaker", f"{voice} has {speakers} speaker(s); sid {sid} is out of range")
+    if not MIN_SPEED <= speed <= MAX_SPEED:
+        raise RkvoiceError(Stage.TTS, "bad-speed", f"speed {speed} is outside {MIN_SPEED}..{MAX_SPEED}")
+
 
 class TtsEngine(Protocol):
     """A text-to-speech engine.

@@ -23,6 +23,7 @@ import numpy as np
 
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
+from rkvoice.tts.base import check_request
 
 if TYPE_CHECKING:
     from rkvoice.npu.chunked_vocoder import ChunkedVocoder
@@ -38,7 +39,6 @@ HOP = 300
 MAX_IDS = 256
 """Longest id sequence per model call; longer text is synthesised clause by clause (attention is
 quadratic in length and a runaway input must not exhaust memory)."""
-MIN_SPEED, MAX_SPEED = 0.25, 4.0
 WARMUP_TEXT = "你好。"
 ALLOW_SPINNING = False
 """Intra-op threads busy-wait between ops when True (onnxruntime's default); off so that idle
@@ -168,13 +168,7 @@ class FastSpeech2Tts:
     def generate(self, text: str, sid: int = 0, speed: float = 1.0) -> tuple[np.ndarray, int]:
         if self._acoustic is None or self.frontend is None:
             raise RkvoiceError(Stage.TTS, "not-loaded", "fastspeech2: generate() called before load()")
-        if not 0 <= sid < self._num_speakers:
-            raise RkvoiceError(
-                Stage.TTS, "bad-speaker",
-                f"fastspeech2 has {self._num_speakers} speaker(s); sid {sid} is out of range (use 0)",
-            )
-        if not MIN_SPEED <= speed <= MAX_SPEED:
-            raise RkvoiceError(Stage.TTS, "bad-speed", f"speed {speed} is outside {MIN_SPEED}..{MAX_SPEED}")
+        check_request("fastspeech2", self._num_speakers, sid, speed)
         pieces = [self._vocode(self._mel(ids, sid, speed)) for ids in self._id_pieces(text)]
         if not pieces:
             log.debug("nothing pronounceable in %r", text[:40])

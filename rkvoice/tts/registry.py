@@ -100,7 +100,7 @@ TTS.register("fastspeech2", "rkvoice.tts.fastspeech2:FastSpeech2Tts",
 TTS.register("vits", "rkvoice.tts.vits:VitsTts",
              "sherpa-onnx VITS: English Piper voice (portable) or aishell3 Chinese voices (board)",
              "run ./install.sh (needs sherpa-onnx, and piper-tts for the Piper voice)", needs=vits_needs)
-TTS.register("matcha", "rkvoice.tts.matcha:MatchaTts",
+TTS.register("matcha", "rkvoice.tts.matcha_engine:MatchaTts",
              "Matcha + Vocos on the NPU (board; RKNN), Chinese and English, 16 kHz",
              "run ./install.sh --profile board on the board (needs rknn-toolkit-lite2)", needs=matcha_needs,
              check=matcha_check)

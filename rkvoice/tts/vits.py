@@ -25,10 +25,10 @@ import numpy as np
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.needs import FileNeed, present_file
+from rkvoice.tts.base import check_request
 
 log = logging.getLogger(__name__)
 
-MIN_SPEED, MAX_SPEED = 0.25, 4.0
 WARMUP = {"en": "Hello.", "zh": "你好。"}
 PIPER_NOISE = (0.333, 0.5)
 """noise_scale and noise_scale_w for Piper voices (sherpa-onnx's defaults: 0.667, 0.8). Less noise,
@@ -228,13 +228,7 @@ class VitsTts:
     def generate(self, text: str, sid: int = 0, speed: float = 1.0) -> tuple[np.ndarray, int]:
         if self._tts is None:
             raise RkvoiceError(Stage.TTS, "not-loaded", "vits: generate() called before load()")
-        if not 0 <= sid < self._speakers:
-            raise RkvoiceError(
-                Stage.TTS, "bad-speaker",
-                f"vits voice {self.voice.name} has {self._speakers} speaker(s); sid {sid} is out of range",
-            )
-        if not MIN_SPEED <= speed <= MAX_SPEED:
-            raise RkvoiceError(Stage.TTS, "bad-speed", f"speed {speed} is outside {MIN_SPEED}..{MAX_SPEED}")
+        check_request(f"vits voice {self.voice.name}", self._speakers, sid, speed)
         empty = np.zeros(0, dtype=np.float32)
         if not text.strip():
             return empty, self._rate

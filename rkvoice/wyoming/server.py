@@ -20,6 +20,7 @@ from pathlib import Path
 
 from wyoming.server import AsyncServer, AsyncTcpServer, AsyncUnixServer
 
+from rkvoice.answer.llm.registry import engine_name
 from rkvoice.config import Config, WyomingConfig
 from rkvoice.endpoint import Endpoint, parse_uri
 from rkvoice.errors import RkvoiceError, Stage
@@ -36,12 +37,6 @@ from .tts import Voices
 log = logging.getLogger(__name__)
 
 
-def _llm_name(cfg: Config) -> str:
-    from rkvoice.answer.llm.registry import engine_name
-
-    return engine_name(cfg)
-
-
 class WyomingServer:
     """The listening server; ``start()`` binds, ``stop()`` closes it and every connection."""
 
@@ -55,7 +50,7 @@ class WyomingServer:
         self.engines = engines
         voices = Voices(cfg, engines)
         self.context = Context(cfg, wcfg, engines, voices,
-                               build_info(cfg, engines.asr, voices, _llm_name(cfg)), wake_model_name(cfg))
+                               build_info(cfg, engines.asr, voices, engine_name(cfg)), wake_model_name(cfg))
         self._server: AsyncServer | None = None
         self._announcer: Announcer | None = None
         self.port = self.endpoint.port
