@@ -212,3 +212,20 @@ def test_reference_needs_file(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert main(["--reference", "ref.wav", "--say", "你好"]) == 2
     assert "--reference only applies to --file" in capsys.readouterr().err
+
+
+def test_the_speak_stage_taps_its_player(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from fakes import FakeVoice
+
+    from rkvoice.stages import Speak
+
+    cfg = load_config([{"hear": {"ack": "none"}}], files=[DEFAULT_CONFIG])
+    inner: list[NullPlayer] = []
+    speak = Speak(cfg, player=lambda c: inner.append(NullPlayer(c)) or inner[0], tts=lambda c: FakeVoice())
+    speak.load()
+    try:
+        assert isinstance(speak.player, ReferenceTap) and speak.player.player is inner[0]
+        speak.player.write(np.full(320, 1000, np.int16))
+        assert speak.played.end_tick is not None and inner[0].blocks == 1
+    finally:
+        speak.close()
