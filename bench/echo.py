@@ -1,6 +1,6 @@
 """Echo bench: the assistant's own voice in a simulated room, with and without echo cancellation.
 
-    py312/bin/python bench/echo.py [--answers 50] [--users 2] [--aec auto|webrtc|speex] [--quick]
+    py312/bin/python bench/echo.py [--answers 50] [--users 3] [--aec auto|webrtc|speex] [--quick]
 
 The assistant's answers (the configured portable voice, cached under .cache/echo/) are played
 through the real player path (a NullPlayer on a FakeClock behind the ReferenceTap, which places every
@@ -319,7 +319,7 @@ def run(cfg: Config, n_answers: int, n_users: int, setting: str) -> dict[str, An
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--answers", type=int, default=50, help="assistant answers played alone (default 50)")
-    ap.add_argument("--users", type=int, default=2, help="user voices (x4 utterances, default 2)")
+    ap.add_argument("--users", type=int, default=3, help="user voices (x4 utterances, default 3)")
     ap.add_argument("--aec", default="auto", choices=[c for c in aec.CHOICES if c != "off"])
     ap.add_argument("--quick", action="store_true", help="6 answers, one user voice (a smoke run)")
     args = ap.parse_args()

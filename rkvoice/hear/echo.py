@@ -74,13 +74,20 @@ class PlayedAudio:
     def overlaps(self, lo: int, hi: int) -> bool:
         """Whether anything plays during ticks ``lo .. hi``."""
         with self._lock:
-            return any(start < hi and start + len(data) > lo for start, data in self._chunks)
+            for start, data in reversed(self._chunks):  # in time order: look from the newest back
+                if start + len(data) <= lo:
+                    return False
+                if start < hi:
+                    return True
+            return False
 
     def read(self, start_tick: int, n: int) -> np.ndarray:
         """The reference for ticks ``start_tick .. start_tick + n`` (zeros where nothing played)."""
         out = np.zeros(n, np.float32)
         with self._lock:
-            for start, data in self._chunks:
+            for start, data in reversed(self._chunks):  # in time order: look from the newest back
+                if start + len(data) <= start_tick:
+                    break
                 lo, hi = max(start, start_tick), min(start + len(data), start_tick + n)
                 if lo < hi:
                     out[lo - start_tick : hi - start_tick] = data[lo - start : hi - start]
