@@ -18,7 +18,7 @@ from rkvoice.errors import RkvoiceError
 pytest.importorskip("cyllama", reason="cyllama (llama.cpp) is not installed: pip install cyllama==0.2.18")
 
 from rkvoice.answer.llm import cores as cores_module
-from rkvoice.answer.llm.cores import FreeCores, busy_elsewhere, thread_counts, usable_cores
+from rkvoice.answer.llm.cores import CpuWindow, FreeCores, busy_elsewhere, thread_counts, usable_cores
 from rkvoice.answer.llm.llama import LlamaEngine
 
 # Short answers keep this fast on a busy 2-core machine; 1 generating thread (what auto gives on 2
@@ -201,10 +201,35 @@ def test_free_cores_follow_other_work_token_by_token() -> None:
     assert [free.threads() for _ in range(9)] == [2, 2, 2, 1, 1, 1, 2, 2, 2]
 
 
+def test_cpu_window_is_other_processes_cpu_over_the_last_second(tmp_path: Path) -> None:
+    """Machine CPU time less this process's own over the kept samples (ticks of 1/100 s); idle and
+    I/O wait are not busy; None until two samples a period apart exist."""
+    (tmp_path / "self").mkdir()
+    now = [0.0]
+
+    def at(t: float, machine: tuple[int, ...], own: tuple[int, int]) -> None:
+        now[0] = t
+        (tmp_path / "stat").write_text("cpu  " + " ".join(map(str, machine)) + " 0 0\ncpu0 1 2 3\n")
+        (tmp_path / "self" / "stat").write_text(f"7 (py (x)) S {' '.join(['1'] * 10)} {own[0]} {own[1]} 0 0\n")
+
+    window = cpu_window(tmp_path, now)
+    at(0.0, (100, 0, 50, 1000, 7, 0, 0, 0), (30, 10))
+    assert window.others() is None  # one sample: nothing to tell
+    at(0.5, (150, 0, 60, 1050, 90, 0, 0, 0), (60, 15))  # +60 busy ticks, +35 own: 0.25 s of others in 0.5 s
+    assert window.others() == pytest.approx(0.5)
+    at(1.0, (150, 0, 60, 1150, 90, 0, 0, 0), (60, 15))  # idle since: the window (both ends kept) averages
+    assert window.others() == pytest.approx(0.25)
+
+
+def cpu_window(proc: Path, now: list[float]) -> CpuWindow:
+    return CpuWindow(proc, period_s=0.25, keep=4, clock=lambda: now[0])
+
+
 @pytest.mark.parametrize("busy", [0.0, 64.0])
 def test_each_answer_sets_the_threads_for_the_cores_free_now(engine: LlamaEngine, busy: float,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cores_module, "busy_elsewhere", lambda **_kw: busy)
+    monkeypatch.setattr(cores_module.WINDOW, "others", lambda: None)  # only the snapshot decides here
     engine.cfg = dataclasses.replace(CFG, llm=dataclasses.replace(CFG.llm, threads="auto"))
     try:
         "".join(engine.stream(MESSAGES))
@@ -219,6 +244,7 @@ def test_each_answer_sets_the_threads_for_the_cores_free_now(engine: LlamaEngine
 def test_generation_leaves_a_core_once_the_voice_speaks(engine: LlamaEngine,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cores_module, "busy_elsewhere", lambda **_kw: 0.0)
+    monkeypatch.setattr(cores_module.WINDOW, "others", lambda: None)
     monkeypatch.setattr(cores_module, "usable_cores", lambda: 2)
     engine.cfg = dataclasses.replace(CFG, llm=dataclasses.replace(CFG.llm, threads="auto"))
     seen = []

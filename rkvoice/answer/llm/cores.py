@@ -1,12 +1,19 @@
 """How many llama.cpp threads an answer gets: decided from the cores free now, not a minute ago.
 
 The 1-minute load average lags: after any busy minute (the previous answer, a previous command) it
-reads "busy" on an idle machine and the prompt got one thread. ``busy_elsewhere()`` instead counts
-the threads of *other* processes that are runnable right now (the kernel's ``procs_running`` in
-/proc/stat, less this process's own running threads from /proc/self/task), the median of a few
-samples over ~20 ms. CPU time from /proc/stat over so short a window is too coarse to use (the
-counters tick 100 times a second: 4 ticks on 2 cores in 20 ms); a runnable count is exact at each
-instant. llama.cpp's threads wait for each other after every layer, so one thread on a core another
+reads "busy" on an idle machine and the prompt got one thread (it also counts tasks waiting for the
+disk). Two readings of the machine now instead, the larger wins:
+
+- ``busy_elsewhere()``: the threads of *other* processes runnable at this instant (the kernel's
+  ``procs_running`` in /proc/stat, less this process's own running threads from /proc/self/task),
+  the median of a few samples over ~20 ms;
+- ``CpuWindow``: the cores other processes used over about the last second (/proc/stat's CPU time
+  less this process's own, /proc/self/stat), sampled every 0.25 s by a small daemon thread: work
+  that comes in bursts (a test run, a compiler) is busy in the window even when a snapshot misses it.
+  (CPU time over a window as short as the snapshot's is too coarse: the counters tick 100 times a
+  second.)
+
+llama.cpp's threads wait for each other after every layer, so one thread on a core another
 process holds stalls them all (on 2 cores at load average 4-7, 2 prompt threads took 2.4x as long
 as 1: bench/llm_threads.py): auto counts stay on the free cores.
 """
@@ -15,7 +22,9 @@ from __future__ import annotations
 
 import os
 import statistics
+import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
@@ -70,6 +79,67 @@ def busy_elsewhere(proc: Path = Path("/proc"), samples: int = SAMPLES, gap_s: fl
     return float(statistics.median(counts))
 
 
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+class CpuWindow:
+    """Cores other processes kept busy over about the last ``keep`` x ``period_s`` seconds."""
+
+    def __init__(self, proc: Path = Path("/proc"), period_s: float = 0.25, keep: int = 4,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.proc = proc
+        self.period_s = period_s
+        self._clock = clock
+        self._samples: deque[tuple[float, float, float]] = deque(maxlen=keep + 1)
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def sample(self) -> None:
+        """Record (time, machine's busy CPU seconds, this process's CPU seconds)."""
+        try:
+            cpu = (self.proc / "stat").read_text().split("\n", 1)[0].split()
+            user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in cpu[1:9])
+            own = (self.proc / "self" / "stat").read_text()
+            utime, stime = (int(x) for x in own[own.rindex(")") + 2:].split()[11:13])
+        except (OSError, ValueError, IndexError):
+            return
+        busy = (user + nice + system + irq + softirq + steal) / _TICK
+        with self._lock:
+            self._samples.append((self._clock(), busy, (utime + stime) / _TICK))
+
+    def others(self) -> float | None:
+        """Cores other processes used from the oldest kept sample to now (a fresh sample); None
+        before there are two samples at least ``period_s`` apart."""
+        self.sample()
+        with self._lock:
+            if len(self._samples) < 2 or self._samples[-1][0] - self._samples[0][0] < self.period_s:
+                return None
+            (t0, busy0, own0), (t1, busy1, own1) = self._samples[0], self._samples[-1]
+        return max(0.0, (busy1 - busy0 - (own1 - own0)) / (t1 - t0))
+
+    def watch(self) -> None:
+        """Keep sampling every ``period_s`` on a daemon thread (idempotent; ~0.1 ms a sample)."""
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(target=self._run, name="rkvoice-cpu-window", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self.sample()
+            time.sleep(self.period_s)
+
+
+WINDOW = CpuWindow()
+
+
+def busy_now() -> float:
+    """Other processes' load now: the larger of the runnable snapshot and the last second's CPU use."""
+    window = WINDOW.others()
+    return max(busy_elsewhere(), window or 0.0)
+
+
 class Threads(NamedTuple):
     """llama.cpp thread counts for one answer."""
 
@@ -94,7 +164,7 @@ def thread_counts(llm: LlmConfig, cores: int | None = None, busy: float | None =
     cores = usable_cores() if cores is None else cores
     auto = llm.threads == "auto" or llm.threads_batch == "auto"
     if busy is None:
-        busy = busy_elsewhere() if auto else 0.0
+        busy = busy_now() if auto else 0.0
     free = max(1, cores - round(busy))
     if llm.threads == "auto":
         quiet, speaking = free, max(1, min(free, cores - 1))
@@ -106,13 +176,14 @@ def thread_counts(llm: LlmConfig, cores: int | None = None, busy: float | None =
 
 class FreeCores:
     """Generating threads before speech, re-decided before every token: the usable cores less the
-    median of the last three readings of other processes' runnable threads (one reading, ~0.1 ms).
+    median of the last three readings of other processes' runnable threads (one reading, ~0.1 ms),
+    or less their CPU use over the last second (``WINDOW``) when that is larger.
     A process that starts working while the answer's first piece is generated takes a thread away
     at the next token instead of stalling every thread at llama's barriers until the voice starts."""
 
     def __init__(self, cores: int | None = None, read: Callable[[], float] | None = None, keep: int = 3) -> None:
         self.cores = usable_cores() if cores is None else cores
-        self._read = read or (lambda: busy_elsewhere(samples=1))
+        self._read = read or (lambda: max(busy_elsewhere(samples=1), WINDOW.others() or 0.0))
         self._recent: list[float] = []
         self._keep = keep
 

@@ -31,6 +31,7 @@ from cyllama.llama.llama_cpp import (
     llama_batch_get_one,
 )
 
+from rkvoice.answer.llm import cores
 from rkvoice.answer.llm.base import Message, chatml, model_path
 from rkvoice.answer.llm.cores import FreeCores, Threads, thread_counts
 from rkvoice.config import Config
@@ -81,6 +82,7 @@ class LlamaEngine:
         cparams = LlamaContextParams()
         cparams.n_ctx = self.cfg.llm.context
         cparams.n_batch = N_BATCH
+        cores.WINDOW.watch()  # the last second's CPU use by other processes, for auto thread counts
         self._plan = thread_counts(self.cfg.llm)
         self.threads, self.threads_batch = self._plan.quiet, self._plan.prompt
         cparams.n_threads = self.threads  # llama.cpp: batches of one token (generation)
