@@ -58,7 +58,8 @@ TOOL_REQUESTS = REQUESTS
 LLM_REQUESTS = ["小智小智，用一句话介绍一下月亮", "小智小智，用一句话介绍一下长城", "小智小智，用一句话介绍一下熊猫"]
 ONE_THREAD = ["llm.threads=1", "llm.threads_batch=1"]
 PARTS = ("end_to_first_audio_ms", "vad_silence_ms", "asr_ms", "route_ms", "llm_first_token_ms",
-         "llm_first_piece_gen_ms", "first_piece_synth_ms")
+         "llm_first_piece_gen_ms", "first_piece_synth_ms", "unaccounted_ms")
+STEPS = ("asr_ms", "route_ms", "llm_first_token_ms", "llm_first_piece_gen_ms", "first_piece_synth_ms")
 
 
 def _first(events: list[Event], name: Ev) -> float | None:
@@ -75,13 +76,17 @@ def turn_parts(turn: Turn) -> dict[str, Any]:
     def span(a: Ev, b: Ev) -> float | None:
         return round(t[b] - t[a], 1) if t[a] is not None and t[b] is not None else None  # type: ignore[operator]
 
-    return {"route": "llm" if s.get("route") == "llm" else "tool", "transcript": s.get("transcript"),
+    out = {"route": "llm" if s.get("route") == "llm" else "tool", "transcript": s.get("transcript"),
             "answer": s.get("answer"), "end_to_first_audio_ms": s.get("end_to_first_audio_ms"),
             "vad_silence_ms": s.get("vad_silence_ms"), "asr_ms": s.get("asr_ms"),
             "route_ms": span(Ev.ASR_DONE, Ev.ROUTE), "llm_first_token_ms": span(Ev.LLM_START, Ev.LLM_FIRST_TOKEN),
             "llm_first_piece_gen_ms": span(Ev.LLM_FIRST_TOKEN, Ev.TEXT_READY),
             "first_piece_synth_ms": span(Ev.TEXT_READY, Ev.AUDIO_FIRST),
             "first_piece": next((str(e.get("text")) for e in ev if e.name == Ev.CHUNK), None)}
+    e2fa = out["end_to_first_audio_ms"]
+    if isinstance(e2fa, (int, float)):  # the wait no step explains (queueing, hand-offs)
+        out["unaccounted_ms"] = round(e2fa - sum(float(out[k] or 0.0) for k in STEPS), 1)
+    return out
 
 
 def summarise(turns: list[dict[str, Any]]) -> dict[str, Any]:
@@ -118,6 +123,7 @@ def run(cfg: Config, variants: dict[str, Config], rounds: int, warmup: int) -> d
     audio = synth_requests(cfg, texts, work)
     clock = ScaledClock(1.0)
     done: list[tuple[str, Turn | None]] = []
+    threads: list[dict[str, Any]] = []
     daemon_ref: list[Daemon] = []
     feeder = TurnFeeder([audio[text] for _, text in script.turns], lambda: daemon_ref[0].turns if daemon_ref else 0,
                         clock)
@@ -139,6 +145,9 @@ def run(cfg: Config, variants: dict[str, Config], rounds: int, warmup: int) -> d
         with lock:
             i = len(done)
             done.append((script.turns[i][0], turn))
+            llm = daemon.stages.engines["answer"].llm
+            stats = getattr(llm, "last_stats", {}) if turn is not None and turn.route == "llm" else {}
+            threads.append({k: stats.get(k) for k in ("threads_batch", "threads_quiet", "threads")})
             load_avg.append(os.getloadavg()[0])
             print(f"turn_latency: {i + 1}/{len(script.turns)} {script.turns[i][0]}: "
                   f"{turn.timeline.summary().get('end_to_first_audio_ms') if turn else 'failed'} ms",
@@ -157,11 +166,11 @@ def run(cfg: Config, variants: dict[str, Config], rounds: int, warmup: int) -> d
     code = daemon.run()
     per: dict[str, list[dict[str, Any]]] = {}
     failed = 0
-    for variant, turn in done:
+    for (variant, turn), used in zip(done, threads, strict=True):
         if turn is None:
             failed += 1
         elif variant != "warmup":
-            per.setdefault(variant, []).append(turn_parts(turn))
+            per.setdefault(variant, []).append({**turn_parts(turn), "llm_threads": used})
     return {"per": per, "failed": failed, "exit_code": code, "wall_s": round(time.monotonic() - t0, 1),
             "load_average_during": {"min": min(load_avg, default=None), "max": max(load_avg, default=None),
                                     "median": pct(load_avg, 50)}}
@@ -173,6 +182,7 @@ def report(result: dict[str, Any], variants: list[str]) -> dict[str, Any]:
         turns = result["per"].get(v, [])
         out[v] = {route: summarise([x for x in turns if x["route"] == route]) for route in ("tool", "llm")}
         out[v]["llm_first_pieces"] = [x["first_piece"] for x in turns if x["route"] == "llm"]
+        out[v]["llm_threads"] = [x.get("llm_threads") for x in turns if x["route"] == "llm"]
         out[v]["llm_answers"] = [x["answer"] for x in turns if x["route"] == "llm"]
         out[v]["transcripts"] = sorted({str(x["transcript"]) for x in turns})
 

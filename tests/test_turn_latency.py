@@ -47,7 +47,7 @@ def _turn(clock: FakeClock, route: str, first_token_s: float, piece_s: float, sy
 def test_turn_parts_and_the_no_wasted_wait_bound() -> None:
     clock = FakeClock()
     llm = turn_parts(_turn(clock, "llm", 0.5, 0.3, 0.1))
-    assert llm["route"] == "llm" and llm["first_piece"] == "第一块，"
+    assert llm["route"] == "llm" and llm["first_piece"] == "第一块，" and llm["unaccounted_ms"] == 0.0
     assert llm["end_to_first_audio_ms"] == pytest.approx(1101.0)
     assert (llm["asr_ms"], llm["route_ms"], llm["llm_first_token_ms"], llm["llm_first_piece_gen_ms"],
             llm["first_piece_synth_ms"]) == (200.0, 1.0, 500.0, 300.0, 100.0)
