@@ -16,8 +16,8 @@ variant, interleaved, so all variants see the same machine load:
 - ``--variant NAME:KEY=VALUE,...`` adds one (e.g. ``early:daemon.first_piece_early=false``).
 
 Per route, p50/p90 of end of speech -> first audio and its parts: VAD end-of-speech silence, ASR,
-routing (transcript -> route), LLM first token (prefix cached: the system prompt and the previous
-turns are in llama's cache), first piece ready (first token -> the first piece handed to the voice),
+routing (transcript -> route), LLM first token (prefix cached: the conversation is cleared before
+each turn, so every question follows the system prompt already in llama's cache), first piece ready (first token -> the first piece handed to the voice),
 first piece synthesised (handed -> first PCM at the player). ``--hog N`` runs N busy processes
 alongside (the "never slower than 1 under load" check). The load average is recorded: on a shared
 machine compare variants within one run only. ``board_predicted`` is bench/board_budget.py's
@@ -136,8 +136,11 @@ def run(cfg: Config, variants: dict[str, Config], rounds: int, warmup: int) -> d
     def ready_next(n: int) -> None:
         """Turn ``n`` (0-based) comes next: its variant's LLM configuration."""
         if n < len(script.turns):
-            llm = daemon.stages.engines["answer"].llm
-            llm.cfg = variants.get(script.turns[n][0], cfg)
+            assistant = daemon.stages.engines["answer"]
+            assistant.llm.cfg = variants.get(script.turns[n][0], cfg)
+            # every LLM turn starts from the same cached prefix (the system prompt, primed at load): a
+            # history that fills up would drop its older half and leave some turns a cold prompt
+            assistant.conversation.clear()
         else:
             daemon.request_stop()
 
