@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from rkvoice.config import MatchaConfig
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.npu import runtime as npu_runtime
 from rkvoice.npu.runtime import ModelRuntime, OnnxModel, RknnModel, TensorSpec
@@ -143,8 +144,35 @@ def expected_path(base: Path, pattern: str, runtime: str = "auto") -> Path:
     return base / (pattern + (".onnx" if runtime == "onnx" else ".rknn"))  # the board install builds .rknn
 
 
+def voice_files(base: Path, mc: MatchaConfig) -> dict[str, Path]:
+    """Every file a Matcha voice in ``base`` loads (a missing bucket is named by its expected path)."""
+    out: dict[str, Path] = {}
+    for kind, pattern in (("acoustic", mc.acoustic), ("vocoder", mc.vocoder)):
+        found = find_models(base, pattern, mc.runtime)
+        if not found:
+            out[kind] = expected_path(base, pattern, mc.runtime)
+        for p in found:
+            out[f"{kind} {p.stem}"] = p
+            if p.suffix == ".rknn":
+                out[f"{kind} {p.stem} sidecar"] = sidecar_of(p)
+            if kind == "acoustic" and (encoder := named_encoder(p)) is not None:
+                out["acoustic encoder"] = encoder
+    return out | {"lexicon": base / mc.lexicon, "tokens": base / mc.tokens}
+
+
 def sidecar_of(path: Path) -> Path:
     return path.with_suffix(".json")
+
+
+def named_encoder(model: Path) -> Path | None:
+    """The CPU encoder a split decoder's sidecar names (None: none named, or no readable sidecar;
+    load() reports a bad sidecar with its fix)."""
+    try:
+        side = json.loads(sidecar_of(model).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    encoder = side.get("encoder") if isinstance(side, dict) else None
+    return model.parent / str(encoder) if encoder else None
 
 
 def read_sidecar(path: Path) -> dict[str, Any]:
@@ -182,6 +210,21 @@ def load_bucket(path: Path, kind: str, threads: int = 1, core_mask: str = "auto"
         model.close()
         raise
     return bucket
+
+
+def check_pairing(acoustic: list[Bucket], vocoders: list[Bucket], n_fft: int, bins: int) -> None:
+    """Every Matcha's mel bins are what every Vocos takes, and each Vocos gives the ``bins`` frequency
+    bins the ISTFT of ``n_fft`` needs."""
+    for b in acoustic:
+        for v in vocoders:
+            if b.n_mels != v.n_mels:
+                raise RkvoiceError(Stage.TTS, "bad-model", f"{b.path.name} makes {b.n_mels} mel bins but "
+                                   f"{v.path.name} takes {v.n_mels}; use the vocoder made for this voice")
+    for v in vocoders:
+        gives = v.outputs[0].shape[1]
+        if isinstance(gives, int) and gives != bins:
+            raise RkvoiceError(Stage.TTS, "bad-model", f"{v.path.name} gives {gives} frequency bins but n_fft "
+                               f"{n_fft} needs {bins}; check its n_fft metadata")
 
 
 def _declared(path: Path, kind: str, model: ModelRuntime, side: dict[str, Any] | None) -> Bucket:

@@ -23,7 +23,6 @@ so one text always gives the same audio.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import statistics
@@ -39,9 +38,9 @@ from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.npu import runtime as npu_runtime
 from rkvoice.npu.istft import StftConfig, istft_mag_phase, istft_mag_xy
 from rkvoice.npu.length_regulator import align
-from rkvoice.tts.matcha_buckets import Bucket, expected_path, find_models, load_bucket, sidecar_of
+from rkvoice.tts.matcha_buckets import Bucket, check_pairing, find_models, load_bucket, voice_files
 from rkvoice.tts.matcha_frames import halve, split_units, vocos_windows
-from rkvoice.tts.matcha_frontend import MatchaFrontend, Phonemizer, Unit
+from rkvoice.tts.matcha_frontend import MatchaFrontend, Phonemizer, Unit, system_phonemizer
 
 log = logging.getLogger(__name__)
 
@@ -88,19 +87,7 @@ class MatchaTts:
     # -- loading -------------------------------------------------------------------------
     def files(self) -> dict[str, Path]:
         """Every file ``load()`` reads (a missing bucket is named by its expected path)."""
-        mc = self.cfg.tts.matcha
-        out: dict[str, Path] = {}
-        for kind, pattern in (("acoustic", mc.acoustic), ("vocoder", mc.vocoder)):
-            found = find_models(self.dir, pattern, mc.runtime)
-            if not found:
-                out[kind] = expected_path(self.dir, pattern, mc.runtime)
-            for p in found:
-                out[f"{kind} {p.stem}"] = p
-                if p.suffix == ".rknn":
-                    out[f"{kind} {p.stem} sidecar"] = sidecar_of(p)
-                if kind == "acoustic" and (encoder := _named_encoder(p)) is not None:
-                    out["acoustic encoder"] = encoder
-        return out | {"lexicon": self.dir / mc.lexicon, "tokens": self.dir / mc.tokens}
+        return voice_files(self.dir, self.cfg.tts.matcha)
 
     def load(self) -> None:
         mc = self.cfg.tts.matcha
@@ -110,7 +97,7 @@ class MatchaTts:
             raise RkvoiceError(Stage.TTS, "missing-model",
                                f"matcha voice files missing: {'; '.join(missing)}; run ./install.sh "
                                "--profile board (or set tts.matcha.dir to a directory holding them)")
-        phonemizer = self._phonemizer or _system_phonemizer(self.cfg)
+        phonemizer = self._phonemizer or system_phonemizer(self.cfg)
         self.frontend = MatchaFrontend.from_files(files["lexicon"], files["tokens"], phonemizer)
         threads, mask = self.cfg.tts.threads, self.cfg.tts.matcha_core_mask
         self.close()
@@ -170,16 +157,7 @@ class MatchaTts:
         self._pad_id = int(meta.get("pad_id", mc.pad_id))
         if vmeta := self.vocoders[0].meta:
             self.stft = StftConfig.from_metadata(vmeta, self.stft)
-        for b in self.acoustic:
-            for v in self.vocoders:
-                if b.n_mels != v.n_mels:
-                    raise RkvoiceError(Stage.TTS, "bad-model", f"{b.path.name} makes {b.n_mels} mel bins but "
-                                       f"{v.path.name} takes {v.n_mels}; use the vocoder made for this voice")
-        for v in self.vocoders:
-            bins = v.outputs[0].shape[1]
-            if isinstance(bins, int) and bins != self.stft.bins:
-                raise RkvoiceError(Stage.TTS, "bad-model", f"{v.path.name} gives {bins} frequency bins but n_fft "
-                                   f"{self.stft.n_fft} needs {self.stft.bins}; check its n_fft metadata")
+        check_pairing(self.acoustic, self.vocoders, self.stft.n_fft, self.stft.bins)
         if fixed := max((v.size for v in self.vocoders), default=0):
             vocos_windows(fixed, fixed, mc.vocoder_context)  # raises now if the context leaves no centre
 
@@ -268,17 +246,19 @@ class MatchaTts:
         """Smallest bucket holding ``tokens`` (and a window of ``frames``); the dynamic model if that is it."""
         return next((b for b in self.acoustic if b.dynamic or (b.size >= tokens and b.window >= frames)), None)
 
+    def _text_feed(self, ids: list[int], size: int, length: int, speed: float) -> dict[str, np.ndarray]:
+        """A Matcha graph's text inputs: ``ids`` padded to ``size``, ``length``, the noise and length scales."""
+        x = np.full((1, size), self._pad_id, dtype=np.int64)
+        x[0, : len(ids)] = ids
+        return {"x": x, "x_length": np.array([length], dtype=np.int64),
+                "noise_scale": np.array([self.cfg.tts.matcha.noise_scale], dtype=np.float32),
+                "length_scale": np.array([1.0 / speed], dtype=np.float32)}
+
     def _acoustic_run(self, b: Bucket, ids: list[int], sid: int, speed: float,
                       rng: np.random.Generator) -> tuple[np.ndarray, int]:
         """(mel [1, n_mels, frames], true frames) of one Matcha call."""
-        mc = self.cfg.tts.matcha
-        n = len(ids)
-        x = np.full((1, b.size or n), self._pad_id, dtype=np.int64)  # a fixed bucket: padded to its size
-        x[0, :n] = ids
-        feed: dict[str, np.ndarray] = {"x": x, "x_length": np.array([n], dtype=np.int64),
-                "noise_scale": np.array([mc.noise_scale], dtype=np.float32),
-                "length_scale": np.array([1.0 / speed], dtype=np.float32),
-                "sid": np.array([sid], dtype=np.int64)}
+        feed = self._text_feed(ids, b.size or len(ids), len(ids), speed)  # a fixed bucket: padded to its size
+        feed["sid"] = np.array([sid], dtype=np.int64)
         if any(s.name == "noise" for s in b.inputs):  # load_bucket checked its shape: [1, n_mels, window]
             feed["noise"] = rng.standard_normal((1, b.n_mels, b.window), dtype=np.float32)
         outs = b.run(feed)
@@ -293,11 +273,7 @@ class MatchaTts:
         """The split voice's CPU half: (encoder output [1, N, C], cumulative durations [1, N], T, T')."""
         assert self.encoder is not None
         n = max(1, len(ids))
-        x = np.full((1, n), self._pad_id, dtype=np.int64)
-        x[0, : len(ids)] = ids
-        feed: dict[str, np.ndarray] = {"x": x, "x_length": np.array([n], dtype=np.int64),
-                                       "noise_scale": np.array([self.cfg.tts.matcha.noise_scale], dtype=np.float32),
-                                       "length_scale": np.array([1.0 / speed], dtype=np.float32)}
+        feed = self._text_feed(ids, n, n, speed)
         t0 = time.perf_counter()
         mu_x, cum, frames, dec_frames = self.encoder.run([feed[k] for k in self._encoder_inputs])
         self._timed("encoder_cpu", t0)
@@ -402,25 +378,3 @@ class MatchaTts:
             windows.append([o[..., k0 - start : k1 - start] for o in outs if o is not None])
         joined = [np.concatenate(parts, axis=-1) for parts in zip(*windows)]
         return joined[0], joined[1], joined[2] if len(joined) > 2 else None
-
-
-def _named_encoder(model: Path) -> Path | None:
-    """The CPU encoder a split decoder's sidecar names (None: none named, or no readable sidecar;
-    load() reports a bad sidecar with its fix)."""
-    try:
-        side = json.loads(sidecar_of(model).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    encoder = side.get("encoder") if isinstance(side, dict) else None
-    return model.parent / str(encoder) if encoder else None
-
-
-def _system_phonemizer(cfg: Config) -> Phonemizer | None:
-    """espeak-ng for English words: the unpacked board copy (tts.matcha.espeak_lib_dir) or the system's."""
-    try:
-        from rkvoice.board.espeak import Espeak, espeak_lib_dir
-
-        return Espeak.open(espeak_lib_dir(cfg)).phonemize
-    except RkvoiceError as exc:
-        log.warning("matcha: English words will be skipped: %s", exc)
-        return None

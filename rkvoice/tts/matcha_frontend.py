@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
 
 log = logging.getLogger(__name__)
@@ -242,3 +243,14 @@ def token_count(units: list[Unit], add_blank: bool = False, blank: int | None = 
     if blank is not None:
         n += sum(1 for u in units[:-1] if u.blank_after)
     return 2 * n + 1 if add_blank else n
+
+
+def system_phonemizer(cfg: Config) -> Phonemizer | None:
+    """espeak-ng for English words: the unpacked board copy (tts.matcha.espeak_lib_dir) or the system's."""
+    try:
+        from rkvoice.board.espeak import Espeak, espeak_lib_dir
+
+        return Espeak.open(espeak_lib_dir(cfg)).phonemize
+    except RkvoiceError as exc:
+        log.warning("matcha: English words will be skipped: %s", exc)
+        return None
