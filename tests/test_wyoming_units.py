@@ -19,8 +19,8 @@ from rkvoice.endpoint import parse_uri  # noqa: E402
 from rkvoice.errors import RkvoiceError  # noqa: E402
 from rkvoice.gate import LocalAssistant, PriorityGate  # noqa: E402
 from rkvoice.wyoming.audio import AudioIn, pcm_to_float  # noqa: E402
-from rkvoice.wyoming.config import from_cfg  # noqa: E402
 from rkvoice.wyoming.discovery import Announcer  # noqa: E402
+from rkvoice.wyoming.server import from_cfg  # noqa: E402
 
 
 def test_uri_forms():

@@ -16,7 +16,9 @@ import logging
 import socket
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from wyoming.server import AsyncServer, AsyncTcpServer, AsyncUnixServer
 
@@ -27,7 +29,6 @@ from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.gate import Engines
 from rkvoice.stages import StageSet, serving_stages, shared
 
-from .config import from_cfg
 from .context import Context
 from .discovery import Announcer
 from .handler import WyomingHandler
@@ -102,6 +103,13 @@ class WyomingServer:
         if self._server is not None:
             await self._server.stop()
             self._server = None
+
+
+def from_cfg(cfg: Config | WyomingConfig, **overrides: Any) -> WyomingConfig:
+    """The ``wyoming`` section of ``cfg`` (or ``cfg`` itself), then the ``overrides`` that are not None."""
+    base = cfg if isinstance(cfg, WyomingConfig) else cfg.wyoming
+    given = {k: v for k, v in overrides.items() if v is not None}
+    return replace(base, **given) if given else base
 
 
 def serve_wyoming(cfg: Config, uri: str = "", *, zeroconf: bool | None = None, engines: Engines | None = None,
