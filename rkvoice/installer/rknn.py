@@ -24,7 +24,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rkvoice.board import versions
+from rkvoice.board import runtimes, versions
 from rkvoice.errors import Code, RkvoiceError, Stage
 from rkvoice.installer.context import DOWNLOADS, Context, Toolkit, atomic
 
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _VERSION = re.compile(r"^\d+\.\d+\.\d+(?:[a-z]+\d*)?$")
-_STAMP = re.compile(rb"toolkit[_ ]?version\"?[:=] *\"?v?(\d+\.\d+\.\d+(?:[a-z]+\d*)?)", re.IGNORECASE)
 
 
 def resolve_toolkit(override: str | None = None, lib_paths: tuple[Path, ...] | None = None) -> Toolkit:
@@ -89,12 +88,8 @@ def rknn_problem(rknn: Path, expected: str | None) -> tuple[str, str] | None:
         built = read_sidecar(rknn)["toolkit_version"]
     except RkvoiceError as err:
         return ("missing" if err.code == Code.NO_SIDECAR else "corrupt"), err.message
-    try:  # the toolkit version rknn-toolkit2 stamps into the .rknn itself (first 4 MB), if any
-        with rknn.open("rb") as fh:
-            m = _STAMP.search(fh.read(4 << 20))
-    except OSError:
-        m = None
-    if m and (stamp := m.group(1).decode()) != built:
+    stamp = runtimes.rknn_build_version(rknn)  # what rknn-toolkit2 stamps into the .rknn itself, if anything
+    if stamp and stamp != built:
         return "corrupt", f"{rknn.name} says rknn-toolkit2 {stamp} but its sidecar says {built}"
     if expected and built != expected:
         return "mismatch", f"{rknn.name} was built by rknn-toolkit2 {built} but the runtime is {expected}"
