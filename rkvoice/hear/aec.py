@@ -123,8 +123,81 @@ class SpeexCanceller:
         self.close()
 
 
+class SystemSpeexCanceller:
+    """The system's libspeexdsp (Debian: apt-get install libspeexdsp1): the echo canceller told its
+    sampling rate, then the preprocessor's residual echo suppression and noise suppression at their
+    defaults. On bench/echo.py it kept the user's words better than pyaec's build of the same code."""
+
+    name = "speex"
+    SET_SAMPLING_RATE, SET_ECHO_STATE = 24, 24  # speex_echo.h / speex_preprocess.h request numbers
+
+    def __init__(self, tail: int = SPEEX_TAIL) -> None:
+        path = system_speexdsp()
+        if path is None:
+            raise ImportError("libspeexdsp is not installed (apt-get install libspeexdsp1)", name="speexdsp")
+        lib = ctypes.CDLL(path)
+        handle, pcm = ctypes.c_void_p, ctypes.POINTER(ctypes.c_int16)
+        for fn, args, res in (("speex_echo_state_init", [ctypes.c_int, ctypes.c_int], handle),
+                              ("speex_echo_cancellation", [handle, pcm, pcm, pcm], None),
+                              ("speex_echo_ctl", [handle, ctypes.c_int, ctypes.c_void_p], ctypes.c_int),
+                              ("speex_echo_state_destroy", [handle], None),
+                              ("speex_preprocess_state_init", [ctypes.c_int, ctypes.c_int], handle),
+                              ("speex_preprocess_ctl", [handle, ctypes.c_int, ctypes.c_void_p], ctypes.c_int),
+                              ("speex_preprocess_run", [handle, pcm], ctypes.c_int),
+                              ("speex_preprocess_state_destroy", [handle], None)):
+            getattr(lib, fn).argtypes, getattr(lib, fn).restype = args, res
+        self._lib, self._pcm, self.tail = lib, pcm, tail
+        self._echo: int | None = None
+        self._pre: int | None = None
+        self.reset()
+
+    def reset(self) -> None:
+        self.close()
+        lib = self._lib
+        self._echo = lib.speex_echo_state_init(FRAME, self.tail)
+        self._pre = lib.speex_preprocess_state_init(FRAME, RATE)
+        if not self._echo or not self._pre:
+            raise RkvoiceError(Stage.HEAR, "aec-failed", "libspeexdsp could not create an echo canceller")
+        rate = ctypes.c_int(RATE)
+        lib.speex_echo_ctl(self._echo, self.SET_SAMPLING_RATE, ctypes.byref(rate))
+        lib.speex_preprocess_ctl(self._pre, self.SET_ECHO_STATE, self._echo)
+
+    def process(self, mic: np.ndarray, ref: np.ndarray) -> np.ndarray:
+        near = np.ascontiguousarray(mic, np.int16)
+        far = np.ascontiguousarray(ref, np.int16)
+        out = np.empty(FRAME, np.int16)
+        self._lib.speex_echo_cancellation(self._echo, near.ctypes.data_as(self._pcm), far.ctypes.data_as(self._pcm),
+                                          out.ctypes.data_as(self._pcm))
+        self._lib.speex_preprocess_run(self._pre, out.ctypes.data_as(self._pcm))
+        return out
+
+    def close(self) -> None:
+        if self._pre:
+            self._lib.speex_preprocess_state_destroy(self._pre)
+            self._pre = None
+        if self._echo:
+            self._lib.speex_echo_state_destroy(self._echo)
+            self._echo = None
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def system_speexdsp() -> str | None:
+    """The system's libspeexdsp, if there is one."""
+    import ctypes.util
+
+    return ctypes.util.find_library("speexdsp")
+
+
+def speex() -> Canceller:
+    """speexdsp: the system's library when installed (measured better), else the one pyaec ships."""
+    return SystemSpeexCanceller() if system_speexdsp() else SpeexCanceller()
+
+
 BACKENDS: dict[str, tuple[Callable[[], Canceller], str, str]] = {
-    "speex": (SpeexCanceller, "pyaec", "pip install pyaec==1.0.1 (requirements/portable.txt lists it)"),
+    "speex": (speex, "pyaec", "pip install pyaec==1.0.1 (requirements/portable.txt lists it); "
+              "better: apt-get install libspeexdsp1"),
     "webrtc": (WebrtcCanceller, "livekit", "pip install livekit==1.2.1 (an optional extra: not in requirements/)"),
 }
 """name -> (factory, the package it imports, how to install it); ``auto`` tries them in this order."""
@@ -132,6 +205,8 @@ BACKENDS: dict[str, tuple[Callable[[], Canceller], str, str]] = {
 
 def installed(name: str) -> bool:
     """Whether backend ``name``'s package can be found (without importing it)."""
+    if name == "speex" and system_speexdsp():
+        return True
     return importlib.util.find_spec(BACKENDS[name][1]) is not None
 
 
@@ -166,7 +241,7 @@ def create_canceller(setting: str) -> Canceller | None:
     return None
 
 
-SUMMARY = {"webrtc": "WebRTC AEC3 (livekit)", "speex": "speexdsp MDF (pyaec)"}
+SUMMARY = {"webrtc": "WebRTC AEC3 (livekit)", "speex": "speexdsp MDF + residual echo suppression"}
 
 
 def describe(setting: str, tail_ms: int) -> tuple[str, list[str], list[str]]:
@@ -182,8 +257,12 @@ def describe(setting: str, tail_ms: int) -> tuple[str, list[str], list[str]]:
         why = "hear.aec: off" if setting == "off" else "no echo canceller installed (pip install livekit or pyaec)"
         return "off", [], [f"{why}: the wake and follow-up path is muted while the speaker plays and "
                            f"{tail_ms} ms after (+ the echo delay); no barge-in while it speaks"]
-    return name, [], [f"{SUMMARY[name]} with the played audio as reference; playback-to-capture delay "
-                      "estimated from the audio (GCC-PHAT); hear.aec: off mutes instead"]
+    source = ""
+    if name == "speex":
+        source = " (the system's libspeexdsp)" if system_speexdsp() else \
+            " (pyaec's build; apt-get install libspeexdsp1 hears the user better over the echo)"
+    return name, [], [f"{SUMMARY[name]}{source} with the played audio as reference; playback-to-capture "
+                      "delay estimated from the audio (GCC-PHAT); hear.aec: off mutes instead"]
 
 
 def estimate_delay(mic: np.ndarray, ref: np.ndarray, max_lag: int) -> tuple[int, float]:
