@@ -58,7 +58,7 @@ def make(kind: str) -> aec.Canceller:
             "system-speexdsp": aec.SystemSpeexCanceller}[kind]()
 
 
-@pytest.mark.parametrize(("kind", "at_least"), [("webrtc", 20.0), ("pyaec-speex", 10.0), ("system-speexdsp", 20.0)])
+@pytest.mark.parametrize(("kind", "at_least"), [("webrtc", 20.0), ("pyaec-speex", 20.0), ("system-speexdsp", 20.0)])
 def test_canceller_removes_a_synthetic_echo(kind: str, at_least: float) -> None:
     ref = talk(8.0, seed=1)
     echo = np.convolve(ref, room(0.06))[: len(ref)].astype(np.float32)
