@@ -302,6 +302,7 @@ def run(cfg: Config, n_answers: int, n_users: int, setting: str) -> dict[str, An
         default = f"{DEFAULT_DELAY_MS}ms/+{DEFAULT_LEVEL_DB:g}dB"
         out[{"on": "aec_on", "off": "aec_off", "mute": "mute"}[mode]] = {
             "canceller": aec.resolve(setting) if mode == "on" else mode,
+            "build": type(aec.create_canceller(setting)).__name__ if mode == "on" else None,
             "erle_db": by_cond.get(default, 0.0) if mode == "on" else (0.0 if mode == "off" else None),
             "erle_by_condition": by_cond if mode == "on" else {},
             "wake_recall_quiet": round(r["woke_quiet"] / cases, 3),
