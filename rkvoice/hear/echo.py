@@ -183,11 +183,11 @@ class EchoFilter:
                 self.muted_s += len(frame) / RATE
                 return np.zeros_like(frame)
             return frame
-        self._track_delay(frame, start_tick)
         if not self.playing(start_tick - FRAME, len(frame) + FRAME):  # quiet: the frame as it is, no latency
             self._in = np.zeros(0, np.float32)
             self._out = np.zeros(FRAME, np.float32)
             return frame
+        self._track_delay(frame, start_tick)
         if len(self._in) == 0:
             self._in_tick = start_tick
         self._in = np.concatenate([self._in, frame])
