@@ -238,3 +238,16 @@ def test_the_speak_stage_taps_its_player(tmp_path) -> None:  # type: ignore[no-u
         assert speak.played.end_tick is not None and inner[0].blocks == 1
     finally:
         speak.close()
+
+
+def test_check_names_the_canceller_or_the_mute() -> None:
+    import io
+
+    from rkvoice.cli.check import run_check
+
+    for setting, expect in (("off", "muted while the speaker plays"), ("external", "the sound server")):
+        cfg = load_config([parse_override(f"hear.aec={setting}")], files=[DEFAULT_CONFIG])
+        out = io.StringIO()
+        run_check(cfg, out, output_device=lambda: None, input_device=lambda: False)
+        line = next(x for x in out.getvalue().splitlines() if "] echo" in x)
+        assert line.split()[-1] == setting and expect in out.getvalue()
