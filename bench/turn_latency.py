@@ -109,11 +109,14 @@ class Script:
     """The scripted turns: (variant, request text) in order; round-robin over the variants."""
 
     def __init__(self, variants: list[str], rounds: int, warmup: int) -> None:
-        self.turns: list[tuple[str, str]] = [("warmup", TOOL_REQUESTS[0]), ("warmup", LLM_REQUESTS[0])][:warmup * 2]
+        self.turns: list[tuple[str, str]] = [("warmup", TOOL_REQUESTS[0]), ("warmup", LLM_REQUESTS[-1])][:warmup * 2]
         for r in range(rounds):
             for v in variants if r % 2 == 0 else variants[::-1]:  # alternate the order too
                 self.turns.append((v, TOOL_REQUESTS[(r + len(self.turns)) % len(TOOL_REQUESTS)]))
-                self.turns.append((v, LLM_REQUESTS[r % len(LLM_REQUESTS)]))
+                # never the question of the LLM turn before: its whole prompt would still be in the
+                # cache (the same question in the same minute), a first token for free
+                k = variants.index(v) + r * len(variants)
+                self.turns.append((v, LLM_REQUESTS[k % len(LLM_REQUESTS)]))
 
 
 def run(cfg: Config, variants: dict[str, Config], rounds: int, warmup: int) -> dict[str, Any]:

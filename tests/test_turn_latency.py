@@ -63,3 +63,5 @@ def test_the_script_interleaves_variants_and_alternates_their_order() -> None:
     turns = Script(["a", "b"], rounds=2, warmup=1).turns
     assert [v for v, _ in turns] == ["warmup", "warmup", "a", "a", "b", "b", "b", "b", "a", "a"]
     assert all("小智小智" in text for _, text in turns)
+    llm = [text for _, text in turns if "介绍" in text]
+    assert all(a != b for a, b in zip(llm, llm[1:], strict=False))  # no LLM turn repeats the one before
