@@ -16,8 +16,10 @@ variant, interleaved, so all variants see the same machine load:
 - ``--variant NAME:KEY=VALUE,...`` adds one (e.g. ``early:daemon.first_piece_early=false``).
 
 Per route, p50/p90 of end of speech -> first audio and its parts: VAD end-of-speech silence, ASR,
-routing (transcript -> route), LLM first token (prefix cached: the conversation is cleared before
-each turn, so every question follows the system prompt already in llama's cache), first piece ready (first token -> the first piece handed to the voice),
+routing (transcript -> route), LLM first token (prefix cached: the conversation is cleared and
+llama's cache cut back to the system prompt before each turn, so every question is evaluated whole
+after the same cached prefix; ``llm_threads`` records per turn the tokens evaluated and the
+prefill's time), first piece ready (first token -> the first piece handed to the voice),
 first piece synthesised (handed -> first PCM at the player). ``--hog N`` runs N busy processes
 alongside (the "never slower than 1 under load" check). The load average is recorded: on a shared
 machine compare variants within one run only. ``board_predicted`` is bench/board_budget.py's
@@ -119,6 +121,28 @@ class Script:
                 self.turns.append((v, LLM_REQUESTS[k % len(LLM_REQUESTS)]))
 
 
+def from_system_prompt(assistant: Any) -> None:
+    """The next LLM turn starts from the same cached prefix as every other: the system prompt alone.
+
+    A history that fills up would drop its older half and leave some turns a cold prompt; and the
+    cache of the turn before keeps a varying part of the next question (the time's first digits, the
+    same words), 1 to 32 tokens left to evaluate: a different first token per turn, not per variant.
+    ``prime`` cuts the cache back to the system prompt (a token or two evaluated)."""
+    assistant.conversation.clear()
+    prime = getattr(assistant.llm, "prime", None)
+    if prime is not None:
+        prime([{"role": "system", "content": assistant.conversation.system_prompt()}])
+
+
+def llm_record(stats: dict[str, Any]) -> dict[str, Any]:
+    """An LLM turn's threads, and the prompt tokens it evaluated after the cached prefix and their time."""
+    out = {k: stats.get(k) for k in ("threads_batch", "threads_quiet", "threads")}
+    if stats:
+        out.update(prompt_tokens_evaluated=stats["prompt_tokens"] - stats["reused_tokens"],
+                   prefill_ms=round(stats["prefill_s"] * 1000, 1))
+    return out
+
+
 def run(cfg: Config, variants: dict[str, Config], rounds: int, warmup: int) -> dict[str, Any]:
     script = Script(list(variants), rounds, warmup)
     work = Path(cfg.state.dir).parent
@@ -141,9 +165,7 @@ def run(cfg: Config, variants: dict[str, Config], rounds: int, warmup: int) -> d
         if n < len(script.turns):
             assistant = daemon.stages.engines["answer"]
             assistant.llm.cfg = variants.get(script.turns[n][0], cfg)
-            # every LLM turn starts from the same cached prefix (the system prompt, primed at load): a
-            # history that fills up would drop its older half and leave some turns a cold prompt
-            assistant.conversation.clear()
+            from_system_prompt(assistant)
         else:
             daemon.request_stop()
 
@@ -153,7 +175,7 @@ def run(cfg: Config, variants: dict[str, Config], rounds: int, warmup: int) -> d
             done.append((script.turns[i][0], turn))
             llm = daemon.stages.engines["answer"].llm
             stats = getattr(llm, "last_stats", {}) if turn is not None and turn.route == "llm" else {}
-            threads.append({k: stats.get(k) for k in ("threads_batch", "threads_quiet", "threads")})
+            threads.append(llm_record(stats))
             load_avg.append(os.getloadavg()[0])
             print(f"turn_latency: {i + 1}/{len(script.turns)} {script.turns[i][0]}: "
                   f"{turn.timeline.summary().get('end_to_first_audio_ms') if turn else 'failed'} ms",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench.board_budget import BOARD, tts_seconds
-from bench.turn_latency import Script, report, turn_parts
+from bench.turn_latency import Script, from_system_prompt, llm_record, report, turn_parts
 from rkvoice.clock import FakeClock
 from rkvoice.timeline import Ev, Timeline
 from rkvoice.turn import Turn
@@ -65,3 +65,39 @@ def test_the_script_interleaves_variants_and_alternates_their_order() -> None:
     assert all("小智小智" in text for _, text in turns)
     llm = [text for _, text in turns if "介绍" in text]
     assert all(a != b for a, b in zip(llm, llm[1:], strict=False))  # no LLM turn repeats the one before
+
+
+class _Primed:
+    def __init__(self) -> None:
+        self.primed: list[list[dict[str, str]]] = []
+
+    def prime(self, messages: list[dict[str, str]]) -> None:
+        self.primed.append(messages)
+
+
+class _Conversation:
+    def __init__(self) -> None:
+        self.turns = ["q", "a"]
+
+    def clear(self) -> None:
+        self.turns = []
+
+    def system_prompt(self) -> str:
+        return "你是小智。"
+
+
+def test_every_llm_turn_starts_from_the_system_prompt_alone() -> None:
+    assistant = type("A", (), {"llm": _Primed(), "conversation": _Conversation()})()
+    from_system_prompt(assistant)
+    assert assistant.conversation.turns == []
+    assert assistant.llm.primed == [[{"role": "system", "content": "你是小智。"}]]
+    assistant.llm = object()  # an engine without a cache (rkllm) is left alone
+    from_system_prompt(assistant)
+
+
+def test_an_llm_turn_records_the_prompt_tokens_it_evaluated() -> None:
+    stats = {"prompt_tokens": 110, "reused_tokens": 77, "prefill_s": 1.2345, "threads_batch": 2,
+             "threads_quiet": [1, 2], "threads": 1}
+    assert llm_record(stats) == {"threads_batch": 2, "threads_quiet": [1, 2], "threads": 1,
+                                 "prompt_tokens_evaluated": 33, "prefill_ms": 1234.5}
+    assert llm_record({}) == {"threads_batch": None, "threads_quiet": None, "threads": None}
