@@ -239,6 +239,9 @@ if [ "$PROFILE" = board ]; then
         || fail "pip install rknn-toolkit-lite2==$RTV failed (it must equal the librknnrt version $RTV)"
     fi
   fi
+  # the echo canceller prefers the system's libspeexdsp (floating point) to pyaec's fixed-point build
+  "$PY" -c 'from rkvoice.hear.speexdsp import system_speexdsp as s; raise SystemExit(not s())' \
+    || echo "    note: sudo apt-get install libspeexdsp1 (optional): the echo canceller then keeps the user's words better"
 fi
 
 # ---------------------------------------------------------------- models

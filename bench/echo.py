@@ -1,6 +1,6 @@
 """Echo bench: the assistant's own voice in a simulated room, with and without echo cancellation.
 
-    py312/bin/python bench/echo.py [--answers 50] [--users 3] [--aec auto|webrtc|speex] [--quick]
+    py312/bin/python bench/echo.py [--answers 50] [--users 3] [--aec auto|webrtc|speex] [--speex-build system,pyaec] [--quick]
 
 The assistant's answers (the configured portable voice, cached under .cache/echo/) are played
 through the real player path (a NullPlayer on a FakeClock behind the ReferenceTap, which places every
@@ -187,11 +187,17 @@ def make_case(played: PlayedAudio, length: int, delay_ms: int, level_db: float, 
     return Case(played, echo.astype(np.float32), voice, noise.astype(np.float32), (delay_ms, level_db))
 
 
-def hear(mic: np.ndarray, played: PlayedAudio | None, mode: str, setting: str) -> tuple[np.ndarray, dict[str, Any]]:
-    """What the wake path gets: ``mode`` on (canceller), off (raw) or mute (the fallback)."""
+BUILDS: dict[str, Any] = {"system": aec.SystemSpeexCanceller, "pyaec": aec.SpeexCanceller,
+                          "pyaec-wrapper": aec.PyaecWrapperCanceller}
+"""``--speex-build``: speexdsp from the system (libspeexdsp1) or from the pyaec wheel (driven like the
+system's, or through pyaec's own AecNew: the canceller at its 8 kHz constants)."""
+
+
+def hear(mic: np.ndarray, played: PlayedAudio | None, mode: str, make: Any) -> tuple[np.ndarray, dict[str, Any]]:
+    """What the wake path gets: ``mode`` on (the canceller ``make()`` returns), off (raw) or mute (the fallback)."""
     if mode == "off" or played is None:
         return mic, {}
-    canceller = aec.create_canceller(setting) if mode == "on" else None
+    canceller = make() if mode.startswith("on") else None
     f = EchoFilter(played, canceller, tail_s=0.3)
     out = np.concatenate([f.process(mic[i : i + 512], T0 + i) for i in range(0, len(mic), 512)])
     return out, {"delay_ms": None if f.delay is None else round(f.delay * 1000 / RATE, 1)}
@@ -238,13 +244,15 @@ class Listener:
         return found
 
 
-def run(cfg: Config, n_answers: int, n_users: int, setting: str) -> dict[str, Any]:
+def run(cfg: Config, n_answers: int, n_users: int, setting: str, builds: list[str]) -> dict[str, Any]:
     voices = Voices(cfg)
     listener = Listener(cfg)
     texts = answer_texts(n_answers)
     answers = [voices.assistant(t) for t in texts]
     conditions = [(d, lv) for d in DELAYS_MS for lv in LEVELS_DB]
-    modes = ("on", "off", "mute")
+    makers = {"on": lambda: aec.create_canceller(setting)} if not builds else \
+        {("on" if i == 0 else f"on_{b}"): BUILDS[b] for i, b in enumerate(builds)}
+    modes = (*makers, "off", "mute")
     res: dict[str, dict[str, Any]] = {m: {"woke_quiet": 0, "woke_playback": 0, "cer_quiet": [], "cer_playback": [],
                                           "self_wakes": 0, "self_requests": 0, "erle": {}, "heard": [], "requests_heard": []}
                                    for m in modes}
@@ -266,7 +274,7 @@ def run(cfg: Config, n_answers: int, n_users: int, setting: str) -> dict[str, An
             cases += 1
             for mode in modes:
                 for where, audio_in, pl in (("quiet", quiet, None), ("playback", case.mic, played)):
-                    heard_audio, _ = hear(audio_in, pl, mode, setting)
+                    heard_audio, _ = hear(audio_in, pl, mode, makers.get(mode))
                     woke, request, heard = listener.wake(heard_audio)
                     res[mode][f"woke_{where}"] += int(woke)
                     if req:
@@ -281,7 +289,7 @@ def run(cfg: Config, n_answers: int, n_users: int, setting: str) -> dict[str, An
         length = int((len(audio) / rate + 1.0) * RATE)
         case = make_case(played, length, delay, level, seed=50_000 + i)
         for mode in modes:
-            heard_audio, info = hear(case.mic, played, mode, setting)
+            heard_audio, info = hear(case.mic, played, mode, makers.get(mode))
             skip = 2 * RATE  # the canceller's first look at the room (and the delay estimate)
             if mode != "mute" and length > skip + RATE:
                 residual = heard_audio[skip:] - case.noise[skip:] if mode == "off" else heard_audio[skip:]
@@ -300,11 +308,12 @@ def run(cfg: Config, n_answers: int, n_users: int, setting: str) -> dict[str, An
     for mode, r in res.items():
         by_cond = {c: round(float(np.mean(v)), 1) for c, v in sorted(r["erle"].items())}
         default = f"{DEFAULT_DELAY_MS}ms/+{DEFAULT_LEVEL_DB:g}dB"
-        out[{"on": "aec_on", "off": "aec_off", "mute": "mute"}[mode]] = {
-            "canceller": aec.resolve(setting) if mode == "on" else mode,
-            "build": type(aec.create_canceller(setting)).__name__ if mode == "on" else None,
-            "erle_db": by_cond.get(default, 0.0) if mode == "on" else (0.0 if mode == "off" else None),
-            "erle_by_condition": by_cond if mode == "on" else {},
+        on = mode in makers
+        out[{"off": "aec_off", "mute": "mute"}.get(mode, f"aec_{mode}")] = {
+            "canceller": ("speex" if builds else aec.resolve(setting)) if on else mode,
+            "build": type(makers[mode]()).__name__ if on else None,
+            "erle_db": by_cond.get(default, 0.0) if on else (0.0 if mode == "off" else None),
+            "erle_by_condition": by_cond if on else {},
             "wake_recall_quiet": round(r["woke_quiet"] / cases, 3),
             "wake_recall_playback": round(r["woke_playback"] / cases, 3),
             "self_wakes": r["self_wakes"], "self_requests": r["self_requests"], "answers": len(answers),
@@ -322,13 +331,18 @@ def main() -> int:
     ap.add_argument("--answers", type=int, default=50, help="assistant answers played alone (default 50)")
     ap.add_argument("--users", type=int, default=3, help="user voices (x4 utterances, default 3)")
     ap.add_argument("--aec", default="auto", choices=[c for c in aec.CHOICES if c != "off"])
+    ap.add_argument("--speex-build", default="", help="speexdsp builds side by side instead of --aec: "
+                    f"some of {','.join(BUILDS)} (aec_on is the first, aec_on_<build> the others)")
     ap.add_argument("--quick", action="store_true", help="6 answers, one user voice (a smoke run)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     cfg = load_config()
     t0 = time.monotonic()
     n_answers, n_users = (6, 1) if args.quick else (args.answers, args.users)
-    result = run(cfg, n_answers, n_users, args.aec)
+    builds = [b for b in args.speex_build.split(",") if b]
+    if unknown := set(builds) - set(BUILDS):
+        ap.error(f"unknown --speex-build {sorted(unknown)}: choose from {', '.join(BUILDS)}")
+    result = run(cfg, n_answers, n_users, args.aec, builds)
     result["run"] = {"wall_s": round(time.monotonic() - t0, 1), "default_delay_ms": DEFAULT_DELAY_MS,
                      "default_level_db": DEFAULT_LEVEL_DB, "delays_ms": DELAYS_MS, "levels_db": LEVELS_DB}
     print(json.dumps(result, ensure_ascii=False, indent=1))

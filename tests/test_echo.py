@@ -4,8 +4,10 @@ mute fallback, the live source's timeline and the config key. Deterministic: see
 from __future__ import annotations
 
 import argparse
+import ctypes
 import importlib.util
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +16,7 @@ from rkvoice.audio.sinks import NullPlayer
 from rkvoice.clock import FakeClock
 from rkvoice.config import DEFAULT_CONFIG, load_config, parse_override
 from rkvoice.errors import RkvoiceError
-from rkvoice.hear import aec
+from rkvoice.hear import aec, speexdsp
 from rkvoice.hear.echo import EchoCancelledSource, EchoFilter, PlayedAudio, ReferenceTap, echo_filter
 
 RATE = 16000
@@ -51,14 +53,15 @@ def run_filter(f: EchoFilter, mic: np.ndarray, start_tick: int, frame: int = 512
 def make(kind: str) -> aec.Canceller:
     if kind == "system-speexdsp" and not aec.system_speexdsp():
         pytest.skip("libspeexdsp is not installed (apt-get install libspeexdsp1)")
-    package = {"webrtc": "livekit", "pyaec-speex": "pyaec"}.get(kind)
+    package = {"webrtc": "livekit", "pyaec-speex": "pyaec", "pyaec-wrapper": "pyaec"}.get(kind)
     if package is not None and importlib.util.find_spec(package) is None:
         pytest.skip(f"{package} is not installed")
-    return {"webrtc": aec.WebrtcCanceller, "pyaec-speex": aec.SpeexCanceller,
+    return {"webrtc": aec.WebrtcCanceller, "pyaec-speex": aec.SpeexCanceller, "pyaec-wrapper": aec.PyaecWrapperCanceller,
             "system-speexdsp": aec.SystemSpeexCanceller}[kind]()
 
 
-@pytest.mark.parametrize(("kind", "at_least"), [("webrtc", 20.0), ("pyaec-speex", 20.0), ("system-speexdsp", 20.0)])
+@pytest.mark.parametrize(("kind", "at_least"), [("webrtc", 20.0), ("pyaec-speex", 20.0), ("pyaec-wrapper", 20.0),
+                                                ("system-speexdsp", 20.0)])
 def test_canceller_removes_a_synthetic_echo(kind: str, at_least: float) -> None:
     ref = talk(8.0, seed=1)
     echo = np.convolve(ref, room(0.06))[: len(ref)].astype(np.float32)
@@ -251,3 +254,30 @@ def test_check_names_the_canceller_or_the_mute() -> None:
         run_check(cfg, out, output_device=lambda: None, input_device=lambda: False)
         line = next(x for x in out.getvalue().splitlines() if "] echo" in x)
         assert line.split()[-1] == setting and expect in out.getvalue()
+
+
+def test_pyaec_build_is_driven_like_the_system_library(tmp_path: Path) -> None:
+    """pyaec's libaec.so exports only its wrapper: the speexdsp functions are found in its symbol
+    table, and the canceller is told 16 kHz (its rate fields hold speexdsp's 16 kHz constants)."""
+    if importlib.util.find_spec("pyaec") is None:
+        pytest.skip("pyaec is not installed")
+    symbols = speexdsp.elf_functions(speexdsp.pyaec_library())
+    assert {"AecNew", *speexdsp.FUNCTIONS} <= set(symbols)
+    c = aec.SpeexCanceller()
+    ints = ctypes.cast(c._echo, ctypes.POINTER(ctypes.c_int32))
+    shorts = ctypes.cast(c._echo + 40, ctypes.POINTER(ctypes.c_int16))  # type: ignore[operator]
+    assert (ints[0], ints[9]) == (aec.FRAME, RATE)
+    assert (shorts[0], shorts[1], shorts[2]) == ((160 << 15) // RATE, (160 << 16) // RATE, (160 << 14) // RATE)
+    c.reset()  # a fresh state is set again (speexdsp starts it at 8 kHz)
+    assert ctypes.cast(c._echo, ctypes.POINTER(ctypes.c_int32))[9] == RATE
+    (tmp_path / "not-elf.so").write_bytes(b"#!/bin/sh\n")
+    assert speexdsp.elf_functions(tmp_path / "not-elf.so") == {}
+
+
+def test_speex_falls_back_to_pyaecs_wrapper_when_its_symbols_are_stripped(monkeypatch: pytest.MonkeyPatch) -> None:
+    if importlib.util.find_spec("pyaec") is None:
+        pytest.skip("pyaec is not installed")
+    monkeypatch.setattr(aec, "system_speexdsp", lambda: None)
+    assert type(aec.speex()) is aec.SpeexCanceller
+    monkeypatch.setattr(speexdsp, "elf_functions", lambda path: {"AecNew": 1})
+    assert type(aec.speex()) is aec.PyaecWrapperCanceller

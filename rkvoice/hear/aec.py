@@ -26,12 +26,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from rkvoice.errors import RkvoiceError, Stage
+from rkvoice.hear.speexdsp import FRAME, RATE, SPEEX_TAIL, SpeexDspCanceller, pyaec_library, system_speexdsp
 
 log = logging.getLogger(__name__)
 
-RATE = 16000
-FRAME = 160  # 10 ms: the frame both libraries take
-SPEEX_TAIL = 2048  # 128 ms of echo path after the estimated delay
 
 CHOICES = ("auto", "webrtc", "speex", "off", "external")
 """The values of ``hear.aec`` (external: the sound server cancels the echo; the microphone is heard as it is)."""
@@ -71,38 +69,44 @@ class WebrtcCanceller:
         return np.frombuffer(frame.data, dtype=np.int16).copy()
 
 
-class SpeexCanceller:
-    """speexdsp's echo canceller + residual echo suppressor (the library pyaec ships)."""
+class SpeexCanceller(SpeexDspCanceller):
+    """speexdsp inside the pyaec wheel (fixed point), driven like the system's library (speexdsp.py)."""
+
+    def __init__(self, tail: int = SPEEX_TAIL) -> None:
+        super().__init__("pyaec", tail)
+
+
+class SystemSpeexCanceller(SpeexDspCanceller):
+    """The system's libspeexdsp (Debian: apt-get install libspeexdsp1), a floating-point build. On
+    bench/echo.py it kept the user's words better than pyaec's fixed-point build of the same code."""
+
+    def __init__(self, tail: int = SPEEX_TAIL) -> None:
+        super().__init__("system", tail)
+
+
+class PyaecWrapperCanceller:
+    """pyaec's own entry points (AecNew: the canceller at its 8 kHz constants + the preprocessor),
+    for a pyaec build whose speexdsp symbols are stripped."""
 
     name = "speex"
 
-    def __init__(self, tail: int = SPEEX_TAIL, suppress: bool = True) -> None:
-        self.suppress = suppress
-        spec = importlib.util.find_spec("pyaec")
-        if spec is None or not spec.submodule_search_locations:
-            raise ImportError("pyaec is not installed", name="pyaec")
-        path = f"{next(iter(spec.submodule_search_locations))}/libaec.so"
+    def __init__(self, tail: int = SPEEX_TAIL) -> None:
+        path = str(pyaec_library())
         try:
             lib = ctypes.CDLL(path)
         except OSError as exc:
             raise ImportError(f"cannot load {path}: {exc}", name="pyaec") from exc
-        handle = ctypes.c_void_p
-        lib.AecNew.argtypes = [ctypes.c_size_t, ctypes.c_int32, ctypes.c_int32, ctypes.c_bool]
-        lib.AecNew.restype = handle
-        pcm = ctypes.POINTER(ctypes.c_int16)
-        lib.AecCancelEcho.argtypes = [handle, pcm, pcm, pcm, ctypes.c_size_t]
-        lib.AecCancelEcho.restype = None
-        lib.AecDestroy.argtypes = [handle]
-        lib.AecDestroy.restype = None
-        self._lib = lib
-        self._pcm = pcm
-        self.tail = tail
+        handle, pcm = ctypes.c_void_p, ctypes.POINTER(ctypes.c_int16)
+        lib.AecNew.argtypes, lib.AecNew.restype = [ctypes.c_size_t, ctypes.c_int32, ctypes.c_int32, ctypes.c_bool], handle
+        lib.AecCancelEcho.argtypes, lib.AecCancelEcho.restype = [handle, pcm, pcm, pcm, ctypes.c_size_t], None
+        lib.AecDestroy.argtypes, lib.AecDestroy.restype = [handle], None
+        self._lib, self._pcm, self.tail = lib, pcm, tail
         self._aec: int | None = None
         self.reset()
 
     def reset(self) -> None:
         self.close()
-        self._aec = self._lib.AecNew(FRAME, self.tail, RATE, self.suppress)
+        self._aec = self._lib.AecNew(FRAME, self.tail, RATE, True)
         if not self._aec:
             raise RkvoiceError(Stage.HEAR, "aec-failed", "speexdsp could not create an echo canceller")
 
@@ -123,76 +127,17 @@ class SpeexCanceller:
         self.close()
 
 
-class SystemSpeexCanceller:
-    """The system's libspeexdsp (Debian: apt-get install libspeexdsp1): the echo canceller told its
-    sampling rate, then the preprocessor's residual echo suppression and noise suppression at their
-    defaults. On bench/echo.py it kept the user's words better than pyaec's build of the same code."""
-
-    name = "speex"
-    SET_SAMPLING_RATE, SET_ECHO_STATE = 24, 24  # speex_echo.h / speex_preprocess.h request numbers
-
-    def __init__(self, tail: int = SPEEX_TAIL) -> None:
-        path = system_speexdsp()
-        if path is None:
-            raise ImportError("libspeexdsp is not installed (apt-get install libspeexdsp1)", name="speexdsp")
-        lib = ctypes.CDLL(path)
-        handle, pcm = ctypes.c_void_p, ctypes.POINTER(ctypes.c_int16)
-        for fn, args, res in (("speex_echo_state_init", [ctypes.c_int, ctypes.c_int], handle),
-                              ("speex_echo_cancellation", [handle, pcm, pcm, pcm], None),
-                              ("speex_echo_ctl", [handle, ctypes.c_int, ctypes.c_void_p], ctypes.c_int),
-                              ("speex_echo_state_destroy", [handle], None),
-                              ("speex_preprocess_state_init", [ctypes.c_int, ctypes.c_int], handle),
-                              ("speex_preprocess_ctl", [handle, ctypes.c_int, ctypes.c_void_p], ctypes.c_int),
-                              ("speex_preprocess_run", [handle, pcm], ctypes.c_int),
-                              ("speex_preprocess_state_destroy", [handle], None)):
-            getattr(lib, fn).argtypes, getattr(lib, fn).restype = args, res
-        self._lib, self._pcm, self.tail = lib, pcm, tail
-        self._echo: int | None = None
-        self._pre: int | None = None
-        self.reset()
-
-    def reset(self) -> None:
-        self.close()
-        lib = self._lib
-        self._echo = lib.speex_echo_state_init(FRAME, self.tail)
-        self._pre = lib.speex_preprocess_state_init(FRAME, RATE)
-        if not self._echo or not self._pre:
-            raise RkvoiceError(Stage.HEAR, "aec-failed", "libspeexdsp could not create an echo canceller")
-        rate = ctypes.c_int(RATE)
-        lib.speex_echo_ctl(self._echo, self.SET_SAMPLING_RATE, ctypes.byref(rate))
-        lib.speex_preprocess_ctl(self._pre, self.SET_ECHO_STATE, self._echo)
-
-    def process(self, mic: np.ndarray, ref: np.ndarray) -> np.ndarray:
-        near = np.ascontiguousarray(mic, np.int16)
-        far = np.ascontiguousarray(ref, np.int16)
-        out = np.empty(FRAME, np.int16)
-        self._lib.speex_echo_cancellation(self._echo, near.ctypes.data_as(self._pcm), far.ctypes.data_as(self._pcm),
-                                          out.ctypes.data_as(self._pcm))
-        self._lib.speex_preprocess_run(self._pre, out.ctypes.data_as(self._pcm))
-        return out
-
-    def close(self) -> None:
-        if self._pre:
-            self._lib.speex_preprocess_state_destroy(self._pre)
-            self._pre = None
-        if self._echo:
-            self._lib.speex_echo_state_destroy(self._echo)
-            self._echo = None
-
-    def __del__(self) -> None:
-        self.close()
-
-
-def system_speexdsp() -> str | None:
-    """The system's libspeexdsp, if there is one."""
-    import ctypes.util
-
-    return ctypes.util.find_library("speexdsp")
-
-
 def speex() -> Canceller:
     """speexdsp: the system's library when installed (measured better), else the one pyaec ships."""
-    return SystemSpeexCanceller() if system_speexdsp() else SpeexCanceller()
+    if system_speexdsp():
+        return SystemSpeexCanceller()
+    try:
+        return SpeexCanceller()
+    except ImportError as exc:
+        if "symbol table" not in str(exc):
+            raise
+        log.warning("%s; using pyaec's own entry points", exc)
+        return PyaecWrapperCanceller()
 
 
 BACKENDS: dict[str, tuple[Callable[[], Canceller], str, str]] = {

@@ -1,0 +1,174 @@
+"""speexdsp's echo canceller + preprocessor (residual echo suppression, noise suppression), driven
+the same way from either of two builds of the library:
+
+- the system's libspeexdsp (Debian: ``apt-get install libspeexdsp1``), a floating-point build whose
+  functions are exported;
+- the one inside the ``pyaec`` wheel (libaec.so): a fixed-point build that exports only pyaec's
+  ``AecNew``/``AecCancelEcho``. That wrapper never tells the echo canceller its sampling rate, so
+  the canceller adapts with its 8 kHz constants (twice too fast at 16 kHz). The speexdsp functions
+  are in the library's symbol table, though: they are called here at their addresses, and the
+  canceller's rate fields are set as ``SPEEX_ECHO_SET_SAMPLING_RATE`` would (pyaec's build lacks
+  that ctl), after checking they hold the values speexdsp puts there for 8 kHz.
+
+Both run on 10 ms frames of 16 kHz int16 (the caller aligns the reference to the echo).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import importlib.util
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rkvoice.errors import RkvoiceError, Stage
+
+RATE = 16000
+FRAME = 160  # 10 ms: the frame both libraries (and WebRTC's) take
+SPEEX_TAIL = 2048  # 128 ms of echo path after the estimated delay
+
+SET_SAMPLING_RATE = 24  # speex_echo.h: SPEEX_ECHO_SET_SAMPLING_RATE
+SET_ECHO_STATE = 24  # speex_preprocess.h: SPEEX_PREPROCESS_SET_ECHO_STATE
+
+_HANDLE, _PCM = ctypes.c_void_p, ctypes.POINTER(ctypes.c_int16)
+FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {  # name -> (restype, argtypes)
+    "speex_echo_state_init": (_HANDLE, [ctypes.c_int, ctypes.c_int]),
+    "speex_echo_cancellation": (None, [_HANDLE, _PCM, _PCM, _PCM]),
+    "speex_echo_state_destroy": (None, [_HANDLE]),
+    "speex_preprocess_state_init": (_HANDLE, [ctypes.c_int, ctypes.c_int]),
+    "speex_preprocess_ctl": (ctypes.c_int, [_HANDLE, ctypes.c_int, ctypes.c_void_p]),
+    "speex_preprocess_run": (ctypes.c_int, [_HANDLE, _PCM]),
+    "speex_preprocess_state_destroy": (None, [_HANDLE]),
+}
+
+
+def system_speexdsp() -> str | None:
+    """The system's libspeexdsp, if there is one."""
+    return ctypes.util.find_library("speexdsp")
+
+
+def pyaec_library() -> Path:
+    """pyaec's libaec.so (ImportError when pyaec is not installed)."""
+    spec = importlib.util.find_spec("pyaec")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("pyaec is not installed", name="pyaec")
+    return Path(next(iter(spec.submodule_search_locations))) / "libaec.so"
+
+
+def elf_functions(path: Path) -> dict[str, int]:
+    """The function symbols of a little-endian ELF64 file's symbol table (local ones included): name -> value."""
+    data = path.read_bytes()
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return {}
+    shoff = struct.unpack_from("<Q", data, 0x28)[0]
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    found: dict[str, int] = {}
+    for _name, kind, _flags, _addr, offset, size, link, _info, _align, _entsize in sections:
+        if kind != 2:  # SHT_SYMTAB
+            continue
+        names = sections[link][4]
+        for at in range(offset, offset + size, 24):
+            name, info, _other, _shndx, value, _size = struct.unpack_from("<IBBHQQ", data, at)
+            if info & 0xF == 2 and value:  # STT_FUNC, defined
+                found[data[names + name : data.index(b"\0", names + name)].decode()] = value
+    return found
+
+
+def _bind(lib: Any, name: str, address: int | None = None) -> Any:
+    restype, argtypes = FUNCTIONS[name]
+    if address is None:
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = argtypes, restype
+        return fn
+    return ctypes.CFUNCTYPE(restype, *argtypes)(address)
+
+
+class SpeexDspCanceller:
+    """The echo canceller told its sampling rate, then the preprocessor's residual echo suppression
+    and noise suppression at their defaults, from the library ``build`` names (system or pyaec)."""
+
+    name = "speex"
+
+    def __init__(self, build: str, tail: int = SPEEX_TAIL) -> None:
+        self.build, self.tail = build, tail
+        self._fn: dict[str, Any] = {}
+        if build == "system":
+            path = system_speexdsp()
+            if path is None:
+                raise ImportError("libspeexdsp is not installed (apt-get install libspeexdsp1)", name="speexdsp")
+            lib = ctypes.CDLL(path)
+            self._fn = {name: _bind(lib, name) for name in FUNCTIONS}
+            self._echo_ctl = lib.speex_echo_ctl
+            self._echo_ctl.argtypes, self._echo_ctl.restype = [_HANDLE, ctypes.c_int, ctypes.c_void_p], ctypes.c_int
+        elif build == "pyaec":
+            path_ = pyaec_library()
+            try:
+                lib = ctypes.CDLL(str(path_))
+            except OSError as exc:
+                raise ImportError(f"cannot load {path_}: {exc}", name="pyaec") from exc
+            symbols = elf_functions(path_)
+            if "AecNew" not in symbols or any(name not in symbols for name in FUNCTIONS):
+                raise ImportError(f"{path_} has no speexdsp symbol table (a stripped pyaec build)", name="pyaec")
+            base = ctypes.cast(lib.AecNew, ctypes.c_void_p).value or 0
+            base -= symbols["AecNew"]
+            self._fn = {name: _bind(lib, name, base + symbols[name]) for name in FUNCTIONS}
+        else:
+            raise ValueError(f"unknown speexdsp build {build!r}")
+        self._lib = lib  # keeps the library loaded while its functions are used
+        self._echo: int | None = None
+        self._pre: int | None = None
+        self.reset()
+
+    def reset(self) -> None:
+        self.close()
+        fn = self._fn
+        self._echo = fn["speex_echo_state_init"](FRAME, self.tail)
+        self._pre = fn["speex_preprocess_state_init"](FRAME, RATE)
+        if not self._echo or not self._pre:
+            raise RkvoiceError(Stage.HEAR, "aec-failed", f"speexdsp ({self.build}) could not create an echo canceller")
+        if self.build == "system":
+            rate = ctypes.c_int(RATE)
+            self._echo_ctl(self._echo, SET_SAMPLING_RATE, ctypes.byref(rate))
+        else:
+            self._set_fixed_point_rate()
+        fn["speex_preprocess_ctl"](self._pre, SET_ECHO_STATE, self._echo)
+
+    def _set_fixed_point_rate(self) -> None:
+        """What SPEEX_ECHO_SET_SAMPLING_RATE does in a fixed-point build (mdf.c): the state starts
+        ``int frame_size, ...(9 ints), int32 sampling_rate, int16 spec_average, beta0, beta_max``."""
+        ints = ctypes.cast(self._echo or 0, ctypes.POINTER(ctypes.c_int32))
+        shorts = ctypes.cast((self._echo or 0) + 40, ctypes.POINTER(ctypes.c_int16))
+
+        def constants(rate: int) -> tuple[int, int, int]:
+            return (FRAME << 15) // rate, (FRAME << 16) // rate, (FRAME << 14) // rate
+
+        if ints[0] != FRAME or ints[9] != 8000 or (shorts[0], shorts[1], shorts[2]) != constants(8000):
+            raise RkvoiceError(Stage.HEAR, "aec-failed", "pyaec's speexdsp state is not laid out as expected "
+                               "(a different speexdsp version): install libspeexdsp1 or pin pyaec==1.0.1")
+        ints[9] = RATE
+        shorts[0], shorts[1], shorts[2] = constants(RATE)
+
+    def process(self, mic: np.ndarray, ref: np.ndarray) -> np.ndarray:
+        near = np.ascontiguousarray(mic, np.int16)
+        far = np.ascontiguousarray(ref, np.int16)
+        out = np.empty(FRAME, np.int16)
+        self._fn["speex_echo_cancellation"](self._echo, near.ctypes.data_as(_PCM), far.ctypes.data_as(_PCM),
+                                            out.ctypes.data_as(_PCM))
+        self._fn["speex_preprocess_run"](self._pre, out.ctypes.data_as(_PCM))
+        return out
+
+    def close(self) -> None:
+        if self._pre:
+            self._fn["speex_preprocess_state_destroy"](self._pre)
+            self._pre = None
+        if self._echo:
+            self._fn["speex_echo_state_destroy"](self._echo)
+            self._echo = None
+
+    def __del__(self) -> None:
+        if self._fn:
+            self.close()
