@@ -268,6 +268,8 @@ def test_pyaec_build_is_driven_like_the_system_library(tmp_path: Path) -> None:
     shorts = ctypes.cast(c._echo + 40, ctypes.POINTER(ctypes.c_int16))  # type: ignore[operator]
     assert (ints[0], ints[9]) == (aec.FRAME, RATE)
     assert (shorts[0], shorts[1], shorts[2]) == ((160 << 15) // RATE, (160 << 16) // RATE, (160 << 14) // RATE)
+    notch = ctypes.cast(c._echo + speexdsp.NOTCH_AT, ctypes.POINTER(ctypes.c_int16))  # type: ignore[operator]
+    assert (notch[0], notch[1]) == (speexdsp.Q15_0_9, speexdsp.Q15_0_982)  # preemph kept, the 16 kHz notch
     c.reset()  # a fresh state is set again (speexdsp starts it at 8 kHz)
     assert ctypes.cast(c._echo, ctypes.POINTER(ctypes.c_int32))[9] == RATE
     (tmp_path / "not-elf.so").write_bytes(b"#!/bin/sh\n")

@@ -5,10 +5,11 @@ the same way from either of two builds of the library:
   functions are exported;
 - the one inside the ``pyaec`` wheel (libaec.so): a fixed-point build that exports only pyaec's
   ``AecNew``/``AecCancelEcho``. That wrapper never tells the echo canceller its sampling rate, so
-  the canceller adapts with its 8 kHz constants (twice too fast at 16 kHz). The speexdsp functions
-  are in the library's symbol table, though: they are called here at their addresses, and the
-  canceller's rate fields are set as ``SPEEX_ECHO_SET_SAMPLING_RATE`` would (pyaec's build lacks
-  that ctl), after checking they hold the values speexdsp puts there for 8 kHz.
+  the canceller adapts with its 8 kHz constants (twice too fast at 16 kHz) and its DC notch cuts the
+  microphone below ~250 Hz. The speexdsp functions are in the library's symbol table, though: they
+  are called here at their addresses, and the canceller's rate fields are set as
+  ``SPEEX_ECHO_SET_SAMPLING_RATE`` would (pyaec's build lacks that ctl), after checking they hold
+  the values speexdsp puts there for 8 kHz.
 
 Both run on 10 ms frames of 16 kHz int16 (the caller aligns the reference to the echo).
 """
@@ -32,6 +33,8 @@ SPEEX_TAIL = 2048  # 128 ms of echo path after the estimated delay
 
 SET_SAMPLING_RATE = 24  # speex_echo.h: SPEEX_ECHO_SET_SAMPLING_RATE
 SET_ECHO_STATE = 24  # speex_preprocess.h: SPEEX_PREPROCESS_SET_ECHO_STATE
+NOTCH_AT = 288  # byte offset of (preemph, notch_radius) in a fixed-point 64-bit SpeexEchoState
+Q15_0_9, Q15_0_982 = 29491, 32178  # QCONST16(.9, 15) (preemph; notch radius under 12 kHz), QCONST16(.982, 15)
 
 _HANDLE, _PCM = ctypes.c_void_p, ctypes.POINTER(ctypes.c_int16)
 FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {  # name -> (restype, argtypes)
@@ -138,19 +141,25 @@ class SpeexDspCanceller:
         fn["speex_preprocess_ctl"](self._pre, SET_ECHO_STATE, self._echo)
 
     def _set_fixed_point_rate(self) -> None:
-        """What SPEEX_ECHO_SET_SAMPLING_RATE does in a fixed-point build (mdf.c): the state starts
-        ``int frame_size, ...(9 ints), int32 sampling_rate, int16 spec_average, beta0, beta_max``."""
+        """What SPEEX_ECHO_SET_SAMPLING_RATE does in speexdsp 1.2.1's fixed-point x86_64/aarch64 build
+        (mdf.c): the state starts ``int frame_size, ...(9 ints), int32 sampling_rate, int16
+        spec_average, beta0, beta_max`` (the adaptation constants), and holds ``int16 preemph,
+        notch_radius`` at byte 288 (the DC notch on the microphone: 0.9 cuts below ~250 Hz at 16 kHz,
+        0.982 is speexdsp's radius for 16 kHz). Each field is checked to hold speexdsp's 8 kHz value first."""
         ints = ctypes.cast(self._echo or 0, ctypes.POINTER(ctypes.c_int32))
         shorts = ctypes.cast((self._echo or 0) + 40, ctypes.POINTER(ctypes.c_int16))
+        notch = ctypes.cast((self._echo or 0) + NOTCH_AT, ctypes.POINTER(ctypes.c_int16))
 
         def constants(rate: int) -> tuple[int, int, int]:
             return (FRAME << 15) // rate, (FRAME << 16) // rate, (FRAME << 14) // rate
 
-        if ints[0] != FRAME or ints[9] != 8000 or (shorts[0], shorts[1], shorts[2]) != constants(8000):
+        if (ints[0] != FRAME or ints[9] != 8000 or (shorts[0], shorts[1], shorts[2]) != constants(8000)
+                or (notch[0], notch[1]) != (Q15_0_9, Q15_0_9)):
             raise RkvoiceError(Stage.HEAR, "aec-failed", "pyaec's speexdsp state is not laid out as expected "
                                "(a different speexdsp version): install libspeexdsp1 or pin pyaec==1.0.1")
         ints[9] = RATE
         shorts[0], shorts[1], shorts[2] = constants(RATE)
+        notch[1] = Q15_0_982
 
     def process(self, mic: np.ndarray, ref: np.ndarray) -> np.ndarray:
         near = np.ascontiguousarray(mic, np.int16)
