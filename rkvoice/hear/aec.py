@@ -26,7 +26,15 @@ from typing import Any, Protocol
 import numpy as np
 
 from rkvoice.errors import RkvoiceError, Stage
-from rkvoice.hear.speexdsp import FRAME, RATE, SPEEX_TAIL, SpeexDspCanceller, pyaec_library, system_speexdsp
+from rkvoice.hear.speexdsp import (
+    FRAME,
+    RATE,
+    SPEEX_TAIL,
+    SpeexDspCanceller,
+    UnexpectedBuild,
+    pyaec_library,
+    system_speexdsp,
+)
 
 log = logging.getLogger(__name__)
 
@@ -133,10 +141,8 @@ def speex() -> Canceller:
         return SystemSpeexCanceller()
     try:
         return SpeexCanceller()
-    except ImportError as exc:
-        if "symbol table" not in str(exc):
-            raise
-        log.warning("%s; using pyaec's own entry points", exc)
+    except UnexpectedBuild as exc:
+        log.warning("%s; using pyaec's own entry points (the canceller at its 8 kHz constants)", exc)
         return PyaecWrapperCanceller()
 
 

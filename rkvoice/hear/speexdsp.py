@@ -48,6 +48,10 @@ FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {  # name -> (restype, argtypes)
 }
 
 
+class UnexpectedBuild(ImportError):
+    """pyaec's library is not the one this module knows (symbols stripped, another state layout)."""
+
+
 def system_speexdsp() -> str | None:
     """The system's libspeexdsp, if there is one."""
     return ctypes.util.find_library("speexdsp")
@@ -115,7 +119,7 @@ class SpeexDspCanceller:
                 raise ImportError(f"cannot load {path_}: {exc}", name="pyaec") from exc
             symbols = elf_functions(path_)
             if "AecNew" not in symbols or any(name not in symbols for name in FUNCTIONS):
-                raise ImportError(f"{path_} has no speexdsp symbol table (a stripped pyaec build)", name="pyaec")
+                raise UnexpectedBuild(f"{path_} has no speexdsp symbol table (a stripped pyaec build)", name="pyaec")
             base = ctypes.cast(lib.AecNew, ctypes.c_void_p).value or 0
             base -= symbols["AecNew"]
             self._fn = {name: _bind(lib, name, base + symbols[name]) for name in FUNCTIONS}
@@ -155,8 +159,9 @@ class SpeexDspCanceller:
 
         if (ints[0] != FRAME or ints[9] != 8000 or (shorts[0], shorts[1], shorts[2]) != constants(8000)
                 or (notch[0], notch[1]) != (Q15_0_9, Q15_0_9)):
-            raise RkvoiceError(Stage.HEAR, "aec-failed", "pyaec's speexdsp state is not laid out as expected "
-                               "(a different speexdsp version): install libspeexdsp1 or pin pyaec==1.0.1")
+            self.close()
+            raise UnexpectedBuild("pyaec's speexdsp state is not laid out as speexdsp 1.2.1's fixed-point "
+                                  "build (another pyaec version?)", name="pyaec")
         ints[9] = RATE
         shorts[0], shorts[1], shorts[2] = constants(RATE)
         notch[1] = Q15_0_982
