@@ -2,10 +2,11 @@
 
 Two backends, chosen by ``hear.aec`` (``auto``: the first that is installed, in this order):
 
-- ``speex``: speexdsp's MDF canceller with its residual-echo suppressor, through the library of
-  ``pyaec`` (a 240 KB wheel for x86_64 and aarch64, no dependencies; called on numpy buffers here,
-  pyaec's own wrapper copies Python lists). Chosen by bench/echo.py: the user is still heard while
-  the assistant talks over them (double talk), and the residual echo is suppressed.
+- ``speex``: speexdsp's MDF canceller with its residual-echo suppressor: the system's libspeexdsp
+  when installed, else the fixed-point build inside ``pyaec`` (a 240 KB wheel for x86_64 and
+  aarch64, no dependencies), both driven the same way (rkvoice/hear/speexdsp.py). Chosen by
+  bench/echo.py: the user is still heard while the assistant talks over them (double talk), and
+  the residual echo is suppressed.
 - ``webrtc``: WebRTC's AEC3 through livekit's ``rtc.AudioProcessingModule`` (an optional extra:
   a 12 MB wheel). Cancels more echo when nobody else talks, but its suppressor also removes the
   user whenever the echo is as loud as they are: barge-in recall dropped to half on the bench.
