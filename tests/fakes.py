@@ -164,6 +164,7 @@ class ScriptedMic:
     says the previous one was dealt with, and silence in between, until closed."""
 
     sample_rate = SAMPLE_RATE
+    markers = True  # no sound: the daemon's echo filter leaves it raw
 
     def __init__(self, n_items: int, ready: Callable[[int], bool]) -> None:
         self.n_items = n_items

@@ -358,6 +358,7 @@ class SpoolMic:
     daemon runs with hear.follow_up_s=0, so every request starts with the wake phrase."""
 
     sample_rate = 16000
+    markers = True  # no sound: the daemon's echo filter leaves it raw
 
     def __init__(self, script: list[Any], log: _EventLog) -> None:
         self.script = script

@@ -1,0 +1,223 @@
+"""End to end: the daemon (the product plan: portable wake/VAD/Whisper, the portable voice, a paced null
+player behind the reference tap) in an echo room. Its microphone hears, frame by frame, what the player
+has actually played (the same PlayedAudio timeline the tap fills), 60 ms later, through a generated
+small-room impulse response, +5 dB over the user; plus the user's cached portable-voice utterances.
+
+Only the LLM is scripted (its answer says the assistant's name twice). Pass/fail is read from the
+daemon's own events (wakes, turns, their reasons) and the audio timeline; the room's script moves on
+by audio ticks and daemon state, never by wall-clock sleeps racing the daemon's threads.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from fakes import ScriptedLlm, wait_until
+
+from rkvoice.audio.players import NullPlayer
+from rkvoice.clock import MonotonicClock
+from rkvoice.config import ROOT, Config, load_config
+from rkvoice.daemon.sdnotify import Notifier
+from rkvoice.daemon.service import Daemon
+from rkvoice.hear.echo import PlayedAudio
+from rkvoice.hear.vad import vad_model_path
+from rkvoice.stages import StageSpec, assistant, product_plan
+
+RATE, FRAME = 16000, 512
+DELAY_MS, LEVEL_DB = 60, 5.0
+FOLLOW_UP_S = 3.0
+ANSWER = ["我是小智，", "你的语音助手。", "我可以帮你查天气、设闹钟和记事情，", "有什么事情，随时说小智小智就好。"]
+QUESTION, STORY, WAKE_ALONE = "小智小智，你是谁", "小智小智，给我讲个故事", "小智小智"
+
+
+def _bench_echo() -> Any:
+    """bench/echo.py: its cached voices, user level and room impulse response."""
+    if str(ROOT / "bench") not in sys.path:
+        sys.path.insert(0, str(ROOT / "bench"))
+    return importlib.import_module("echo")
+
+
+class EchoRoom:
+    """A microphone in real time (the tap stamps the player's blocks on the monotonic clock too):
+    frame ``i`` covers ticks ``tick0 + i*FRAME ..`` and is made once those ticks are past, from the
+    echo of what was played then plus the user's speech the script put there. ``script`` is a list of
+    (cue, audio): when ``cue(tick)`` first holds, ``audio`` starts at that tick."""
+
+    sample_rate = RATE
+
+    def __init__(self, played: Callable[[], PlayedAudio], script: list[tuple[Callable[[int], bool], np.ndarray]],
+                 ir: np.ndarray, gain: float) -> None:
+        self.played = played
+        self.script = script
+        self.ir = ir
+        self.gain = gain
+        self.clock = MonotonicClock()
+        self.user = np.zeros(0, np.float32)
+        self.user_at = 0
+        self.said: list[int] = []
+        """Ticks where each scripted utterance started."""
+        self.tick = self.tick0 = 0
+        self.heard = PlayedAudio()
+        self._closed = threading.Event()
+        self._noise = np.random.default_rng(7)
+
+    def frames(self) -> Iterator[np.ndarray]:
+        self.heard = self.played()  # the speak stage's timeline (it outlives the stage's engines)
+        start = self.clock.now()
+        tick0 = self.tick0 = round(start * RATE)
+        i = 0
+        while not self._closed.is_set():
+            wait = start + (i + 1) * FRAME / RATE - self.clock.now()
+            if wait > 0:
+                self.clock.sleep(wait)
+            t = self.tick = tick0 + i * FRAME
+            if self.script and t >= self.user_at + len(self.user) and self.script[0][0](t):
+                self.user, self.user_at = self.script.pop(0)[1], t
+                self.said.append(t)
+            n = len(self.ir)
+            ref = self.heard.read(t - n + 1, FRAME + n - 1)
+            frame = np.convolve(ref, self.ir, mode="valid")[:FRAME] * self.gain
+            lo = t - self.user_at
+            if 0 <= lo < len(self.user):
+                part = self.user[lo : lo + FRAME]
+                frame[: len(part)] += part
+            frame += self._noise.standard_normal(FRAME) * 10 ** (-65 / 20)
+            i += 1
+            yield np.clip(frame, -1.0, 1.0).astype(np.float32)
+
+    def close(self) -> None:
+        self._closed.set()
+
+
+class Run:
+    """The daemon on an EchoRoom, with ``hear.aec`` as given."""
+
+    def __init__(self, tmp_path: Path, aec: str, barge_in: bool) -> None:
+        bench = _bench_echo()
+        self.cfg = load_config([{"state": {"dir": str(tmp_path / "state")},
+                                 "daemon": {"lock_file": str(tmp_path / "rkvoice.lock")},
+                                 "models": {"profile": "portable"},
+                                 "hear": {"aec": aec, "follow_up_s": FOLLOW_UP_S}}], files=None)
+        voices = bench.Voices(self.cfg)
+        user_level = 10 ** (bench.USER_DBFS / 20)
+
+        def user(text: str, speed: float, semitones: float) -> np.ndarray:
+            audio = voices.user(text, speed, semitones)
+            return (audio * user_level / max(bench.rms(audio), 1e-9)).astype(np.float32)
+
+        answer, rate = voices.assistant("".join(ANSWER))  # the voice's level: the echo is set from it
+        gain = user_level * 10 ** (LEVEL_DB / 20) / max(bench.rms(answer), 1e-9)
+        self.answer_s = len(answer) / rate
+        self.story_from: int | None = None
+        """The tick where the second answer was first heard."""
+        self.llm = ScriptedLlm(ANSWER)
+        self.daemon: Daemon | None = None
+        script: list[tuple[Callable[[int], bool], np.ndarray]] = [
+            (lambda t: t >= self.room.tick0 + RATE // 2, user(QUESTION, 1.0, -3.0))]
+        if barge_in:
+            script += [(self._first_answer_over, user(STORY, 0.9, 3.0)),
+                       (self._playing_for(1.5), user(WAKE_ALONE, 1.1, 1.0))]
+        else:
+            script += [(self._first_answer_over, np.zeros(RATE // 10, np.float32))]  # marks the end
+        self.room = EchoRoom(lambda: self.speak.played, script, bench.room_ir(DELAY_MS, seed=3), gain)
+        plan = product_plan(self.cfg, source=lambda c: self.room, player=self._player)
+        answer_spec = StageSpec("answer", plan.stages[1].key, lambda c: assistant(c, llm=self.llm))
+        plan = type(plan)(stages=(plan.stages[0], answer_spec, plan.stages[2]), source=plan.source)
+        self.daemon = Daemon(self.cfg, plan, lambda: self.cfg, notifier=Notifier(socket_name=""))
+
+    @staticmethod
+    def _player(c: Config) -> NullPlayer:
+        return NullPlayer(c, MonotonicClock())  # consumes audio at real-time pace, like a device
+
+    @property
+    def speak(self) -> Any:
+        assert self.daemon is not None
+        return self.daemon.stages.engines["speak"]
+
+    @property
+    def loop(self) -> Any:
+        assert self.daemon is not None and self.daemon.listener is not None
+        return self.daemon.listener.turn_loop
+
+    def _first_answer_over(self, tick: int) -> bool:
+        """The first turn is over, its audio played, and the follow-up window it opened has passed."""
+        assert self.daemon is not None
+        end = self.speak.played.end_tick
+        if self.daemon.turns < 1 or end is None:
+            return False
+        return tick >= end + int((FOLLOW_UP_S + 1.5) * RATE)
+
+    def _playing_for(self, seconds: float) -> Callable[[int], bool]:
+        """The second answer has been heard for ``seconds``."""
+        first: list[int] = []
+
+        def cue(tick: int) -> bool:
+            if not first and len(self.llm.calls) >= 2 and self.speak.played.overlaps(tick - FRAME, tick):
+                first.append(tick)
+                self.story_from = tick
+            return bool(first) and tick >= first[0] + int(seconds * RATE)
+        return cue
+
+    def go(self, done: Callable[[], bool], timeout_s: float = 90.0) -> None:
+        assert self.daemon is not None
+        thread = threading.Thread(target=self.daemon.run, kwargs={"handle_signals": False}, daemon=True)
+        thread.start()
+        try:
+            assert wait_until(done, timeout_s), "the room's script did not finish"
+        finally:
+            self.daemon.request_stop()
+            thread.join(20)
+        assert not thread.is_alive()
+
+
+def _needs_models() -> None:
+    if not vad_model_path(load_config([])).is_file() or not (ROOT / "models" / "portable").exists():
+        pytest.skip("portable models are absent (run ./install.sh)")
+
+
+def test_the_daemon_does_not_wake_on_its_own_name_and_the_user_barges_in(tmp_path: Path) -> None:
+    _needs_models()
+    run = Run(tmp_path, "auto", barge_in=True)
+    over: dict[str, Any] = {}
+
+    def done() -> bool:  # the story's turn ended, and 2 s more were heard (no request from the echo)
+        if run.daemon is None or run.daemon.turns < 2 or len(run.room.said) < 3:
+            return False
+        over.setdefault("tick", run.room.tick)
+        return run.room.tick >= over["tick"] + 2 * RATE + int(FOLLOW_UP_S * RATE)
+
+    run.go(done)
+    turns, wakes = list(run.loop.turns), list(run.loop.wakes)
+    assert len(run.llm.calls) == 2, run.llm.calls
+    # (1) the first answer ("我是小智 ... 叫我小智") neither woke the daemon nor was taken as a follow-up
+    assert len(turns) == 2, [t.text for t in turns]
+    assert len(wakes) == 3, [(w.hit.text, w.barge_in) for w in wakes]
+    first, story = turns
+    assert not first.cancelled and first.result == "".join(ANSWER)
+    # (2) the user's wake phrase in the second answer's playback was heard and stopped the speech
+    assert not wakes[0].barge_in and not wakes[1].barge_in and wakes[2].barge_in
+    assert story.cancelled and story.reason == "barge-in"
+    end, start = run.room.heard.end_tick, run.story_from
+    assert end is not None and start is not None
+    print(f"speech stopped {(end - run.room.said[2]) / RATE:.2f} s after the user's wake phrase began, "
+          f"{run.answer_s - (end - start) / RATE:.2f} s before the answer's end")
+    assert end < start + int((run.answer_s - 1.0) * RATE)  # the rest of the answer was never played
+
+
+def test_with_aec_off_the_mute_keeps_the_daemon_from_waking_itself(tmp_path: Path) -> None:
+    _needs_models()
+    run = Run(tmp_path, "off", barge_in=False)
+    run.go(lambda: len(run.room.said) >= 2)
+    assert run.daemon is not None and run.daemon.listener is not None
+    echo = run.daemon.listener.echo
+    assert echo is not None and echo.canceller is None and echo.muted_s > 2.0
+    turns, wakes = list(run.loop.turns), list(run.loop.wakes)
+    assert len(turns) == 1 and len(wakes) == 1, ([t.text for t in turns], [w.hit.text for w in wakes])
+    assert turns[0].result == "".join(ANSWER) and not turns[0].cancelled
