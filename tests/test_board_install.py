@@ -419,16 +419,22 @@ def test_real_board_manifest_converts_on_the_board_with_the_lean_toolkit_deps():
 PINNED_SHA = "81b644d166e0bfb918615af8a2363f8fcf26eccdcc60a5334b6a62c088470bac"
 
 
+def _install_checkout(tmp_path: Path) -> Path:
+    """A checkout holding only install.sh and the package: enough for its interpreter step."""
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / "install.sh").write_bytes((ROOT / "install.sh").read_bytes())
+    (checkout / "rkvoice").symlink_to(ROOT / "rkvoice")
+    return checkout
+
+
 def test_an_aarch64_board_without_python312_fetches_the_pinned_cpython_and_checks_it(server, tmp_path):
     """No python3.12 on an aarch64 board: install.sh downloads the pinned tarball itself (here from a
     mirror serving the wrong bytes, which the pinned sha256 must refuse) instead of asking for one."""
     import subprocess
 
     base, hits = server
-    checkout = tmp_path / "checkout"
-    checkout.mkdir()
-    (checkout / "install.sh").write_bytes((ROOT / "install.sh").read_bytes())
-    (checkout / "rkvoice").symlink_to(ROOT / "rkvoice")
+    checkout = _install_checkout(tmp_path)
     fake = tmp_path / "bin"
     fake.mkdir()
     for name, body in {"uname": 'if [ "$1" = -m ]; then echo aarch64; else exec /bin/uname "$@"; fi',
@@ -452,10 +458,7 @@ def test_an_installed_python312_behind_a_dead_pyenv_shim_is_found(tmp_path):
     directory holds one: install.sh builds py312/ with it, not with python3 3.11."""
     import subprocess
 
-    checkout = tmp_path / "checkout"
-    checkout.mkdir()
-    (checkout / "install.sh").write_bytes((ROOT / "install.sh").read_bytes())
-    (checkout / "rkvoice").symlink_to(ROOT / "rkvoice")
+    checkout = _install_checkout(tmp_path)
     shims = tmp_path / "shims"
     shims.mkdir()
     (shims / "python3.12").write_text("#!/bin/sh\necho 'pyenv: python3.12: command not found' >&2\nexit 127\n")
