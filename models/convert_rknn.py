@@ -44,7 +44,7 @@ Subcommands:
       The board's Matcha split at its length regulator (models/matcha_split.py): DIR/matcha-encoder.onnx
       (text encoder + durations, dynamic, onnxruntime fp32 on the CPU) and one decoder .rknn per token
       bucket's frame window (the flow-matching decoder over W frames with its mask; the alignment
-      runs in numpy between them, rkvoice.npu.length_regulator.align). models/npu_voice.py builds and
+      runs in numpy between them, rkvoice.npu.length_regulator.align). models/npu_voice.py (npu_vocos.py) builds and
       checks each bucket, in its own process when there are several. One JSON line per bucket (with
       the toolkit's error-line counts and the peak RSS); exit 1 below the SNR thresholds.
 
@@ -257,6 +257,7 @@ def fastspeech2(src: Path, out_dir: Path, frames: list[int], target: str, ids: A
 
 def _voice(args: argparse.Namespace) -> int:
     """matcha / vocos subcommands: one JSON line per bucket; 0 all pass, 1 a check failed, 2 refused."""
+    import npu_vocos
     import npu_voice
 
     # The toolkit logs to stdout; keep stdout for the JSON lines alone (its logs go to stderr).
@@ -276,7 +277,7 @@ def _voice(args: argparse.Namespace) -> int:
                                                args.toolkit_version, args.verify, args.fuse_qkv, emit, keep,
                                                args.vocos)
         else:
-            reports = npu_voice.convert_vocos(args.onnx, args.out, args.frames or [600], args.target,
+            reports = npu_vocos.convert_vocos(args.onnx, args.out, args.frames or [600], args.target,
                                               args.toolkit_version, args.verify, args.mel, emit, keep)
     except npu_voice.ConvertError as exc:
         sys.stderr.write(f"convert_rknn.py {args.cmd}: {exc}\n")

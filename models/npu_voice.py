@@ -15,13 +15,9 @@ B. rknn-toolkit2's simulator (or the NPU itself on an aarch64 board) against onn
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import logging
 import os
-import platform
-import re
-import resource
 import sys
 import tempfile
 import time
@@ -36,7 +32,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import matcha_graph as mg  # noqa: E402
 import matcha_split as ms  # noqa: E402
-from onnx_edit import set_input_shape  # noqa: E402
+from npu_toolkit import (  # noqa: E402
+    VOCOS_OUTPUTS,
+    CapturedLog,
+    ConvertError,
+    Npu,
+    _io,
+    _session,
+    _stft_config,
+    check_vocos_io,
+    load_onnx,
+    peak_rss_mb,
+    snr_db,
+    toolkit_errors,
+    toolkit_version,
+)
 
 log = logging.getLogger("npu_voice")
 
@@ -45,161 +55,6 @@ MATCHA_SIM_DB = 40.0
 VOCOS_SIM_DB = 40.0
 WAVE_SIM_DB = 35.0
 SHORT_TOKENS = 16
-VOCOS_OUTPUTS = ("mag", "x", "y")
-
-
-class ConvertError(RuntimeError):
-    """A refusal with the fix in its message (exit 2)."""
-
-
-def snr_db(ref: np.ndarray, test: np.ndarray) -> float:
-    ref = np.asarray(ref, np.float64)
-    err = float(((ref - np.asarray(test, np.float64)) ** 2).sum())
-    sig = float((ref**2).sum())
-    if err == 0.0:
-        return 200.0
-    return round(10.0 * np.log10(max(sig, 1e-30) / err), 2)
-
-
-def peak_rss_mb() -> int:
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-
-
-def toolkit_version(required: str | None) -> str:
-    """The installed rknn-toolkit2 version; refuse a mismatch with the board's runtime."""
-    try:
-        have = importlib.metadata.version("rknn-toolkit2")
-    except importlib.metadata.PackageNotFoundError:
-        raise ConvertError("rknn-toolkit2 is not installed in this interpreter; create the toolkit venv: "
-                           "python3 models/convert_rknn.py setup-venv DIR --toolkit-version V") from None
-    if required and have != required:
-        raise ConvertError(f"rknn-toolkit2 {have} is installed but --toolkit-version {required} was asked (the "
-                           f"board's librknnrt must equal the converting toolkit): pip install rknn-toolkit2=={required} "
-                           "in a fresh venv")
-    return have
-
-
-def load_onnx(path: Path) -> Any:
-    import onnx
-
-    if not path.is_file():
-        raise ConvertError(f"{path}: no such file (download it first: ./install.sh --profile board)")
-    try:
-        return onnx.load(str(path))
-    except Exception as exc:  # protobuf DecodeError and friends
-        raise ConvertError(f"{path} is not an ONNX model ({type(exc).__name__}); re-download it") from None
-
-
-def _session(model_or_path: Any) -> Any:
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 2
-    so.log_severity_level = 3
-    data = model_or_path.SerializeToString() if hasattr(model_or_path, "SerializeToString") else str(model_or_path)
-    return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
-
-
-def _io(model: Any) -> dict[str, list[dict]]:
-    import onnx
-
-    def one(vi: Any) -> dict:
-        dims = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in vi.type.tensor_type.shape.dim]
-        return {"name": vi.name, "shape": dims,
-                "dtype": str(onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))}
-
-    return {"inputs": [one(i) for i in model.graph.input], "outputs": [one(o) for o in model.graph.output]}
-
-
-class Npu:
-    """An rknn-toolkit2 build of one fixed graph, run in its simulator (x86) or on the NPU (board)."""
-
-    def __init__(self, onnx_path: Path, target: str, fuse_qkv_opt: bool = False) -> None:
-        from rknn.api import RKNN
-
-        self.rknn = RKNN(verbose=False)
-        self.rknn.config(target_platform=target, optimization_level=3)
-        t0 = time.monotonic()
-        if self.rknn.load_onnx(model=str(onnx_path)) != 0:
-            raise ConvertError(f"rknn-toolkit2 could not load {onnx_path} (see its log above)")
-        if self.rknn.build(do_quantization=False) != 0:
-            raise ConvertError(f"rknn-toolkit2 could not build {onnx_path} (see its log above)")
-        self.build_s = round(time.monotonic() - t0, 1)
-        self.target = target
-
-    def export(self, path: Path) -> None:
-        if self.rknn.export_rknn(str(path)) != 0:
-            raise ConvertError(f"rknn-toolkit2 could not write {path}")
-
-    def start(self, mode: str) -> str:
-        """'simulator' on x86_64; 'device' runs on this board's NPU; returns what ran (or 'none')."""
-        if mode == "auto":
-            mode = "simulator" if platform.machine() in ("x86_64", "AMD64") else "device"
-        if mode == "none":
-            return "none"
-        ret = self.rknn.init_runtime() if mode == "simulator" else self.rknn.init_runtime(target=self.target)
-        if ret != 0:
-            raise ConvertError(f"rknn-toolkit2 init_runtime ({mode}) failed; pass --verify none to skip check B")
-        return mode
-
-    def run(self, feeds: list[np.ndarray]) -> list[np.ndarray]:
-        return [np.asarray(o) for o in self.rknn.inference(inputs=feeds)]
-
-    def release(self) -> None:
-        self.rknn.release()
-
-
-# --------------------------------------------------------------------------------------------
-# Toolkit log: the E RKNN lines (REGTASK overflows and others) counted for the JSON report
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_REGTASK = re.compile(r"REGTASK.*?target:\s*(\w+).*?offset:\s*(0x[0-9a-fA-F]+).*?limit:\s*(0x[0-9a-fA-F]+)"
-                      r".*?value:\s*(0x[0-9a-fA-F]+)")
-
-
-def toolkit_errors(text: str) -> dict[str, Any]:
-    """Count the toolkit's error lines: total, REGTASK overflows (distinct target/offset/limit/value)
-    and the distinct other messages (numbers kept: they name the op or layer where the toolkit says)."""
-    lines = [_ANSI.sub("", raw).strip() for raw in text.replace("\r", "\n").splitlines()]
-    errors = [ln for ln in lines if re.match(r"^E\s+RKNN", ln) or ln.startswith("E ") and "RKNN" in ln]
-    regtask = [ln for ln in errors if "REGTASK" in ln]
-    values = sorted({m.groups() for m in map(_REGTASK.search, regtask) if m})
-    other: dict[str, int] = {}
-    for ln in errors:
-        if "REGTASK" not in ln:
-            key = re.sub(r"\[\d\d:\d\d:\d\d\.\d+\]\s*", "", ln)[:200]
-            other[key] = other.get(key, 0) + 1
-    warn = [ln for ln in lines if "Unkown op target" in ln or "Unknown op target" in ln]
-    return {"count": len(errors), "regtask": len(regtask),
-            "regtask_fields": [{"target": t, "offset": o, "limit": lim, "value": v} for t, o, lim, v in values][:40],
-            "regtask_values": sorted({v for *_, v in values}), "other": other, "unknown_op_target": len(warn)}
-
-
-class CapturedLog:
-    """fds 1 and 2 into a temporary file while the toolkit works, replayed to stderr afterwards."""
-
-    def __enter__(self) -> CapturedLog:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        self._tmp = tempfile.TemporaryFile()
-        self._saved = (os.dup(1), os.dup(2))
-        os.dup2(self._tmp.fileno(), 1)
-        os.dup2(self._tmp.fileno(), 2)
-        self.text = ""
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(self._saved[0], 1)
-        os.dup2(self._saved[1], 2)
-        for fd in self._saved:
-            os.close(fd)
-        self._tmp.seek(0)
-        data = self._tmp.read()
-        self._tmp.close()
-        self.text = data.decode("utf-8", "replace")
-        os.write(2, data)
 
 
 # --------------------------------------------------------------------------------------------
@@ -511,107 +366,6 @@ def _write_sidecar(path: Path, model: Any, report: dict, tokens: int | None, fra
     if tokens is not None:
         side["tokens"] = tokens
     path.write_text(json.dumps(side, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-
-
-# --------------------------------------------------------------------------------------------
-# Vocos
-
-
-def check_vocos_io(model: Any, path: Path) -> int:
-    names = [i.name for i in model.graph.input]
-    outs = [o.name for o in model.graph.output]
-    if len(names) != 1 or tuple(outs[:3]) != VOCOS_OUTPUTS:
-        raise ConvertError(f"{path}: not a Vocos mag/x/y vocoder: inputs {names}, outputs {outs}; expected one "
-                           "mel input [1, n_mels, T] and outputs mag, x, y (sherpa-onnx vocos-*-univ.onnx)")
-    dims = model.graph.input[0].type.tensor_type.shape.dim
-    n_mels = dims[1].dim_value if len(dims) == 3 and dims[1].HasField("dim_value") else 0
-    if not n_mels:
-        raise ConvertError(f"{path}: input {names[0]} is not [N, n_mels, T] with a fixed n_mels")
-    return n_mels
-
-
-def test_mel(n_mels: int, frames: int, seed: int) -> np.ndarray:
-    """A speech-like log-mel: smooth in time and frequency, -11..2 (natural log of magnitude)."""
-    rng = np.random.default_rng(seed)
-    raw = rng.standard_normal((n_mels, frames + 8))
-    kernel = np.hanning(9) / np.hanning(9).sum()
-    smooth = np.apply_along_axis(lambda r: np.convolve(r, kernel, mode="valid"), 1, raw)
-    smooth = np.apply_along_axis(lambda c: np.convolve(c, kernel, mode="same"), 0, smooth)
-    tilt = np.linspace(0.0, -4.0, n_mels)[:, None]
-    return (smooth * 6.0 + tilt - 4.0).clip(-11.5, 2.0)[None].astype(np.float32)
-
-
-def _stft_config(meta: dict) -> Any:
-    from rkvoice.npu.istft import StftConfig
-
-    return StftConfig(n_fft=int(meta.get("n_fft", 1024)), hop_length=int(meta.get("hop_length", 256)),
-                      win_length=int(meta.get("win_length", meta.get("n_fft", 1024))),
-                      window=str(meta.get("window_type", "hann")))
-
-
-def convert_vocos(onnx_path: Path, out_dir: Path, frames: list[int], target: str, required_toolkit: str | None,
-                  verify: str = "auto", mel_path: Path | None = None,
-                  emit: Callable[[dict], None] | None = None, keep: list | None = None) -> list[dict]:
-    import onnx
-
-    from rkvoice.npu.istft import istft_mag_xy
-
-    version = toolkit_version(required_toolkit) if verify != "onnx-only" else "none"
-    src = load_onnx(onnx_path)
-    n_mels = check_vocos_io(src, onnx_path)
-    meta = {p.key: p.value for p in src.metadata_props}
-    stft = _stft_config(meta)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    orig = _session(src)
-    in_name = src.graph.input[0].name
-    reports = []
-    for n in frames:
-        if n < 16:
-            raise ConvertError(f"--frames {n}: a Vocos window needs at least 16 frames")
-        fixed = onnx.ModelProto()
-        fixed.CopyFrom(src)
-        set_input_shape(fixed, in_name, [1, n_mels, n])
-        fixed = onnx.shape_inference.infer_shapes(mg.simplify(fixed))
-        name = f"vocos-f{n}"
-        fixed_path = out_dir / f"{name}.onnx"
-        onnx.save(fixed, str(fixed_path))
-        mel = np.load(mel_path)[..., :n] if mel_path else test_mel(n_mels, n, seed=n)
-        if mel.shape[-1] < n:
-            mel = np.concatenate([mel, np.full(mel.shape[:2] + (n - mel.shape[-1],), mel.min(), np.float32)], axis=2)
-        sess = _session(fixed_path)
-        ref = sess.run(list(VOCOS_OUTPUTS), {in_name: mel})
-        base = orig.run(list(VOCOS_OUTPUTS), {in_name: mel})
-        snr_a = min(snr_db(b, r) for b, r in zip(base, ref))
-        report = {"model": "vocos", "out": str(out_dir / f"{name}.rknn"), "frames": n, "snr_vs_original_db": snr_a,
-                  "snr_db": None, "wave_snr_db": None, "tail_snr_db": None, "true_frames_ok": True,
-                  "capacity_ok": None, "build_s": None, "peak_rss_mb": None, "toolkit_version": version,
-                  "target": target, "verify": "none"}
-        def check_b(npu: Npu, report: dict = report, mel: np.ndarray = mel, ref: list = ref, n: int = n) -> None:
-            shaped = [np.asarray(o) for o in npu.run([mel])[:3]]
-            capacity = all(o.size == r.size for o, r in zip(shaped, ref))
-            if capacity:
-                shaped = [o.reshape(r.shape) for o, r in zip(shaped, ref)]
-                q = max(1, n // 4)
-                report["snr_db"] = min(snr_db(r, o) for r, o in zip(ref, shaped))
-                report["tail_snr_db"] = min(snr_db(r[..., -q:], o[..., -q:]) for r, o in zip(ref, shaped))
-                wave_ref = istft_mag_xy(ref[0], ref[1], ref[2], stft)
-                report["wave_snr_db"] = snr_db(wave_ref, istft_mag_xy(shaped[0], shaped[1], shaped[2], stft))
-            report["capacity_ok"] = bool(capacity and report["tail_snr_db"] >= VOCOS_SIM_DB)
-
-        _build_and_check(fixed_path, report, target, verify, check_b, keep)
-        report["ok"] = _vocos_ok(report)
-        _write_sidecar(out_dir / f"{name}.json", fixed, report, None, n)
-        if emit:
-            emit(report)
-        reports.append(report)
-    return reports
-
-
-def _vocos_ok(r: dict) -> bool:
-    ok = r["snr_vs_original_db"] >= ORIGINAL_DB
-    if r["verify"] != "none":
-        ok = ok and bool(r["capacity_ok"]) and (r["snr_db"] or 0) >= VOCOS_SIM_DB and (r["wave_snr_db"] or 0) >= WAVE_SIM_DB
-    return bool(ok)
 
 
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "build":
