@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rkvoice.audio.sinks import NullPlayer
 from rkvoice.clock import FakeClock
 from rkvoice.config import ROOT, Config, load_config
-from rkvoice.hear import aec
+from rkvoice.hear import aec, speexdsp
 from rkvoice.hear.cer import cer
 from rkvoice.hear.echo import EchoFilter, PlayedAudio, ReferenceTap
 
@@ -138,6 +138,13 @@ def rms(x: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.square(active)))) if len(active) else 0.0
 
 
+def erle_db(echo: np.ndarray, residual: np.ndarray) -> float:
+    """Echo return loss enhancement: echo power over what is left of it after cancelling, in dB."""
+    e = float(np.mean(np.square(echo, dtype=np.float64)))
+    r = float(np.mean(np.square(residual, dtype=np.float64)))
+    return 10.0 * np.log10((e + 1e-12) / (r + 1e-12))
+
+
 def play(blocks_of: np.ndarray, rate: int, cfg: Config) -> PlayedAudio:
     """Hand the answer to the real player path (20 ms int16 blocks) -> the reference it records."""
     from dataclasses import replace
@@ -187,8 +194,9 @@ def make_case(played: PlayedAudio, length: int, delay_ms: int, level_db: float, 
     return Case(played, echo.astype(np.float32), voice, noise.astype(np.float32), (delay_ms, level_db))
 
 
-BUILDS: dict[str, Any] = {"system": aec.SystemSpeexCanceller, "pyaec": aec.SpeexCanceller,
-                          "pyaec-wrapper": aec.PyaecWrapperCanceller}
+BUILDS: dict[str, Any] = {"system": lambda: speexdsp.SpeexDspCanceller("system"),
+                          "pyaec": lambda: speexdsp.SpeexDspCanceller("pyaec"),
+                          "pyaec-wrapper": speexdsp.PyaecWrapperCanceller}
 """``--speex-build``: speexdsp from the system (libspeexdsp1) or from the pyaec wheel (driven like the
 system's, or through pyaec's own AecNew: the canceller at its 8 kHz constants)."""
 
@@ -294,7 +302,7 @@ def run(cfg: Config, n_answers: int, n_users: int, setting: str, builds: list[st
             if mode != "mute" and length > skip + RATE:
                 residual = heard_audio[skip:] - case.noise[skip:] if mode == "off" else heard_audio[skip:]
                 res[mode]["erle"].setdefault(f"{delay}ms/+{level:g}dB", []).append(
-                    aec.erle_db(case.echo[skip:], residual))
+                    erle_db(case.echo[skip:], residual))
             woke, _req, heard = listener.wake(heard_audio)
             if woke:
                 res[mode]["self_wakes"] += 1

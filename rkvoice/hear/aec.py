@@ -2,23 +2,19 @@
 
 Two backends, chosen by ``hear.aec`` (``auto``: the first that is installed, in this order):
 
-- ``speex``: speexdsp's MDF canceller with its residual-echo suppressor: the system's libspeexdsp
-  when installed, else the fixed-point build inside ``pyaec`` (a 240 KB wheel for x86_64 and
-  aarch64, no dependencies), both driven the same way (rkvoice/hear/speexdsp.py). Chosen by
-  bench/echo.py: the user is still heard while the assistant talks over them (double talk), and
-  the residual echo is suppressed.
-- ``webrtc``: WebRTC's AEC3 through livekit's ``rtc.AudioProcessingModule`` (an optional extra:
-  a 12 MB wheel). Cancels more echo when nobody else talks, but its suppressor also removes the
-  user whenever the echo is as loud as they are: barge-in recall dropped to half on the bench.
+- ``speex``: speexdsp's MDF canceller with its residual-echo suppressor, from the system's
+  libspeexdsp or else the fixed-point build inside ``pyaec`` (rkvoice/hear/speexdsp.py). Chosen by
+  bench/echo.py: the user is still heard while the assistant talks over them (double talk).
+- ``webrtc``: WebRTC's AEC3 through livekit (an optional 12 MB extra). Cancels more echo when nobody
+  else talks, but its suppressor also removes the user whenever the echo is as loud as they are:
+  barge-in recall dropped to half on the bench.
 
-Both work on 10 ms frames of 16 kHz int16. ``estimate_delay`` finds how far the microphone's echo
-lags the reference (GCC-PHAT cross-correlation): the reference is shifted by it before the canceller,
-so a short adaptive filter covers the room and not the device's buffering (see rkvoice/hear/echo.py).
+Both work on 10 ms frames of 16 kHz int16. ``estimate_delay`` (GCC-PHAT) finds how far the echo lags
+the reference, so a short adaptive filter covers the room and not the device's buffering.
 """
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import logging
 from collections.abc import Callable
@@ -27,15 +23,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from rkvoice.errors import RkvoiceError, Stage
-from rkvoice.hear.speexdsp import (
-    FRAME,
-    RATE,
-    SPEEX_TAIL,
-    SpeexDspCanceller,
-    UnexpectedBuild,
-    pyaec_library,
-    system_speexdsp,
-)
+from rkvoice.hear import speexdsp
+from rkvoice.hear.speexdsp import FRAME, RATE, system_speexdsp
 
 log = logging.getLogger(__name__)
 
@@ -78,73 +67,16 @@ class WebrtcCanceller:
         return np.frombuffer(frame.data, dtype=np.int16).copy()
 
 
-class SpeexCanceller(SpeexDspCanceller):
-    """speexdsp inside the pyaec wheel (fixed point), driven like the system's library (speexdsp.py)."""
-
-    def __init__(self, tail: int = SPEEX_TAIL) -> None:
-        super().__init__("pyaec", tail)
-
-
-class SystemSpeexCanceller(SpeexDspCanceller):
-    """The system's libspeexdsp (Debian: apt-get install libspeexdsp1), a floating-point build. On
-    bench/echo.py it kept the user's words better than pyaec's fixed-point build of the same code."""
-
-    def __init__(self, tail: int = SPEEX_TAIL) -> None:
-        super().__init__("system", tail)
-
-
-class PyaecWrapperCanceller:
-    """pyaec's own entry points (AecNew: the canceller at its 8 kHz constants + the preprocessor),
-    for a pyaec build whose speexdsp symbols are stripped."""
-
-    name = "speex"
-
-    def __init__(self, tail: int = SPEEX_TAIL) -> None:
-        path = str(pyaec_library())
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError as exc:
-            raise ImportError(f"cannot load {path}: {exc}", name="pyaec") from exc
-        handle, pcm = ctypes.c_void_p, ctypes.POINTER(ctypes.c_int16)
-        lib.AecNew.argtypes, lib.AecNew.restype = [ctypes.c_size_t, ctypes.c_int32, ctypes.c_int32, ctypes.c_bool], handle
-        lib.AecCancelEcho.argtypes, lib.AecCancelEcho.restype = [handle, pcm, pcm, pcm, ctypes.c_size_t], None
-        lib.AecDestroy.argtypes, lib.AecDestroy.restype = [handle], None
-        self._lib, self._pcm, self.tail = lib, pcm, tail
-        self._aec: int | None = None
-        self.reset()
-
-    def reset(self) -> None:
-        self.close()
-        self._aec = self._lib.AecNew(FRAME, self.tail, RATE, True)
-        if not self._aec:
-            raise RkvoiceError(Stage.HEAR, "aec-failed", "speexdsp could not create an echo canceller")
-
-    def process(self, mic: np.ndarray, ref: np.ndarray) -> np.ndarray:
-        near = np.ascontiguousarray(mic, np.int16)
-        far = np.ascontiguousarray(ref, np.int16)
-        out = np.empty(FRAME, np.int16)
-        self._lib.AecCancelEcho(self._aec, near.ctypes.data_as(self._pcm), far.ctypes.data_as(self._pcm),
-                                out.ctypes.data_as(self._pcm), FRAME)
-        return out
-
-    def close(self) -> None:
-        if self._aec:
-            self._lib.AecDestroy(self._aec)
-            self._aec = None
-
-    def __del__(self) -> None:
-        self.close()
-
-
 def speex() -> Canceller:
-    """speexdsp: the system's library when installed (measured better), else the one pyaec ships."""
+    """speexdsp: the system's floating-point library when installed (on bench/echo.py it kept the
+    user's words better than pyaec's fixed-point build of the same code), else pyaec's."""
     if system_speexdsp():
-        return SystemSpeexCanceller()
+        return speexdsp.SpeexDspCanceller("system")
     try:
-        return SpeexCanceller()
-    except UnexpectedBuild as exc:
+        return speexdsp.SpeexDspCanceller("pyaec")
+    except speexdsp.UnexpectedBuild as exc:
         log.warning("%s; using pyaec's own entry points (the canceller at its 8 kHz constants)", exc)
-        return PyaecWrapperCanceller()
+        return speexdsp.PyaecWrapperCanceller()
 
 
 BACKENDS: dict[str, tuple[Callable[[], Canceller], str, str]] = {
@@ -238,10 +170,3 @@ def estimate_delay(mic: np.ndarray, ref: np.ndarray, max_lag: int) -> tuple[int,
 
 DELAY_TRUST = 8.0
 """The prominence above which a delay estimate is taken (noise alone gives about 4)."""
-
-
-def erle_db(echo: np.ndarray, residual: np.ndarray) -> float:
-    """Echo return loss enhancement: echo power over what is left of it after cancelling, in dB."""
-    e = float(np.mean(np.square(echo, dtype=np.float64)))
-    r = float(np.mean(np.square(residual, dtype=np.float64)))
-    return 10.0 * np.log10((e + 1e-12) / (r + 1e-12))

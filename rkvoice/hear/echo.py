@@ -1,17 +1,14 @@
 """The assistant's own voice on the microphone: what was played, and the hearing side that removes it.
 
-- ``PlayedAudio``: the reference, the audio the speaker played at 16 kHz, placed on a timeline of
-  sample ticks (``tick = clock seconds * 16000``). Thread-safe: the player writes, the mic reads.
+- ``PlayedAudio``: the reference, the audio the speaker played at 16 kHz on a timeline of sample
+  ticks (``tick = clock seconds * 16000``). Thread-safe: the player writes, the mic reads.
 - ``ReferenceTap``: a Player wrapper that hands every block it writes, with the time it will be
-  heard (the same real-time accounting as the paced players), to a ``PlayedAudio``. ``clear()``
-  (barge-in) erases the blocks that were handed over but will never be heard.
-- ``EchoFilter``: runs on each microphone frame before VAD/wake/ASR. With a canceller it reads the
-  reference for the frame's ticks, shifted by the estimated playback-to-capture delay, and cancels
-  the echo; without one (``hear.aec: off``) it mutes the frame while the speaker plays and for
-  ``tail_s`` after (the safe fallback: no self-wake, no barge-in either).
-- ``EchoCancelledSource``: an AudioSource that applies an EchoFilter; live frames are placed on the
-  timeline by their arrival time, a ``--file`` replay by sample count (its ``--reference`` recording
-  starts with it).
+  heard, to a ``PlayedAudio``; ``clear()`` (barge-in) erases the blocks that will never be heard.
+- ``EchoFilter``: runs on each microphone frame before VAD/wake/ASR. With a canceller it cancels the
+  reference, shifted by the estimated playback-to-capture delay; without one (``hear.aec: off``) it
+  mutes the frame while the speaker plays and ``tail_s`` after (no self-wake, no barge-in either).
+- ``EchoCancelledSource``: an AudioSource through an EchoFilter; live frames are placed on the
+  timeline by their arrival time, a ``--file`` replay by sample count (its ``--reference`` starts with it).
 """
 
 from __future__ import annotations
@@ -95,21 +92,20 @@ class PlayedAudio:
 
 
 class ReferenceTap:
-    """Wraps a Player: each written block also goes to ``played``, at the time it will be heard."""
+    """Wraps a Player: each written block also goes to ``played``, at the time it will be heard.
+    Everything else (name, rate, open, drain, close, abort) is the player's."""
 
     def __init__(self, player: Any, played: PlayedAudio, clock: Clock | None = None) -> None:
         self.player = player
         self.played = played
         self.clock = clock or MonotonicClock()
-        self.name = player.name
-        self.rate = player.rate
         self._dry_at: float | None = None
         self._next_tick = 0
         self._resampler: Any = None
         self._lock = threading.Lock()
 
-    def open(self) -> None:
-        self.player.open()
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.player, name)
 
     def write(self, block: np.ndarray) -> None:
         self.player.write(block)  # returns once the device took it (paced players wait here)
@@ -128,22 +124,12 @@ class ReferenceTap:
             self.played.push(self._next_tick, samples)
             self._next_tick += len(samples)
 
-    def drain(self) -> None:
-        self.player.drain()
-
     def clear(self) -> None:
         with self._lock:
             self.played.cut(round(self.clock.now() * RATE))
             self._dry_at = None
             self._resampler = None
         self.player.clear()
-
-    def close(self) -> None:
-        self.player.close()
-
-    def abort(self) -> None:
-        if hasattr(self.player, "abort"):
-            self.player.abort()
 
 
 class EchoFilter:

@@ -1,15 +1,13 @@
-"""speexdsp's echo canceller + preprocessor (residual echo suppression, noise suppression), driven
-the same way from either of two builds of the library:
+"""speexdsp's echo canceller + preprocessor (residual echo and noise suppression), driven the same
+way from either of two builds of the library:
 
-- the system's libspeexdsp (Debian: ``apt-get install libspeexdsp1``), a floating-point build whose
-  functions are exported;
-- the one inside the ``pyaec`` wheel (libaec.so): a fixed-point build that exports only pyaec's
-  ``AecNew``/``AecCancelEcho``. That wrapper never tells the echo canceller its sampling rate, so
-  the canceller adapts with its 8 kHz constants (twice too fast at 16 kHz) and its DC notch cuts the
-  microphone below ~250 Hz. The speexdsp functions are in the library's symbol table, though: they
-  are called here at their addresses, and the canceller's rate fields are set as
-  ``SPEEX_ECHO_SET_SAMPLING_RATE`` would (pyaec's build lacks that ctl), after checking they hold
-  the values speexdsp puts there for 8 kHz.
+- the system's libspeexdsp (Debian: ``apt-get install libspeexdsp1``), a floating-point build;
+- the fixed-point one inside the ``pyaec`` wheel (libaec.so), which exports only pyaec's
+  ``AecNew``/``AecCancelEcho``. That wrapper never tells the canceller its sampling rate, so it
+  adapts with its 8 kHz constants (twice too fast at 16 kHz) and its DC notch cuts the microphone
+  below ~250 Hz. The speexdsp functions are called here at their addresses from the library's
+  symbol table, and the rate fields are set as ``SPEEX_ECHO_SET_SAMPLING_RATE`` would (pyaec's
+  build lacks that ctl), after checking they hold speexdsp's 8 kHz values.
 
 Both run on 10 ms frames of 16 kHz int16 (the caller aligns the reference to the echo).
 """
@@ -65,6 +63,15 @@ def pyaec_library() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "libaec.so"
 
 
+def load_pyaec() -> tuple[ctypes.CDLL, Path]:
+    """pyaec's library, loaded, and its path (ImportError when it is missing or cannot load)."""
+    path = pyaec_library()
+    try:
+        return ctypes.CDLL(str(path)), path
+    except OSError as exc:
+        raise ImportError(f"cannot load {path}: {exc}", name="pyaec") from exc
+
+
 def elf_functions(path: Path) -> dict[str, int]:
     """The function symbols of a little-endian ELF64 file's symbol table (local ones included): name -> value."""
     data = path.read_bytes()
@@ -85,46 +92,34 @@ def elf_functions(path: Path) -> dict[str, int]:
     return found
 
 
-def _bind(lib: Any, name: str, address: int | None = None) -> Any:
-    restype, argtypes = FUNCTIONS[name]
-    if address is None:
-        fn = getattr(lib, name)
-        fn.argtypes, fn.restype = argtypes, restype
-        return fn
-    return ctypes.CFUNCTYPE(restype, *argtypes)(address)
-
-
 class SpeexDspCanceller:
     """The echo canceller told its sampling rate, then the preprocessor's residual echo suppression
     and noise suppression at their defaults, from the library ``build`` names (system or pyaec)."""
 
     name = "speex"
 
-    def __init__(self, build: str, tail: int = SPEEX_TAIL) -> None:
-        self.build, self.tail = build, tail
+    def __init__(self, build: str) -> None:
+        self.build = build
         self._fn: dict[str, Any] = {}
         if build == "system":
             path = system_speexdsp()
             if path is None:
                 raise ImportError("libspeexdsp is not installed (apt-get install libspeexdsp1)", name="speexdsp")
             lib = ctypes.CDLL(path)
-            self._fn = {name: _bind(lib, name) for name in FUNCTIONS}
+            addresses = {name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value or 0 for name in FUNCTIONS}
             self._echo_ctl = lib.speex_echo_ctl
             self._echo_ctl.argtypes, self._echo_ctl.restype = [_HANDLE, ctypes.c_int, ctypes.c_void_p], ctypes.c_int
         elif build == "pyaec":
-            path_ = pyaec_library()
-            try:
-                lib = ctypes.CDLL(str(path_))
-            except OSError as exc:
-                raise ImportError(f"cannot load {path_}: {exc}", name="pyaec") from exc
-            symbols = elf_functions(path_)
+            lib, lib_path = load_pyaec()
+            symbols = elf_functions(lib_path)
             if "AecNew" not in symbols or any(name not in symbols for name in FUNCTIONS):
-                raise UnexpectedBuild(f"{path_} has no speexdsp symbol table (a stripped pyaec build)", name="pyaec")
-            base = ctypes.cast(lib.AecNew, ctypes.c_void_p).value or 0
-            base -= symbols["AecNew"]
-            self._fn = {name: _bind(lib, name, base + symbols[name]) for name in FUNCTIONS}
+                raise UnexpectedBuild(f"{lib_path} has no speexdsp symbol table (a stripped pyaec build)", name="pyaec")
+            base = (ctypes.cast(lib.AecNew, ctypes.c_void_p).value or 0) - symbols["AecNew"]
+            addresses = {name: base + symbols[name] for name in FUNCTIONS}
         else:
             raise ValueError(f"unknown speexdsp build {build!r}")
+        self._fn = {name: ctypes.CFUNCTYPE(restype, *argtypes)(addresses[name])
+                    for name, (restype, argtypes) in FUNCTIONS.items()}
         self._lib = lib  # keeps the library loaded while its functions are used
         self._echo: int | None = None
         self._pre: int | None = None
@@ -133,7 +128,7 @@ class SpeexDspCanceller:
     def reset(self) -> None:
         self.close()
         fn = self._fn
-        self._echo = fn["speex_echo_state_init"](FRAME, self.tail)
+        self._echo = fn["speex_echo_state_init"](FRAME, SPEEX_TAIL)
         self._pre = fn["speex_preprocess_state_init"](FRAME, RATE)
         if not self._echo or not self._pre:
             raise RkvoiceError(Stage.HEAR, "aec-failed", f"speexdsp ({self.build}) could not create an echo canceller")
@@ -186,3 +181,41 @@ class SpeexDspCanceller:
     def __del__(self) -> None:
         if self._fn:
             self.close()
+
+
+class PyaecWrapperCanceller:
+    """pyaec's own entry points (AecNew: the canceller at its 8 kHz constants + the preprocessor),
+    for a pyaec build whose speexdsp symbols are stripped."""
+
+    name = "speex"
+
+    def __init__(self) -> None:
+        lib, _path = load_pyaec()
+        lib.AecNew.argtypes, lib.AecNew.restype = [ctypes.c_size_t, ctypes.c_int32, ctypes.c_int32, ctypes.c_bool], _HANDLE
+        lib.AecCancelEcho.argtypes, lib.AecCancelEcho.restype = [_HANDLE, _PCM, _PCM, _PCM, ctypes.c_size_t], None
+        lib.AecDestroy.argtypes, lib.AecDestroy.restype = [_HANDLE], None
+        self._lib = lib
+        self._aec: int | None = None
+        self.reset()
+
+    def reset(self) -> None:
+        self.close()
+        self._aec = self._lib.AecNew(FRAME, SPEEX_TAIL, RATE, True)
+        if not self._aec:
+            raise RkvoiceError(Stage.HEAR, "aec-failed", "speexdsp could not create an echo canceller")
+
+    def process(self, mic: np.ndarray, ref: np.ndarray) -> np.ndarray:
+        near = np.ascontiguousarray(mic, np.int16)
+        far = np.ascontiguousarray(ref, np.int16)
+        out = np.empty(FRAME, np.int16)
+        self._lib.AecCancelEcho(self._aec, near.ctypes.data_as(_PCM), far.ctypes.data_as(_PCM),
+                                out.ctypes.data_as(_PCM), FRAME)
+        return out
+
+    def close(self) -> None:
+        if self._aec:
+            self._lib.AecDestroy(self._aec)
+            self._aec = None
+
+    def __del__(self) -> None:
+        self.close()
