@@ -9,16 +9,11 @@ arriving piece by piece):
     speaker.end(turn)
     speaker.wait(turn)                     # until it has played, was cancelled or failed
 
-Each piece goes the one speech path (``rkvoice.pieces``: cut with the engine's piece sizes, the
-turn's first chunk short, made speakable, synthesised, post-processed) on the TTS worker while the
-previous chunk plays, and is played in order by the player thread. Cancelling the turn (``turn.cancel()``) drops its queued
-pieces and audio wherever they are, clears the player at once and stops synthesis before the next
-chunk; a synthesis or player failure fails the turn (``turn.fail``).
-
-Turns are spoken in the order they were started (a reminder started during an answer waits for
-the answer's end); every started turn must be ended or cancelled. With ``tts.coalesce_chars`` > 0,
-pieces of one turn that queued up while the worker was busy are synthesised in one call (never the
-turn's first piece, never across turns).
+Each piece takes the one speech path (``rkvoice.pieces``) on the TTS worker while the previous chunk
+plays. ``turn.cancel()`` drops the turn's queued pieces and audio, clears the player at once and
+stops synthesis before the next chunk; a synthesis or player failure fails the turn. Turns are
+spoken in the order they were started (a reminder started during an answer waits for its end);
+every started turn must be ended or cancelled.
 """
 
 from __future__ import annotations
@@ -271,11 +266,8 @@ class Speaker:
                             q.queued_s += piece.audio_s
                         self._audio_q.put((q, "audio", (piece.index, piece.blocks)))
             except Exception as exc:  # an engine failure fails this turn, never the thread
-                err = exc if isinstance(exc, RkvoiceError) else RkvoiceError(
-                    Stage.TTS, "synthesis-failed", f"{getattr(self.engine, 'name', 'tts')} failed: {exc}"
-                )
-                log.error("turn %d: %s", q.turn.id, err, exc_info=not isinstance(exc, RkvoiceError))
-                q.turn.timeline.mark(Ev.ERROR, turn=q.turn.id, message=str(err))
+                name = getattr(self.engine, "name", "tts")
+                err = _failed(q.turn, exc, RkvoiceError(Stage.TTS, "synthesis-failed", f"{name} failed: {exc}"))
                 with self._cond:
                     q.synth_done = True
                 self._audio_q.put((q, "end", err))
@@ -287,11 +279,10 @@ class Speaker:
     def _play_loop(self) -> None:
         while True:
             item = self._audio_q.get()
-            q: _Queue | None = None
+            if item is _STOP:
+                return
+            q, kind, payload = item
             try:
-                if item is _STOP:
-                    return
-                q, kind, payload = item
                 if q.turn.cancelled:
                     continue
                 if kind == "audio":
@@ -304,13 +295,9 @@ class Speaker:
                         q.turn.timeline.mark(Ev.PLAY_END, turn=q.turn.id)
                         self._played(q)
             except Exception as exc:  # a broken player fails the turn, never the thread
-                err = exc if isinstance(exc, RkvoiceError) else RkvoiceError(Stage.PLAYER, "failed", str(exc))
-                log.error("player: %s", err, exc_info=not isinstance(exc, RkvoiceError))
-                if q is not None:
-                    q.turn.timeline.mark(Ev.ERROR, turn=q.turn.id, message=str(err))
-                    q.turn.fail(err)
+                q.turn.fail(_failed(q.turn, exc, RkvoiceError(Stage.PLAYER, "failed", str(exc))))
             finally:
-                self._audio_q.task_done()
+                self._audio_q.task_done()  # SteppedSpeaker (tests/fakes.py) joins the queue
 
     def _play_chunk(self, q: _Queue, index: int, blocks: np.ndarray) -> None:
         audio_s = blocks.size / self.player.rate
@@ -329,3 +316,11 @@ class Speaker:
             if turn.cancelled:  # the cancel cleared the player while this block went in
                 self.player.clear()
                 return
+
+
+def _failed(turn: Turn, exc: Exception, wrapped: RkvoiceError) -> RkvoiceError:
+    """The turn's error for ``exc`` (``wrapped`` for an unexpected one), logged and marked on its timeline."""
+    err = exc if isinstance(exc, RkvoiceError) else wrapped
+    log.error("turn %d: %s", turn.id, err, exc_info=err is not exc)
+    turn.timeline.mark(Ev.ERROR, turn=turn.id, message=str(err))
+    return err
