@@ -17,10 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.cer import cer, normalise
 from rkvoice.config import load_config, parse_override
 from rkvoice.errors import RkvoiceError
 from rkvoice.hear.asr import ASR
-from rkvoice.hear.cer import cer, normalise
 from rkvoice.hear.sources import to_mono_16k
 
 SENTENCES = [

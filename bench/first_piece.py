@@ -33,10 +33,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.cer import cer
 from rkvoice.answer.conversation import Conversation
 from rkvoice.answer.llm.llama import LlamaEngine
 from rkvoice.config import load_config
-from rkvoice.hear.cer import cer
 from rkvoice.text.normalize import speakable
 from rkvoice.text.stream_chunker import StreamChunker
 

@@ -38,9 +38,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.cer import cer  # noqa: E402
 from rkvoice.audio.post import resample  # noqa: E402
 from rkvoice.config import Config, load_config  # noqa: E402
-from rkvoice.hear.cer import cer  # noqa: E402
 from rkvoice.hear.whisper_asr import WhisperAsr  # noqa: E402
 from rkvoice.pieces import Pieces, piece_chars  # noqa: E402
 from rkvoice.text.normalize import speakable  # noqa: E402

@@ -30,9 +30,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.cer import cer
 from rkvoice.config import load_config
 from rkvoice.errors import RkvoiceError
-from rkvoice.hear.cer import cer
 from rkvoice.text.normalize import speakable
 
 SENTENCES = [

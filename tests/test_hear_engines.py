@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bench.cer import cer
 from rkvoice.config import load_config, parse_override
 from rkvoice.errors import RkvoiceError
 from rkvoice.hear.asr import ASR, asr_name, create_asr
-from rkvoice.hear.cer import cer
 from rkvoice.hear.kws import KwsWake, keywords_line, kws_dir, phrase_tokens
 from rkvoice.hear.paraformer_asr import ParaformerAsr, paraformer_dir
 from rkvoice.hear.sources import read_wav

@@ -11,10 +11,10 @@ import json
 import numpy as np
 import pytest
 
+from bench.cer import cer
 from rkvoice.cli import main
 from rkvoice.clock import MonotonicClock
 from rkvoice.config import load_config
-from rkvoice.hear.cer import cer
 from rkvoice.hear.loop import TurnLoop, player_cue
 from rkvoice.hear.session import HearSession
 from rkvoice.hear.sources import RealtimeSource, to_mono_16k

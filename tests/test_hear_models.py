@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bench.cer import cer
 from rkvoice.config import load_config, parse_override
-from rkvoice.hear.cer import cer
 from rkvoice.hear.loop import TurnLoop
 from rkvoice.hear.session import HearSession
 from rkvoice.hear.sources import WavFileSource, read_wav

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from bench.cer import cer
 from rkvoice.clock import FakeClock
 from rkvoice.config import load_config, parse_override
 from rkvoice.errors import RkvoiceError
-from rkvoice.hear.cer import cer
 from rkvoice.hear.cue import AckCue, chime
 from rkvoice.hear.pinyin_match import PhraseMatcher
 from rkvoice.hear.sources import (

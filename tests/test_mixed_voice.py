@@ -160,7 +160,7 @@ def test_registry_wraps_single_language_voices_and_leaves_matcha_alone() -> None
 
 @needs_voices
 def test_mixed_sentence_is_heard_with_its_english_words(asr) -> None:  # noqa: ANN001
-    from rkvoice.hear.cer import cer
+    from bench.cer import cer
     from rkvoice.tts.registry import create_tts
 
     engine = create_tts(CFG, "fastspeech2", MIXED)
@@ -178,7 +178,7 @@ def test_mixed_sentence_is_heard_with_its_english_words(asr) -> None:  # noqa: A
 
 @needs_voices
 def test_vits_on_chinese_text_speaks_chinese(asr) -> None:  # noqa: ANN001
-    from rkvoice.hear.cer import cer
+    from bench.cer import cer
     from rkvoice.tts.registry import create_tts
 
     text = "北京的冬天很冷，但是夏天非常热。"

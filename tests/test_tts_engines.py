@@ -409,7 +409,7 @@ def _transcribe(model, audio: np.ndarray, rate: int, lang: str) -> str:  # noqa:
 
 @pytest.mark.parametrize("name", ["fastspeech2", "vits-piper-joe"])
 def test_asr_hears_the_text(whisper, name: str) -> None:  # noqa: ANN001
-    from rkvoice.hear.cer import cer
+    from bench.cer import cer
 
     spec = ENGINES[name]
     if not spec["installed"]:

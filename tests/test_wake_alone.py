@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.cer import cer
 from rkvoice.config import load_config
-from rkvoice.hear.cer import cer
 from rkvoice.hear.session import HearSession, Mode, Request, Wake
 from rkvoice.hear.sources import WavFileSource, read_wav
 from rkvoice.hear.vad import SAMPLE_RATE, Segment, Segmenter, vad_model_path

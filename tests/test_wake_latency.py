@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
+from bench.cer import cer
 from rkvoice.config import load_config
-from rkvoice.hear.cer import cer
 from rkvoice.hear.session import HearSession, Mode, Request, Wake
 from rkvoice.hear.sources import to_mono_16k
 from rkvoice.hear.vad import SAMPLE_RATE, WINDOW, Segment, Segmenter, on_grid, vad_model_path

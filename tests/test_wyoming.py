@@ -32,9 +32,9 @@ from wyoming.tts import (  # noqa: E402
 )
 from wyoming.wake import Detect, Detection, NotDetected  # noqa: E402
 
+from bench.cer import cer  # noqa: E402
 from rkvoice.config import WyomingConfig  # noqa: E402
 from rkvoice.gate import Engines  # noqa: E402
-from rkvoice.hear.cer import cer  # noqa: E402
 from rkvoice.stages import wake_factory  # noqa: E402
 from rkvoice.wyoming.server import serve_wyoming  # noqa: E402
 

@@ -9,18 +9,20 @@ syllables costs at most ``tolerance``. What follows the match is the request sai
 
 from __future__ import annotations
 
+import operator
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from pypinyin import Style, lazy_pinyin
-
-from rkvoice.hear.cer import edit_distance
 
 _HAN = re.compile(r"[\u3400-\u9fff]")
 _LEAD = re.compile(r"^[\s,，。.!！?？、;；:：…~～\-—]+")
 
 _FUZZY_INITIALS = {"zh": "z", "ch": "c", "sh": "s", "l": "n"}
 _FUZZY_FINALS = {"ing": "in", "eng": "en", "ang": "an", "iang": "ian", "uang": "uan"}
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,17 @@ def syllables(text: str) -> list[Syllable]:
         Syllable(_FUZZY_INITIALS.get(i, i), _FUZZY_FINALS.get(f, f), pos)
         for i, f, pos in zip(initials, finals, positions)
     ]
+
+
+def edit_distance(a: Sequence[T], b: Sequence[T], sub: Callable[[T, T], float] = operator.ne) -> float:
+    """Levenshtein distance: an insertion or deletion costs 1, a substitution ``sub(x, y)``."""
+    prev = [float(j) for j in range(len(b) + 1)]
+    for i, x in enumerate(a, 1):
+        cur = [float(i)] + [0.0] * len(b)
+        for j, y in enumerate(b, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + sub(x, y))
+        prev = cur
+    return prev[-1]
 
 
 def _sub_cost(a: Syllable, b: Syllable) -> float:
