@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rkvoice.daemon.lock import InstanceLock
+from rkvoice.daemon.lock import instance_lock
 from rkvoice.daemon.sdnotify import Notifier
 from rkvoice.errors import RkvoiceError
 
@@ -25,14 +25,13 @@ def test_path_socket_gets_ready_status_watchdog_stopping(tmp_path: Path) -> None
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.bind(str(path))
         n = Notifier(socket_name=str(path), watchdog_usec="")
-        assert n.enabled
-        assert n.ready("listening")
+        assert n.notify(READY=1, STATUS="listening")
         assert _recv(sock) == "READY=1\nSTATUS=listening"
-        assert n.watchdog()
+        assert n.notify(WATCHDOG=1)
         assert _recv(sock) == "WATCHDOG=1"
-        assert n.status("two\nlines")
+        assert n.notify(STATUS="two\nlines")
         assert _recv(sock) == "STATUS=two lines"  # a newline would start a bogus field
-        assert n.stopping()
+        assert n.notify(STOPPING=1)
         assert _recv(sock) == "STOPPING=1"
         n.close()
 
@@ -42,7 +41,7 @@ def test_abstract_socket_name(tmp_path: Path) -> None:
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.bind("\0" + name)
         n = Notifier(socket_name="@" + name, watchdog_usec="")
-        assert n.ready()
+        assert n.notify(READY=1)
         assert _recv(sock) == "READY=1"
 
 
@@ -50,8 +49,7 @@ def test_without_notify_socket_everything_is_a_no_op(monkeypatch: pytest.MonkeyP
     monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
     monkeypatch.delenv("WATCHDOG_USEC", raising=False)
     n = Notifier()
-    assert not n.enabled
-    assert n.ready() is False
+    assert n.notify(READY=1) is False
     assert n.watchdog_interval is None
 
 
@@ -73,8 +71,8 @@ def test_bad_values_are_clear_errors() -> None:
 
 def test_vanished_socket_does_not_raise(tmp_path: Path) -> None:
     n = Notifier(socket_name=str(tmp_path / "gone"), watchdog_usec="")
-    assert n.watchdog() is False
-    assert n.watchdog() is False
+    assert n.notify(WATCHDOG=1) is False
+    assert n.notify(WATCHDOG=1) is False
 
 
 def test_full_socket_queue_never_blocks(tmp_path: Path) -> None:
@@ -82,17 +80,17 @@ def test_full_socket_queue_never_blocks(tmp_path: Path) -> None:
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.bind(str(path))
         n = Notifier(socket_name=str(path), watchdog_usec="")
-        results = [n.watchdog() for _ in range(2000)]  # nobody reads: the queue fills
+        results = [n.notify(WATCHDOG=1) for _ in range(2000)]  # nobody reads: the queue fills
         assert results[0] is True and results[-1] is False
 
 
 def test_lock_second_holder_gets_a_clear_error_naming_the_pid(tmp_path: Path) -> None:
     path = tmp_path / "run" / "rkvoice.lock"
-    with InstanceLock(path):
+    with instance_lock(path):
         code = (
-            "import sys; from rkvoice.daemon.lock import InstanceLock\n"
+            "import sys; from rkvoice.daemon.lock import instance_lock\n"
             "from rkvoice.errors import RkvoiceError\n"
-            f"try:\n    InstanceLock({str(path)!r}).acquire()\n"
+            f"try:\n    with instance_lock({str(path)!r}):\n        pass\n"
             "except RkvoiceError as e:\n    print(e); sys.exit(1)\n"
         )
         out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True,
@@ -101,13 +99,13 @@ def test_lock_second_holder_gets_a_clear_error_naming_the_pid(tmp_path: Path) ->
         assert "another rkvoice daemon is already running" in out.stdout
         assert f"(pid {os.getpid()})" in out.stdout
     # released: the next one gets it
-    lock = InstanceLock(path)
-    lock.acquire()
-    lock.release()
+    with instance_lock(path):
+        pass
 
 
 def test_lock_in_an_unwritable_place_says_how_to_fix(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(RkvoiceError, match="set daemon.lock_file"):
-        InstanceLock(blocker / "sub" / "rkvoice.lock").acquire()
+        with instance_lock(blocker / "sub" / "rkvoice.lock"):
+            pass

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rkvoice.config import DEFAULT_CONFIG, Config, load_config, parse_override
-from rkvoice.errors import RkvoiceError, Stage
+from rkvoice.errors import Code, RkvoiceError, Stage
 from rkvoice.stages import Plan
 
-from .service import run_daemon
+from .service import EXIT_FATAL, Daemon
 
 log = logging.getLogger(__name__)
 
@@ -49,25 +49,19 @@ def resolve_plan(spec: str | None) -> Callable[[Config], Plan]:
         raise RkvoiceError(Stage.DAEMON, "bad-stages", f"cannot load --stages {spec!r}: {exc}") from exc
 
 
-def config_loader(config_file: str | None, overrides: list[str]) -> Callable[[], Config]:
-    """A function re-reading the same files and overrides (called again on SIGHUP)."""
-    parsed = [parse_override(item) for item in overrides]
-
-    def load() -> Config:
-        return load_config(parsed, [DEFAULT_CONFIG, Path(config_file)] if config_file else None)
-
-    return load
-
-
 def serve(load: Callable[[], Config], stages: str | None = None) -> int:
-    """Load the config and run the daemon until it is told to stop; returns the exit status."""
+    """Load the config and run the daemon until it is told to stop (SIGTERM); returns the exit status."""
     try:
         cfg = load()
         plan = resolve_plan(stages)(cfg)
     except RkvoiceError as exc:
         log.error("%s", exc)
         return 2
-    return run_daemon(cfg, plan, load)
+    try:
+        return Daemon(cfg, plan, load).run()
+    except RkvoiceError as exc:
+        log.error("%s", exc)
+        return 1 if exc.code == Code.ALREADY_RUNNING else EXIT_FATAL
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,4 +72,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-v", "--verbose", action="store_true", help="DEBUG logs (per-chunk detail)")
     args = ap.parse_args(argv)
     setup_logging(args.verbose)
-    return serve(config_loader(args.config, args.set), args.stages)
+    overrides = [parse_override(item) for item in args.set]
+    files = [DEFAULT_CONFIG, Path(args.config)] if args.config else None
+    return serve(lambda: load_config(overrides, files), args.stages)  # called again on SIGHUP

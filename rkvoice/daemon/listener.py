@@ -1,13 +1,10 @@
-"""The daemon's listener: the product's one turn loop on the microphone, over the loaded stages.
+"""The daemon's listener: the product's one turn loop (rkvoice.hear.loop.TurnLoop) on the microphone.
 
-The loop reaches the ASR, the voice and the assistant through the stages' priority gates
-(rkvoice.gate) at local priority, so a Wyoming server on the same stages (``wyoming.uri``) always
-lets the local turn go first: it waits at most for one transcription or one synthesised piece, and
-a Wyoming answer holding the LLM is stopped.
-
-``Listener.run`` runs rkvoice.hear.loop.TurnLoop on the microphone until ``interrupt()``; the
-supervisor's additions are the loop's hooks: ``busy`` marks work for the watchdog, ``on_turn`` and
-``on_error`` report turns and hearing failures to be counted and apologised for.
+It reaches the ASR, the voice and the assistant through the stages' priority gates (rkvoice.gate)
+at local priority, so a Wyoming server on the same stages (``wyoming.uri``) lets the local turn go
+first: it waits at most for one transcription or synthesised piece; a Wyoming answer holding the
+LLM is stopped. The supervisor's hooks: ``busy`` marks work for the watchdog, ``report`` counts
+turns and failures.
 """
 
 from __future__ import annotations
@@ -56,7 +53,7 @@ class Listener:
         self.source = source
         self.answer_gate = PriorityGate("answer")
         self.answerer = Answerer(LocalAssistant(self.assistant, self.answer_gate), self.speaker, cfg)
-        self.assistant.set_reminder_callback(self._remind)
+        self.assistant.set_reminder_callback(self.speaker.speak)  # the scheduler logs it
         self.turn_loop = TurnLoop(self.hear.session(), self.answerer, cue=self.speak.cue,
                                   cue_out=player_cue(self.speak.player), on_turn=supervisor.report,
                                   on_error=supervisor.report, busy=supervisor.busy)
@@ -65,10 +62,6 @@ class Listener:
     def shared(self) -> Engines:
         """The loaded stages for a Wyoming server beside this loop, behind the loop's own gates."""
         return shared(self.cfg, self.hear, self.assistant, self.speak, self.answer_gate)
-
-    def _remind(self, text: str) -> None:
-        log.info("reminder due: %r", text)
-        self.speaker.speak(text)
 
     def run(self) -> None:
         """Listen and answer until ``interrupt()`` (or the source ends)."""

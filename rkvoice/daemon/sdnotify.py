@@ -1,9 +1,8 @@
 """systemd's sd_notify protocol, spoken directly over the $NOTIFY_SOCKET datagram socket.
 
-No dependency on libsystemd or python-systemd: a notification is one datagram of
-newline-separated ``KEY=VALUE`` lines sent to the AF_UNIX socket named in $NOTIFY_SOCKET
-(a filesystem path, or an abstract name written with a leading ``@``). Outside systemd
-(no $NOTIFY_SOCKET) every call is a cheap no-op, so the daemon runs the same in a terminal.
+A notification is one datagram of ``KEY=VALUE`` lines to the AF_UNIX socket in $NOTIFY_SOCKET (a
+path, or an abstract name written ``@name``); no libsystemd needed. Without $NOTIFY_SOCKET every
+call is a no-op, so the daemon runs the same in a terminal.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ def _address(name: str) -> str | bytes:
 
 
 class Notifier:
-    """Sends READY/WATCHDOG/STOPPING/STATUS notifications to the service manager."""
+    """Sends notifications (``notify(READY=1, STATUS="listening")``) to the service manager."""
 
     def __init__(self, socket_name: str | None = None, watchdog_usec: str | None = None) -> None:
         name = os.environ.get("NOTIFY_SOCKET") if socket_name is None else socket_name
@@ -40,16 +39,9 @@ class Notifier:
         self.watchdog_interval = usec / 2 / 1_000_000 if usec else None
         """Seconds between WATCHDOG=1 pings (half of WATCHDOG_USEC), or None without a watchdog."""
 
-    @property
-    def enabled(self) -> bool:
-        return self._addr is not None
-
     def notify(self, **fields: object) -> bool:
-        """Send one datagram, e.g. ``notify(READY=1, STATUS="listening")``.
-
-        Returns False (logging the first of a run of failures) when the socket is gone or full: the daemon keeps
-        running; systemd would restart it anyway if it really stopped listening.
-        """
+        """Send one datagram; False without a socket, or (logging the first of a run of failures) when
+        it is gone or full: the daemon keeps running, systemd restarts it if it really stopped."""
         if self._addr is None:
             return False
         # one field per line: a newline inside STATUS would start a bogus field
@@ -68,22 +60,6 @@ class Notifier:
             self._failing = False
         log.debug("sd_notify %s", payload.decode().replace("\n", " "))
         return True
-
-    def ready(self, status: str = "") -> bool:
-        return self.notify(READY=1, **({"STATUS": status} if status else {}))
-
-    def watchdog(self) -> bool:
-        return self.notify(WATCHDOG=1)
-
-    def stopping(self, status: str = "") -> bool:
-        return self.notify(STOPPING=1, **({"STATUS": status} if status else {}))
-
-    def status(self, text: str) -> bool:
-        return self.notify(STATUS=text)
-
-    def extend_timeout(self, seconds: float) -> bool:
-        """Ask for more start-up (or stop) time while slow models load."""
-        return self.notify(EXTEND_TIMEOUT_USEC=int(seconds * 1_000_000))
 
     def close(self) -> None:
         with self._lock:

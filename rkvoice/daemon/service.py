@@ -1,16 +1,12 @@
 """The resident daemon: load every engine once, then supervise the turn loop for weeks.
 
-Threads: the main thread owns signals and the systemd watchdog; one worker thread runs
-the turn loop. The main thread pings WATCHDOG=1 only while the worker is alive and no
-work the loop marked busy (``Supervisor.busy``: a turn, a transcription) has been running for
-``daemon.stall_s`` -- a wedged pipeline stops the pings and systemd restarts the process.
-Waiting for a wake or for a missing microphone is not busy.
+The main thread owns signals and the systemd watchdog; a worker thread runs the turn loop.
+WATCHDOG=1 is pinged only while the worker lives and no work it marked busy (a turn, a
+transcription) is older than ``daemon.stall_s``: a wedged pipeline gets systemd's restart.
 
-- SIGTERM/SIGINT: STOPPING=1, cancel speech, let the worker finish, close the engines
-  (the answerer flushes user state), exit 0 -- all within ``daemon.stop_timeout_s`` + a bit.
+- SIGTERM/SIGINT: STOPPING=1, cancel speech, let the worker finish, close the engines, exit 0.
 - SIGHUP: re-read the config; engines whose config changed are reloaded between turns.
-- A failed turn: logged, apologised for aloud, counted; ``daemon.max_failures`` failed
-  turns in a row end the process with status 3 so systemd restarts it.
+- A failed turn is logged, apologised for and counted; ``daemon.max_failures`` in a row exit 3.
 - A missing microphone is not a failed turn: the daemon stays READY and retries with backoff.
 """
 
@@ -26,12 +22,12 @@ from types import FrameType
 
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
-from rkvoice.errors import Code, RkvoiceError, is_device_error
+from rkvoice.errors import RkvoiceError, is_device_error
 from rkvoice.stages import Plan, StageSet
 from rkvoice.turn import Turn
 
 from .listener import Listener
-from .lock import InstanceLock
+from .lock import instance_lock
 from .sdnotify import Notifier
 
 log = logging.getLogger(__name__)
@@ -69,11 +65,9 @@ class Daemon:
 
     def run(self, handle_signals: bool = True) -> int:
         """Load, announce READY, supervise until stopped; returns the exit status.
-
-        ``handle_signals=False`` lets tests run the daemon on a non-main thread.
-        """
+        ``handle_signals=False`` lets tests run the daemon on a non-main thread."""
         try:
-            with InstanceLock(self.cfg.daemon.lock_path(self.cfg.state.path)):
+            with instance_lock(self.cfg.daemon.lock_path(self.cfg.state.path)):
                 return self._run_locked(handle_signals)
         finally:
             self.notifier.close()
@@ -83,12 +77,12 @@ class Daemon:
                     signal.SIGHUP: lambda _signum, _frame: self.request_reload()}
         previous = {sig: signal.signal(sig, h) for sig, h in handlers.items()} if handle_signals else {}
         try:
-            self.notifier.status("loading models")
+            self.notifier.notify(STATUS="loading models")
             self.stages.load_all(self.cfg)
             self._host()
             if self.stop.is_set():  # SIGTERM during start-up
                 return self._shutdown(None)
-            self.notifier.ready("listening")
+            self.notifier.notify(READY=1, STATUS="listening")
             log.info("ready: %s loaded", ", ".join(self.stages.engines))
             worker = threading.Thread(target=self._work, name="turn-loop", daemon=True)
             worker.start()
@@ -138,9 +132,8 @@ class Daemon:
                 log.error("stopping the turn loop failed: %s", exc)
 
     def _loading(self, what: str) -> None:
-        self.notifier.status(what)
         # slow loads on the board (Paraformer ~8.5 s): ask systemd for more start-up time
-        self.notifier.extend_timeout(self.cfg.daemon.load_timeout_s)
+        self.notifier.notify(STATUS=what, EXTEND_TIMEOUT_USEC=int(self.cfg.daemon.load_timeout_s * 1_000_000))
 
     # Signal handlers only set events: the main thread may be inside the notifier or a
     # stage when the signal arrives, so doing the work here could deadlock on their locks.
@@ -178,7 +171,7 @@ class Daemon:
                 break
             stuck = self.stalled(stall)
             if stuck is None:
-                self.notifier.watchdog()
+                self.notifier.notify(WATCHDOG=1)
             else:
                 log.error("stuck in %s for %.0f s; not feeding the watchdog", *stuck)
 
@@ -218,7 +211,7 @@ class Daemon:
         t0 = self.clock.now()
         if self._signalled:
             log.info("%s: stopping", self._signalled)
-        self.notifier.stopping("stopping")
+        self.notifier.notify(STOPPING=1, STATUS="stopping")
         self._interrupt("shutdown")  # cancel speech so the turn ends quickly
         self._stop_wyoming()
         if worker is not None:
@@ -252,14 +245,14 @@ class Daemon:
                     backoff = min(max(backoff * 2, self.cfg.daemon.device_retry_s),
                                   self.cfg.daemon.device_retry_max_s)
                     log.warning("%s; retrying in %.1f s", exc, backoff)
-                    self.notifier.status(f"waiting for the microphone: {exc}")
+                    self.notifier.notify(STATUS=f"waiting for the microphone: {exc}")
                     self.stop.wait(backoff)
                     continue
                 self.report(exc)
                 continue
             if backoff:
                 log.info("microphone is back")
-                self.notifier.status("listening")
+                self.notifier.notify(STATUS="listening")
                 backoff = 0.0
 
     def _turn_done(self, turn: Turn) -> None:
@@ -320,11 +313,3 @@ class Daemon:
         self._host()  # always rebuilt: a partly failed reload may still have swapped some engines
         self.notifier.notify(READY=1, STATUS="listening")
 
-
-def run_daemon(cfg: Config, plan: Plan, load_config: Callable[[], Config]) -> int:
-    """Run until SIGTERM; returns the process exit status."""
-    try:
-        return Daemon(cfg, plan, load_config).run()
-    except RkvoiceError as exc:
-        log.error("%s", exc)
-        return 1 if exc.code == Code.ALREADY_RUNNING else EXIT_FATAL
