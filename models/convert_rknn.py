@@ -33,7 +33,7 @@ Subcommands:
       both with the -1e9 attention-mask constant reduced to -1e4 (fp16 overflow -> NaN) and the
       decomposed layer norms fused into LayerNormalization (fp16 loses the decomposed form:
       ~21 dB -> ~44 dB). The decoder is built for fixed frame counts (several via
-      ``dynamic_input``); ``rkvoice.npu.length_regulator.regulate`` pads and masks between the
+      ``dynamic_input``); ``rknn_graphs.regulate`` pads and masks between the
       halves. With ``--ids`` it reports the simulator's mel SNR against onnxruntime.
 
   generic --onnx X.onnx --out X.rknn --shape NAME=D,D ... [--feed NAME=F.npy] [--simulate]
@@ -69,7 +69,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rknn_graphs import FS2_EXPANDED, FS2_MASK, FS2_MEL, split_fastspeech2, strip_output_quantization
+from rknn_graphs import FS2_EXPANDED, FS2_MASK, FS2_MEL, regulate, split_fastspeech2, strip_output_quantization
 from rknn_setup import DEFAULT_TOOLKIT_VERSION, setup_venv
 
 log = logging.getLogger("convert_rknn")
@@ -217,9 +217,6 @@ def fastspeech2(src: Path, out_dir: Path, frames: list[int], target: str, ids: A
     """Split, build the decoder, and with ``ids`` compare simulator and onnxruntime mels (SNR)."""
     import numpy as np
     import onnxruntime as ort
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from rkvoice.npu.length_regulator import regulate
 
     report = split_fastspeech2(src, out_dir)
     dec_onnx = out_dir / "fastspeech2-decoder.onnx"

@@ -4,7 +4,8 @@
   pair (the TFLite model's int8 step after tanh); the simulator matches onnxruntime at ~31 dB SNR
   with the pair and 44-49 dB without it.
 - ``fuse_layer_norms``: TF's decomposed layer norms back into LayerNormalization.
-- ``split_fastspeech2``: FastSpeech2 cut at its length regulator into an encoder and a decoder.
+- ``split_fastspeech2``: FastSpeech2 cut at its length regulator into an encoder and a decoder;
+  ``regulate`` is that regulator in numpy, run between the two halves.
 
 Used by models/convert_rknn.py (float-copy, vocoder, fastspeech2).
 """
@@ -166,3 +167,24 @@ def split_fastspeech2(src: Path, out_dir: Path) -> dict:
             onnx.save(model, str(raw))
             report[f"{name}_layer_norms_fused"] = fuse_layer_norms(raw, out_dir / f"fastspeech2-{name}.onnx")
     return report
+
+
+def regulate(hidden: Any, durations: Any, frames: int | None = None) -> tuple[Any, Any, int]:
+    """FastSpeech2's length regulator: hidden [1, N, D], durations [1, N] (frames per token) ->
+    (x [1, F, D], mask [1, F] int32, T): each token repeated by its duration, padded to ``frames``
+    (the decoder's fixed length; default T, the real frame count) and masked (1 real, 0 padding)."""
+    import numpy as np
+
+    h = np.asarray(hidden)
+    d = np.asarray(durations).reshape(-1).astype(np.int64)
+    if h.ndim != 3 or h.shape[0] != 1 or h.shape[1] != d.size:
+        raise ValueError(f"length regulator needs hidden [1, N, D] and durations [1, N]; "
+                         f"got {h.shape} and {np.shape(durations)}")
+    x = np.repeat(h[0], np.clip(d, 0, None), axis=0)
+    total = x.shape[0]
+    size = total if frames is None else frames
+    if total > size:
+        raise ValueError(f"{total} frames do not fit the decoder's {size}; split the text into shorter pieces "
+                         "or build a longer decoder bucket")
+    out = np.pad(x, ((0, size - total), (0, 0)))[None]
+    return out, (np.arange(size) < total).astype(np.int32)[None], total

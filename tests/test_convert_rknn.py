@@ -92,8 +92,6 @@ def real_ids():
 def test_fastspeech2_split_at_length_regulator_reproduces_the_whole_graph(tmp_path, real_ids):
     import onnxruntime as ort
 
-    from rkvoice.npu.length_regulator import regulate
-
     src = _voice() / "fastspeech2.onnx"
     report = rknn_graphs.split_fastspeech2(src, tmp_path)
     assert report["encoder_layer_norms_fused"] == 12 and report["decoder_layer_norms_fused"] == 6
@@ -107,10 +105,23 @@ def test_fastspeech2_split_at_length_regulator_reproduces_the_whole_graph(tmp_pa
     enc = ort.InferenceSession(str(tmp_path / "fastspeech2-encoder.onnx"))
     names = {i.name for i in enc.get_inputs()}
     hidden, durations = enc.run(None, {k: v for k, v in feeds.items() if k in names})
-    x, mask, total = regulate(hidden, durations)
+    x, mask, total = rknn_graphs.regulate(hidden, durations)
     mel = ort.InferenceSession(str(tmp_path / "fastspeech2-decoder.onnx")).run(None, {"t800": x, "t715": mask})[0]
     assert mel.shape == whole.shape and total == whole.shape[1]
     assert convert_rknn.snr_db(mel, whole) > 50
+
+
+def test_regulate_repeats_tokens_and_pads_with_mask():
+    h = np.arange(3 * 2, dtype=np.float32).reshape(1, 3, 2)
+    x, mask, total = rknn_graphs.regulate(h, np.array([[2, 0, 3]]))
+    assert total == 5 and x.shape == (1, 5, 2) and mask.tolist() == [[1] * 5]
+    np.testing.assert_array_equal(x[0, :, 0], [0, 0, 4, 4, 4])
+    x, mask, total = rknn_graphs.regulate(h, np.array([[2, 0, 3]]), frames=8)
+    assert x.shape == (1, 8, 2) and mask.tolist() == [[1] * 5 + [0] * 3] and (x[0, 5:] == 0).all()
+    with pytest.raises(ValueError, match="do not fit"):
+        rknn_graphs.regulate(h, np.array([[2, 0, 3]]), frames=4)
+    with pytest.raises(ValueError, match=r"hidden \[1, N, D\]"):
+        rknn_graphs.regulate(h, np.array([[1, 1]]))
 
 
 @pytest.mark.skipif(not TOOLKIT_PY.exists(),

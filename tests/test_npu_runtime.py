@@ -258,23 +258,6 @@ def test_real_mb_melgan_in_50_frame_windows_matches_whole_run():
     assert snr[12] > 30 and snr[16] > 40, snr
 
 
-# --- FastSpeech2 length regulator (numpy, between the split encoder and decoder) ---
-
-def test_regulate_repeats_tokens_and_pads_with_mask():
-    from rkvoice.npu.length_regulator import regulate
-
-    h = np.arange(3 * 2, dtype=np.float32).reshape(1, 3, 2)
-    x, mask, total = regulate(h, np.array([[2, 0, 3]]))
-    assert total == 5 and x.shape == (1, 5, 2) and mask.tolist() == [[1] * 5]
-    np.testing.assert_array_equal(x[0, :, 0], [0, 0, 4, 4, 4])
-    x, mask, total = regulate(h, np.array([[2, 0, 3]]), frames=8)
-    assert x.shape == (1, 8, 2) and mask.tolist() == [[1] * 5 + [0] * 3] and (x[0, 5:] == 0).all()
-    with pytest.raises(RkvoiceError, match="do not fit"):
-        regulate(h, np.array([[2, 0, 3]]), frames=4)
-    with pytest.raises(RkvoiceError, match=r"hidden \[1, N, D\]"):
-        regulate(h, np.array([[1, 1]]))
-
-
 # --- what a model declares: one spelling of element types, specs from onnxruntime and RKNNLite ---
 
 def test_dtype_names_and_tensor_specs():

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -83,27 +83,8 @@ def make_window(cfg: StftConfig) -> np.ndarray:
     return np.pad(w, (left, cfg.n_fft - n - left))
 
 
-def stft(signal: np.ndarray, cfg: StftConfig) -> np.ndarray:
-    """Complex STFT [bins, frames] of a 1-D signal (the forward transform ``istft`` inverts)."""
-    x = np.asarray(signal, dtype=np.float64)
-    if x.ndim != 1:
-        raise RkvoiceError(Stage.TTS, "bad-shape", f"stft expects a 1-D signal, got shape {x.shape}")
-    if cfg.center:
-        pad = cfg.n_fft // 2
-        mode: Literal["reflect", "constant"] = "reflect" if len(x) > pad else "constant"
-        x = np.pad(x, (pad, pad), mode=mode)
-    if len(x) < cfg.n_fft:
-        raise RkvoiceError(Stage.TTS, "bad-shape", f"signal of {len(signal)} samples is shorter than n_fft")
-    frames = 1 + (len(x) - cfg.n_fft) // cfg.hop_length
-    idx = np.arange(cfg.n_fft)[None, :] + cfg.hop_length * np.arange(frames)[:, None]
-    spec = np.fft.rfft(x[idx] * make_window(cfg)[None, :], axis=1)
-    if cfg.normalized:
-        spec = spec / np.sqrt(cfg.n_fft)
-    return spec.T
-
-
-def istft(spec: np.ndarray, cfg: StftConfig, length: int | None = None) -> np.ndarray:
-    """Inverse of ``stft``: complex [bins, frames] (or [1, bins, frames]) -> float32 samples."""
+def istft(spec: np.ndarray, cfg: StftConfig) -> np.ndarray:
+    """Complex [bins, frames] (or [1, bins, frames]) -> float32 samples, as ``torch.istft``."""
     s = np.asarray(spec)
     if s.ndim == 3 and s.shape[0] == 1:
         s = s[0]
@@ -136,7 +117,7 @@ def istft(spec: np.ndarray, cfg: StftConfig, length: int | None = None) -> np.nd
         env[k * hop : (k + frames_n) * hop] += np.tile(wsq[k], frames_n)
 
     start = n_fft // 2 if cfg.center else 0
-    n_out = hop * (frames_n - 1) + (0 if cfg.center else n_fft) if length is None else length
+    n_out = hop * (frames_n - 1) + (0 if cfg.center else n_fft)
     out = out[start : start + n_out]
     env = env[start : start + n_out]
     ok = env > 1e-11
@@ -144,18 +125,15 @@ def istft(spec: np.ndarray, cfg: StftConfig, length: int | None = None) -> np.nd
         log.debug("istft: %d samples with a zero window envelope", int((~ok).sum()))
     out[ok] /= env[ok]
     out[~ok] = 0.0
-    if len(out) < n_out:
-        out = np.pad(out, (0, n_out - len(out)))
     return out.astype(np.float32)
 
 
-def istft_mag_phase(mag: np.ndarray, phase: np.ndarray, cfg: StftConfig, length: int | None = None) -> np.ndarray:
+def istft_mag_phase(mag: np.ndarray, phase: np.ndarray, cfg: StftConfig) -> np.ndarray:
     """ISTFT from magnitude and phase (radians), both [bins, frames] or [1, bins, frames]."""
-    return istft(np.asarray(mag) * np.exp(1j * np.asarray(phase)), cfg, length)
+    return istft(np.asarray(mag) * np.exp(1j * np.asarray(phase)), cfg)
 
 
-def istft_mag_xy(mag: np.ndarray, x: np.ndarray, y: np.ndarray, cfg: StftConfig,
-                 length: int | None = None) -> np.ndarray:
+def istft_mag_xy(mag: np.ndarray, x: np.ndarray, y: np.ndarray, cfg: StftConfig) -> np.ndarray:
     """ISTFT from Vocos's three outputs: magnitude, x = cos(phase), y = sin(phase)."""
     m = np.asarray(mag, dtype=np.float64)
-    return istft(m * np.asarray(x, dtype=np.float64) + 1j * (m * np.asarray(y, dtype=np.float64)), cfg, length)
+    return istft(m * np.asarray(x, dtype=np.float64) + 1j * (m * np.asarray(y, dtype=np.float64)), cfg)

@@ -1,10 +1,6 @@
-"""FastSpeech2's length regulator in numpy, for the NPU split (encoder | regulator | decoder).
+"""Matcha's length regulator (alignment) in numpy, between the CPU encoder and the NPU decoder.
 
-The regulator repeats each token's hidden vector by its predicted duration; its output length
-depends on the data, which a fixed-shape NPU graph cannot express, so it runs here between the
-encoder (CPU or NPU) and a decoder compiled for fixed frame counts. ``regulate`` pads the
-expanded sequence to the decoder's length and returns the frame mask the decoder's attention
-and positions need (1 for real frames, 0 for padding).
+Its output length depends on the data, which a fixed-shape NPU graph cannot express.
 """
 
 from __future__ import annotations
@@ -12,27 +8,6 @@ from __future__ import annotations
 import numpy as np
 
 from rkvoice.errors import RkvoiceError, Stage
-
-
-def regulate(hidden: np.ndarray, durations: np.ndarray, frames: int | None = None) -> tuple[np.ndarray, np.ndarray, int]:
-    """hidden [1, N, D], durations [1, N] (frames per token) -> (x [1, F, D], mask [1, F] int32, T).
-
-    ``T`` is the number of real frames; ``F`` is ``frames`` (the decoder's fixed length) or T.
-    """
-    h = np.asarray(hidden)
-    d = np.asarray(durations).reshape(-1).astype(np.int64)
-    if h.ndim != 3 or h.shape[0] != 1 or h.shape[1] != d.size:
-        raise RkvoiceError(Stage.TTS, "bad-shape", f"length regulator needs hidden [1, N, D] and durations [1, N]; "
-                           f"got {h.shape} and {np.shape(durations)}")
-    d = np.clip(d, 0, None)
-    x = np.repeat(h[0], d, axis=0)
-    total = x.shape[0]
-    size = total if frames is None else frames
-    if total > size:
-        raise RkvoiceError(Stage.TTS, "too-long", f"{total} frames do not fit the decoder's {size}; split the text "
-                           "into shorter pieces or build a longer decoder bucket")
-    out = np.pad(x, ((0, size - total), (0, 0)))[None]
-    return out, (np.arange(size) < total).astype(np.int32)[None], total
 
 
 def align(mu_x: np.ndarray, cum_durations: np.ndarray, frames: int, window: int) -> tuple[np.ndarray, np.ndarray]:
