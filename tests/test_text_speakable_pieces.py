@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from rkvoice.text.clean import clean
 from rkvoice.text.normalize import speakable
-from rkvoice.text.split import split_for_tts, spoken_size
+from rkvoice.text.split import CutPoints, split_for_tts
 from rkvoice.text.stream_chunker import StreamChunker
 
 CJK = "今天天气不错我们出去走走吧公园里的花都开了空气也很新鲜记得带上水和帽子"
@@ -21,6 +21,11 @@ EN = st.lists(EN_WORD, min_size=1, max_size=12).map(" ".join)
 NUMBER = st.sampled_from(["3.14", "2026-10-21", "22:05", "1,000", "45", "99.5%"])
 EMOJI = st.sampled_from(["😀", "👍🏽", "🎉", "❤️", "👨‍👩‍👧"])
 PLAIN = st.one_of(ZH, EN, NUMBER)
+
+
+def spoken_size(text: str) -> int:
+    """Characters of ``text`` a voice is handed: what every piece limit measures."""
+    return CutPoints(text).size(0, len(text))
 
 
 @st.composite

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from rkvoice.errors import RkvoiceError
-from rkvoice.text.split import ABBREVIATIONS, sentences, split_for_tts, spoken_size
+from rkvoice.text.split import ABBREVIATIONS, CutPoints, sentences, split_for_tts
 
 try:
     from test_text_strategies import CJK_RUN, WORD, assert_no_cut_inside, mixed_text
@@ -70,7 +70,7 @@ def test_sentences_join_invariant(text: str) -> None:
 
 def _size(piece: str) -> int:
     """Spoken characters (square brackets, markers, URLs and emoji are not spoken)."""
-    return spoken_size(piece)
+    return CutPoints(piece).size(0, len(piece))
 
 
 def test_split_prefers_sentence_ends() -> None:

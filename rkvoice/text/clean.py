@@ -5,6 +5,7 @@ Words are kept: a markdown link keeps its text, code keeps its content, a headin
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import unicodedata
@@ -16,10 +17,10 @@ _FULLWIDTH = {c: c - 0xFEE0 for c in list(range(0xFF10, 0xFF1A)) + list(range(0x
 _FULLWIDTH[0x3000] = 0x20
 
 _FENCE = re.compile(r"^\s*(```|~~~)[^\n]*$", re.MULTILINE)
-_IMAGE_OR_LINK = re.compile(r"!?\[([^\]\n]*)\]\((?:[^()\s]|\([^()\s]*\))*\)")
-_LINK_TAIL = re.compile(r"\]\((?:[^()\s]|\([^()\s]*\))*\)")
+LINK = re.compile(r"!?\[([^\]\n]*)\]\((?:[^()\s]|\([^()\s]*\))*\)")
+LINK_TAIL = re.compile(r"\]\((?:[^()\s]|\([^()\s]*\))*\)")
 """The "](target)" of a link whose text was cut off in another piece."""
-_URL = re.compile(r"(?:\b(?:https?|ftp)://|\bwww\.)[!-~]+", re.IGNORECASE)
+URL = re.compile(r"(?:\b(?:https?|ftp)://|\bwww\.)[!-~]+", re.IGNORECASE)
 _CITATION = re.compile(r"\s?\[(?:kb-[^\]\n]*|\d+(?:\s*[,，-]\s*\d+)*)\]|\s?【\d+(?:†[^】\n]*)?】")
 _HEADING = re.compile(r"^[ \t]*#{1,6}[ \t]+", re.MULTILINE)
 _QUOTE = re.compile(r"^[ \t]*>+[ \t]?", re.MULTILINE)
@@ -39,8 +40,10 @@ _GAP = "\x00"
 a number after one ("https://a.b 45. ") is no list number, even at the start of a piece."""
 
 
-def _is_dropped(ch: str) -> bool:
-    """Emoji, pictographs, their joiners and modifiers, control and format characters."""
+@functools.lru_cache(maxsize=20000)
+def dropped(ch: str) -> bool:
+    """True for a character ``clean`` removes: emoji, pictographs, their joiners and modifiers,
+    control and format characters."""
     o = ord(ch)
     if ch in "\n\t":
         return False
@@ -48,21 +51,7 @@ def _is_dropped(ch: str) -> bool:
             or 0x2300 <= o <= 0x23FF or 0xE0000 <= o <= 0xE007F or 0xFE00 <= o <= 0xFE0F
             or o in (0x200D, 0x20E3, 0x3030, 0x303D, 0x3297, 0x3299, 0x00A9, 0x00AE, 0x2122)):
         return True
-    cat = unicodedata.category(ch)
-    return cat in ("Cc", "Cf", "Co", "Cs", "Cn")
-
-
-_DROP_CACHE: dict[str, bool] = {}
-
-
-def dropped(ch: str) -> bool:
-    """True for a character ``clean`` removes (emoji, pictographs, control and format characters)."""
-    drop = _DROP_CACHE.get(ch)
-    if drop is None:
-        drop = _DROP_CACHE[ch] = _is_dropped(ch)
-        if len(_DROP_CACHE) > 20000:
-            _DROP_CACHE.clear()
-    return drop
+    return unicodedata.category(ch) in ("Cc", "Cf", "Co", "Cs", "Cn")
 
 
 def _drop_chars(text: str) -> str:
@@ -85,9 +74,9 @@ def strip_markup(text: str) -> str:
     """``clean`` without its last steps: list numbers stay, and so do line breaks, spaces and _GAP."""
     text = _drop_chars(text.translate(_FULLWIDTH))
     text = _FENCE.sub(" ", text)
-    text = _IMAGE_OR_LINK.sub(r"\1", text)
-    text = _LINK_TAIL.sub(_GAP, text)
-    text = _URL.sub(" " + _GAP, text)
+    text = LINK.sub(r"\1", text)
+    text = LINK_TAIL.sub(_GAP, text)
+    text = URL.sub(" " + _GAP, text)
     text = _CITATION.sub(_GAP, text)
     text = text.replace("[", " ").replace("]", " ")  # never spoken; a link's cut-off half
     text = _RULE.sub(" ", text)

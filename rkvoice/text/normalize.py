@@ -15,14 +15,14 @@ import re
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.text.clean import clean
 from rkvoice.text.en_speakable import en_speakable
-from rkvoice.text.zh_speakable import UNITS, wetext_zh, zh_speakable
+from rkvoice.text.script_spans import HAN
+from rkvoice.text.zh_speakable import UNITS, zh_speakable
 
 log = logging.getLogger(__name__)
 
 LANGS = ("zh", "en")
 # Clause ends: Chinese marks anywhere; ASCII marks only when a space follows (not 3.14, 22:05, 1,000).
 _CLAUSE = re.compile(r"[。！？；，、：…]+\s*|[.!?;:,]+(?=\s|$)\s*")
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _WORD = re.compile(r"[A-Za-z]+")
 _NOT_ENGLISH = frozenset(UNITS)
 _AMPM = re.compile(r"\d\s?[aApP]\.?[mM]\b")
@@ -30,7 +30,7 @@ _AMPM = re.compile(r"\d\s?[aApP]\.?[mM]\b")
 
 def _script(segment: str) -> str | None:
     """'zh' if it has Chinese characters, 'en' if it has an English word, else None (neutral)."""
-    if _CJK.search(segment):
+    if HAN.search(segment):
         return "zh"
     if _AMPM.search(segment):
         return "en"
@@ -74,11 +74,3 @@ def speakable(text: str, lang: str | None = None) -> str:
     runs = [(lang, text)] if lang else language_runs(text)
     out = [zh_speakable(run) if lg == "zh" else en_speakable(run) for lg, run in runs]
     return " ".join("".join(out).split())
-
-
-def load() -> None:
-    """Load the wetext FSTs now (about a second) so no spoken turn pays for it later.
-
-    Optional: speakable() loads them itself the first time a Chinese run needs wetext.
-    """
-    wetext_zh("3/4")

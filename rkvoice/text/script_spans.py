@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 
 _WORD = r"[A-Za-z][A-Za-z0-9]*(?:['’.\-&+][A-Za-z0-9]+)*"
 _LATIN_RUN = re.compile(rf"{_WORD}(?:[ \t]+{_WORD}|[ \t]*[,/][ \t]*{_WORD})*")
-_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+"""A Han (Chinese) character."""
 SENTENCE_MARKS = "。！？!?.…"
 CLAUSE_MARKS = "，、；：,;:—-~～()（）《》「」『』“”\"'"
 _TO_ASCII = {"。": ".", "！": "!", "？": "?", "，": ",", "、": ",", "；": ";", "：": ":", "…": "..."}
@@ -54,7 +55,7 @@ def has_latin(text: str) -> bool:
 
 
 def has_han(text: str) -> bool:
-    return _HAN.search(text) is not None
+    return HAN.search(text) is not None
 
 
 def _pause(marks: str) -> str:
@@ -86,7 +87,7 @@ def script_spans(text: str) -> list[Span]:
             body = spoken[len(lead) :]
             tail = body[len(body.rstrip(_PUNCT)) :] if not last else ""
             body = body[: len(body) - len(tail)] if tail else body
-            if not _speakable_zh(body):
+            if not any(c.isalnum() for c in body):  # nothing a Chinese voice says
                 pending += piece
                 continue
             pending += lead
@@ -110,11 +111,6 @@ def script_spans(text: str) -> list[Span]:
 
 
 _PUNCT = " \t\n" + SENTENCE_MARKS + CLAUSE_MARKS
-
-
-def _speakable_zh(text: str) -> bool:
-    """True when the text has something a Chinese voice says (a character or a digit)."""
-    return any(c.isalnum() for c in text)
 
 
 def is_acronym(token: str) -> bool:

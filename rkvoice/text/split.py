@@ -13,10 +13,11 @@ import logging
 import re
 import unicodedata
 from bisect import bisect_left, bisect_right
-from itertools import pairwise
+from itertools import accumulate, pairwise
 
 from rkvoice.errors import RkvoiceError, Stage
-from rkvoice.text.clean import dropped as _dropped, starts_with_list_number
+from rkvoice.text.clean import LINK, LINK_TAIL, URL, dropped as _dropped, starts_with_list_number
+from rkvoice.text.script_spans import HAN
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +41,6 @@ _ATOM = re.compile(
     rf"|[-+]?[$¥￥€£]?[{_LATIN}]+(?:[.,:/\-_'’@][{_LATIN}]+)*[%℃°]?"
 )
 _SENTENCE_RE = re.compile(r"[.!?]")
-_URL = re.compile(r"(?:\b(?:https?|ftp)://|\bwww\.)[!-~]+", re.IGNORECASE)
-_LINK_SCAFFOLD = re.compile(r"!?\[([^\]\n]*)\]\((?:[^()\s]|\([^()\s]*\))*\)")
 _MARKERS = re.compile(r"[*`_\[\]]+|~~")
 _MARKUP_OPENERS = frozenset("*_`[#>~+-")
 _LIST_HINT = re.compile(r"[^\n\w]{0,12}\d{1,3}(?:\]\([^)\n]{0,200}\)|[^\n\w.)、]){0,12}[.)、][ \t]")
@@ -49,18 +48,12 @@ _LIST_HINT = re.compile(r"[^\n\w]{0,12}\d{1,3}(?:\]\([^)\n]{0,200}\)|[^\n\w.)、
 there does CutPoints ask ``starts_with_list_number``; it never cuts before one inside a line."""
 _UNDECIDED_TAIL = 40
 """Characters at the end of unfinished text in which a list number may still be forming."""
-_LINK_TAIL = re.compile(r"\]\((?:[^()\s]|\([^()\s]*\))*\)")
 _LINE_MARKS = re.compile(r"^[ \t]*(?:#{1,6}|>+|[-*+•·▪‣◦]|\d{1,3}[.)、])[ \t]+", re.MULTILINE)
 # Chinese dates and clock times written with digits stay whole: 2026年10月21日, 10点22分.
 _CN_COMPOUND = re.compile(
     r"\d{1,4}年\d{1,2}月(?:\d{1,2}[日号])?|\d{1,2}月\d{1,2}[日号]|\d{1,2}[点时]\d{1,2}分(?:\d{1,2}秒)?"
     r"|\d{1,2}分\d{1,2}秒"
 )
-
-
-def _is_cjk(ch: str) -> bool:
-    o = ord(ch)
-    return 0x4E00 <= o <= 0x9FFF or 0x3400 <= o <= 0x4DBF or 0xF900 <= o <= 0xFAFF
 
 
 def sentences(text: str) -> list[str]:
@@ -97,37 +90,22 @@ def spoken_mask(text: str) -> bytearray:
     ``>``, list bullets) and emoji."""
     mask = bytearray(b"\x01") * len(text)
     targets: list[tuple[int, int]] = []  # "](target)" spans: clean removes them before URLs
-    for m in _LINK_SCAFFOLD.finditer(text):  # the link's text stays spoken
+    for m in LINK.finditer(text):  # the link's text stays spoken
         mask[m.start() : m.start(1)] = bytes(m.start(1) - m.start())
         targets.append((m.end(1), m.end()))
-    targets += [m.span() for m in _LINK_TAIL.finditer(text)]
+    targets += [m.span() for m in LINK_TAIL.finditer(text)]
     for a, b in targets:
         mask[a:b] = bytes(b - a)
     for pattern in (_MARKERS, _LINE_MARKS):
         for m in pattern.finditer(text):
             mask[m.start() : m.end()] = bytes(m.end() - m.start())
-    for m in _URL.finditer(text):
+    for m in URL.finditer(text):
         end = next((b for a, b in targets if a <= m.start() < b), m.end())
         mask[m.start() : end] = bytes(end - m.start())
     for k, ch in enumerate(text):
         if not ch.isascii() and (_dropped(ch) or unicodedata.combining(ch)):
             mask[k] = 0  # emoji and their joiners; a combining mark belongs to its letter
     return mask
-
-
-def _spoken_prefix(text: str) -> list[int]:
-    out = [0]
-    total = 0
-    for v in spoken_mask(text):
-        total += v
-        out.append(total)
-    return out
-
-
-def spoken_size(text: str) -> int:
-    """Characters of ``text`` a voice is handed (see ``CutPoints.size``): the measure every piece
-    limit applies to."""
-    return CutPoints(text).size(0, len(text))
 
 
 class CutPoints:
@@ -163,7 +141,7 @@ class CutPoints:
                 # a piece starts with "45. " (or "**45**. ") only at a line start, where clean()
                 # drops it as a list number; it never starts with whitespace or a combining mark
                 blocked[k] = 1
-            elif ch in CLOSERS or text[k - 1].isdecimal() and _is_cjk(ch):  # 22分, 25.5度
+            elif ch in CLOSERS or text[k - 1].isdecimal() and HAN.match(ch):  # 22分, 25.5度
                 soft[k] = 1
         if not final:  # a number still arriving may yet become "45. ": no piece may start there
             for k in range(max(1, n - _UNDECIDED_TAIL), n):
@@ -186,7 +164,7 @@ class CutPoints:
                     blocked[k] = 1
         self._block_brackets(blocked, open_brackets_block and not final)
         self.blocked = blocked
-        self._spoken = _spoken_prefix(text)
+        self._spoken = list(accumulate(spoken_mask(text), initial=0))
         fine_end = n - fine_lookahead if not final else n
         sent, clause, words, safe = self._find_cuts(blocked, fine_end)
         self.levels: list[list[int]] = [sent, sorted(set(sent) | set(clause)),
@@ -205,12 +183,8 @@ class CutPoints:
                 stack.append((ch, i))
             elif ch in _CLOSING:
                 opener = _CLOSING[ch]
-                if stack and stack[-1][0] == opener:
-                    _, j = stack.pop()
-                    diff[j + 1] += 1
-                    diff[i + 1] -= 1
-                elif any(o == opener for o, _ in stack):
-                    while stack and stack[-1][0] != opener:
+                if any(o == opener for o, _ in stack):  # closes it and any unclosed inside it
+                    while stack[-1][0] != opener:
                         stack.pop()
                     _, j = stack.pop()
                     diff[j + 1] += 1

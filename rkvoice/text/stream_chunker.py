@@ -20,11 +20,11 @@ import logging
 import re
 
 from rkvoice.errors import RkvoiceError, Stage
+from rkvoice.text.script_spans import HAN
 from rkvoice.text.split import CutPoints, pack
 
 log = logging.getLogger(__name__)
 
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _LATIN_WORD = re.compile(r"[A-Za-z]+")
 FORCED_WAIT = 3
 """Spoken characters past the limit to wait for before cutting inside a number, word or brackets."""
@@ -131,7 +131,7 @@ class StreamChunker:
     def _chinese(text: str) -> bool:
         """Character limits unless English words outnumber Chinese characters."""
         words = len(_LATIN_WORD.findall(text))
-        return words == 0 or len(_CJK.findall(text)) >= words
+        return words == 0 or len(HAN.findall(text)) >= words
 
     def _cut_chinese(self, cuts: CutPoints, limit: int, final: bool) -> int | None:
         sentence_ends = cuts.levels[0]

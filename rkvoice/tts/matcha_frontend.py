@@ -39,6 +39,7 @@ from pathlib import Path
 
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
+from rkvoice.text.script_spans import HAN
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,6 @@ _PUNCT_MAP = {"，": ",", "、": ",", "；": ";", "：": ",", ":": ",", "。": "
 _IPA_REPLACEMENTS = (("ɝ", "ɜɹ"), ("ɚ", "əɹ"), ("eɪ", "A"), ("aɪ", "I"), ("ɔɪ", "Y"), ("oʊ", "O"),
                      ("əʊ", "O"), ("aʊ", "W"), ("tʃ", "ʧ"), ("dʒ", "ʤ"), ("ː", ""), ("g", "ɡ"),
                      ("r", "ɹ"), ("e", "ɛ"))
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _WORD = re.compile(r"[A-Za-z0-9']+|\S")
 """A run of ASCII letters, digits and apostrophes, or any other single non-space character."""
 PUNCT = set(",.;?!")
@@ -121,7 +121,7 @@ def read_lexicon(path: Path, token2id: dict[str, int]) -> dict[str, tuple[int, .
 
 def _check_zh_en_format(path: Path, lexicon: dict[str, tuple[int, ...]]) -> None:
     """Refuse a lexicon that does not give one token per Chinese character (another model's)."""
-    per_char = Counter(len(ids) for word, ids in lexicon.items() if len(word) == 1 and _CJK.match(word))
+    per_char = Counter(len(ids) for word, ids in lexicon.items() if len(word) == 1 and HAN.match(word))
     total = sum(per_char.values())
     if total and per_char[1] < 0.9 * total:
         common = per_char.most_common(1)[0][0]
@@ -192,7 +192,7 @@ class MatchaFrontend:
             return ids
         if w in self.token2id:
             return (self.token2id[w],)
-        if _CJK.search(w):
+        if HAN.search(w):
             return tuple(i for c in w for i in self.lexicon.get(c, ()))
         if self.phonemizer is None or not w[0].isascii() or not w[0].isalnum():
             return ()

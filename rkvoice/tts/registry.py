@@ -20,6 +20,7 @@ from rkvoice.config import Config
 from rkvoice.errors import Code, RkvoiceError, Stage
 from rkvoice.needs import FileNeed, Needs, PackageNeed, Probe, RuntimeNeed, installed
 from rkvoice.registry import Registry
+from rkvoice.text.script_spans import HAN
 from rkvoice.tts.base import TtsEngine
 
 log = logging.getLogger(__name__)
@@ -106,7 +107,6 @@ TTS.register("matcha", "rkvoice.tts.matcha_engine:MatchaTts",
              check=matcha_check)
 
 AUTO = "auto"
-_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _LATIN = re.compile(r"[A-Za-z]")
 
 # Engines in order of preference per language; "vits" stands for its voice speaking that language.
@@ -118,7 +118,7 @@ PREFERENCE = {"zh": ("matcha", "fastspeech2", "vits"), "en": ("vits", "matcha", 
 
 def text_language(text: str) -> str:
     """"zh" if the text has any Han character, "en" if it has Latin letters only, else "zh"."""
-    return "en" if _LATIN.search(text) and not _HAN.search(text) else "zh"
+    return "en" if _LATIN.search(text) and not HAN.search(text) else "zh"
 
 
 @dataclass(frozen=True)
