@@ -1,11 +1,8 @@
-"""PCM in any common format -> 16 kHz mono float32 for the engines, and engine audio -> PCM chunks.
+"""Incoming PCM (widths 1-4 bytes, 1-8 channels, 8-192 kHz) -> 16 kHz mono float32 for the engines.
 
-Incoming audio is checked against the stream's declared format (``audio-start``, or the first
-chunk's own fields), converted chunk by chunk (integer widths 1-4 bytes, any channel count, any
-rate 8-192 kHz; channels averaged, resampled with soxr's streaming resampler) and counted, so a
-stream longer than the allowed seconds is refused while it arrives rather than after. Chunks may
-have any byte length (Home Assistant's REST STT endpoint cuts its body anywhere): a partial frame
-is carried into the next chunk, and only a stream that ends on one is refused.
+Converted chunk by chunk (channels averaged, soxr's streaming resampler) and counted, so a stream
+longer than allowed is refused while it arrives. Chunks may have any byte length (Home Assistant's
+REST STT endpoint cuts its body anywhere): a partial frame is carried into the next chunk.
 """
 
 from __future__ import annotations
@@ -21,21 +18,6 @@ log = logging.getLogger(__name__)
 TARGET_RATE = 16000
 MIN_RATE, MAX_RATE = 8000, 192000
 MAX_CHANNELS = 8
-
-
-def check_format(rate: object, width: object, channels: object) -> tuple[int, int, int]:
-    """(rate, width, channels) as ints, or an RkvoiceError saying which field is unusable."""
-    if (
-        isinstance(rate, int) and MIN_RATE <= rate <= MAX_RATE
-        and isinstance(width, int) and width in (1, 2, 3, 4)
-        and isinstance(channels, int) and 1 <= channels <= MAX_CHANNELS
-    ):
-        return rate, width, channels
-    raise RkvoiceError(
-        Stage.WYOMING, "bad-audio-format",
-        f"audio format rate={rate!r} width={width!r} channels={channels!r} is not served; send PCM at "
-        f"{MIN_RATE}-{MAX_RATE} Hz, width 1-4 bytes, 1-{MAX_CHANNELS} channels",
-    )
 
 
 def pcm_to_float(data: bytes, width: int, channels: int) -> np.ndarray:
@@ -66,7 +48,15 @@ class AudioIn:
     """One incoming audio stream: format checks, conversion to 16 kHz mono, a length limit."""
 
     def __init__(self, rate: object, width: object, channels: object, max_s: float) -> None:
-        self.rate, self.width, self.channels = check_format(rate, width, channels)
+        if not (isinstance(rate, int) and MIN_RATE <= rate <= MAX_RATE
+                and isinstance(width, int) and width in (1, 2, 3, 4)
+                and isinstance(channels, int) and 1 <= channels <= MAX_CHANNELS):
+            raise RkvoiceError(
+                Stage.WYOMING, "bad-audio-format",
+                f"audio format rate={rate!r} width={width!r} channels={channels!r} is not served; send PCM at "
+                f"{MIN_RATE}-{MAX_RATE} Hz, width 1-4 bytes, 1-{MAX_CHANNELS} channels",
+            )
+        self.rate, self.width, self.channels = rate, width, channels
         self.max_s = max_s
         self.seconds = 0.0
         self._carry = b""

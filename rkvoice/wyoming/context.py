@@ -1,9 +1,8 @@
 """What a Wyoming request runs in: the server's shared ``Context``, and the connection's ``Requests``.
 
-Each request (a transcription, a synthesis, streamed or not, an answer) runs as a ``Turn`` with its
-timeline, like a local turn: the stages mark it (synth_start/_end, asr_done, llm_first_token...),
-its handle stops its work when the client leaves (a piece or a transcription still queued for its
-engine never runs, an LLM answer stops), and the server logs one line per request with its figures.
+Each request is a ``Turn`` with its timeline, like a local turn: the stages mark it, its handle stops
+its work when the client leaves (queued engine work never runs, an LLM answer stops), and the server
+logs one line per request with its figures.
 """
 
 from __future__ import annotations

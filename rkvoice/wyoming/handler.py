@@ -1,37 +1,34 @@
 """One Wyoming connection: read events within limits (reading.py), dispatch them (audio in: listen.py,
 speech out: synthesis.py, answers: answer.py; each request a turn: context.py), answer errors.
 
-Events are framed and parsed by the ``wyoming`` package; the reader it reads from refuses a data
-or payload section above ``max_event_bytes`` before reading it. A malformed event (bad JSON, a
-header that is not an event, a line over the stream limit), an oversized section, audio beyond
-``max_audio_s`` or ``idle_timeout_s`` without an event gets an ``error`` event and the connection is
-closed; a request the server cannot serve (an unknown event, an unknown voice, a bad audio format,
-a field of the wrong JSON type) gets an ``error`` event and the connection stays open. Nothing here
-touches another connection.
+A malformed or oversized event, audio beyond ``max_audio_s``, or ``idle_timeout_s`` without an event
+(counted in every state, also inside a streamed synthesis) gets an ``error`` event and the connection
+is closed; a request the server cannot serve (an unknown event, voice or program, a bad audio format, a
+field of the wrong JSON type) gets an ``error`` event and the connection stays open.
 
-Events are read by a task of their own into a short queue and handled one at a time from it, so a
-client that leaves is noticed while its request is still being worked on: its turn is cancelled
-(a transcription or synthesis still queued for its engine never runs, an LLM answer stops). The idle
-limit counts while the server waits for the client's next event, in every state (also inside a
-streamed synthesis). A connection over ``max_clients`` closes the one idle longest (no request in
-progress for EVICT_IDLE_S) and is served; when none is idle it is still answered if its first event is
-``describe`` (Home Assistant gives ``describe`` one second), then closed; anything else is ``busy``.
+Events are read by a task of their own into a short queue, so a client that leaves is noticed while
+its request is still worked on, and its turn is cancelled. A connection over ``max_clients`` closes
+the one idle longest (no request in progress for EVICT_IDLE_S) and is served; when none is idle, a
+first ``describe`` is still answered (Home Assistant gives it one second), anything else is ``busy``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
+from collections.abc import Callable
 from contextlib import suppress
+from typing import Any
 
 from wyoming.asr import Transcribe, Transcript
-from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.audio import AudioChunk, AudioStart
 from wyoming.error import Error
 from wyoming.event import Event
 from wyoming.info import Describe, SelectProgram
 from wyoming.ping import Ping, Pong
 from wyoming.server import AsyncEventHandler
-from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
+from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart
 from wyoming.wake import Detect
 
 from rkvoice.errors import Code, RkvoiceError, Stage
@@ -52,8 +49,6 @@ OVER_LIMIT_WAIT_S = 2.0
 EVICT_IDLE_S = 1.0
 """A connection waiting this long with no request in progress is closed ("evicted") when a new one
 arrives over max_clients: held idle sockets cannot keep Home Assistant's requests out."""
-SERVED = ("describe, transcribe, audio-start/-chunk/-stop, synthesize, synthesize-start/-chunk/-stop, "
-          "detect, transcript, select-program, ping")
 
 
 class WyomingHandler(AsyncEventHandler):
@@ -69,6 +64,21 @@ class WyomingHandler(AsyncEventHandler):
         self.requests = Requests(self.peer, ctx.clock)
         self.listening = Listening(ctx, self.requests, self.write_event)
         self.synthesis = Synthesis(ctx, self.requests, self.write_event)
+        self._handlers: dict[str, Callable[[Event], Any]] = {
+            "audio-chunk": lambda e: self.listening.chunk(AudioChunk.from_event(e)),
+            "audio-start": lambda e: self.listening.start(AudioStart.from_event(e)),
+            "audio-stop": lambda e: self.listening.stop(),
+            "describe": lambda e: self.write_event(self.ctx.info.event()),
+            "transcribe": lambda e: self.listening.request(Transcribe.from_event(e)),
+            "detect": lambda e: self.listening.request(Detect.from_event(e)),
+            "transcript": lambda e: self._answer(Transcript.from_event(e).text),
+            "synthesize": lambda e: self.synthesis.synthesize(Synthesize.from_event(e)),
+            "synthesize-start": lambda e: self.synthesis.start(SynthesizeStart.from_event(e)),
+            "synthesize-chunk": lambda e: self.synthesis.chunk(SynthesizeChunk.from_event(e).text),
+            "synthesize-stop": lambda e: self.synthesis.stop(),
+            "select-program": lambda e: self._select(SelectProgram.from_event(e).name),
+            "ping": lambda e: self.write_event(Pong(text=Ping.from_event(e).text).event()),
+        }
 
     async def run(self) -> None:
         """Read and handle events until the peer leaves, breaks a limit or stays idle too long."""
@@ -180,10 +190,8 @@ class WyomingHandler(AsyncEventHandler):
         await self.write_event(self.ctx.info.event())
 
     async def _try_send(self, event: Event) -> None:
-        try:
+        with suppress(ConnectionError, RuntimeError):
             await self.write_event(event)
-        except (ConnectionError, RuntimeError):
-            pass
 
     async def disconnect(self) -> None:
         self.requests.cancel("client gone")
@@ -193,7 +201,12 @@ class WyomingHandler(AsyncEventHandler):
     async def handle_event(self, event: Event) -> bool:
         try:
             check_fields(str(event.type), event.data)
-            await self._dispatch(event)
+            handle = self._handlers.get(event.type)
+            if handle is None:
+                raise RkvoiceError(Stage.WYOMING, "unknown-event",
+                                   f"unknown event type {event.type!r}; served: {', '.join(self._handlers)}")
+            if inspect.isawaitable(done := handle(event)):
+                await done
         except RkvoiceError as exc:
             log.info("wyoming %s: %s", self.peer, exc)
             await self.write_event(Error(text=exc.message, code=exc.code).event())
@@ -203,37 +216,9 @@ class WyomingHandler(AsyncEventHandler):
             await self.write_event(Error(text=message, code="bad-event").event())
         return True
 
-    async def _dispatch(self, event: Event) -> None:
-        kind = event.type
-        if AudioChunk.is_type(kind):
-            await self.listening.chunk(AudioChunk.from_event(event))
-        elif AudioStart.is_type(kind):
-            await self.listening.start(AudioStart.from_event(event))
-        elif AudioStop.is_type(kind):
-            await self.listening.stop()
-        elif Describe.is_type(kind):
-            await self.write_event(self.ctx.info.event())
-        elif Transcribe.is_type(kind):
-            self.listening.request(Transcribe.from_event(event))
-        elif Detect.is_type(kind):
-            self.listening.request(Detect.from_event(event))
-        elif Transcript.is_type(kind):
-            with self.requests.turn("answer", Transcript.from_event(event).text) as turn:
-                await answer(self.ctx.engines, turn, self.write_event, self.limits.max_text_chars)
-        elif Synthesize.is_type(kind):
-            await self.synthesis.synthesize(Synthesize.from_event(event))
-        elif SynthesizeStart.is_type(kind):
-            await self.synthesis.start(SynthesizeStart.from_event(event))
-        elif SynthesizeChunk.is_type(kind):
-            self.synthesis.chunk(SynthesizeChunk.from_event(event).text)
-        elif SynthesizeStop.is_type(kind):
-            await self.synthesis.stop()
-        elif SelectProgram.is_type(kind):
-            self._select(SelectProgram.from_event(event).name)
-        elif Ping.is_type(kind):
-            await self.write_event(Pong(text=Ping.from_event(event).text).event())
-        else:
-            raise RkvoiceError(Stage.WYOMING, "unknown-event", f"unknown event type {kind!r}; served: {SERVED}")
+    async def _answer(self, text: str) -> None:
+        with self.requests.turn("answer", text) as turn:
+            await answer(self.ctx.engines, turn, self.write_event, self.limits.max_text_chars)
 
     def _select(self, name: str) -> None:
         info = self.ctx.info

@@ -1,10 +1,8 @@
 """The ``info`` answer to ``describe``: what this server offers, built from the loaded engines.
 
-One program per service: asr (the configured ASR engine), tts (every installed voice and, for a
-loaded multi-speaker voice, its speakers), wake (the configured wake phrase) and handle (local tools
-first, else the LLM; answers stream as the LLM produces them), each with the languages its engines
-declare (rkvoice.tts.registry.engine_voices, the ASR and wake engine classes).
-Languages are announced with their region and script variants (languages.py).
+One program per service: asr, tts (every installed voice; a loaded multi-speaker voice with its
+speakers), wake and handle (local tools first, else the LLM), each with the languages its engines
+declare, announced with their region and script variants (languages.py).
 """
 
 from __future__ import annotations
@@ -32,16 +30,10 @@ from rkvoice.hear.wake_registry import WAKE, wake_name
 from .languages import announced
 from .tts import Voices, speaker_count
 
-ATTRIBUTION = Attribution(name="rkvoice", url="")
-OURS: dict[str, Any] = {"attribution": ATTRIBUTION, "installed": True, "version": __version__}
+OURS: dict[str, Any] = {"attribution": Attribution(name="rkvoice", url=""), "installed": True, "version": __version__}
 """What every program and model here says of itself."""
 HANDLE_LANGUAGES = ["zh"]
 """The assistant's: its prompts and tools are Chinese. The engines declare their own languages."""
-
-
-def asr_languages(engine: Any) -> list[str]:
-    """The primary languages the ASR engine transcribes (its ``languages``)."""
-    return list(engine.languages)
 
 
 def wake_model_name(cfg: Config) -> str:
@@ -67,7 +59,7 @@ def build_info(cfg: Config, asr: Any, voices: Voices, llm_name: str) -> Info:
         asr=[AsrProgram(
             name="rkvoice-asr", description=f"rkvoice speech recognition ({asr_name})", **OURS,
             supports_transcript_streaming=False,
-            models=[AsrModel(name=asr_name, description=asr_name, languages=announced(asr_languages(asr)), **OURS)],
+            models=[AsrModel(name=asr_name, description=asr_name, languages=announced(asr.languages), **OURS)],
         )],
         tts=[TtsProgram(name="rkvoice-tts", description="rkvoice speech synthesis", voices=tts_voices,
                         supports_synthesize_streaming=True, **OURS)],

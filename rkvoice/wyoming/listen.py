@@ -1,9 +1,7 @@
 """A connection's audio in: a transcription (transcribe + audio) or a wake-detect stream (detect + audio).
 
-Each keeps its own per-request state; the engines are the shared ones (``Engines``). Every blocking
-call runs off the event loop, behind the engine's gate at Wyoming priority: ASR on the ASR worker
-thread, a detect stream's VAD on a pool thread. A transcription runs as a turn from its audio-stop
-to its transcript (``Requests``).
+The engines are the shared ones (``Engines``); every blocking call runs off the event loop, behind
+the engine's gate at Wyoming priority. A transcription is a turn from its audio-stop to its transcript.
 """
 
 from __future__ import annotations
@@ -47,10 +45,8 @@ class AsrRequest:
         self.parts.append(self.audio.convert(data))
 
     async def end(self, send: Send) -> None:
-        if self.audio is not None:
-            self.parts.append(self.audio.finish())
-        samples = np.concatenate(self.parts) if self.parts else np.zeros(0, np.float32)
-        self.parts = []
+        assert self.audio is not None
+        samples, self.parts = np.concatenate([*self.parts, self.audio.finish()]), []
         with self.requests.turn("transcription") as turn:
             tl = turn.timeline
             tl.mark(Ev.SPEECH_END, audio_s=round(len(samples) / TARGET_RATE, 3))
@@ -93,12 +89,16 @@ class WakeStream:
         self.engine.restart(0)
 
     async def feed(self, data: bytes, send: Send) -> None:
-        assert self.audio is not None and self.engine is not None
-        frame = self.audio.convert(data)
+        assert self.audio is not None
+        await self._accept(self.audio.convert(data), send)
+
+    async def _accept(self, frame: np.ndarray, send: Send) -> bool:
+        """Feed ``frame`` to the wake engine; True when it heard the phrase."""
         hit = await asyncio.to_thread(self.engine.accept, frame) if len(frame) else None
         self.fed += len(frame)
         if hit is not None:
             await self._detected(hit, send)
+        return hit is not None
 
     async def _detected(self, hit: Any, send: Send) -> None:
         self.detections += 1
@@ -107,16 +107,11 @@ class WakeStream:
         self.engine.restart(self.fed)
 
     async def end(self, send: Send) -> None:
-        assert self.audio is not None and self.engine is not None
-        tail = self.audio.finish()
-        hit = None
-        if len(tail):
-            hit = await asyncio.to_thread(self.engine.accept, tail)
-            self.fed += len(tail)
-        if hit is None:
+        assert self.audio is not None
+        if not await self._accept(self.audio.finish(), send):
             hit = await asyncio.to_thread(self.engine.flush)
-        if hit is not None:
-            await self._detected(hit, send)
+            if hit is not None:
+                await self._detected(hit, send)
         if self.detections == 0:
             await send(NotDetected().event())
 
@@ -156,13 +151,11 @@ class Listening:
     async def start(self, fmt: AudioStart | AudioChunk) -> None:
         if self.refused:
             return
-        self.audio = None
-        self.discard = True  # until the format is known to be good
+        self.audio, self.discard = None, True  # until the format is known to be good
         if self.listener is None:
             self.listener = AsrRequest(self.ctx.engines, "zh", self.requests)
-        audio = AudioIn(fmt.rate, fmt.width, fmt.channels, self.ctx.wcfg.max_audio_s)
-        self.audio, self.discard = audio, False
-        await self.listener.begin(audio)
+        self.audio, self.discard = AudioIn(fmt.rate, fmt.width, fmt.channels, self.ctx.wcfg.max_audio_s), False
+        await self.listener.begin(self.audio)
 
     async def chunk(self, chunk: AudioChunk) -> None:
         if self.discard or self.refused:
@@ -191,14 +184,11 @@ class Listening:
     def close(self) -> None:
         if self.wake is not None:
             self.wake.close()
-            self.wake = None
 
     def _asr_language(self, request: Transcribe) -> str:
         """The language the transcript is labelled with: the request's own code (any region or
         script variant of a served language), else the engine's first."""
-        from .info import asr_languages
-
-        served = asr_languages(self.ctx.engines.asr)
+        served = list(self.ctx.engines.asr.languages)
         if not request.language:
             return served[0]
         if primary(request.language) not in served:

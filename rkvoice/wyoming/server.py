@@ -1,17 +1,14 @@
 """Serving rkvoice over the Wyoming protocol: ``serve_wyoming(cfg, uri)`` blocks until ``stop`` is set.
 
-    serve_wyoming(cfg, "tcp://127.0.0.1:10700")                  # loads the profile's stages
-    serve_wyoming(cfg, uri, engines=shared, stop=stop_event)      # the daemon's loaded engines
-
-The engines are loaded once and shared by every connection (``Engines``, see rkvoice/gate.py for how the
-local turn keeps priority over Wyoming requests). The protocol has no authentication: a TCP
-address other than loopback is served, with a warning, because exposing the server is the user's
-choice. With ``zeroconf`` the TCP server is announced as ``_wyoming._tcp``.
+The engines are loaded once and shared by every connection (``Engines``; rkvoice/gate.py keeps the
+local turn's priority). The protocol has no authentication: a TCP address other than loopback is
+served, with a warning, because exposing the server is the user's choice.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import threading
@@ -45,19 +42,14 @@ class WyomingServer:
         if not wcfg.uri:
             raise RkvoiceError(Stage.WYOMING, "no-uri", "no Wyoming address given; set wyoming.uri or pass "
                                                     "--wyoming tcp://127.0.0.1:10700")
-        self.cfg = cfg
         self.wcfg = wcfg
         self.endpoint: Endpoint = parse_uri(wcfg.uri)
-        self.engines = engines
         voices = Voices(cfg, engines)
         self.context = Context(cfg, wcfg, engines, voices,
                                build_info(cfg, engines.asr, voices, engine_name(cfg)), wake_model_name(cfg))
         self._server: AsyncServer | None = None
         self._announcer: Announcer | None = None
         self.port = self.endpoint.port
-
-    def _handler(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> WyomingHandler:
-        return WyomingHandler(self.context, reader, writer)
 
     async def start(self) -> None:
         ep = self.endpoint
@@ -71,7 +63,7 @@ class WyomingServer:
                             ep.host, ep.port)
             server = AsyncTcpServer(ep.host, ep.port)
         try:
-            await server.start(self._handler)
+            await server.start(functools.partial(WyomingHandler, self.context))
         except OSError as exc:
             raise RkvoiceError(Stage.WYOMING, "bind-failed",
                                f"cannot serve on {self.wcfg.uri}: {exc.strerror or exc}; pick a free port "
@@ -81,7 +73,7 @@ class WyomingServer:
             inner = getattr(server, "_server", None)
             if inner is not None and inner.sockets:
                 self.port = int(inner.sockets[0].getsockname()[1])
-        log.info("wyoming: serving %s", self.address)
+        log.info("wyoming: serving %s", f"unix://{ep.path}" if ep.scheme == "unix" else f"tcp://{ep.host}:{self.port}")
         if self.wcfg.zeroconf:
             if ep.scheme != "tcp":
                 log.warning("zeroconf: a unix socket cannot be announced on the network; not announcing")
@@ -90,11 +82,6 @@ class WyomingServer:
                     log.warning("zeroconf: %s is a loopback address; other machines cannot reach it", ep.host)
                 self._announcer = Announcer(f"rkvoice-{socket.gethostname()}", ep.host, self.port)
                 await self._announcer.start()
-
-    @property
-    def address(self) -> str:
-        ep = self.endpoint
-        return f"unix://{ep.path}" if ep.scheme == "unix" else f"tcp://{ep.host}:{self.port}"
 
     async def stop(self) -> None:
         if self._announcer is not None:

@@ -1,11 +1,9 @@
 """Speech for Wyoming clients: synthesize, and streamed synthesize-start/-chunk/-stop, as turns.
 
-The text goes the one speech path (``rkvoice.pieces``: cut with the engine's own piece sizes, the
-first piece short, each made speakable, synthesised, post-processed) one piece at a time on the TTS
-worker, taking the shared TTS gate at Wyoming priority per piece, and each piece's audio is sent as
-soon as it is ready: the client hears the first piece while the rest is synthesised. A streamed text
-goes through the ``StreamChunker`` the local answer uses, so the first audio goes out before the
-client's text has ended.
+The text goes the one speech path (``rkvoice.pieces``) one piece at a time on the TTS worker, taking
+the shared TTS gate at Wyoming priority per piece; each piece's audio is sent as soon as it is ready.
+A streamed text goes through the local answer's ``StreamChunker``, so the first audio goes out before
+the client's text has ended.
 """
 
 from __future__ import annotations
@@ -104,7 +102,8 @@ class SpeechStream:
             while item is not None and not first.strip():  # the voice follows the first text
                 item = await self.texts.get()
                 first += item or ""
-            out = self.synthesis.out(self.chosen or await self.synthesis.voice(self.request.voice, first), turn)
+            voice = self.chosen or await self.synthesis.voice(self.request.voice, first)
+            out = SpeechOut(self.synthesis.ctx, voice, turn, self.synthesis.send)
             cutter = StreamChunker(out.pieces.first, out.pieces.later)
             ready = cutter.feed(first) if item is not None else []
             ended, armed = item is None, True
@@ -150,9 +149,6 @@ class Synthesis:
         engine = await asyncio.to_thread(voices.engine, name)
         return engine, voices.sid(engine, getattr(voice, "speaker", None))
 
-    def out(self, voice: Voice, turn: Turn) -> SpeechOut:
-        return SpeechOut(self.ctx, voice, turn, self.send)
-
     async def synthesize(self, request: Synthesize) -> None:
         if self.stream is not None:  # while streaming, synthesize repeats the streamed text: skipped
             return
@@ -161,7 +157,7 @@ class Synthesis:
                                f"the text has {len(request.text)} characters; at most {self.max_chars} "
                                "are synthesised at once (wyoming.max_text_chars)")
         with self.requests.turn("synthesis", request.text) as turn:
-            out = self.out(await self.voice(request.voice, request.text), turn)
+            out = SpeechOut(self.ctx, await self.voice(request.voice, request.text), turn, self.send)
             await out.say(request.text)
             await out.finish()
 

@@ -71,9 +71,9 @@ class Voices:
             return engine
 
     def sid(self, engine: Any, speaker: str | None) -> int:
-        if speaker is None or speaker == "":
-            return self.cfg.tts.sid if self.cfg.tts.sid < speaker_count(engine) else 0
         count = speaker_count(engine)
+        if not speaker:
+            return self.cfg.tts.sid if self.cfg.tts.sid < count else 0
         if not speaker.isdigit() or int(speaker) >= count:
             raise RkvoiceError(
                 Stage.WYOMING, "unknown-speaker",
