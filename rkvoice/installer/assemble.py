@@ -121,18 +121,13 @@ def _convert(ctx: Context, step: Step) -> None:
             _run(ctx, step, vpy, args)
 
 
-def _prepare(ctx: Context, step: Step) -> None:
-    _run(ctx, step, ctx.python, step.args)
-
-
 _OPS = {"extract": _extract, "copy": _extract, "concat": _extract, "untar": _untar, "convert": _convert,
-        "prepare": _prepare, "rknn": run_rknn_step}
+        "prepare": lambda ctx, step: _run(ctx, step, ctx.python, step.args), "rknn": run_rknn_step}
+"""Op -> its step; the manifest reader rejects any other op."""
 
 
 def run_step(ctx: Context, step: Step) -> None:
     """Run one manifest step for ``ctx.model``."""
     ctx.work.mkdir(parents=True, exist_ok=True)
     ctx.dest.mkdir(parents=True, exist_ok=True)
-    if step.op not in _OPS:  # the manifest reader rejects unknown ops; this guards direct callers
-        raise _fail(ctx, step, f"unknown op {step.op!r}")
     _OPS[step.op](ctx, step)

@@ -52,9 +52,6 @@ class Toolkit:
     origin: str = ""  # "librknnrt /usr/lib/librknnrt.so" or "--toolkit-version"
     error: RkvoiceError | None = None  # set when the version is contradictory or unreadable
 
-    def describe(self) -> str:
-        return f"{self.version} ({self.origin})" if self.version else "unknown (no librknnrt.so here)"
-
 
 class Context:
     """Where one model's install reads and writes."""

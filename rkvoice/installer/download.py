@@ -1,13 +1,10 @@
-"""HTTP downloads for the model installer: pooch with a known sha256, retries and a resuming downloader.
+"""HTTP downloads for the model installer: ``pooch.Pooch.fetch`` with the sha256 as the known hash
+and retries, through a downloader of our own that resumes.
 
-``download(url, dest, sha256=..., size=...)`` is ``pooch.Pooch.fetch`` with the sha256 as the
-known hash and ``retry_if_failed``: an existing ``dest`` whose sha256 matches is kept without
-touching the network; a download lands under a temporary name and is moved into place only when
-its sha256 matches (a mismatch deletes it); a failed attempt (connection error, 5xx, 408, 429, a
-body cut short, a wrong sha256) is retried after a growing pause. What pooch lacks is resuming,
-so the downloader it calls here appends to ``dest.part`` with an HTTP Range request: bytes that
-arrived before a connection broke, in this run or an earlier one, are not fetched again. Any
-other 4xx fails at once. Errors are RkvoiceError naming the URL and the fix.
+An existing file whose sha256 matches is kept without touching the network; a download is moved into
+place only when its sha256 matches; a failed attempt (connection error, 5xx, 408, 429, a body cut
+short, a wrong sha256) is retried after a growing pause. Bytes that arrived before a connection broke,
+in this run or an earlier one, are kept in ``dest.part`` and resumed with an HTTP Range request.
 """
 
 from __future__ import annotations

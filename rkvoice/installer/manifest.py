@@ -114,12 +114,6 @@ class Model:
     optional: bool = False  # missing or broken: reported, never fails the install
     needs: tuple[str, ...] = ()  # ids of models of the same profile this one is built from
 
-    def source(self, name: str) -> Source:
-        for s in self.sources:
-            if s.name == name:
-                return s
-        raise _err(self.id, f"unknown source {name!r}")
-
 
 @dataclass(frozen=True)
 class Manifest:
@@ -131,12 +125,6 @@ class Manifest:
             raise RkvoiceError(Stage.MODELS, "bad-profile",
                                f"unknown profile {profile!r}; choose one of: {', '.join(PROFILES)}")
         return [m for m in self.models if m.profile == profile]
-
-    def get(self, model_id: str) -> Model:
-        for m in self.models:
-            if m.id == model_id:
-                return m
-        raise RkvoiceError(Stage.MODELS, "unknown-model", f"no model {model_id!r} in {self.path}")
 
 
 def _take(d: dict[str, Any], where: str, required: tuple[str, ...], optional: tuple[str, ...]) -> dict[str, Any]:

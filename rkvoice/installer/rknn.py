@@ -1,17 +1,12 @@
 """NPU files built at install time: the toolkit version, sidecars, PC drop-ins, the conversion.
 
-rknn-toolkit2 (the converter), rknn-toolkit-lite2 (the board's Python runtime) and the board's
-librknnrt.so must be one version: a .rknn built by another toolkit may load and then compute
-garbage or crash the process. So the version is never a constant here: it is read from the
-board's librknnrt.so, or given with ``--toolkit-version`` on a PC (and must then equal the
-board's when both are known). Every converted ``X.rknn`` has a JSON sidecar ``X.json``
-(models/convert_rknn.py writes it) whose ``toolkit_version`` is checked against that version.
-
-The ``rknn`` step first looks for the finished files in the download cache (built on a PC and
-copied there); only when they are not all there does it build them: a throw-away venv with
-``<toolkit>==<version>`` (installed ``--no-deps``: its declared deps pull torch with CUDA, 5.6 GB)
-plus the lean ``deps``, the converter script once per ``runs`` entry, its JSON report checked,
-the venv deleted.
+rknn-toolkit2, rknn-toolkit-lite2 and the board's librknnrt.so must be one version (a .rknn built by
+another toolkit may load and then compute garbage or crash), so the version is read from the board's
+librknnrt.so, or given with ``--toolkit-version`` on a PC; each ``X.rknn`` has a sidecar ``X.json``
+(models/convert_rknn.py) naming the toolkit that built it. The ``rknn`` step takes the finished files
+from the download cache (built on a PC) when they are all there, else builds them in a throw-away
+venv: ``<toolkit>==<version>`` ``--no-deps`` (its declared deps pull torch with CUDA, 5.6 GB) plus the
+lean ``deps``, the converter once per ``runs`` entry, its JSON report checked.
 """
 
 from __future__ import annotations
@@ -56,13 +51,9 @@ def resolve_toolkit(override: str | None = None, lib_paths: tuple[Path, ...] | N
     return Toolkit(None)
 
 
-def sidecar_of(rknn: Path) -> Path:
-    return rknn.with_suffix(".json")
-
-
 def read_sidecar(rknn: Path) -> dict[str, Any]:
     """The sidecar JSON of ``rknn``; an error names the file and what is wrong with it."""
-    side = sidecar_of(rknn)
+    side = rknn.with_suffix(".json")
     try:
         data = json.loads(side.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -105,7 +96,7 @@ def drop_ins_present(model: Model, root: Path) -> bool:
     """Is a complete set of the model's .rknn files (with sidecars) waiting in the download cache?"""
     cache = root / DOWNLOADS
     names = [Path(p).name for p in rknn_files(model)]
-    return bool(names) and all((cache / n).is_file() and sidecar_of(cache / n).is_file() for n in names)
+    return bool(names) and all((cache / n).is_file() and (cache / n).with_suffix(".json").is_file() for n in names)
 
 
 def install_drop_ins(ctx: Context, toolkit: Toolkit) -> bool:
@@ -143,8 +134,8 @@ def install_drop_ins(ctx: Context, toolkit: Toolkit) -> bool:
                     "rknn-toolkit-lite2 must be %s too", ctx.model.id, made_by, made_by)
     for rel, p in zip(rknn_files(ctx.model), present, strict=True):
         target = ctx.dest / rel
-        for src, dst in ((p, target), (sidecar_of(p), sidecar_of(target)),
-                         (p.with_suffix(".onnx"), target.with_suffix(".onnx"))):
+        for suffix in (".rknn", ".json", ".onnx"):
+            src, dst = p.with_suffix(suffix), target.with_suffix(suffix)
             if src.is_file():
                 with open(src, "rb") as f, atomic(dst) as out:
                     shutil.copyfileobj(f, out)

@@ -1,10 +1,8 @@
-"""Check installed model files against the manifest without changing anything.
+"""Check installed model files against the manifest (presence, size, sha256) without changing anything.
 
-Each file is checked for presence, size and sha256. Files whose bytes are not reproducible
-(the tflite -> ONNX conversion) carry ``sha256: null`` plus ``check: onnx``: for those the size
-(when the manifest gives one) must match and onnxruntime must load the graph. NPU files built
-at install time carry ``check: rknn``: their JSON sidecar must name the toolkit version of the
-runtime (when one is known: the board's librknnrt, or --toolkit-version).
+Files whose bytes are not reproducible carry ``sha256: null`` and a check: ``onnx`` (the tflite -> ONNX
+conversion: onnxruntime must load the graph) or ``rknn`` (NPU files: the sidecar must name the
+runtime's toolkit version, when one is known).
 """
 
 from __future__ import annotations
