@@ -5,17 +5,14 @@ deadlines. Each engine therefore sits behind a ``PriorityGate``: one holder at a
 local caller waiting for the gate always goes before every waiting Wyoming request.
 
 - ASR and TTS: a Wyoming request takes the gate for one engine call only (one transcription, one
-  synthesised piece) and gives it back between pieces, so a local turn waits at most for the piece
-  being synthesised (about a second) before it jumps the queue.
+  synthesised piece), so a local turn waits at most for the piece being synthesised (about a second).
 - Answers: a Wyoming request holds the assistant gate for its whole reply; a local turn that wants
   the assistant aborts that reply (the client gets ``not-handled``) and takes over at once.
+- Wake decodes: a detect stream's decode goes on the ASR worker before every queued transcription.
 
-- Wake decodes: a detect stream's decode goes on the ASR worker before every queued transcription,
-  so a wake word is not reported late because other clients are being transcribed.
-
-The local loop gets the engines through ``LocalAsr``/``LocalTts``/``LocalAssistant``: views whose
-calls take the gate at local priority (rkvoice.stages builds them); remote callers get ``Engines``,
-the same engines and gates. The server alone (``--wyoming`` without the daemon) has no local caller.
+The local loop gets the engines through ``Local``/``LocalAssistant`` views whose calls take the gate
+at local priority (rkvoice.stages builds them); remote callers get ``Engines``, the same engines and
+gates. The server alone (``--wyoming`` without the daemon) has no local caller.
 """
 
 from __future__ import annotations
@@ -29,8 +26,6 @@ from concurrent.futures import Future
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
 
 log = logging.getLogger(__name__)
 
@@ -79,23 +74,23 @@ class PriorityGate:
                 self._cond.notify_all()
 
 
-ASR_CALLS = ("transcribe_primed", "phrase_logprob")
-"""ASR calls besides ``transcribe`` that decode (the wake engine's second look), where the engine has them."""
+ASR_CALLS = ("transcribe", "transcribe_primed", "phrase_logprob")
+"""The ASR's decoding calls (the last two: the wake engine's second look, where the engine has them)."""
+TTS_CALLS = ("generate",)
 
 
 class Local:
-    """An engine as the local turn sees it: its ``CALLS`` take the gate at local priority, the rest
-    passes through."""
+    """An engine as the local turn sees it: its ``calls`` (ASR_CALLS, TTS_CALLS) take the gate at
+    local priority, the rest passes through."""
 
-    CALLS: tuple[str, ...] = ()
-
-    def __init__(self, engine: Any, gate: PriorityGate) -> None:
+    def __init__(self, engine: Any, gate: PriorityGate, calls: tuple[str, ...]) -> None:
         self._engine = engine
         self._gate = gate
+        self._calls = calls
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._engine, name)
-        if name not in self.CALLS:
+        if name not in self._calls:
             return value
 
         def gated(*args: Any, **kwargs: Any) -> Any:
@@ -103,18 +98,6 @@ class Local:
                 return value(*args, **kwargs)
 
         return gated
-
-
-class LocalAsr(Local):
-    """The ASR engine for the local loop: its decoding calls gated."""
-
-    CALLS = ("transcribe", *ASR_CALLS)
-
-
-class LocalTts(Local):
-    """The voice for the local speaker: ``generate`` gated."""
-
-    CALLS = ("generate",)
 
 
 class LocalAssistant:
@@ -243,13 +226,9 @@ class Engines:
     _idle_wakes: list[Any] = field(default_factory=list)
     _wake_lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def transcribe(self, samples: np.ndarray) -> Future[str]:
-        """Transcribe on the ASR worker at Wyoming priority."""
-        return self.decode("transcribe", samples)
-
     def decode(self, call: str, *args: Any, rank: int = REMOTE) -> Future[Any]:
-        """The ASR's ``call`` (transcribe or an ASR_CALLS one) on the ASR worker at Wyoming priority,
-        ``rank`` saying where it queues on the worker (WAKE: before the queued transcriptions)."""
+        """The ASR's ``call`` (one of ASR_CALLS) on the ASR worker at Wyoming priority, ``rank``
+        saying where it queues on the worker (WAKE: before the queued transcriptions)."""
 
         def run() -> Any:
             with self.asr_gate.remote():
@@ -289,11 +268,8 @@ class WakeAsr:
     def load(self) -> None:
         """Already loaded: the shared engine was loaded once at start."""
 
-    def transcribe(self, samples: np.ndarray) -> str:
-        return str(self._engines.decode("transcribe", samples, rank=WAKE).result())
-
     def __getattr__(self, name: str) -> Any:
-        """The engine's other decoding calls (ASR_CALLS), the same way."""
+        """The engine's decoding calls (ASR_CALLS), as the class says."""
         if name not in ASR_CALLS or not hasattr(self._engines.asr, name):
             raise AttributeError(name)
         return lambda *args: self._engines.decode(name, *args, rank=WAKE).result()

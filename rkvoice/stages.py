@@ -10,7 +10,7 @@ part of the config (``StageSpec.key``) whose change reloads it on SIGHUP:
   it and the wake cue, made with the same voice (a 4 GB board has no room for a second one).
 
 ``Hear`` and ``Speak`` keep their engines behind priority gates (rkvoice.gate): the local turn reaches
-them through the gate's ``Local*`` views, a Wyoming server through ``shared()``, the same engines
+them through the gate's ``Local`` views, a Wyoming server through ``shared()``, the same engines
 behind the same gates, so the local turn always goes first. The daemon runs ``product_plan``, the
 Wyoming server alone ``serving_stages``, through a ``StageSet``; the CLI modes build the same stages.
 """
@@ -31,7 +31,7 @@ from rkvoice.audio.players import Player, choose_player, create_player
 from rkvoice.clock import Clock
 from rkvoice.config import Config, zone
 from rkvoice.errors import RkvoiceError, Stage
-from rkvoice.gate import Engines, LocalAsr, LocalTts, PriorityGate
+from rkvoice.gate import ASR_CALLS, TTS_CALLS, Engines, Local, PriorityGate
 from rkvoice.hear.asr import AsrEngine
 from rkvoice.hear.echo import PlayedAudio, ReferenceTap
 from rkvoice.hear.session import HearSession
@@ -45,14 +45,10 @@ from rkvoice.tts.registry import CHINESE, TTS, VoiceSpec, create_tts
 log = logging.getLogger(__name__)
 
 
-def voice_for(cfg: Config, text: str, name: str | None = None) -> TtsEngine:
-    """The voice for ``text``: ``name``, else the registry's choice for the text (unloaded)."""
+def default_voice(cfg: Config, name: str | None = None, text: str = CHINESE) -> TtsEngine:
+    """The voice for ``text`` (default: answers, in Chinese): ``name``, else the registry's choice
+    for the text (unloaded)."""
     return create_tts(cfg, name or None, text)
-
-
-def default_voice(cfg: Config, name: str | None = None) -> TtsEngine:
-    """The voice answers are spoken in: ``name``, else the registry's choice for Chinese (unloaded)."""
-    return voice_for(cfg, CHINESE, name)
 
 
 def installed_voice(cfg: Config, spec: VoiceSpec) -> TtsEngine:
@@ -108,13 +104,13 @@ class Hear:
         self.asr.load()
         if self.asr_only:
             return
-        self.wake = wake_factory(self.cfg)(LocalAsr(self.asr, self.gate))
+        self.wake = wake_factory(self.cfg)(Local(self.asr, self.gate, ASR_CALLS))
         self.segmenter = Segmenter(self.cfg)
         self.segmenter.load()
 
     def session(self) -> HearSession:
         assert self.asr is not None and self.wake is not None and self.segmenter is not None, "load() first"
-        return HearSession(self.cfg, LocalAsr(self.asr, self.gate), self.wake, self.segmenter)
+        return HearSession(self.cfg, Local(self.asr, self.gate, ASR_CALLS), self.wake, self.segmenter)
 
     def close(self) -> None:
         for engine in (self.wake, self.asr):
@@ -151,7 +147,7 @@ class Speak:
         if self._player_factory is None:
             return
         self.player = ReferenceTap(self._player_factory(self.cfg), self.played)
-        self.speaker = Speaker(LocalTts(self.tts, self.gate), self.player, self.cfg, self._clock)
+        self.speaker = Speaker(Local(self.tts, self.gate, TTS_CALLS), self.player, self.cfg, self._clock)
         self.speaker.load()
         if self._cue:
             cue = AckCue(self.cfg, voice=self.tts, rate=self.player.rate)

@@ -228,7 +228,7 @@ def test_the_announcement_can_be_resolved():
 
 
 def test_the_wake_engines_second_look_goes_through_the_asr_gate_too():
-    from rkvoice.gate import LocalAsr
+    from rkvoice.gate import ASR_CALLS, Local
     from rkvoice.hear.wake import can_prime
 
     class Plain:
@@ -243,8 +243,8 @@ def test_the_wake_engines_second_look_goes_through_the_asr_gate_too():
             return -0.5
 
     gate = PriorityGate("asr")
-    assert not can_prime(LocalAsr(Plain(), gate))  # no second look the engine cannot do
-    local = LocalAsr(Primed(), gate)
+    assert not can_prime(Local(Plain(), gate, ASR_CALLS))  # no second look the engine cannot do
+    local = Local(Primed(), gate, ASR_CALLS)
     assert can_prime(local)  # on every Python: 3.12's Protocol isinstance() missed __getattr__ calls
     held, release = threading.Event(), threading.Event()
 
@@ -294,9 +294,9 @@ def test_a_wake_decode_goes_before_the_transcriptions_queued_for_other_clients()
 
     engines.asr_worker.submit = counted  # type: ignore[method-assign]
     try:
-        first = engines.transcribe("client 1")
+        first = engines.decode("transcribe", "client 1")
         assert busy.wait(5)
-        queued = [engines.transcribe(name) for name in ("client 2", "client 3")]
+        queued = [engines.decode("transcribe", name) for name in ("client 2", "client 3")]
         engines.borrow_wake()
         heard: list[str] = []
         wake = threading.Thread(target=lambda: heard.append(wakes[0].transcribe("wake")), daemon=True)

@@ -10,7 +10,7 @@ from rkvoice.cli.output import check_outputs, speaking
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
-from rkvoice.stages import voice_for
+from rkvoice.stages import default_voice
 from rkvoice.text.normalize import speakable
 from rkvoice.timeline import Ev, Timeline
 
@@ -38,7 +38,7 @@ def run_say(text: str, args: argparse.Namespace, cfg: Config, clock: Clock | Non
     spoken = check_text(text, cfg)
     check_outputs(args)
     timeline = Timeline(clock)
-    with speaking(args, cfg, clock, lambda c: voice_for(c, text, args.tts)) as (speak, output):
+    with speaking(args, cfg, clock, lambda c: default_voice(c, args.tts, text)) as (speak, output):
         speaker = speak.speaker
         assert speaker is not None and speak.tts is not None
         timeline.start()

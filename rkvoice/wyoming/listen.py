@@ -51,7 +51,7 @@ class AsrRequest:
             tl = turn.timeline
             tl.mark(Ev.SPEECH_END, audio_s=round(len(samples) / TARGET_RATE, 3))
             t0 = tl.clock.now()
-            job = self.engines.transcribe(samples)
+            job = self.engines.decode("transcribe", samples)
             turn.on_cancel(lambda _: job.cancel())  # still queued behind another request: it never runs
             turn.text = await asyncio.wrap_future(job)
             tl.mark(Ev.ASR_DONE, text=turn.text, asr_ms=round((tl.clock.now() - t0) * 1000.0, 3))
