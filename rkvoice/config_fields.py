@@ -79,10 +79,6 @@ def _words(tp: Any) -> tuple[Any, ...]:
     return tuple(w for kind in _kinds(tp) if typing.get_origin(kind) is Literal for w in typing.get_args(kind))
 
 
-def is_numeric(tp: Any) -> bool:
-    return int in _kinds(tp) or float in _kinds(tp)
-
-
 def type_name(tp: Any) -> str:
     """``int``, ``float``, ``int or 'auto'`` -- how a field's type reads in an error."""
     names: list[str] = []

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rkvoice.config import DEFAULT_CONFIG, AudioConfig, Config, LlmConfig, TtsConfig, load_config, parse_override
-from rkvoice.config_fields import Range, is_numeric
+from rkvoice.config_fields import Range
 from rkvoice.errors import RkvoiceError
 
 
@@ -112,11 +112,16 @@ def _sections(cls: type = Config, path: str = "") -> list[tuple[str, type]]:
     return out
 
 
+def _is_numeric(tp: typing.Any) -> bool:
+    kinds = typing.get_args(tp) or (tp,)  # int | Literal["auto"] -> (int, Literal["auto"])
+    return int in kinds or float in kinds
+
+
 def _numeric_fields() -> list[tuple[str, dataclasses.Field, type]]:
     out = []
     for path, cls in _sections():
         hints = typing.get_type_hints(cls)
-        out += [(f"{path}.{f.name}", f, hints[f.name]) for f in dataclasses.fields(cls) if is_numeric(hints[f.name])]
+        out += [(f"{path}.{f.name}", f, hints[f.name]) for f in dataclasses.fields(cls) if _is_numeric(hints[f.name])]
     return out
 
 
