@@ -44,10 +44,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.fake_clock import FakeClock
 from rkvoice.answer.assistant import Assistant
 from rkvoice.answer.respond import Answerer
-from rkvoice.audio.players import NullPlayer
-from rkvoice.clock import FakeClock, MonotonicClock
+from rkvoice.audio.sinks import NullPlayer
+from rkvoice.clock import MonotonicClock
 from rkvoice.config import Config, load_config
 from rkvoice.hear.loop import TurnLoop
 from rkvoice.hear.session import HearSession

@@ -41,9 +41,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.cer import cer  # noqa: E402
-from rkvoice.audio.players import NullPlayer  # noqa: E402
+from bench.fake_clock import FakeClock  # noqa: E402
 from rkvoice.audio.post import resample  # noqa: E402
-from rkvoice.clock import FakeClock, MonotonicClock  # noqa: E402
+from rkvoice.audio.sinks import NullPlayer  # noqa: E402
+from rkvoice.clock import MonotonicClock  # noqa: E402
 from rkvoice.config import DEFAULT_CONFIG, Config, load_config, parse_override  # noqa: E402
 from rkvoice.errors import RkvoiceError, Stage  # noqa: E402
 from rkvoice.speaker import Speaker  # noqa: E402

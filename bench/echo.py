@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench.cer import cer
+from bench.fake_clock import FakeClock
 from rkvoice.audio.sinks import NullPlayer
-from rkvoice.clock import FakeClock
 from rkvoice.config import ROOT, Config, load_config
 from rkvoice.hear import aec, speexdsp
 from rkvoice.hear.echo import EchoFilter, PlayedAudio, ReferenceTap

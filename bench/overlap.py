@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rkvoice.answer.assistant import Assistant
 from rkvoice.answer.respond import Answerer
-from rkvoice.audio.players import NullPlayer
+from rkvoice.audio.sinks import NullPlayer
 from rkvoice.clock import MonotonicClock
 from rkvoice.config import load_config, parse_override
 from rkvoice.errors import RkvoiceError, Stage

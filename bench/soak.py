@@ -259,7 +259,7 @@ def main() -> int:
     feeder = TurnFeeder(script, turns_done, clock)
 
     def player(c: Config) -> Any:
-        from rkvoice.audio.players import NullPlayer
+        from rkvoice.audio.sinks import NullPlayer
 
         opened = NullPlayer(c, clock)
         opened.open()

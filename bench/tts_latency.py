@@ -30,9 +30,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rkvoice.audio.players import NullPlayer  # noqa: E402
+from bench.fake_clock import FakeClock  # noqa: E402
 from rkvoice.audio.post import prepare_piece  # noqa: E402
-from rkvoice.clock import FakeClock, MonotonicClock  # noqa: E402
+from rkvoice.audio.sinks import NullPlayer  # noqa: E402
+from rkvoice.clock import MonotonicClock  # noqa: E402
 from rkvoice.config import Config, load_config  # noqa: E402
 from rkvoice.errors import RkvoiceError, Stage  # noqa: E402
 from rkvoice.speaker import Speaker  # noqa: E402

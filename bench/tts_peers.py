@@ -30,8 +30,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rkvoice.audio.players import NullPlayer
-from rkvoice.clock import FakeClock, MonotonicClock
+from bench.fake_clock import FakeClock
+from rkvoice.audio.sinks import NullPlayer
+from rkvoice.clock import MonotonicClock
 from rkvoice.config import Config, load_config, parse_override
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.speaker import Speaker

@@ -44,9 +44,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.board_budget import predict
+from bench.fake_clock import FakeClock
 from bench.soak import REQUESTS, ScaledClock, TurnFeeder, pct, synth_requests
-from rkvoice.audio.players import NullPlayer
-from rkvoice.clock import FakeClock
+from rkvoice.audio.sinks import NullPlayer
 from rkvoice.config import Config, load_config, parse_override
 from rkvoice.daemon.sdnotify import Notifier
 from rkvoice.daemon.service import Daemon

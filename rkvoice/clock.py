@@ -1,10 +1,10 @@
-"""Injected monotonic clocks: real time in the product, controlled time in tests."""
+"""Injected monotonic clocks: real time in the product (``MonotonicClock``); controlled time in tests and
+benches (``FakeClock``, bench/fake_clock.py)."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from typing import Protocol
 
 
@@ -38,67 +38,3 @@ class MonotonicClock:
 
     def pause(self, seconds: float, interrupt: threading.Event) -> bool:
         return not interrupt.wait(max(0.0, seconds))
-
-
-class FakeClock:
-    """A clock that only moves when told to; ``sleep`` advances it instead of waiting.
-
-    Thread-safe: ``sleep`` from a worker thread advances the shared time, so a scripted
-    engine that "takes 200 ms" costs no wall time in tests. ``blocked()`` lets a test move the
-    clock only once the threads under test wait on it, so no real-time race decides an outcome.
-    """
-
-    def __init__(self, start: float = 0.0) -> None:
-        self._t = start
-        self._cond = threading.Condition()
-        self._waiting: dict[object, tuple[threading.Event, float | None]] = {}
-
-    def now(self) -> float:
-        with self._cond:
-            return self._t
-
-    def advance(self, seconds: float) -> None:
-        if seconds < 0:
-            raise ValueError("a clock cannot go backwards")
-        with self._cond:
-            self._t += seconds
-
-    sleep = advance
-
-    def pause(self, seconds: float, interrupt: threading.Event) -> bool:
-        if interrupt.is_set():
-            return False
-        self.advance(max(0.0, seconds))
-        return True
-
-    def wait(self, event: threading.Event, timeout: float | None) -> bool:
-        """Returns when ``event`` is set, or once the test has advanced the clock past the timeout.
-
-        The fake time only moves when the test says so, so this checks it between short real waits
-        (test clock only: the product's MonotonicClock waits on the event itself)."""
-        token = object()
-        with self._cond:
-            deadline = None if timeout is None else self._t + timeout
-            self._waiting[token] = (event, deadline)
-            self._cond.notify_all()
-        try:
-            while not event.wait(0.002):
-                if deadline is not None and self.now() >= deadline:
-                    return event.is_set()
-            return True
-        finally:
-            with self._cond:
-                del self._waiting[token]
-                self._cond.notify_all()
-
-    def blocked(self, n: int = 1, timeout: float = 10.0, unless: Callable[[], bool] | None = None) -> bool:
-        """Block (in real time) until at least ``n`` threads wait on this clock for an event not yet
-        set and a time not yet reached: then only moving the clock can let them go on. False after
-        ``timeout`` real seconds, or as soon as ``unless()`` holds (e.g. the thread under test ended)."""
-        end = time.monotonic() + timeout
-        with self._cond:
-            while sum(not ev.is_set() and (d is None or d > self._t) for ev, d in self._waiting.values()) < n:
-                if unless is not None and unless() or time.monotonic() >= end:
-                    return False
-                self._cond.wait(0.005)
-            return True

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from rkvoice.audio.players import NullPlayer
+from rkvoice.audio.sinks import NullPlayer
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.errors import RkvoiceError
 from rkvoice.hear.vad import SAMPLE_RATE, Segment

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 from fakes import SteppedSpeaker
 
+from bench.fake_clock import FakeClock
 from rkvoice.answer.assistant import Assistant
 from rkvoice.answer.conversation import spoken_now
 from rkvoice.answer.generate import TIMEOUT_TEXT, LlmStream
 from rkvoice.answer.llm.registry import LLM, engine_name
 from rkvoice.answer.respond import Answerer
-from rkvoice.audio.players import NullPlayer
-from rkvoice.clock import FakeClock
+from rkvoice.audio.sinks import NullPlayer
 from rkvoice.config import Config, HearConfig, LlmConfig, ModelsConfig, StateConfig
 from rkvoice.errors import RkvoiceError
 from rkvoice.state import StateStore

@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from bench.fake_clock import FakeClock
 from rkvoice import cli
-from rkvoice.clock import FakeClock
 from rkvoice.config import ROOT, load_config, parse_override
 from rkvoice.errors import RkvoiceError
 from rkvoice.hear.kws import KwsWake, check_kws, model_files

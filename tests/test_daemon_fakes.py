@@ -17,9 +17,9 @@ from typing import Any
 
 from fakes import FakeVoice, MarkerWake, ScriptedAsr, ScriptedLlm, ScriptedMic, ScriptedSegmenter, wait_until
 
+from bench.fake_clock import FakeClock
 from rkvoice.answer.assistant import Assistant
-from rkvoice.audio.players import NullPlayer
-from rkvoice.clock import FakeClock
+from rkvoice.audio.sinks import NullPlayer
 from rkvoice.config import Config, load_config
 from rkvoice.daemon.sdnotify import Notifier
 from rkvoice.daemon.service import EXIT_OK, EXIT_REPEATED_FAILURES, Daemon

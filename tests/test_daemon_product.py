@@ -13,7 +13,7 @@ import pytest
 from fakes import FakeVoice, MarkerWake, ScriptedAsr, ScriptedLlm, ScriptedMic, ScriptedSegmenter, wait_until
 
 from rkvoice.answer.assistant import Assistant
-from rkvoice.audio.players import NullPlayer
+from rkvoice.audio.sinks import NullPlayer
 from rkvoice.config import Config, load_config
 from rkvoice.daemon.listener import Listener
 from rkvoice.errors import RkvoiceError

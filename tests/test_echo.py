@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from bench.echo import erle_db
+from bench.fake_clock import FakeClock
 from rkvoice.audio.sinks import NullPlayer
-from rkvoice.clock import FakeClock
 from rkvoice.config import DEFAULT_CONFIG, load_config, parse_override
 from rkvoice.errors import RkvoiceError
 from rkvoice.hear import aec, speexdsp

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from fakes import ScriptedLlm, wait_until
 
-from rkvoice.audio.players import NullPlayer
+from rkvoice.audio.sinks import NullPlayer
 from rkvoice.clock import MonotonicClock
 from rkvoice.config import ROOT, Config, load_config
 from rkvoice.daemon.sdnotify import Notifier

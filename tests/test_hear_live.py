@@ -70,7 +70,7 @@ LONG_ANSWER = (
 
 
 def test_live_loop_wake_answer_and_barge_in(vad_ok, hear_asr, hear_voice, hear_fixtures):
-    from rkvoice.audio.players import NullPlayer
+    from rkvoice.audio.sinks import NullPlayer
     from rkvoice.speaker import Speaker
 
     cfg = load_config()

@@ -10,7 +10,7 @@ import pytest
 import soundfile as sf
 
 from bench.cer import cer
-from rkvoice.clock import FakeClock
+from bench.fake_clock import FakeClock
 from rkvoice.config import load_config, parse_override
 from rkvoice.errors import RkvoiceError
 from rkvoice.hear.cue import AckCue, chime

@@ -19,10 +19,10 @@ from fakes import (
     wait_until,
 )
 
+from bench.fake_clock import FakeClock
 from rkvoice.answer.assistant import Assistant
 from rkvoice.answer.respond import Answerer
-from rkvoice.audio.players import NullPlayer
-from rkvoice.clock import FakeClock
+from rkvoice.audio.sinks import NullPlayer
 from rkvoice.config import load_config, parse_override
 from rkvoice.hear.loop import TurnLoop
 from rkvoice.hear.session import HearSession, Mode

@@ -797,7 +797,7 @@ def test_runtime_choice_between_rknn_files_and_their_onnx_twins(tmp_path: Path, 
 
 
 def test_the_speaker_cuts_matcha_text_into_its_own_piece_lengths() -> None:
-    from rkvoice.audio.players import NullPlayer
+    from rkvoice.audio.sinks import NullPlayer
     from rkvoice.speaker import Speaker
     from rkvoice.turn import Turn
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rkvoice.clock import FakeClock
+from bench.fake_clock import FakeClock
 from rkvoice.config import Config
 from rkvoice.pieces import Pieces
 from rkvoice.timeline import Ev

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from fakes import SteppedSpeaker, heard_until, wait_until
 
-from rkvoice.audio.players import NullPlayer
-from rkvoice.clock import FakeClock
+from bench.fake_clock import FakeClock
+from rkvoice.audio.sinks import NullPlayer
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
 from rkvoice.speaker import Speaker

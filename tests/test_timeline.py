@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rkvoice.clock import FakeClock
+from bench.fake_clock import FakeClock
 from rkvoice.errors import RkvoiceError
 from rkvoice.timeline import Ev, Event, Timeline, max_gap_ms
 

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from rkvoice.clock import FakeClock
+from bench.fake_clock import FakeClock
 from rkvoice.errors import RkvoiceError
 from rkvoice.timeline import Ev, Timeline
 from rkvoice.turn import Turn

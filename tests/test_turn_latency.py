@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from bench.board_budget import BOARD, tts_seconds
+from bench.fake_clock import FakeClock
 from bench.turn_latency import Script, from_system_prompt, llm_record, report, turn_parts
-from rkvoice.clock import FakeClock
 from rkvoice.timeline import Ev, Timeline
 from rkvoice.turn import Turn
 

@@ -11,7 +11,7 @@ Every player takes mono int16 blocks at ``rate`` and offers:
   ``write``/``drain``.
 
 The players live in ``rkvoice.audio.sinks`` (null, wav, tee, the shared pacing) and
-``rkvoice.audio.device_players`` (aplay, sounddevice); they are importable from here too.
+``rkvoice.audio.device_players`` (aplay, sounddevice, imported only when chosen).
 """
 
 from __future__ import annotations
@@ -22,18 +22,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from rkvoice.audio.device_players import AplayPlayer, SounddevicePlayer
-from rkvoice.audio.sinks import NullPlayer, PacedPlayer, TeePlayer, WavPlayer, default_wav_path
-from rkvoice.board.devices import has_input_device, has_sound_device
+from rkvoice.board.devices import has_sound_device
 from rkvoice.clock import Clock
 from rkvoice.config import Config
 from rkvoice.errors import Stage
 from rkvoice.needs import Needs, PackageNeed, ProgramNeed
 from rkvoice.registry import Registry
-
-__all__ = [
-    "PLAYERS", "AplayPlayer", "NullPlayer", "PacedPlayer", "Player", "SounddevicePlayer", "TeePlayer",
-    "WavPlayer", "choose_player", "create_player", "default_wav_path", "has_input_device", "has_sound_device"]
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rkvoice.audio.players import NullPlayer, Player, TeePlayer, WavPlayer, choose_player, create_player
+from rkvoice.audio.players import Player, choose_player, create_player
+from rkvoice.audio.sinks import NullPlayer, TeePlayer, WavPlayer
 from rkvoice.clock import Clock
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
