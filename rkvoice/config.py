@@ -389,5 +389,4 @@ def load_config(
             data = merge(data, read_yaml(path))
     for over in overrides or []:
         data = merge(data, over)
-    config: Config = build(Config, data)
-    return config
+    return build(Config, data)

@@ -22,9 +22,7 @@ class Endpoint:
     @property
     def loopback(self) -> bool:
         """True for a unix socket or a TCP address only this machine can reach."""
-        if self.scheme == "unix":
-            return True
-        if self.host == "localhost":
+        if self.scheme == "unix" or self.host == "localhost":
             return True
         try:
             return ipaddress.ip_address(self.host).is_loopback

@@ -99,11 +99,7 @@ class Probe:
     program: Callable[[str], bool] = lambda name: shutil.which(name) is not None
 
     def device(self, device: Device) -> bool:
-        if device == "sound-output":
-            return self.sound_output() is not None
-        if device == "microphone":
-            return self.microphone()
-        return self.npu()
+        return bool({"sound-output": self.sound_output, "microphone": self.microphone, "npu": self.npu}[device]())
 
 
 @dataclass(frozen=True)

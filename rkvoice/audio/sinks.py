@@ -28,8 +28,6 @@ class PacedPlayer:
     waits that a ``clear()`` interrupts; waiting uses the injected clock (a FakeClock advances
     instead of sleeping)."""
 
-    name = "paced"
-
     def __init__(self, rate: int, clock: Clock, max_ahead_s: float | None = 0.25, latency_s: float = 0.0) -> None:
         self.rate = rate
         self._clock = clock
