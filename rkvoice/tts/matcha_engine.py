@@ -1,24 +1,17 @@
 """The ``matcha`` TTS engine: zh-en frontend -> Matcha (mel) -> Vocos (STFT) -> numpy ISTFT.
 
-On the board the models are fixed-shape .rknn files on the NPU, one per bucket (``matcha-t{K}``:
-K tokens in, a mel of W frames plus its true frame count out; ``vocos-f{N}``: N frames in,
-mag/x/y out); elsewhere their .onnx twins run through onnxruntime, and the published
-dynamic-shape ONNX files work too. Everything but the NPU call is the same code for both.
+On the board the models are fixed-shape .rknn buckets on the NPU (``matcha-t{K}``: K tokens, a
+mel window of W frames; ``vocos-f{N}``: N frames -> mag/x/y); elsewhere their .onnx twins, or the
+published dynamic-shape ONNX files, run through onnxruntime, by the same code.
 
-The converter splits Matcha at its length regulator (models/matcha_split.py): the text encoder and
-duration predictor (``matcha-encoder.onnx``) run on the CPU in fp32 (onnxruntime), the alignment
-in numpy (``rkvoice.npu.length_regulator.align``), and only the flow-matching decoder runs on the
-NPU (``matcha-t{K}``: mu, mask, noise over a fixed window of W frames -> mel). The frame count is
-known before the NPU call and is the original graph's own, so a piece goes straight to the
-smallest decoder window holding it, and the mel is cut there. A whole (unsplit) fixed graph
-(``matcha-t{K}`` with token input and a ``mel_frames`` output) and the published dynamic graph
-still load: a piece then runs in the smallest bucket holding its tokens and is re-run or halved
-when its frames overflow the window.
-
-A piece whose frames overflow every window is cut in two and both halves are synthesised, and the
-cut mel runs in the smallest Vocos bucket holding it (or in overlapping windows of the largest).
-The ODE noise is drawn from a numpy Generator seeded per ``generate`` call (``tts.matcha.seed``),
-so one text always gives the same audio.
+The converter splits Matcha at its length regulator (models/matcha_split.py): the encoder and
+duration predictor (``matcha-encoder.onnx``) run on the CPU in fp32, the alignment in numpy
+(``rkvoice.npu.length_regulator.align``), the flow-matching decoder on the NPU. The frame count is
+known before the NPU call, so a piece goes straight to the smallest window holding it. A whole
+(unsplit) fixed graph runs in the smallest bucket holding its tokens and is re-run in a bigger one
+when its frames overflow the window. A piece too long for every window is synthesised in two
+halves; a mel longer than every Vocos bucket runs in overlapping windows of the largest. The ODE
+noise is seeded per ``generate`` call (``tts.matcha.seed``): one text always gives the same audio.
 """
 
 from __future__ import annotations
@@ -76,7 +69,7 @@ class MatchaTts:
         self.overflows = 0
         """Pieces whose true frame count overflowed their bucket's window (re-run or halved)."""
         self.encoder: npu_runtime.ModelRuntime | None = None
-        """A split voice's CPU encoder (text -> encoder output, durations, frame counts)."""
+        """A split voice's CPU encoder."""
         self._encoder_inputs: list[str] = []
         self._stages: dict[str, list[float]] = {}
         """Calls and seconds per CPU stage (encoder, align, istft) since the last reset_stats."""

@@ -4,18 +4,12 @@
     engine.load()                       # loads the primary voice only
     samples, rate = engine.generate("我每天用Python写代码。")
 
-``MixedTts`` satisfies the TtsEngine protocol. Text in the primary voice's language alone (or with
-nothing to route) goes straight to the primary voice: the other voice is not loaded, not called,
-and the samples are the primary voice's own. Text with a span in the other script is cut by
-``rkvoice.text.script_spans``; each span is synthesised by the voice for its language, English
-spans with acronyms spelled (USB -> "you ess bee"). At every join the silence both voices leave is
-trimmed to a short pre/post-roll and faded, and a pause of known length is put in ("word": a
-natural gap between words; longer after a clause or sentence mark). Spans of the other voice are
-resampled to the primary voice's rate and brought to the primary voice's speech level (RMS of the
-voiced frames, never past PEAK). The other voice is loaded the first time a span needs it.
-
-``rkvoice.tts.registry.with_other_language`` wraps a single-language engine in it when an engine
-for the other language is installed, and leaves a bilingual one (Matcha) alone.
+Text in the primary voice's language alone goes straight to the primary voice (the other is not
+loaded). Otherwise ``rkvoice.text.script_spans`` cuts it into spans, each synthesised by the voice
+for its language (acronyms spelled: USB -> "you ess bee"); at every join the silence is trimmed to
+a short faded pre/post-roll and a pause of known length put in. The other voice's spans are
+resampled to the primary rate and brought to the primary voice's speech level (never past PEAK).
+``rkvoice.tts.registry.with_other_language`` builds it.
 """
 
 from __future__ import annotations
@@ -48,16 +42,18 @@ LEVEL_TEXT = {"zh": "今天天气不错，我们出去走走吧。", "en": "The 
 """Reference sentences for a voice's speech level when no span of it was heard yet."""
 
 
+def _voiced(x: np.ndarray, rate: int) -> tuple[int, np.ndarray]:
+    """(window length, each window's RMS where it is voiced, within QUIET of the loudest, else 0)."""
+    n = max(1, round(rate * WINDOW_MS / 1000.0))
+    w = window_rms(x, n)
+    top = float(w.max()) if len(w) else 0.0
+    return n, np.where(w >= QUIET * top, w, 0.0) if top > 1e-6 else np.zeros_like(w)
+
+
 def speech_rms(x: np.ndarray, rate: int) -> float:
-    """RMS over the voiced windows (those within QUIET of the loudest); 0.0 for silence."""
-    if len(x) == 0:
-        return 0.0
-    w = window_rms(x, max(1, round(rate * WINDOW_MS / 1000.0)))
-    top = float(w.max())
-    if top <= 1e-6:
-        return 0.0
-    voiced = w[w >= QUIET * top]
-    return float(np.sqrt(np.mean(voiced**2)))
+    """RMS over the voiced windows; 0.0 for silence."""
+    w = _voiced(x, rate)[1]
+    return float(np.sqrt(np.mean(w[w > 0] ** 2))) if w.any() else 0.0
 
 
 def trim_joins(x: np.ndarray, rate: int, head: bool, tail: bool) -> np.ndarray:
@@ -66,12 +62,10 @@ def trim_joins(x: np.ndarray, rate: int, head: bool, tail: bool) -> np.ndarray:
     x = np.asarray(x, dtype=np.float32)
     if len(x) == 0 or not (head or tail):
         return x
-    n = max(1, round(rate * WINDOW_MS / 1000.0))
-    w = window_rms(x, n)
-    top = float(w.max())
-    if top <= 1e-6:
+    n, w = _voiced(x, rate)
+    voiced = np.flatnonzero(w)
+    if len(voiced) == 0:
         return x[:0]
-    voiced = np.flatnonzero(w >= QUIET * top)
     keep = round(rate * KEEP_MS / 1000.0)
     start = max(0, int(voiced[0]) * n - keep) if head else 0
     end = min(len(x), (int(voiced[-1]) + 1) * n + keep) if tail else len(x)

@@ -16,12 +16,10 @@ an empty sequence.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import unicodedata
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from pypinyin import Style, lazy_pinyin
 
@@ -73,11 +71,6 @@ class PinyinFrontend:
         for required in ("sil", "eos", BREAK_MINOR, BREAK_MAJOR):
             if required not in symbol_to_id:
                 raise ValueError(f"symbol map lacks {required!r}")
-
-    @classmethod
-    def from_mapper(cls, path: Path) -> PinyinFrontend:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        return cls(dict(data["symbol_to_id"]), dict(data["pinyin_dict"]))
 
     # --- public -----------------------------------------------------------------------------
 

@@ -1,6 +1,5 @@
 """The TTS backend registry and ``create_tts``: each engine with what it needs and what ``--check``
-reads of it, its voices (``engine_voices``: the engine class's ``voices`` table, else the engine with
-its class's ``languages``), and the one place "auto" is resolved (by the installed voices and the
+reads of it, its voices, and the one place "auto" is resolved (by the installed voices and the
 language of the text).
 
     engine = create_tts(cfg, "auto", text="今天天气不错")   # constructed, not loaded
@@ -108,12 +107,11 @@ TTS.register("matcha", "rkvoice.tts.matcha_engine:MatchaTts",
 
 AUTO = "auto"
 _LATIN = re.compile(r"[A-Za-z]")
-
-# Engines in order of preference per language; "vits" stands for its voice speaking that language.
 CHINESE = "你好"
 """The text the answers' voice is chosen for (the daemon, the CLI, ``--check``): the assistant answers
 in Chinese first."""
 PREFERENCE = {"zh": ("matcha", "fastspeech2", "vits"), "en": ("vits", "matcha", "fastspeech2")}
+"""Engines in order of preference per language; "vits" stands for its voice speaking that language."""
 
 
 def text_language(text: str) -> str:
