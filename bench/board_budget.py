@@ -264,7 +264,7 @@ class MicSilence:
         self._closed = threading.Event()
 
     def frames(self) -> Iterator[np.ndarray]:
-        from rkvoice.hear.sources import paced
+        from bench.soak import paced
 
         silence = (np.zeros(FRAME, np.float32) for _ in range(int(self.seconds * SAMPLE_RATE) // FRAME))
         yield from paced(silence, self.clock, self.clock.now(), FRAME / SAMPLE_RATE, self._closed)

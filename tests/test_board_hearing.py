@@ -23,6 +23,7 @@ import pytest
 import soundfile as sf
 
 from bench.fake_clock import FakeClock
+from bench.soak import RealtimeSource
 from rkvoice import cli
 from rkvoice.config import ROOT, load_config, parse_override
 from rkvoice.errors import RkvoiceError
@@ -30,7 +31,7 @@ from rkvoice.hear.kws import KwsWake, check_kws, model_files
 from rkvoice.hear.loop import TurnLoop
 from rkvoice.hear.paraformer_asr import ParaformerAsr, check_paraformer
 from rkvoice.hear.session import HearSession
-from rkvoice.hear.sources import RealtimeSource, WavFileSource
+from rkvoice.hear.sources import WavFileSource
 from rkvoice.hear.vad import Segmenter, vad_model_path
 from rkvoice.installer.onnx_meta import with_onnx_metadata
 from rkvoice.timeline import Ev

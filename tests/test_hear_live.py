@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 
 from bench.cer import cer
+from bench.soak import RealtimeSource
 from rkvoice.cli import main
 from rkvoice.clock import MonotonicClock
 from rkvoice.config import load_config
 from rkvoice.hear.loop import TurnLoop, player_cue
 from rkvoice.hear.session import HearSession
-from rkvoice.hear.sources import RealtimeSource, to_mono_16k
+from rkvoice.hear.sources import to_mono_16k
 from rkvoice.hear.vad import Segmenter, vad_model_path
 from rkvoice.hear.wake import AsrMatchWake
 from rkvoice.timeline import Ev

@@ -11,6 +11,7 @@ import soundfile as sf
 
 from bench.cer import cer
 from bench.fake_clock import FakeClock
+from bench.soak import RealtimeSource
 from rkvoice.config import load_config, parse_override
 from rkvoice.errors import RkvoiceError
 from rkvoice.hear.cue import AckCue, chime
@@ -18,7 +19,6 @@ from rkvoice.hear.pinyin_match import PhraseMatcher
 from rkvoice.hear.sources import (
     DeviceError,
     MicSource,
-    RealtimeSource,
     WavFileSource,
     microphone,
     read_wav,

@@ -1,4 +1,4 @@
-"""Audio in: microphones, WAV files and a real-time WAV feeder, all as 16 kHz mono float32 frames.
+"""Audio in: microphones and WAV files, as 16 kHz mono float32 frames.
 
 Every source is an iterable of frames (``frames()``) of ``frame_samples`` samples (the last one of a
 file may be shorter). Microphone faults (no device, busy, unplugged) are logged and retried with a
@@ -11,14 +11,13 @@ import logging
 import shutil
 import subprocess
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
 from rkvoice.audio.post import resample
-from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.errors import RkvoiceError, Stage
 
 log = logging.getLogger(__name__)
@@ -92,43 +91,6 @@ class WavFileSource:
 
     def close(self) -> None:
         self._closed.set()
-
-
-def paced(
-    frames: Iterable[np.ndarray], clock: Clock, start: float, frame_s: float, closed: threading.Event
-) -> Iterator[np.ndarray]:
-    """Yield frame ``i`` at ``start + (i + 1) * frame_s`` on ``clock`` (a frame exists once all its
-    samples were "heard"), like a microphone; stop as soon as ``closed`` is set."""
-    for i, frame in enumerate(frames, 1):
-        wait = start + i * frame_s - clock.now()
-        if wait > 0:
-            clock.sleep(wait)
-        if closed.is_set():
-            return
-        yield frame
-
-
-class RealtimeSource(WavFileSource):
-    """Feeds samples (or a WAV) at real-time pace on ``clock``: a microphone stand-in for tests.
-
-    With a FakeClock the pacing costs no wall time. ``tail_s`` of silence follows the audio so the
-    last request can end.
-    """
-
-    def __init__(
-        self,
-        audio: np.ndarray | str | Path,
-        clock: Clock | None = None,
-        frame_samples: int = FRAME_SAMPLES,
-        tail_s: float = 1.0,
-    ) -> None:
-        super().__init__(audio, frame_samples)
-        self.samples = np.concatenate([self.samples, np.zeros(int(tail_s * SAMPLE_RATE), dtype=np.float32)])
-        self.clock = clock or MonotonicClock()
-
-    def frames(self) -> Iterator[np.ndarray]:
-        frame_s = self.frame_samples / SAMPLE_RATE
-        yield from paced(super().frames(), self.clock, self.clock.now(), frame_s, self._closed)
 
 
 class DeviceError(Exception):
