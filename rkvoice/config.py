@@ -76,9 +76,8 @@ class FastSpeech2Config(Section):
     vocoder_frames: int = num(50, 3, 4096)
     """The fixed input length the .rknn was built for (convert_rknn.py vocoder --frames; <= 50)."""
     vocoder_context: int = num(16, 0, 2000)
-    """Frames of context on each side of a window's kept centre. Against one whole-mel run of the same
-    ONNX vocoder, 50-frame windows give 46.6-48.1 dB SNR at 16 and 34.5-35.5 dB at 12
-    (tests/test_fastspeech2_board.py holds 16 to >= 43 dB)."""
+    """Frames of context on each side of a window's kept centre: against one whole-mel run, 50-frame
+    windows give 46.6-48.1 dB SNR at 16, 34.5-35.5 dB at 12 (tests/test_fastspeech2_board.py)."""
     core_mask: str = "auto"
     """NPU core mask for the .rknn vocoder: auto, 0, 1, 0_1."""
 
@@ -99,8 +98,8 @@ class TtsConfig(Section):
     speed: float = num(1.0, 0.25, 4.0)
     sid: int = num(0, 0, 10_000)
     first_chars: int = num(12, 1, 500)
-    """Longest first piece (characters): the first sound waits for it. bench/tts_latency.py,
-    fastspeech2 on 2 x86 cores: first audio 0.22 x whole-text synthesis at 12, 0.33 at 24, no gaps."""
+    """Longest first piece (characters): the first sound waits for it (bench/tts_latency.py: first
+    audio 0.22 x whole-text synthesis at 12, 0.33 at 24, no gaps)."""
     chunk_chars: int = num(40, 1, 500)
     coalesce_chars: int = num(0, 0, 2000)
     """Merge pieces of one turn that queued up while the TTS worker was busy into one synthesis
@@ -229,15 +228,12 @@ class LlmConfig(Section):
     model: str = ""
     """Model file; empty = the profile's default, relative = under models.dir."""
     threads: int | Literal["auto"] = num("auto", 1, 256)
-    """llama.cpp threads while generating (one token at a time). auto: the cores free now (those this
-    process may use less the threads other processes have runnable) until the answer's first piece
-    goes to the voice, then one less than the cores (at least 1), so the TTS thread that runs alongside
-    keeps a core (with every core busy llama's threads spin at barriers against TTS and collapse; see
-    bench/overlap.py). rkvoice.answer.llm.cores."""
+    """llama.cpp threads while generating. auto: the cores free now until the answer's first piece goes
+    to the voice, then one less than the cores, so the TTS thread alongside keeps a core (with every
+    core busy llama's threads spin at barriers and collapse: bench/overlap.py; rkvoice.answer.llm.cores)."""
     threads_batch: int | Literal["auto"] = num("auto", 1, 256)
-    """llama.cpp threads while evaluating the prompt (nothing is spoken yet). auto: the cores free now
-    (this process's usable cores less the threads other processes have runnable, sampled over ~20 ms
-    per answer), at least 1 (threads on cores that other work holds stall each other;
+    """llama.cpp threads while evaluating the prompt. auto: the cores free now (usable cores less the
+    threads other processes have runnable), at least 1 (threads on busy cores stall each other:
     bench/llm_threads.py)."""
     context: int = num(2048, 128, 131_072)
     max_tokens: int = num(200, 1, 8192)

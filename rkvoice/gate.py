@@ -199,17 +199,11 @@ class Worker:
 
 @dataclass
 class Engines:
-    """Loaded engines shared by every connection, each behind its own gate.
-
-    ``asr`` (loaded), ``tts`` (the default voice, loaded), ``assistant`` (an Assistant),
-    ``wake_factory`` (a callable making a new, loaded wake engine from an ASR engine: a wake engine
-    keeps stream state, so each detect stream borrows its own from a pool; asr-match ones transcribe
-    through a ``WakeAsr``). Further voices are loaded on first use and kept.
-
-    Wyoming calls into the ASR and into every voice run on one ``Worker`` per engine kind (wake
-    decodes first), so the engines' per-thread caches and arenas stay few. ``close()``
-    stops those threads; ``serve_wyoming`` calls it only for engines it loaded itself.
-    """
+    """Loaded engines shared by every connection, each behind its own gate: ``asr``, ``tts`` (the
+    default voice; further voices are loaded on first use and kept), ``assistant`` and ``wake_factory``
+    (makes a loaded wake engine from an ASR engine: a wake engine keeps stream state, so each detect
+    stream borrows its own, transcribing through a ``WakeAsr``). Wyoming calls run on one ``Worker``
+    per engine kind; ``close()`` stops them (``serve_wyoming`` calls it only for engines it loaded)."""
 
     asr: Any
     tts: Any

@@ -1,17 +1,15 @@
 """What an engine needs on this machine, and which of it is missing here, with the fix.
 
 Every registry entry (TTS, ASR, wake, LLM engines and players) declares its needs next to its
-factory: ``REGISTRY.register(name, target, summary, needs=fn)`` with ``fn(cfg, **kwargs) -> Needs``
-(``kwargs`` are the constructor arguments the registry's choice passes, e.g. a vits voice).
-``missing(needs, probe)`` answers without importing a runtime or loading a model, so both the
-"auto" choices (is this engine installed?) and ``--check`` read the same declarations.
-
-Runtime versions (librknnrt, librkllmrt) are declared and judged from the libraries' bytes in
-``rkvoice.board.runtimes``.
+factory (``NeedsFn``). ``missing(needs, probe)`` answers without importing a runtime or loading a
+model, so both the "auto" choices (is this engine installed?) and ``--check`` read the same
+declarations. Runtime versions (librknnrt, librkllmrt) are judged from the libraries' bytes in
+``rkvoice.board.runtimes``, not here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import shutil
 from collections.abc import Callable
@@ -68,7 +66,8 @@ class Needs:
 
 
 NeedsFn = Callable[..., Needs]
-"""``fn(cfg, **kwargs) -> Needs``, declared with each registry entry."""
+"""``fn(cfg, **kwargs) -> Needs``; ``kwargs`` are the constructor arguments the registry's choice
+passes (e.g. a vits voice)."""
 
 
 def module_found(name: str) -> bool:
@@ -76,14 +75,6 @@ def module_found(name: str) -> bool:
     try:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
-        return False
-
-
-def file_present(path: Path) -> bool:
-    """A non-empty regular file (an empty model file is as good as none)."""
-    try:
-        return path.is_file() and path.stat().st_size > 0
-    except OSError:
         return False
 
 
@@ -122,15 +113,17 @@ DEVICE_FIX = {
 
 
 def present_file(need: FileNeed) -> Path | None:
-    return next((p for p in need.paths if file_present(p)), None)
+    """The first of the paths that is a non-empty regular file (an empty model file is as good as none)."""
+    for path in need.paths:
+        with contextlib.suppress(OSError):
+            if path.is_file() and path.stat().st_size > 0:
+                return path
+    return None
 
 
 def missing(needs: Needs, probe: Probe | None = None, relative_to: Path | None = None,
             *, devices: bool = True) -> list[Lack]:
-    """What of ``needs`` this machine lacks (files, packages, programs, devices), each with its fix.
-
-    Runtime versions are not judged here (rkvoice.board.runtimes reads them from the libraries).
-    """
+    """What of ``needs`` this machine lacks (files, packages, programs, devices), each with its fix."""
     probe = probe or Probe()
     out: list[Lack] = []
     for f in needs.files:

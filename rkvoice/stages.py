@@ -1,18 +1,11 @@
 """The composition root: every mode's engines are built here, from the registries, and nowhere else.
 
-Three stages, each built unloaded (``StageSpec.build``), then ``load()``-ed and ``close()``-d, with the
-part of the config (``StageSpec.key``) whose change reloads it on SIGHUP:
-
-- ``hear`` (``Hear``): ASR, wake engine and VAD segmenter; for the Wyoming server alone the ASR only
-  (it builds a wake engine per detect stream with ``wake_factory``);
-- ``answer`` (``assistant()``): tools, LLM, state and reminders, on the clock of ``wyoming.time_zone``;
-- ``speak`` (``Speak``): the voice (``default_voice``), and given a player the pipelined speaker into
-  it and the wake cue, made with the same voice (a 4 GB board has no room for a second one).
-
-``Hear`` and ``Speak`` keep their engines behind priority gates (rkvoice.gate): the local turn reaches
-them through the gate's ``Local`` views, a Wyoming server through ``shared()``, the same engines
-behind the same gates, so the local turn always goes first. The daemon runs ``product_plan``, the
-Wyoming server alone ``serving_stages``, through a ``StageSet``; the CLI modes build the same stages.
+Three stages (``hear``, ``answer``, ``speak``), each built unloaded (``StageSpec.build``), then
+``load()``-ed and ``close()``-d, and reloaded on SIGHUP when its part of the config (``StageSpec.key``)
+changed. ``Hear`` and ``Speak`` keep their engines behind priority gates (rkvoice.gate): the local
+turn reaches them through ``Local`` views, a Wyoming server through ``shared()``, so the local turn
+always goes first. The daemon runs ``product_plan``, the Wyoming server alone ``serving_stages``,
+through a ``StageSet``; the CLI modes build the same stages.
 """
 
 from __future__ import annotations
@@ -119,7 +112,8 @@ class Hear:
 
 class Speak:
     """The voice (``tts``, default ``default_voice``); with ``player`` (a maker of an opened Player)
-    also the pipelined speaker into it and, with ``cue``, the wake cue."""
+    also the pipelined speaker into it and, with ``cue``, the wake cue, made with the same voice (a
+    4 GB board has no room for a second one)."""
 
     def __init__(self, cfg: Config, player: Callable[[Config], Player] | None = None,
                  tts: Callable[[Config], TtsEngine] | None = None, clock: Clock | None = None,

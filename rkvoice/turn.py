@@ -1,17 +1,11 @@
-"""The turn handle: one object per turn, made by whoever starts the turn and passed down every stage.
+"""The turn handle: one object per turn (a request and its spoken answer, a reminder, an apology, a
+``--say`` text), made by whoever starts the turn and passed down every stage.
 
-A turn is one request and its spoken answer (or a reminder, an apology, a ``--say`` text). Its
-handle carries:
-
-- ``id``: the turn's generation. Ids grow; work queued for a turn (text pieces, audio blocks) is
-  dropped wherever it is found once its turn is cancelled.
-- ``cancel(reason)``: the only way to stop a turn. Barge-in, "stop", Ctrl-C, SIGTERM, the answer
-  deadline and a failed synthesis all call it; the stages that hold resources for the turn (the
-  LLM's generation, the speaker's queue and player) registered ``on_cancel`` callbacks, which run
-  once, on the cancelling thread. Nothing polls.
-- ``done``: set by ``finish()`` when the turn is over; then ``result`` (the answer text) or
-  ``exception`` says how it went.
-- ``timeline``: the turn's typed events.
+``cancel(reason)`` is the only way to stop a turn (barge-in, "stop", Ctrl-C, SIGTERM, the answer
+deadline, a failed synthesis): the stages holding resources for it (the LLM's generation, the
+speaker's queue and player) registered ``on_cancel`` callbacks, which run once, on the cancelling
+thread. Nothing polls. ``id`` is the turn's generation: work queued for a cancelled turn is dropped
+wherever it is found.
 """
 
 from __future__ import annotations
