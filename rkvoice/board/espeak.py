@@ -1,12 +1,8 @@
 """espeak-ng without root: unpack the Debian packages into a private dir and preload them.
 
-The board has no root and no apt, but a .deb is an archive: ``dpkg-deb -x`` unpacks
-libespeak-ng1, libpcaudio0, libsonic0 and espeak-ng-data into the install directory
-(libespeak-ng-libespeak1 is an empty transitional package: not it). ``LD_LIBRARY_PATH`` is
-read once at process start, so instead the process loads the libraries by absolute path with
-``RTLD_GLOBAL``, dependencies first; a later ``dlopen("libespeak-ng.so.1")`` by soname (from
-us or from a library) finds the already-loaded copy.
-
+The board has no root and no apt, but ``dpkg-deb -x`` unpacks a .deb anywhere. ``LD_LIBRARY_PATH`` is
+read once at process start, so the libraries are loaded by absolute path with ``RTLD_GLOBAL``,
+dependencies first; a later ``dlopen("libespeak-ng.so.1")`` by soname then finds the loaded copy.
 ``Espeak.phonemize(word)`` calls ``espeak_TextToPhonemes`` (IPA) through ctypes.
 """
 
@@ -46,7 +42,6 @@ def unpack_debs(debs: list[Path], dest: Path) -> Path:
     """``dpkg-deb -x`` each package into ``dest/root`` and gather the .so files in ``dest/lib``.
 
     ``dest/lib`` also gets an ``espeak-ng-data`` link to the unpacked data. Returns ``dest/lib``.
-    This is what ``install.sh --profile board`` calls (``python -m rkvoice.board.espeak unpack``).
     """
     if shutil.which("dpkg-deb") is None:
         raise RkvoiceError(Stage.INSTALL, "missing-tool", "dpkg-deb not found; it ships with dpkg on Debian-based boards")
@@ -101,35 +96,27 @@ def espeak_lack(cfg: Config) -> str | None:
     return None
 
 
-_loaded: dict[Path, ctypes.CDLL] = {}
-_lock = threading.Lock()
-
-
 def preload(lib_dir: Path) -> ctypes.CDLL:
     """Load libpcaudio, libsonic, libespeak-ng from ``lib_dir`` by absolute path, RTLD_GLOBAL."""
-    lib_dir = lib_dir.resolve()
-    with _lock:
-        if lib_dir in _loaded:
-            return _loaded[lib_dir]
-        handle = None
-        for name in PRELOAD_ORDER:
-            path = lib_dir / name
-            if not path.exists():
-                raise RkvoiceError(Stage.TTS, "missing-espeak", f"{path} not found; run ./install.sh --profile board "
-                                   "(it unpacks libespeak-ng1, libpcaudio0, libsonic0 there)")
-            try:
-                handle = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
-            except OSError as exc:
-                raise RkvoiceError(Stage.TTS, "missing-espeak", f"cannot load {path}: {exc}") from exc
-        assert handle is not None
-        _loaded[lib_dir] = handle
-        return handle
+    handle = None
+    for name in PRELOAD_ORDER:
+        path = lib_dir.resolve() / name
+        if not path.exists():
+            raise RkvoiceError(Stage.TTS, "missing-espeak", f"{path} not found; run ./install.sh --profile board "
+                               "(it unpacks libespeak-ng1, libpcaudio0, libsonic0 there)")
+        try:
+            handle = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+        except OSError as exc:
+            raise RkvoiceError(Stage.TTS, "missing-espeak", f"cannot load {path}: {exc}") from exc
+    assert handle is not None
+    return handle
 
 
 class Espeak:
     """An initialised espeak-ng (one per process: the library keeps global state)."""
 
     _instance: Espeak | None = None
+    _opening = threading.Lock()
 
     def __init__(self, lib: ctypes.CDLL, data_parent: Path | None, voice: str = "en-us") -> None:
         lib.espeak_Initialize.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
@@ -151,23 +138,24 @@ class Espeak:
 
     @classmethod
     def open(cls, lib_dir: Path | None = None, voice: str = "en-us") -> Espeak:
-        """espeak-ng from a private ``lib_dir`` (preloaded by path), else the system's library."""
-        if cls._instance is not None:
+        """espeak-ng from a private ``lib_dir`` (preloaded by path), else the system's library; the
+        first one opened serves the whole process."""
+        with cls._opening:
+            if cls._instance is not None:
+                return cls._instance
+            if lib_dir is not None:
+                data = lib_dir / "espeak-ng-data" / "phontab"
+                if not data.exists():  # espeak-ng exits the process when its data is missing: check first
+                    raise RkvoiceError(Stage.TTS, "missing-espeak", f"{data} not found; unpack espeak-ng-data too "
+                                       "(python -m rkvoice.board.espeak unpack DEST *.deb)")
+                cls._instance = cls(preload(lib_dir), lib_dir.resolve(), voice)
+            else:
+                name = ctypes.util.find_library("espeak-ng")
+                if name is None:
+                    raise RkvoiceError(Stage.TTS, "missing-espeak", "espeak-ng is not installed; apt-get install "
+                                       "libespeak-ng1, or set tts.matcha.espeak_lib_dir to an unpacked copy")
+                cls._instance = cls(ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL), None, voice)
             return cls._instance
-        if lib_dir is not None:
-            data = lib_dir / "espeak-ng-data" / "phontab"
-            if not data.exists():  # espeak-ng exits the process when its data is missing: check first
-                raise RkvoiceError(Stage.TTS, "missing-espeak", f"{data} not found; unpack espeak-ng-data too "
-                                   "(python -m rkvoice.board.espeak unpack DEST *.deb)")
-            inst = cls(preload(lib_dir), lib_dir.resolve(), voice)
-        else:
-            name = ctypes.util.find_library("espeak-ng")
-            if name is None:
-                raise RkvoiceError(Stage.TTS, "missing-espeak", "espeak-ng is not installed; apt-get install "
-                                   "libespeak-ng1, or set tts.matcha.espeak_lib_dir to an unpacked copy")
-            inst = cls(ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL), None, voice)
-        cls._instance = inst
-        return inst
 
     def phonemize(self, text: str) -> str:
         """Text -> IPA phonemes (clauses joined with spaces)."""
@@ -183,7 +171,7 @@ class Espeak:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m rkvoice.board.espeak unpack DEST DEB...`` (install.sh) / ``say LIBDIR WORD``."""
+    """``python -m rkvoice.board.espeak unpack DEST DEB...``: the board-espeak-ng model's install step."""
     import argparse
     import sys
 
@@ -192,15 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     u = sub.add_parser("unpack", help="unpack the espeak-ng .deb files into DEST/lib")
     u.add_argument("dest", type=Path)
     u.add_argument("debs", type=Path, nargs="+")
-    s = sub.add_parser("say", help="print the IPA of WORDS using the private copy in LIBDIR")
-    s.add_argument("lib_dir", type=Path)
-    s.add_argument("words", nargs="+")
     args = ap.parse_args(argv)
     try:
-        if args.cmd == "unpack":
-            sys.stdout.write(f"{unpack_debs(args.debs, args.dest)}\n")
-        else:
-            sys.stdout.write(Espeak.open(args.lib_dir).phonemize(" ".join(args.words)) + "\n")
+        sys.stdout.write(f"{unpack_debs(args.debs, args.dest)}\n")
     except RkvoiceError as exc:
         sys.stderr.write(f"{exc}\n")
         return 1

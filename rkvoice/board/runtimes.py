@@ -49,14 +49,6 @@ def rknn_build_version(path: Path) -> str | None:
     return m.group(1).decode() if m else None
 
 
-def driver_note() -> str:
-    drv_path, drv = versions.npu_driver_version()
-    if drv:
-        return f"RKNPU driver {drv} ({drv_path})"
-    return ("RKNPU driver version unreadable (" + ", ".join(str(p) for p in versions.NPU_DRIVER_PATHS)
-            + "; debugfs needs root)")
-
-
 def check_librknnrt(built_for: tuple[Path, ...], root: Path | None, out: Findings) -> None:
     """librknnrt present and readable, equal to rknn-toolkit-lite2 and to the toolkit that built
     each present .rknn model in ``built_for`` (models and sidecars), named relative to ``root``."""
@@ -80,7 +72,6 @@ def check_librknnrt(built_for: tuple[Path, ...], root: Path | None, out: Finding
         elif (built := rknn_build_version(f)) and rt and built != rt:
             out.problems.append(f"version mismatch: {f.name} was built by rknn-toolkit2 {built} but librknnrt is "
                                 f"{rt}; rebuild it with models/convert_rknn.py under toolkit {rt}")
-    out.notes.append(driver_note())
     if rt and lite == rt:
         out.notes.append(f"librknnrt {rt} = rknn-toolkit-lite2 {lite}")
 
@@ -120,13 +111,13 @@ def check_librkllmrt(need: RuntimeNeed, out: Findings) -> None:
 
 
 def check_runtimes(needs: tuple[RuntimeNeed, ...], root: Path | None, out: Findings) -> None:
-    """Every runtime declared, each library once (models to match merged), plus the driver note;
-    files named relative to ``root``."""
-    libraries = {n.library for n in needs}
-    if "librknnrt" in libraries:  # notes the driver too
+    """Every runtime declared, each library once (models to match merged), then the RKNPU driver's
+    version as a note; files named relative to ``root``."""
+    if any(n.library == "librknnrt" for n in needs):
         check_librknnrt(tuple(dict.fromkeys(p for n in needs for p in n.built_for)), root, out)
     for need in needs:
         if need.library == "librkllmrt":
             check_librkllmrt(need, out)
-    if libraries == {"librkllmrt"}:
-        out.notes.append(driver_note())
+    drv_path, drv = versions.npu_driver_version()
+    out.notes.append(f"RKNPU driver {drv} ({drv_path})" if drv else "RKNPU driver version unreadable ("
+                     + ", ".join(str(p) for p in versions.NPU_DRIVER_PATHS) + "; debugfs needs root)")
