@@ -1,16 +1,10 @@
-"""``assistant.py --check``: can the configured pipeline run here, and if not, why.
+"""``assistant.py --check``: can the configured pipeline run here, and if not, why (exit 1).
 
-The check keeps no catalogue of its own: for each stage it asks the stage's registry which
-engine the daemon and the command line would choose (``wake_name``, ``asr_name``, ``engine_name``,
-``rkvoice.tts.registry.resolve`` for the answers' language, ``CHINESE``, ``choose_player`` for
-the daemon and for command-line runs) and what that engine declares it needs
-(``rkvoice.needs``), and reports what is missing with the fix. Without loading any model it also
-compares the found files with the manifest's size/sha256, judges the NPU runtimes' versions from
-the files' bytes (``rkvoice.board.runtimes``) and adds what the engine's registry entry checks
-beyond its needs (``Backend.check``: e.g. what sherpa-onnx would exit the process on). A missing microphone is a note (--text and --file still work); a
-missing sound device fails the check only when a device player is configured explicitly.
-
-Exit status: 0 when every stage can run, 1 otherwise.
+No catalogue of its own: each stage's registry says which engine the daemon and the command line
+would choose and what it needs (``rkvoice.needs``); what is missing is reported with the fix.
+Without loading a model it also checks found files against the manifest's size/sha256, the NPU
+runtimes' versions (``rkvoice.board.runtimes``) and the entry's own ``Backend.check``. A missing
+microphone is a note; a missing sound device fails only a device player configured explicitly.
 """
 
 from __future__ import annotations
