@@ -1,10 +1,8 @@
 """Cut text into pieces for TTS: English sentences, and size-bounded pieces for any language.
 
-Both functions keep every character: ``"".join(pieces)`` gives back the text (``sentences``
-after collapsing whitespace). Cut points come from :class:`CutPoints`, which the streaming
-chunker shares, so a number (2026-10-21, 3.14, 1,000, 22:05, 192.168.0.1), a Latin word, a URL
-or a bracketed stretch is not cut in two unless it alone is longer than the piece limit (a URL,
-which is not spoken, never is).
+Both keep every character (``sentences`` after collapsing whitespace). Cut points come from
+``CutPoints``, which the streaming chunker shares: a number (2026-10-21, 3.14, 1,000, 22:05), a
+Latin word or a bracketed stretch is cut only when it alone is longer than the limit, a URL never.
 """
 
 from __future__ import annotations
@@ -48,6 +46,8 @@ _LIST_HINT = re.compile(r"[^\n\w]{0,12}\d{1,3}(?:\]\([^)\n]{0,200}\)|[^\n\w.)、
 there does CutPoints ask ``starts_with_list_number``; it never cuts before one inside a line."""
 _UNDECIDED_TAIL = 40
 """Characters at the end of unfinished text in which a list number may still be forming."""
+FINE_LOOKAHEAD = 2
+"""Characters a stream needs after a word gap or plain cut before it is decided."""
 _LINE_MARKS = re.compile(r"^[ \t]*(?:#{1,6}|>+|[-*+•·▪‣◦]|\d{1,3}[.)、])[ \t]+", re.MULTILINE)
 # Chinese dates and clock times written with digits stay whole: 2026年10月21日, 10点22分.
 _CN_COMPOUND = re.compile(
@@ -119,17 +119,15 @@ class CutPoints:
     piece before it. Sizes count spoken characters only (``size``).
 
     ``final=False`` is for a stream whose end is not known yet: an unclosed bracket blocks all
-    cuts after it (unless ``open_brackets_block`` is False), a cut needs ``lookahead`` characters
-    after it to be decided, and a word-gap or plain cut (levels 2 and 3) ``fine_lookahead``.
+    cuts after it (unless ``open_brackets_block`` is False) and a word-gap or plain cut (levels 2
+    and 3) needs FINE_LOOKAHEAD characters after it to be decided.
     """
 
-    def __init__(self, text: str, final: bool = True, lookahead: int = 0,
-                 open_brackets_block: bool = True, fine_lookahead: int = 0) -> None:
+    def __init__(self, text: str, final: bool = True, open_brackets_block: bool = True) -> None:
         self.text = text
         n = len(text)
         self.n = n
         blocked = bytearray(n + 1)  # hard blocks: never cut here
-        blocked[0] = 1
         blocked[n] = 1
         soft = bytearray(n + 1)
         for k in range(1, n):
@@ -153,9 +151,6 @@ class CutPoints:
         lead = len(text) - len(text.lstrip())
         for k in range(min(lead, n) + 1):
             blocked[k] = 1
-        undecided = n - lookahead + 1 if not final else n
-        for k in range(max(undecided, 0), n + 1):
-            blocked[k] = 1
         self.hard_blocked = bytes(blocked)
         blocked = bytearray(a | b for a, b in zip(blocked, soft))
         for pattern in (_ATOM, _CN_COMPOUND):  # soft blocks: a cut here only when nothing else fits
@@ -165,7 +160,7 @@ class CutPoints:
         self._block_brackets(blocked, open_brackets_block and not final)
         self.blocked = blocked
         self._spoken = list(accumulate(spoken_mask(text), initial=0))
-        fine_end = n - fine_lookahead if not final else n
+        fine_end = n - FINE_LOOKAHEAD if not final else n
         sent, clause, words, safe = self._find_cuts(blocked, fine_end)
         self.levels: list[list[int]] = [sent, sorted(set(sent) | set(clause)),
                                         sorted(set(sent) | set(clause) | set(words)), safe]

@@ -1,17 +1,13 @@
 """Cut an LLM's text delta stream into TTS pieces as soon as each one is safe.
 
-A piece is emitted when it is a finished sentence; else a clause at a comma (English: more than
-``min_clause_words`` words; Chinese: a clause of a useful length; the first piece of a stream takes
-its first clause as soon as it has ``first_clause_words`` words / ``first_clause_chars`` characters,
-so the first sound does not wait for a longer clause); else ``max_words`` words
-(English) or at most ``first``/``chunk`` characters at a safe cut (Chinese). In every language no
-piece has more than ``first`` (the first) or ``chunk`` (later) spoken characters (``CutPoints.size``:
-URLs, markdown markers and emoji not counted): a sentence or group of words that would be longer is
-cut at the best point that fits. Nothing is decided on
-the last character seen when the next one could change it: "3." may become "3.14", "$29." may
-become "$29.99", "。" may be followed by a closing quote. Pieces joined give the whole stream back,
-and no piece ends inside a number, a Latin word, a URL or brackets unless that stretch alone is
-longer than the limit.
+A piece is a finished sentence; else a clause at a comma (English: more than ``min_clause_words``
+words; Chinese: a useful length; the first piece takes its first clause at ``first_clause_words``
+words / ``first_clause_chars`` characters, so the first sound does not wait); else ``max_words``
+words (English) or a safe cut (Chinese). No piece has more than ``first`` (the first) or ``chunk``
+(later) spoken characters (``CutPoints.size``). Nothing is decided on the last character seen
+when the next could change it: "3." may become "3.14", "$29." "$29.99", "。" may take a closing
+quote. Pieces joined give the stream back; none ends inside a number, a Latin word, a URL or
+brackets unless that stretch alone is longer than the limit.
 """
 
 from __future__ import annotations
@@ -102,8 +98,7 @@ class StreamChunker:
         if not final and len(buf) <= 4 * self.chunk and _LINK_ARRIVING.search(buf):
             return None
         limit = self.first if self._emitted == 0 else self.chunk
-        cuts = CutPoints(buf, final=final, lookahead=1, fine_lookahead=2,
-                         open_brackets_block=len(buf) <= 4 * self.chunk)
+        cuts = CutPoints(buf, final=final, open_brackets_block=len(buf) <= 4 * self.chunk)
         if self._chinese(buf):
             return self._cut_chinese(cuts, limit, final)
         cut = self._cut_english(cuts, final)

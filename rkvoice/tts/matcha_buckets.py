@@ -1,14 +1,11 @@
 """The installed Matcha token buckets and Vocos frame buckets, and what each model declares.
 
 ``models/convert_rknn.py matcha|vocos`` writes, per bucket, ``matcha-t{K}.rknn`` / ``vocos-f{N}.rknn``,
-the fixed-shape ``.onnx`` twin (what onnxruntime runs off the board) and a ``.json`` sidecar with
-the model's inputs, outputs and the original ONNX metadata. At load every model is asked what it
-takes (onnxruntime's session inputs for .onnx; the sidecar, checked against RKNNLite's own query
-where it has one, for .rknn), and anything the engine cannot feed, or a sidecar that disagrees
-with its model, is a load-time error naming the file and the fix, never garbage audio later.
-
-The published dynamic-shape ``model-steps-3.onnx`` and ``vocos-16khz-univ.onnx`` load the same way:
-a symbolic token / frame dimension makes a *dynamic* bucket (size 0) that takes any length.
+its fixed-shape ``.onnx`` twin and a ``.json`` sidecar (inputs, outputs, the ONNX metadata). At load
+every model's declared I/O (onnxruntime's for .onnx; for .rknn the sidecar, checked against
+RKNNLite's query where it has one) is checked: a model the engine cannot feed, or a sidecar that
+disagrees with it, is a load-time error naming the file and the fix, never garbage audio later.
+The published dynamic-shape ONNX files load too, as *dynamic* buckets (size 0, any length).
 """
 
 from __future__ import annotations
@@ -235,8 +232,8 @@ def _declared(path: Path, kind: str, model: ModelRuntime, side: dict[str, Any] |
         inputs, outputs = model.input_specs(), model.output_specs()
         meta.update(model.metadata)
         if side_in is not None and side_out is not None:
-            _same(sidecar_of(path), "inputs", side_in, inputs)
-            _same(sidecar_of(path), "outputs", side_out, outputs)
+            _same(path, "inputs", side_in, inputs)
+            _same(path, "outputs", side_out, outputs)
     else:
         assert side_in is not None and side_out is not None
         inputs, outputs = side_in, side_out
@@ -245,26 +242,23 @@ def _declared(path: Path, kind: str, model: ModelRuntime, side: dict[str, Any] |
             if queried is None:
                 log.debug("%s: RKNNLite offers no I/O query; the sidecar is trusted", path)
             else:
-                _same_as_rknn(path, "inputs", inputs, queried[0])
-                _same_as_rknn(path, "outputs", outputs, queried[1])
+                _same(path, "inputs", inputs, queried[0], rknn=True)
+                _same(path, "outputs", outputs, queried[1], rknn=True)
     return Bucket(kind, path, model, inputs, outputs, meta)
 
 
-def _same(side_path: Path, what: str, side: list[TensorSpec], graph: list[TensorSpec]) -> None:
-    if [s.describe() for s in side] != [g.describe() for g in graph]:
-        raise _bad(side_path, f"the sidecar's {what} ({'; '.join(s.describe() for s in side)}) disagree with the "
-                   f"model's ({'; '.join(g.describe() for g in graph)})",
-                   "the sidecar belongs to another build: rebuild both with models/convert_rknn.py")
-
-
-def _same_as_rknn(path: Path, what: str, side: list[TensorSpec], queried: list[TensorSpec]) -> None:
-    """RKNN may report its own layout and compute type: compare count, names and element counts."""
-    problem = len(side) != len(queried) or any(
-        (q.name and q.name != s.name) or (q.size is not None and s.size is not None and q.size != s.size)
-        for s, q in zip(side, queried))
-    if problem:
-        raise _bad(path, f"the model reports {what} {'; '.join(q.describe() for q in queried)} but its sidecar "
-                   f"says {'; '.join(s.describe() for s in side)}",
+def _same(path: Path, what: str, side: list[TensorSpec], model: list[TensorSpec], rknn: bool = False) -> None:
+    """The sidecar's specs are the model's own. RKNN may report its own layout and compute type:
+    there only the count, names and element counts are compared."""
+    if rknn:
+        differ = len(side) != len(model) or any(
+            (q.name and q.name != s.name) or (q.size is not None and s.size is not None and q.size != s.size)
+            for s, q in zip(side, model))
+    else:
+        differ = [s.describe() for s in side] != [g.describe() for g in model]
+    if differ:
+        raise _bad(path, f"the model reports {what} {'; '.join(g.describe() for g in model)} but the sidecar's "
+                   f"{what} are {'; '.join(s.describe() for s in side)}",
                    "the sidecar belongs to another build: rebuild both with models/convert_rknn.py")
 
 

@@ -1,13 +1,10 @@
 """Pieces and windows for fixed-shape Matcha and Vocos buckets.
 
 An NPU call costs the same whatever part of its fixed shape is used (seeds/001: ~0.3 s for the
-64-token Matcha, ~55 ms for the 600-frame Vocos), so a piece runs in the smallest bucket that
-holds it. Text is packed into pieces whose tokens fit the largest Matcha
-bucket (``split_units``, cutting after punctuation where it can, between words otherwise, never
-dropping anything). The converted Matcha reports the true frame count of its mel; when that is
-more than the bucket's frame window, the piece was too long for the window and is cut in two
-(``halve``) and both halves are synthesised. A mel longer than the largest Vocos bucket runs
-through it in overlapping windows (``vocos_windows``).
+64-token Matcha, ~55 ms for the 600-frame Vocos), so a piece runs in the smallest bucket holding
+it: text is packed into pieces that fit the largest Matcha bucket (``split_units``), a piece whose
+frames overflow its window is cut in two (``halve``), and a mel longer than the largest Vocos
+bucket runs through it in overlapping windows (``vocos_windows``).
 """
 
 from __future__ import annotations
@@ -25,12 +22,9 @@ Counter = Callable[[list[Unit]], int]
 
 
 def split_units(units: list[Unit], max_tokens: int, count: Counter) -> list[list[Unit]]:
-    """Pack ``units`` into pieces of at most ``max_tokens`` tokens each.
-
-    A full piece is cut after its last punctuation mark when that keeps a third of it, else
-    between words; a single unit longer than the limit is cut into token slices (a very long
-    word). Every unit ends up in exactly one piece, in order.
-    """
+    """Pack ``units``, in order and none dropped, into pieces of at most ``max_tokens`` tokens: a full
+    piece is cut after its last punctuation mark when that keeps a third of it, else between words;
+    a unit longer than the limit alone is cut into token slices."""
     if max_tokens < 1:
         raise RkvoiceError(Stage.TTS, "bad-bucket", f"a Matcha bucket of {max_tokens} tokens holds nothing")
     pieces: list[list[Unit]] = []

@@ -1,30 +1,23 @@
 """Text -> token ids for the Matcha zh-en voice, the way sherpa-onnx's zh-en frontend makes them.
 
-The files are those of sherpa-onnx's ``matcha-icefall-zh-en``:
+The files are sherpa-onnx's ``matcha-icefall-zh-en``: ``tokens.txt`` (``token id`` per line; an id
+alone is the blank token; toned pinyin syllables ``ni3``, IPA phones, punctuation) and
+``lexicon.txt`` (``word tok tok ...``, one toned syllable per Chinese character: ``银行行长 yin2
+hang2 hang2 zhang3``; a lexicon with another count per character is another model's and refused).
 
-- ``tokens.txt``: ``token id`` per line; a line holding only an id is the blank (space) token.
-  Tokens are toned pinyin syllables (``ni3``), IPA phones for English, punctuation.
-- ``lexicon.txt``: ``word tok tok ...``; every Chinese character has exactly one toned-syllable
-  token (``你 ni3``) and multi-character phrases one per character (``银行行长 yin2 hang2 hang2
-  zhang3``), as sherpa-onnx's ``scripts/matcha-tts/zh-en/generate_lexicon.py`` writes it from
-  pypinyin. A lexicon whose characters carry another number of tokens is for another model
-  (e.g. the initials/finals of zh-baker) and is refused at load.
+Following sherpa-onnx's ``MatchaTtsLexicon``:
+1. Full-width punctuation becomes ASCII (，、：→``,`` ；→``;`` 。→``.`` ？→``?`` ！→``!``); a mark
+   right after another is dropped; spaces only separate words.
+2. Words: each CJK character, each run of ASCII letters/digits/apostrophes, each mark. From a word
+   that is not a letter or mark, the longest run of up to 10 words in the lexicon is one phrase.
+3. A word's ids: its lexicon entry, else the token of that spelling, else per character (CJK),
+   else espeak-ng's en-us IPA with the zh-en replacements (``aɪ`` -> ``I``, ...), one token per
+   character. Unknown words are skipped (logged once).
+4. After an English word the blank token goes in before the next word that has ids:
+   ``Hello World`` -> hello, blank, world; ``OK，好`` -> ok, blank, ``,``, 好.
 
-What the frontend does, following sherpa-onnx's ``MatchaTtsLexicon``:
-1. Full-width punctuation becomes ASCII (，、：→``,`` ；→``;`` 。→``.`` ？→``?`` ！→``!``); a
-   punctuation mark right after another is dropped; spaces only separate words.
-2. The text is cut into words: each CJK character, each run of ASCII letters/digits/apostrophes,
-   each punctuation mark. From a word that is not a letter or punctuation, the longest run of up
-   to 10 words found in the lexicon is one phrase (``银行行长``).
-3. A word's ids: its lexicon entry, else the token of that exact spelling, else per character
-   (CJK), else espeak-ng's en-us IPA with the zh-en replacements (``aɪ`` -> ``I``, ...), one token
-   per character. Unknown words are skipped (logged once).
-4. After an English word (a word starting with an ASCII letter), the blank token goes in before
-   the next word that has ids: ``Hello World`` -> hello, blank, world; ``OK，好`` -> ok, blank, ``,``, 好.
-
-The result is a list of ``Unit``s (a phrase, a word or a punctuation mark with its ids, no
-blanks); ``ids_of`` joins units into the model's input for one piece, inserting the blanks, so
-a piece cut anywhere gets exactly the ids sherpa-onnx gives for the piece's text.
+``units`` gives ``Unit``s (a phrase, word or mark with its ids); ``ids_of`` joins a piece's units,
+inserting the blanks, so a piece cut anywhere gets the ids sherpa-onnx gives for its text.
 """
 
 from __future__ import annotations
