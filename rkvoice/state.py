@@ -1,8 +1,5 @@
-"""User state on disk (todos, reminders): one JSON file per kind, written atomically.
-
-A write goes to a temporary file in the same directory, is flushed and fsynced, then
-``os.replace``d over the old file and the directory is fsynced: a crash (even ``kill -9``)
-leaves either the complete old state or the complete new one. A file that does not parse is
+"""User state on disk (todos, reminders): one JSON file per kind, written durably by rkvoice.atomic
+(a crash, even ``kill -9``, leaves the complete old or new state). A file that does not parse is
 moved aside (``todos.json.corrupt-<time>``) with a warning, never silently emptied.
 """
 

@@ -52,7 +52,6 @@ class AplayPlayer(PacedPlayer):
         self._errfile: Any = None
         self._retry_at = 0.0
         self._plock = threading.Lock()
-        self.deaths = 0
 
     def open(self) -> None:
         if shutil.which(self.command[0]) is None:
@@ -79,7 +78,6 @@ class AplayPlayer(PacedPlayer):
         self._errfile.seek(0)
         lines = self._errfile.read().decode("utf-8", "replace").strip().splitlines()
         detail = lines[-1] if lines else ""
-        self.deaths += 1
         self._retry_at = self._clock.now() + self.retry_s
         log.warning("aplay on %s exited (code %s%s); restarting it", self.device, code, f": {detail}" if detail else "")
 
@@ -160,7 +158,6 @@ class SounddevicePlayer:
         self._clears = 0
         self._dead = False
         self._stopping = False
-        self.deaths = 0
 
     def open(self) -> None:
         factory = self._factory
@@ -211,7 +208,6 @@ class SounddevicePlayer:
             old, self._stream = self._stream, None
             self._queue.clear()
             self._queued = 0
-            self.deaths += 1
         log.warning("sound device %s stopped; opening it again", self.device or "default")
         if old is not None:
             try:
