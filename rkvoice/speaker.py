@@ -51,8 +51,8 @@ class _Queue:
 
     turn: Turn
     pieces: Pieces
-    inbox: deque[tuple[str, str]] = field(default_factory=deque)
-    """("piece", text) and ("end", "") items waiting for the TTS worker."""
+    inbox: deque[str] = field(default_factory=deque)
+    """Text pieces waiting for the TTS worker (its end follows them once ``ended``)."""
     played: threading.Event = field(default_factory=threading.Event)
     text_seen: bool = False
     ended: bool = False
@@ -146,7 +146,7 @@ class Speaker:
             q.text_seen = True
             turn.timeline.mark(Ev.TEXT_READY, turn=turn.id)
         with self._cond:
-            q.inbox.append(("piece", text))
+            q.inbox.append(text)
             self._cond.notify_all()
 
     def end(self, turn: Turn) -> None:
@@ -156,7 +156,6 @@ class Speaker:
             if q.ended:
                 return
             q.ended = True
-            q.inbox.append(("end", ""))
             self._cond.notify_all()
 
     def speak(self, text: str, timeline: Timeline | None = None) -> Turn:
@@ -177,7 +176,7 @@ class Speaker:
         on its way) or before any was played."""
         q = self._queue(turn)
         with self._cond:
-            if q.inbox and q.inbox[0][0] == "piece" or q.in_flight or q.dry_at is None:
+            if q.inbox or q.in_flight or q.dry_at is None:
                 return None
             return max(0.0, q.dry_at - self.clock.now()) + q.queued_s
 
@@ -215,10 +214,9 @@ class Speaker:
             for tid in done[:-64]:
                 del self._queues[tid]
 
-    def _next_item(self) -> tuple[_Queue, str, str, bool] | None:
-        """Wait for work of the oldest turn, moving past turns that ended or were cancelled.
-
-        None once the speaker is closed and every started turn has been served."""
+    def _next_item(self) -> tuple[_Queue, str | None, bool] | None:
+        """The oldest turn's next piece (and whether queued pieces were merged into it) or its end (None),
+        moving past finished turns; None once the speaker is closed and every started turn was served."""
         with self._cond:
             while True:
                 if not self._order:
@@ -231,20 +229,22 @@ class Speaker:
                     self._order.popleft()
                     continue
                 if q.inbox:
-                    kind, text = q.inbox.popleft()
+                    text = q.inbox.popleft()
+                    q.in_flight += 1
                     merged = False
-                    if kind == "piece":
-                        q.in_flight += 1
-                        if q.pieces.count and self.cfg.tts.coalesce_chars > 0:
-                            joined = self._coalesce(q, text)
-                            merged, text = joined != text, joined
-                    return q, kind, text, merged
+                    if q.pieces.count and self.cfg.tts.coalesce_chars > 0:
+                        joined = self._coalesce(q, text)
+                        merged, text = joined != text, joined
+                    return q, text, merged
+                if q.ended:
+                    q.synth_done = True
+                    return q, None, False
                 self._cond.wait()
 
     def _coalesce(self, q: _Queue, text: str) -> str:
         """Pieces of the turn that queued up while the worker was busy join this one (one synthesis call)."""
-        while q.inbox and q.inbox[0][0] == "piece" and len(text) + len(q.inbox[0][1]) <= self.cfg.tts.coalesce_chars:
-            text += q.inbox.popleft()[1]
+        while q.inbox and len(text) + len(q.inbox[0]) <= self.cfg.tts.coalesce_chars:
+            text += q.inbox.popleft()
         return text
 
     def _synth_loop(self) -> None:
@@ -253,9 +253,8 @@ class Speaker:
             if work is None:
                 self._audio_q.put(_STOP)
                 return
-            q, kind, text, merged = work
-            if kind == "end":
-                q.synth_done = True
+            q, text, merged = work
+            if text is None:
                 self._audio_q.put((q, "end", None))
                 continue
             limit = max(q.pieces.later, self.cfg.tts.coalesce_chars) if merged else None

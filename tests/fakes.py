@@ -281,7 +281,7 @@ class SteppedSpeaker(Speaker):
         the player (for callers other than the TTS worker: a scripted LLM)."""
         with self._cond:
             self._cond.wait_for(lambda: all(
-                q.turn.cancelled or not (q.in_flight or any(k == "piece" for k, _ in q.inbox)) for q in self._order))
+                q.turn.cancelled or not (q.in_flight or q.inbox) for q in self._order))
         self._audio_q.join()
 
 
