@@ -121,16 +121,14 @@ class RealtimeSource(WavFileSource):
         self,
         audio: np.ndarray | str | Path,
         clock: Clock | None = None,
-        frame_samples: int = FRAME,
         tail_s: float = 1.0,
     ) -> None:
-        super().__init__(audio, frame_samples)
+        super().__init__(audio)
         self.samples = np.concatenate([self.samples, np.zeros(int(tail_s * RATE), dtype=np.float32)])
         self.clock = clock or MonotonicClock()
 
     def frames(self) -> Iterator[np.ndarray]:
-        frame_s = self.frame_samples / RATE
-        yield from paced(super().frames(), self.clock, self.clock.now(), frame_s, self._closed)
+        yield from paced(super().frames(), self.clock, self.clock.now(), FRAME / RATE, self._closed)
 
 
 class TurnFeeder:

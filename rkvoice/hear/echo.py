@@ -135,14 +135,12 @@ class ReferenceTap:
 class EchoFilter:
     """Removes (or, without a canceller, mutes) the assistant's own voice in microphone frames."""
 
-    def __init__(self, played: PlayedAudio, canceller: Canceller | None, tail_s: float = 0.3,
-                 delay_s: float | None = None) -> None:
+    def __init__(self, played: PlayedAudio, canceller: Canceller | None, tail_s: float = 0.3) -> None:
         self.played = played
         self.canceller = canceller
         self.tail = int(tail_s * RATE)
-        self.delay: int | None = None if delay_s is None else int(delay_s * RATE)
-        """Samples the echo lags the reference: estimated from the audio unless given."""
-        self.fixed_delay = delay_s is not None
+        self.delay: int | None = None
+        """Samples the echo lags the reference, estimated from the audio."""
         self.delay_changes = 0
         self._mic_hist = np.zeros(0, np.float32)
         self._hist_tick = 0
@@ -195,8 +193,6 @@ class EchoFilter:
 
     def _track_delay(self, frame: np.ndarray, start_tick: int) -> None:
         """Re-estimate the delay on the last 2 s of microphone + reference, once per second of playback."""
-        if self.fixed_delay:
-            return
         window = 2 * RATE
         if start_tick != self._hist_tick + len(self._mic_hist):  # a gap: start the history again
             self._mic_hist = np.zeros(0, np.float32)

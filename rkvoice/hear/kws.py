@@ -1,34 +1,23 @@
 """sherpa-onnx keyword spotter (streaming zipformer2 transducer, board profile) as a wake engine.
 
-The keywords file is built at load time from ``hear.wake_phrase`` alone: its pinyin tokens (the
-model's ``ppinyin`` token set, e.g. ``x iǎo zh ì``) followed by ``@phrase``. Files, as unpacked from
-sherpa-onnx-kws-zipformer-wenetspeech-3.3M-2024-01-01 (``hear.kws_dir``, default
-``models/board/kws-zh``): ``encoder*.onnx``, ``decoder*.onnx``, ``joiner*.onnx`` (``*.int8.onnx``
-preferred when present) and ``tokens.txt``.
+The keywords file is built at load time from ``hear.wake_phrase`` alone, in the model's ``ppinyin``
+tokens (``x iǎo zh ì @小智``). Files (``hear.kws_dir``, default ``models/board/kws-zh``, unpacked from
+sherpa-onnx-kws-zipformer-wenetspeech-3.3M-2024-01-01): ``encoder*.onnx``, ``decoder*.onnx``,
+``joiner*.onnx`` (``*.int8.onnx`` preferred) and ``tokens.txt``.
 
-sherpa-onnx facts this code is built on (2.0.1, measured with the stand-in models):
-- it exits the process when a keyword token is not in tokens.txt or a metadata key is missing,
-  so every file and token is checked first (``rkvoice.hear.sherpa_guard``);
-- keywords passed to ``create_stream`` are added to the file's, they do not replace them: streams
-  are created without extra keywords and a detection of anything but the configured phrase is
-  dropped;
-- ``get_result`` (and ``tokens``/``timestamps``) clear the detection they return: the result is
-  read once, as one KeywordResult, before anything else asks;
-- the encoder runs on whole chunks (``decode_chunk_len`` feature frames, 0.32 s for chunk-16) and
-  each needs its right context too (``T``: 45 frames), and a keyword counts only once more than
-  ``num_trailing_blanks`` (1) blank frames follow its last token: a last token on a chunk's last
-  frames is reported one chunk later. Measured on the rigged stand-in (bench/wake_latency.py):
-  detection 0.51 s of audio after the last token, whatever the feed block size (decoding runs as
-  soon as ``is_ready``; 32 ms blocks add at most one block).
+sherpa-onnx 2.0.1 facts this code is built on (measured with the stand-in models):
+- it exits the process on a keyword token missing from tokens.txt or a missing metadata key: all are
+  checked first (``rkvoice.hear.sherpa_guard``);
+- keywords given to ``create_stream`` add to the file's: a detection of another phrase is dropped;
+- ``get_result`` clears the detection it returns: it is read once;
+- the encoder decodes whole chunks (``decode_chunk_len`` frames, 0.32 s for chunk-16) plus their
+  right context (``T``: 45 frames), and a keyword counts once ``num_trailing_blanks`` blank frames
+  follow it: a keyword ending the speech was reported 0.51 s of audio late (bench/wake_latency.py).
 
-So when the speech pauses (silero VAD, ``PAUSE_S`` of silence) the spotter is fed zeros until the
-encoder has consumed everything heard: the silence it would otherwise wait up to a chunk and its
-right context for, fed at once (sherpa-onnx's own examples end a file the same way). The zeros only
-lengthen a pause (one chunk decode more per pause), and the keyword rules (trailing blanks,
-threshold) are untouched. silero ends the speech 30-140 ms after the phrase's end by level (the
-bench's) and reports it after the silence, on its 32 ms grid: 0.24 s after the end at 0.1 s of
-silence (p50 of the bench's 11 voices, at most 0.29 s), 0.27 s at the asr-match wake's 0.15 s
-(at most 0.32 s), 0.18 s at 0.05 s.
+So at a pause (silero, ``PAUSE_S`` of silence) the spotter is fed zeros until the encoder has consumed
+everything heard, as sherpa-onnx's examples end a file: one chunk decode more per pause, the keyword
+rules untouched. silero reports the pause 0.24 s after the phrase's end at 0.1 s of silence (p50 of
+the bench's 11 voices, at most 0.29 s; 0.18 s at 0.05 s, 0.27 s at 0.15 s).
 """
 
 from __future__ import annotations

@@ -43,15 +43,12 @@ class Responder(Protocol):
         Returns the answer text; raises when the turn failed."""
 
 
-def player_cue(player: Player, block_ms: int = 20) -> Callable[[np.ndarray], None]:
-    """Play a float32 cue (at ``player.rate``) through an opened Player, on a short thread.
-
-    Players take int16 blocks; the cue is cut into ``block_ms`` blocks so a clear() stops it
-    as quickly as speech.
-    """
+def player_cue(player: Player) -> Callable[[np.ndarray], None]:
+    """Play a float32 cue (at ``player.rate``) through an opened Player, on a short thread, in 20 ms
+    int16 blocks so a clear() stops it as quickly as speech."""
     from rkvoice.audio.post import to_blocks, to_pcm16
 
-    block = max(1, player.rate * block_ms // 1000)
+    block = max(1, player.rate // 50)
 
     def play(samples: np.ndarray) -> None:
         blocks = [to_pcm16(row) for row in to_blocks(samples, block)]

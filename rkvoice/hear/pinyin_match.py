@@ -22,6 +22,7 @@ _LEAD = re.compile(r"^[\s,，。.!！?？、;；:：…~～\-—]+")
 
 _FUZZY_INITIALS = {"zh": "z", "ch": "c", "sh": "s", "l": "n"}
 _FUZZY_FINALS = {"ing": "in", "eng": "en", "ang": "an", "iang": "ian", "uang": "uan"}
+MAX_LEAD = 2  # syllables of other speech (a filler, 嗯) the phrase may follow
 T = TypeVar("T")
 
 
@@ -73,20 +74,19 @@ class PhraseMatch:
 
 
 class PhraseMatcher:
-    def __init__(self, phrase: str, tolerance: float = 0.75, max_lead: int = 2) -> None:
+    def __init__(self, phrase: str, tolerance: float = 0.75) -> None:
         self.phrase = phrase
         self.target = syllables(phrase)
         if not self.target:
             raise ValueError(f"wake phrase {phrase!r} has no Chinese characters")
         self.tolerance = tolerance
-        self.max_lead = max_lead
 
     def match(self, text: str) -> PhraseMatch | None:
-        """The phrase near the start of ``text`` (up to ``max_lead`` syllables in), or None."""
+        """The phrase near the start of ``text`` (up to ``MAX_LEAD`` syllables in), or None."""
         syl = syllables(text)
         n = len(self.target)
         best: tuple[float, int, int] | None = None  # cost, -length, end index
-        for start in range(min(self.max_lead, max(0, len(syl) - 1)) + 1):
+        for start in range(min(MAX_LEAD, max(0, len(syl) - 1)) + 1):
             for length in (n, n - 1, n + 1):
                 if length <= 0 or start + length > len(syl):
                     continue

@@ -1,16 +1,11 @@
 """What sherpa-onnx would kill the process on, checked before any sherpa object is created.
 
-sherpa-onnx 2.0.1 calls ``exit(-1)`` (status 255) from C++ when a keyword's token is missing from
-tokens.txt or a model lacks a metadata key it reads, and segfaults on a transducer without
-``model_type``: a daemon would vanish without a word when a user changes the wake phrase or drops
-in another model. Measured with the stand-ins (tests/test_board_hearing.py re-runs each case in a
-subprocess): keyword spotter encoder ``model_type`` (SIGSEGV), ``T``, ``decode_chunk_len``,
-``encoder_dims``, ``num_encoder_layers``, ``left_context_len``, ``cnn_module_kernels``,
-``query_head_dims``, ``value_head_dims``, ``num_heads``, decoder ``context_size``, ``vocab_size``,
-a keyword token not in tokens.txt; Paraformer ``vocab_size``, ``lfr_window_size``,
-``lfr_window_shift``, ``neg_mean``, ``inv_stddev`` (all exit 255); a tokens.txt without ``</s>``
-fails decoding later with an opaque IndexError. Each becomes an RkvoiceError naming the file,
-the missing key or token, and the fix.
+sherpa-onnx 2.0.1 calls ``exit(-1)`` from C++ when a keyword's token is missing from tokens.txt or a
+model lacks a metadata key it reads, and segfaults on a transducer without ``model_type``: a daemon
+would vanish without a word when a user changes the wake phrase or drops in another model. Each
+case below was measured with the stand-ins (tests/test_board_hearing.py re-runs them in a
+subprocess); a tokens.txt without ``</s>`` fails Paraformer decoding later with an opaque
+IndexError. Each becomes an RkvoiceError naming the file, the missing key or token, and the fix.
 """
 
 from __future__ import annotations

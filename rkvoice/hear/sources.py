@@ -1,6 +1,6 @@
 """Audio in: microphones and WAV files, as 16 kHz mono float32 frames.
 
-Every source is an iterable of frames (``frames()``) of ``frame_samples`` samples (the last one of a
+Every source is an iterable of frames (``frames()``) of ``FRAME_SAMPLES`` samples (the last one of a
 file may be shorter). Microphone faults (no device, busy, unplugged) are logged and retried with a
 capped exponential backoff; they never end the stream, only ``close()`` does.
 """
@@ -78,16 +78,15 @@ class WavFileSource:
 
     sample_rate = SAMPLE_RATE
 
-    def __init__(self, audio: np.ndarray | str | Path, frame_samples: int = FRAME_SAMPLES) -> None:
+    def __init__(self, audio: np.ndarray | str | Path) -> None:
         self.samples = read_wav(audio) if isinstance(audio, (str, Path)) else np.asarray(audio, np.float32)
-        self.frame_samples = frame_samples
         self._closed = threading.Event()
 
     def frames(self) -> Iterator[np.ndarray]:
-        for i in range(0, len(self.samples), self.frame_samples):
+        for i in range(0, len(self.samples), FRAME_SAMPLES):
             if self._closed.is_set():
                 return
-            yield self.samples[i : i + self.frame_samples]
+            yield self.samples[i : i + FRAME_SAMPLES]
 
     def close(self) -> None:
         self._closed.set()
@@ -166,19 +165,18 @@ class MicSource:
 class SounddeviceStream:
     """PortAudio input via sounddevice; opens at 16 kHz or, if refused, the device rate + soxr."""
 
-    def __init__(self, device: str, frame_samples: int = FRAME_SAMPLES) -> None:
+    def __init__(self, device: str) -> None:
         try:
             import sounddevice as sd
         except (ImportError, OSError) as exc:  # OSError: PortAudio library missing
             raise DeviceError(f"sounddevice unavailable: {exc}") from exc
         self._sd = sd
         dev = None if device in ("", "default") else (int(device) if device.isdigit() else device)
-        self.frame_samples = frame_samples
         self._resampler = None
         try:
             try:
                 self._stream = sd.InputStream(
-                    samplerate=SAMPLE_RATE, channels=1, dtype="float32", device=dev, blocksize=frame_samples
+                    samplerate=SAMPLE_RATE, channels=1, dtype="float32", device=dev, blocksize=FRAME_SAMPLES
                 )
                 self._rate = SAMPLE_RATE
             except sd.PortAudioError:
@@ -194,8 +192,8 @@ class SounddeviceStream:
         self._pending = np.zeros(0, dtype=np.float32)
 
     def read(self) -> np.ndarray:
-        n_in = self.frame_samples if self._resampler is None else int(self.frame_samples * self._rate / SAMPLE_RATE) + 1
-        while len(self._pending) < self.frame_samples:
+        n_in = FRAME_SAMPLES if self._resampler is None else int(FRAME_SAMPLES * self._rate / SAMPLE_RATE) + 1
+        while len(self._pending) < FRAME_SAMPLES:
             try:
                 data, overflowed = self._stream.read(n_in)
             except self._sd.PortAudioError as exc:
@@ -206,7 +204,7 @@ class SounddeviceStream:
             if self._resampler is not None:
                 chunk = self._resampler.resample_chunk(chunk)
             self._pending = np.concatenate([self._pending, chunk])
-        frame, self._pending = self._pending[: self.frame_samples], self._pending[self.frame_samples :]
+        frame, self._pending = self._pending[:FRAME_SAMPLES], self._pending[FRAME_SAMPLES:]
         return frame
 
     def close(self) -> None:
@@ -216,17 +214,16 @@ class SounddeviceStream:
 class ArecordStream:
     """ALSA capture through an ``arecord`` child process writing raw S16_LE to a pipe."""
 
-    def __init__(self, device: str, frame_samples: int = FRAME_SAMPLES) -> None:
+    def __init__(self, device: str) -> None:
         exe = shutil.which("arecord")
         if exe is None:
             raise DeviceError("arecord not found (install alsa-utils)")
         cmd = [exe, "-q", "-D", device, "-f", "S16_LE", "-r", str(SAMPLE_RATE), "-c", "1", "-t", "raw"]
-        self.frame_samples = frame_samples
         self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     def read(self) -> np.ndarray:
         assert self._proc.stdout is not None
-        want = self.frame_samples * 2
+        want = FRAME_SAMPLES * 2
         buf = self._proc.stdout.read(want)
         if len(buf) < want:
             self._proc.wait(timeout=2)
@@ -243,11 +240,11 @@ class ArecordStream:
                 self._proc.kill()
 
 
-def microphone(kind: str, device: str, frame_samples: int = FRAME_SAMPLES) -> MicSource:
+def microphone(kind: str, device: str) -> MicSource:
     """The configured microphone (``audio.input``: sounddevice or arecord; ``audio.input_device``)."""
-    streams: dict[str, Callable[[str, int], MicStream]] = {"sounddevice": SounddeviceStream, "arecord": ArecordStream}
+    streams: dict[str, Callable[[str], MicStream]] = {"sounddevice": SounddeviceStream, "arecord": ArecordStream}
     if kind not in streams:
         raise RkvoiceError(
             Stage.HEAR, "bad-input", f"unknown microphone source {kind!r} (audio.input); choose one of: arecord, sounddevice"
         )
-    return MicSource(lambda: streams[kind](device, frame_samples), f"{kind}:{device}")
+    return MicSource(lambda: streams[kind](device), f"{kind}:{device}")

@@ -1,16 +1,14 @@
 """Speech segmentation with silero VAD (sherpa-onnx ``VoiceActivityDetector``), in audio time.
 
-The segmenter counts samples, never reads a clock: ``Segment.end_s`` is where speech stopped in
-the audio stream and ``Segment.decided_s`` is where the segmenter knew it (after the configured
-trailing silence, or at the maximum request length). Tests feed audio and get exact times.
+The segmenter counts samples, never reads a clock: ``Segment.end_s`` is where speech stopped in the
+stream, ``Segment.decided_s`` where the segmenter knew it (after the trailing silence, or at the
+maximum request length). Tests feed audio and get exact times.
 
-A segmenter made with ``early_silence_s``/``early_max_s`` (the asr-match wake's) also closes speech
-of phrase length early: a second silero VAD with the short silence runs beside the main one, and
-when it ends a piece while the speech so far (the main VAD's open segment, from its start to that
-piece's end) is at most ``early_max_s`` long, that audio is returned at once as an ``early``
-segment. The main segment is still returned at the full trailing silence when the speech went on
-after it (the utterance as a whole), and dropped when it ends where the early one did (already
-decided on the same speech).
+With ``early_silence_s``/``early_max_s`` (the asr-match wake's) a second silero VAD with the short
+silence runs beside the main one: when it ends a piece while the speech so far (the main VAD's open
+segment up to that piece's end) is at most ``early_max_s`` long, that audio is returned at once as
+an ``early`` segment. The main segment still comes at the full trailing silence when the speech went
+on after it, and is dropped when it ends where the early one did (decided on the same speech).
 """
 
 from __future__ import annotations
@@ -72,12 +70,12 @@ def vad_model_path(cfg: Config) -> Path:
     return cfg.models.path / cfg.models.profile / "vad" / "silero_vad.onnx"
 
 
-def silero_vad(cfg: Config, min_silence_s: float, max_s: float, model_path: Path | None = None) -> Any:
+def silero_vad(cfg: Config, min_silence_s: float, max_s: float) -> Any:
     """A sherpa-onnx silero VAD (the configured threshold and minimum speech) that ends speech after
     ``min_silence_s`` of silence and cuts it at ``max_s`` (its buffer holds that much audio)."""
     import sherpa_onnx
 
-    path = model_path or vad_model_path(cfg)
+    path = vad_model_path(cfg)
     if not path.is_file():
         raise RkvoiceError(Stage.VAD, "missing-model", f"silero VAD model {path} is missing; run ./install.sh")
     h = cfg.hear
@@ -96,11 +94,8 @@ def silero_vad(cfg: Config, min_silence_s: float, max_s: float, model_path: Path
 class Segmenter:
     """Turns a stream of frames into speech segments. ``load()`` builds the VAD."""
 
-    def __init__(
-        self, cfg: Config, model_path: Path | None = None, early_silence_s: float = 0.0, early_max_s: float = 0.0
-    ) -> None:
+    def __init__(self, cfg: Config, early_silence_s: float = 0.0, early_max_s: float = 0.0) -> None:
         self.cfg = cfg
-        self.model_path = model_path or vad_model_path(cfg)
         h = cfg.hear
         self.trailing_silence_s = h.trailing_silence_ms / 1000.0
         # early close of phrase-length speech: only when shorter than the trailing silence
@@ -120,16 +115,12 @@ class Segmenter:
         self._base = 0  # sample index of the VAD's own zero (it restarts counting on reset)
 
     def load(self) -> None:
-        self._vad = self._make_vad(self.trailing_silence_s, self.cfg.hear.max_request_s + 30.0)
+        self._vad = silero_vad(self.cfg, self.trailing_silence_s, self.cfg.hear.max_request_s + 30.0)
         if self.early_silence_s:
             # its pieces count only while the speech is of phrase length: a short buffer (the VAD's
             # buffer is most of its memory: ~14 MB at 42 s, ~0.3 MB at 4.5 s); longer speech is
             # split by it and ignored, the main VAD's segment is the one that counts
-            self._early = self._make_vad(self.early_silence_s, self.early_max_s + 2.0)
-        log.debug("VAD loaded from %s", self.model_path)
-
-    def _make_vad(self, min_silence_s: float, max_s: float) -> Any:
-        return silero_vad(self.cfg, min_silence_s, max_s, self.model_path)
+            self._early = silero_vad(self.cfg, self.early_silence_s, self.early_max_s + 2.0)
 
     @property
     def in_speech(self) -> bool:

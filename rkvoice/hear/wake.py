@@ -5,21 +5,17 @@ An engine eats 16 kHz frames and returns a ``WakeHit`` when it heard the wake ph
 transcribes them and looks for the phrase with a tolerant pinyin match; the rest of the segment
 ("小智小智，现在几点" -> "现在几点") is the request said in the same breath.
 
-The phrase said alone is short and often decoded badly (Whisper hears a pitched "小智小智" as
-"小巨小巨", a fast one as "想知想知", and drops a quiet one as no speech). A segment up to
-``SHORT_S`` long that the plain decode does not match gets a second, primed decode
-(``PrimedAsr.transcribe_primed``) that must then give the phrase whole (pinyin cost 0). Priming
-alone turns near misses into the phrase (小猪小猪, 小时小时, quiet babble all came back as
-小智小智), so the unprimed decoder must also support it: the phrase's mean token log-probability
-forced on the audio must reach ``MIN_PHRASE_LOGPROB`` (wake-only clips of the wake set: -0.4 to
--1.5 bar one at SNR 5 dB babble; the primed near misses: -1.8 to -3.2). bench/wake_recall.py
-measures both paths on bench/wake_set.py's clips.
+The phrase said alone is often decoded badly (Whisper hears a pitched "小智小智" as "小巨小巨", a
+fast one as "想知想知", and drops a quiet one as no speech). A segment up to ``SHORT_S`` that the
+plain decode does not match gets a second decode primed with the phrase (``PrimedAsr``), which
+must give the phrase whole. Priming alone turns near misses (小猪小猪, 小时小时, babble) into the
+phrase, so the unprimed decoder must also back it: the phrase's mean token log-probability forced
+on the audio must reach ``MIN_PHRASE_LOGPROB`` (wake-only clips: -0.4 to -1.5 bar one at SNR 5 dB
+babble; primed near misses: -1.8 to -3.2; bench/wake_recall.py).
 
-In time: the engine's segmenter closes speech of phrase length (up to ``PHRASE_MAX_S``) after
-``PHRASE_SILENCE_S`` of silence instead of the request's trailing silence (``Segmenter`` early
-segments), and the second look costs no second encoding (WhisperAsr keeps the last encoder output:
-the primed decode and the phrase score reuse the plain decode's), so a phrase said alone is decided
-one decode after a short silence (bench/wake_latency.py).
+The segmenter closes phrase-length speech (up to ``PHRASE_MAX_S``) after ``PHRASE_SILENCE_S`` of
+silence, and WhisperAsr reuses the plain decode's encoder output for the second look, so a phrase
+said alone is decided one decode after a short silence (bench/wake_latency.py).
 """
 
 from __future__ import annotations
