@@ -132,7 +132,7 @@ class Speak:
         """Every block the player was handed, at the time it is heard: the echo canceller's reference."""
 
     def load(self) -> None:
-        from rkvoice.hear.cue import AckCue
+        from rkvoice.hear.cue import ack_cue
 
         self.tts = self._tts_factory(self.cfg)
         t0 = time.monotonic()
@@ -144,9 +144,7 @@ class Speak:
         self.speaker = Speaker(Local(self.tts, self.gate, TTS_CALLS), self.player, self.cfg, self._clock)
         self.speaker.load()
         if self._cue:
-            cue = AckCue(self.cfg, voice=self.tts, rate=self.player.rate)
-            cue.load()
-            self.cue = cue.samples
+            self.cue = ack_cue(self.cfg, self.tts, self.player.rate)
 
     def close(self) -> None:
         if self.speaker is not None:

@@ -14,7 +14,7 @@ from bench.fake_clock import FakeClock
 from bench.soak import RealtimeSource
 from rkvoice.config import load_config, parse_override
 from rkvoice.errors import RkvoiceError
-from rkvoice.hear.cue import AckCue, chime
+from rkvoice.hear.cue import ack_cue, chime
 from rkvoice.hear.pinyin_match import PhraseMatcher
 from rkvoice.hear.sources import (
     DeviceError,
@@ -206,27 +206,21 @@ class Voice:
 def test_voice_cue_is_said_once_at_load_by_the_loaded_voice():
     voice = Voice()
     cfg = load_config([parse_override("hear.ack=voice")])
-    cue = AckCue(cfg, voice=voice, rate=16000)
-    assert voice.calls == []  # nothing is synthesised before load()
-    cue.load()
-    assert voice.calls == ["我在"] and abs(len(cue.samples) - 1600) <= 2  # 0.1 s resampled to 16 kHz
+    cue = ack_cue(cfg, voice, 16000)
+    assert voice.calls == ["我在"] and abs(len(cue) - 1600) <= 2  # 0.1 s resampled to 16 kHz
     assert voice.loads == 0  # the answers' voice, already loaded: no second engine is made or loaded
-    assert cue.samples.dtype == np.float32
+    assert cue.dtype == np.float32
 
 
 def test_voice_cue_without_a_voice_names_the_fix():
     cfg = load_config([parse_override("hear.ack=voice")])
     with pytest.raises(RkvoiceError, match="needs the loaded voice"):
-        AckCue(cfg, rate=16000).load()
+        ack_cue(cfg, None, 16000)
 
 
 def test_chime_and_no_cue_need_no_voice():
-    chimed = AckCue(load_config([parse_override("hear.ack=chime")]), rate=16000)
-    chimed.load()
-    assert np.array_equal(chimed.samples, chime(16000))
-    silent = AckCue(load_config([parse_override("hear.ack=none")]), rate=16000)
-    silent.load()
-    assert len(silent.samples) == 0
+    assert np.array_equal(ack_cue(load_config([parse_override("hear.ack=chime")]), None, 16000), chime(16000))
+    assert len(ack_cue(load_config([parse_override("hear.ack=none")]), None, 16000)) == 0
 
 
 def test_player_cue_hands_int16_blocks_to_the_player():

@@ -25,27 +25,20 @@ def chime(rate: int = 16000, level: float = 0.3) -> np.ndarray:
     return (np.concatenate(tones) * level).astype(np.float32)
 
 
-class AckCue:
-    """``load()`` renders the cue once (``hear.ack``: chime, voice, none) at ``rate``.
-
-    ``voice`` is the loaded TTS engine the answers are spoken with (needed for ``voice``)."""
-
-    def __init__(self, cfg: Config, voice: TtsEngine | None = None, rate: int | None = None) -> None:
-        self.cfg = cfg
-        self.rate = rate or cfg.audio.output_rate
-        self.kind = cfg.hear.ack
-        self.voice = voice
-        self.samples = np.zeros(0, dtype=np.float32)
-
-    def load(self) -> None:
-        if self.kind == "chime":
-            self.samples = chime(self.rate)
-        elif self.kind == "voice":
-            if self.voice is None:
-                raise RkvoiceError(Stage.HEAR, Code.NO_VOICE, "hear.ack=voice needs the loaded voice; pass it to AckCue")
-            tts = self.cfg.tts
-            samples, rate = self.voice.generate(self.cfg.hear.ack_text, sid=tts.sid, speed=tts.speed)
-            self.samples = resample(samples, rate, self.rate)
-        elif self.kind != "none":
-            raise RkvoiceError(Stage.HEAR, "bad-ack", f"hear.ack is {self.kind!r}; choose one of: chime, none, voice")
-        log.info("ack cue %s: %.0f ms", self.kind, 1000 * len(self.samples) / self.rate)
+def ack_cue(cfg: Config, voice: TtsEngine | None, rate: int) -> np.ndarray:
+    """The cue ``hear.ack`` names (chime, voice, none) at ``rate``, rendered once at load; ``voice`` is
+    the loaded TTS engine the answers are spoken with (needed for ``voice``)."""
+    kind = cfg.hear.ack
+    if kind == "chime":
+        samples = chime(rate)
+    elif kind == "voice":
+        if voice is None:
+            raise RkvoiceError(Stage.HEAR, Code.NO_VOICE, "hear.ack=voice needs the loaded voice; pass it to ack_cue")
+        said, said_rate = voice.generate(cfg.hear.ack_text, sid=cfg.tts.sid, speed=cfg.tts.speed)
+        samples = resample(said, said_rate, rate)
+    elif kind == "none":
+        samples = np.zeros(0, dtype=np.float32)
+    else:
+        raise RkvoiceError(Stage.HEAR, "bad-ack", f"hear.ack is {kind!r}; choose one of: chime, none, voice")
+    log.info("ack cue %s: %.0f ms", kind, 1000 * len(samples) / rate)
+    return samples
