@@ -1,6 +1,5 @@
-"""The answer to a client's transcript (``handle``), as a turn: the assistant replies on a pool
-thread, holding the answer gate at Wyoming priority for its whole reply; the client gets the text
-as it comes. The turn's handle stops the LLM when the client leaves."""
+"""The answer to a client's transcript (``handle``), as a turn: the assistant replies on a pool thread,
+holding the answer gate at Wyoming priority; the client gets the text as it comes."""
 
 from __future__ import annotations
 
@@ -87,21 +86,20 @@ async def _relay(queue: asyncio.Queue[tuple[str, Any]], send: Send, preempted: t
             parts.append(value)
             if streaming:
                 await send(HandledChunk(text=value).event())
-        elif kind == "error":
-            reason = value.message if isinstance(value, RkvoiceError) else f"the answer failed: {value}"
+        elif kind in ("error", "end"):
             if streaming:
                 await send(HandledStop().event())
-            await send(NotHandled(text=reason).event())
-            return
-        elif kind == "end":
-            turn.timeline.mark(Ev.ANSWER, text="".join(parts), route=route)
+            text = "".join(parts)
+            if kind == "error":
+                reason = value.message if isinstance(value, RkvoiceError) else f"the answer failed: {value}"
+                await send(NotHandled(text=reason).event())
+                return
+            turn.timeline.mark(Ev.ANSWER, text=text, route=route)
             reason = "the local assistant needed the model" if preempted.is_set() else value
-            if streaming:
-                await send(HandledStop().event())
             if reason:
                 await send(NotHandled(text=f"the answer stopped early: {reason}").event())
-            elif "".join(parts).strip():
-                await send(Handled(text="".join(parts)).event())
+            elif text.strip():
+                await send(Handled(text=text).event())
             else:
                 await send(NotHandled(text=f"no answer for {turn.text!r}").event())
             return

@@ -35,9 +35,8 @@ from rkvoice.errors import Code, RkvoiceError, Stage
 
 from .answer import answer
 from .context import Context, Requests
-from .fields import check_fields
 from .listen import Listening
-from .reading import LimitedReader, Refused
+from .reading import LimitedReader, Refused, check_fields
 from .synthesis import Synthesis
 
 log = logging.getLogger(__name__)
