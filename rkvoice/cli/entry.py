@@ -9,6 +9,7 @@ their traceback only with ``-v``.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 from pathlib import Path
@@ -21,6 +22,9 @@ log = logging.getLogger(__name__)
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+MODES = {"wyoming": "rkvoice.cli.serve:run_wyoming", "file": "rkvoice.cli.replay:run_file",
+         "text": "rkvoice.cli.ask:run_text", "say": "rkvoice.cli.say:run_say"}
+"""Mode flag -> the function (``module:name``, imported when chosen) given its value; the first flag set wins."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,25 +92,13 @@ def main(argv: list[str] | None = None) -> int:
             return run_check(cfg, sys.stdout)
         if args.zeroconf and not args.wyoming:
             raise RkvoiceError(Stage.INPUT, "bad-flags", "--zeroconf only applies to --wyoming URI")
-        if args.wyoming is not None:
-            from rkvoice.cli.serve import run_wyoming
-
-            return run_wyoming(args.wyoming, args, cfg)
-        if args.file is not None:
-            from rkvoice.cli.replay import run_file
-
-            return run_file(args.file, args, cfg)
-        if args.require_wake or args.reference:
+        if (args.require_wake or args.reference) and args.wyoming is None and args.file is None:
             flag = "--require-wake" if args.require_wake else "--reference"
             raise RkvoiceError(Stage.INPUT, "bad-flags", f"{flag} only applies to --file WAV")
-        if args.text is not None:
-            from rkvoice.cli.ask import run_text
-
-            return run_text(args.text, args, cfg)
-        if args.say is not None:
-            from rkvoice.cli.say import run_say
-
-            return run_say(args.say, args, cfg)
+        for flag, run in MODES.items():
+            if (value := getattr(args, flag)) is not None:
+                module, _, name = run.partition(":")
+                return int(getattr(importlib.import_module(module), name)(value, args, cfg))
         # no mode flag: the resident assistant (microphone loop; what the systemd service runs)
         from rkvoice.daemon.entry import serve, setup_logging as daemon_logging
 

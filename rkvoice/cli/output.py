@@ -21,19 +21,14 @@ from rkvoice.tts.base import TtsEngine
 log = logging.getLogger(__name__)
 
 
-def check_writable(path: Path, what: str) -> None:
-    """Fail before any model is loaded when an output file can't be created."""
-    if path.is_dir():
-        raise RkvoiceError(Stage.INPUT, "bad-path", f"{what} {path} is a directory; give a file name")
-    if not path.parent.is_dir() or not os.access(path.parent, os.W_OK | os.X_OK):
-        raise RkvoiceError(Stage.INPUT, "unwritable", f"cannot write {what} {path}: {path.parent} is not a writable folder")
-
-
 def check_outputs(args: argparse.Namespace) -> None:
     """--out and --metrics must be writable before any model loads."""
-    for flag, path in (("--out", args.out), ("--metrics", args.metrics)):
-        if path:
-            check_writable(Path(path), flag)
+    for flag, path in ((f, Path(p)) for f, p in (("--out", args.out), ("--metrics", args.metrics)) if p):
+        if path.is_dir():
+            raise RkvoiceError(Stage.INPUT, "bad-path", f"{flag} {path} is a directory; give a file name")
+        if not path.parent.is_dir() or not os.access(path.parent, os.W_OK | os.X_OK):
+            raise RkvoiceError(Stage.INPUT, "unwritable",
+                               f"cannot write {flag} {path}: {path.parent} is not a writable folder")
 
 
 @dataclass

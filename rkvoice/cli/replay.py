@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 import logging
 import time
+from contextlib import closing
 from pathlib import Path
 
 from rkvoice.answer.respond import Answerer
 from rkvoice.cli.output import check_outputs, speaking
-from rkvoice.clock import Clock, MonotonicClock
+from rkvoice.clock import MonotonicClock
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.hear.echo import EchoCancelledSource, PlayedAudio, echo_filter
@@ -41,8 +42,8 @@ def reference_source(source: WavFileSource, args: argparse.Namespace, cfg: Confi
     return EchoCancelledSource(source, echo, live=False)
 
 
-def run_file(path: str, args: argparse.Namespace, cfg: Config, clock: Clock | None = None) -> int:
-    clock = clock or MonotonicClock()
+def run_file(path: str, args: argparse.Namespace, cfg: Config) -> int:
+    clock = MonotonicClock()
     source = reference_source(WavFileSource(path), args, cfg)  # a bad file fails here, before any model loads
     check_outputs(args)
 
@@ -51,15 +52,12 @@ def run_file(path: str, args: argparse.Namespace, cfg: Config, clock: Clock | No
     hear.load()
     log.info("hearing loaded (%s, wake %s) in %.1f s", getattr(hear.asr, "name", "asr"), type(hear.wake).__name__,
              time.monotonic() - t0)
-    answer = assistant(cfg, clock)
-    try:
-        with speaking(args, cfg, clock, lambda c: default_voice(c, args.tts), cue=True) as (speak, output):
-            assert speak.speaker is not None
-            loop = TurnLoop(hear.session(), Answerer(answer, speak.speaker, cfg), cue=speak.cue,
-                            cue_out=player_cue(output.player), clock=clock)
-            turns = loop.run_file(source, require_wake=args.require_wake)
-    finally:
-        answer.close()
+    with (closing(assistant(cfg, clock)) as answer,
+          speaking(args, cfg, clock, lambda c: default_voice(c, args.tts), cue=True) as (speak, output)):
+        assert speak.speaker is not None
+        loop = TurnLoop(hear.session(), Answerer(answer, speak.speaker, cfg), cue=speak.cue,
+                        cue_out=player_cue(output.player), clock=clock)
+        turns = loop.run_file(source, require_wake=args.require_wake)
 
     summaries = [turn.summary() for turn in turns]
     if args.require_wake:

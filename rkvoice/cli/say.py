@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 
 from rkvoice.cli.output import check_outputs, speaking
-from rkvoice.clock import Clock, MonotonicClock
+from rkvoice.clock import MonotonicClock
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.stages import default_voice
@@ -33,8 +33,8 @@ def check_text(text: str, cfg: Config) -> str:
     return spoken
 
 
-def run_say(text: str, args: argparse.Namespace, cfg: Config, clock: Clock | None = None) -> int:
-    clock = clock or MonotonicClock()
+def run_say(text: str, args: argparse.Namespace, cfg: Config) -> int:
+    clock = MonotonicClock()
     spoken = check_text(text, cfg)
     check_outputs(args)
     timeline = Timeline(clock)
