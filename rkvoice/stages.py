@@ -23,7 +23,6 @@ from rkvoice.answer.assistant import Assistant
 from rkvoice.audio.players import Player, choose_player, create_player
 from rkvoice.clock import Clock
 from rkvoice.config import Config, zone
-from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.gate import ASR_CALLS, TTS_CALLS, Engines, Local, PriorityGate
 from rkvoice.hear.asr import AsrEngine
 from rkvoice.hear.echo import PlayedAudio, ReferenceTap
@@ -237,9 +236,6 @@ class StageSet:
     """Holds one loaded stage per StageSpec, with the config key it was loaded for."""
 
     def __init__(self, specs: tuple[StageSpec, ...], on_progress: Callable[[str], None] | None = None):
-        names = [s.name for s in specs]
-        if len(set(names)) != len(names):
-            raise RkvoiceError(Stage.DAEMON, "bad-plan", f"stage names must be unique, got {names}")
         self.specs = specs
         self.engines: dict[str, Any] = {}
         self._keys: dict[str, Any] = {}

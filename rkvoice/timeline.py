@@ -13,7 +13,7 @@ import logging
 import re
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -68,14 +68,13 @@ class Event:
 
 
 class Timeline:
-    """Thread-safe list of events. ``on_event`` (optional) is called with each new event."""
+    """Thread-safe list of events."""
 
-    def __init__(self, clock: Clock, on_event: Callable[[Event], None] | None = None) -> None:
+    def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self._t0: float | None = None
         self._events: list[Event] = []
         self._lock = threading.Lock()
-        self._on_event = on_event
 
     def start(self) -> None:
         """Make now the zero of the timeline (otherwise the first mark is)."""
@@ -90,8 +89,6 @@ class Timeline:
             event = Event(Ev(name), round((now - self._t0) * 1000.0, 3), MappingProxyType(data))
             self._events.append(event)
         log.debug("mark %s %s", event.name, data)
-        if self._on_event is not None:
-            self._on_event(event)
         return event
 
     @property

@@ -20,6 +20,7 @@ from rkvoice.errors import RkvoiceError
 from rkvoice.hear.vad import SAMPLE_RATE, Segment
 from rkvoice.hear.wake import WakeHit
 from rkvoice.speaker import Speaker
+from rkvoice.timeline import Ev, Event, Timeline
 
 FRAME = 512
 
@@ -283,6 +284,19 @@ class SteppedSpeaker(Speaker):
             self._cond.wait_for(lambda: all(
                 q.turn.cancelled or not (q.in_flight or q.inbox) for q in self._order))
         self._audio_q.join()
+
+
+class SeenTimeline(Timeline):
+    """A Timeline that also hands each new mark to ``on_event`` (a test waits on marks through it)."""
+
+    def __init__(self, clock: Clock, on_event: Callable[[Event], None]) -> None:
+        super().__init__(clock)
+        self._on_event = on_event
+
+    def mark(self, name: Ev, **data: Any) -> Event:
+        event = super().mark(name, **data)
+        self._on_event(event)
+        return event
 
 
 def heard_until(player: NullPlayer) -> float | None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fakes import SteppedSpeaker
+from fakes import SeenTimeline, SteppedSpeaker
 
 from bench.fake_clock import FakeClock
 from rkvoice.answer.assistant import Assistant
@@ -114,7 +114,7 @@ def make(tmp_path: Path, deltas: list[str], **kw: object):
     def on_event(e: Event) -> None:
         events.setdefault(str(e.name), threading.Event()).set()
 
-    tl = Timeline(clock, on_event=on_event)
+    tl = SeenTimeline(clock, on_event)
     tts = FakeTts()
     player = NullPlayer(cfg, clock)
     speaker = SteppedSpeaker(tts, player, cfg, clock, normalize=speakable)

@@ -11,7 +11,7 @@ import pytest
 
 from bench.fake_clock import FakeClock
 from rkvoice.errors import RkvoiceError
-from rkvoice.timeline import Ev, Event, Timeline, max_gap_ms
+from rkvoice.timeline import Ev, Timeline, max_gap_ms
 
 
 def test_marks_are_relative_to_the_first_mark_or_start() -> None:
@@ -42,15 +42,6 @@ def test_events_are_frozen_and_names_are_typed() -> None:
     with pytest.raises(ValueError, match="chunkk"):
         tl.mark("chunkk")  # type: ignore[arg-type]  # a misspelt event never lands in --metrics
     assert [x.name for x in tl.events] == [Ev.CHUNK, Ev.CHUNK]
-
-
-def test_on_event_sees_every_mark() -> None:
-    seen: list[Event] = []
-    tl = Timeline(FakeClock(), on_event=seen.append)
-    tl.mark(Ev.WAKE)
-    tl.mark(Ev.CUE, n=1)
-    assert [e.name for e in seen] == [Ev.WAKE, Ev.CUE]
-    assert seen == tl.events
 
 
 def test_find_selects_by_event_name() -> None:
