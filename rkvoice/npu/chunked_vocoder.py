@@ -1,11 +1,9 @@
 """Run a fixed-length vocoder over a mel of any length, in overlapping windows.
 
 The NPU build of MB-MelGAN takes a fixed number of frames (<= 50: longer windows overflow the
-compiler's registers). A mel of T frames is cut into windows of ``frames`` with ``context``
-extra frames on each side; each window's centre part is kept, so every kept sample saw enough
-left and right context (the generator's receptive field) and the seams vanish. The last window
-is padded with the mel's quietest value. Against one whole-mel run on the CPU: context 12 of a
-50-frame window gives ~34 dB SNR, 16 gives ~48 dB (tests/test_npu_runtime.py measures it).
+compiler's registers). Each window of ``frames`` keeps its centre; ``context`` frames either side
+only feed the generator's receptive field, the last window is padded with the mel's quietest value.
+Against one whole-mel CPU run: context 12 of 50 frames gives ~34 dB SNR, 16 ~48 dB.
 """
 
 from __future__ import annotations

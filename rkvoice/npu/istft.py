@@ -1,12 +1,9 @@
 """Inverse STFT in numpy for Vocos-style vocoders (magnitude + phase -> waveform).
 
-Vocos predicts the STFT of the waveform; the inverse transform runs on the CPU. The
-parameters come from the vocoder's configuration (ONNX metadata ``n_fft``, ``hop_length``,
-``win_length``, ``window_type``, ``center``, ``normalized``; the same keys in config.yaml
-for an .rknn file, which carries no metadata). Semantics follow ``torch.istft``: a
-periodic window, overlap-add, division by the summed squared window, and with ``center``
-the first and last ``n_fft // 2`` samples are dropped, so ``T`` frames give
-``hop * (T - 1)`` samples.
+Vocos predicts the STFT of the waveform; its parameters come from the vocoder's ONNX metadata
+(``n_fft``, ``hop_length``, ``win_length``, ``window_type``, ``center``, ``normalized``) or
+config.yaml. As ``torch.istft``: periodic window, overlap-add divided by the summed squared window;
+with ``center`` ``T`` frames give ``hop * (T - 1)`` samples.
 """
 
 from __future__ import annotations

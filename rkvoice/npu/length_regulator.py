@@ -11,14 +11,9 @@ from rkvoice.errors import RkvoiceError, Stage
 
 
 def align(mu_x: np.ndarray, cum_durations: np.ndarray, frames: int, window: int) -> tuple[np.ndarray, np.ndarray]:
-    """Matcha's alignment in numpy: mu_x [1, N, C] (encoder output), cum_durations [1, N] (the
-    running sum of the rounded durations, as the graph's CumSum gives it), T = ``frames`` ->
-    (mu [1, C, window], mask [1, 1, window]).
-
-    Exactly the original graph's ``mu_y`` and ``y_mask`` padded with zeros: frame t belongs to the
-    token j with cum[j-1] <= t < cum[j] (its path is ``t < cum[j]`` minus ``t < cum[j-1]``, compared
-    in float32 like the graph), frames at or past T are zero and masked out.
-    """
+    """mu_x [1, N, C], cum_durations [1, N] (the graph's CumSum), T = ``frames`` -> (mu [1, C, window],
+    mask [1, 1, window]): the original graph's ``mu_y`` and ``y_mask`` zero-padded. Frame t takes
+    token j with cum[j-1] <= t < cum[j] (compared in float32 like the graph); frames from T masked."""
     mu = np.asarray(mu_x, np.float32)
     cum = np.asarray(cum_durations, np.float32).reshape(-1)
     if mu.ndim != 3 or mu.shape[0] != 1 or mu.shape[1] != cum.size:

@@ -1,9 +1,8 @@
 """One small interface for running a model on the NPU (RKNNLite) or the CPU (onnxruntime).
 
-The TTS engines only see ``ModelRuntime``: ``load()``, ``run(inputs) -> outputs`` (inputs in
-the model's input order), ``close()``. ``open_model`` picks the runtime from the file suffix
-(``.rknn`` -> RKNNLite, ``.onnx`` -> onnxruntime). Loading failures are RkvoiceErrors that name
-the file and the runtime version, so a version mismatch on the board is obvious.
+``open_model`` picks ``ModelRuntime`` by the file suffix (``.rknn`` -> RKNNLite, ``.onnx`` ->
+onnxruntime); ``run`` takes inputs in the model's order. Load failures name the file and the
+runtime versions, so a version mismatch on the board is obvious.
 """
 
 from __future__ import annotations
@@ -208,27 +207,21 @@ class RknnModel:
         api = _lite_api()
         mask = core_mask_value(api, self.core_mask)
         rknn = api(verbose=False)
-        try:
-            ret = rknn.load_rknn(str(self.path))
-        except Exception as exc:
-            raise RkvoiceError(Stage.NPU, "load-failed",
-                               f"cannot load {self.path} with {self._versions()}: {exc}") from exc
-        if ret != 0:
-            raise RkvoiceError(Stage.NPU, "load-failed",
-                               f"cannot load {self.path} (load_rknn returned {ret}) with {self._versions()}; "
-                               "the file may be truncated or built for another toolkit version")
-        try:
-            ret = rknn.init_runtime(core_mask=mask)
-        except Exception as exc:
-            rknn.release()
-            raise RkvoiceError(Stage.NPU, "init-failed",
-                               f"cannot start {self.path} on the NPU with {self._versions()}: {exc}") from exc
-        if ret != 0:
-            rknn.release()
-            raise RkvoiceError(Stage.NPU, "init-failed",
-                               f"cannot start {self.path} on the NPU (init_runtime returned {ret}) with "
-                               f"{self._versions()}; librknnrt, rknn-toolkit-lite2 and the toolkit that "
-                               "built the file must be the same version (assistant.py --check)")
+        steps = (("load_rknn", "load-failed", f"load {self.path}", "the file may be truncated or built for another "
+                  "toolkit version", lambda: rknn.load_rknn(str(self.path))),
+                 ("init_runtime", "init-failed", f"start {self.path} on the NPU", "librknnrt, rknn-toolkit-lite2 "
+                  "and the toolkit that built the file must be the same version (assistant.py --check)",
+                  lambda: rknn.init_runtime(core_mask=mask)))
+        for call, code, doing, hint, step in steps:
+            try:
+                ret = step()
+            except Exception as exc:
+                rknn.release()
+                raise RkvoiceError(Stage.NPU, code, f"cannot {doing} with {self._versions()}: {exc}") from exc
+            if ret != 0:
+                rknn.release()
+                raise RkvoiceError(Stage.NPU, code, f"cannot {doing} ({call} returned {ret}) with "
+                                   f"{self._versions()}; {hint}")
         self._rknn = rknn
         log.debug("loaded %s on NPU cores %s", self.path, self.core_mask)
 

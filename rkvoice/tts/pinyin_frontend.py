@@ -1,17 +1,11 @@
 """Chinese text -> Baker symbol ids for FastSpeech2: pypinyin readings, tone sandhi, erhua, prosody.
 
-The symbol inventory is the model's own ``baker_mapper.json``: ``symbol_to_id`` (pad, sil, #0..#3,
-initials with ``^`` for a zero initial, finals carrying a tone digit 1-5, eos) and ``pinyin_dict``
-(toneless syllable -> [initial, final]). A sequence looks like the training data:
-
-    sil  j in1 #0 t ian1 #3 n i3 #0 h ao3  sil  eos
-
-Characters inside a phrase are joined by ``#0``; punctuation becomes ``#3`` (the Baker corpus marks
-intonation-phrase breaks that way); the whole text is wrapped in ``sil`` and closed by ``eos``.
-Digits are read one by one and short Latin words or acronyms are spelled with Chinese letter names
-as a fallback; the caller is expected to normalise text first (``rkvoice.text.speakable``).
-Anything else unpronounceable is dropped with a debug log; text with nothing pronounceable gives
-an empty sequence.
+The symbols are the model's own ``baker_mapper.json`` (``symbol_to_id``: pad, sil, #0..#3, initials,
+finals with a tone digit, eos; ``pinyin_dict``: syllable -> [initial, final]). As in the training
+data, characters of a phrase are joined by ``#0`` and punctuation becomes ``#3`` (the Baker
+corpus's intonation-phrase break): ``sil j in1 #0 t ian1 #3 n i3 #0 h ao3 sil eos``. Digits left
+unnormalised are read one by one and short Latin words spelled with Chinese letter names; anything
+else unpronounceable is dropped (debug log).
 """
 
 from __future__ import annotations
