@@ -1,8 +1,5 @@
 """The assistant's brain: tools first, then the LLM; owns state, reminders and the conversation.
-
-``reply(text)`` returns at once with the route and a lazy stream of text deltas: a tool's
-answer is one delta, the LLM's arrives piece by piece (see generate.LlmStream).
-"""
+``reply(text)`` returns at once with the route and a lazy stream of text deltas (generate.LlmStream)."""
 
 from __future__ import annotations
 
@@ -52,14 +49,13 @@ class Assistant:
         llm: LlmEngine | None = None,
         now: Callable[[], datetime] = local_now,
         store: StateStore | None = None,
-        on_reminder: Callable[[str], None] | None = None,
     ) -> None:
         self.cfg = cfg
         self.clock = clock or MonotonicClock()
         self.now = now
         self._llm = llm
         self.store = store or StateStore(cfg.state.path)
-        self.scheduler = ReminderScheduler(self.store, now, on_reminder)
+        self.scheduler = ReminderScheduler(self.store, now)
         self.ctx = ToolContext(now=now, store=self.store, scheduler=self.scheduler, name=cfg.hear.name)
         self.conversation = Conversation(cfg, now)
 

@@ -1,12 +1,9 @@
 """The LLM's prompt: stable instructions, bounded history, the date and time in the newest question.
 
-Laid out for the llama engine's prefix cache: the system prompt never changes, the current date
-and time (which change every minute) open the newest user turn, and the history keeps every
-question as it was sent, time included. The next prompt then starts with exactly the tokens the
-last one computed (system prompt, earlier turns, the last answer) and only the new question is
-evaluated. A full history drops its older half at once rather than one pair per turn: dropping
-the oldest pair changes everything after the system prompt, so a sliding window would make every
-later turn evaluate the whole history again.
+Laid out for the llama engine's prefix cache: the system prompt never changes, the time opens the
+newest user turn, and the history keeps each question as sent, so the next prompt starts with the
+tokens the last one computed and only the new question is evaluated. A full history drops its
+older half at once: a sliding window would change everything after the system prompt every turn.
 """
 
 from __future__ import annotations
@@ -42,9 +39,8 @@ class Conversation:
         return "{now}" in self.cfg.llm.system_prompt
 
     def system_prompt(self) -> str:
-        """llm.system_prompt (``{name}``: the assistant's name) and TIME_NOTE. A custom prompt with
-        ``{now}`` gets the time there instead (and not in the questions): the whole prompt is then
-        recomputed each new minute."""
+        """llm.system_prompt (``{name}``: the assistant's name) and TIME_NOTE; a custom prompt with
+        ``{now}`` gets the time there instead of in the questions (recomputed each new minute)."""
         template = self.cfg.llm.system_prompt.replace("{name}", self.cfg.hear.name)
         if self._time_in_system:
             return template.replace("{now}", spoken_now(self.now()))

@@ -1,8 +1,7 @@
 """One LLM answer as a stream of deltas, bounded: a timeout, a maximum length, cancel.
 
-The deadline is checked between deltas on the injected clock (testable on FakeClock). An engine
-that produces nothing at all (a stuck prefill) is the caller's deadline to catch: the answerer's
-guard cancels the turn, and the turn's cancel aborts the engine (``turn.on_cancel``).
+The deadline is checked between deltas on the injected clock. An engine that produces nothing (a
+stuck prefill) is the answerer's to catch: its guard cancels the turn, which aborts the engine.
 """
 
 from __future__ import annotations
@@ -73,19 +72,16 @@ class LlmStream:
                     self.timed_out = True
                     self.engine.abort()
                     break
-                if len(self.text) + len(delta) > self.max_chars:
-                    # over the limit: finish the sentence in progress, then stop
-                    m = _SENTENCE_END.search(delta)
-                    hard = len(self.text) + len(delta) > self.max_chars * 1.5
-                    if m or hard:
-                        delta = delta[: m.end()] if m else delta
-                        self.text += delta
-                        self.truncated = True
-                        self.engine.abort()
-                        yield delta
-                        break
+                over = len(self.text) + len(delta) - self.max_chars
+                m = _SENTENCE_END.search(delta) if over > 0 else None
+                if m or over > self.max_chars / 2:  # over the limit: finish the sentence in progress, then stop
+                    delta = delta[: m.end()] if m else delta
+                    self.truncated = True
+                    self.engine.abort()
                 self.text += delta
                 yield delta
+                if self.truncated:
+                    break
             if self.turn is not None and self.turn.cancelled:
                 self.cancelled = True  # the engine may have ended quietly after its abort
             if self.timed_out and not self.cancelled:

@@ -1,18 +1,12 @@
 """The Answerer: a turn's transcript -> tools or LLM -> StreamChunker -> the speaker.
 
-LLM deltas are cut into pieces as soon as each is safe to speak and handed to the speaker, so
-the first piece is synthesised and played while the model is still generating. Marks:
-``answer_start``, ``answer_first_text``, ``answer`` (``text``, ``route``) when the whole answer
-text is known (the route and the LLM's own marks come from the Assistant).
+Each piece goes to the speaker as soon as it is safe to speak, so the first one plays while the
+model still generates. Two guards hold for every turn, from the CLI or the daemon:
 
-Two guards hold for every turn, from the CLI or the daemon:
-
-- a deadline on the answer stream: no first text within ``daemon.answer_first_timeout_s``, or no
-  next text within ``daemon.answer_gap_timeout_s`` (a wedged LLM), cancels the turn and fails it
-  with RkvoiceError("answer", "timeout");
-- when the LLM is slower than the listener at some moment (the player is about to run dry and no
-  piece is waiting for synthesis), the text pending in the chunker is cut early at its last comma,
-  so the listener hears a clause now instead of silence while the sentence completes.
+- no first text within ``daemon.answer_first_timeout_s``, or no next within
+  ``daemon.answer_gap_timeout_s`` (a wedged LLM), cancels the turn: RkvoiceError("answer", "timeout");
+- when the player is about to run dry with no piece waiting, the chunker's pending text is cut
+  early at its last comma: the listener hears a clause now instead of silence.
 """
 
 from __future__ import annotations
@@ -45,9 +39,8 @@ _END = object()
 def deadline_deltas(deltas: Iterable[str], turn: Turn, first_timeout: float, gap_timeout: float) -> Iterator[str]:
     """Yield ``deltas``; when they stall, cancel ``turn`` and raise RkvoiceError("answer", "timeout").
 
-    Each delta is pulled on a thread of its own (a wedged native call cannot be interrupted), only
-    when the consumer asks for it, as if it pulled it itself. The consumer waits on the turn's
-    clock; a cancelled turn ends the wait at once."""
+    Each delta is pulled on a thread of its own (a wedged native call cannot be interrupted) when the
+    consumer asks for it; the consumer waits on the turn's clock, and a cancel ends the wait at once."""
     box: deque[object] = deque()
     arrived = threading.Event()
     wanted = threading.Event()
@@ -124,8 +117,7 @@ class Replier(Protocol):
 
 
 class Answerer:
-    """Answers a turn and speaks the answer through a loaded Speaker. ``assistant`` is the
-    rkvoice.answer.assistant.Assistant, or a view of it (the daemon's, behind a priority gate)."""
+    """Answers a turn through a loaded Speaker; ``assistant`` is an Assistant or a gated view of it."""
 
     def __init__(self, assistant: Replier, speaker: Speaker, cfg: Config) -> None:
         self.assistant = assistant

@@ -1,10 +1,6 @@
-"""Daemon entry point: logging for journald, config loading, plan selection.
-
-``assistant.py`` (no mode flag) ends up here through rkvoice.cli; ``python -m rkvoice.daemon``
-is the same thing without the rest of the CLI. ``--stages MODULE:FUNC`` swaps the product's
-engines for another plan (a ``FUNC(cfg) -> Plan``): the test suite uses it to run the real
-daemon process on scripted stages.
-"""
+"""Daemon entry point (``assistant.py`` without a mode flag, or ``python -m rkvoice.daemon``): logging
+for journald, config, plan. ``--stages MODULE:FUNC`` (a ``FUNC(cfg) -> Plan``) runs the real daemon
+process on other stages, as the tests do."""
 
 from __future__ import annotations
 

@@ -24,10 +24,8 @@ class LlmEngine(Protocol):
         """Load the model (seconds); raises RkvoiceError naming the missing file or library."""
 
     def stream(self, messages: list[Message]) -> Iterator[str]:
-        """Generate a reply to ``messages``, yielding text deltas (whole characters) as they come.
-
-        Ends when the model finishes, ``max_tokens`` is reached or ``abort()`` is called.
-        """
+        """Yield the reply's text deltas (whole characters) until the model ends, ``max_tokens`` or
+        ``abort()``."""
 
     def abort(self) -> None:
         """Stop the running generation soon; safe from any thread, a no-op when idle."""

@@ -1,21 +1,14 @@
 """How many llama.cpp threads an answer gets: decided from the cores free now, not a minute ago.
 
-The 1-minute load average lags: after any busy minute (the previous answer, a previous command) it
-reads "busy" on an idle machine and the prompt got one thread (it also counts tasks waiting for the
-disk). Two readings of the machine now instead, the larger wins:
+llama.cpp's threads wait for each other after every layer, so one thread on a core another process
+holds stalls them all (2 cores at load 4-7: 2 prompt threads took 2.4x as long as 1,
+bench/llm_threads.py): auto counts stay on the free cores. The load average lags a minute (and
+counts disk waits), so two readings of now, the larger wins:
 
-- ``busy_elsewhere()``: the threads of *other* processes runnable at this instant (the kernel's
-  ``procs_running`` in /proc/stat, less this process's own running threads from /proc/self/task),
-  the median of a few samples over ~20 ms;
-- ``CpuWindow``: the cores other processes used over about the last second (/proc/stat's CPU time
-  less this process's own, /proc/self/stat), sampled every 0.25 s by a small daemon thread: work
-  that comes in bursts (a test run, a compiler) is busy in the window even when a snapshot misses it.
-  (CPU time over a window as short as the snapshot's is too coarse: the counters tick 100 times a
-  second.)
-
-llama.cpp's threads wait for each other after every layer, so one thread on a core another
-process holds stalls them all (on 2 cores at load average 4-7, 2 prompt threads took 2.4x as long
-as 1: bench/llm_threads.py): auto counts stay on the free cores.
+- ``busy_elsewhere()``: other processes' runnable threads (/proc/stat ``procs_running`` less ours
+  in /proc/self/task), the median of a few samples over ~20 ms;
+- ``CpuWindow``: the cores other processes used over about the last second (CPU time in /proc/stat
+  less ours), sampled every 0.25 s on a daemon thread, so bursty work a snapshot misses counts.
 """
 
 from __future__ import annotations
@@ -30,9 +23,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 from rkvoice.config import LlmConfig
-
-SAMPLES = 5
-SAMPLE_GAP_S = 0.004
 
 
 def usable_cores() -> int:
@@ -63,10 +53,10 @@ def _own_running(task_dir: Path) -> int:
     return n
 
 
-def busy_elsewhere(proc: Path = Path("/proc"), samples: int = SAMPLES, gap_s: float = SAMPLE_GAP_S,
+def busy_elsewhere(proc: Path = Path("/proc"), samples: int = 5, gap_s: float = 0.004,
                    sleep: Callable[[float], None] = time.sleep) -> float:
-    """Threads of other processes runnable now: the median over ``samples`` readings ``gap_s`` apart.
-    0.0 where /proc is not there (not Linux): every core counts as free."""
+    """Threads of other processes runnable now: the median over ``samples`` readings ``gap_s`` apart;
+    0.0 without /proc (every core free)."""
     counts: list[int] = []
     try:
         for i in range(samples):
@@ -134,10 +124,9 @@ class CpuWindow:
 WINDOW = CpuWindow()
 
 
-def busy_now() -> float:
+def busy_now(samples: int = 5) -> float:
     """Other processes' load now: the larger of the runnable snapshot and the last second's CPU use."""
-    window = WINDOW.others()
-    return max(busy_elsewhere(), window or 0.0)
+    return max(busy_elsewhere(samples=samples), WINDOW.others() or 0.0)
 
 
 class Threads(NamedTuple):
@@ -154,13 +143,9 @@ class Threads(NamedTuple):
 
 
 def thread_counts(llm: LlmConfig, cores: int | None = None, busy: float | None = None) -> Threads:
-    """Thread counts for ``llm.threads`` / ``llm.threads_batch`` with ``busy`` threads of other
-    processes runnable now (measured by ``busy_elsewhere()`` when None and something is auto).
-
-    auto: the free cores (usable cores minus ``busy``, rounded, at least 1) for the prompt and for
-    generating until the first piece is handed to the voice; then one core less than usable (and no
-    more than free) while it speaks, so the TTS thread keeps a core. A fixed ``llm.threads`` is used
-    both before and during speech; a fixed ``llm.threads_batch`` for every prompt."""
+    """Counts for ``llm.threads`` / ``llm.threads_batch`` with ``busy`` threads of other processes
+    (measured when None and a count is auto). auto: the free cores (at least 1) for the prompt and
+    until the first piece is spoken, then one core less than usable (no more than free) for the TTS."""
     cores = usable_cores() if cores is None else cores
     auto = llm.threads == "auto" or llm.threads_batch == "auto"
     if busy is None:
@@ -175,15 +160,13 @@ def thread_counts(llm: LlmConfig, cores: int | None = None, busy: float | None =
 
 
 class FreeCores:
-    """Generating threads before speech, re-decided before every token: the usable cores less the
-    median of the last three readings of other processes' runnable threads (one reading, ~0.1 ms),
-    or less their CPU use over the last second (``WINDOW``) when that is larger.
-    A process that starts working while the answer's first piece is generated takes a thread away
-    at the next token instead of stalling every thread at llama's barriers until the voice starts."""
+    """Generating threads before speech, re-decided before every token (a reading ~0.1 ms): the usable
+    cores less the median of the last ``keep`` readings of ``busy_now``'s two kinds (one sample), so
+    work starting mid-answer takes a thread away at the next token instead of stalling the barriers."""
 
     def __init__(self, cores: int | None = None, read: Callable[[], float] | None = None, keep: int = 3) -> None:
         self.cores = usable_cores() if cores is None else cores
-        self._read = read or (lambda: max(busy_elsewhere(samples=1), WINDOW.others() or 0.0))
+        self._read = read or (lambda: busy_now(samples=1))
         self._recent: list[float] = []
         self._keep = keep
 

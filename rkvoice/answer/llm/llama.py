@@ -1,12 +1,9 @@
 """llama.cpp engine (portable profile) through cyllama's low-level bindings.
 
-Own generation loop rather than cyllama's high-level LLM: it sets the thread counts per answer
-(rkvoice.answer.llm.cores: the prompt and the tokens before the first spoken piece on the cores free
-now, then one core less once ``speaking()`` says the voice has started), keeps characters split across
-tokens whole (incremental detokenisation instead of per-token pieces, which lose such characters),
-aborts both between tokens and inside a running decode, and keeps the KV cache of the longest
-common prompt prefix between turns (the system prompt and the conversation so far are not
-computed again; the current time sits in the newest user turn, see rkvoice.answer.conversation).
+Its own generation loop, unlike cyllama's high-level LLM: thread counts per answer and per token
+(rkvoice.answer.llm.cores), characters split across tokens kept whole (per-token pieces lose them),
+abort between tokens and inside a decode, and the KV cache of the prompt prefix shared with the
+last turn kept (rkvoice.answer.conversation lays the prompt out for it).
 """
 
 from __future__ import annotations
@@ -182,14 +179,10 @@ class LlamaEngine:
             raise RkvoiceError(Stage.LLM, "not-loaded", "llama engine used before load()")
         self._cancel.clear()
         self.ctx.cancel = False
-        self._set_threads()
-        return self.vocab.tokenize(self.prompt(messages), add_special=True, parse_special=True)
-
-    def _set_threads(self) -> None:
-        """Thread counts for this answer (auto counts follow the cores free now); nothing spoken yet."""
-        self._speaking.clear()
+        self._speaking.clear()  # nothing spoken yet; auto counts follow the cores free now
         self._plan = thread_counts(self.cfg.llm)
         self._use_threads(self._plan.quiet, self._plan.prompt)
+        return self.vocab.tokenize(self.prompt(messages), add_special=True, parse_special=True)
 
     def _use_threads(self, generating: int, prompt: int) -> None:
         """llama.cpp takes new counts between decode calls (llama_set_n_threads)."""

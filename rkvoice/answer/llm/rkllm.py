@@ -1,10 +1,8 @@
 """RKLLM engine: a ctypes binding of librkllmrt.so (ABI chosen by llm.rkllm_abi).
 
-rkllm_run is synchronous and calls our callback on the runtime's thread, one token per call,
-so it runs on a worker thread and the callback hands bytes to ``stream()`` through a queue.
-Token bytes may end inside a UTF-8 character (the runtime may also report WAITING for that):
-an incremental decoder yields whole characters only. ``abort()`` calls rkllm_abort from the
-caller's thread.
+rkllm_run is synchronous and calls back on the runtime's thread, one token per call: it runs on a
+worker thread and the callback queues the bytes for ``stream()``, whose incremental decoder yields
+whole characters (a token may end inside one). ``abort()`` calls rkllm_abort from any thread.
 """
 
 from __future__ import annotations
@@ -42,11 +40,8 @@ def flatten(messages: list[Message]) -> str:
 
 
 def loaded_path(lib: ctypes.CDLL, symbol: str) -> Path | None:
-    """The file the dynamic linker really loaded for ``lib``: the mapping in /proc/self/maps that
-    holds one of its symbols.
-
-    ``llm.rkllm_lib`` is usually a bare soname, so the path the version is read from must come
-    from the loader, not from a guess of where it searched."""
+    """The file the dynamic linker really loaded for ``lib`` (the /proc/self/maps mapping holding
+    ``symbol``): ``llm.rkllm_lib`` is usually a bare soname, and a guessed path may be another file."""
     try:
         addr = ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value or 0
         with open("/proc/self/maps") as maps:

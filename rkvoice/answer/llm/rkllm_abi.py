@@ -1,8 +1,5 @@
-"""ctypes layouts of librkllmrt.so, one set per ABI ("1.2" = 1.2.1-1.2.3, "1.3" = 1.3.0).
-
-Layouts follow /work/shared/RKLLM_ABI.md (read from rkllm.h). A binding of the wrong version
-crashes inside rkllm_run, so the version is a config value and the two are never mixed.
-"""
+"""ctypes layouts of librkllmrt.so, one set per ABI ("1.2" = 1.2.1-1.2.3, "1.3" = 1.3.0), from rkllm.h
+(/work/shared/RKLLM_ABI.md). The wrong version's binding crashes in rkllm_run: never mix them."""
 
 from __future__ import annotations
 

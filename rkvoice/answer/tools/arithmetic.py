@@ -1,8 +1,5 @@
-"""Spoken arithmetic: "12乘以8等于多少", "三百六十五除以七" -> a Chinese answer. Never eval.
-
-A tiny recursive-descent parser over tokens (numbers and + - × ÷), exact with Fraction.
-The whole utterance (minus polite prefixes and "等于多少" suffixes) must be an expression,
-otherwise the tool declines and the LLM answers.
+"""Spoken arithmetic: "12乘以8等于多少", "三百六十五除以七" -> a Chinese answer; exact (Fraction), never eval.
+The whole utterance (minus polite prefixes and "等于多少" suffixes) must be an expression, else the LLM answers.
 """
 
 from __future__ import annotations

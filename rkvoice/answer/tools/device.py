@@ -1,8 +1,5 @@
-"""Device status from /sys and /proc: temperatures, memory, uptime, load.
-
-Values a machine does not have (no NPU zone on a PC, no thermal zones in a container) are
-left out of the answer, never invented.
-"""
+"""Device status from /sys and /proc: temperatures, memory, uptime, load. Values a machine does
+not have (no NPU zone on a PC, no thermal zones in a container) are left out, never invented."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""The reminder scheduler: persisted reminders, spoken through a callback when due.
+"""The reminder scheduler: reminders kept in ``reminders.json``, spoken through a callback when due.
 
-The scheduler thread sleeps on a condition until the next due time (woken early by a new
-reminder or stop), fires due reminders through a callback (the answerer speaks them), and
-removes them from ``reminders.json``. Reminders that fell due while the process was down fire
-as soon as it starts again.
+Its thread sleeps until the next due time (woken early by a new reminder or stop); reminders that
+fell due while the process was down fire as soon as it starts again.
 """
 
 from __future__ import annotations
@@ -63,9 +61,7 @@ class ReminderScheduler:
         return len(items) - len(keep)
 
     def fire_due(self) -> list[str]:
-        """Speak every due reminder through ``on_due``; returns the texts (one pass, no waiting).
-
-        The due ones are removed from the file before they are spoken."""
+        """Speak every due reminder through ``on_due`` (removed from the file first); returns the texts."""
         with self._cond:
             now_ts = self.now().timestamp()
             items = self.items()
