@@ -240,7 +240,7 @@ def main() -> int:
     try:
         tl_o, over = run_overlapped(answerer, args.question, clock)
         deltas_o = list(llm.deltas)
-        assistant.conversation.clear()  # same prompt for the second run
+        assistant.conversation.history.clear()  # same prompt for the second run
         reset = getattr(llm.engine, "reset_cache", None)
         if reset is not None:
             reset()  # computed from scratch like the first run: same seed -> same answer

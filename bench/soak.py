@@ -197,7 +197,7 @@ class NoLlmAssistant:
         self.inner = Assistant(cfg, llm=_NoLlm())
 
     def load(self) -> None:
-        self.inner.load(llm=False)
+        self.inner.scheduler.start()  # the tools' reminders; no LLM to load
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

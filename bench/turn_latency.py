@@ -128,7 +128,7 @@ def from_system_prompt(assistant: Any) -> None:
     cache of the turn before keeps a varying part of the next question (the time's first digits, the
     same words), 1 to 32 tokens left to evaluate: a different first token per turn, not per variant.
     ``prime`` cuts the cache back to the system prompt (a token or two evaluated)."""
-    assistant.conversation.clear()
+    assistant.conversation.history.clear()
     prime = getattr(assistant.llm, "prime", None)
     if prime is not None:
         prime([{"role": "system", "content": assistant.conversation.system_prompt()}])

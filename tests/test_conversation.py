@@ -76,7 +76,7 @@ def test_history_is_bounded_and_skips_empty_answers() -> None:
     assert [m["content"] for m in msgs[1:5]] == [t + "问0", "答0", t + "问1", "答1"]
     conv.remember("新问题", "答")  # a fifth pair: the older half goes at once
     assert [q for q, _ in conv.history] == [t + "问3", t + "新问题"]
-    conv.clear()
+    conv.history.clear()
     assert len(conv.messages("x")) == 2
     assert len(Conversation(_cfg(history_turns=0), Clock()).history) == 0
 

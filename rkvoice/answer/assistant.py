@@ -65,13 +65,12 @@ class Assistant:
             self._llm = create_llm(self.cfg)
         return self._llm
 
-    def load(self, llm: bool = True) -> None:
+    def load(self) -> None:
         """Load the LLM (seconds) and start the reminder thread."""
-        if llm:
-            self.llm.load()
-            prime = getattr(self.llm, "prime", None)
-            if prime is not None:  # the system prompt's cache is ready before the first question
-                prime([{"role": "system", "content": self.conversation.system_prompt()}])
+        self.llm.load()
+        prime = getattr(self.llm, "prime", None)
+        if prime is not None:  # the system prompt's cache is ready before the first question
+            prime([{"role": "system", "content": self.conversation.system_prompt()}])
         self.scheduler.start()
 
     def close(self) -> None:

@@ -68,6 +68,3 @@ class Conversation:
         self.history.append((sent, answer))
         if len(self.history) > self.max_turns:
             del self.history[: len(self.history) - max(1, self.max_turns // 2)]
-
-    def clear(self) -> None:
-        self.history.clear()

@@ -161,15 +161,14 @@ def thread_counts(llm: LlmConfig, cores: int | None = None, busy: float | None =
 
 class FreeCores:
     """Generating threads before speech, re-decided before every token (a reading ~0.1 ms): the usable
-    cores less the median of the last ``keep`` readings of ``busy_now``'s two kinds (one sample), so
+    cores less the median of the last three readings of ``busy_now``'s two kinds (one sample), so
     work starting mid-answer takes a thread away at the next token instead of stalling the barriers."""
 
-    def __init__(self, cores: int | None = None, read: Callable[[], float] | None = None, keep: int = 3) -> None:
+    def __init__(self, cores: int | None = None, read: Callable[[], float] | None = None) -> None:
         self.cores = usable_cores() if cores is None else cores
         self._read = read or (lambda: busy_now(samples=1))
         self._recent: list[float] = []
-        self._keep = keep
 
     def threads(self) -> int:
-        self._recent = [*self._recent[1 - self._keep:], self._read()]
+        self._recent = [*self._recent[-2:], self._read()]  # the last three readings
         return max(1, self.cores - round(statistics.median(self._recent)))

@@ -25,7 +25,7 @@ from rkvoice.errors import RkvoiceError, Stage
 
 log = logging.getLogger(__name__)
 
-_DONE = object()
+_ERROR = object()  # queued by the callback for an ERROR state
 FAILED_INITS: set[str] = set()
 """Libraries (1.3 ABI) whose rkllm_init failed in this process: a second attempt may segfault."""
 
@@ -53,13 +53,6 @@ def loaded_path(lib: ctypes.CDLL, symbol: str) -> Path | None:
     except (AttributeError, OSError, ValueError):
         pass
     return None
-
-
-def _resolve(lib_path: str) -> Path | None:
-    p = Path(lib_path)
-    if p.is_absolute():
-        return p if p.exists() else None
-    return versions.first_existing(versions.LIBRKLLMRT_PATHS)
 
 
 class RkllmEngine:
@@ -146,7 +139,7 @@ class RkllmEngine:
     def _refuse_unsupported_runtime(self, lib: ctypes.CDLL) -> None:
         """Read the loaded library's version from its bytes and refuse one no binding here matches,
         before any call into it (a wrong layout crashes inside rkllm_run, not with an error)."""
-        path = loaded_path(lib, "rkllm_init") or _resolve(self.lib_path)
+        path = loaded_path(lib, "rkllm_init")  # None: not a librkllmrt (bind() says so) or no /proc
         version = versions.so_version(path, "rkllm") if path is not None else None
         if version is None:
             log.warning("cannot read the librkllmrt version of %s; assuming it matches llm.rkllm_abi %s",
@@ -163,18 +156,18 @@ class RkllmEngine:
             self.handle = abi_mod.LLMHandle()
         self.lib = None
 
-    def _on_result(self, result: Any, userdata: Any, state: int) -> int:
+    def _on_result(self, result: Any, _userdata: Any, state: int) -> int:
         try:
             res = result.contents if result else None
             if res is not None and res.text:
-                self._q.put(("bytes", ctypes.string_at(res.text)))
+                self._q.put(ctypes.string_at(res.text))
             if state == abi_mod.FINISH and res is not None:
                 p = res.perf
                 self.last_perf = {"prefill_ms": p.prefill_time_ms, "prefill_tokens": p.prefill_tokens,
                                   "generate_ms": p.generate_time_ms, "generate_tokens": p.generate_tokens,
                                   "memory_mb": p.memory_usage_mb}
             elif state == abi_mod.ERROR:
-                self._q.put(("error", None))
+                self._q.put(_ERROR)
         except Exception:  # never let an exception cross into C
             log.exception("rkllm callback failed")
         return 0
@@ -192,9 +185,9 @@ class RkllmEngine:
         if self.abi.version == "1.3":
             infer.max_new_tokens = self.cfg.llm.max_tokens
         try:
-            self._q.put((_DONE, self.lib.rkllm_run(self.handle, byref(inp), byref(infer), None)))
+            self._q.put(self.lib.rkllm_run(self.handle, byref(inp), byref(infer), None))  # its return code ends
         except (ctypes.ArgumentError, OSError) as exc:  # bad arguments reaching the runtime
-            self._q.put(("exception", exc))
+            self._q.put(exc)
 
     def stream(self, messages: list[Message]) -> Iterator[str]:
         if self.lib is None:
@@ -211,29 +204,24 @@ class RkllmEngine:
             worker.start()
             decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
             error = False
-            while True:
-                kind, payload = self._q.get()
-                if kind == "bytes":
-                    text = decoder.decode(payload)
-                    if text:
-                        yield text
-                elif kind == "error":
+            while not isinstance(item := self._q.get(), (int, Exception)):  # token bytes or _ERROR
+                if item is _ERROR:
                     error = True
-                elif kind == "exception":
-                    raise RkvoiceError(Stage.LLM, "rkllm-run", f"rkllm_run failed: {payload}")
-                elif kind is _DONE:
-                    tail = decoder.decode(b"", final=True)
-                    if tail and tail != "\ufffd":
-                        yield tail
-                    elif tail:
-                        log.warning("rkllm output ended inside a UTF-8 character; dropped it")
-                    if (error or payload != 0) and not self._aborted.is_set():
-                        raise RkvoiceError(Stage.LLM, "rkllm-run",
-                                           f"rkllm_run reported an error (ret {payload}); see the runtime log")
-                    break
+                elif text := decoder.decode(item):
+                    yield text
+            if isinstance(item, Exception):
+                raise RkvoiceError(Stage.LLM, "rkllm-run", f"rkllm_run failed: {item}")
+            tail = decoder.decode(b"", final=True)
+            if tail and tail != "\ufffd":
+                yield tail
+            elif tail:
+                log.warning("rkllm output ended inside a UTF-8 character; dropped it")
+            if (error or item != 0) and not self._aborted.is_set():
+                raise RkvoiceError(Stage.LLM, "rkllm-run",
+                                   f"rkllm_run reported an error (ret {item}); see the runtime log")
             worker.join()
         finally:
-            if worker is not None and worker.is_alive():  # the consumer stopped early: stop the runtime before the next run
+            if worker is not None and worker.is_alive():  # the consumer stopped early: stop the runtime first
                 self.abort()
                 worker.join(timeout=10)
             self._run_lock.release()

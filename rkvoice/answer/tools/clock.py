@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from rkvoice.answer.tools.base import ToolAnswer, ToolContext
 from rkvoice.answer.tools.match import has_any
@@ -21,14 +21,6 @@ _WEEKDAYS = "一二三四五六日"
 _NOT_CLOCK = ("提醒", "叫我", "闹钟", "待办", "多长时间", "多久", "时间管理", "花时间", "时间表", "时差")
 
 
-def _day_offset(text: str) -> tuple[int, str]:
-    return next(((off, word) for word, off in _DAY_OFFSETS if word in text), (0, "今天"))
-
-
-def spoken_date(d: datetime) -> str:
-    return cn_date(d).replace(" ", "，")
-
-
 def handle(text: str, ctx: ToolContext) -> ToolAnswer | None:
     if has_any(text, _NOT_CLOCK) or len(text) > 20:
         return None
@@ -38,9 +30,9 @@ def handle(text: str, ctx: ToolContext) -> ToolAnswer | None:
     if not (wants_time or wants_date or wants_weekday):
         return None
     now = ctx.now()
-    offset, day_word = _day_offset(text)
+    offset, day_word = next(((off, word) for word, off in _DAY_OFFSETS if word in text), (0, "今天"))
     day = now + timedelta(days=offset)
-    said = spoken_date(day) if wants_date else f"星期{_WEEKDAYS[day.weekday()]}" if wants_weekday else ""
+    said = cn_date(day).replace(" ", "，") if wants_date else f"星期{_WEEKDAYS[day.weekday()]}" if wants_weekday else ""
     if offset:  # "明天几点日出" (no date or weekday asked): not a clock question
         return ToolAnswer("date", f"{day_word}是{said}。") if said else None
     parts = [f"今天是{said}"] if said else []

@@ -33,21 +33,16 @@ LOAD_WORDS = ("负载", "cpu占用", "处理器占用", "忙不忙", "cpu使用�
 STATUS_WORDS = ("系统状态", "设备状态", "运行状态", "机器状态", "状态怎么样", "状态如何", "系统信息", "设备信息")
 
 
-def _label(zone_type: str) -> str | None:
-    t = zone_type.lower()
-    return next((label for label, keys in ZONE_LABELS if any(k in t for k in keys)), None)
-
-
 def read_temperatures(sys_root: Path) -> list[tuple[str, float]]:
     """(label, °C) per labelled group, the hottest zone of each group."""
     best: dict[str, float] = {}
     for zone in sorted((sys_root / "class" / "thermal").glob("thermal_zone*")):
         try:
-            zone_type = (zone / "type").read_text().strip()
+            zone_type = (zone / "type").read_text().strip().lower()
             milli = int((zone / "temp").read_text().strip())
         except (OSError, ValueError):
             continue
-        label = _label(zone_type)
+        label = next((label for label, keys in ZONE_LABELS if any(k in zone_type for k in keys)), None)
         if label is None or milli <= -273000:
             continue
         best[label] = max(best.get(label, -1e9), milli / 1000.0)
