@@ -59,7 +59,7 @@ def live(tmp_path: Path, script: list[Any], llm: ScriptedLlm | None = None, **ac
     def ready(done: int) -> bool:
         return wake.seen >= done and (not done or bool(host.reports))
 
-    return Listener(engines, cfg, host, source=lambda c: ScriptedMic(len(script), ready)), host, voice
+    return Listener(engines, cfg, host.report, host.busy, source=lambda c: ScriptedMic(len(script), ready)), host, voice
 
 
 def run(h: Listener, until: Any) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any
 
 from rkvoice.answer.assistant import Assistant
 from rkvoice.answer.respond import Answerer
@@ -28,21 +28,13 @@ from rkvoice.turn import Turn
 log = logging.getLogger(__name__)
 
 
-class Supervisor(Protocol):
-    """What the supervisor (the daemon) offers the loop it hosts."""
-
-    def report(self, result: Turn | BaseException) -> None:
-        """A turn is over (the handle), or hearing failed (the exception): logged, counted,
-        apologised for when it failed."""
-
-    def busy(self, what: str) -> AbstractContextManager[None]:
-        """Marks work that must finish: stuck in it for ``daemon.stall_s`` -> no watchdog pings."""
-
-
 class Listener:
-    """The turn loop on the microphone, over loaded stages, for the supervisor."""
+    """The turn loop on the microphone, over loaded stages. The supervisor's ``report`` gets each turn
+    that is over (the handle) or hearing failure (the exception); ``busy(what)`` marks work that must
+    finish (stuck in it for ``daemon.stall_s``: no watchdog pings)."""
 
-    def __init__(self, engines: dict[str, Any], cfg: Config, supervisor: Supervisor,
+    def __init__(self, engines: dict[str, Any], cfg: Config, report: Callable[[Turn | BaseException], None],
+                 busy: Callable[[str], AbstractContextManager[None]],
                  source: Callable[[Config], AudioSource] = microphone) -> None:
         self.cfg = cfg
         self.hear: Hear = engines["hear"]
@@ -55,8 +47,8 @@ class Listener:
         self.answerer = Answerer(LocalAssistant(self.assistant, self.answer_gate), self.speaker, cfg)
         self.assistant.set_reminder_callback(self.speaker.speak)  # the scheduler logs it
         self.turn_loop = TurnLoop(self.hear.session(), self.answerer, cue=self.speak.cue,
-                                  cue_out=player_cue(self.speak.player), on_turn=supervisor.report,
-                                  on_error=supervisor.report, busy=supervisor.busy)
+                                  cue_out=player_cue(self.speak.player), on_turn=report, on_error=report,
+                                  busy=busy)
         self.echo = echo_filter(cfg, self.speak.played)  # lives as long as the listener: the room stays learnt
 
     def shared(self) -> Engines:

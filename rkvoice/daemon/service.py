@@ -61,8 +61,6 @@ class Daemon:
         self.turns = 0
         self.on_turn: Callable[[Turn], None] | None = None
 
-    # -- lifecycle -------------------------------------------------------------------------
-
     def run(self, handle_signals: bool = True) -> int:
         """Load, announce READY, supervise until stopped; returns the exit status.
         ``handle_signals=False`` lets tests run the daemon on a non-main thread."""
@@ -96,7 +94,7 @@ class Daemon:
         """The turn loop over the loaded engines, and with ``wyoming.uri`` a Wyoming server for them on
         a thread of its own (both again after a reload, on the new engines). A server that fails is
         logged; the local loop goes on."""
-        self.listener = Listener(self.stages.engines, self.cfg, self, self.plan.source)
+        self.listener = Listener(self.stages.engines, self.cfg, self.report, self.busy, self.plan.source)
         if not self.cfg.wyoming.uri:
             return
         from rkvoice.wyoming.server import serve_wyoming
@@ -175,8 +173,6 @@ class Daemon:
             else:
                 log.error("stuck in %s for %.0f s; not feeding the watchdog", *stuck)
 
-    # -- Supervisor: what the hosted loop may call ---------------------------------------------------
-
     @contextmanager
     def busy(self, what: str) -> Iterator[None]:
         token = object()
@@ -224,8 +220,6 @@ class Daemon:
         log.info("stopped after %d turns (shutdown %.2f s), exit %d",
                  self.turns, self.clock.now() - t0, self._exit_code)
         return self._exit_code
-
-    # -- worker ------------------------------------------------------------------------------
 
     def _work(self) -> None:
         backoff = 0.0

@@ -125,9 +125,8 @@ class RkllmEngine:
                 f"rkllm_init failed ({ret}) for {self.model}: check the model matches runtime ABI "
                 f"{self.abi.version} (llm.rkllm_abi), llm.context <= the model's max context, NPU driver >= 0.9.8",
             )
-        # The prompt is built here (ChatML with our system prompt and history), so the
-        # template embedded at conversion is switched off. A runtime without the call keeps
-        # its template and gets the conversation as the user's text.
+        # We build the prompt (ChatML), so the template embedded at conversion is switched off; a
+        # runtime without the call keeps it and gets the conversation as the user's text (flatten).
         self.raw_prompt = hasattr(lib, "rkllm_set_chat_template") and \
             lib.rkllm_set_chat_template(self.handle, b"", b"", b"") == 0
         if not self.raw_prompt:
