@@ -70,5 +70,4 @@ def asr_name(cfg: Config, name: str | None = None) -> str:
 
 def create_asr(cfg: Config, name: str | None = None) -> AsrEngine:
     """The configured ASR engine, not loaded yet."""
-    engine: AsrEngine = ASR.create(asr_name(cfg, name), cfg)
-    return engine
+    return ASR.create(asr_name(cfg, name), cfg)

@@ -60,13 +60,9 @@ class PlayedAudio:
     def cut(self, tick: int) -> None:
         """Erase everything from ``tick`` on (it was cleared before being heard)."""
         with self._lock:
-            kept: deque[tuple[int, np.ndarray]] = deque()
-            for start, data in self._chunks:
-                if start < tick:
-                    kept.append((start, data[: tick - start]))
-            self._chunks = kept
-            if self.end_tick is not None:
-                self.end_tick = min(self.end_tick, max(tick, kept[-1][0] + len(kept[-1][1]) if kept else tick))
+            self._chunks = deque((start, data[: tick - start]) for start, data in self._chunks if start < tick)
+            if self.end_tick is not None:  # every chunk kept now ends by ``tick``
+                self.end_tick = min(self.end_tick, tick)
 
     def overlaps(self, lo: int, hi: int) -> bool:
         """Whether anything plays during ticks ``lo .. hi``."""

@@ -74,15 +74,8 @@ class HearSession:
     loop marks ``speech_end`` there, so ASR time counts in the latency.
     """
 
-    def __init__(
-        self,
-        cfg: Config,
-        asr: AsrEngine,
-        wake: WakeEngine,
-        segmenter: Segmenter,
-        on_speech_end: Callable[[Segment, Mode], None] | None = None,
-        clock: Clock | None = None,
-    ) -> None:
+    def __init__(self, cfg: Config, asr: AsrEngine, wake: WakeEngine, segmenter: Segmenter,
+                 clock: Clock | None = None) -> None:
         h = cfg.hear
         self.asr = asr
         self.wake = wake
@@ -90,7 +83,7 @@ class HearSession:
         self.matcher = PhraseMatcher(h.wake_phrase, tolerance=h.wake_tolerance)
         self.listen_timeout_s = h.listen_timeout_s
         self.follow_up_s = h.follow_up_s
-        self.on_speech_end = on_speech_end
+        self.on_speech_end: Callable[[Segment, Mode], None] | None = None
         self.clock = clock or MonotonicClock()
         self.mode = Mode.IDLE
         self.samples = 0

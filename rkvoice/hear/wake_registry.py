@@ -64,10 +64,8 @@ def wake_name(cfg: Config, name: str | None = None) -> str:
 def create_wake(cfg: Config, asr: AsrEngine | None = None, name: str | None = None) -> WakeEngine:
     """The configured wake engine, not loaded. asr-match shares the (loaded) ASR engine ``asr``."""
     resolved = wake_name(cfg, name)
-    if resolved == "asr-match":
-        if asr is None:
-            raise RkvoiceError(Stage.WAKE, "needs-asr", "the asr-match wake engine needs an ASR engine")
-        engine: WakeEngine = WAKE.create(resolved, cfg, asr)
-    else:
-        engine = WAKE.create(resolved, cfg)
-    return engine
+    if resolved != "asr-match":
+        return WAKE.create(resolved, cfg)
+    if asr is None:
+        raise RkvoiceError(Stage.WAKE, "needs-asr", "the asr-match wake engine needs an ASR engine")
+    return WAKE.create(resolved, cfg, asr)

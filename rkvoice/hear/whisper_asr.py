@@ -1,15 +1,13 @@
 """Whisper base through faster-whisper (CTranslate2 int8) on the CPU: the portable ASR.
 
-``transcribe`` keeps faster-whisper's no-speech filter (a segment whose no-speech probability is
-above 0.6 while its mean token log-probability is below -1 comes back empty), which spares
-requests made of breath and room noise. ``transcribe_primed`` serves the wake check on a short
-segment the VAD already called speech: the wake phrase primes the decoder and no filter can veto
-the result; a quiet "小智小智" alone was dropped by that filter (no-speech 0.75 at -20 dB).
+``transcribe`` keeps faster-whisper's no-speech filter (no-speech probability above 0.6 with a mean
+token log-probability below -1 comes back empty), which spares requests of breath and room noise.
+``transcribe_primed`` serves the wake check on a short segment the VAD already called speech: the
+phrase primes the decoder and no filter can veto (it dropped a quiet "小智小智": no-speech 0.75 at -20 dB).
 
-The encoder (a fixed 30 s window: most of a short decode's time) is run once per audio: the engine
-keeps the last encoder output with a digest of its input features, so the wake check's primed decode
-and phrase score on the segment the plain decode just read cost decoder steps only. Same input, same
-output: the results are those of three separate encodings.
+The encoder (a fixed 30 s window: most of a short decode's time) runs once per audio: the last output
+is kept with a digest of its input features, so the wake check's primed decode and phrase score on
+the segment the plain decode just read cost decoder steps only, with the same results.
 """
 
 from __future__ import annotations
@@ -54,17 +52,13 @@ class WhisperAsr:
     def load(self) -> None:
         missing = [f for f in FILES if not (self.model_dir / f).is_file()]
         if missing:
-            raise RkvoiceError(
-                Stage.ASR,
-                "missing-model",
-                f"Whisper model files missing in {self.model_dir}: {', '.join(missing)}; run ./install.sh",
-            )
+            raise RkvoiceError(Stage.ASR, "missing-model",
+                               f"Whisper model files missing in {self.model_dir}: {', '.join(missing)}; run ./install.sh")
         try:
             from faster_whisper import WhisperModel
         except ImportError as exc:
-            raise RkvoiceError(
-                Stage.ASR, "missing-dependency", f"whisper ASR needs faster-whisper ({exc}); pip install faster-whisper==1.2.1"
-            ) from exc
+            raise RkvoiceError(Stage.ASR, "missing-dependency",
+                               f"whisper ASR needs faster-whisper ({exc}); pip install faster-whisper==1.2.1") from exc
         self._model = WhisperModel(
             str(self.model_dir), device="cpu", compute_type="int8", cpu_threads=self.threads, num_workers=1
         )
