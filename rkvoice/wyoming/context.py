@@ -62,12 +62,12 @@ class Context:
         self.idle_since: dict[Any, float] = {}
         """Connections waiting for their next event with no request in progress -> since when (loop time)."""
 
-    def evict_oldest_idle(self, now: float, idle_s: float) -> bool:
+    def evict_oldest_idle(self, idle_s: float) -> bool:
         """Close the connection idle longest, if one has been idle ``idle_s``; True if one was."""
         if not self.idle_since:
             return False
         handler, since = min(self.idle_since.items(), key=lambda item: item[1])
-        if now - since < idle_s:
+        if asyncio.get_running_loop().time() - since < idle_s:
             return False
         del self.idle_since[handler]
         handler.evict()

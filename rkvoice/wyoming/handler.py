@@ -84,7 +84,7 @@ class WyomingHandler(AsyncEventHandler):
         self.ctx.clients += 1
         reading = asyncio.create_task(self._read_events(), name="wyoming reader")
         try:
-            if self.ctx.clients > self.limits.max_clients and not self.ctx.evict_oldest_idle(self._loop_time(), EVICT_IDLE_S):
+            if self.ctx.clients > self.limits.max_clients and not self.ctx.evict_oldest_idle(EVICT_IDLE_S):
                 await self._over_limit()
                 return
             while True:
@@ -117,17 +117,11 @@ class WyomingHandler(AsyncEventHandler):
                 if event is None:
                     self._gone.set()
                     return
-        except Refused as exc:
-            await self._inbox.put(exc)
         except (ConnectionError, asyncio.IncompleteReadError) as exc:
             self._gone.set()
             await self._inbox.put(exc)
-        except Exception as exc:  # a fault of this server: raised where the handler reaches it
+        except Exception as exc:  # a broken limit (Refused) or a fault of this server: raised where handled
             await self._inbox.put(exc)
-
-    @staticmethod
-    def _loop_time() -> float:
-        return asyncio.get_running_loop().time()
 
     def evict(self) -> None:
         """Make way for a new connection: this idle one gets an ``evicted`` error and is closed."""
@@ -139,7 +133,7 @@ class WyomingHandler(AsyncEventHandler):
     async def _next_event(self) -> Event | None:
         """The next event from the inbox; ``Refused("idle")`` when none comes within the idle limit."""
         if self.listening.listener is None and self.synthesis.stream is None:  # nothing in progress: may be evicted
-            self.ctx.idle_since[self] = self._loop_time()
+            self.ctx.idle_since[self] = asyncio.get_running_loop().time()
         try:
             item = await asyncio.wait_for(self._inbox.get(), self.limits.idle_timeout_s)
         except TimeoutError:
