@@ -40,9 +40,7 @@ from rkvoice.tts.matcha_frames import (  # noqa: E402
 from rkvoice.tts.matcha_frontend import (  # noqa: E402
     MatchaFrontend,
     Unit,
-    ids_of,
     ipa_to_tokens,
-    token_count,
     words,
 )
 
@@ -115,7 +113,7 @@ def test_english_words_get_espeak_phones_and_a_blank_after(tmp_path: Path) -> No
     assert fe.ids(fe.units("Hello Zyx 你")) == hello + [t2i["ni3"]]
     # the blank sits between units: a piece ending in an English word has none at its end
     units = fe.units("Hello Python")
-    assert ids_of(units[:1], blank=blank) == hello and token_count(units, blank=blank) == len(hello) + 1 + len(python)
+    assert fe.ids(units[:1]) == hello and fe.count(units) == len(hello) + 1 + len(python)
 
 
 def test_punctuation_is_mapped_and_deduplicated(tmp_path: Path) -> None:
@@ -146,7 +144,7 @@ def test_bad_voice_files_are_named(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- pieces, halves, windows
 
 def _count(units: list[Unit]) -> int:
-    return token_count(units, blank=0)
+    return sum(len(u.ids) for u in units)
 
 
 def test_split_fits_the_largest_bucket_and_cuts_after_punctuation(tmp_path: Path) -> None:

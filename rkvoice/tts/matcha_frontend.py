@@ -16,7 +16,7 @@ Following sherpa-onnx's ``MatchaTtsLexicon``:
 4. After an English word the blank token goes in before the next word that has ids:
    ``Hello World`` -> hello, blank, world; ``OK，好`` -> ok, blank, ``,``, 好.
 
-``units`` gives ``Unit``s (a phrase, word or mark with its ids); ``ids_of`` joins a piece's units,
+``units`` gives ``Unit``s (a phrase, word or mark with its ids); ``ids`` joins a piece's units,
 inserting the blanks, so a piece cut anywhere gets the ids sherpa-onnx gives for its text.
 """
 
@@ -206,36 +206,25 @@ class MatchaFrontend:
         return out
 
     def ids(self, units: list[Unit], add_blank: bool = False, pad_id: int = 0) -> list[int]:
-        return ids_of(units, add_blank, pad_id, self.blank)
+        """Join unit ids, with the blank token after each English word another unit follows; with
+        ``add_blank`` (models other than zh-en) interleave ``pad_id`` (x -> 0 x1 0 x2 ... 0)."""
+        ids: list[int] = []
+        for k, u in enumerate(units):
+            if k and self.blank is not None and units[k - 1].blank_after:
+                ids.append(self.blank)
+            ids.extend(u.ids)
+        if not add_blank:
+            return ids
+        out = [pad_id] * (2 * len(ids) + 1)
+        out[1::2] = ids
+        return out
 
     def count(self, units: list[Unit], add_blank: bool = False) -> int:
-        return token_count(units, add_blank, self.blank)
+        return len(self.ids(units, add_blank))
 
 
 def _alpha_or_punct(ch: str) -> bool:
     return ch.isascii() and (ch.isalpha() or (not ch.isalnum() and not ch.isspace()))
-
-
-def ids_of(units: list[Unit], add_blank: bool = False, pad_id: int = 0, blank: int | None = None) -> list[int]:
-    """Join unit ids, with ``blank`` after each English word that another unit follows; with
-    ``add_blank`` (models other than zh-en) interleave ``pad_id`` (x -> 0 x1 0 x2 ... 0)."""
-    ids: list[int] = []
-    for k, u in enumerate(units):
-        if k and blank is not None and units[k - 1].blank_after:
-            ids.append(blank)
-        ids.extend(u.ids)
-    if not add_blank:
-        return ids
-    out = [pad_id] * (2 * len(ids) + 1)
-    out[1::2] = ids
-    return out
-
-
-def token_count(units: list[Unit], add_blank: bool = False, blank: int | None = None) -> int:
-    n = sum(len(u.ids) for u in units)
-    if blank is not None:
-        n += sum(1 for u in units[:-1] if u.blank_after)
-    return 2 * n + 1 if add_blank else n
 
 
 def system_phonemizer(cfg: Config) -> Phonemizer | None:
