@@ -16,6 +16,7 @@ import numpy as np
 
 from rkvoice.audio.sinks import NullPlayer
 from rkvoice.clock import Clock, MonotonicClock
+from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
 from rkvoice.hear.vad import SAMPLE_RATE, Segment
 from rkvoice.hear.wake import WakeHit
@@ -299,8 +300,37 @@ class SeenTimeline(Timeline):
         return event
 
 
-def heard_until(player: NullPlayer) -> float | None:
-    """Where the NullPlayer's last audio segment ends: what a listener heard until (cut by clear())."""
+class RecordingPlayer(NullPlayer):
+    """A NullPlayer that logs what played: ``segments`` lists (start, end) clock times of audio that was
+    (or is being) heard, ``clear()`` cutting the current one at its moment; ``samples``, ``blocks``."""
+
+    def __init__(self, cfg: Config, clock: Clock | None = None, max_ahead_s: float | None = None) -> None:
+        super().__init__(cfg, clock, max_ahead_s)
+        self.segments: list[list[float]] = []
+        self.samples = 0
+        self.blocks = 0
+
+    def write(self, block: np.ndarray) -> None:
+        self._pace()
+        start, end = self._account(len(block))
+        with self._cond:
+            self.samples += len(block)
+            self.blocks += 1
+            if self.segments and abs(self.segments[-1][1] - start) < 1e-9:
+                self.segments[-1][1] = end
+            else:
+                self.segments.append([start, end])
+
+    def clear(self) -> None:
+        with self._cond:
+            now = self._clock.now()
+            for seg in self.segments:
+                seg[1] = min(seg[1], max(seg[0], now))
+        super().clear()
+
+
+def heard_until(player: RecordingPlayer) -> float | None:
+    """Where the player's last audio segment ends: what a listener heard until (cut by clear())."""
     with player._cond:
         return player.segments[-1][1] if player.segments else None
 

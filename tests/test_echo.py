@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fakes import RecordingPlayer
 
 from bench.echo import erle_db
 from bench.fake_clock import FakeClock
@@ -129,7 +130,7 @@ def test_mute_fallback_silences_playback_and_the_echo_tail_only() -> None:
 def test_reference_tap_places_blocks_when_heard_and_clear_erases_the_unheard() -> None:
     clock = FakeClock(10.0)
     cfg = load_config(files=[DEFAULT_CONFIG])
-    inner = NullPlayer(replace(cfg, audio=replace(cfg.audio, output_rate=RATE)), clock)
+    inner = RecordingPlayer(replace(cfg, audio=replace(cfg.audio, output_rate=RATE)), clock)
     played = PlayedAudio()
     tap = ReferenceTap(inner, played, clock)
     block = np.full(320, 16384, np.int16)  # 20 ms at 0.5
@@ -235,8 +236,8 @@ def test_the_speak_stage_taps_its_player(tmp_path) -> None:  # type: ignore[no-u
     from rkvoice.stages import Speak
 
     cfg = load_config([{"hear": {"ack": "none"}}], files=[DEFAULT_CONFIG])
-    inner: list[NullPlayer] = []
-    speak = Speak(cfg, player=lambda c: inner.append(NullPlayer(c)) or inner[0], tts=lambda c: FakeVoice())
+    inner: list[RecordingPlayer] = []
+    speak = Speak(cfg, player=lambda c: inner.append(RecordingPlayer(c)) or inner[0], tts=lambda c: FakeVoice())
     speak.load()
     try:
         assert isinstance(speak.player, ReferenceTap) and speak.player.player is inner[0]

@@ -10,6 +10,7 @@ import json
 
 import numpy as np
 import pytest
+from fakes import RecordingPlayer
 
 from bench.cer import cer
 from bench.soak import RealtimeSource
@@ -71,7 +72,6 @@ LONG_ANSWER = (
 
 
 def test_live_loop_wake_answer_and_barge_in(vad_ok, hear_asr, hear_voice, hear_fixtures):
-    from rkvoice.audio.sinks import NullPlayer
     from rkvoice.speaker import Speaker
 
     cfg = load_config()
@@ -87,7 +87,7 @@ def test_live_loop_wake_answer_and_barge_in(vad_ok, hear_asr, hear_voice, hear_f
     stream[8000 : 8000 + len(first)] = first
     stream[int(at_second * 16000) : int(at_second * 16000) + len(second)] = second
 
-    player = NullPlayer(cfg, clock, max_ahead_s=0.25)
+    player = RecordingPlayer(cfg, clock, max_ahead_s=0.25)
     speaker = Speaker(hear_voice, player, cfg, clock)
     speaker.load()
     cancels: list[float] = []

@@ -11,7 +11,7 @@ import wave
 
 import numpy as np
 import pytest
-from fakes import heard_until
+from fakes import RecordingPlayer, heard_until
 
 from bench.fake_clock import FakeClock
 from rkvoice.audio import players
@@ -34,7 +34,7 @@ def block(value: int = 1000) -> np.ndarray:
 
 def test_null_player_keeps_real_time_accounting():
     clock = FakeClock()
-    p = NullPlayer(CFG, clock)
+    p = RecordingPlayer(CFG, clock)
     for _ in range(50):  # 1 s of audio handed over at once
         p.write(block())
     assert clock.now() == 0.0  # unbounded: handing over does not wait
@@ -48,7 +48,7 @@ def test_null_player_keeps_real_time_accounting():
 
 def test_null_player_clear_cuts_what_is_heard():
     clock = FakeClock()
-    p = NullPlayer(CFG, clock)
+    p = RecordingPlayer(CFG, clock)
     for _ in range(100):
         p.write(block())
     clock.advance(0.3)
@@ -119,7 +119,7 @@ def test_wav_player_unwritable_path_is_a_clear_error(tmp_path):
 
 def test_tee_feeds_both_and_aborts_the_recorder(tmp_path):
     clock = FakeClock()
-    null = NullPlayer(CFG, clock)
+    null = RecordingPlayer(CFG, clock)
     wav = WavPlayer(CFG, path=tmp_path / "t.wav")
     tee = TeePlayer(null, wav)
     tee.open()

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from fakes import SteppedSpeaker, heard_until, wait_until
+from fakes import RecordingPlayer, SeenTimeline, SteppedSpeaker, heard_until, wait_until
 
 from bench.fake_clock import FakeClock
 from rkvoice.audio.sinks import NullPlayer
@@ -70,19 +70,19 @@ Split = Callable[[str, int, int], list[str]]
 
 def make(
     script: dict[str, tuple[float, float]], split: Split = bar_split, cfg: Config | None = None
-) -> tuple[FakeClock, ScriptedEngine, NullPlayer, Timeline, SteppedSpeaker, threading.Event]:
+) -> tuple[FakeClock, ScriptedEngine, RecordingPlayer, Timeline, SteppedSpeaker, threading.Event]:
     """A loaded speaker, and the timeline the tests give their turns (``audio_first`` is set from it)."""
     clock = FakeClock()
     cfg = cfg or Config()
     engine = ScriptedEngine(clock, script)
-    player = NullPlayer(cfg, clock)
+    player = RecordingPlayer(cfg, clock)
     audio_first = threading.Event()
 
     def on_event(e: Event) -> None:
         if e.name is Ev.AUDIO_FIRST:
             audio_first.set()
 
-    timeline = Timeline(clock, on_event=on_event)
+    timeline = SeenTimeline(clock, on_event)
     speaker = SteppedSpeaker(engine, player, cfg, clock, normalize=lambda t: t, split=split)
     speaker.load()
     engine.speaker = speaker
@@ -435,7 +435,7 @@ def test_pieces_of_different_turns_never_merge_and_turns_keep_their_order() -> N
 # -- audio still queued for the player counts as ahead; a played turn's late cancel leaves the player alone
 
 
-class DeviceFull(NullPlayer):
+class DeviceFull(RecordingPlayer):
     """A sound card whose buffer is full: write() blocks after the first block until released."""
 
     def __init__(self, cfg, clock):

@@ -72,40 +72,19 @@ class PacedPlayer:
 
 
 class NullPlayer(PacedPlayer):
-    """Consumes audio at real-time pace on the injected clock and keeps a log of what played.
-
-    ``segments`` lists (start, end) clock times of audio that was (or is being) heard;
-    ``clear()`` cuts the current segment at the moment of the clear.
-    """
+    """Consumes audio at real-time pace on the injected clock (the daemon without a sound device)."""
 
     name = "null"
 
     def __init__(self, cfg: Config, clock: Clock | None = None, max_ahead_s: float | None = None) -> None:
         super().__init__(cfg.audio.output_rate, clock or MonotonicClock(), max_ahead_s=max_ahead_s)
-        self.segments: list[list[float]] = []
-        self.samples = 0
-        self.blocks = 0
 
     def open(self) -> None:
         pass
 
     def write(self, block: np.ndarray) -> None:
         self._pace()
-        start, end = self._account(len(block))
-        with self._cond:
-            self.samples += len(block)
-            self.blocks += 1
-            if self.segments and abs(self.segments[-1][1] - start) < 1e-9:
-                self.segments[-1][1] = end
-            else:
-                self.segments.append([start, end])
-
-    def clear(self) -> None:
-        with self._cond:
-            now = self._clock.now()
-            for seg in self.segments:
-                seg[1] = min(seg[1], max(seg[0], now))
-        super().clear()
+        self._account(len(block))
 
     def close(self) -> None:
         pass
