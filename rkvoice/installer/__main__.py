@@ -44,7 +44,6 @@ def _parser() -> argparse.ArgumentParser:
                    help="interpreter for the throw-away converter venv (default: this one)")
     p.add_argument("--report", type=Path, default=None, metavar="FILE",
                    help="install: also write the table as JSON (one object per model) to FILE")
-    p.add_argument("-q", "--quiet", action="store_true")
     return p
 
 
@@ -95,7 +94,7 @@ def _check(args: argparse.Namespace, manifest: Manifest, root: Path, t0: float) 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s", stream=sys.stderr)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     root = args.root.resolve()
     t0 = time.monotonic()
     try:

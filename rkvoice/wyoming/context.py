@@ -30,7 +30,6 @@ Send = Callable[[Event], Awaitable[None]]
 FIGURES = ("route", "asr_ms", "llm_first_token_ms", "first_audio_ms", "synth_ms", "audio_s", "chunks", "total_ms")
 """Summary figures of a request's timeline in its log line, where it has them (the synthesis figures
 only where something was synthesised)."""
-SYNTHESIS = ("synth_ms", "audio_s", "chunks")
 
 
 def figures(summary: dict[str, Any]) -> str:
@@ -38,7 +37,7 @@ def figures(summary: dict[str, Any]) -> str:
     out = []
     for k in FIGURES:
         v = summary.get(k)
-        if v in (None, "") or (k in SYNTHESIS and not summary.get("chunks")):
+        if v in (None, "") or (k in ("synth_ms", "audio_s", "chunks") and not summary.get("chunks")):
             continue
         out.append(f"{k}={v:.0f}" if k.endswith("_ms") else f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={v}")
     return " ".join(out)
