@@ -303,7 +303,7 @@ def predict(turns_per_route: int = 3) -> dict[str, Any]:
     turns = run_board(cfg, questions)
     per: dict[str, dict[str, list[float]]] = {"tool": {}, "llm": {}}
     for t in turns:
-        s = t.summary()
+        s = t.timeline.summary()
         route = "llm" if s.get("route") == "llm" else "tool"
         for key in ("end_to_first_audio_ms", "max_gap_ms", "asr_ms", "first_audio_ms"):
             if isinstance(s.get(key), (int, float)):

@@ -345,7 +345,7 @@ def main() -> int:
     rss = [s["VmRSS"] for s in after]
     threads = [s["Threads"] for s in after]
     fds = [s["fds"] for s in after]
-    summaries = [r.summary() for r in reports]
+    summaries = [r.timeline.summary() for r in reports]
     e2fa = [s["end_to_first_audio_ms"] for s in summaries if "end_to_first_audio_ms" in s]
     asr = [s["asr_ms"] for s in summaries if isinstance(s.get("asr_ms"), (int, float))]
     expected = {t.split("，", 1)[1] for t in texts}

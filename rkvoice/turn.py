@@ -14,7 +14,6 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
 
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.timeline import Ev, Timeline
@@ -97,6 +96,3 @@ class Turn:
     def raise_if_failed(self) -> None:
         if self.exception is not None:
             raise self.exception
-
-    def summary(self) -> dict[str, Any]:
-        return self.timeline.summary()

@@ -81,7 +81,7 @@ def test_a_turn_is_marked_busy_spoken_and_reported_with_its_handle(tmp_path: Pat
     assert isinstance(turn, Turn) and turn.route == "tool:time" and turn.result and turn.done.is_set()
     assert "".join(voice.said) == turn.result
     assert "turn" in host.busy_names and "hear" in host.busy_names
-    assert turn.summary()["transcript"] == "现在几点"
+    assert turn.timeline.summary()["transcript"] == "现在几点"
 
 
 def test_streamed_llm_tokens_reach_the_speaker_as_a_few_chunked_pieces(tmp_path: Path) -> None:

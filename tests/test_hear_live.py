@@ -147,4 +147,4 @@ def test_live_loop_wake_answer_and_barge_in(vad_ok, hear_asr, hear_voice, hear_f
     assert any(t_cancel <= start <= t_cancel + 0.1 for start, _end in player.segments)
     two_names = [e.name for e in two.timeline.events]
     assert "audio_first" in two_names and "play_end" in two_names
-    assert two.summary()["end_to_first_audio_ms"] > 0
+    assert two.timeline.summary()["end_to_first_audio_ms"] > 0

@@ -95,7 +95,7 @@ def test_file_replay_with_require_wake_decides_the_wake(name, vad_ok, hear_asr, 
         (turn,) = turns
         assert turn.woke and cer(request, turn.text) <= 0.15, turn.text
         assert turn.done.is_set() and turn.result == f"answer:{turn.text}" and not turn.cancelled
-        summary = turn.summary()
+        summary = turn.timeline.summary()
         assert summary["end_to_first_audio_ms"] >= 0 and summary["transcript"] == turn.text
     else:
         assert turns == []

@@ -77,7 +77,7 @@ def test_file_replay_runs_each_turn_to_its_end_and_reports_latency(rig) -> None:
     r = rig()
     s = HearSession(r.cfg, ScriptedAsr(["今天几号"]), ScriptedWake(), ScriptedSegmenter([(0.5, 1.5)]))
     (turn,) = r.loop(s).run_file(ListSource(3.0), require_wake=False)
-    summary = turn.summary()
+    summary = turn.timeline.summary()
     assert turn.done.is_set() and not turn.cancelled and turn.route == "tool:date"
     assert summary["transcript"] == "今天几号" and summary["woke"] is False
     # the tool answers at once; the voice takes 100 ms of clock for the first piece

@@ -37,6 +37,6 @@ def run_text(text: str, args: argparse.Namespace, cfg: Config) -> int:
     if args.metrics:
         turn.timeline.write(Path(args.metrics))
     print(turn.result or "(stopped)")
-    log.info("summary %s", turn.summary())
+    log.info("summary %s", turn.timeline.summary())
     output.report()
     return 0

@@ -59,7 +59,7 @@ def run_file(path: str, args: argparse.Namespace, cfg: Config) -> int:
                         cue_out=player_cue(output.player), clock=clock)
         turns = loop.run_file(source, require_wake=args.require_wake)
 
-    summaries = [turn.summary() for turn in turns]
+    summaries = [turn.timeline.summary() for turn in turns]
     if args.require_wake:
         print(f"wake: {'yes' if loop.wakes else 'no'}")
     if not turns:

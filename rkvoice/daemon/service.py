@@ -254,7 +254,7 @@ class Daemon:
             self.turns += 1
             self._failures = 0
             n = self.turns
-        summary = turn.summary()
+        summary = turn.timeline.summary()
         lat = " ".join(f"{k}={summary[k]:g}" for k in ("asr_ms", "end_to_first_audio_ms")
                        if isinstance(summary.get(k), (int, float)))
         log.info("turn %d: heard %r route=%s answer_chars=%d%s %s", n, turn.text, turn.route or "-",

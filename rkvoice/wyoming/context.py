@@ -100,7 +100,7 @@ class Requests:
         finally:
             self._open.discard(turn)
             turn.finish()
-            summary = {**turn.summary(), "total_ms": (self.clock.now() - t0) * 1000.0}
+            summary = {**turn.timeline.summary(), "total_ms": (self.clock.now() - t0) * 1000.0}
             outcome = (f" failed: {turn.exception}" if turn.exception is not None
                        else f" cancelled ({turn.reason})" if turn.cancelled else "")
             log.info("wyoming %s %s %r: %s%s", self.peer, kind, turn.text[:60], figures(summary), outcome)
