@@ -82,6 +82,25 @@ class ModelRuntime(Protocol):
     def close(self) -> None: ...
 
 
+def ort_session(path: Path, threads: int, spinning: bool = True) -> Any:
+    """An onnxruntime CPU session with ``threads`` intra-op threads (``spinning=False``: idle ones do
+    not busy-wait); raises what onnxruntime raises."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = max(1, int(threads))
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    if not spinning:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's first message line (onnxruntime's run to many lines), else its type's name."""
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
 def _missing(path: Path, what: str) -> RkvoiceError:
     return RkvoiceError(Stage.NPU, "missing-model", f"{what} model file {path} not found; run ./install.sh "
                         "for this profile or fix the path in config.yaml")
@@ -103,17 +122,11 @@ class OnnxModel:
             raise _missing(self.path, self.what)
         import onnxruntime as ort
 
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = self.threads
-        opts.inter_op_num_threads = 1
-        opts.log_severity_level = 3
         try:
-            self._sess = ort.InferenceSession(str(self.path), sess_options=opts,
-                                              providers=["CPUExecutionProvider"])
+            self._sess = ort_session(self.path, self.threads)
         except Exception as exc:  # onnxruntime raises several types for a bad file
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise RkvoiceError(Stage.NPU, "load-failed",
-                               f"cannot load {self.path} with onnxruntime {ort.__version__}: {first}") from exc
+                               f"cannot load {self.path} with onnxruntime {ort.__version__}: {first_line(exc)}") from exc
         log.debug("loaded %s (onnxruntime %s, %d threads)", self.path, ort.__version__, self.threads)
 
     def _session(self) -> Any:

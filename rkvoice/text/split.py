@@ -252,29 +252,25 @@ def pack(cuts: CutPoints, start: int, end: int, first: int, chunk: int) -> list[
     """Greedy packing of ``text[start:end]`` into spans; the first at most ``first`` characters,
     the rest at most ``chunk``, preferring sentence ends, then clause marks, then word gaps."""
     spans: list[tuple[int, int]] = []
-    state = {"buf": -1, "limit": first}
-
-    def emit(a: int, b: int) -> None:
-        spans.append((a, b))
-        state["limit"] = chunk
+    buf = -1  # start of the span being filled
 
     def walk(a: int, b: int, level: int) -> None:
-        bounds = [a, *cuts.between(level, a, b), b]
-        for u0, u1 in pairwise(bounds):
-            buf = state["buf"]
-            if buf >= 0 and cuts.size(buf, u1) <= state["limit"]:
+        nonlocal buf
+        for u0, u1 in pairwise([a, *cuts.between(level, a, b), b]):
+            limit = chunk if spans else first
+            if buf >= 0 and cuts.size(buf, u1) <= limit:
                 continue
             if buf >= 0:
-                emit(buf, u0)
-                state["buf"] = -1
-            if cuts.size(u0, u1) <= state["limit"] or level == LAST_LEVEL:
-                state["buf"] = u0
+                spans.append((buf, u0))
+                buf, limit = -1, chunk
+            if cuts.size(u0, u1) <= limit or level == LAST_LEVEL:
+                buf = u0
             else:
                 walk(u0, u1, level + 1)
 
     walk(start, end, 0)
-    if state["buf"] >= 0:
-        spans.append((state["buf"], end))
+    if buf >= 0:
+        spans.append((buf, end))
     return spans
 
 

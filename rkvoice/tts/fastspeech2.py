@@ -60,29 +60,17 @@ def files(cfg: Config) -> dict[str, Path]:
 
 
 def open_session(path: Path, threads: int, what: str) -> Any:
-    """An onnxruntime session (sequential, explicit intra-op threads, no spinning), or an
-    RkvoiceError naming the missing/corrupt file and the fix."""
-    import onnxruntime as ort
+    """An onnxruntime session (no spinning unless ALLOW_SPINNING), or an RkvoiceError naming the
+    missing/corrupt file and the fix."""
+    from rkvoice.npu.runtime import first_line, ort_session
 
     if not path.is_file():
         raise RkvoiceError(Stage.TTS, "missing-model", f"{what} model {path} is missing: run ./install.sh to install it")
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = max(1, int(threads))
-    opts.inter_op_num_threads = 1
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if ALLOW_SPINNING else "0")
-    opts.log_severity_level = 3
     try:
-        return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+        return ort_session(path, threads, spinning=ALLOW_SPINNING)
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises several types for bad files
-        reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
-        raise RkvoiceError(
-            Stage.TTS,
-            "corrupt-model",
-            f"{what} model {path} is truncated or corrupt ({reason}): run ./install.sh to "
-            "fetch and convert it again",
-        ) from exc
+        raise RkvoiceError(Stage.TTS, "corrupt-model", f"{what} model {path} is truncated or corrupt "
+                           f"({first_line(exc)[:160]}): run ./install.sh to fetch and convert it again") from exc
 
 
 class FastSpeech2Tts:
