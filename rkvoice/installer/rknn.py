@@ -11,6 +11,7 @@ lean ``deps``, the converter once per ``runs`` entry, its JSON report checked.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -153,12 +154,12 @@ def _run_converter(ctx: Context, vpy: str, script: Path, args: list[str]) -> Non
         assert proc.stdout is not None
         for line in proc.stdout:
             line = line.rstrip("\n")
-            parsed = _json_line(line)
-            if parsed is not None:
-                reports.append(parsed)
-            else:
-                tail = (tail + [line.strip()])[-4:]
-                log.debug("    %s", line)
+            with contextlib.suppress(ValueError):  # a report line is a JSON object naming its model
+                if isinstance(report := json.loads(line), dict) and "model" in report:
+                    reports.append(report)
+                    continue
+            tail = (tail + [line.strip()])[-4:]
+            log.debug("    %s", line)
         rc = proc.wait()
     what = f"{script.name} {args[0] if args else ''}".strip()
     if rc != 0:
@@ -175,14 +176,6 @@ def _run_converter(ctx: Context, vpy: str, script: Path, args: list[str]) -> Non
         log.info("  %s %s: SNR vs original %s dB, simulator %s dB, build %s s, peak %s MB", r.get("model"),
                  r.get("tokens", r.get("frames")), r.get("snr_vs_original_db"), r.get("snr_db"),
                  r.get("build_s"), r.get("peak_rss_mb"))
-
-
-def _json_line(line: str) -> dict[str, Any] | None:
-    try:
-        data = json.loads(line)
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) and "model" in data else None
 
 
 def convert(ctx: Context, step: Step) -> None:

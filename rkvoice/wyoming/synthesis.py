@@ -18,7 +18,7 @@ from wyoming.tts import Synthesize, SynthesizeStart, SynthesizeStopped
 
 from rkvoice.answer.respond import _cut_early
 from rkvoice.errors import RkvoiceError, Stage
-from rkvoice.pieces import Piece, Pieces
+from rkvoice.pieces import Pieces
 from rkvoice.text.stream_chunker import StreamChunker
 from rkvoice.timeline import Ev
 from rkvoice.turn import Turn
@@ -59,15 +59,12 @@ class SpeechOut:
             self.turn.timeline.mark(Ev.TEXT_READY, turn=self.turn.id)
         steps = self.pieces.pieces(text)
         while (piece := await asyncio.wrap_future(self.worker.submit(lambda: next(steps, None)))) is not None:
-            await self._send(piece)
-
-    async def _send(self, piece: Piece) -> None:
-        if not self.rate:
-            self.rate = piece.rate
-            await self.send(AudioStart(rate=self.rate, width=2, channels=1).event())
-            self.turn.timeline.mark(Ev.AUDIO_FIRST, turn=self.turn.id)
-        for block in piece.blocks:
-            await self.send(AudioChunk(rate=self.rate, width=2, channels=1, audio=block.tobytes()).event())
+            if not self.rate:
+                self.rate = piece.rate
+                await self.send(AudioStart(rate=self.rate, width=2, channels=1).event())
+                self.turn.timeline.mark(Ev.AUDIO_FIRST, turn=self.turn.id)
+            for block in piece.blocks:
+                await self.send(AudioChunk(rate=self.rate, width=2, channels=1, audio=block.tobytes()).event())
 
     async def finish(self) -> None:
         if not self.rate:  # nothing speakable: an empty stream at the voice's rate
