@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 from rkvoice.board import runtimes
 from rkvoice.config import ROOT, Config
-from rkvoice.errors import Code, RkvoiceError, Stage
+from rkvoice.errors import Code, RkvoiceError
 from rkvoice.needs import Needs, Probe, missing, module_found, present_file
 from rkvoice.registry import Registry
 
@@ -92,8 +92,6 @@ def _choices(cfg: Config, output_device: Callable[[], str | None] | None) -> dic
 
 
 def _registry(stage: str) -> Registry:
-    if stage not in REGISTRIES:
-        raise RkvoiceError(Stage.CHECK, "unknown-stage", f"unknown stage {stage!r}")
     module, _, attr = REGISTRIES[stage].partition(":")
     registry: Registry = getattr(importlib.import_module(module), attr)
     return registry
