@@ -169,11 +169,8 @@ def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader without YAML 1.1's underscore digit groups and sexagesimal numbers.
-
-    Plain YAML reads ``0_1`` (an NPU core mask) as the integer 1 and ``22:05`` as 1325;
-    here both stay strings, so a str field gets what the user wrote.
-    """
+    """SafeLoader without YAML 1.1's underscore digit groups and sexagesimal numbers: plain YAML reads
+    ``0_1`` (an NPU core mask) as 1 and ``22:05`` as 1325; here both stay the strings the user wrote."""
 
 
 _Loader.yaml_implicit_resolvers = {

@@ -57,11 +57,8 @@ class Code(enum.StrEnum):
 
 
 class RkvoiceError(Exception):
-    """An error with a stage, a machine-readable code and a human message.
-
-    The message names the problem and, where there is one, the fix. The CLI prints
-    ``str(err)`` as one line and exits non-zero; it never shows a traceback for these.
-    """
+    """An error with a stage, a machine-readable code and a human message naming the problem and, where
+    there is one, the fix. The CLI prints ``str(err)`` as one line, no traceback, and exits non-zero."""
 
     def __init__(self, stage: Stage, code: str, message: str) -> None:
         super().__init__(message)

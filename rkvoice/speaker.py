@@ -63,11 +63,8 @@ class _Queue:
 
 
 class Speaker:
-    """Speaks turns through ``engine`` (a loaded TtsEngine) into ``player`` (opened).
-
-    The caller owns the engine and the player (loads/opens and closes them); the speaker owns
-    its two threads, started by ``load()`` and stopped by ``close()``.
-    """
+    """Speaks turns through ``engine`` (a loaded TtsEngine) into ``player`` (opened). The caller loads/opens
+    and closes both; the speaker owns its two threads, started by ``load()`` and stopped by ``close()``."""
 
     def __init__(
         self,

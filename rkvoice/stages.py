@@ -255,12 +255,9 @@ class StageSet:
             self._keys[spec.name] = spec.key(cfg)
 
     def reload(self, old_cfg: Config, new_cfg: Config) -> list[str]:
-        """Reload the stages whose config key changed; returns their names.
-
-        The old stage is closed before the new one loads (the board has no RAM for two LLMs). If the
-        new one fails to load, the old config is loaded back and the error re-raised; if even that
-        fails, the error is fatal to the process.
-        """
+        """Reload the stages whose config key changed; returns their names. The old stage is closed before
+        the new one loads (the board has no RAM for two LLMs); if that fails, the old config is loaded
+        back and the error re-raised (fatal to the process if even that fails)."""
         changed = [s for s in self.specs if s.key(new_cfg) != self._keys.get(s.name)]
         for spec in changed:
             _close(spec.name, self.engines.pop(spec.name, None))

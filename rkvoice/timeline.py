@@ -112,12 +112,9 @@ class Timeline:
 
 
 def max_gap_ms(plays: list[tuple[float, float]]) -> float:
-    """Largest silence heard between chunks on a real-time player.
-
-    ``plays`` holds, per chunk in play order, (ms when its first block was handed to the
-    player, its audio duration in seconds). The player runs dry when everything handed so
-    far has played; a chunk handed after that moment leaves a gap of the difference.
-    """
+    """Largest silence heard between chunks on a real-time player. ``plays``: per chunk in play order,
+    (ms when its first block was handed over, its audio seconds); the player runs dry once everything
+    handed has played, and a chunk handed after that leaves a gap of the difference."""
     gap = 0.0
     dry = plays[0][0] if plays else 0.0
     for handed_ms, audio_s in plays:

@@ -1,7 +1,5 @@
-"""Players on a sound device: ``aplay`` (ALSA, a subprocess) and ``sounddevice`` (PortAudio).
-
-Both take mono int16 blocks at ``rate``; a device that goes away is reported and opened again.
-"""
+"""Players on a sound device: ``aplay`` (ALSA, a subprocess) and ``sounddevice`` (PortAudio); a device
+that goes away is reported and opened again."""
 
 from __future__ import annotations
 
@@ -26,13 +24,10 @@ log = logging.getLogger(__name__)
 
 
 class AplayPlayer(PacedPlayer):
-    """Raw S16_LE mono PCM to ``aplay`` on stdin.
-
-    A dying aplay (device busy, unplugged) is reported with its exit code and last error
-    line; the blocks of the next ``retry_s`` are dropped (their time still passes) and the
-    process is started again. ``clear()`` kills the process, which drops what the pipe and
-    ALSA hold at once; the next write starts a new one.
-    """
+    """Raw S16_LE mono PCM to ``aplay`` on stdin. A dying aplay (device busy, unplugged) is reported with
+    its exit code and last error line, the blocks of the next ``retry_s`` are dropped (their time still
+    passes) and it is started again. ``clear()`` kills the process, which drops what the pipe and ALSA
+    hold at once; the next write starts a new one."""
 
     name = "aplay"
 
@@ -129,13 +124,10 @@ def _reap(proc: subprocess.Popen[bytes], timeout: float | None) -> int:
 
 
 class SounddevicePlayer:
-    """A PortAudio output stream fed from a block queue by its callback.
-
-    ``write`` blocks while more than ``max_ahead_s`` is queued; ``clear`` empties the queue
-    (the device keeps at most one callback block, ~20 ms); the callback plays zeros when
-    the queue runs dry. A stream that stops by itself (device unplugged, PortAudio error)
-    is reported through its finished callback and opened again on the next write.
-    """
+    """A PortAudio output stream fed from a block queue by its callback (zeros when the queue runs dry).
+    ``write`` blocks while more than ``max_ahead_s`` is queued; ``clear`` empties the queue (the device
+    keeps at most one ~20 ms callback block). A stream that stops by itself (unplugged, PortAudio
+    error) is reported by its finished callback and opened again on the next write."""
 
     name = "sounddevice"
 

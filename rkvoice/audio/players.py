@@ -63,10 +63,9 @@ class Player(Protocol):
 
 def choose_player(cfg: Config, *, daemon: bool, device: Callable[[], str | None] | None = None,
                   warn: bool = True) -> str:
-    """``audio.player``, with ``auto`` resolved: the sound device's player if there is one, else
-    ``null`` for the daemon (it must not grow a WAV file for weeks; logged as a warning unless
-    ``warn`` is False) or ``wav`` for a command-line run (the speech goes to a file). ``device``
-    replaces the sound-device probe."""
+    """``audio.player``, with ``auto`` resolved: the sound device's player if there is one, else ``null``
+    for the daemon (it must not grow a WAV file for weeks; a warning unless ``warn`` is False) or ``wav``
+    for a command-line run. ``device`` replaces the sound-device probe."""
     name = cfg.audio.player
     if name != "auto":
         PLAYERS.backend(name)  # unknown names fail here, listing the choices

@@ -96,11 +96,8 @@ def default_wav_path() -> Path:
 
 
 class WavPlayer:
-    """Writes the audio to a WAV file: a temp file in the same folder, renamed on close().
-
-    ``abort()`` (or a close after an error) removes the temp file: a half-written WAV never
-    appears at ``path``.
-    """
+    """Writes the audio to a WAV file: a temp file in the same folder, renamed on close(); ``abort()`` (or
+    a close after an error) removes it, so a half-written WAV never appears at ``path``."""
 
     name = "wav"
 
@@ -170,10 +167,8 @@ class WavPlayer:
 
 
 class TeePlayer:
-    """Hands every block to several players (e.g. a paced null sink and a WAV recorder).
-
-    The first player sets the pace; ``close`` closes all, ``abort`` aborts those that can.
-    """
+    """Hands every block to several players (e.g. a paced null sink and a WAV recorder); the first sets
+    the pace, ``close`` closes all, ``abort`` aborts those that can."""
 
     def __init__(self, *players: Any) -> None:
         self.players = players
