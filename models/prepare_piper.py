@@ -4,8 +4,10 @@
     python models/prepare_piper.py --onnx SRC.onnx --json SRC.onnx.json --out models/portable/piper-joe
 
 Writes OUT/model.onnx (the Piper graph with sherpa-onnx's metadata: model_type, comment=piper,
-language, voice, n_speakers, sample_rate, ...) and OUT/tokens.txt ("symbol id" per line from the
-voice's phoneme_id_map, sorted by id). The metadata is written with the onnx package (pinned in
+language, voice, n_speakers, sample_rate, ...), OUT/tokens.txt ("symbol id" per line from the
+voice's phoneme_id_map, sorted by id) and the graph cut in three for streaming synthesis
+(rkvoice.tts.piper_stream): OUT/text.onnx (phoneme ids, lengths, scales -> the flow's input z_p
+and the frame mask), OUT/flow.onnx (z_p, mask -> z) and OUT/decoder.onnx (z -> audio). The metadata is written with the onnx package (pinned in
 requirements/portable.txt, the profile this voice belongs to) and read back with onnxruntime, as
 sherpa-onnx's loader will see it; the other fields keep their bytes, so the output is
 byte-for-byte deterministic for a given input. Files are written under temporary names and
@@ -20,6 +22,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+import onnx
+import onnx.shape_inference
+import onnx.utils
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -72,6 +78,35 @@ def tokens_text(config: dict) -> str:
     return "".join(f"{symbol} {i}\n" for i, symbol in rows)
 
 
+SPLIT = ("text.onnx", "flow.onnx", "decoder.onnx")
+
+
+def split_graphs(model: bytes) -> tuple[bytes, bytes, bytes]:
+    """The VITS graph cut at the flow's input (z_p and the frame mask, made outside /flow/ by named
+    top-level nodes) and at the decoder's input (the tensor feeding the first /dec/ node)."""
+    proto = onnx.load_from_string(model)
+    graph = proto.graph
+    made_by = {out: node for node in graph.node for out in node.output}
+    flow_in: list[str] = []
+    for node in graph.node:
+        if node.name.startswith("/flow/"):
+            for name in node.input:
+                maker = made_by.get(name)
+                if maker is not None and maker.name.startswith("/") and not maker.name.startswith("/flow/"):
+                    flow_in += [name] if name not in flow_in else []
+    flow_in.sort(key=lambda name: made_by[name].op_type == "Cast")  # z_p first, the (cast) mask second
+    dec_in = [node.input[0] for node in graph.node if node.name.startswith("/dec/")][:1]
+    if len(flow_in) != 2 or not dec_in:
+        raise PrepareError(f"not a Piper VITS graph (flow inputs {flow_in}, decoder input {dec_in})")
+    inputs, outputs = [i.name for i in graph.input], [o.name for o in graph.output]
+    parts = ((inputs, flow_in), (flow_in, dec_in), (dec_in, outputs))
+    try:
+        extractor = onnx.utils.Extractor(onnx.shape_inference.infer_shapes(proto))  # the cut tensors' types
+        return tuple(extractor.extract_model(i, o).SerializeToString() for i, o in parts)  # type: ignore[return-value]
+    except (ValueError, onnx.shape_inference.InferenceError) as exc:
+        raise PrepareError(f"cannot cut the graph at {flow_in} and {dec_in}: {exc}") from exc
+
+
 def prepare(onnx_path: Path, json_path: Path, out: Path) -> None:
     try:
         config = json.loads(json_path.read_text(encoding="utf-8"))
@@ -86,6 +121,8 @@ def prepare(onnx_path: Path, json_path: Path, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "tokens.txt", tokens.encode("utf-8"))
     write_atomic(out / "model.onnx", model)
+    for name, part in zip(SPLIT, split_graphs(model), strict=True):
+        write_atomic(out / name, part)
     try:  # read back what sherpa-onnx will read
         problem = "" if read_onnx_metadata(out / "model.onnx") == meta else "its metadata did not round-trip"
     except ValueError as exc:
@@ -101,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", "--config", dest="json", required=True, type=Path,
                         help="its .onnx.json")
     parser.add_argument("--out", "--out-dir", dest="out", required=True, type=Path,
-                        help="output folder (model.onnx, tokens.txt)")
+                        help="output folder (model.onnx, tokens.txt, the split graphs)")
     args = parser.parse_args(argv)
     try:
         prepare(args.onnx, args.json, args.out)
@@ -111,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"prepare_piper: {exc.filename or ''}: {exc.strerror}", file=sys.stderr)
         return 1
-    print(f"wrote {args.out / 'model.onnx'} and {args.out / 'tokens.txt'}")
+    print(f"wrote model.onnx, tokens.txt, {', '.join(SPLIT)} in {args.out}")
     return 0
 
 

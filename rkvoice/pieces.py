@@ -6,6 +6,11 @@ synthesised -> post-processed audio blocks.
 speaker's TTS worker (the previous piece plays meanwhile), the Wyoming TTS worker (each piece is
 sent as soon as it is ready), a bench's loop. Each piece is marked on the turn's timeline (chunk,
 synth_start, synth_end); a cancelled turn synthesises nothing more.
+
+An engine that streams (``engine.streaming``: the Piper voice, rkvoice.tts.piper_stream) gives a
+piece's audio in parts; each part goes out post-processed (``StreamPost``) as one ``Piece`` of the
+same index as soon as it is made, so the first sound waits for the first part only. synth_end then
+comes after the piece's last part.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from rkvoice.audio.post import prepare_piece
+from rkvoice.audio.post import StreamPost, prepare_piece
 from rkvoice.clock import Clock
 from rkvoice.config import Config
 from rkvoice.text.normalize import speakable
@@ -72,6 +77,9 @@ class Pieces:
         self.block_ms = cfg.audio.block_ms if block_ms is None else block_ms
         self.fade_ms = cfg.audio.crossfade_ms if fade_ms is None else fade_ms
         self._synth = synth or (lambda text: engine.generate(text, sid=cfg.tts.sid, speed=cfg.tts.speed))
+        self._stream = None if synth or not getattr(engine, "streaming", False) else (
+            lambda text: engine.stream(text, sid=cfg.tts.sid, speed=cfg.tts.speed))
+        self._stream_rate = int(engine.sample_rate) if self._stream else 0
         self._normalize = normalize or speakable
         self._split = split or split_for_tts
         self.count = 0
@@ -93,10 +101,33 @@ class Pieces:
         for chunk in self.cut(text, limit):
             if self.turn.cancelled:
                 return
+            if self._stream is not None:
+                yield from self.streamed(chunk)
+                continue
             piece = self.synthesise(chunk)
             if piece is None:
                 return
             yield piece
+
+    def streamed(self, text: str) -> Iterator[Piece]:
+        """One piece made in parts (the engine's stream), each part a Piece as soon as it is made."""
+        assert self._stream is not None
+        index, tl, tid = self.count, self.turn.timeline, self.turn.id
+        self.count += 1
+        tl.mark(Ev.CHUNK, turn=tid, index=index, text=text)
+        tl.mark(Ev.SYNTH_START, turn=tid, index=index)
+        rate, out_rate = self._stream_rate, self.out_rate or self._stream_rate
+        post = StreamPost(rate, out_rate, max(1, out_rate * self.block_ms // 1000), self.fade_ms)
+        parts, synth_ms, samples, last = iter(self._stream(text)), 0.0, 0, False
+        while not last and not self.turn.cancelled:
+            t0 = self.clock.now()
+            part, last = next(parts, (np.zeros(0, dtype=np.float32), True))
+            blocks = post.push(part, last)
+            ms = (self.clock.now() - t0) * 1000.0
+            synth_ms, samples = synth_ms + ms, samples + len(part)
+            if len(blocks):
+                yield Piece(index, text, blocks, out_rate, ms)
+        tl.mark(Ev.SYNTH_END, turn=tid, index=index, synth_ms=round(synth_ms, 3), audio_s=round(samples / rate, 4))
 
     def synthesise(self, text: str) -> Piece | None:
         """One piece, marked on the timeline; None if the turn was cancelled meanwhile."""

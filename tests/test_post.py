@@ -148,3 +148,28 @@ def test_prepare_piece_end_to_end():
     low = (0.04 + 1.0 + 0.15) * 16000 / 320
     assert low <= blocks.shape[0] <= low + 0.1 * 16000 / 320 + 1
     assert abs(int(blocks[0, 0])) < 50  # faded in
+
+
+# -- a piece in parts -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cuts", [[], [3072, 9216, 20000], [100, 200, 30000], [8000]])
+@pytest.mark.parametrize("fade_ms", [10.0, 0.0])
+def test_stream_post_joined_is_prepare_piece_of_the_whole(cuts: list[int], fade_ms: float):
+    """Lead silence, speech, a click after it (the tail trim drops it): pushed in parts at 22.05 kHz,
+    the blocks joined are the whole piece's prepare_piece blocks, sample for sample (no zero-padded
+    gap, no fade at a seam); nothing goes out before the sound starts."""
+    rate = 22050
+    x = np.concatenate([noise(0.2, 0.002)[: round(0.2 * rate)], tone(1.4, rate=rate), silence(0.3, rate)])
+    x[round(1.9 * rate):round(1.92 * rate)] = 0.5
+    ref = post.prepare_piece(x, rate, 16000, 320, fade_ms)
+    sp = post.StreamPost(rate, 16000, 320, fade_ms)
+    edges = [0, *cuts, len(x)]
+    parts = [sp.push(x[a:b], last=b == len(x)) for a, b in zip(edges, edges[1:])]
+    assert np.array_equal(np.concatenate(parts), ref)
+    if cuts[:1] == [100]:
+        assert len(parts[0]) == len(parts[1]) == 0  # all quiet so far
+
+
+def test_stream_post_of_silence_is_nothing():
+    sp = post.StreamPost(RATE, RATE, 320)
+    assert sp.push(silence(0.5)).shape == (0, 320) and sp.push(silence(0.5), last=True).shape == (0, 320)

@@ -282,12 +282,17 @@ def test_explicit_vits_follows_the_text_language(tmp_path: Path) -> None:
 
 
 def _tiny_onnx() -> bytes:
-    """A real one-node ONNX model (Identity) carrying an old metadata entry the tool must replace."""
+    """A real four-node ONNX model shaped like Piper's VITS (z_p and a cast mask made by top-level
+    nodes, a /flow/ node, a /dec/ node) carrying an old metadata entry the tool must replace."""
     from onnx import TensorProto, helper
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
-    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [x], [y])
+    nodes = [helper.make_node("Cast", ["x"], ["mask"], name="/Cast_2", to=TensorProto.FLOAT),
+             helper.make_node("Add", ["x", "x"], ["zp"], name="/Add"),
+             helper.make_node("Mul", ["zp", "mask"], ["z"], name="/flow/Mul"),
+             helper.make_node("Neg", ["z"], ["y"], name="/dec/Neg")]
+    graph = helper.make_graph(nodes, "g", [x], [y])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     helper.set_model_props(model, {"old": "x"})
@@ -311,8 +316,15 @@ def test_prepare_piper_writes_metadata_and_tokens_deterministically(tmp_path: Pa
         proc = _run_prepare("--onnx", str(tmp_path / "v.onnx"), flags[0], str(tmp_path / "v.onnx.json"),
                             flags[1], str(out))
         assert proc.returncode == 0, proc.stderr
-        outs.append(((out / "model.onnx").read_bytes(), (out / "tokens.txt").read_bytes()))
+        outs.append(tuple((out / n).read_bytes() for n in ("model.onnx", "tokens.txt", "text.onnx", "flow.onnx",
+                                                           "decoder.onnx")))
     assert outs[0] == outs[1]
+    import onnxruntime as ort  # the split graphs chain back to the whole one: x -> (2x, x) -> 2x*x -> -2x*x
+
+    x = np.asarray([3.0], dtype=np.float32)
+    zp, mask = ort.InferenceSession(outs[0][2]).run(None, {"x": x})
+    z = ort.InferenceSession(outs[0][3]).run(None, {"zp": zp, "mask": mask})[0]
+    assert ort.InferenceSession(outs[0][4]).run(None, {"z": z})[0].tolist() == [-18.0]
     meta = vits.read_onnx_metadata(tmp_path / "out0" / "model.onnx")
     assert meta["comment"] == "piper" and meta["model_type"] == "vits" and meta["voice"] == "en-us"
     assert meta["sample_rate"] == "22050" and meta["n_speakers"] == "1" and "old" not in meta

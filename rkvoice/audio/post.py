@@ -1,6 +1,7 @@
 """Post-processing of synthesised pieces: trims, resampling, seam fades, fixed-size blocks.
 
-Pure functions on float32 mono arrays; nothing here keeps state or reads a clock.
+Pure functions on float32 mono arrays, and ``StreamPost``: the same for a piece that arrives in
+parts (its only state is the piece so far). Nothing here reads a clock.
 """
 
 from __future__ import annotations
@@ -84,15 +85,19 @@ def resample(x: np.ndarray, src_rate: int, dst_rate: int) -> np.ndarray:
     return np.asarray(soxr.resample(x, src_rate, dst_rate, quality="HQ"), dtype=np.float32)
 
 
+def ramp(n: int) -> np.ndarray:
+    """A raised-cosine fade-in of ``n`` samples (never exactly 0 or 1)."""
+    return (0.5 - 0.5 * np.cos(np.linspace(0.0, np.pi, n, endpoint=False) + np.pi / n)).astype(np.float32)
+
+
 def fade_edges(x: np.ndarray, rate: int, ms: float = 10.0) -> np.ndarray:
     """Raised-cosine fade-in and fade-out of ``ms`` each, so seams between pieces don't click."""
     x = np.array(x, dtype=np.float32, copy=True)
     n = min(round(ms * rate / 1000.0), len(x) // 2)
     if n <= 0:
         return x
-    ramp = (0.5 - 0.5 * np.cos(np.linspace(0.0, np.pi, n, endpoint=False) + np.pi / n)).astype(np.float32)
-    x[:n] *= ramp
-    x[-n:] *= ramp[::-1]
+    x[:n] *= ramp(n)
+    x[-n:] *= ramp(n)[::-1]
     return x
 
 
@@ -115,3 +120,50 @@ def prepare_piece(samples: np.ndarray, rate: int, out_rate: int, block: int, fad
     x = resample(x, rate, out_rate)
     x = fade_edges(x, out_rate, fade_ms)
     return to_pcm16(to_blocks(x, block))
+
+
+class StreamPost:
+    """``prepare_piece`` for one piece whose samples arrive in parts: ``push(part)`` returns the int16
+    blocks ready so far, ``push(part, last=True)`` the rest. The lead trim waits for the first sound;
+    the resampler is soxr's stream (its output equals the one-shot call's); the fade-in is applied as
+    the start goes out, the fade-out (held back: ``fade_ms``) and the tail trim at the end, where the
+    whole piece is known; blocks carry their remainder to the next part, zero-padding only the last.
+    Joined, the blocks equal ``prepare_piece`` of the whole piece (the tail trim cannot take back
+    what already went out; the engine makes its last part long enough to hold the tail)."""
+
+    def __init__(self, rate: int, out_rate: int, block: int, fade_ms: float = 10.0) -> None:
+        self.rate, self.block = rate, block
+        self._raw: list[np.ndarray] = []
+        self._start: int | None = None  # where the lead trim cut (None: no sound yet)
+        self._fed = 0  # raw samples from _start on handed to the resampler
+        self._sox = soxr.ResampleStream(rate, out_rate, 1, dtype="float32", quality="HQ") if rate != out_rate else None
+        self._fade = round(fade_ms * out_rate / 1000.0)
+        self._out = 0  # output samples made so far (where the fade-in stands)
+        self._held = np.zeros(0, dtype=np.float32)
+
+    def push(self, part: np.ndarray, last: bool = False) -> np.ndarray:
+        x = np.concatenate([*self._raw, np.asarray(part, dtype=np.float32).reshape(-1)])
+        self._raw = [x]
+        if self._start is None and np.abs(x).max(initial=0.0) > 0.01:
+            self._start = len(x) - len(trim_lead(x, self.rate))
+        if self._start is None:
+            return to_blocks(np.zeros(0, dtype=np.float32), self.block)
+        end = max(self._fed, len(trim_tail(x[self._start:], self.rate))) if last else len(x) - self._start
+        new = x[self._start + self._fed:self._start + end]
+        self._fed = end
+        y = new if self._sox is None else np.asarray(self._sox.resample_chunk(new, last=last), dtype=np.float32)
+        if self._out < self._fade and len(y):
+            n = min(len(y), self._fade - self._out)
+            y = y.copy()
+            y[:n] *= ramp(self._fade)[self._out:self._out + n]
+        self._out += len(y)
+        y = np.concatenate([self._held, y])
+        if last:
+            n = min(self._fade, len(y))
+            if n:
+                y[len(y) - n:] *= ramp(self._fade)[::-1][self._fade - n:]
+            self._held = y[:0]
+            return to_pcm16(to_blocks(y, self.block))
+        ready = max(0, len(y) - self._fade) // self.block * self.block
+        self._held = y[ready:]
+        return to_pcm16(to_blocks(y[:ready], self.block))

@@ -4,7 +4,8 @@ Two voices:
 - ``piper-joe`` (portable, English, 22.05 kHz): a Piper voice with sherpa metadata and tokens.txt
   (models/prepare_piper.py). sherpa-onnx 2.x has no espeak-ng inside, so phonemes come from
   piper-tts's bundled espeak-ng (``piper.phonemize_espeak``) and reach sherpa-onnx as
-  ``GenerationConfig.phoneme_codepoints``, one list per sentence.
+  ``GenerationConfig.phoneme_codepoints``, one list per sentence. ``stream()`` speaks the same
+  phonemes through the voice's split graphs (rkvoice.tts.piper_stream) window by window.
 - ``vits-zh-aishell3`` (board, Chinese, 174 speakers): sherpa-onnx's own lexicon frontend with
   its rule FSTs; sherpa-onnx reads the text itself.
 
@@ -16,6 +17,7 @@ each problem into an RkvoiceError naming the file and ``./install.sh``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.needs import FileNeed, present_file
 from rkvoice.tts.base import check_request
+from rkvoice.tts.piper_stream import SPLIT, PiperStream, phoneme_ids, read_ids
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +43,9 @@ SPAN_NOISE = (0.0, 0.0)
 every time it is said. Over 40 mixed sentences with brand and tech words (bench/mixed_tts.py) Whisper
 heard about as many English words as with PIPER_NOISE (15/42 against 49/126 in three
 sampled takes), not more; the bench's sentence is heard whole in every take."""
+STREAM_PIECE_CHARS = (24, 80)
+"""(first, later) piece lengths of a streamed Piper voice: "Thanks for asking," whole, later pieces
+a sentence or so (fewer text-encoder calls, each sees more context)."""
 PHONEME_LEAD = "  "
 """Word breaks put before each sentence's Piper phonemes: without them the voice starts on the
 first phoneme and swallows an opening plosive (Whisper hears "Python" said alone as "Hi then")."""
@@ -55,6 +61,7 @@ class VitsVoice:
     rule_fsts: tuple[str, ...] = ()
     rule_fars: tuple[str, ...] = ()
     external_phonemes: bool = False  # phonemes from espeak-ng outside sherpa (Piper voices)
+    split: tuple[str, ...] = ()  # the graph cut for streaming (models/prepare_piper.py)
 
     def dir(self, cfg: Config) -> Path:
         return cfg.models.path / self.profile / self.name
@@ -67,14 +74,16 @@ class VitsVoice:
         """What the voice needs: one of its model files, tokens, and its lexicon if it has one."""
         d = self.dir(cfg)
         lexicon = (FileNeed("lexicon", (d / self.lexicon,)),) if self.lexicon else ()
-        return FileNeed("model", tuple(d / n for n in self.models)), FileNeed("tokens", (d / "tokens.txt",)), *lexicon
+        split = tuple(FileNeed(name.removesuffix(".onnx"), (d / name,)) for name in self.split)
+        return (FileNeed("model", tuple(d / n for n in self.models)), FileNeed("tokens", (d / "tokens.txt",)),
+                *lexicon, *split)
 
     def installed(self, cfg: Config) -> bool:
         return all(present_file(f) is not None for f in self.files(cfg))
 
 
 VOICES = {
-    "piper-joe": VitsVoice("piper-joe", "portable", ("en",), ("model.onnx",), external_phonemes=True),
+    "piper-joe": VitsVoice("piper-joe", "portable", ("en",), ("model.onnx",), external_phonemes=True, split=SPLIT),
     "vits-zh-aishell3": VitsVoice(
         "vits-zh-aishell3",
         "board",
@@ -147,16 +156,21 @@ class VitsTts:
         self.threads = cfg.tts.threads
         self._tts: Any = None  # sherpa_onnx.OfflineTts (the package has no type information)
         self._phonemizer: Any = None  # piper.phonemize_espeak.EspeakPhonemizer
+        self._stream: PiperStream | None = None
+        self._ids: dict[str, int] = {}
         self._espeak_voice = "en-us"
         self._rate = 0
         self._speakers = 1
 
+    @property
+    def fix(self) -> str:
+        profile = "" if self.voice.profile == "portable" else f" --profile {self.voice.profile}"
+        return f"run ./install.sh{profile} to install the {self.voice.name} voice"
+
     def _check_files(self) -> tuple[Path, Path, Path | None, dict[str, str]]:
-        v, d = self.voice, self.voice.dir(self.cfg)
+        v, d, fix = self.voice, self.voice.dir(self.cfg), self.fix
         model, tokens = v.model_path(self.cfg), d / "tokens.txt"
         lexicon = d / v.lexicon if v.lexicon else None
-        profile = "" if v.profile == "portable" else f" --profile {v.profile}"
-        fix = f"run ./install.sh{profile} to install the {v.name} voice"
         for path in [model, tokens] + ([lexicon] if lexicon else []):
             if not path.is_file():
                 raise RkvoiceError(Stage.TTS, "missing-model", f"vits voice file {path} is missing: {fix}")
@@ -210,10 +224,15 @@ class VitsTts:
                     "the Piper voice needs piper-tts (espeak-ng phonemes): run ./install.sh",
                 ) from exc
             self._phonemizer = EspeakPhonemizer()
+        if self.voice.split:
+            self._stream = PiperStream(d, self.threads, self.fix)
+            self._ids = read_ids(tokens)
         self._tts = sherpa_onnx.OfflineTts(config)
         self._rate = int(self._tts.sample_rate)
         self._speakers = max(1, int(self._tts.num_speakers))
         audio, _ = self.generate(WARMUP[self.languages[0]])
+        for _ in self.stream(WARMUP[self.languages[0]]):
+            pass
         log.info(
             "vits %s loaded (threads=%d, %d Hz, %d speaker(s), warm-up %.2f s)",
             self.voice.name, self.threads, self._rate, self._speakers, len(audio) / max(1, self._rate),
@@ -225,6 +244,38 @@ class VitsTts:
             raise RkvoiceError(Stage.TTS, "not-loaded", "vits: sample_rate read before load()")
         return self._rate
 
+    @property
+    def piece_chars(self) -> tuple[int, int] | None:
+        """Streaming, a piece costs its first window, not its length: the first piece can be a whole
+        clause (rkvoice.pieces.piece_chars; None: tts.first_chars / chunk_chars)."""
+        return STREAM_PIECE_CHARS if self.streaming else None
+
+    @property
+    def streaming(self) -> bool:
+        """stream() speaks window by window (a Piper voice with its split graphs, loaded)."""
+        return self._stream is not None
+
+    def _phonemes(self, text: str) -> list[str]:
+        """Each sentence's Piper phonemes, after PHONEME_LEAD."""
+        phonemized = self._phonemizer.phonemize(self._espeak_voice, text)
+        return [PHONEME_LEAD + p for p in ("".join(phones).strip() for phones in phonemized) if p]
+
+    def stream(self, text: str, sid: int = 0, speed: float = 1.0) -> Iterator[tuple[np.ndarray, bool]]:
+        """``text``'s audio at sample_rate in parts as they are made, each with "is it the last";
+        the same phonemes and noise as generate() (the sampled noise differs run to run)."""
+        if self._stream is None:
+            raise RkvoiceError(Stage.TTS, "not-loaded", f"vits voice {self.voice.name}: stream() needs load() "
+                               "and the voice's split graphs")
+        check_request(f"vits voice {self.voice.name}", self._speakers, sid, speed)
+        sentences = self._phonemes(text) if text.strip() else []
+        if not sentences:
+            yield np.zeros(0, dtype=np.float32), True
+        noise, noise_w = self.piper_noise
+        for n, phonemes in enumerate(sentences):
+            zp = self._stream.encode(phoneme_ids(phonemes, self._ids), (noise, 1.0 / speed, noise_w))
+            for audio, end in self._stream.windows(zp):
+                yield np.clip(audio, -1.0, 1.0), end and n == len(sentences) - 1
+
     def generate(self, text: str, sid: int = 0, speed: float = 1.0) -> tuple[np.ndarray, int]:
         if self._tts is None:
             raise RkvoiceError(Stage.TTS, "not-loaded", "vits: generate() called before load()")
@@ -235,14 +286,13 @@ class VitsTts:
         if self.voice.external_phonemes:
             import sherpa_onnx
 
-            phonemized = self._phonemizer.phonemize(self._espeak_voice, text)  # per sentence: its phonemes
-            sentences = [p for p in ("".join(phones).strip() for phones in phonemized) if p]
+            sentences = self._phonemes(text)
             if not sentences:
                 return empty, self._rate
             gen = sherpa_onnx.GenerationConfig()
             gen.sid = sid
             gen.speed = speed
-            gen.phoneme_codepoints = [[ord(c) for c in PHONEME_LEAD + s] for s in sentences]
+            gen.phoneme_codepoints = [[ord(c) for c in s] for s in sentences]
             result = self._tts.generate("", gen)
         else:
             result = self._tts.generate(text, sid=sid, speed=speed)
