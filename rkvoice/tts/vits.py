@@ -231,7 +231,7 @@ class VitsTts:
         self._rate = int(self._tts.sample_rate)
         self._speakers = max(1, int(self._tts.num_speakers))
         audio, _ = self.generate(WARMUP[self.languages[0]])
-        for _ in self.stream(WARMUP[self.languages[0]]):
+        for _ in self.stream(WARMUP[self.languages[0]]) if self.streaming else ():
             pass
         log.info(
             "vits %s loaded (threads=%d, %d Hz, %d speaker(s), warm-up %.2f s)",
