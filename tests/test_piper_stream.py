@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.fake_clock import FakeClock
 from rkvoice.audio.post import prepare_piece
-from rkvoice.clock import FakeClock
 from rkvoice.config import ROOT, load_config
 from rkvoice.errors import RkvoiceError
 from rkvoice.pieces import Pieces
