@@ -97,6 +97,4 @@ class AudioIn:
                 f"the audio stream ended inside a frame ({len(self._carry)} of {frame} bytes of a {self.width}-byte "
                 f"x {self.channels}-channel frame); send whole frames",
             )
-        if self._resampler is None:
-            return np.zeros(0, np.float32)
-        return np.asarray(self._resampler.resample_chunk(np.zeros(0, np.float32), last=True), dtype=np.float32)
+        return self.convert(b"", last=True)

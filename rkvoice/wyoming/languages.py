@@ -22,9 +22,4 @@ def primary(language: str) -> str:
 
 def announced(languages: list[str] | tuple[str, ...]) -> list[str]:
     """``languages`` (primary codes) with the variants announced for each, in order, no repeats."""
-    out: list[str] = []
-    for lang in languages:
-        for code in VARIANTS.get(primary(lang), (lang,)):
-            if code not in out:
-                out.append(code)
-    return out
+    return list(dict.fromkeys(code for lang in languages for code in VARIANTS.get(primary(lang), (lang,))))
