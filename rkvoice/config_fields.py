@@ -81,10 +81,7 @@ def _words(tp: Any) -> tuple[Any, ...]:
 
 def type_name(tp: Any) -> str:
     """``int``, ``float``, ``int or 'auto'`` -- how a field's type reads in an error."""
-    names: list[str] = []
-    for kind in _kinds(tp):
-        names += map(repr, typing.get_args(kind)) if typing.get_origin(kind) is Literal else [kind.__name__]
-    return " or ".join(names)
+    return " or ".join([k.__name__ for k in _kinds(tp) if isinstance(k, type)] + [repr(w) for w in _words(tp)])
 
 
 def allowed(tp: Any, metadata: typing.Mapping[str, Any]) -> str:

@@ -39,7 +39,7 @@ class PriorityGate:
         self._cond = threading.Condition()
         self._held_by: str | None = None
         self._on_preempt: Callable[[], None] | None = None
-        self._waiting: list[tuple[bool, int]] = []  # a heap of (remote?, ticket)
+        self._waiting: list[tuple[bool, int]] = []  # (remote?, ticket): the least goes first
         self._tickets = itertools.count()
 
     def local(self) -> AbstractContextManager[None]:
@@ -54,16 +54,15 @@ class PriorityGate:
     def _hold(self, who: str, on_preempt: Callable[[], None] | None = None) -> Iterator[None]:
         with self._cond:
             me = (who == "remote", next(self._tickets))
-            heapq.heappush(self._waiting, me)
+            self._waiting.append(me)
             if who == "local" and self._held_by == "remote" and self._on_preempt is not None:
                 log.info("%s: the local turn preempts a Wyoming request", self.name)
                 self._on_preempt()
             try:
-                while self._held_by is not None or self._waiting[0] != me:
+                while self._held_by is not None or min(self._waiting) != me:
                     self._cond.wait()
             finally:  # admitted, or gave up waiting: either way out of the queue
                 self._waiting.remove(me)
-                heapq.heapify(self._waiting)
                 self._cond.notify_all()
             self._held_by, self._on_preempt = who, on_preempt
         try:

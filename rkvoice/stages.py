@@ -27,7 +27,7 @@ from rkvoice.gate import ASR_CALLS, TTS_CALLS, Engines, Local, PriorityGate
 from rkvoice.hear.asr import AsrEngine
 from rkvoice.hear.echo import PlayedAudio, ReferenceTap
 from rkvoice.hear.session import HearSession
-from rkvoice.hear.sources import AudioSource
+from rkvoice.hear.sources import AudioSource, microphone as open_microphone
 from rkvoice.hear.vad import Segmenter
 from rkvoice.hear.wake import WakeEngine
 from rkvoice.speaker import Speaker
@@ -162,8 +162,6 @@ def daemon_player(cfg: Config) -> Player:
 
 
 def microphone(cfg: Config) -> AudioSource:
-    from rkvoice.hear.sources import microphone as open_microphone
-
     return open_microphone(cfg.audio.input, cfg.audio.input_device)
 
 

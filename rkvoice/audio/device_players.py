@@ -95,19 +95,20 @@ class AplayPlayer(PacedPlayer):
                 if proc is self._proc:  # otherwise clear() killed it on purpose
                     self._report_death()
 
-    def clear(self) -> None:
+    def _take(self) -> subprocess.Popen[bytes] | None:
         with self._plock:
             proc, self._proc = self._proc, None
-        if proc is not None:
+        return proc
+
+    def clear(self) -> None:
+        if (proc := self._take()) is not None:
             proc.kill()
             _reap(proc, None)
         super().clear()
 
     def close(self) -> None:
         self.drain()
-        with self._plock:
-            proc, self._proc = self._proc, None
-        if proc is not None:
+        if (proc := self._take()) is not None:
             _reap(proc, 2.0)
 
 
