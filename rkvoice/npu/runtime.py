@@ -53,9 +53,7 @@ class TensorSpec:
 
     @property
     def size(self) -> int | None:
-        if not self.fixed:
-            return None
-        return math.prod(d for d in self.shape if isinstance(d, int))  # fixed: every size is an int
+        return math.prod(int(d) for d in self.shape) if self.fixed else None
 
     def describe(self) -> str:
         return f"{self.name} {self.dtype} [{', '.join(str(d) for d in self.shape)}]"
@@ -244,10 +242,7 @@ class RknnModel:
 
     def query_io(self) -> tuple[list[TensorSpec], list[TensorSpec]] | None:
         """Inputs and outputs as the loaded .rknn reports them (RKNNRuntime.get_in_out_num /
-        get_tensor_attr of rknn-toolkit-lite2 2.x); None where this RKNNLite offers no such query.
-
-        Names and element counts are what can be compared with a sidecar: RKNN may report the
-        dimensions in its own layout and the element type it computes in."""
+        get_tensor_attr of rknn-toolkit-lite2 2.x); None where this RKNNLite offers no such query."""
         rt = getattr(self._rknn, "rknn_runtime", None)
         if rt is None or not hasattr(rt, "get_in_out_num") or not hasattr(rt, "get_tensor_attr"):
             return None

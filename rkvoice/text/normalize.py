@@ -55,12 +55,9 @@ def language_runs(text: str) -> list[tuple[str, str]]:
 
 
 def speakable(text: str, lang: str | None = None) -> str:
-    """Text rewritten for a TTS voice: numbers, times, dates, units and abbreviations as words.
-
-    ``lang`` forces "zh" or "en" for the whole text; None decides run by run by script, so mixed
-    Chinese and English text works. Markup, emoji, URLs, citation marks and control characters are
-    removed and whitespace collapsed; words are never dropped. Empty text gives "".
-    """
+    """Text rewritten for a TTS voice: numbers, times, dates, units and abbreviations as words,
+    markup, emoji, URLs and citation marks removed, whitespace collapsed, no word dropped. ``lang``
+    forces "zh" or "en" for the whole text; None decides run by run by script."""
     if lang is not None and lang not in LANGS:
         raise RkvoiceError(Stage.TEXT, "bad-language",
                            f"speakable lang must be one of {', '.join(LANGS)} or None, got {lang!r}")

@@ -65,15 +65,8 @@ def _pause(marks: str) -> str:
 
 def script_spans(text: str) -> list[Span]:
     """The text as alternating Chinese and English spans (see the module docstring)."""
-    pieces: list[tuple[str, str]] = []
-    pos = 0
-    for m in _LATIN_RUN.finditer(text):
-        if m.start() > pos:
-            pieces.append(("zh", text[pos : m.start()]))
-        pieces.append(("en", m.group()))
-        pos = m.end()
-    if pos < len(text):
-        pieces.append(("zh", text[pos:]))
+    parts = re.split(f"({_LATIN_RUN.pattern})", text)  # zh, en, zh, ..., zh (some empty)
+    pieces = [("en" if i % 2 else "zh", part) for i, part in enumerate(parts) if part]
     spans: list[Span] = []
     pending = ""  # punctuation between two spoken spans
     for i, (lang, piece) in enumerate(pieces):

@@ -275,14 +275,10 @@ def pack(cuts: CutPoints, start: int, end: int, first: int, chunk: int) -> list[
 
 
 def split_for_tts(text: str, first: int = 24, chunk: int = 40) -> list[str]:
-    """Cut ``text`` into TTS pieces, the first at most ``first`` spoken characters, later ones at
-    most ``chunk`` (``CutPoints.size``: URLs, markdown markers and emoji are not spoken).
-
-    Prefers sentence ends (。！？；.!?;), then clause marks (，、,：:), then gaps between words;
-    cuts inside a number with its separators, a Latin word or brackets only when that stretch
-    alone is longer than the limit (brackets at their own marks first), never inside a URL.
-    ``"".join(result) == text``; whitespace-only text gives ``[]``.
-    """
+    """Cut ``text`` into TTS pieces of at most ``first`` (the first) and ``chunk`` spoken characters
+    (``CutPoints.size``), at sentence ends (。！？；.!?;), else clause marks (，、,：:), else word gaps;
+    inside a number, Latin word or brackets only when that stretch alone is longer than the limit,
+    never inside a URL. ``"".join(result) == text``; whitespace-only text gives ``[]``."""
     if first < 1 or chunk < 1:
         raise RkvoiceError(Stage.TEXT, "bad-chunk-size",
                            f"split_for_tts needs first >= 1 and chunk >= 1, got {first} and {chunk}")

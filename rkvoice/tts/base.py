@@ -21,13 +21,9 @@ def check_request(voice: str, speakers: int, sid: int, speed: float) -> None:
 
 
 class TtsEngine(Protocol):
-    """A text-to-speech engine.
-
-    The constructor only records settings; ``load()`` reads the model files, builds
-    sessions and runs one warm-up synthesis, raising RkvoiceError("tts", ...) that names
-    a missing or corrupt file and how to get it. ``generate`` is called from one worker
-    thread at a time.
-    """
+    """A text-to-speech engine. The constructor only records settings; ``load()`` reads the model
+    files and warms up, raising an RkvoiceError that names a missing or corrupt file and how to get
+    it. ``generate`` is called from one worker thread at a time."""
 
     name: str
     languages: tuple[str, ...]  # e.g. ("zh",), ("en",), ("zh", "en")
