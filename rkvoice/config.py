@@ -1,13 +1,9 @@
-"""Configuration: repo ``config.yaml`` defaults -> ``/etc/rkvoice/config.yaml`` -> CLI flags.
-
-Every section is a frozen dataclass whose fields declare what they accept (``num``: a range,
-``one_of``: a few words; see ``rkvoice.config_fields``). An unknown key, a value of the wrong type
-or out of its range is an error naming the key, the value and what is allowed
-(``tts.threads: 0 is out of range (allowed: 1 to 64)``).
-"""
+"""Configuration: repo ``config.yaml`` defaults -> ``/etc/rkvoice/config.yaml`` -> CLI flags. Every
+section is a frozen dataclass whose fields declare what they accept (``rkvoice.config_fields``)."""
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from datetime import tzinfo
@@ -379,10 +375,5 @@ def load_config(
             files.append(Path(env))
         elif SYSTEM_CONFIG.exists():
             files.append(SYSTEM_CONFIG)
-    data: dict[str, Any] = {}
-    for path in files:
-        if path.exists() or path != DEFAULT_CONFIG:
-            data = merge(data, read_yaml(path))
-    for over in overrides or []:
-        data = merge(data, over)
-    return build(Config, data)
+    layers = [read_yaml(path) for path in files if path.exists() or path != DEFAULT_CONFIG] + (overrides or [])
+    return build(Config, functools.reduce(merge, layers, {}))

@@ -10,9 +10,8 @@ local caller waiting for the gate always goes before every waiting Wyoming reque
   the assistant aborts that reply (the client gets ``not-handled``) and takes over at once.
 - Wake decodes: a detect stream's decode goes on the ASR worker before every queued transcription.
 
-The local loop gets the engines through ``Local``/``LocalAssistant`` views whose calls take the gate
-at local priority (rkvoice.stages builds them); remote callers get ``Engines``, the same engines and
-gates. The server alone (``--wyoming`` without the daemon) has no local caller.
+The local loop calls through ``Local``/``LocalAssistant`` views (local priority), remote callers
+through ``Engines``; the server alone (``--wyoming`` without the daemon) has no local caller.
 """
 
 from __future__ import annotations
