@@ -64,31 +64,26 @@ class Daemon:
     def run(self, handle_signals: bool = True) -> int:
         """Load, announce READY, supervise until stopped; returns the exit status.
         ``handle_signals=False`` lets tests run the daemon on a non-main thread."""
-        try:
-            with instance_lock(self.cfg.daemon.lock_path(self.cfg.state.path)):
-                return self._run_locked(handle_signals)
-        finally:
-            self.notifier.close()
-
-    def _run_locked(self, handle_signals: bool) -> int:
         handlers = {signal.SIGTERM: self._on_stop, signal.SIGINT: self._on_stop,
                     signal.SIGHUP: lambda _signum, _frame: self.request_reload()}
         previous = {sig: signal.signal(sig, h) for sig, h in handlers.items()} if handle_signals else {}
         try:
-            self.notifier.notify(STATUS="loading models")
-            self.stages.load_all(self.cfg)
-            self._host()
-            if self.stop.is_set():  # SIGTERM during start-up
-                return self._shutdown(None)
-            self.notifier.notify(READY=1, STATUS="listening")
-            log.info("ready: %s loaded", ", ".join(self.stages.engines))
-            worker = threading.Thread(target=self._work, name="turn-loop", daemon=True)
-            worker.start()
-            self._supervise(worker)
-            return self._shutdown(worker)
+            with instance_lock(self.cfg.daemon.lock_path(self.cfg.state.path)):
+                self.notifier.notify(STATUS="loading models")
+                self.stages.load_all(self.cfg)
+                self._host()
+                if self.stop.is_set():  # SIGTERM during start-up
+                    return self._shutdown(None)
+                self.notifier.notify(READY=1, STATUS="listening")
+                log.info("ready: %s loaded", ", ".join(self.stages.engines))
+                worker = threading.Thread(target=self._work, name="turn-loop", daemon=True)
+                worker.start()
+                self._supervise(worker)
+                return self._shutdown(worker)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            self.notifier.close()
 
     def _host(self) -> None:
         """The turn loop over the loaded engines, and with ``wyoming.uri`` a Wyoming server for them on

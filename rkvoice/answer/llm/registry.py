@@ -31,12 +31,12 @@ LLM.register("rkllm", "rkvoice.answer.llm.rkllm:RkllmEngine", "RKLLM runtime (li
              "the board image provides librkllmrt.so", needs=rkllm_needs)
 
 
-def engine_name(cfg: Config, name: str | None = None) -> str:
-    """Resolve ``auto``: rkllm on the board profile, llama elsewhere."""
-    return LLM.resolve(name or cfg.llm.engine, cfg.models.profile)
+def engine_name(cfg: Config) -> str:
+    """``llm.engine`` with ``auto`` resolved: rkllm on the board profile, llama elsewhere."""
+    return LLM.resolve(cfg.llm.engine, cfg.models.profile)
 
 
-def create_llm(cfg: Config, name: str | None = None) -> LlmEngine:
+def create_llm(cfg: Config) -> LlmEngine:
     """The configured engine, not loaded yet."""
-    engine: LlmEngine = LLM.create(engine_name(cfg, name), cfg)
+    engine: LlmEngine = LLM.create(engine_name(cfg), cfg)
     return engine
