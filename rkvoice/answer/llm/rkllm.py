@@ -101,10 +101,8 @@ class RkllmEngine:
         param.model_path = str(self.model).encode()
         param.max_context_len = llm.context
         param.max_new_tokens = llm.max_tokens
-        param.top_k = llm.top_k
-        param.top_p = llm.top_p
-        param.temperature = llm.temperature
-        param.repeat_penalty = llm.repeat_penalty
+        for same in ("top_k", "top_p", "temperature", "repeat_penalty"):  # named alike in LlmConfig
+            setattr(param, same, getattr(llm, same))
         param.skip_special_token = True
         param.is_async = False
         param.extend_param.base_domain_id = llm.rkllm_base_domain_id

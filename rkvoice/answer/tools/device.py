@@ -33,10 +33,10 @@ LOAD_WORDS = ("负载", "cpu占用", "处理器占用", "忙不忙", "cpu使用�
 STATUS_WORDS = ("系统状态", "设备状态", "运行状态", "机器状态", "状态怎么样", "状态如何", "系统信息", "设备信息")
 
 
-def read_temperatures(sys_root: Path) -> list[tuple[str, float]]:
-    """(label, °C) per labelled group, the hottest zone of each group."""
+def temperature_text(ctx: ToolContext) -> str | None:
+    """The hottest zone of each labelled group, in ZONE_LABELS' order."""
     best: dict[str, float] = {}
-    for zone in sorted((sys_root / "class" / "thermal").glob("thermal_zone*")):
+    for zone in sorted((ctx.sys_root / "class" / "thermal").glob("thermal_zone*")):
         try:
             zone_type = (zone / "type").read_text().strip().lower()
             milli = int((zone / "temp").read_text().strip())
@@ -46,16 +46,19 @@ def read_temperatures(sys_root: Path) -> list[tuple[str, float]]:
         if label is None or milli <= -273000:
             continue
         best[label] = max(best.get(label, -1e9), milli / 1000.0)
-    return [(label, best[label]) for label, _ in ZONE_LABELS if label in best]
+    return "，".join(f"{label}{cn_dec(round(best[label], 1))}度" for label, _ in ZONE_LABELS if label in best) or None
 
 
-def read_meminfo(proc_root: Path) -> dict[str, int]:
-    """MemTotal/MemAvailable in kB, whatever exists."""
+def memory_text(ctx: ToolContext) -> str | None:
     try:
-        text = (proc_root / "meminfo").read_text()
+        text = (ctx.proc_root / "meminfo").read_text()
     except OSError:
-        return {}
-    return {key: int(kb) for key, kb in re.findall(r"^(MemTotal|MemAvailable):\s*(\d+)", text, re.MULTILINE)}
+        return None
+    mem = {key: int(kb) for key, kb in re.findall(r"^(MemTotal|MemAvailable):\s*(\d+)", text, re.MULTILINE)}
+    if "MemTotal" not in mem:
+        return None
+    available = f"，可用{cn_int(mem['MemAvailable'] // 1024)}兆" if "MemAvailable" in mem else ""
+    return f"内存共{cn_int(mem['MemTotal'] // 1024)}兆{available}"
 
 
 def _first_number(path: Path) -> float | None:
@@ -74,18 +77,6 @@ def spoken_duration(seconds: float) -> str:
     if mins or not text:
         text += f"{cn_count(mins)}分钟"
     return text
-
-
-def temperature_text(ctx: ToolContext) -> str | None:
-    return "，".join(f"{label}{cn_dec(round(c, 1))}度" for label, c in read_temperatures(ctx.sys_root)) or None
-
-
-def memory_text(ctx: ToolContext) -> str | None:
-    mem = read_meminfo(ctx.proc_root)
-    if "MemTotal" not in mem:
-        return None
-    available = f"，可用{cn_int(mem['MemAvailable'] // 1024)}兆" if "MemAvailable" in mem else ""
-    return f"内存共{cn_int(mem['MemTotal'] // 1024)}兆{available}"
 
 
 def uptime_text(ctx: ToolContext) -> str | None:

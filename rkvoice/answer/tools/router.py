@@ -22,12 +22,11 @@ HANDLERS = (stop.handle, reminders.handle, todos.handle, arithmetic.handle, cloc
             device.handle, network.handle, weather.handle)
 
 
-def route(transcript: str, ctx: ToolContext | None = None) -> ToolAnswer | None:
+def route(transcript: str, ctx: ToolContext) -> ToolAnswer | None:
     """A tool's answer for ``transcript``, or None when the LLM should answer."""
     text = clean(transcript)
     if not text:
         return None
-    ctx = ctx or ToolContext()
     for handler in HANDLERS:
         answer = handler(text, ctx)
         if answer is not None:
