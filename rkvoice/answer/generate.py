@@ -66,8 +66,7 @@ class LlmStream:
                 if delta and not self.text:
                     self._mark(Ev.LLM_FIRST_TOKEN)
                 if self.turn is not None and self.turn.cancelled:
-                    self.cancelled = True
-                    break
+                    break  # counted as cancelled below
                 if self.clock.now() > deadline:
                     self.timed_out = True
                     self.engine.abort()
@@ -83,7 +82,7 @@ class LlmStream:
                 if self.truncated:
                     break
             if self.turn is not None and self.turn.cancelled:
-                self.cancelled = True  # the engine may have ended quietly after its abort
+                self.cancelled = True  # also when the engine ended quietly after its abort
             if self.timed_out and not self.cancelled:
                 log.warning("LLM answer timed out after %.1f s; aborted", self.timeout_s)
                 self._mark(Ev.LLM_TIMEOUT, timeout_s=self.timeout_s)
