@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -173,16 +174,17 @@ def _onnx_nodes(path: Path):
 # --- the keyword spotter ----------------------------------------------------------------------
 
 
-def test_rigged_kws_detects_resets_and_detects_again():
+def test_rigged_kws_detects_resets_and_detects_again(caplog):
     wake = KwsWake(cfg(*rigged()))
     wake.load()
     try:
-        hits = feed(wake, np.zeros(3 * 16000, np.float32))
+        with caplog.at_level(logging.INFO, logger="rkvoice.hear.kws"):
+            hits = feed(wake, np.zeros(3 * 16000, np.float32))
         # first detection after 0.8 s of audio, then one per 0.64 s: each detection resets the stream
         assert hits[:3] == pytest.approx([0.8, 1.44, 2.08], abs=0.04)
         wake.restart(10 * 16000)  # a new stream starting at stream time 10 s: the same latency again
         assert feed(wake, np.zeros(16000, np.float32))[0] == pytest.approx(10.8, abs=0.04)
-        assert not wake.ignored
+        assert not any("is not the wake phrase" in r.getMessage() for r in caplog.records)
     finally:
         wake.close()
 
@@ -227,11 +229,14 @@ class _Spotter:
         self.resets += 1
 
 
-def test_only_the_configured_phrase_counts():
+def test_only_the_configured_phrase_counts(caplog):
     wake = KwsWake(cfg(*rigged()))
     wake._kws, wake._stream = _Spotter(["小智小智", "", PHRASE]), object()
-    hit = wake._decode()
-    assert hit is not None and hit.text == PHRASE and list(wake.ignored) == ["小智小智"] and wake._kws.resets == 2
+    with caplog.at_level(logging.INFO, logger="rkvoice.hear.kws"):
+        hit = wake._decode()
+    assert hit is not None and hit.text == PHRASE and wake._kws.resets == 2
+    assert [r.getMessage() for r in caplog.records if "not the wake phrase" in r.getMessage()] == [
+        f"keyword '小智小智' is not the wake phrase {PHRASE!r}: ignored"]
 
 
 def test_the_stream_keywords_add_to_the_file_and_results_clear_when_read():

@@ -137,7 +137,6 @@ class EchoFilter:
         self.tail = int(tail_s * RATE)
         self.delay: int | None = None
         """Samples the echo lags the reference, estimated from the audio."""
-        self.delay_changes = 0
         self._mic_hist = np.zeros(0, np.float32)
         self._hist_tick = 0
         self._since_estimate = 0
@@ -215,7 +214,6 @@ class EchoFilter:
             if self.canceller is not None:
                 self.canceller.reset()
             self.delay = lag
-            self.delay_changes += 1
 
 
 class EchoCancelledSource:

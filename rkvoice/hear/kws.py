@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import tempfile
 import unicodedata
-from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -150,8 +149,6 @@ class KwsWake:
         self._vad: Any = None  # the pause watch (silero)
         self._vad_zero = 0  # stream sample of the VAD's own sample 0
         self._vad_pending = np.zeros(0, dtype=np.float32)
-        self.ignored: deque[str] = deque(maxlen=16)
-        """Keywords detected that are not the configured phrase (dropped)."""
 
     def load(self) -> None:
         line = check_kws(self.cfg, self.model_dir)
@@ -265,7 +262,6 @@ class KwsWake:
                 continue
             kws.reset_stream(stream)
             if keyword != self.phrase:
-                self.ignored.append(keyword)
                 log.info("keyword %r is not the wake phrase %r: ignored", keyword, self.phrase)
                 continue
             now = self._samples / SAMPLE_RATE

@@ -127,7 +127,6 @@ class MicSource:
         self._delay = self.first_s
         self._closed = threading.Event()
         self._wait = wait or self._closed.wait
-        self.faults = 0
 
     def frames(self) -> Iterator[np.ndarray]:
         while not self._closed.is_set():
@@ -153,7 +152,6 @@ class MicSource:
                     log.debug("closing %s failed", self.name, exc_info=True)
 
     def _fault(self, what: str, exc: Exception) -> bool:
-        self.faults += 1
         delay, self._delay = self._delay, min(self.cap_s, self._delay * 2)
         log.warning("microphone %s %s (%s); retrying in %.1f s", self.name, what, exc, delay)
         return bool(self._wait(delay)) or self._closed.is_set()
