@@ -1,11 +1,9 @@
 """Allowed values of config fields, checked in one place, and the reading of config YAML.
 
-A numeric field is declared with ``num(default, lo, hi, ...)`` and a field that takes one of a few
-words with ``one_of(default, ...)``; both keep the rule in the dataclass field's metadata. Every
-section derives from ``Section``, whose ``__post_init__`` checks each field against its type and its
-rule, so a bad value is refused wherever a section is made: reading YAML, ``--set``, a reload, or
-``dataclasses.replace`` in code. The error names the key, the value and what is allowed
-(``tts.threads: expected int, got 'two' (allowed: 1 to 64)``).
+Fields declare their rule with ``num`` or ``one_of``; every section derives from ``Section``, whose
+``__post_init__`` checks each field against its type and rule, so a bad value is refused wherever a
+section is made (YAML, ``--set``, a reload, ``dataclasses.replace``), naming the key, the value and
+what is allowed (``tts.threads: expected int, got 'two' (allowed: 1 to 64)``).
 """
 
 from __future__ import annotations

@@ -168,9 +168,8 @@ class Speaker:
         return self.clock.wait(self._queue(turn).played, timeout)
 
     def audio_ahead_s(self, turn: Turn) -> float | None:
-        """Seconds until the player runs out of this turn's audio (what it holds and what is queued
-        for it); None while a piece of the turn is still waiting for or in synthesis (more audio is
-        on its way) or before any was played."""
+        """Seconds until the player runs out of this turn's audio (held and queued for it); None while
+        a piece of the turn waits for or is in synthesis (more is on its way) or before any played."""
         q = self._queue(turn)
         with self._cond:
             if q.inbox or q.in_flight or q.dry_at is None:

@@ -88,8 +88,7 @@ class Turn:
         with self._lock:
             if self.done.is_set():
                 return
-            if self.result is None:
-                self.result = result
+            self.result = result
             self._callbacks = []
         self.done.set()
 

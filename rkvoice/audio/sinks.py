@@ -90,11 +90,6 @@ class NullPlayer(PacedPlayer):
         pass
 
 
-def default_wav_path() -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path(tempfile.gettempdir()) / f"rkvoice-{stamp}-{os.getpid()}.wav"
-
-
 class WavPlayer:
     """Writes the audio to a WAV file: a temp file in the same folder, renamed on close(); ``abort()`` (or
     a close after an error) removes it, so a half-written WAV never appears at ``path``."""
@@ -103,7 +98,8 @@ class WavPlayer:
 
     def __init__(self, cfg: Config, clock: Clock | None = None, path: str | Path | None = None) -> None:
         self.rate = cfg.audio.output_rate
-        self.path = Path(path) if path is not None else default_wav_path()
+        stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        self.path = Path(path) if path is not None else Path(tempfile.gettempdir()) / f"rkvoice-{stamp}.wav"
         self._tmp: Path | None = None
         self._wav: Any = None
         self._lock = threading.Lock()
