@@ -8,8 +8,6 @@ from urllib.parse import urlparse
 
 from rkvoice.errors import RkvoiceError, Stage
 
-DEFAULT_PORT = 10700
-
 
 @dataclass(frozen=True)
 class Endpoint:
@@ -32,7 +30,7 @@ class Endpoint:
 
 def parse_uri(uri: str) -> Endpoint:
     """tcp://HOST:PORT or unix:///path -> Endpoint; anything else is an RkvoiceError showing the forms."""
-    forms = f"use tcp://127.0.0.1:{DEFAULT_PORT} or unix:///run/rkvoice/wyoming.sock"
+    forms = "use tcp://127.0.0.1:10700 or unix:///run/rkvoice/wyoming.sock"
     parsed = urlparse(uri)
     if parsed.scheme == "unix":
         path = parsed.path or parsed.netloc

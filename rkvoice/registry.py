@@ -16,9 +16,8 @@ CheckFn = Callable[[Any, list[Path], Findings], None]
 
 
 def guarded(note: Callable[[Any], str]) -> CheckFn:
-    """A ``check`` for a model that may end the process (sherpa-onnx exits on bad metadata or
-    tokens): with the files in place, ``note(cfg)`` reads them; its line is a note, its RkvoiceError
-    a problem."""
+    """A ``check`` for a model that may end the process (sherpa-onnx exits on bad metadata or tokens):
+    with the files in place, ``note(cfg)`` reads them; its line is a note, its RkvoiceError a problem."""
     def check(cfg: Any, _found: list[Path], out: Findings) -> None:
         if not out.problems:
             try:

@@ -1,7 +1,6 @@
 """The pipelined speaker: text pieces of a turn -> TTS worker thread -> post-processing -> player thread.
 
-A turn (rkvoice.turn.Turn) is spoken as a stream of text pieces (a whole text, or an LLM answer
-arriving piece by piece):
+A turn (rkvoice.turn.Turn) is spoken as a stream of text pieces (a whole text, or an LLM answer as it comes):
 
     speaker.start(turn)
     speaker.say(turn, "今天天气不错，")      # any number of pieces, as they arrive

@@ -80,5 +80,4 @@ def choose_player(cfg: Config, *, daemon: bool, device: Callable[[], str | None]
 
 def create_player(name: str, cfg: Config, clock: Clock | None = None, **kwargs: Any) -> Player:
     """A player from the registry (not opened)."""
-    player: Player = PLAYERS.create(name, cfg, clock, **kwargs)
-    return player
+    return PLAYERS.create(name, cfg, clock, **kwargs)

@@ -24,9 +24,8 @@ log = logging.getLogger(__name__)
 
 
 class PacedPlayer:
-    """Audio-time accounting (``dry_at``: the clock time at which the device runs out of audio) and
-    waits that a ``clear()`` interrupts; waiting uses the injected clock (a FakeClock advances
-    instead of sleeping)."""
+    """Audio-time accounting (``dry_at``: when the device runs out of audio) and waits that a ``clear()``
+    interrupts, on the injected clock (a FakeClock advances instead of sleeping)."""
 
     def __init__(self, rate: int, clock: Clock, max_ahead_s: float | None = 0.25, latency_s: float = 0.0) -> None:
         self.rate = rate
