@@ -6,14 +6,16 @@ The same English answer, the same model file (models/portable/piper-joe/model.on
 interleaved so all three see the same machine load, medians:
 
 - ``rkvoice``: the product's Speaker (the answer cut into pieces, the first one synthesised while the
-  rest waits; post-processing to the player's rate) with the ``vits`` engine on the Piper voice: text
-  handed to the speaker -> first PCM handed to the player (a null sink that drains at once);
+  rest waits, in frame windows that go out as they are made: rkvoice.tts.piper_stream; post-processing
+  to the player's rate) with the ``vits`` engine on the Piper voice: text handed to the speaker ->
+  first PCM handed to the player (a null sink that drains at once);
 - ``piper``: piper-tts's own ``PiperVoice.synthesize`` generator (one chunk per sentence, its own
   onnxruntime session with default threads): call -> first chunk;
 - ``sherpa_onnx``: sherpa-onnx's OfflineTts on the whole text (how a whole-text server answers; phonemes
   from the same espeak-ng, as the engine does): call -> the audio.
 
-Prints one JSON object: the medians, rkvoice's first piece and its audio length, the ratio of
+Prints one JSON object: the medians, rkvoice's first piece, its audio length and that of its first
+part (the first PCM handed to the player), the ratio of
 rkvoice to the better peer (the goal: <= 0.12), and the load average.
 """
 
@@ -35,6 +37,7 @@ from rkvoice.audio.sinks import NullPlayer
 from rkvoice.clock import MonotonicClock
 from rkvoice.config import Config, load_config, parse_override
 from rkvoice.errors import RkvoiceError, Stage
+from rkvoice.pieces import piece_chars
 from rkvoice.speaker import Speaker
 from rkvoice.timeline import Ev, Timeline
 from rkvoice.tts.vits import VitsTts, read_onnx_metadata
@@ -65,15 +68,17 @@ def piper_voice(cfg: Config) -> Any:
     return PiperVoice(config=config, session=session)
 
 
-def rkvoice_first_audio(speaker: Speaker, clock: MonotonicClock) -> tuple[float, str, float]:
-    """ms from the text to the first PCM at the player; the first piece and its audio seconds."""
+def rkvoice_first_audio(speaker: Speaker, clock: MonotonicClock) -> tuple[float, str, float, float]:
+    """ms from the text to the first PCM at the player; the first piece, its audio seconds and
+    those of the first part handed to the player."""
     tl = Timeline(clock)
     turn = speaker.speak(TEXT, tl)
     if not speaker.wait(turn, timeout=120) or turn.exception is not None:
         raise RkvoiceError(Stage.BENCH, "failed", f"the speaker did not finish: {turn.exception}")
     first = tl.find(Ev.SYNTH_END)[0]
     piece = str(tl.find(Ev.CHUNK)[0].get("text"))
-    return float(tl.summary()["first_audio_ms"]), piece, float(first.get("audio_s"))
+    part = float(tl.find(Ev.PLAY_CHUNK)[0].get("audio_s"))
+    return float(tl.summary()["first_audio_ms"]), piece, float(first.get("audio_s")), part
 
 
 def main() -> int:
@@ -91,10 +96,10 @@ def main() -> int:
     voice = piper_voice(cfg)
     next(iter(voice.synthesize("Hello.")))  # warm-up, like the engine's own
     times: dict[str, list[float]] = {"rkvoice": [], "piper": [], "sherpa_onnx": []}
-    piece, piece_audio_s = "", 0.0
+    piece, piece_audio_s, part_audio_s = "", 0.0, 0.0
     try:
         for _ in range(args.runs):
-            ms, piece, piece_audio_s = rkvoice_first_audio(speaker, clock)
+            ms, piece, piece_audio_s, part_audio_s = rkvoice_first_audio(speaker, clock)
             times["rkvoice"].append(ms)
             t = time.perf_counter()
             next(iter(voice.synthesize(TEXT)))
@@ -109,8 +114,9 @@ def main() -> int:
     out = {"text": TEXT, "runs": args.runs, "first_audio_ms": med, "raw_ms": {k: [round(x, 1) for x in v]
                                                                              for k, v in times.items()},
            "rkvoice_first_piece": piece, "rkvoice_first_piece_audio_s": round(piece_audio_s, 3),
+           "rkvoice_first_part_audio_s": round(part_audio_s, 3),
            "ratio_to_better_peer": round(med["rkvoice"] / better, 3), "goal_ratio": 0.12,
-           "tts_threads": cfg.tts.threads, "first_chars": cfg.tts.first_chars,
+           "tts_threads": cfg.tts.threads, "piece_chars": list(piece_chars(cfg, engine)),
            "load_average_start": [round(x, 2) for x in load_start],
            "load_average_end": [round(x, 2) for x in os.getloadavg()]}
     print(json.dumps(out, indent=1))
