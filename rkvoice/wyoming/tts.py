@@ -24,11 +24,8 @@ def voice_name(engine: Any) -> str:
 
 def speaker_count(engine: Any) -> int:
     """How many speakers a loaded engine has (1 when it does not say)."""
-    for attr in ("num_speakers", "_speakers", "_num_speakers"):
-        n = getattr(engine, attr, None)
-        if isinstance(n, int) and n > 0:
-            return n
-    return 1
+    counts = (getattr(engine, attr, None) for attr in ("num_speakers", "_speakers", "_num_speakers"))
+    return next((n for n in counts if isinstance(n, int) and n > 0), 1)
 
 
 class Voices:
@@ -55,10 +52,7 @@ class Voices:
         default_spec = self.specs.get(self.default)
         if default_spec is None or lang in default_spec.languages:
             return self.default
-        for spec in self.specs.values():
-            if lang in spec.languages:
-                return spec.name
-        return self.default
+        return next((spec.name for spec in self.specs.values() if lang in spec.languages), self.default)
 
     def engine(self, name: str) -> Any:
         """The loaded engine of voice ``name`` (blocking: loads it the first time)."""
