@@ -34,21 +34,17 @@ class Conversation:
         self.history: list[tuple[str, str]] = []
         self._asked: tuple[str, str] = ("", "")  # (user text, the question as sent) of the last messages()
 
-    @property
-    def _time_in_system(self) -> bool:
-        return "{now}" in self.cfg.llm.system_prompt
-
     def system_prompt(self) -> str:
         """llm.system_prompt (``{name}``: the assistant's name) and TIME_NOTE; a custom prompt with
         ``{now}`` gets the time there instead of in the questions (recomputed each new minute)."""
         template = self.cfg.llm.system_prompt.replace("{name}", self.cfg.hear.name)
-        if self._time_in_system:
+        if "{now}" in template:
             return template.replace("{now}", spoken_now(self.now()))
         return template + TIME_NOTE
 
     def question(self, user_text: str) -> str:
         """The user turn as sent: ``[date and time] text``."""
-        return user_text if self._time_in_system else f"[{spoken_now(self.now())}] {user_text}"
+        return user_text if "{now}" in self.cfg.llm.system_prompt else f"[{spoken_now(self.now())}] {user_text}"
 
     def messages(self, user_text: str) -> list[Message]:
         asked = self.question(user_text)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rkvoice.config import DEFAULT_CONFIG, Config, load_config, parse_override
 from rkvoice.errors import Code, RkvoiceError, Stage
-from rkvoice.stages import Plan
+from rkvoice.stages import Plan, product_plan
 
 from .service import EXIT_FATAL, Daemon
 
@@ -33,8 +33,6 @@ def setup_logging(verbose: bool = False) -> None:
 
 def resolve_plan(spec: str | None) -> Callable[[Config], Plan]:
     if not spec:
-        from rkvoice.stages import product_plan
-
         return product_plan
     module_name, sep, attr = spec.partition(":")
     if not sep:
