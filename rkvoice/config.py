@@ -9,9 +9,11 @@ from dataclasses import dataclass, field
 from datetime import tzinfo
 from pathlib import Path
 from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from rkvoice.config_fields import Section, build, merge, num, one_of, read_yaml, yaml_load
 from rkvoice.errors import RkvoiceError, Stage
+from rkvoice.state import resolve_state_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = ROOT / "config.yaml"
@@ -211,8 +213,6 @@ class StateConfig(Section):
 
     @property
     def path(self) -> Path:
-        from rkvoice.state import resolve_state_dir
-
         return resolve_state_dir(self.dir, ROOT)
 
 
@@ -297,8 +297,6 @@ class DaemonConfig(Section):
 
 def zone(name: str) -> tzinfo:
     """The IANA time zone ``name``, or an RkvoiceError naming the key and an example."""
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as exc:

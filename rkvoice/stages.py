@@ -24,12 +24,14 @@ from rkvoice.audio.players import Player, choose_player, create_player
 from rkvoice.clock import Clock
 from rkvoice.config import Config, zone
 from rkvoice.gate import ASR_CALLS, TTS_CALLS, Engines, Local, PriorityGate
-from rkvoice.hear.asr import AsrEngine
+from rkvoice.hear.asr import AsrEngine, create_asr
+from rkvoice.hear.cue import ack_cue
 from rkvoice.hear.echo import PlayedAudio, ReferenceTap
 from rkvoice.hear.session import HearSession
 from rkvoice.hear.sources import AudioSource, microphone as open_microphone
 from rkvoice.hear.vad import Segmenter
 from rkvoice.hear.wake import WakeEngine
+from rkvoice.hear.wake_registry import create_wake
 from rkvoice.speaker import Speaker
 from rkvoice.tts.base import TtsEngine
 from rkvoice.tts.registry import CHINESE, TTS, VoiceSpec, create_tts
@@ -67,8 +69,6 @@ def assistant(cfg: Config, clock: Clock | None = None, time_zone: str | None = N
 
 def wake_factory(cfg: Config) -> Callable[[Any], Any]:
     """A maker of loaded wake engines for detect streams (asr-match transcribes through ``asr``)."""
-    from rkvoice.hear.wake_registry import create_wake
-
     def build(asr: Any) -> Any:
         engine = create_wake(cfg, asr)
         engine.load()
@@ -90,8 +90,6 @@ class Hear:
         self.gate = PriorityGate("asr")
 
     def load(self) -> None:
-        from rkvoice.hear.asr import create_asr
-
         self.asr = create_asr(self.cfg)
         self.asr.load()
         if self.asr_only:
@@ -131,8 +129,6 @@ class Speak:
         """Every block the player was handed, at the time it is heard: the echo canceller's reference."""
 
     def load(self) -> None:
-        from rkvoice.hear.cue import ack_cue
-
         self.tts = self._tts_factory(self.cfg)
         t0 = time.monotonic()
         self.tts.load()
