@@ -109,14 +109,11 @@ def spoken_mask(text: str) -> bytearray:
 
 
 class CutPoints:
-    """Where a text may be cut, at six levels of preference.
-
-    A cut at ``k`` puts ``text[:k]`` and ``text[k:]`` in different pieces. Level 0 are sentence
-    ends, 1 adds clause marks, 2 adds word gaps (after whitespace), 3 is every safe position (not
-    inside a number, word, URL or brackets). Levels 4 and 5 are for a stretch longer than any
-    limit: clause marks and word gaps inside brackets or numbers, then every position (never
-    before a combining mark, a closing quote or whitespace). Whitespace always stays with the
-    piece before it. Sizes count spoken characters only (``size``).
+    """Where a text may be cut (at ``k``: ``text[:k]`` | ``text[k:]``), at six levels of preference:
+    0 sentence ends, 1 adds clause marks, 2 word gaps, 3 every safe position (not inside a number,
+    word, URL or brackets); for a stretch longer than any limit, 4 its clause marks and word gaps,
+    5 every position (never before a combining mark, a closing quote or whitespace, which stays
+    with the piece before it). ``size`` counts spoken characters only.
 
     ``final=False`` is for a stream whose end is not known yet: an unclosed bracket blocks all
     cuts after it (unless ``open_brackets_block`` is False) and a word-gap or plain cut (levels 2

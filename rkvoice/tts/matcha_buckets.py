@@ -73,9 +73,7 @@ class Bucket:
 
     @property
     def label(self) -> str:
-        if self.dynamic:
-            return "dynamic"
-        return f"t{self.size}" if self.kind == "matcha" else f"f{self.size}"
+        return "dynamic" if self.dynamic else ("t" if self.kind == "matcha" else "f") + str(self.size)
 
     def run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Run with inputs by name (cast to the declared types), timed; outputs in declared order."""

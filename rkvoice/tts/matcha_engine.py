@@ -95,11 +95,9 @@ class MatchaTts:
         threads, mask = self.cfg.tts.threads, self.cfg.tts.matcha_core_mask
         self.close()
         try:  # appended one by one so that a failure releases the models loaded before it
-            for p in find_models(self.dir, mc.acoustic, mc.runtime):
-                self.acoustic.append(load_bucket(p, "matcha", threads, mask))
-            for p in find_models(self.dir, mc.vocoder, mc.runtime):
-                self.vocoders.append(load_bucket(p, "vocos", threads, mask))
-            for group in (self.acoustic, self.vocoders):
+            for group, kind, pattern in ((self.acoustic, "matcha", mc.acoustic), (self.vocoders, "vocos", mc.vocoder)):
+                for p in find_models(self.dir, pattern, mc.runtime):
+                    group.append(load_bucket(p, kind, threads, mask))
                 group.sort(key=lambda b: (b.window, b.size) if b.encoder else (b.size, b.window))
             self._load_encoder(threads)
             self._configure()
