@@ -78,11 +78,8 @@ def unpack_debs(debs: list[Path], dest: Path) -> Path:
 def espeak_lib_dir(cfg: Config) -> Path | None:
     """``tts.matcha.espeak_lib_dir`` (relative to models.dir) when it holds an unpacked copy, else None."""
     raw = cfg.tts.matcha.espeak_lib_dir
-    if not raw:
-        return None
-    p = Path(raw)
-    p = p if p.is_absolute() else cfg.models.path / p
-    return p if p.is_dir() else None
+    p = cfg.models.path / raw  # an absolute raw path stays itself
+    return p if raw and p.is_dir() else None
 
 
 def espeak_lack(cfg: Config) -> str | None:
