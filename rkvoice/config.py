@@ -12,6 +12,7 @@ from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from rkvoice.config_fields import Section, build, merge, num, one_of, read_yaml, yaml_load
+from rkvoice.endpoint import parse_uri
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.state import resolve_state_dir
 
@@ -331,8 +332,6 @@ class WyomingConfig(Section):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.uri:
-            from rkvoice.endpoint import parse_uri
-
             parse_uri(self.uri)
         if self.time_zone:
             zone(self.time_zone)

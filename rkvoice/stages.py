@@ -54,10 +54,8 @@ def installed_voice(cfg: Config, spec: VoiceSpec) -> TtsEngine:
 
 def answer_clock(time_zone: str) -> Callable[[], datetime]:
     """The answers' clock: now in ``time_zone``, or in the system's zone when it is empty."""
-    if not time_zone:
-        return lambda: datetime.now().astimezone()
-    tz = zone(time_zone)
-    return lambda: datetime.now(tz)
+    tz = zone(time_zone) if time_zone else None
+    return lambda: datetime.now(tz).astimezone(tz)  # tz None: the system's zone
 
 
 def assistant(cfg: Config, clock: Clock | None = None, time_zone: str | None = None, **kwargs: Any) -> Assistant:
