@@ -142,10 +142,8 @@ class Listening:
 
     def request(self, request: Transcribe | Detect) -> None:
         self.listener, self.refused = None, True  # a refused request's audio is not transcribed
-        if isinstance(request, Transcribe):
-            self.listener = AsrRequest(self.ctx.engines, self._asr_language(request), self.requests)
-        else:
-            self.listener = self._wake_stream(request)
+        self.listener = (AsrRequest(self.ctx.engines, self._asr_language(request), self.requests)
+                         if isinstance(request, Transcribe) else self._wake_stream(request))
         self.refused = False
 
     async def start(self, fmt: AudioStart | AudioChunk) -> None:
