@@ -33,7 +33,7 @@ import numpy as np
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.hear.sherpa_guard import Fix, board_model_dir, check_kws_model, onnx_metadata, read_tokens, require_int
-from rkvoice.hear.vad import WINDOW, silero_vad
+from rkvoice.hear.vad import SAMPLE_RATE, WINDOW, silero_vad
 from rkvoice.hear.wake import WakeHit
 from rkvoice.needs import FileNeed, present_file
 
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16000
 HOP = SAMPLE_RATE // 100  # samples per feature frame (10 ms)
 STEMS = ("encoder", "decoder", "joiner")
 PAUSE_S = 0.1  # the silence that ends speech for the pause watch

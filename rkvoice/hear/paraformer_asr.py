@@ -1,10 +1,9 @@
 """sherpa-onnx offline Paraformer (zh): the board profile's ASR (CPU, ~0.18 s per utterance).
 
 Files (``hear.paraformer_dir``, default ``models/board/paraformer-zh``): ``model.int8.onnx`` (or
-``model.onnx``) and ``tokens.txt``. sherpa-onnx exits the process on a model without its metadata
-(vocab_size, lfr_window_size/shift, neg_mean, inv_stddev), so ``load()`` checks the files first
-(``rkvoice.hear.sherpa_guard``). ``transcribe`` takes 16 kHz mono float32 (``hear.sources``
-converts files and microphones); shorter than 50 ms is no speech, anything else is a clear error.
+``model.onnx``) and ``tokens.txt``, checked by ``load()`` first (sherpa-onnx exits the process on a
+model without its metadata: ``rkvoice.hear.sherpa_guard``). ``transcribe`` takes 16 kHz mono
+float32; shorter than 50 ms is no speech, anything else is a clear error.
 """
 
 from __future__ import annotations

@@ -46,6 +46,11 @@ FUNCTIONS: dict[str, tuple[Any, list[Any]]] = {  # name -> (restype, argtypes)
 }
 
 
+def _pcm(x: np.ndarray) -> Any:
+    """An int16 pointer to ``x`` (converted if need be; the pointer keeps the array alive)."""
+    return np.ascontiguousarray(x, np.int16).ctypes.data_as(_PCM)
+
+
 class UnexpectedBuild(ImportError):
     """pyaec's library is not the one this module knows (symbols stripped, another state layout)."""
 
@@ -162,12 +167,9 @@ class SpeexDspCanceller:
         notch[1] = Q15_0_982
 
     def process(self, mic: np.ndarray, ref: np.ndarray) -> np.ndarray:
-        near = np.ascontiguousarray(mic, np.int16)
-        far = np.ascontiguousarray(ref, np.int16)
         out = np.empty(FRAME, np.int16)
-        self._fn["speex_echo_cancellation"](self._echo, near.ctypes.data_as(_PCM), far.ctypes.data_as(_PCM),
-                                            out.ctypes.data_as(_PCM))
-        self._fn["speex_preprocess_run"](self._pre, out.ctypes.data_as(_PCM))
+        self._fn["speex_echo_cancellation"](self._echo, _pcm(mic), _pcm(ref), _pcm(out))
+        self._fn["speex_preprocess_run"](self._pre, _pcm(out))
         return out
 
     def close(self) -> None:
@@ -205,11 +207,8 @@ class PyaecWrapperCanceller:
             raise RkvoiceError(Stage.HEAR, "aec-failed", "speexdsp could not create an echo canceller")
 
     def process(self, mic: np.ndarray, ref: np.ndarray) -> np.ndarray:
-        near = np.ascontiguousarray(mic, np.int16)
-        far = np.ascontiguousarray(ref, np.int16)
         out = np.empty(FRAME, np.int16)
-        self._lib.AecCancelEcho(self._aec, near.ctypes.data_as(_PCM), far.ctypes.data_as(_PCM),
-                                out.ctypes.data_as(_PCM), FRAME)
+        self._lib.AecCancelEcho(self._aec, _pcm(mic), _pcm(ref), _pcm(out), FRAME)
         return out
 
     def close(self) -> None:
