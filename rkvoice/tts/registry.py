@@ -222,31 +222,23 @@ def create_tts(cfg: Config, name: str | None = None, text: str = "") -> TtsEngin
     return with_other_language(cfg, engine)  # Latin words to an English voice, Han to a Chinese one
 
 
-def _partner(cfg: Config, lang: str, exclude: tuple[str, Any]) -> TtsEngine | None:
-    """A constructed engine for ``lang`` from the installed ones, best first; None if none."""
-    from rkvoice.tts.vits import SPAN_NOISE, resolve_voice
-
-    available = engine_languages(cfg)
-    for name in (n for n in PREFERENCE[lang] if lang in available.get(n, ())):
-        # an installed VITS voice speaks lang, so the one chosen for it does
-        kwargs = {"voice": resolve_voice(cfg, "auto", lang).name, "piper_noise": SPAN_NOISE} if name == "vits" else {}
-        if (name, kwargs.get("voice")) != exclude:
-            engine: TtsEngine = TTS.create(name, cfg, **kwargs)
-            return engine
-    return None
-
-
 def with_other_language(cfg: Config, engine: TtsEngine) -> TtsEngine:
     """``engine`` itself when it speaks both Chinese and English, else a MixedTts routing the other
     language's spans to the best installed engine for it (``engine`` alone when none is installed)."""
     from rkvoice.tts.mixed import LANGS, MixedTts
+    from rkvoice.tts.vits import SPAN_NOISE, resolve_voice
 
-    voice = getattr(engine, "voice", None)  # a vits engine's voice: not its own partner
-    others = {}
-    for lang in (lang for lang in LANGS if lang not in engine.languages):
-        partner = _partner(cfg, lang, (engine.name, getattr(voice, "name", None)))
-        if partner is None:
-            log.info("no installed voice speaks %s: %s reads its spans itself", lang, engine.name)
+    own = (engine.name, getattr(getattr(engine, "voice", None), "name", None))  # a vits voice: not its own partner
+    missing = [lang for lang in LANGS if lang not in engine.languages]
+    available = engine_languages(cfg) if missing else {}
+    others: dict[str, TtsEngine] = {}
+    for lang in missing:
+        for name in (n for n in PREFERENCE[lang] if lang in available.get(n, ())):  # best first
+            # an installed VITS voice speaks lang, so the one chosen for it does
+            kwargs = {"voice": resolve_voice(cfg, "auto", lang).name, "piper_noise": SPAN_NOISE} if name == "vits" else {}
+            if (name, kwargs.get("voice")) != own:
+                others[lang] = TTS.create(name, cfg, **kwargs)
+                break
         else:
-            others[lang] = partner
+            log.info("no installed voice speaks %s: %s reads its spans itself", lang, engine.name)
     return MixedTts(engine, others) if others else engine
