@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 from rkvoice.board import versions
+from rkvoice.errors import Code, RkvoiceError, Stage
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,15 @@ def check_librknnrt(built_for: tuple[Path, ...], root: Path | None, out: Finding
         if not f.is_file():
             continue  # reported missing with the files
         if f.suffix == ".json":
-            _check_sidecar(f, rt, display_path(f, root), out)
+            try:
+                said = sidecar_version(f)
+            except RkvoiceError as err:
+                out.problems.append(f"{display_path(f, root)} is not a readable sidecar ({err.message}); rebuild it "
+                                    "with models/convert_rknn.py (./install.sh --profile board)")
+                continue
+            if rt and said != rt:
+                out.problems.append(f"version mismatch: {f.name} says its model was built by rknn-toolkit2 {said} but "
+                                    f"librknnrt is {rt}; rebuild it (./install.sh --profile board converts with {rt})")
         elif (built := rknn_build_version(f)) and rt and built != rt:
             out.problems.append(f"version mismatch: {f.name} was built by rknn-toolkit2 {built} but librknnrt is "
                                 f"{rt}; rebuild it with models/convert_rknn.py under toolkit {rt}")
@@ -76,16 +85,18 @@ def check_librknnrt(built_for: tuple[Path, ...], root: Path | None, out: Finding
         out.notes.append(f"librknnrt {rt} = rknn-toolkit-lite2 {lite}")
 
 
-def _check_sidecar(side: Path, rt: str | None, shown: str, out: Findings) -> None:
+def sidecar_version(side: Path) -> str:
+    """The rknn-toolkit2 version the JSON sidecar of a .rknn names (models/convert_rknn.py writes it);
+    an RkvoiceError names the file and what is wrong with it."""
     try:
-        built = json.loads(side.read_text(encoding="utf-8")).get("toolkit_version")
-    except (OSError, ValueError, AttributeError) as exc:
-        out.problems.append(f"{shown} is not a readable sidecar ({exc}); rebuild it with "
-                            "models/convert_rknn.py (./install.sh --profile board)")
-        return
-    if built and rt and str(built) != rt:
-        out.problems.append(f"version mismatch: {side.name} says its model was built by rknn-toolkit2 {built} but "
-                            f"librknnrt is {rt}; rebuild it (./install.sh --profile board converts with {rt})")
+        data = json.loads(side.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RkvoiceError(Stage.MODELS, Code.NO_SIDECAR, f"{side} not found (every .rknn comes with its .json)") from None
+    except (OSError, ValueError) as exc:
+        raise RkvoiceError(Stage.MODELS, "bad-sidecar", f"{side} is not readable JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("toolkit_version"), str):
+        raise RkvoiceError(Stage.MODELS, "bad-sidecar", f"{side} has no toolkit_version")
+    return data["toolkit_version"]
 
 
 def check_librkllmrt(need: RuntimeNeed, out: Findings) -> None:

@@ -52,20 +52,6 @@ def resolve_toolkit(override: str | None = None, lib_paths: tuple[Path, ...] | N
     return Toolkit(None)
 
 
-def read_sidecar(rknn: Path) -> dict[str, Any]:
-    """The sidecar JSON of ``rknn``; an error names the file and what is wrong with it."""
-    side = rknn.with_suffix(".json")
-    try:
-        data = json.loads(side.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise RkvoiceError(Stage.MODELS, Code.NO_SIDECAR, f"{side} not found (every .rknn comes with its .json)") from None
-    except (OSError, ValueError) as exc:
-        raise RkvoiceError(Stage.MODELS, "bad-sidecar", f"{side} is not readable JSON: {exc}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("toolkit_version"), str):
-        raise RkvoiceError(Stage.MODELS, "bad-sidecar", f"{side} has no toolkit_version")
-    return data
-
-
 def rknn_problem(rknn: Path, expected: str | None) -> tuple[str, str] | None:
     """(kind, detail) when ``rknn`` cannot be used with toolkit ``expected``; None when it can.
 
@@ -77,7 +63,7 @@ def rknn_problem(rknn: Path, expected: str | None) -> tuple[str, str] | None:
     if rknn.stat().st_size == 0:
         return "corrupt", f"{rknn.name} is empty"
     try:
-        built = read_sidecar(rknn)["toolkit_version"]
+        built = runtimes.sidecar_version(rknn.with_suffix(".json"))
     except RkvoiceError as err:
         return ("missing" if err.code == Code.NO_SIDECAR else "corrupt"), err.message
     stamp = runtimes.rknn_build_version(rknn)  # what rknn-toolkit2 stamps into the .rknn itself, if anything
@@ -125,7 +111,7 @@ def install_drop_ins(ctx: Context, toolkit: Toolkit) -> bool:
                                "to convert here")
         if problem:
             raise RkvoiceError(Stage.MODELS, Code.BAD_DROP_IN, f"{p}: {problem[1]}")
-        built.add(read_sidecar(p)["toolkit_version"])
+        built.add(runtimes.sidecar_version(p.with_suffix(".json")))
     if len(built) > 1:
         raise RkvoiceError(Stage.MODELS, Code.TOOLKIT_MISMATCH,
                            f"the files in {cache} were built by different toolkits ({', '.join(sorted(built))})")
