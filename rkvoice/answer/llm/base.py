@@ -38,6 +38,5 @@ def model_path(cfg: Config, engine: str) -> Path:
 
 def chatml(messages: list[Message]) -> str:
     """Qwen's ChatML prompt with the assistant turn opened (for runtimes given raw text)."""
-    out = [f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages]
-    out.append("<|im_start|>assistant\n")
-    return "".join(out)
+    turns = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+    return turns + "<|im_start|>assistant\n"
