@@ -8,7 +8,7 @@ over ``T'`` frames (``T`` rounded up to 4), then cuts the mel at ``T``.
 
 Computing the durations on the NPU in fp16 moves a token whose duration lies within fp16's error
 of a whole frame by one frame (measured: 287 frames where fp32 gives 286), so this module cuts the
-graph where the frame axis starts, like the FastSpeech2 NPU path (rkvoice/npu/length_regulator.py):
+graph where the frame axis starts, like the FastSpeech2 NPU path (models/rknn_graphs.py regulate):
 
 - **encoder** (``matcha-encoder.onnx``, dynamic shapes, onnxruntime fp32 on the CPU): the original
   nodes that compute the encoder output and the durations, unchanged; outputs ``mu_x`` [1, N, C]
