@@ -54,13 +54,11 @@ class StftConfig:
 
         def num(key: str, default: int) -> int:
             raw = meta.get(key)
-            if raw is None or raw == "":
-                return default
             try:
-                return int(raw)
+                return default if raw is None or raw == "" else int(raw)
             except (TypeError, ValueError):
-                msg = f"vocoder metadata {key}={raw!r} is not an integer"
-                raise RkvoiceError(Stage.TTS, "bad-stft-config", msg) from None
+                raise RkvoiceError(Stage.TTS, "bad-stft-config", f"vocoder metadata {key}={raw!r} is not an "
+                                   "integer") from None
 
         sizes = {k: num(k, getattr(b, k)) for k in ("n_fft", "hop_length", "win_length")}
         return cls(**sizes, window=str(meta.get("window_type", b.window) or b.window),
