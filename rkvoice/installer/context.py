@@ -56,17 +56,16 @@ class Toolkit:
 class Context:
     """Where one model's install reads and writes."""
 
-    def __init__(self, root: Path, model: Model, fetched: dict[str, Path], python: str = sys.executable,
-                 toolkit: Toolkit | None = None, toolkit_python: str | None = None) -> None:
+    def __init__(self, root: Path, model: Model, fetched: dict[str, Path], toolkit: Toolkit | None = None,
+                 toolkit_python: str | None = None) -> None:
         self.root = root
         self.toolkit = toolkit if toolkit is not None else Toolkit(None)
         self.toolkit_python = toolkit_python
         self.model = model
         self.fetched = fetched
-        self.python = python
+        self.python = sys.executable
         self.dest = root / model.dir
         self.work = root / ".cache" / "models" / "work" / model.id
-        self.pip_cache = root / ".cache" / "pip"
 
     def path(self, rel: str) -> Path:
         return self.work / rel.removeprefix("{work}/") if rel.startswith("{work}/") else self.dest / rel
@@ -96,6 +95,6 @@ class Context:
         """Install into the venv of ``vpy`` with the installer's own pip (``--python``): no pip bootstrap there."""
         log.info("  pip install %s", " ".join(args))
         rc, tail = run_tail([self.python, "-m", "pip", "--python", vpy, "install", "--disable-pip-version-check",
-                             "-q", "--cache-dir", str(self.pip_cache), *args])
+                             "-q", "--cache-dir", str(self.root / ".cache" / "pip"), *args])
         if rc:
             raise RkvoiceError(Stage.MODELS, code, f"{self.model.id}: pip install {what} failed: {tail}")
