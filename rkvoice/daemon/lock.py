@@ -1,9 +1,6 @@
 """Single-instance lock: one resident assistant per machine (it owns the microphone and the NPU).
-
-An exclusive, non-blocking ``fcntl.flock`` on a file in the state/run directory. The kernel
-drops the lock when the process dies, however it dies, so a crash never leaves a stale lock.
-The file holds the owner's pid, for the error message only.
-"""
+A non-blocking ``fcntl.flock``: the kernel drops it when the process dies, however it dies, so a
+crash never leaves a stale lock. The file holds the owner's pid, for the error message only."""
 
 from __future__ import annotations
 

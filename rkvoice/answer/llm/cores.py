@@ -137,7 +137,6 @@ class Threads(NamedTuple):
     speaking: int
     """Generating while the answer is spoken (the TTS thread needs a core)."""
     prompt: int
-    """Evaluating the prompt."""
     follow: bool = False
     """``quiet`` is auto: re-decided before every token (``FreeCores``)."""
 
