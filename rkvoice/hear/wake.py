@@ -121,10 +121,8 @@ class AsrMatchWake:
         return self._check(self.segmenter.flush())
 
     def _check(self, segments: list[Segment]) -> WakeHit | None:
-        for seg in segments:
-            if (hit := self.check_segment(seg)) is not None:
-                return hit
-        return None
+        """The first segment's hit (later segments are not transcribed once one woke)."""
+        return next((hit for seg in segments if (hit := self.check_segment(seg)) is not None), None)
 
     def check_segment(self, seg: Segment) -> WakeHit | None:
         if self.on_segment is not None:
