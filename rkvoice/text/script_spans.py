@@ -119,13 +119,8 @@ def is_acronym(token: str) -> bool:
 
 def spell(token: str) -> str:
     """Letter and digit names: "MP3" -> "em pee three"."""
-    out = []
-    for c in token:
-        if c.isdigit():
-            out.append(DIGIT_NAMES[int(c)])
-        elif c.upper() in LETTER_NAMES:
-            out.append(LETTER_NAMES[c.upper()])
-    return " ".join(out)
+    names = (DIGIT_NAMES[int(c)] if c.isdigit() else LETTER_NAMES.get(c.upper()) for c in token)
+    return " ".join(name for name in names if name)
 
 
 def english_reading(span: str) -> str:
