@@ -170,11 +170,9 @@ class MatchaFrontend:
         while i < len(ws):
             end = i + 1
             if not _alpha_or_punct(ws[i][0]):
-                for stop in range(min(i + MAX_PHRASE, len(ws)), i + 1, -1):
-                    cand = "".join(ws[i:stop])
-                    if not _alpha_or_punct(cand[-1]) and cand.lower() in self.lexicon:
-                        end = stop
-                        break
+                end = next((stop for stop in range(min(i + MAX_PHRASE, len(ws)), i + 1, -1)
+                            if not _alpha_or_punct(ws[stop - 1][-1]) and "".join(ws[i:stop]).lower() in self.lexicon),
+                           end)
             out.append("".join(ws[i:end]))
             i = end
         return out

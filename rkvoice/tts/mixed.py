@@ -97,7 +97,7 @@ class MixedTts:
         """The primary voice's name: the engine that was asked for (``voices`` lists all)."""
         self.languages = tuple(lang for lang in LANGS if lang in self.voices)
         self._loaded: set[int] = set()
-        self._level: dict[int, float] = {}  # id(engine) -> speech RMS heard from it
+        self._level: float | None = None  # the primary voice's speech RMS on LEVEL_TEXT
 
     def __getattr__(self, attr: str) -> Any:
         """Anything else (piece_chars, voice, vocoder_description) is the primary voice's."""
@@ -150,7 +150,7 @@ class MixedTts:
                 target = target or speech_rms(samples, rate)
             audio_by_span.append((samples, own))
         if not target:
-            target = self._reference_level(self.primary, sid)
+            target = self._reference_level(sid)
         last = len(spans) - 1
         for i, (span, (samples, own)) in enumerate(zip(spans, audio_by_span)):
             samples = trim_joins(samples, rate, head=i > 0, tail=i < last)
@@ -175,12 +175,11 @@ class MixedTts:
             self._loaded.add(id(engine))
         return engine
 
-    def _reference_level(self, engine: TtsEngine, sid: int) -> float:
-        key = id(engine)
-        if key not in self._level:
-            samples, rate = engine.generate(LEVEL_TEXT[engine.languages[0]], sid=sid)
-            self._level[key] = speech_rms(np.asarray(samples, dtype=np.float32), rate)
-        return self._level[key]
+    def _reference_level(self, sid: int) -> float:
+        if self._level is None:
+            samples, rate = self.primary.generate(LEVEL_TEXT[self.primary_lang], sid=sid)
+            self._level = speech_rms(np.asarray(samples, dtype=np.float32), rate)
+        return self._level
 
     @staticmethod
     def _match_level(samples: np.ndarray, rate: int, target: float) -> np.ndarray:
