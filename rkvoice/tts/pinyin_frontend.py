@@ -135,9 +135,7 @@ class PinyinFrontend:
                 items.extend(_han_syllables(token))
             elif first.isascii() and first.isalpha():
                 if len(token) <= MAX_SPELLED or token.isupper():
-                    items.append("#1")
-                    items.extend(_spell(token))
-                    items.append("#1")
+                    items.extend(["#1", *_spell(token), "#1"])
                 else:
                     log.debug("Latin word %r not pronounceable by this voice; dropped", token)
             elif first.isdigit():
