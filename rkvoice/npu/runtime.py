@@ -123,8 +123,8 @@ class OnnxModel:
         try:
             self._sess = ort_session(self.path, self.threads)
         except Exception as exc:  # onnxruntime raises several types for a bad file
-            raise RkvoiceError(Stage.NPU, "load-failed",
-                               f"cannot load {self.path} with onnxruntime {ort.__version__}: {first_line(exc)}") from exc
+            raise RkvoiceError(Stage.NPU, "load-failed", f"cannot load {self.path} with onnxruntime "
+                               f"{ort.__version__}: {first_line(exc)}") from exc
         log.debug("loaded %s (onnxruntime %s, %d threads)", self.path, ort.__version__, self.threads)
 
     def _session(self) -> Any:

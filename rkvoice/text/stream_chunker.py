@@ -30,10 +30,6 @@ _LINK_ARRIVING = re.compile(r"\]\([^()\s]*$")
 is cleaned away like a citation mark) and the URL's characters are not spoken."""
 
 
-def _words(text: str) -> int:
-    return len(text.split())
-
-
 class StreamChunker:
     """Incremental chunker: ``feed(delta)`` returns the pieces now complete, ``flush()`` the rest."""
 
@@ -144,18 +140,18 @@ class StreamChunker:
     def _cut_english(self, cuts: CutPoints, final: bool) -> int | None:
         text = cuts.text
         sentence_ends = cuts.levels[0]
-        if sentence_ends and _words(text[: sentence_ends[0]]) <= self.max_words:
+        if sentence_ends and len(text[: sentence_ends[0]].split()) <= self.max_words:
             return sentence_ends[0]
         enough = self.first_clause_words if self._emitted == 0 else self.min_clause_words + 1
         for c in cuts.levels[1]:
-            words = _words(text[:c])
+            words = len(text[:c].split())
             if words > self.max_words:
                 break
             if words >= enough:
                 return c
         gaps = cuts.levels[2]
         for c in gaps:
-            if _words(text[:c]) >= self.max_words:
+            if len(text[:c].split()) >= self.max_words:
                 return c
         if gaps and len(text.strip()) > 4 * self.chunk:
             return gaps[-1]  # a few very long "words" (URL, code): don't hold them back forever

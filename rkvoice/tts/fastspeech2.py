@@ -104,10 +104,8 @@ class FastSpeech2Tts:
             self.frontend = PinyinFrontend(dict(data["symbol_to_id"]), dict(data["pinyin_dict"]))
             self._num_speakers = max(1, len(data.get("speakers_map", {})))
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
-            raise RkvoiceError(
-                Stage.TTS, "corrupt-model",
-                f"fastspeech2 symbol map {mapper} is truncated or corrupt ({exc}): run ./install.sh",
-            ) from exc
+            raise RkvoiceError(Stage.TTS, "corrupt-model", f"fastspeech2 symbol map {mapper} is truncated or "
+                               f"corrupt ({exc}): run ./install.sh") from exc
         self._acoustic = open_session(self.dir / FILES["acoustic"], self.threads, "FastSpeech2 acoustic")
         if self.backend.vocoder.strip():  # fixed windows (.rknn on RKNNLite, .onnx on onnxruntime)
             from rkvoice.npu.chunked_vocoder import ChunkedVocoder
@@ -121,17 +119,12 @@ class FastSpeech2Tts:
             self._vocoder = open_session(self.vocoder_file, self.threads, "MB-MelGAN vocoder")
         outputs = self._acoustic.get_outputs()
         if len(outputs) < 2 or [i.name for i in self._acoustic.get_inputs()][:1] != ["input_ids"]:
-            raise RkvoiceError(
-                Stage.TTS, "corrupt-model",
-                f"{self.dir / FILES['acoustic']} is not the FastSpeech2 graph this engine expects: "
-                "run ./install.sh to convert it again",
-            )
+            raise RkvoiceError(Stage.TTS, "corrupt-model", f"{self.dir / FILES['acoustic']} is not the FastSpeech2 "
+                               "graph this engine expects: run ./install.sh to convert it again")
         self._mel_output = outputs[1].name  # output 0: mel before postnet, 1: after postnet
         audio, _ = self.generate(WARMUP_TEXT)
-        log.info(
-            "fastspeech2 loaded from %s (threads=%d, vocoder %s, warm-up %.2f s of audio)",
-            self.dir, self.threads, self.vocoder_description(), len(audio) / SAMPLE_RATE,
-        )
+        log.info("fastspeech2 loaded from %s (threads=%d, vocoder %s, warm-up %.2f s of audio)",
+                 self.dir, self.threads, self.vocoder_description(), len(audio) / SAMPLE_RATE)
 
     def vocoder_description(self) -> str:
         if (c := self._chunked) is not None:

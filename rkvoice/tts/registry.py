@@ -235,7 +235,8 @@ def with_other_language(cfg: Config, engine: TtsEngine) -> TtsEngine:
     for lang in missing:
         for name in (n for n in PREFERENCE[lang] if lang in available.get(n, ())):  # best first
             # an installed VITS voice speaks lang, so the one chosen for it does
-            kwargs = {"voice": resolve_voice(cfg, "auto", lang).name, "piper_noise": SPAN_NOISE} if name == "vits" else {}
+            kwargs = ({"voice": resolve_voice(cfg, "auto", lang).name, "piper_noise": SPAN_NOISE}
+                      if name == "vits" else {})
             if (name, kwargs.get("voice")) != own:
                 others[lang] = TTS.create(name, cfg, **kwargs)
                 break
