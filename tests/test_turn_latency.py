@@ -77,10 +77,7 @@ class _Primed:
 
 class _Conversation:
     def __init__(self) -> None:
-        self.turns = ["q", "a"]
-
-    def clear(self) -> None:
-        self.turns = []
+        self.history = [("q", "a")]
 
     def system_prompt(self) -> str:
         return "你是小智。"
@@ -89,7 +86,7 @@ class _Conversation:
 def test_every_llm_turn_starts_from_the_system_prompt_alone() -> None:
     assistant = type("A", (), {"llm": _Primed(), "conversation": _Conversation()})()
     from_system_prompt(assistant)
-    assert assistant.conversation.turns == []
+    assert assistant.conversation.history == []
     assert assistant.llm.primed == [[{"role": "system", "content": "你是小智。"}]]
     assistant.llm = object()  # an engine without a cache (rkllm) is left alone
     from_system_prompt(assistant)
