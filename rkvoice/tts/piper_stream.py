@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from rkvoice.errors import RkvoiceError, Stage
+from rkvoice.npu.runtime import first_line, ort_session
 
 SPLIT = ("text.onnx", "flow.onnx", "decoder.onnx")
 HOP = 256
@@ -70,21 +71,15 @@ class PiperStream:
     """The three split graphs of one Piper voice folder, run with ``threads`` intra-op threads."""
 
     def __init__(self, folder: Path, threads: int, fix: str) -> None:
-        import onnxruntime as ort
-
         self._run: list[Any] = []
         for name in SPLIT:
             path = folder / name
             if not path.is_file():
                 raise RkvoiceError(Stage.TTS, "missing-model", f"streaming graph {path} is missing: {fix}")
-            opts = ort.SessionOptions()
-            opts.intra_op_num_threads = max(1, threads)
-            opts.inter_op_num_threads = 1
-            opts.log_severity_level = 3
             try:
-                session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+                session = ort_session(path, threads)
             except Exception as exc:  # noqa: BLE001 (onnxruntime raises several unrelated types for a bad file)
-                why = str(exc).splitlines()[0][:200]
+                why = first_line(exc)[:200]
                 raise RkvoiceError(Stage.TTS, "corrupt-model", f"streaming graph {path} is corrupt ({why}): {fix}") from exc
             self._run.append(session)
         text, flow, dec = self._run
