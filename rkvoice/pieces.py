@@ -29,6 +29,12 @@ from rkvoice.text.split import split_for_tts
 from rkvoice.timeline import Ev
 from rkvoice.turn import Turn
 
+FIRST_AHEAD_MS = 40
+"""A turn's first streamed sound goes out once it holds this much audio. The first window's sound
+after the lead trim is 20-80 ms (the voice's onset varies); 20 ms left a 40 ms gap while the next
+window was made (2 of 12 idle runs, Piper voice, 2-core x86_64); holding below 40 ms left none in
+12 runs (60 ms: none either, first audio p50 +4 ms)."""
+
 Synth = Callable[[str], tuple[np.ndarray, int]]
 """Speakable text -> (float32 mono samples, their rate): one engine call."""
 
@@ -119,12 +125,18 @@ class Pieces:
         rate, out_rate = self._stream_rate, self.out_rate or self._stream_rate
         post = StreamPost(rate, out_rate, max(1, out_rate * self.block_ms // 1000), self.fade_ms)
         parts, synth_ms, samples, last = iter(self._stream(text)), 0.0, 0, False
+        held = np.zeros((0, post.block), dtype=np.int16) if index == 0 else None
         while not last and not self.turn.cancelled:
             t0 = self.clock.now()
             part, last = next(parts, (np.zeros(0, dtype=np.float32), True))
             blocks = post.push(part, last)
             ms = (self.clock.now() - t0) * 1000.0
             synth_ms, samples = synth_ms + ms, samples + len(part)
+            if held is not None:  # the turn's first sound: held until it can cover the next part's making
+                blocks = held = np.concatenate([held, blocks])
+                if blocks.size * 1000 < FIRST_AHEAD_MS * out_rate and not last:
+                    continue
+                held = None
             if len(blocks):
                 yield Piece(index, text, blocks, out_rate, ms)
         tl.mark(Ev.SYNTH_END, turn=tid, index=index, synth_ms=round(synth_ms, 3), audio_s=round(samples / rate, 4))
