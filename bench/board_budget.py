@@ -264,7 +264,7 @@ class MicSilence:
         self._closed = threading.Event()
 
     def frames(self) -> Iterator[np.ndarray]:
-        from bench.soak import paced
+        from bench.realtime import paced
 
         silence = (np.zeros(FRAME, np.float32) for _ in range(int(self.seconds * SAMPLE_RATE) // FRAME))
         yield from paced(silence, self.clock, self.clock.now(), FRAME / SAMPLE_RATE, self._closed)

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +33,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rkvoice.clock import Clock, MonotonicClock
+from bench.realtime import paced
+from rkvoice.clock import MonotonicClock
 from rkvoice.config import Config, load_config
 from rkvoice.daemon.sdnotify import Notifier
 from rkvoice.daemon.service import Daemon
-from rkvoice.hear.sources import WavFileSource
 from rkvoice.stages import Plan, StageSet, StageSpec, product_plan
 from rkvoice.turn import Turn
 
@@ -94,41 +94,6 @@ def synth_requests(cfg: Config, texts: list[str], out_dir: Path) -> dict[str, np
         sf.write(out_dir / f"request_{i}.wav", samples, rate)
         audio[text] = to_mono_16k(samples, rate, "request")
     return audio
-
-
-def paced(
-    frames: Iterable[np.ndarray], clock: Clock, start: float, frame_s: float, closed: threading.Event
-) -> Iterator[np.ndarray]:
-    """Yield frame ``i`` at ``start + (i + 1) * frame_s`` on ``clock`` (a frame exists once all its
-    samples were "heard"), like a microphone; stop as soon as ``closed`` is set."""
-    for i, frame in enumerate(frames, 1):
-        wait = start + i * frame_s - clock.now()
-        if wait > 0:
-            clock.sleep(wait)
-        if closed.is_set():
-            return
-        yield frame
-
-
-class RealtimeSource(WavFileSource):
-    """Feeds samples (or a WAV) at real-time pace on ``clock``: a microphone stand-in (tests, benches).
-
-    With a FakeClock the pacing costs no wall time. ``tail_s`` of silence follows the audio so the
-    last request can end.
-    """
-
-    def __init__(
-        self,
-        audio: np.ndarray | str | Path,
-        clock: Clock | None = None,
-        tail_s: float = 1.0,
-    ) -> None:
-        super().__init__(audio)
-        self.samples = np.concatenate([self.samples, np.zeros(int(tail_s * RATE), dtype=np.float32)])
-        self.clock = clock or MonotonicClock()
-
-    def frames(self) -> Iterator[np.ndarray]:
-        yield from paced(super().frames(), self.clock, self.clock.now(), FRAME / RATE, self._closed)
 
 
 class TurnFeeder:

@@ -223,7 +223,7 @@ def portable(cfg: Config, asr: WhisperAsr, recs: list[Recording], before: bool) 
 
 def daemon_ack(cfg: Config, asr: WhisperAsr, recs: list[Recording]) -> dict[str, Any]:
     """The daemon's loop on a real-time source: phrase end -> the acknowledgement handed to the player."""
-    from bench.soak import RealtimeSource
+    from bench.realtime import RealtimeSource
     from rkvoice.hear.loop import TurnLoop
     from rkvoice.hear.session import HearSession
     from rkvoice.turn import Turn

@@ -24,7 +24,7 @@ import pytest
 import soundfile as sf
 
 from bench.fake_clock import FakeClock
-from bench.soak import RealtimeSource
+from bench.realtime import RealtimeSource
 from rkvoice import cli
 from rkvoice.config import ROOT, load_config, parse_override
 from rkvoice.errors import RkvoiceError

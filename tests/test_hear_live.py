@@ -13,7 +13,7 @@ import pytest
 from fakes import RecordingPlayer
 
 from bench.cer import cer
-from bench.soak import RealtimeSource
+from bench.realtime import RealtimeSource
 from rkvoice.cli import main
 from rkvoice.clock import MonotonicClock
 from rkvoice.config import load_config

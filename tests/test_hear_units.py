@@ -11,7 +11,7 @@ import soundfile as sf
 
 from bench.cer import cer
 from bench.fake_clock import FakeClock
-from bench.soak import RealtimeSource
+from bench.realtime import RealtimeSource
 from rkvoice.config import load_config, parse_override
 from rkvoice.errors import RkvoiceError
 from rkvoice.hear.cue import ack_cue, chime
