@@ -297,7 +297,8 @@ def main() -> None:
                       wake_factory=wake_factory(cfg))
     audio = {"request": speech(tts, "今天天气怎么样"), "wake": speech(tts, "小智小智")}
     audio["long"] = (audio["request"] * 8)[: RATE * 2 * 20]  # about 20 s of speech
-    settings = cfg.wyoming if args.idle_s is None else replace(cfg.wyoming, idle_timeout_s=args.idle_s)
+    if args.idle_s is not None:
+        cfg = replace(cfg, wyoming=replace(cfg.wyoming, idle_timeout_s=args.idle_s))
 
     stop = threading.Event()
     ready = threading.Event()
@@ -308,15 +309,15 @@ def main() -> None:
         ready.set()
 
     thread = threading.Thread(target=serve_wyoming, args=(cfg, "tcp://127.0.0.1:0"),
-                              kwargs={"engines": engines, "stop": stop, "ready": on_ready, "settings": settings},
+                              kwargs={"engines": engines, "stop": stop, "ready": on_ready},
                               daemon=True)
     thread.start()
     if not ready.wait(60):
         raise SystemExit("the server did not start")
     port = servers[0].port
     if args.storm:
-        report = asyncio.run(storm(port, audio, settings.max_clients))
-        report["idle_timeout_s"] = settings.idle_timeout_s
+        report = asyncio.run(storm(port, audio, cfg.wyoming.max_clients))
+        report["idle_timeout_s"] = cfg.wyoming.idle_timeout_s
         stop.set()
         thread.join(30)
         print(json.dumps(report, ensure_ascii=False, indent=1))

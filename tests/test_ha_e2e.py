@@ -25,6 +25,7 @@ import time
 import urllib.request
 import zipfile
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -343,9 +344,8 @@ def ha(hear_asr, hear_voice, hear_fixtures, tmp_path_factory) -> Iterator[dict[s
         started.append(server)
         ready.set()
 
-    server = threading.Thread(target=serve_wyoming, args=(cfg, "tcp://127.0.0.1:0"), daemon=True,
-                              kwargs={"engines": engines, "stop": stop, "ready": on_ready,
-                                      "settings": WyomingConfig()})
+    server = threading.Thread(target=serve_wyoming, args=(replace(cfg, wyoming=WyomingConfig()), "tcp://127.0.0.1:0"),
+                              daemon=True, kwargs={"engines": engines, "stop": stop, "ready": on_ready})
     server.start()
     assert ready.wait(60), "the Wyoming server did not start"
     port = free_port()

@@ -7,6 +7,7 @@ import json
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -69,7 +70,7 @@ def serving(engines: Engines, uri: str, settings: WyomingConfig = LIMITS) -> Ite
         ready.set()
 
     def run() -> None:
-        serve_wyoming(load_config(), uri, engines=engines, stop=stop, settings=settings, ready=on_ready)
+        serve_wyoming(replace(load_config(), wyoming=settings), uri, engines=engines, stop=stop, ready=on_ready)
 
     thread = threading.Thread(target=run, name="wyoming-test-server", daemon=True)
     thread.start()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -69,9 +70,8 @@ def served(tmp_path):
         started.append(server)
         ready.set()
 
-    thread = threading.Thread(target=serve_wyoming, args=(cfg, "tcp://127.0.0.1:0"), daemon=True,
-                              kwargs={"engines": engines, "stop": stop, "ready": on_ready,
-                                      "settings": WyomingConfig()})
+    thread = threading.Thread(target=serve_wyoming, args=(replace(cfg, wyoming=WyomingConfig()), "tcp://127.0.0.1:0"),
+                              daemon=True, kwargs={"engines": engines, "stop": stop, "ready": on_ready})
     thread.start()
     assert ready.wait(30)
     yield started[0].port, llm, engines

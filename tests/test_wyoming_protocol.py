@@ -12,6 +12,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -138,9 +139,9 @@ def serving(engines: Engines, settings: WyomingConfig | None = None) -> Iterator
         started.append(server)
         ready.set()
 
-    thread = threading.Thread(target=serve_wyoming, args=(load_config(), "tcp://127.0.0.1:0"), daemon=True,
-                              kwargs={"engines": engines, "stop": stop, "ready": on_ready,
-                                      "settings": settings or WyomingConfig()})
+    cfg = replace(load_config(), wyoming=settings or WyomingConfig())
+    thread = threading.Thread(target=serve_wyoming, args=(cfg, "tcp://127.0.0.1:0"), daemon=True,
+                              kwargs={"engines": engines, "stop": stop, "ready": on_ready})
     thread.start()
     assert ready.wait(BOUND), "the server did not start"
     try:
@@ -427,9 +428,9 @@ def test_the_server_loads_its_assistant_on_the_configured_time_zone(fakes, monke
 
     monkeypatch.setattr(server, "serving_stages", stages)
     stop, ready = threading.Event(), threading.Event()
-    thread = threading.Thread(target=serve_wyoming, args=(load_config(), "tcp://127.0.0.1:0"), daemon=True,
-                              kwargs={"stop": stop, "ready": lambda s: ready.set(),
-                                      "settings": WyomingConfig(time_zone="Asia/Shanghai")})
+    cfg = replace(load_config(), wyoming=WyomingConfig(time_zone="Asia/Shanghai"))
+    thread = threading.Thread(target=serve_wyoming, args=(cfg, "tcp://127.0.0.1:0"), daemon=True,
+                              kwargs={"stop": stop, "ready": lambda s: ready.set()})
     thread.start()
     assert ready.wait(BOUND)
     stop.set()

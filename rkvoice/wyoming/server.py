@@ -92,21 +92,19 @@ class WyomingServer:
             self._server = None
 
 
-def from_cfg(cfg: Config | WyomingConfig, **overrides: Any) -> WyomingConfig:
-    """The ``wyoming`` section of ``cfg`` (or ``cfg`` itself), then the ``overrides`` that are not None."""
-    base = cfg if isinstance(cfg, WyomingConfig) else cfg.wyoming
+def from_cfg(cfg: Config, **overrides: Any) -> WyomingConfig:
+    """The ``wyoming`` section of ``cfg``, then the ``overrides`` that are not None."""
     given = {k: v for k, v in overrides.items() if v is not None}
-    return replace(base, **given) if given else base
+    return replace(cfg.wyoming, **given) if given else cfg.wyoming
 
 
 def serve_wyoming(cfg: Config, uri: str = "", *, zeroconf: bool | None = None, engines: Engines | None = None,
-                  stop: threading.Event | None = None, ready: Callable[[WyomingServer], None] | None = None,
-                  settings: WyomingConfig | None = None) -> None:
+                  stop: threading.Event | None = None, ready: Callable[[WyomingServer], None] | None = None) -> None:
     """Serve on ``uri`` (else ``wyoming.uri``) until ``stop`` is set (forever without one); ``ready(server)``
-    runs once it listens. ``settings`` replaces the ``wyoming`` section of ``cfg``; ``uri`` and ``zeroconf``
-    override either. ``engines`` are the daemon's loaded engines; without them the server's own stages
-    (rkvoice.stages.serving_stages) are loaded here, and closed at the end."""
-    wcfg = from_cfg(settings if settings is not None else cfg, uri=uri or None, zeroconf=zeroconf)
+    runs once it listens; ``zeroconf`` overrides ``wyoming.zeroconf``. ``engines`` are the daemon's loaded
+    engines; without them the server's own stages (rkvoice.stages.serving_stages) are loaded here, and
+    closed at the end."""
+    wcfg = from_cfg(cfg, uri=uri or None, zeroconf=zeroconf)
     own = StageSet(serving_stages(wcfg.time_zone)) if engines is None else None
     if own is not None:
         own.load_all(cfg)
