@@ -1,23 +1,16 @@
 """sherpa-onnx keyword spotter (streaming zipformer2 transducer, board profile) as a wake engine.
 
 The keywords file is built at load time from ``hear.wake_phrase`` alone, in the model's ``ppinyin``
-tokens (``x iǎo zh ì @小智``). Files (``hear.kws_dir``, default ``models/board/kws-zh``, unpacked from
-sherpa-onnx-kws-zipformer-wenetspeech-3.3M-2024-01-01): ``encoder*.onnx``, ``decoder*.onnx``,
-``joiner*.onnx`` (``*.int8.onnx`` preferred) and ``tokens.txt``.
+tokens (``x iǎo zh ì @小智``); the model files (``hear.kws_dir``) are listed by ``file_needs``.
 
-sherpa-onnx 2.0.1 facts this code is built on (measured with the stand-in models):
-- it exits the process on a keyword token missing from tokens.txt or a missing metadata key: all are
-  checked first (``rkvoice.hear.sherpa_guard``);
-- keywords given to ``create_stream`` add to the file's: a detection of another phrase is dropped;
-- ``get_result`` clears the detection it returns: it is read once;
-- the encoder decodes whole chunks (``decode_chunk_len`` frames, 0.32 s for chunk-16) plus their
-  right context (``T``: 45 frames), and a keyword counts once ``num_trailing_blanks`` blank frames
-  follow it: a keyword ending the speech was reported 0.51 s of audio late (bench/wake_latency.py).
-
-So at a pause (silero, ``PAUSE_S`` of silence) the spotter is fed zeros until the encoder has consumed
-everything heard, as sherpa-onnx's examples end a file: one chunk decode more per pause, the keyword
-rules untouched. silero reports the pause 0.24 s after the phrase's end at 0.1 s of silence (p50 of
-the bench's 11 voices, at most 0.29 s; 0.18 s at 0.05 s, 0.27 s at 0.15 s).
+sherpa-onnx 2.0.1, measured with the stand-in models: it exits the process on a keyword token missing
+from tokens.txt or a missing metadata key (checked first: ``rkvoice.hear.sherpa_guard``); keywords
+given to ``create_stream`` add to the file's (another phrase's detection is dropped); ``get_result``
+clears the detection it returns. The encoder decodes whole chunks (``decode_chunk_len`` frames) plus
+their right context (``T``), and a keyword counts once blank frames follow it: a keyword ending the
+speech was reported 0.51 s of audio late (bench/wake_latency.py). So at a pause (silero, ``PAUSE_S``
+of silence, reported 0.24 s after the phrase's end: p50 of 11 voices) the spotter is fed zeros until
+the encoder has consumed everything heard, as sherpa-onnx's examples end a file.
 """
 
 from __future__ import annotations

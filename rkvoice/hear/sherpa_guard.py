@@ -1,11 +1,9 @@
 """What sherpa-onnx would kill the process on, checked before any sherpa object is created.
 
-sherpa-onnx 2.0.1 calls ``exit(-1)`` from C++ when a keyword's token is missing from tokens.txt or a
-model lacks a metadata key it reads, and segfaults on a transducer without ``model_type``: a daemon
-would vanish without a word when a user changes the wake phrase or drops in another model. Each
-case below was measured with the stand-ins (tests/test_board_hearing.py re-runs them in a
-subprocess); a tokens.txt without ``</s>`` fails Paraformer decoding later with an opaque
-IndexError. Each becomes an RkvoiceError naming the file, the missing key or token, and the fix.
+sherpa-onnx 2.0.1 calls ``exit(-1)`` when a keyword's token is missing from tokens.txt or a model
+lacks a metadata key it reads, and segfaults on a transducer without ``model_type`` (measured with the
+stand-ins; tests/test_board_hearing.py re-runs them in a subprocess); a tokens.txt without ``</s>``
+fails Paraformer decoding with an IndexError. Each becomes an RkvoiceError naming the file and the fix.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
-"""speexdsp's echo canceller + preprocessor (residual echo and noise suppression), driven the same
-way from either of two builds of the library:
-
-- the system's libspeexdsp (Debian: ``apt-get install libspeexdsp1``), a floating-point build;
-- the fixed-point one inside the ``pyaec`` wheel (libaec.so), which exports only pyaec's
-  ``AecNew``/``AecCancelEcho``. That wrapper never tells the canceller its sampling rate, so it
-  adapts with its 8 kHz constants (twice too fast at 16 kHz) and its DC notch cuts the microphone
-  below ~250 Hz. The speexdsp functions are called here at their addresses from the library's
-  symbol table, and the rate fields are set as ``SPEEX_ECHO_SET_SAMPLING_RATE`` would (pyaec's
-  build lacks that ctl), after checking they hold speexdsp's 8 kHz values.
-
-Both run on 10 ms frames of 16 kHz int16 (the caller aligns the reference to the echo).
+"""speexdsp's echo canceller + preprocessor (residual echo and noise suppression) on 10 ms frames of
+16 kHz int16, from the system's libspeexdsp (``apt-get install libspeexdsp1``) or the fixed-point build
+inside the ``pyaec`` wheel. pyaec's own wrapper never tells the canceller its rate: it adapts with its
+8 kHz constants (twice too fast at 16 kHz) and its DC notch cuts the microphone below ~250 Hz, so its
+speexdsp functions are called at their symbol-table addresses and the rate fields are set here.
 """
 
 from __future__ import annotations
@@ -145,11 +138,9 @@ class SpeexDspCanceller:
         fn["speex_preprocess_ctl"](self._pre, SET_ECHO_STATE, self._echo)
 
     def _set_fixed_point_rate(self) -> None:
-        """What SPEEX_ECHO_SET_SAMPLING_RATE does in speexdsp 1.2.1's fixed-point x86_64/aarch64 build
-        (mdf.c): the state starts ``int frame_size, ...(9 ints), int32 sampling_rate, int16
-        spec_average, beta0, beta_max`` (the adaptation constants), and holds ``int16 preemph,
-        notch_radius`` at byte 288 (the DC notch on the microphone: 0.9 cuts below ~250 Hz at 16 kHz,
-        0.982 is speexdsp's radius for 16 kHz). Each field is checked to hold speexdsp's 8 kHz value first."""
+        """What SPEEX_ECHO_SET_SAMPLING_RATE does in speexdsp 1.2.1's fixed-point 64-bit build (mdf.c):
+        ``int32 sampling_rate`` after 9 ints, then ``int16 spec_average, beta0, beta_max``, and ``int16
+        preemph, notch_radius`` at byte 288. Each field must hold speexdsp's 8 kHz value first."""
         ints = ctypes.cast(self._echo or 0, ctypes.POINTER(ctypes.c_int32))
         shorts = ctypes.cast((self._echo or 0) + 40, ctypes.POINTER(ctypes.c_int16))
         notch = ctypes.cast((self._echo or 0) + NOTCH_AT, ctypes.POINTER(ctypes.c_int16))

@@ -5,10 +5,8 @@ stream, ``Segment.decided_s`` where the segmenter knew it (after the trailing si
 maximum request length). Tests feed audio and get exact times.
 
 With ``early_silence_s``/``early_max_s`` (the asr-match wake's) a second silero VAD with the short
-silence runs beside the main one: when it ends a piece while the speech so far (the main VAD's open
-segment up to that piece's end) is at most ``early_max_s`` long, that audio is returned at once as
-an ``early`` segment. The main segment still comes at the full trailing silence when the speech went
-on after it, and is dropped when it ends where the early one did (decided on the same speech).
+silence runs beside the main one: speech of at most ``early_max_s`` it ends is returned at once as an
+``early`` segment; the main segment is dropped when it ends where the early one did.
 """
 
 from __future__ import annotations
@@ -54,12 +52,10 @@ class Segment:
 def on_grid(trailing_s: float, silence_s: float) -> float:
     """The longest silence up to ``silence_s`` that ends speech on the same sample as ``trailing_s``.
 
-    sherpa-onnx's silero VAD declares the end on a window boundary, once the silence has lasted
-    ``min_silence`` samples rounded up to whole windows, and cuts the segment ``min_silence`` samples
-    before that point: two silences that differ by whole windows cut at the same sample, so an early
-    segment holds exactly the audio the main VAD would have returned (the wake's decode and its
-    phrase score are the same; 0.15 s against 0.5 s cut 2 ms apart, enough to move a score across
-    the threshold on a noisy clip of the wake set)."""
+    sherpa-onnx's silero VAD ends speech on a window boundary and cuts the segment ``min_silence``
+    samples before it: silences that differ by whole windows cut at the same sample, so an early
+    segment holds the audio the main VAD would return (0.15 s against 0.5 s cut 2 ms apart, enough to
+    move a phrase score across the threshold on a noisy clip)."""
     trailing = round(trailing_s * SAMPLE_RATE)
     steps = math.ceil((trailing - silence_s * SAMPLE_RATE) / WINDOW)
     return max(0, trailing - steps * WINDOW) / SAMPLE_RATE

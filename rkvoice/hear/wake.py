@@ -1,21 +1,16 @@
 """Wake engines: a streaming protocol and asr-match (the registry is rkvoice.hear.wake_registry).
 
 An engine eats 16 kHz frames and returns a ``WakeHit`` when it heard the wake phrase. asr-match
-(portable; no Chinese keyword model installs offline) closes speech segments with the VAD,
-transcribes them and looks for the phrase with a tolerant pinyin match; the rest of the segment
-("小智小智，现在几点" -> "现在几点") is the request said in the same breath.
+(portable) closes speech segments with the VAD, transcribes them and looks for the phrase with a
+tolerant pinyin match; the rest of the segment ("小智小智，现在几点" -> "现在几点") is the request.
 
-The phrase said alone is often decoded badly (Whisper hears a pitched "小智小智" as "小巨小巨", a
-fast one as "想知想知", and drops a quiet one as no speech). A segment up to ``SHORT_S`` that the
-plain decode does not match gets a second decode primed with the phrase (``PrimedAsr``), which
-must give the phrase whole. Priming alone turns near misses (小猪小猪, 小时小时, babble) into the
-phrase, so the unprimed decoder must also back it: the phrase's mean token log-probability forced
-on the audio must reach ``MIN_PHRASE_LOGPROB`` (wake-only clips: -0.4 to -1.5 bar one at SNR 5 dB
-babble; primed near misses: -1.8 to -3.2; bench/wake_recall.py).
-
-The segmenter closes phrase-length speech (up to ``PHRASE_MAX_S``) after ``PHRASE_SILENCE_S`` of
-silence, and WhisperAsr reuses the plain decode's encoder output for the second look, so a phrase
-said alone is decided one decode after a short silence (bench/wake_latency.py).
+Whisper often decodes the phrase said alone badly ("小巨小巨", "想知想知", or no speech), so a
+segment up to ``SHORT_S`` the plain decode misses gets a second decode primed with the phrase
+(``PrimedAsr``), which must give the phrase whole. Priming alone turns near misses (小猪小猪, babble)
+into the phrase, so the phrase forced on the audio through the unprimed decoder must also reach
+``MIN_PHRASE_LOGPROB`` per token (wake-only clips: -0.4 to -1.5 bar one at SNR 5 dB; primed near
+misses: -1.8 to -3.2; bench/wake_recall.py). Phrase-length speech closes after ``PHRASE_SILENCE_S``
+(bench/wake_latency.py).
 """
 
 from __future__ import annotations

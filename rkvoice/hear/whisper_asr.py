@@ -1,13 +1,10 @@
 """Whisper base through faster-whisper (CTranslate2 int8) on the CPU: the portable ASR.
 
-``transcribe`` keeps faster-whisper's no-speech filter (no-speech probability above 0.6 with a mean
-token log-probability below -1 comes back empty), which spares requests of breath and room noise.
-``transcribe_primed`` serves the wake check on a short segment the VAD already called speech: the
-phrase primes the decoder and no filter can veto (it dropped a quiet "小智小智": no-speech 0.75 at -20 dB).
-
-The encoder (a fixed 30 s window: most of a short decode's time) runs once per audio: the last output
-is kept with a digest of its input features, so the wake check's primed decode and phrase score on
-the segment the plain decode just read cost decoder steps only, with the same results.
+``transcribe`` keeps faster-whisper's no-speech filter (breath and room noise come back empty);
+``transcribe_primed`` serves the wake check on a segment the VAD called speech, with the phrase as
+hotwords and no filter (it dropped a quiet "小智小智": no-speech 0.75 at -20 dB). The encoder (a 30 s
+window: most of a short decode's time) output of the last audio is kept, so the wake check's second
+look at the same segment costs decoder steps only.
 """
 
 from __future__ import annotations
