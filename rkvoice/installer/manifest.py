@@ -1,13 +1,9 @@
 """models/manifest.yaml: what every model is, where it comes from and how it is assembled.
 
-The manifest is data; this module reads it into frozen dataclasses and rejects anything it
-does not understand (unknown keys, missing fields, bad sha256 values) with an error that names
-the entry and the field. Paths in ``files`` and step targets are relative to the model's ``dir``;
-``{work}`` in a step target means the model's scratch directory (deleted after a good install).
-
-A model may be ``optional`` (a missing one never fails the install) and may ``need`` other models
-of its profile (the ``rknn`` step converts files another entry installed); an ``rknn`` step builds
-NPU files with rknn-toolkit2 of the board runtime's version in a throw-away venv.
+Read into frozen dataclasses; anything not understood (unknown keys, missing fields, bad sha256
+values) is an error naming the entry and the field. Paths in ``files`` and step targets are relative
+to the model's ``dir``; ``{work}`` in a step target is the model's scratch directory. A model may be
+``optional`` (never fails the install) and may ``need`` earlier models of its profile.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Rewrite an ONNX model's metadata_props with the onnx package (install steps and tests only).
-
-The runtime reads metadata with onnxruntime (``rkvoice.tts.vits.read_onnx_metadata``); writing
-needs ``onnx``, which the portable requirements pin and the board's do not, so nothing the
-board runs imports this module.
-"""
+"""Rewrite an ONNX model's metadata_props with the onnx package (install steps and tests only: the
+board's requirements lack ``onnx``; the runtime reads metadata with ``rkvoice.tts.vits``)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,10 @@
 """NPU files built at install time: the toolkit version, sidecars, PC drop-ins, the conversion.
 
-rknn-toolkit2, rknn-toolkit-lite2 and the board's librknnrt.so must be one version (a .rknn built by
-another toolkit may load and then compute garbage or crash), so the version is read from the board's
-librknnrt.so, or given with ``--toolkit-version`` on a PC; each ``X.rknn`` has a sidecar ``X.json``
-(models/convert_rknn.py) naming the toolkit that built it. The ``rknn`` step takes the finished files
-from the download cache (built on a PC) when they are all there, else builds them in a throw-away
-venv: ``<toolkit>==<version>`` ``--no-deps`` (its declared deps pull torch with CUDA, 5.6 GB) plus the
-lean ``deps``, the converter once per ``runs`` entry, its JSON report checked.
+rknn-toolkit2, rknn-toolkit-lite2 and the board's librknnrt.so must be one version (another toolkit's
+.rknn may load and compute garbage), read from the board's librknnrt.so or ``--toolkit-version``; each
+``X.rknn`` has a sidecar ``X.json`` naming the toolkit that built it. The ``rknn`` step takes finished
+files from the download cache when they are all there, else installs ``<toolkit>==<version>``
+``--no-deps`` (its declared deps pull torch with CUDA, 5.6 GB) and the lean ``deps`` in a throw-away venv.
 """
 
 from __future__ import annotations
@@ -53,13 +51,9 @@ def resolve_toolkit(override: str | None = None, lib_paths: tuple[Path, ...] | N
 
 
 def rknn_problem(rknn: Path, expected: str | None) -> tuple[str, str] | None:
-    """(kind, detail) when ``rknn`` cannot be used with toolkit ``expected``; None when it can.
-
-    kind: missing | corrupt | mismatch. With ``expected`` unknown (not on a board) only the
-    file, its sidecar and their agreement are checked.
-    """
-    if not rknn.is_file():
-        return "missing", f"{rknn.name} not found"
+    """(kind, detail) when the present file ``rknn`` cannot be used with toolkit ``expected``; None when it
+    can. kind: missing (sidecar) | corrupt | mismatch; with ``expected`` unknown only the file and its
+    sidecar are checked."""
     if rknn.stat().st_size == 0:
         return "corrupt", f"{rknn.name} is empty"
     try:
