@@ -1,9 +1,8 @@
 """The LLM's prompt: stable instructions, bounded history, the date and time in the newest question.
 
-Laid out for the llama engine's prefix cache: the system prompt never changes, the time opens the
-newest user turn, and the history keeps each question as sent, so the next prompt starts with the
-tokens the last one computed and only the new question is evaluated. A full history drops its
-older half at once: a sliding window would change everything after the system prompt every turn.
+Laid out for the llama engine's prefix cache: the system prompt never changes and the history keeps
+each question as sent, so only the new question is evaluated; a full history drops its older half at
+once (a sliding window would change everything after the system prompt every turn).
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """The Answerer: a turn's transcript -> tools or LLM -> StreamChunker -> the speaker.
 
 Each piece goes to the speaker as soon as it is safe to speak, so the first one plays while the
-model still generates. Two guards hold for every turn, from the CLI or the daemon:
-
-- no first text within ``daemon.answer_first_timeout_s``, or no next within
-  ``daemon.answer_gap_timeout_s`` (a wedged LLM), cancels the turn: RkvoiceError("answer", "timeout");
-- when the player is about to run dry with no piece waiting, the chunker's pending text is cut
-  early at its last comma: the listener hears a clause now instead of silence.
+model still generates. No first text within ``daemon.answer_first_timeout_s``, or no next within
+``daemon.answer_gap_timeout_s`` (a wedged LLM), cancels the turn; when the player is about to run dry
+with no piece waiting, the pending text is cut early at its last comma (a clause now, not silence).
 """
 
 from __future__ import annotations

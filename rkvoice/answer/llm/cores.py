@@ -2,13 +2,9 @@
 
 llama.cpp's threads wait for each other after every layer, so one thread on a core another process
 holds stalls them all (2 cores at load 4-7: 2 prompt threads took 2.4x as long as 1,
-bench/llm_threads.py): auto counts stay on the free cores. The load average lags a minute (and
-counts disk waits), so two readings of now, the larger wins:
-
-- ``busy_elsewhere()``: other processes' runnable threads (/proc/stat ``procs_running`` less ours
-  in /proc/self/task), the median of a few samples over ~20 ms;
-- ``CpuWindow``: the cores other processes used over about the last second (CPU time in /proc/stat
-  less ours), sampled every 0.25 s on a daemon thread, so bursty work a snapshot misses counts.
+bench/llm_threads.py): auto counts stay on the free cores. The load average lags a minute, so the
+larger of two readings of now counts: other processes' runnable threads (``busy_elsewhere``) and the
+cores they used over the last second (``CpuWindow``: bursty work a snapshot misses).
 """
 
 from __future__ import annotations

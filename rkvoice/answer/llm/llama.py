@@ -1,10 +1,6 @@
-"""llama.cpp engine (portable profile) through cyllama's low-level bindings.
-
-Its own generation loop, unlike cyllama's high-level LLM: thread counts per answer and per token
-(rkvoice.answer.llm.cores), characters split across tokens kept whole (per-token pieces lose them),
-abort between tokens and inside a decode, and the KV cache of the prompt prefix shared with the
-last turn kept (rkvoice.answer.conversation lays the prompt out for it).
-"""
+"""llama.cpp engine (portable profile) through cyllama's low-level bindings: its own generation loop
+for thread counts per token (rkvoice.answer.llm.cores), characters split across tokens kept whole,
+abort inside a decode, and the KV cache of the prompt prefix shared with the last turn kept."""
 
 from __future__ import annotations
 

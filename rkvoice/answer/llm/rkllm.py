@@ -1,9 +1,5 @@
-"""RKLLM engine: a ctypes binding of librkllmrt.so (ABI chosen by llm.rkllm_abi).
-
-rkllm_run is synchronous and calls back on the runtime's thread, one token per call: it runs on a
-worker thread and the callback queues the bytes for ``stream()``, whose incremental decoder yields
-whole characters (a token may end inside one). ``abort()`` calls rkllm_abort from any thread.
-"""
+"""RKLLM engine: a ctypes binding of librkllmrt.so (ABI chosen by llm.rkllm_abi). rkllm_run runs on
+a worker thread; its callback queues each token's bytes for ``stream()``, which yields whole characters."""
 
 from __future__ import annotations
 
