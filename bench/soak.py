@@ -290,8 +290,11 @@ def main() -> int:
             if daemon.turns >= args.turns:
                 daemon.request_stop()
 
-    daemon.on_turn = on_turn
-    orig_failed = daemon._turn_failed
+    orig_done, orig_failed = daemon._turn_done, daemon._turn_failed
+
+    def on_done(turn: Turn) -> None:
+        orig_done(turn)
+        on_turn(turn)
 
     def on_failed(exc: BaseException) -> None:
         orig_failed(exc)
@@ -300,7 +303,7 @@ def main() -> int:
             if daemon.turns >= args.turns:
                 daemon.request_stop()
 
-    daemon._turn_failed = on_failed  # type: ignore[method-assign]
+    daemon._turn_done, daemon._turn_failed = on_done, on_failed  # type: ignore[method-assign]
     t_start = time.monotonic()
     code = daemon.run()
     wall = time.monotonic() - t_start

@@ -182,14 +182,17 @@ def run(cfg: Config, variants: dict[str, Config], rounds: int, warmup: int) -> d
                   file=sys.stderr, flush=True)
             ready_next(i + 1)
 
-    daemon.on_turn = finished
-    orig_failed = daemon._turn_failed
+    orig_done, orig_failed = daemon._turn_done, daemon._turn_failed
+
+    def on_done(turn: Turn) -> None:
+        orig_done(turn)
+        finished(turn)
 
     def on_failed(exc: BaseException) -> None:
         orig_failed(exc)
         finished(None)
 
-    daemon._turn_failed = on_failed  # type: ignore[method-assign]
+    daemon._turn_done, daemon._turn_failed = on_done, on_failed  # type: ignore[method-assign]
     t0 = time.monotonic()
     code = daemon.run()
     per: dict[str, list[dict[str, Any]]] = {}

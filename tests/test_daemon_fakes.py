@@ -104,15 +104,26 @@ def _cfg(tmp_path: Path, **daemon: Any) -> Config:
                          "hear": {"ack": "none", "follow_up_s": 0.3}}])
 
 
+class CollectingDaemon(Daemon):
+    """The daemon, with each turn it counted as done also put in ``finished``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.finished: queue.Queue[Turn] = queue.Queue()
+
+    def _turn_done(self, turn: Turn) -> None:
+        super()._turn_done(turn)
+        self.finished.put(turn)
+
+
 class Harness:
     """Runs a Daemon on a thread (no signal handlers there) and collects its finished turns."""
 
     def __init__(self, cfg: Config, rig: Rig, clock: Any = None, notifier: Notifier | None = None) -> None:
         kwargs = {"clock": clock} if clock is not None else {}
-        self.daemon = rig.daemon = Daemon(cfg, rig.plan(), lambda: cfg,
-                                          notifier=notifier or Notifier(socket_name=""), **kwargs)
-        self.turns: queue.Queue[Turn] = queue.Queue()
-        self.daemon.on_turn = self.turns.put
+        self.daemon = rig.daemon = CollectingDaemon(cfg, rig.plan(), lambda: cfg,
+                                                    notifier=notifier or Notifier(socket_name=""), **kwargs)
+        self.turns = self.daemon.finished
         self.code: int | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
 

@@ -1,10 +1,8 @@
 """The daemon's listener: the product's one turn loop (rkvoice.hear.loop.TurnLoop) on the microphone.
 
-It reaches the ASR, the voice and the assistant through the stages' priority gates (rkvoice.gate)
-at local priority, so a Wyoming server on the same stages (``wyoming.uri``) lets the local turn go
-first: it waits at most for one transcription or synthesised piece; a Wyoming answer holding the
-LLM is stopped. The supervisor's hooks: ``busy`` marks work for the watchdog, ``report`` counts
-turns and failures.
+It reaches the engines through the stages' priority gates (rkvoice.gate) at local priority, so beside
+a Wyoming server on the same stages the local turn waits at most for one transcription or synthesised
+piece, and a Wyoming answer holding the LLM is stopped.
 """
 
 from __future__ import annotations

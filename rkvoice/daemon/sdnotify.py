@@ -1,8 +1,7 @@
 """systemd's sd_notify protocol, spoken directly over the $NOTIFY_SOCKET datagram socket.
 
-A notification is one datagram of ``KEY=VALUE`` lines to the AF_UNIX socket in $NOTIFY_SOCKET (a
-path, or an abstract name written ``@name``); no libsystemd needed. Without $NOTIFY_SOCKET every
-call is a no-op, so the daemon runs the same in a terminal.
+One datagram of ``KEY=VALUE`` lines to the AF_UNIX socket (a path, or an abstract ``@name``); no
+libsystemd needed. Without $NOTIFY_SOCKET every call is a no-op, so the daemon runs the same in a terminal.
 """
 
 from __future__ import annotations

@@ -59,7 +59,6 @@ class Daemon:
         self._failures = 0
         self._signalled = ""
         self.turns = 0
-        self.on_turn: Callable[[Turn], None] | None = None
 
     def run(self, handle_signals: bool = True) -> int:
         """Load, announce READY, supervise until stopped; returns the exit status.
@@ -254,8 +253,6 @@ class Daemon:
                        if isinstance(summary.get(k), (int, float)))
         log.info("turn %d: heard %r route=%s answer_chars=%d%s %s", n, turn.text, turn.route or "-",
                  len(turn.result or ""), f" cancelled ({turn.reason})" if turn.cancelled else "", lat)
-        if self.on_turn is not None:
-            self.on_turn(turn)
 
     def _turn_failed(self, exc: BaseException) -> None:
         with self._count_lock:
