@@ -778,15 +778,15 @@ def test_runtime_choice_between_rknn_files_and_their_onnx_twins(tmp_path: Path, 
         for suffix in (".rknn", ".onnx"):
             (d / (stem + suffix)).write_bytes(b"x")
     names = lambda runtime: [p.name for p in mb.find_models(d, "matcha-t*", runtime)]  # noqa: E731
-    monkeypatch.setattr(mb, "_rknnlite_available", lambda: False)
+    monkeypatch.setattr(mb, "module_found", lambda name: False)
     assert names("auto") == ["matcha-t32.onnx", "matcha-t64.onnx"]  # off the board: the twins
     assert names("rknn") == ["matcha-t32.rknn", "matcha-t64.rknn"]
-    monkeypatch.setattr(mb, "_rknnlite_available", lambda: True)
+    monkeypatch.setattr(mb, "module_found", lambda name: name == "rknnlite")
     assert names("auto") == ["matcha-t32.rknn", "matcha-t64.rknn"]  # the board: the NPU files
     assert names("onnx") == ["matcha-t32.onnx", "matcha-t64.onnx"]
     for p in d.glob("*.onnx"):
         p.unlink()
-    monkeypatch.setattr(mb, "_rknnlite_available", lambda: False)
+    monkeypatch.setattr(mb, "module_found", lambda name: False)
     assert names("auto") == ["matcha-t32.rknn", "matcha-t64.rknn"]  # only .rknn: load says what is missing
     assert mb.expected_path(tmp_path, "x/matcha-t*", "auto").name == "matcha-t*.rknn"
     assert [p.name for p in mb.find_models(d, "matcha-t64.rknn")] == ["matcha-t64.rknn"]

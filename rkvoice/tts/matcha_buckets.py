@@ -11,7 +11,6 @@ The published dynamic-shape ONNX files load too, as *dynamic* buckets (size 0, a
 from __future__ import annotations
 
 import glob
-import importlib.util
 import json
 import logging
 import re
@@ -24,6 +23,7 @@ import numpy as np
 
 from rkvoice.config import MatchaConfig
 from rkvoice.errors import RkvoiceError, Stage
+from rkvoice.needs import module_found
 from rkvoice.npu import runtime as npu_runtime
 from rkvoice.npu.runtime import ModelRuntime, OnnxModel, RknnModel, TensorSpec
 
@@ -37,7 +37,6 @@ ODE noise, its scale and T' (the frame count rounded up to 4); the encoder runs 
 ENCODER_FILE = "matcha-encoder.onnx"
 _INT = ("int64", "int32")
 _FLOAT = ("float32", "float16")
-RUNTIMES = ("auto", "rknn", "onnx")
 
 
 def _bad(path: Path, why: str, fix: str = "rebuild it with models/convert_rknn.py") -> RkvoiceError:
@@ -103,22 +102,14 @@ class Bucket:
 
 # -- finding the files ---------------------------------------------------------------------
 
-def _rknnlite_available() -> bool:
-    try:
-        return importlib.util.find_spec("rknnlite") is not None
-    except (ImportError, ValueError):
-        return False
-
-
 def find_models(base: Path, pattern: str, runtime: str = "auto") -> list[Path]:
     """Model files matching ``pattern`` (a glob, relative to ``base`` unless absolute).
 
     A pattern ending in .rknn or .onnx is taken as is. Without a suffix the runtime decides:
     ``rknn`` -> the .rknn files, ``onnx`` -> their .onnx twins, ``auto`` -> .rknn when
-    rknn-toolkit-lite2 is importable (the board) and there are .rknn files, else .onnx.
+    rknn-toolkit-lite2 is importable (the board) and there are .rknn files, else .onnx
+    (``runtime`` is checked where the config loads: MatchaConfig.runtime).
     """
-    if runtime not in RUNTIMES:
-        raise RkvoiceError(Stage.CONFIG, "bad-value", f"tts.matcha.runtime {runtime!r}; choose one of: {', '.join(RUNTIMES)}")
     full = str(base / pattern)
 
     def matches(suffix: str) -> list[Path]:
@@ -127,7 +118,7 @@ def find_models(base: Path, pattern: str, runtime: str = "auto") -> list[Path]:
     if pattern.endswith((".rknn", ".onnx")):
         return matches("")
     rknn, onnx = matches(".rknn"), matches(".onnx")
-    if runtime == "rknn" or (runtime == "auto" and rknn and (_rknnlite_available() or not onnx)):
+    if runtime == "rknn" or (runtime == "auto" and rknn and (module_found("rknnlite") or not onnx)):
         return rknn
     return onnx
 
@@ -149,21 +140,17 @@ def voice_files(base: Path, mc: MatchaConfig) -> dict[str, Path]:
         for p in found:
             out[f"{kind} {p.stem}"] = p
             if p.suffix == ".rknn":
-                out[f"{kind} {p.stem} sidecar"] = sidecar_of(p)
+                out[f"{kind} {p.stem} sidecar"] = p.with_suffix(".json")
             if kind == "acoustic" and (encoder := named_encoder(p)) is not None:
                 out["acoustic encoder"] = encoder
     return out | {"lexicon": base / mc.lexicon, "tokens": base / mc.tokens}
-
-
-def sidecar_of(path: Path) -> Path:
-    return path.with_suffix(".json")
 
 
 def named_encoder(model: Path) -> Path | None:
     """The CPU encoder a split decoder's sidecar names (None: none named, or no readable sidecar;
     load() reports a bad sidecar with its fix)."""
     try:
-        side = json.loads(sidecar_of(model).read_text(encoding="utf-8"))
+        side = json.loads(model.with_suffix(".json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     encoder = side.get("encoder") if isinstance(side, dict) else None
@@ -187,7 +174,7 @@ def read_sidecar(path: Path) -> dict[str, Any]:
 
 def load_bucket(path: Path, kind: str, threads: int = 1, core_mask: str = "auto") -> Bucket:
     """Load one model and check what it declares against its sidecar and against what the engine feeds."""
-    side_path = sidecar_of(path)
+    side_path = path.with_suffix(".json")
     side = read_sidecar(side_path) if side_path.is_file() else None
     if path.suffix == ".rknn" and side is None:
         raise RkvoiceError(Stage.TTS, "missing-model", f"{path} has no sidecar {side_path.name} (its inputs and "
@@ -269,7 +256,7 @@ def _check_name(b: Bucket, prefix: str, unit: str) -> None:
 
 def _agree(path: Path, side: dict[str, Any] | None, key: str, value: int, what: str) -> None:
     if side is not None and side.get(key) is not None and int(side[key]) != value:
-        raise _bad(sidecar_of(path), f"the sidecar says {key} {side[key]} but the model takes {value} {what}")
+        raise _bad(path.with_suffix(".json"), f"the sidecar says {key} {side[key]} but the model takes {value} {what}")
 
 
 def _check_decoder(b: Bucket, side: dict[str, Any] | None) -> None:
