@@ -54,7 +54,7 @@ def record(engine: LlamaEngine, conv: Conversation, question: str) -> list[tuple
 
 def cut(deltas: list[tuple[float, str]], rule: dict[str, int], first: int, chunk: int) -> tuple[float, list[str]]:
     """When the first piece was ready (s) and every piece, for one rule."""
-    c = StreamChunker(first, chunk, **rule)
+    c = type("Rule", (StreamChunker,), rule)(first, chunk)  # the rules are class attributes
     pieces: list[str] = []
     ready = deltas[-1][0] if deltas else 0.0
     for t, d in deltas:

@@ -26,6 +26,11 @@ except ImportError:  # tests/ imported as a package
     )
 
 
+def rules(first: int = 24, chunk: int = 40, **rule: int) -> StreamChunker:
+    """A chunker whose clause/word rules (StreamChunker's class attributes) differ as ``rule`` says."""
+    return type("Rules", (StreamChunker,), rule)(first, chunk)
+
+
 def run(deltas: list[str], **kw: int) -> list[list[str]]:
     """Feed deltas one by one; return what each feed returned, then what flush returned."""
     c = StreamChunker(**kw)
@@ -68,7 +73,7 @@ def test_abbreviation_is_not_a_sentence_end() -> None:
 
 
 def test_english_clause_needs_more_than_min_words() -> None:
-    c = StreamChunker(first=80, chunk=80, first_clause_words=6)  # the later pieces' rule for the first too
+    c = rules(first=80, chunk=80, first_clause_words=6)  # the later pieces' rule for the first too
     assert c.feed("Yes, I can, ") == []
     assert c.feed("and the clinic opens early, so") == ["Yes, I can, and the clinic opens early, "]
     assert c.flush() == ["so"]
@@ -85,7 +90,7 @@ def test_the_first_piece_is_the_first_clause_of_a_few_words() -> None:
     assert zh.feed("好的，") == []
     assert zh.feed("它很美，月") == ["好的，它很美，"]  # 7 characters: a first clause ("好的，" alone: 3)
     assert zh.feed("亮离地球很远，") == []  # later: a clause of a useful length (13 for 40)
-    assert StreamChunker(first_clause_chars=8).feed("好的，它很美，月") == []  # the rule before
+    assert rules(first_clause_chars=8).feed("好的，它很美，月") == []  # the rule before
 
 
 def test_english_max_words_without_punctuation() -> None:
@@ -100,7 +105,7 @@ def test_english_max_words_without_punctuation() -> None:
 
 def test_word_is_not_split_across_deltas() -> None:
     words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu"
-    c = StreamChunker(max_words=12, first=80, chunk=80)
+    c = StreamChunker(first=80, chunk=80)  # max_words 12
     out = []
     for i in range(0, len(words), 3):
         out += c.feed(words[i:i + 3])
@@ -193,7 +198,7 @@ def test_bad_arguments() -> None:
 
 
 def _feed_in_sizes(text: str, sizes: list[int], **kw: int) -> list[str]:
-    c = StreamChunker(**kw)
+    c = rules(**kw)
     out: list[str] = []
     i = 0
     for k in sizes:

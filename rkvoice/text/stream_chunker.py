@@ -33,19 +33,17 @@ is cleaned away like a citation mark) and the URL's characters are not spoken.""
 class StreamChunker:
     """Incremental chunker: ``feed(delta)`` returns the pieces now complete, ``flush()`` the rest."""
 
-    def __init__(self, first: int = 24, chunk: int = 40, min_clause_words: int = 5,
-                 max_words: int = 12, first_clause_words: int = 2, first_clause_chars: int = 4) -> None:
-        if first < 1 or chunk < 1 or max_words < 1 or min_clause_words < 0:
+    min_clause_words = 5
+    max_words = 12
+    first_clause_words = 2
+    first_clause_chars = 4
+
+    def __init__(self, first: int = 24, chunk: int = 40) -> None:
+        if first < 1 or chunk < 1:
             raise RkvoiceError(Stage.TEXT, "bad-chunk-size",
-                               "StreamChunker needs first, chunk and max_words >= 1 and min_clause_words >= 0, "
-                               f"got first={first} chunk={chunk} max_words={max_words} "
-                               f"min_clause_words={min_clause_words}")
+                               f"StreamChunker needs first >= 1 and chunk >= 1, got first={first} chunk={chunk}")
         self.first = first
         self.chunk = chunk
-        self.min_clause_words = min_clause_words
-        self.max_words = max_words
-        self.first_clause_words = first_clause_words
-        self.first_clause_chars = first_clause_chars
         self._buf = ""
         self._emitted = 0
 
