@@ -1,8 +1,8 @@
-"""Cut text into pieces for TTS: English sentences, and size-bounded pieces for any language.
+"""Cut text into size-bounded pieces for TTS, in any language, keeping every character.
 
-Both keep every character (``sentences`` after collapsing whitespace). Cut points come from
-``CutPoints``, which the streaming chunker shares: a number (2026-10-21, 3.14, 1,000, 22:05), a
-Latin word or a bracketed stretch is cut only when it alone is longer than the limit, a URL never.
+Cut points come from ``CutPoints``, which the streaming chunker shares: a number (2026-10-21, 3.14,
+1,000, 22:05), a Latin word or a bracketed stretch is cut only when it alone is longer than the
+limit, a URL never.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from rkvoice.text.script_spans import HAN
 
 log = logging.getLogger(__name__)
 
-ABBREVIATIONS = frozenset({"Dr.", "Mr.", "Mrs.", "Ms.", "St.", "No."})
-# Extra words whose '.' never ends a sentence for TTS packing (not used by `sentences`).
-_SOFT_ABBREVIATIONS = ABBREVIATIONS | {"Prof.", "Jr.", "Sr.", "vs.", "etc.", "e.g.", "i.e.", "Mt.", "Inc."}
+ABBREVIATIONS = frozenset({"Dr.", "Mr.", "Mrs.", "Ms.", "St.", "No.", "Prof.", "Jr.", "Sr.", "vs.", "etc.", "e.g.",
+                           "i.e.", "Mt.", "Inc."})
+"""Words whose '.' never ends a sentence."""
 
 SENTENCE_MARKS = "。！？；.!?;"
 CLAUSE_MARKS = "，、,：:"
@@ -38,7 +38,6 @@ _ATOM = re.compile(
     r"(?:https?|ftp)://[!-~]+"
     rf"|[-+]?[$¥￥€£]?[{_LATIN}]+(?:[.,:/\-_'’@][{_LATIN}]+)*[%℃°]?"
 )
-_SENTENCE_RE = re.compile(r"[.!?]")
 _MARKERS = re.compile(r"[*`_\[\]]+|~~")
 _MARKUP_OPENERS = frozenset("*_`[#>~+-")
 _LIST_HINT = re.compile(r"[^\n\w]{0,12}\d{1,3}(?:\]\([^)\n]{0,200}\)|[^\n\w.)、]){0,12}[.)、][ \t]")
@@ -54,32 +53,6 @@ _CN_COMPOUND = re.compile(
     r"\d{1,4}年\d{1,2}月(?:\d{1,2}[日号])?|\d{1,2}月\d{1,2}[日号]|\d{1,2}[点时]\d{1,2}分(?:\d{1,2}秒)?"
     r"|\d{1,2}分\d{1,2}秒"
 )
-
-
-def sentences(text: str) -> list[str]:
-    """Split English text into sentences, each keeping its trailing space.
-
-    Whitespace runs collapse to one space; a cut follows ``.``/``!``/``?`` when a space and an
-    uppercase letter come next (or the text ends), never after Dr. Mr. Mrs. Ms. St. No. A decimal
-    or price ($3.50) is never a boundary because no space follows its point.
-    """
-    flat = " ".join(text.split())
-    if not flat:
-        return []
-    out: list[str] = []
-    start = 0
-    n = len(flat)
-    for m in _SENTENCE_RE.finditer(flat):
-        i = m.start()
-        if i + 2 >= n or flat[i + 1] != " " or not flat[i + 2].isupper():
-            continue
-        if flat[i] == "." and flat[flat.rfind(" ", 0, i) + 1 : i + 1].lstrip("(\"'[“‘") in ABBREVIATIONS:
-            continue
-        out.append(flat[start : i + 2])
-        start = i + 2
-    out.append(flat[start:])
-    return out
-
 
 LAST_LEVEL = 5
 
@@ -148,14 +121,13 @@ class CutPoints:
         lead = len(text) - len(text.lstrip())
         for k in range(min(lead, n) + 1):
             blocked[k] = 1
-        self.hard_blocked = bytes(blocked)
+        hard_blocked = bytes(blocked)
         blocked = bytearray(a | b for a, b in zip(blocked, soft))
         for pattern in (_ATOM, _CN_COMPOUND):  # soft blocks: a cut here only when nothing else fits
             for m in pattern.finditer(text):
                 for k in range(m.start() + 1, m.end()):
                     blocked[k] = 1
         self._block_brackets(blocked, open_brackets_block and not final)
-        self.blocked = blocked
         self._spoken = list(accumulate(spoken_mask(text), initial=0))
         fine_end = n - FINE_LOOKAHEAD if not final else n
         sent, clause, words, safe = self._find_cuts(blocked, fine_end)
@@ -163,7 +135,7 @@ class CutPoints:
                                         sorted(set(sent) | set(clause) | set(words)), safe]
         # Fallbacks for a stretch longer than the limit with no cut above (a long bracket, number
         # or word): its own clause marks and word gaps, then any character boundary.
-        sent, clause, words, safe = self._find_cuts(self.hard_blocked, fine_end)
+        sent, clause, words, safe = self._find_cuts(hard_blocked, fine_end)
         self.levels += [sorted(set(sent) | set(clause) | set(words)), safe]
 
     def _block_brackets(self, blocked: bytearray, open_blocks: bool) -> None:
@@ -222,7 +194,7 @@ class CutPoints:
         start = i
         while start > 0 and not text[start - 1].isspace():
             start -= 1
-        if text[start : i + 1].lstrip("(\"'“‘") in _SOFT_ABBREVIATIONS:
+        if text[start : i + 1].lstrip("(\"'“‘") in ABBREVIATIONS:
             return False
         q = p
         while q < len(text) and text[q].isspace():
