@@ -1,10 +1,8 @@
 """``assistant.py --check``: can the configured pipeline run here, and if not, why (exit 1).
 
-No catalogue of its own: each stage's registry says which engine the daemon and the command line
-would choose and what it needs (``rkvoice.needs``); what is missing is reported with the fix.
-Without loading a model it also checks found files against the manifest's size/sha256, the NPU
-runtimes' versions (``rkvoice.board.runtimes``) and the entry's own ``Backend.check``. A missing
-microphone is a note; a missing sound device fails only a device player configured explicitly.
+Each stage's registry says which engine the daemon would choose and what it needs (``rkvoice.needs``);
+without loading a model, found files are also checked against the manifest's size/sha256, the NPU
+runtimes' versions and the entry's own ``Backend.check``. A missing microphone is a note.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Command line entry: argument parsing, logging set-up, and the choice of mode.
-
-Modes are chosen by flags: ``--say`` (say.py), ``--text`` (ask.py), ``--file`` (replay.py),
-``--check``, ``--wyoming URI`` (the Wyoming server), and none: the resident assistant (the daemon).
-Every RkvoiceError becomes one line on stderr and a non-zero exit; unexpected exceptions show
-their traceback only with ``-v``.
-"""
+"""Command line entry: argument parsing, logging set-up, and the choice of mode (``MODES``, ``--check``,
+or none: the resident assistant). Every RkvoiceError becomes one line on stderr and a non-zero exit;
+unexpected exceptions show their traceback only with ``-v``."""
 
 from __future__ import annotations
 

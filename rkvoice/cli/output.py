@@ -76,11 +76,8 @@ def open_output(args: argparse.Namespace, cfg: Config, clock: Clock) -> Output:
 def speaking(args: argparse.Namespace, cfg: Config, clock: Clock, tts: Callable[[Config], TtsEngine],
              cue: bool = False) -> Iterator[tuple[Speak, Output]]:
     """The Speak stage (voice ``tts``, ``cue`` or not) into this run's output, loaded, for one CLI run.
-
-    On success the speaker's threads are joined and every output closed (the WAV renamed into
-    place); on any error or Ctrl-C every turn is cancelled and the WAV file dropped, so no
-    half-written WAV is left.
-    """
+    Afterwards every output is closed (the WAV renamed into place); on any error or Ctrl-C every turn
+    is cancelled and the WAV file dropped."""
     opened: list[Output] = []
 
     def player(c: Config) -> Player:

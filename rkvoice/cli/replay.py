@@ -1,9 +1,6 @@
-"""``assistant.py --file WAV [--require-wake]``: replay a recording as if spoken into the microphone.
-
-VAD -> (wake) -> ASR -> answer (tools or LLM) -> speak, with the same HearSession and TurnLoop as
-the live loop. Prints what was heard and the answer; ``--metrics`` writes the first turn's
-timeline with ``transcript`` and ``end_to_first_audio_ms`` in its summary, and every turn's summary.
-"""
+"""``assistant.py --file WAV [--require-wake]``: replay a recording as if spoken into the microphone,
+with the live loop's HearSession and TurnLoop. Prints what was heard and the answer; ``--metrics``
+writes the first turn's timeline and every turn's summary."""
 
 from __future__ import annotations
 
