@@ -1,9 +1,6 @@
 """What a Wyoming request runs in: the server's shared ``Context``, and the connection's ``Requests``.
-
-Each request is a ``Turn`` with its timeline, like a local turn: the stages mark it, its handle stops
-its work when the client leaves (queued engine work never runs, an LLM answer stops), and the server
-logs one line per request with its figures.
-"""
+Each request is a ``Turn`` like a local one: its handle stops its work when the client leaves, and
+the server logs one line per request with its figures."""
 
 from __future__ import annotations
 

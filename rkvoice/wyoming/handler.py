@@ -2,14 +2,12 @@
 speech out: synthesis.py, answers: answer.py; each request a turn: context.py), answer errors.
 
 A malformed or oversized event, audio beyond ``max_audio_s``, or ``idle_timeout_s`` without an event
-(counted in every state, also inside a streamed synthesis) gets an ``error`` event and the connection
-is closed; a request the server cannot serve (an unknown event, voice or program, a bad audio format, a
-field of the wrong JSON type) gets an ``error`` event and the connection stays open.
-
-Events are read by a task of their own into a short queue, so a client that leaves is noticed while
-its request is still worked on, and its turn is cancelled. A connection over ``max_clients`` closes
-the one idle longest (no request in progress for EVICT_IDLE_S) and is served; when none is idle, a
-first ``describe`` is still answered (Home Assistant gives it one second), anything else is ``busy``.
+(in every state) gets an ``error`` event and the connection is closed; a request the server cannot
+serve (an unknown event, voice or program, a bad audio format or field) gets an ``error`` and the
+connection stays open. Events are read by a task of their own, so a client that leaves is noticed
+(and its turn cancelled) while its request is worked on. Over ``max_clients`` a connection closes the
+one idle longest; when none is idle, a first ``describe`` is still answered (Home Assistant gives it
+one second), anything else is ``busy``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""The ``info`` answer to ``describe``: what this server offers, built from the loaded engines.
-
-One program per service: asr, tts (every installed voice; a loaded multi-speaker voice with its
-speakers), wake and handle (local tools first, else the LLM), each with the languages its engines
-declare, announced with their region and script variants (languages.py).
-"""
+"""The ``info`` answer to ``describe``: one program per service (asr, tts with every installed voice,
+wake, handle), each with the languages its engines declare and their variants (languages.py)."""
 
 from __future__ import annotations
 

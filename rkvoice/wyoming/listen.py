@@ -1,8 +1,5 @@
-"""A connection's audio in: a transcription (transcribe + audio) or a wake-detect stream (detect + audio).
-
-The engines are the shared ones (``Engines``); every blocking call runs off the event loop, behind
-the engine's gate at Wyoming priority. A transcription is a turn from its audio-stop to its transcript.
-"""
+"""A connection's audio in: a transcription (transcribe + audio) or a wake-detect stream (detect + audio),
+on the shared engines, off the event loop, behind each engine's gate at Wyoming priority."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """Reading a connection's events within limits, and checking the JSON types of the fields served.
 
 Oversized sections and malformed events are refused. The ``wyoming`` package builds its dataclasses
-from whatever JSON arrives (``"voice": "abc"`` becomes no voice, ``"names": "abc"`` a string searched
-by substring), so each served event's data is checked first: a field of the wrong type is a
-``bad-event`` error naming the field and the type it needs. Fields not listed are not read.
+from whatever JSON arrives (``"voice": "abc"`` becomes no voice), so a served field of the wrong type
+is a ``bad-event`` error naming the field and the type it needs.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Speech for Wyoming clients: synthesize, and streamed synthesize-start/-chunk/-stop, as turns.
 
-The text goes the one speech path (``rkvoice.pieces``) one piece at a time on the TTS worker, taking
-the shared TTS gate at Wyoming priority per piece; each piece's audio is sent as soon as it is ready.
-A streamed text goes through the local answer's ``StreamChunker``, so the first audio goes out before
-the client's text has ended.
+The text goes the one speech path (``rkvoice.pieces``) one piece at a time on the TTS worker, behind
+the shared TTS gate at Wyoming priority; each piece's audio is sent as soon as it is ready, and a
+streamed text is cut as it arrives (``StreamChunker``).
 """
 
 from __future__ import annotations
@@ -75,13 +74,8 @@ class SpeechOut:
 
 class SpeechStream:
     """A streamed synthesis on a task of its own: text arrives by ``feed``, is cut by the StreamChunker
-    and synthesised piece by piece, in order.
-
-    With no voice named, the voice is chosen from the first text that arrives (``synthesize-start``
-    carries none). A piece that waits for more text (a clause with no sentence end yet) is spoken once
-    the text has been quiet for ``quiet_s``: the local answerer's rule for a starving speaker
-    (``_cut_early``), since the client may be waiting for it.
-    """
+    and synthesised piece by piece, in order. With no voice named, the first text chooses it. Text
+    quiet for ``quiet_s`` has its complete clauses spoken (the local answerer's ``_cut_early``)."""
 
     def __init__(self, synthesis: Synthesis, request: SynthesizeStart, chosen: Voice | None, quiet_s: float) -> None:
         self.synthesis = synthesis
