@@ -51,10 +51,6 @@ def has_latin(text: str) -> bool:
     return _LATIN_RUN.search(text) is not None
 
 
-def has_han(text: str) -> bool:
-    return HAN.search(text) is not None
-
-
 def _pause(marks: str) -> str:
     if any(c in SENTENCE_MARKS for c in marks):
         return "sentence"

@@ -66,14 +66,10 @@ def halve(piece: list[Unit]) -> tuple[list[Unit], list[Unit]]:
 
 
 def vocos_windows(total: int, frames: int, context: int) -> list[tuple[int, int, int]]:
-    """(window start, kept start, kept end) covering ``total`` frames with ``frames``-frame windows.
-
-    Each window keeps its centre; ``context`` frames either side (where the mel has them) only
-    feed the convolutions. Vocos (ConvNeXt, kernel 7, 8 blocks + the input conv) sees 27 frames
-    either side, so a context of 27 or more makes the kept frames equal to one whole-mel run
-    (measured on the real-architecture stand-in, 700 frames in 200-frame windows: identical at 27
-    and 32; 164 dB at 16, 117 dB at 8, 43 dB with no context).
-    """
+    """(window start, kept start, kept end) covering ``total`` frames with ``frames``-frame windows, each
+    keeping its centre; ``context`` frames either side (where the mel has them) only feed the convolutions.
+    Vocos sees 27 frames either side: from 27 on, the kept frames are one whole-mel run's (stand-in, 700
+    frames in 200-frame windows: identical at 27 and 32, 164 dB at 16, 43 dB with none)."""
     if frames - 2 * context < 1:
         raise RkvoiceError(Stage.CONFIG, "bad-value", f"tts.matcha.vocoder_context {context} leaves no centre in a "
                            f"{frames}-frame Vocos window; use less than {frames // 2}")

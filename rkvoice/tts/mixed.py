@@ -117,21 +117,17 @@ class MixedTts:
         self.primary.load()
         self._loaded.add(id(self.primary))
 
-    def loaded(self, lang: str) -> bool:
-        """True when the voice for ``lang`` has been loaded (tests and benches check laziness)."""
-        return id(self.voices[lang]) in self._loaded
-
     @property
     def sample_rate(self) -> int:
         return self.primary.sample_rate
 
     def generate(self, text: str, sid: int = 0, speed: float = 1.0) -> tuple[np.ndarray, int]:
-        from rkvoice.text.script_spans import english_reading, has_han, has_latin, script_spans
+        from rkvoice.text.script_spans import HAN, english_reading, has_latin, script_spans
 
         if id(self.primary) not in self._loaded:
             raise RkvoiceError(Stage.TTS, "not-loaded", f"{self.name}: generate() called before load()")
         other = next((lang for lang in self.voices if lang != self.primary_lang), None)
-        needs_other = other is not None and (has_latin(text) if other == "en" else has_han(text))
+        needs_other = other is not None and (has_latin(text) if other == "en" else bool(HAN.search(text)))
         if not needs_other:
             return self.primary.generate(text, sid=sid, speed=speed)
         spans = script_spans(text)
