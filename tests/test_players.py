@@ -169,9 +169,16 @@ def run_bytes(log, pid):
     return int(path.read_text()) if path.exists() else 0
 
 
+def aplay(script, clock=None, max_ahead_s=0.25, **attrs):
+    """An AplayPlayer running ``script`` (its command and retry_s are class attributes)."""
+    p = type("TestAplay", (AplayPlayer,), {"command": (str(script),), **attrs})(CFG, clock)
+    p.max_ahead_s = max_ahead_s
+    return p
+
+
 def test_aplay_gets_raw_pcm_with_explicit_format(tmp_path):
     script, log = fake_aplay(tmp_path)
-    p = AplayPlayer(CFG, FakeClock(), command=(str(script),))
+    p = aplay(script, FakeClock())
     p.open()
     for _ in range(10):
         p.write(block())
@@ -185,7 +192,7 @@ def test_aplay_gets_raw_pcm_with_explicit_format(tmp_path):
 def test_dying_aplay_is_reported_and_reopened(tmp_path, caplog):
     script, log = fake_aplay(tmp_path, die_after=BLOCK * 2 * 3)
     clock = FakeClock()
-    p = AplayPlayer(CFG, clock, command=(str(script),), retry_s=0.5, max_ahead_s=None)
+    p = aplay(script, clock, retry_s=0.5, max_ahead_s=None)
     p.open()
     with caplog.at_level(logging.WARNING, logger="rkvoice.audio.device_players"):
         for _ in range(3):
@@ -208,7 +215,7 @@ def test_dying_aplay_is_reported_and_reopened(tmp_path, caplog):
 
 def test_aplay_clear_kills_the_process_and_next_write_restarts(tmp_path, caplog):
     script, log = fake_aplay(tmp_path)
-    p = AplayPlayer(CFG, FakeClock(), command=(str(script),), max_ahead_s=None)
+    p = aplay(script, FakeClock(), max_ahead_s=None)
     p.open()
     p.write(block())
     first = p._proc
@@ -225,7 +232,7 @@ def test_aplay_clear_kills_the_process_and_next_write_restarts(tmp_path, caplog)
 
 def test_missing_aplay_is_a_clear_error():
     with pytest.raises(RkvoiceError, match="not found: install alsa-utils"):
-        AplayPlayer(CFG, command=("definitely-not-aplay-xyz",)).open()
+        aplay("definitely-not-aplay-xyz").open()
 
 
 # -- sounddevice (fake stream) -------------------------------------------------------------
@@ -254,6 +261,11 @@ class FakeStream:
         pass
 
 
+def sounddevice_player(factory):
+    """A SounddevicePlayer whose streams ``factory`` makes (instead of sounddevice.OutputStream)."""
+    return type("TestSounddevice", (SounddevicePlayer,), {"_stream_class": staticmethod(lambda: factory)})(CFG)
+
+
 def test_sounddevice_player_feeds_callback_and_clear_drops_queue():
     streams = []
 
@@ -261,7 +273,7 @@ def test_sounddevice_player_feeds_callback_and_clear_drops_queue():
         streams.append(FakeStream(**kw))
         return streams[-1]
 
-    p = SounddevicePlayer(CFG, stream_factory=factory)
+    p = sounddevice_player(factory)
     p.open()
     s = streams[0]
     assert s.started and s.kwargs["samplerate"] == RATE and s.kwargs["dtype"] == "int16"
@@ -290,7 +302,7 @@ def test_sounddevice_stream_that_stops_is_reported_and_reopened(caplog):
         streams.append(FakeStream(**kw))
         return streams[-1]
 
-    p = SounddevicePlayer(CFG, stream_factory=factory)
+    p = sounddevice_player(factory)
     p.open()
     p.write(block(5))
     p.max_ahead = 0

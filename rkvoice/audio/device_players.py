@@ -10,7 +10,6 @@ import subprocess
 import tempfile
 import threading
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -30,19 +29,12 @@ class AplayPlayer(PacedPlayer):
     hold at once; the next write starts a new one."""
 
     name = "aplay"
+    command: tuple[str, ...] = ("aplay",)
+    retry_s = 1.0
 
-    def __init__(
-        self,
-        cfg: Config,
-        clock: Clock | None = None,
-        command: tuple[str, ...] = ("aplay",),
-        retry_s: float = 1.0,
-        max_ahead_s: float = 0.25,
-    ) -> None:
-        super().__init__(cfg.audio.output_rate, clock or MonotonicClock(), max_ahead_s=max_ahead_s, latency_s=0.05)
+    def __init__(self, cfg: Config, clock: Clock | None = None) -> None:
+        super().__init__(cfg.audio.output_rate, clock or MonotonicClock(), max_ahead_s=0.25, latency_s=0.05)
         self.device = cfg.audio.device
-        self.command = command
-        self.retry_s = retry_s
         self._proc: subprocess.Popen[bytes] | None = None
         self._errfile: Any = None
         self._retry_at = 0.0
@@ -126,24 +118,17 @@ def _reap(proc: subprocess.Popen[bytes], timeout: float | None) -> int:
 
 class SounddevicePlayer:
     """A PortAudio output stream fed from a block queue by its callback (zeros when the queue runs dry).
-    ``write`` blocks while more than ``max_ahead_s`` is queued; ``clear`` empties the queue (the device
+    ``write`` blocks while more than 0.25 s (``max_ahead``) is queued; ``clear`` empties the queue (the device
     keeps at most one ~20 ms callback block). A stream that stops by itself (unplugged, PortAudio
     error) is reported by its finished callback and opened again on the next write."""
 
     name = "sounddevice"
 
-    def __init__(
-        self,
-        cfg: Config,
-        clock: Clock | None = None,
-        max_ahead_s: float = 0.25,
-        stream_factory: Callable[..., Any] | None = None,
-    ) -> None:
+    def __init__(self, cfg: Config, clock: Clock | None = None) -> None:
         self.rate = cfg.audio.output_rate
         self.device = None if cfg.audio.device == "default" else cfg.audio.device
         self.block = max(1, self.rate * cfg.audio.block_ms // 1000)
-        self.max_ahead = int(max_ahead_s * self.rate)
-        self._factory = stream_factory
+        self.max_ahead = int(0.25 * self.rate)
         self._queue: deque[np.ndarray] = deque()
         self._queued = 0
         self._cond = threading.Condition()
@@ -152,16 +137,18 @@ class SounddevicePlayer:
         self._dead = False
         self._stopping = False
 
+    @staticmethod
+    def _stream_class() -> Any:
+        try:
+            import sounddevice as sd
+        except (ImportError, OSError) as exc:
+            raise RkvoiceError(
+                Stage.PLAYER, "missing-dependency", f"sounddevice is unusable ({exc}); use audio.player=aplay, wav or null"
+            ) from exc
+        return sd.OutputStream
+
     def open(self) -> None:
-        factory = self._factory
-        if factory is None:
-            try:
-                import sounddevice as sd
-            except (ImportError, OSError) as exc:
-                raise RkvoiceError(
-                    Stage.PLAYER, "missing-dependency", f"sounddevice is unusable ({exc}); use audio.player=aplay, wav or null"
-                ) from exc
-            factory = sd.OutputStream
+        factory = self._stream_class()
         try:
             stream = factory(
                 samplerate=self.rate, channels=1, dtype="int16", blocksize=self.block, device=self.device,
