@@ -21,7 +21,7 @@ the VAD's speech end, is reported beside it).
 - ``ack_*``: the daemon's path: ``TurnLoop.run_live`` on a real-time source, phrase end -> the wake
   acknowledgement handed to the player.
 - ``false_wakes`` / ``negatives``: the shipped engine on the negatives of bench/wake_set.py.
-- ``kws_*`` (board profile, the rigged stand-in of tests/fixtures/board-hearing/): the streaming
+- ``kws_*`` (board profile, the rigged stand-in of models/standins/hearing_cache.py): the streaming
   keyword spotter on the recordings said 你好小智, fed at real-time pace; latency = wall time of
   the detection - wall time when the phrase's end was heard. The stand-in emits 你好小智 whatever
   it hears, its last token 0.28 s into a fresh stream, so the spotter's stream is restarted (the
@@ -318,8 +318,10 @@ def kws_run(engine: Any, stamps: list[list[float]], recs: list[Recording]) -> di
 def kws(maker: Maker, voices: list[tuple[float, float]]) -> dict[str, Any]:
     """The board's keyword spotter (rigged stand-in): phrase end -> detection, with the zeros fed
     at a pause (shipped) and without them (the spotter waiting for the audio)."""
+    from models.standins import hearing_cache
     from rkvoice.hear.kws import KwsWake
 
+    hearing_cache.ensure()  # the yaml names the build (.cache/standins/hearing); --no-kws skips this part
     cfg = load_config(files=[ROOT / "config.yaml", ROOT / "tests/fixtures/board-hearing.yaml"])
     recs = recordings(maker, voices, phrase=cfg.hear.wake_phrase)
     out: dict[str, Any] = {"kws_recordings": len(recs)}

@@ -95,3 +95,15 @@ def hear_asr():
     asr = WhisperAsr(cfg)
     asr.load()
     return asr
+
+
+@pytest.fixture(scope="session")
+def hearing_standins():
+    """The board-hearing stand-in models, built once per builder (models/standins/hearing_cache.py);
+    skips, naming the command that builds them, where they are neither built nor buildable."""
+    from models.standins import hearing_cache
+
+    try:
+        return hearing_cache.ensure()
+    except hearing_cache.Unavailable as err:
+        pytest.skip(str(err))

@@ -55,14 +55,14 @@ BOARD_FILES = [
 
 
 @pytest.fixture
-def board(tmp_path, monkeypatch):
+def board(tmp_path, monkeypatch, hearing_standins):
     """A board install in tmp: model files, librknnrt 2.3.2, librkllmrt 1.2.1, driver 0.9.8."""
     models = tmp_path / "models"
     for rel in BOARD_FILES:
         p = models / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(b'{"toolkit_version":"2.3.2"}' if p.suffix in (".rknn", ".json") else b"x")
-    standins = Path(__file__).parent / "fixtures" / "board-hearing"  # --check reads the sherpa metadata
+    standins = hearing_standins  # --check reads the sherpa metadata
     for src, dst in (("kws/encoder-*.int8.onnx", "encoder.int8.onnx"), ("kws/decoder-*.onnx", "decoder.onnx"),
                      ("kws/joiner-*.int8.onnx", "joiner.int8.onnx"), ("kws/tokens.txt", "tokens.txt")):
         (models / "board" / "kws-zh" / dst).write_bytes(next(standins.glob(src)).read_bytes())

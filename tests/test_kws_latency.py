@@ -19,6 +19,8 @@ BOARD = [ROOT / "config.yaml", ROOT / "tests" / "fixtures" / "board-hearing.yaml
 FRAME = 512
 TOKEN_S = 0.28  # the rig's last token in a fresh stream (test_the_rig_puts_its_last_token_at_0_28_s)
 
+pytestmark = pytest.mark.usefixtures("hearing_standins")  # the yaml names .cache/standins/hearing
+
 
 @pytest.fixture(scope="module")
 def phrase(hear_voice):

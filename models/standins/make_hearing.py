@@ -19,9 +19,10 @@ metadata sherpa-onnx reads, int8-quantised like the published files. Four model 
 
 Runs in its own venv (torch; see models/standins/requirements.txt), not in py312/:
 
-    /tmp/rkvoice-standins-venv/bin/python models/standins/make_hearing.py --out tests/fixtures/board-hearing
+    /tmp/rkvoice-standins-venv/bin/python models/standins/make_hearing.py --out DIR
 
-and writes ``standins.json`` (what was built, with every file's sha256).
+and writes ``standins.json`` (what was built, with every file's sha256). The tests use the build
+that models/standins/hearing_cache.py makes once per version of this script (.cache/standins/).
 """
 
 from __future__ import annotations
