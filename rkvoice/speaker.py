@@ -21,7 +21,6 @@ import logging
 import queue
 import threading
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +33,6 @@ from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.pieces import Pieces
 from rkvoice.text.normalize import speakable
-from rkvoice.text.split import split_for_tts
 from rkvoice.timeline import Ev, Timeline
 from rkvoice.tts.base import TtsEngine
 from rkvoice.turn import Turn
@@ -65,21 +63,11 @@ class Speaker:
     """Speaks turns through ``engine`` (a loaded TtsEngine) into ``player`` (opened). The caller loads/opens
     and closes both; the speaker owns its two threads, started by ``load()`` and stopped by ``close()``."""
 
-    def __init__(
-        self,
-        engine: TtsEngine,
-        player: Player,
-        cfg: Config,
-        clock: Clock | None = None,
-        normalize: Callable[[str], str] | None = None,
-        split: Callable[[str, int, int], list[str]] | None = None,
-    ) -> None:
+    def __init__(self, engine: TtsEngine, player: Player, cfg: Config, clock: Clock | None = None) -> None:
         self.engine = engine
         self.player = player
         self.cfg = cfg
         self.clock = clock or MonotonicClock()
-        self._normalize = normalize or speakable
-        self._split = split or split_for_tts
         self.block = max(1, player.rate * cfg.audio.block_ms // 1000)
         self._cond = threading.Condition()
         self._order: deque[_Queue] = deque()  # started turns not yet passed by the worker, in order
@@ -94,7 +82,7 @@ class Speaker:
         """Warm up (lazy imports, resampler) and start the TTS worker and the player thread."""
         if self._threads:
             return
-        self._normalize("今天是1月2日。")
+        speakable("今天是1月2日。")
         rate = getattr(self.engine, "sample_rate", self.player.rate)
         tone = (0.3 * np.sin(np.arange(rate // 2, dtype=np.float32) * 0.1)).astype(np.float32)
         prepare_piece(tone, rate, self.player.rate, self.block, fade_ms=self.cfg.audio.crossfade_ms)
@@ -121,8 +109,7 @@ class Speaker:
         """Queue ``turn`` for speaking (after every turn started before it)."""
         if not self._threads:
             raise RkvoiceError(Stage.SPEAK, "not-loaded", "the speaker was not loaded (call load() first)")
-        q = _Queue(turn, Pieces(self.engine, self.cfg, turn, out_rate=self.player.rate, normalize=self._normalize,
-                                split=self._split, clock=self.clock))
+        q = _Queue(turn, self._pieces(turn))
         with self._cond:
             if self._closed:
                 raise RkvoiceError(Stage.SPEAK, "closed", "the speaker was closed")
@@ -183,6 +170,9 @@ class Speaker:
             turn.cancel(reason)
 
     # -- internals -----------------------------------------------------------------------
+
+    def _pieces(self, turn: Turn) -> Pieces:
+        return Pieces(self.engine, self.cfg, turn, out_rate=self.player.rate, clock=self.clock)
 
     def _queue(self, turn: Turn) -> _Queue:
         try:

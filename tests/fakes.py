@@ -20,8 +20,10 @@ from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
 from rkvoice.hear.vad import SAMPLE_RATE, Segment
 from rkvoice.hear.wake import WakeHit
+from rkvoice.pieces import Pieces
 from rkvoice.speaker import Speaker
 from rkvoice.timeline import Ev, Event, Timeline
+from rkvoice.turn import Turn
 
 FRAME = 512
 
@@ -270,8 +272,21 @@ class ScriptedLlm:
         pass
 
 
-class SteppedSpeaker(Speaker):
-    """The product's Speaker with the waits a scripted engine on a controlled clock calls before it
+class RuledSpeaker(Speaker):
+    """The product's Speaker with its text rules replaced: ``normalize`` for speakable, ``split`` for
+    split_for_tts (either may be left as it is)."""
+
+    def __init__(self, *args: Any, normalize: Callable[[str], str] | None = None,
+                 split: Callable[[str, int, int], list[str]] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._rules = {k: v for k, v in (("normalize", normalize), ("split", split)) if v is not None}
+
+    def _pieces(self, turn: Turn) -> Pieces:
+        return Pieces(self.engine, self.cfg, turn, out_rate=self.player.rate, clock=self.clock, **self._rules)
+
+
+class SteppedSpeaker(RuledSpeaker):
+    """The product's Speaker (with RuledSpeaker's rules) with the waits a scripted engine on a controlled clock calls before it
     "takes time", so the speaker's marks land at the clock time they would have in real life."""
 
     def wait_handed(self) -> None:

@@ -117,7 +117,7 @@ def make(tmp_path: Path, deltas: list[str], **kw: object):
     tl = SeenTimeline(clock, on_event)
     tts = FakeTts()
     player = NullPlayer(cfg, clock)
-    speaker = SteppedSpeaker(tts, player, cfg, clock, normalize=speakable)
+    speaker = SteppedSpeaker(tts, player, cfg, clock)  # the product's speakable
     speaker.load()
     assistant = Assistant(cfg, clock, llm=llm, now=lambda: NOW, store=StateStore(tmp_path / "state"))
     return clock, llm, tl, tts, speaker, Answerer(assistant, speaker, cfg), events

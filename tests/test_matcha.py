@@ -795,8 +795,9 @@ def test_runtime_choice_between_rknn_files_and_their_onnx_twins(tmp_path: Path, 
 
 
 def test_the_speaker_cuts_matcha_text_into_its_own_piece_lengths() -> None:
+    from fakes import RuledSpeaker
+
     from rkvoice.audio.sinks import NullPlayer
-    from rkvoice.speaker import Speaker
     from rkvoice.turn import Turn
 
     class Voice:  # what the speaker sees of MatchaTts: a TtsEngine with piece_chars
@@ -816,7 +817,7 @@ def test_the_speaker_cuts_matcha_text_into_its_own_piece_lengths() -> None:
         return [text]
 
     cfg = Config()
-    sp = Speaker(Voice(), NullPlayer(cfg), cfg, split=split)  # real clock: 0.2 s of audio plays out
+    sp = RuledSpeaker(Voice(), NullPlayer(cfg), cfg, split=split)  # real clock: 0.2 s of audio plays out
     sp.load()
     turn = Turn()
     sp.start(turn)

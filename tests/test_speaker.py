@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from fakes import RecordingPlayer, SeenTimeline, SteppedSpeaker, heard_until, wait_until
+from fakes import RecordingPlayer, RuledSpeaker, SeenTimeline, SteppedSpeaker, heard_until, wait_until
 
 from bench.fake_clock import FakeClock
 from rkvoice.audio.sinks import NullPlayer
@@ -463,7 +463,7 @@ class TwoSecondsThenOne:
 def test_audio_waiting_for_the_player_counts_as_ahead():
     clock, cfg = FakeClock(), Config()
     player = DeviceFull(cfg, clock)
-    sp = Speaker(TwoSecondsThenOne(), player, cfg, clock, normalize=lambda t: t, split=lambda t, f, c: [t])
+    sp = RuledSpeaker(TwoSecondsThenOne(), player, cfg, clock, normalize=lambda t: t, split=lambda t, f, c: [t])
     sp.load()
     turn = Turn(clock=clock)
     sp.start(turn)
@@ -502,7 +502,7 @@ class Clears(NullPlayer):
 def test_cancelling_a_played_turn_leaves_the_next_turns_audio_alone():
     clock, cfg = FakeClock(), Config()
     player = Clears(cfg, clock)
-    sp = Speaker(Voice(), player, cfg, clock, normalize=lambda t: t, split=lambda t, f, c: [t])
+    sp = RuledSpeaker(Voice(), player, cfg, clock, normalize=lambda t: t, split=lambda t, f, c: [t])
     sp.load()
     t1 = sp.speak("a")
     assert wait_until(lambda: sp.wait(t1, 0))      # played out; its owner has not finished it yet
