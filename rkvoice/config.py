@@ -31,9 +31,8 @@ class MatchaConfig(Section):
     dir: str = "board"
     """Base directory of the files below, relative to models.dir unless absolute."""
     acoustic: str = "matcha-rknn/matcha-t*"
-    """Glob of the Matcha token buckets (models/convert_rknn.py matcha: matcha-t{K}.rknn + .onnx twin +
-    .json sidecar). Without a suffix ``runtime`` picks .rknn or .onnx; a path ending in .onnx/.rknn is
-    taken as is (e.g. matcha-zh-en/model-steps-3.onnx, the published dynamic-shape graph)."""
+    """Glob of the Matcha token buckets (matcha-t{K}.rknn + .onnx twin + .json sidecar); ``runtime`` picks
+    the suffix, a path ending in .onnx/.rknn is taken as is (e.g. matcha-zh-en/model-steps-3.onnx)."""
     vocoder: str = "matcha-rknn/vocos-f*"
     """Glob of the Vocos frame buckets (vocos-f{N}), same rules (e.g. matcha-zh-en/vocos-16khz-univ.onnx)."""
     lexicon: str = "matcha-zh-en/lexicon.txt"
@@ -69,9 +68,8 @@ class FastSpeech2Config(Section):
     PATH = "tts.fastspeech2"
     vocoder: str = ""
     """Empty: models/portable/fastspeech2/mb_melgan.onnx on onnxruntime, the whole mel in one call.
-    Otherwise a fixed-window vocoder, relative to models.dir unless absolute: a .rknn runs on the
-    NPU (RKNNLite; config.board.yaml: board/fastspeech2/mb_melgan-50.rknn from models/convert_rknn.py),
-    a .onnx on onnxruntime, both in overlapping windows of vocoder_frames."""
+    Otherwise a fixed-window vocoder (relative to models.dir unless absolute) in overlapping windows of
+    vocoder_frames: a .rknn on the NPU (config.board.yaml), a .onnx on onnxruntime."""
     vocoder_frames: int = num(50, 3, 4096)
     """The fixed input length the .rknn was built for (convert_rknn.py vocoder --frames; <= 50)."""
     vocoder_context: int = num(16, 0, 2000)
@@ -226,12 +224,10 @@ class LlmConfig(Section):
     """Model file; empty = the profile's default, relative = under models.dir."""
     threads: int | Literal["auto"] = num("auto", 1, 256)
     """llama.cpp threads while generating. auto: the cores free now until the answer's first piece goes
-    to the voice, then one less than the cores, so the TTS thread alongside keeps a core (with every
-    core busy llama's threads spin at barriers and collapse: bench/overlap.py; rkvoice.answer.llm.cores)."""
+    to the voice, then one less than the cores, so the TTS thread keeps a core (rkvoice.answer.llm.cores)."""
     threads_batch: int | Literal["auto"] = num("auto", 1, 256)
-    """llama.cpp threads while evaluating the prompt. auto: the cores free now (usable cores less the
-    threads other processes have runnable), at least 1 (threads on busy cores stall each other:
-    bench/llm_threads.py)."""
+    """llama.cpp threads while evaluating the prompt. auto: the cores free now, at least 1 (threads on
+    busy cores stall each other: bench/llm_threads.py)."""
     context: int = num(2048, 128, 131_072)
     max_tokens: int = num(200, 1, 8192)
     """Longest answer in tokens; generation stops there."""

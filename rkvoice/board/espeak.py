@@ -1,9 +1,6 @@
-"""espeak-ng without root: unpack the Debian packages into a private dir and preload them.
-
-The board has no root and no apt, but ``dpkg-deb -x`` unpacks a .deb anywhere. ``LD_LIBRARY_PATH`` is
-read once at process start, so the libraries are loaded by absolute path with ``RTLD_GLOBAL``,
-dependencies first; a later ``dlopen("libespeak-ng.so.1")`` by soname then finds the loaded copy.
-``Espeak.phonemize(word)`` calls ``espeak_TextToPhonemes`` (IPA) through ctypes.
+"""espeak-ng without root: ``dpkg-deb -x`` the Debian packages into a private dir and preload them by
+absolute path with ``RTLD_GLOBAL``, dependencies first (``LD_LIBRARY_PATH`` is read only at process
+start), so a later ``dlopen`` by soname finds them. ``Espeak.phonemize`` gives IPA through ctypes.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Version probes for the board's native pieces, read without loading them.
-
-librknnrt, rknn-toolkit-lite2 and the toolkit that compiled the .rknn files must share one
-version (2.3.2 on the reference board); librkllmrt has its own. Loading a mismatched .so can
-crash the process, so versions are read from the files' bytes: Rockchip builds embed
-``<name> version: X.Y.Z (hash@date)``.
+"""Version probes for the board's native pieces, read from the files' bytes (loading a mismatched .so
+can crash the process): Rockchip builds embed ``<name> version: X.Y.Z (hash@date)``.
 """
 
 from __future__ import annotations
@@ -70,9 +66,8 @@ def npu_driver_version() -> tuple[Path | None, str | None]:
 
 
 RKLLM_RUNTIMES = "1.2.1-1.2.3 (llm.rkllm_abi 1.2) or 1.3.x (llm.rkllm_abi 1.3)"
-"""librkllmrt releases a layout of the binding (rkvoice.answer.llm.rkllm_abi) matches (RKLLM_ABI.md).
-1.2.0 is not one of them: its RKLLMInput has no role / enable_thinking and its callback returns
-void, so calls through either binding would read and write the wrong fields."""
+"""librkllmrt releases a layout of the binding (rkvoice.answer.llm.rkllm_abi) matches (RKLLM_ABI.md);
+not 1.2.0 (another RKLLMInput and callback: see ``rkllm_runtime_problem``)."""
 
 
 def rkllm_runtime_abi(version: str) -> str | None:

@@ -1,10 +1,5 @@
-"""sherpa-onnx offline Paraformer (zh): the board profile's ASR (CPU, ~0.18 s per utterance).
-
-Files (``hear.paraformer_dir``, default ``models/board/paraformer-zh``): ``model.int8.onnx`` (or
-``model.onnx``) and ``tokens.txt``, checked by ``load()`` first (sherpa-onnx exits the process on a
-model without its metadata: ``rkvoice.hear.sherpa_guard``). ``transcribe`` takes 16 kHz mono
-float32; shorter than 50 ms is no speech, anything else is a clear error.
-"""
+"""sherpa-onnx offline Paraformer (zh): the board profile's ASR (CPU, ~0.18 s per utterance). Its files
+(``file_needs``) are checked before sherpa-onnx reads them (``rkvoice.hear.sherpa_guard``)."""
 
 from __future__ import annotations
 

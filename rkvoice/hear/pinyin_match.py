@@ -1,10 +1,8 @@
 """Tolerant pinyin matching of a wake phrase at the start of a transcript.
 
-Text and phrase become toneless syllables (initial + final) with the usual fuzzy pairs folded
-(zh/z, ch/c, sh/s, n/l; in/ing, en/eng, an/ang, ian/iang, uan/uang), so 小志 and 小知 read as
-小智. A syllable that matches only in its initial or only in its final costs 0.5, a wrong,
-missing or extra syllable 1; the phrase matches when the cheapest alignment over the first few
-syllables costs at most ``tolerance``. What follows the match is the request said in one breath.
+Text and phrase become toneless syllables with the usual fuzzy pairs folded, so 小志 and 小知 read as
+小智. A syllable off in its initial or its final costs 0.5, a wrong, missing or extra one 1; the
+phrase matches when the cheapest alignment near the start costs at most ``tolerance``.
 """
 
 from __future__ import annotations
