@@ -36,10 +36,8 @@ unreadable espeak-ng-data), which would take the whole resident assistant down."
 
 
 def unpack_debs(debs: list[Path], dest: Path) -> Path:
-    """``dpkg-deb -x`` each package into ``dest/root`` and gather the .so files in ``dest/lib``.
-
-    ``dest/lib`` also gets an ``espeak-ng-data`` link to the unpacked data. Returns ``dest/lib``.
-    """
+    """``dpkg-deb -x`` each package into ``dest/root``; returns ``dest/lib``, holding the .so files and an
+    ``espeak-ng-data`` link to the unpacked data."""
     if shutil.which("dpkg-deb") is None:
         raise RkvoiceError(Stage.INSTALL, "missing-tool", "dpkg-deb not found; it ships with dpkg on Debian-based boards")
     root, lib = dest / "root", dest / "lib"

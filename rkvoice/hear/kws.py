@@ -86,12 +86,8 @@ def spoken_text(phrase: str) -> str:
 
 
 def keywords_line(phrase: str, tokens_file: Path, known: dict[str, int] | None = None) -> str:
-    """``"x iǎo zh ì x iǎo zh ì @小智小智"``: the phrase in the model's own tokens.
-
-    A token missing from tokens.txt would make sherpa-onnx exit the process, and a character
-    pinyin cannot spell (Latin letters, digits) would silently drop out of the phrase: both are
-    errors here.
-    """
+    """``"x iǎo zh ì x iǎo zh ì @小智小智"``: the phrase in the model's own tokens. A token missing from
+    tokens.txt (sherpa-onnx would exit) or a character pinyin cannot spell (it would drop out) is an error."""
     text = spoken_text(phrase)
     fix = "choose a phrase of Chinese characters (hear.wake_phrase)"
     foreign = [c for c in text if "CJK" not in unicodedata.name(c, "")]

@@ -95,8 +95,6 @@ class HearSession:
     def now_s(self) -> float:
         return self.samples / SAMPLE_RATE
 
-    # -- mode changes ---------------------------------------------------------------------
-
     def start(self, mode: Mode = Mode.IDLE, window_s: float | None = None) -> None:
         """Enter ``mode`` now; for listening/follow-up, ``window_s`` (None: no time limit)."""
         self.mode = mode
@@ -116,8 +114,6 @@ class HearSession:
         """The answer stopped without a barge-in (e.g. an error): back to waiting for the wake."""
         if self.mode is Mode.BUSY:
             self.start(Mode.IDLE)
-
-    # -- audio ----------------------------------------------------------------------------
 
     def accept(self, frame: np.ndarray) -> list[HearEvent]:
         self.samples += len(frame)

@@ -113,9 +113,8 @@ class Segmenter:
     def load(self) -> None:
         self._vad = silero_vad(self.cfg, self.trailing_silence_s, self.cfg.hear.max_request_s + 30.0)
         if self.early_silence_s:
-            # its pieces count only while the speech is of phrase length: a short buffer (the VAD's
-            # buffer is most of its memory: ~14 MB at 42 s, ~0.3 MB at 4.5 s); longer speech is
-            # split by it and ignored, the main VAD's segment is the one that counts
+            # a short buffer (most of a VAD's memory: ~14 MB at 42 s, ~0.3 MB at 4.5 s): its pieces
+            # count only while the speech is of phrase length
             self._early = silero_vad(self.cfg, self.early_silence_s, self.early_max_s + 2.0)
 
     @property

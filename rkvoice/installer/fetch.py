@@ -82,11 +82,8 @@ def _reason(exc: requests.RequestException, received: bool) -> str:
 
 def download(url: str, dest: str | Path, sha256: str | None = None, size: int | None = None, *,
              retries: int = 4, timeout: float = 60.0) -> Path:
-    """Download ``url`` to ``dest`` (atomically) and return ``dest``.
-
-    An existing ``dest`` is kept when its sha256 matches (or, with no sha256 given, its size does).
-    ``retries`` is the number of attempts after the first one.
-    """
+    """Download ``url`` to ``dest`` (atomically) and return ``dest``; an existing ``dest`` is kept when its
+    sha256 (without one: its size) matches. ``retries``: the attempts after the first one."""
     dest = Path(dest)
     if dest.is_file() and sha256 is None and (size is None or dest.stat().st_size != size):
         dest.unlink()  # nothing to check it by: fetch it again

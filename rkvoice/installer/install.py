@@ -92,10 +92,8 @@ def _fetch_all(model: Model, cache: Path, dead_hosts: set[str] | None) -> dict[s
 def install_model(model: Model, root: Path, *, allow_unverified: bool = False, keep_downloads: bool = False,
                   toolkit: Toolkit | None = None, toolkit_python: str | None = None,
                   dead_hosts: set[str] | None = None) -> bool:
-    """Install one model; returns True if anything was done, False if it already verified.
-
-    Raises RkvoiceError (SourceError for a source) naming what went wrong.
-    """
+    """Install one model; True if anything was done, False if it already verified. Raises RkvoiceError
+    (SourceError for a source) naming what went wrong."""
     version = toolkit.version if toolkit else None
     if not verify_model(model, root, version):
         log.info("%s: ok (already installed, nothing to do)", model.id)

@@ -10,10 +10,7 @@ from google.protobuf.message import DecodeError
 
 def with_onnx_metadata(data: bytes, meta: dict[str, str]) -> bytes:
     """The model bytes with metadata_props replaced by ``meta`` (in its order); ValueError if unparsable.
-
-    Protobuf serialises fields in number order, so a model whose fields already are in that order
-    (what exporters write) keeps its other bytes unchanged and the output is deterministic.
-    """
+    Protobuf writes fields in number order, as exporters do: the other bytes stay unchanged."""
     try:
         model = onnx.load_from_string(data)
     except DecodeError as exc:

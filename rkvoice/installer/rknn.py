@@ -82,10 +82,7 @@ def drop_ins_present(model: Model, root: Path) -> bool:
 
 def install_drop_ins(ctx: Context, toolkit: Toolkit) -> bool:
     """Copy finished files from the download cache into the model dir; False if they are not all there.
-
-    A complete set whose sidecars name another toolkit than the runtime's is refused (it would
-    load and misbehave); so is a set built by mixed versions.
-    """
+    A set whose sidecars name another toolkit than the runtime's, or mixed versions, is refused."""
     cache = ctx.root / DOWNLOADS
     names = [Path(p).name for p in rknn_files(ctx.model)]
     present = [cache / n for n in names if (cache / n).is_file()]

@@ -56,11 +56,8 @@ class AsrRequest:
 
 
 class WakeStream:
-    """detect + audio -> detection (as soon as the phrase is heard) or not-detected at audio-stop.
-
-    The stream has its own wake engine (its VAD state belongs to this stream); an asr-match engine
-    transcribes through the shared ASR at Wyoming priority.
-    """
+    """detect + audio -> detection (as soon as the phrase is heard) or not-detected at audio-stop, on a
+    wake engine of the stream's own (its VAD state belongs to it)."""
 
     def __init__(self, engines: Engines, name: str, slots: asyncio.Semaphore) -> None:
         self.engines = engines
@@ -121,11 +118,8 @@ class WakeStream:
 
 
 class Listening:
-    """The connection's audio-in state: the request the audio is for, its stream and whether it is dropped.
-
-    Audio without a request is a transcription, as in ASR servers. A refused transcribe or detect
-    has its audio stream dropped up to audio-stop; so has a stream whose format is bad or changes.
-    """
+    """The connection's audio-in state: the request the audio is for (none: a transcription), its stream,
+    and whether it is dropped up to audio-stop (a refused request, a bad or changing format)."""
 
     def __init__(self, ctx: Context, requests: Requests, send: Send) -> None:
         self.ctx = ctx
