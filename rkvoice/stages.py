@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from rkvoice.answer.assistant import Assistant
-from rkvoice.audio.players import Player, choose_player, create_player
+from rkvoice.audio.players import PLAYERS, Player, choose_player
 from rkvoice.clock import Clock
 from rkvoice.config import Config, zone
 from rkvoice.gate import ASR_CALLS, TTS_CALLS, Engines, Local, PriorityGate
@@ -150,7 +150,7 @@ class Speak:
 def daemon_player(cfg: Config) -> Player:
     """The configured player, opened; with ``auto`` and no sound device, a real-time null sink (a
     daemon must not grow a WAV file for weeks)."""
-    player = create_player(choose_player(cfg, daemon=True), cfg)
+    player: Player = PLAYERS.create(choose_player(cfg, daemon=True), cfg)
     player.open()
     return player
 

@@ -353,8 +353,8 @@ def test_explicit_player_is_kept_with_or_without_a_device(name):
 def test_created_players_come_from_their_modules():
     from rkvoice.audio import device_players, sinks
 
-    assert isinstance(players.create_player("null", Config()), sinks.NullPlayer)
-    assert isinstance(players.create_player("aplay", Config()), device_players.AplayPlayer)
+    assert isinstance(players.PLAYERS.create("null", Config()), sinks.NullPlayer)
+    assert isinstance(players.PLAYERS.create("aplay", Config()), device_players.AplayPlayer)
 
 
 def test_unknown_player_names_the_choices():

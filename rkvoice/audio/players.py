@@ -23,7 +23,6 @@ from typing import Any, Protocol
 import numpy as np
 
 from rkvoice.board.devices import has_sound_device
-from rkvoice.clock import Clock
 from rkvoice.config import Config
 from rkvoice.errors import Stage
 from rkvoice.needs import Needs, PackageNeed, ProgramNeed
@@ -76,8 +75,3 @@ def choose_player(cfg: Config, *, daemon: bool, device: Callable[[], str | None]
     if daemon and warn:
         log.warning("no sound device: answers are synthesised but not played (audio.player=null)")
     return "null" if daemon else "wav"
-
-
-def create_player(name: str, cfg: Config, clock: Clock | None = None, **kwargs: Any) -> Player:
-    """A player from the registry (not opened)."""
-    return PLAYERS.create(name, cfg, clock, **kwargs)

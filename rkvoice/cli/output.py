@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rkvoice.audio.players import Player, choose_player, create_player
+from rkvoice.audio.players import PLAYERS, Player, choose_player
 from rkvoice.audio.sinks import NullPlayer, TeePlayer, WavPlayer
 from rkvoice.clock import Clock
 from rkvoice.config import Config
@@ -54,7 +54,7 @@ def open_output(args: argparse.Namespace, cfg: Config, clock: Clock) -> Output:
     if args.no_play:
         main_player = NullPlayer(cfg, clock)
     elif (name := choose_player(cfg, daemon=False)) != "wav":
-        main_player = create_player(name, cfg, clock)
+        main_player = PLAYERS.create(name, cfg, clock)
     elif wav is None:  # no sound device (or audio.player=wav): the speech goes to a file
         wav = WavPlayer(cfg)
         announce = True
