@@ -57,6 +57,14 @@ from rkvoice.hear.vad import SAMPLE_RATE, Segment, Segmenter
 from rkvoice.hear.wake import AsrMatchWake, WakeHit
 from rkvoice.hear.whisper_asr import WhisperAsr
 
+
+class FreshWhisper(WhisperAsr):
+    """Whisper whose kept encoder output can be dropped, to time and compare fresh encodes."""
+
+    def forget_encoding(self) -> None:
+        self._encoded = None
+
+
 VOICES = [(sp, st) for sp in (0.85, 1.0, 1.15) for st in (-2.0, 0.0, 2.0)] + [(0.7, 0.0), (1.3, 0.0)]
 QUICK_VOICES = [(0.85, -2.0), (1.0, 0.0), (1.15, 2.0)]
 QUIET_VOICES = [(0.85, -2.0), (1.0, 0.0), (1.15, 2.0)]  # at -20 dB: Whisper's plain decode drops them
@@ -146,7 +154,7 @@ class FreshEncodes:
 
     name = "whisper"
 
-    def __init__(self, asr: WhisperAsr) -> None:
+    def __init__(self, asr: FreshWhisper) -> None:
         self.asr = asr
 
     def load(self) -> None:
@@ -165,14 +173,14 @@ class FreshEncodes:
         return self.asr.phrase_logprob(samples, phrase)
 
 
-def decode_ms(asr: WhisperAsr, samples: np.ndarray) -> float:
+def decode_ms(asr: FreshWhisper, samples: np.ndarray) -> float:
     asr.forget_encoding()
     t0 = time.monotonic()
     asr.transcribe(samples)
     return (time.monotonic() - t0) * 1000.0
 
 
-def portable(cfg: Config, asr: WhisperAsr, recs: list[Recording], before: bool) -> dict[str, Any]:
+def portable(cfg: Config, asr: FreshWhisper, recs: list[Recording], before: bool) -> dict[str, Any]:
     after_engine = AsrMatchWake(cfg, asr)
     after_engine.load()
     old_engine = AsrMatchWake(cfg, FreshEncodes(asr), Segmenter(cfg)) if before else None
@@ -221,7 +229,7 @@ def portable(cfg: Config, asr: WhisperAsr, recs: list[Recording], before: bool) 
     return out
 
 
-def daemon_ack(cfg: Config, asr: WhisperAsr, recs: list[Recording]) -> dict[str, Any]:
+def daemon_ack(cfg: Config, asr: FreshWhisper, recs: list[Recording]) -> dict[str, Any]:
     """The daemon's loop on a real-time source: phrase end -> the acknowledgement handed to the player."""
     from bench.realtime import RealtimeSource
     from rkvoice.hear.loop import TurnLoop
@@ -261,7 +269,7 @@ def daemon_ack(cfg: Config, asr: WhisperAsr, recs: list[Recording]) -> dict[str,
     return {"ack_p50_ms": pct(lat, 50), "ack_p90_ms": pct(lat, 90), "ack_woke": len(lat), "ack_detail": rows}
 
 
-def negatives(cfg: Config, asr: WhisperAsr) -> dict[str, Any]:
+def negatives(cfg: Config, asr: FreshWhisper) -> dict[str, Any]:
     pairs = [(c, p) for c, p in build(default_dir(False), spec(False), cfg) if not c.wake]
     woke = {}
     for clip, path in pairs:
@@ -366,7 +374,7 @@ def main() -> int:
     recs = recordings(maker, voices)
     if not args.quick:
         recs += recordings(maker, QUIET_VOICES, gain_db=QUIET_DB)
-    asr = WhisperAsr(cfg)
+    asr = FreshWhisper(cfg)
     asr.load()
     t0 = time.monotonic()
     out: dict[str, Any] = {}

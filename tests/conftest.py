@@ -84,15 +84,17 @@ def hear_fixtures(hear_voice, tmp_path_factory):
 @pytest.fixture(scope="session")
 def hear_asr():
     """Whisper base, loaded and warmed up once (skips when it is not installed)."""
+    from fakes import CountingWhisper
+
     from rkvoice.config import load_config
-    from rkvoice.hear.whisper_asr import FILES, WhisperAsr, whisper_dir
+    from rkvoice.hear.whisper_asr import FILES, whisper_dir
 
     cfg = load_config()
     missing = [f for f in FILES if not (whisper_dir(cfg) / f).is_file()]
     if missing:
         pytest.skip(f"Whisper base files {missing} absent in {whisper_dir(cfg)} (run ./install.sh)")
     pytest.importorskip("faster_whisper", reason="faster-whisper is not installed (requirements/portable.txt)")
-    asr = WhisperAsr(cfg)
+    asr = CountingWhisper(cfg)  # the real engine; test_wake_latency counts its encoder runs
     asr.load()
     return asr
 

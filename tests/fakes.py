@@ -20,6 +20,7 @@ from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
 from rkvoice.hear.vad import SAMPLE_RATE, Segment
 from rkvoice.hear.wake import WakeHit
+from rkvoice.hear.whisper_asr import WhisperAsr
 from rkvoice.pieces import Pieces
 from rkvoice.speaker import Speaker
 from rkvoice.timeline import Ev, Event, Timeline
@@ -358,3 +359,20 @@ def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.005)
     return cond()
+
+
+class CountingWhisper(WhisperAsr):
+    """The real Whisper, counting its encoder runs (``encodes``; the kept output reused is not one);
+    ``forget_encoding`` drops the kept output, so the next decode encodes afresh."""
+
+    encodes = 0
+
+    def _encode_once(self, encode: Any, features: np.ndarray) -> Any:
+        def counted(f: np.ndarray) -> Any:
+            self.encodes += 1
+            return encode(f)
+
+        return super()._encode_once(counted, features)
+
+    def forget_encoding(self) -> None:
+        self._encoded = None

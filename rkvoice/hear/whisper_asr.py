@@ -43,8 +43,6 @@ class WhisperAsr:
         self._model: Any = None  # faster_whisper.WhisperModel once loaded
         self._encoded: tuple[bytes, Any] | None = None  # (digest of the features, encoder output)
         self._encode_lock = threading.Lock()
-        self.encodes = 0
-        """Encoder runs so far (the cached ones not counted)."""
 
     def load(self) -> None:
         missing = [f for f in FILES if not (self.model_dir / f).is_file()]
@@ -73,13 +71,7 @@ class WhisperAsr:
         out = encode(features)
         with self._encode_lock:
             self._encoded = (key, out)
-            self.encodes += 1
         return out
-
-    def forget_encoding(self) -> None:
-        """Drop the remembered encoder output (the next decode encodes afresh; benches time it so)."""
-        with self._encode_lock:
-            self._encoded = None
 
     def transcribe_primed(self, samples: np.ndarray, phrase: str) -> str:
         """Decode a short utterance expected to hold ``phrase``: the phrase is given to the decoder
