@@ -69,10 +69,16 @@ def _cfg(sets: list[str]) -> Config:
     return load_config([parse_override(s) for s in sets])
 
 
+def reset_cache(engine: LlamaEngine) -> None:
+    """Forget the engine's cached prompt: the next answer is computed from scratch."""
+    engine._kv = []
+    engine.ctx.kv_cache_clear()
+
+
 def first_token_s(engine: LlamaEngine, messages: list[dict[str, str]], primed: bool) -> tuple[float, int]:
     """Seconds from stream() to the first text delta from an empty cache (or the system prompt's),
     and the prompt tokens llama.cpp evaluated for it."""
-    engine.reset_cache()
+    reset_cache(engine)
     if primed:
         engine.prime(messages[:1])
     return _timed_first_token(engine, messages)
@@ -133,7 +139,7 @@ def part_next_turn(engine: LlamaEngine, question: str, runs: int) -> dict[str, A
                 engine.cfg = replace(cfg0, llm=replace(cfg0.llm, system_prompt=prompt, max_tokens=24))
                 clock = _Now()
                 conv = Conversation(engine.cfg, clock)
-                engine.reset_cache()
+                reset_cache(engine)
                 engine.prime(conv.messages(question)[:1])
                 answer = "".join(engine.stream(conv.messages(question)))
                 conv.remember(question, answer)

@@ -36,6 +36,14 @@ from rkvoice.tts.registry import create_tts
 from rkvoice.turn import Turn
 
 
+def forget_prompt(engine: Any) -> None:
+    """A llama engine's cached prompt is forgotten (bench/llm_threads.reset_cache); other engines keep none."""
+    if getattr(engine, "name", "") == "llama":
+        from bench.llm_threads import reset_cache
+
+        reset_cache(engine)
+
+
 class RecordingLlm:
     """Wraps an engine and records the clock time of every delta (for the plot)."""
 
@@ -234,16 +242,12 @@ def main() -> int:
     speaker = Speaker(tts, player, cfg, clock)
     speaker.load()
     answerer = Answerer(assistant, speaker, cfg)
-    reset = getattr(llm.engine, "reset_cache", None)
-    if reset is not None:
-        reset()
+    forget_prompt(llm.engine)
     try:
         tl_o, over = run_overlapped(answerer, args.question, clock)
         deltas_o = list(llm.deltas)
         assistant.conversation.history.clear()  # same prompt for the second run
-        reset = getattr(llm.engine, "reset_cache", None)
-        if reset is not None:
-            reset()  # computed from scratch like the first run: same seed -> same answer
+        forget_prompt(llm.engine)  # computed from scratch like the first run: same seed -> same answer
         tl_w, wait = run_wait_full(assistant, speaker, args.question, clock)
         deltas_w = list(llm.deltas)
     finally:

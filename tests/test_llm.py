@@ -271,7 +271,6 @@ def test_the_next_turn_evaluates_only_the_new_question(engine: LlamaEngine) -> N
     clock = [datetime(2026, 10, 21, 22, 5)]
     conv = Conversation(greedy, lambda: clock[0])
     try:
-        engine.reset_cache()
         answer = "".join(engine.stream(conv.messages("用一句话介绍一下月亮。")))
         first = dict(engine.last_stats)
         conv.remember("用一句话介绍一下月亮。", answer)

@@ -211,13 +211,6 @@ class LlamaEngine:
             tokens = self._start(messages)
             self._prefill(tokens, self._reuse_prefix(tokens))
 
-    def reset_cache(self) -> None:
-        """Forget the cached prompt (the next answer is computed from scratch)."""
-        with self._busy:
-            self._kv = []
-            if self.ctx is not None:
-                self.ctx.kv_cache_clear()
-
     def _reuse_prefix(self, tokens: list[int]) -> int:
         """Keep the cached keys/values of the common prefix with the last run; returns its length."""
         n = next((i for i, (a, b) in enumerate(zip(self._kv, tokens)) if a != b), min(len(self._kv), len(tokens)))
