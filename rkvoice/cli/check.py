@@ -91,8 +91,7 @@ def _choices(cfg: Config, output_device: Callable[[], str | None] | None) -> dic
 
 def _registry(stage: str) -> Registry:
     module, _, attr = REGISTRIES[stage].partition(":")
-    registry: Registry = getattr(importlib.import_module(module), attr)
-    return registry
+    return getattr(importlib.import_module(module), attr)
 
 
 def stage_needs(cfg: Config, stage: str, engine: str, **kwargs: Any) -> Needs:

@@ -38,5 +38,4 @@ def engine_name(cfg: Config) -> str:
 
 def create_llm(cfg: Config) -> LlmEngine:
     """The configured engine, not loaded yet."""
-    engine: LlmEngine = LLM.create(engine_name(cfg), cfg)
-    return engine
+    return LLM.create(engine_name(cfg), cfg)
