@@ -26,7 +26,6 @@ class Stage(enum.StrEnum):
     METRICS = "metrics"
     DAEMON = "daemon"
     WYOMING = "wyoming"
-    CHECK = "check"
     MODELS = "models"  # the model installer
     INSTALL = "install"
     BENCH = "bench"  # the measuring scripts in bench/

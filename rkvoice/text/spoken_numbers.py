@@ -103,11 +103,7 @@ def cn_day(year: int | None, month: int | None, day: int | None) -> str:
 
 
 _PERIODS = ((4, "凌晨"), (8, "早上"), (11, "上午"), (12, "中午"), (17, "下午"))
-
-
-def period(hour: int) -> str:
-    """Part of the day for a 24-hour clock hour: 凌晨 早上 上午 中午 下午 晚上."""
-    return next((name for last, name in _PERIODS if hour <= last), "晚上")
+"""Parts of the day, each with its last 24-hour clock hour (after 17: 晚上)."""
 
 
 def clock_hm(hour: int, minute: int) -> str:
@@ -117,7 +113,8 @@ def clock_hm(hour: int, minute: int) -> str:
     h12 = hour % 12 or 12
     spoken_hour = "两" if h12 == 2 else cn_int(h12)
     tail = "整" if minute == 0 else ("零" if minute < 10 else "") + cn_int(minute) + "分"
-    return period(hour) + spoken_hour + "点" + tail
+    period = next((name for last, name in _PERIODS if hour <= last), "晚上")
+    return period + spoken_hour + "点" + tail
 
 
 def cn_time(t: time | datetime) -> str:
