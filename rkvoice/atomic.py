@@ -12,16 +12,10 @@ import os
 import tempfile
 from pathlib import Path
 
-
-def _file_mode() -> int:
-    """The mode a plain ``open()`` would give a new file (0o666 less the umask)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-FILE_MODE = _file_mode()
-"""mkstemp creates 0600 files; the finished file gets the usual umask-based mode instead."""
+_UMASK = os.umask(0)
+os.umask(_UMASK)  # read, then put back
+FILE_MODE = 0o666 & ~_UMASK
+"""The mode a plain ``open()`` gives a new file: mkstemp creates 0600 files, the finished file gets this."""
 
 
 def write_atomic(path: Path, payload: bytes, durable: bool = False) -> None:
