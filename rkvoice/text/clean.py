@@ -70,23 +70,19 @@ def _drop_chars(text: str) -> str:
     return "".join(out)
 
 
+_MARKUP = ((_FENCE, " "), (LINK, r"\1"), (LINK_TAIL, _GAP), (URL, " " + _GAP), (_CITATION, _GAP),
+           (re.compile(r"[\[\]]"), " "),  # never spoken; a link's cut-off half
+           (_RULE, " "), (_BULLET, ""), (_EMPHASIS, ""), (_STRIKE, ""), (_HEADING, ""), (_QUOTE, ""),
+           (_UNDERSCORE, " "), (_TABLE_PIPE, " "))
+"""What ``strip_markup`` replaces, in this order."""
+
+
 def strip_markup(text: str) -> str:
     """``clean`` without its last steps: list numbers stay, and so do line breaks, spaces and _GAP."""
     text = _drop_chars(text.translate(_FULLWIDTH))
-    text = _FENCE.sub(" ", text)
-    text = LINK.sub(r"\1", text)
-    text = LINK_TAIL.sub(_GAP, text)
-    text = URL.sub(" " + _GAP, text)
-    text = _CITATION.sub(_GAP, text)
-    text = text.replace("[", " ").replace("]", " ")  # never spoken; a link's cut-off half
-    text = _RULE.sub(" ", text)
-    text = _BULLET.sub("", text)
-    text = _EMPHASIS.sub("", text)
-    text = _STRIKE.sub("", text)
-    text = _HEADING.sub("", text)
-    text = _QUOTE.sub("", text)
-    text = _UNDERSCORE.sub(" ", text)
-    return _TABLE_PIPE.sub(" ", text) if "|" in text else text
+    for pattern, replacement in _MARKUP:
+        text = pattern.sub(replacement, text)
+    return text
 
 
 def starts_with_list_number(text: str) -> bool:
