@@ -16,6 +16,8 @@ import logging
 import re
 from dataclasses import dataclass
 
+from rkvoice.text.en_speakable import digits
+
 log = logging.getLogger(__name__)
 
 _WORD = r"[A-Za-z][A-Za-z0-9]*(?:['’.\-&+][A-Za-z0-9]+)*"
@@ -32,7 +34,6 @@ LETTER_NAMES = {
     "Q": "cue", "R": "ar", "S": "ess", "T": "tee", "U": "you", "V": "vee", "W": "double you",
     "X": "ex", "Y": "why", "Z": "zee",
 }
-DIGIT_NAMES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 MAX_ACRONYM = 5
 """All-capital words of at most this many letters are spelled (USB, HDMI); longer ones are read as words."""
 
@@ -115,7 +116,7 @@ def is_acronym(token: str) -> bool:
 
 def spell(token: str) -> str:
     """Letter and digit names: "MP3" -> "em pee three"."""
-    names = (DIGIT_NAMES[int(c)] if c.isdigit() else LETTER_NAMES.get(c.upper()) for c in token)
+    names = (digits(c) if c.isdigit() else LETTER_NAMES.get(c.upper()) for c in token)
     return " ".join(name for name in names if name)
 
 

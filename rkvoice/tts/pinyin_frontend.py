@@ -17,6 +17,8 @@ from dataclasses import dataclass, replace
 
 from pypinyin import Style, lazy_pinyin
 
+from rkvoice.text.spoken_numbers import cn_digits
+
 log = logging.getLogger(__name__)
 
 BREAK_MINOR = "#0"  # between characters of a phrase
@@ -29,7 +31,6 @@ _PUNCT = set("，,、；;：:。.！!？?…—～~（）()《》“”\"'‘’
 
 _UNKNOWN = re.compile(rf"[^{_HAN}A-Za-z0-9\s{re.escape(''.join(sorted(_PUNCT)))}]")
 
-_DIGITS = "零一二三四五六七八九"
 _NUMERALS = set("零〇一二两三四五六七八九十百千万亿第")
 # Chinese letter names, as syllables of the Baker inventory (mapper pinyin + tone).
 _LETTERS = {
@@ -140,7 +141,7 @@ class PinyinFrontend:
                     log.debug("Latin word %r not pronounceable by this voice; dropped", token)
             elif first.isdigit():
                 log.debug("unnormalised digits %r read one by one", token)
-                items.extend(_han_syllables("".join(_DIGITS[int(d)] for d in token)))
+                items.extend(_han_syllables(cn_digits(token)))
             elif first in _PUNCT:
                 items.append(BREAK_MAJOR)
             else:
