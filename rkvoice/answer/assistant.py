@@ -75,9 +75,7 @@ class Assistant:
 
     def close(self) -> None:
         self.scheduler.stop()
-        close = getattr(self._llm, "close", None)
-        if close is not None:
-            close()
+        getattr(self._llm, "close", lambda: None)()
 
     def set_reminder_callback(self, on_due: Callable[[str], None]) -> None:
         self.scheduler.on_due = on_due

@@ -51,9 +51,7 @@ class LlmStream:
 
     def speaking(self) -> None:
         """The first piece went to the voice: tell an engine that adapts its threads (llama)."""
-        speaking = getattr(self.engine, "speaking", None)
-        if speaking is not None:
-            speaking()
+        getattr(self.engine, "speaking", lambda: None)()
 
     def __iter__(self) -> Iterator[str]:
         deadline = self.clock.now() + self.timeout_s
@@ -88,9 +86,7 @@ class LlmStream:
                 self._mark(Ev.LLM_TIMEOUT, timeout_s=self.timeout_s)
                 yield ("。" if self.text and not _SENTENCE_END.search(self.text[-1:]) else "") + TIMEOUT_TEXT
         finally:
-            close = getattr(gen, "close", None)
-            if close is not None:
-                close()  # releases the engine (and stops its run if we left early)
+            getattr(gen, "close", lambda: None)()  # releases the engine (and stops its run if we left early)
             self._done.set()
             self._mark(Ev.LLM_DONE, chars=len(self.text), truncated=self.truncated, timed_out=self.timed_out,
                        cancelled=self.cancelled)

@@ -58,9 +58,7 @@ def deadline_deltas(deltas: Iterable[str], turn: Turn, first_timeout: float, gap
         finally:
             box.append(_END)
             arrived.set()
-            close = getattr(source, "close", None)
-            if close is not None:
-                close()  # a generator's cleanup runs here, on the thread that ran it
+            getattr(source, "close", lambda: None)()  # a generator's cleanup runs here, on the thread that ran it
 
     def wake_both(_turn: Turn) -> None:
         arrived.set()
