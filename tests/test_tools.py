@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 import rkvoice.answer.tools.network as network
-from rkvoice.answer.tools import ToolAnswer, ToolContext, route
 from rkvoice.answer.tools.arithmetic import evaluate
+from rkvoice.answer.tools.base import ToolAnswer, ToolContext
 from rkvoice.answer.tools.match import clean
 from rkvoice.answer.tools.numerals import parse_number
+from rkvoice.answer.tools.router import route
 from rkvoice.answer.tools.scheduler import ReminderScheduler
 from rkvoice.answer.tools.when import parse_when
 from rkvoice.config import HearConfig

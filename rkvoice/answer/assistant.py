@@ -12,8 +12,8 @@ from rkvoice.answer.conversation import Conversation
 from rkvoice.answer.generate import LlmStream
 from rkvoice.answer.llm.base import LlmEngine
 from rkvoice.answer.llm.registry import create_llm
-from rkvoice.answer.tools import ToolAnswer, ToolContext, route
-from rkvoice.answer.tools.base import local_now
+from rkvoice.answer.tools.base import ToolAnswer, ToolContext, local_now
+from rkvoice.answer.tools.router import route
 from rkvoice.answer.tools.scheduler import ReminderScheduler
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
