@@ -1,7 +1,5 @@
 """The command line (``assistant.py``): entry (flags, logging, errors), say, ask, replay, output.
-
-The CLI imports the stages; no stage package imports the CLI.
-"""
+The CLI imports the stages; no stage package imports the CLI."""
 
 from rkvoice.cli.entry import main
 

@@ -1,16 +1,14 @@
 """What the assistant hears, as a state machine in audio time: idle -> listening -> busy -> follow-up.
 
-``HearSession.accept(frame)`` returns events; its states change in audio time (sample counts), so
-the same machine drives ``--file`` replay, the live microphone loop and pure tests. The injected
-clock only times the ASR (``asr_ms``).
+``HearSession.accept(frame)`` returns events; its states change in audio time (sample counts), so the
+same machine drives ``--file`` replay, the live loop and pure tests (the clock only times the ASR).
 
 - idle: frames go to the wake engine. A wake with a request said in the same breath emits
   ``Wake`` then ``Request`` (-> busy); a wake alone emits ``Wake`` (-> listening).
 - listening: the VAD closes a segment, the ASR transcribes it -> ``Request`` (-> busy); a leading
   wake phrase is stripped. No speech for ``listen_timeout_s`` -> ``ListenTimeout`` (-> idle).
 - busy (answering/speaking): only the wake engine listens; a wake is a barge-in.
-- follow-up (after ``turn_done()``): like listening, without the wake phrase, for ``follow_up_s``;
-  then idle.
+- follow-up (after ``turn_done()``): like listening, without the wake phrase, for ``follow_up_s``.
 """
 
 from __future__ import annotations
