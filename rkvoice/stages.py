@@ -108,7 +108,8 @@ class Hear:
 class Speak:
     """The voice (``tts``, default ``default_voice``); with ``player`` (a maker of an opened Player)
     also the pipelined speaker into it and, with ``cue``, the wake cue, made with the same voice (a
-    4 GB board has no room for a second one)."""
+    4 GB board has no room for a second one). ``clock`` (default: the real one) paces the speaker and
+    stamps the played audio (the echo reference) with the time it is heard."""
 
     def __init__(self, cfg: Config, player: Callable[[Config], Player] | None = None,
                  tts: Callable[[Config], TtsEngine] | None = None, clock: Clock | None = None,
@@ -133,7 +134,7 @@ class Speak:
         log.info("loaded %s in %.0f ms", getattr(self.tts, "name", "tts"), (time.monotonic() - t0) * 1000)
         if self._player_factory is None:
             return
-        self.player = ReferenceTap(self._player_factory(self.cfg), self.played)
+        self.player = ReferenceTap(self._player_factory(self.cfg), self.played, self._clock)
         self.speaker = Speaker(Local(self.tts, self.gate, TTS_CALLS), self.player, self.cfg, self._clock)
         self.speaker.load()
         if self._cue:

@@ -14,6 +14,7 @@ from typing import Any
 
 from rkvoice.answer.assistant import Assistant
 from rkvoice.answer.respond import Answerer
+from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
 from rkvoice.gate import Engines, LocalAssistant, PriorityGate
 from rkvoice.hear.echo import EchoCancelledSource, echo_filter
@@ -29,12 +30,14 @@ log = logging.getLogger(__name__)
 class Listener:
     """The turn loop on the microphone, over loaded stages. The supervisor's ``report`` gets each turn
     that is over (the handle) or hearing failure (the exception); ``busy(what)`` marks work that must
-    finish (stuck in it for ``daemon.stall_s``: no watchdog pings)."""
+    finish (stuck in it for ``daemon.stall_s``: no watchdog pings). ``clock`` places the microphone's
+    frames on the played audio's timeline (the speak stage's clock) and times the turns."""
 
     def __init__(self, engines: dict[str, Any], cfg: Config, report: Callable[[Turn | BaseException], None],
                  busy: Callable[[str], AbstractContextManager[None]],
-                 source: Callable[[Config], AudioSource] = microphone) -> None:
+                 source: Callable[[Config], AudioSource] = microphone, clock: Clock | None = None) -> None:
         self.cfg = cfg
+        self.clock = clock or MonotonicClock()
         self.hear: Hear = engines["hear"]
         self.assistant: Assistant = engines["answer"]
         self.speak: Speak = engines["speak"]
@@ -45,8 +48,8 @@ class Listener:
         self.answerer = Answerer(LocalAssistant(self.assistant, self.answer_gate), self.speaker, cfg)
         self.assistant.set_reminder_callback(self.speaker.speak)  # the scheduler logs it
         self.turn_loop = TurnLoop(self.hear.session(), self.answerer, cue=self.speak.cue,
-                                  cue_out=player_cue(self.speak.player), on_turn=report, on_error=report,
-                                  busy=busy)
+                                  cue_out=player_cue(self.speak.player), clock=self.clock, on_turn=report,
+                                  on_error=report, busy=busy)
         self.echo = echo_filter(cfg, self.speak.played)  # lives as long as the listener: the room stays learnt
 
     def shared(self) -> Engines:
@@ -57,7 +60,7 @@ class Listener:
         """Listen and answer until ``interrupt()`` (or the source ends)."""
         source = self.source(self.cfg)
         if self.echo is not None and not getattr(source, "markers", False):  # sound, not a test's marker frames
-            source = EchoCancelledSource(source, self.echo)
+            source = EchoCancelledSource(source, self.echo, self.clock)
         log.info("listening (wake phrase %r)", self.cfg.hear.wake_phrase)
         self.turn_loop.run_live(source)
 

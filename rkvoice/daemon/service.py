@@ -88,7 +88,7 @@ class Daemon:
         """The turn loop over the loaded engines, and with ``wyoming.uri`` a Wyoming server for them on
         a thread of its own (both again after a reload, on the new engines). A server that fails is
         logged; the local loop goes on."""
-        self.listener = Listener(self.stages.engines, self.cfg, self.report, self.busy, self.plan.source)
+        self.listener = Listener(self.stages.engines, self.cfg, self.report, self.busy, self.plan.source, self.clock)
         if not self.cfg.wyoming.uri:
             return
         from rkvoice.wyoming.server import serve_wyoming

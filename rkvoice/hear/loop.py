@@ -68,7 +68,9 @@ def player_cue(player: Player) -> Callable[[np.ndarray], None]:
 class TurnLoop:
     """Drives a HearSession from an AudioSource and runs a turn for each request.
 
-    ``busy(what)`` marks work that must finish (the daemon's watchdog); ``on_turn(turn)`` is called
+    ``busy(what)`` marks work that must finish (the daemon's watchdog): "hear" one frame (or, live, one
+    message of the inbox: a frame with the barge-in or turn it starts, a turn's end) handled whole,
+    "turn" a turn's answer and speech; ``on_turn(turn)`` is called
     when a turn is over; ``on_error(exc)`` when hearing failed (a model error), after which the loop
     goes on listening. Without ``on_error`` such an error ends the loop.
     """
@@ -175,8 +177,7 @@ class TurnLoop:
 
     def _accept(self, frame: np.ndarray | None) -> list[HearEvent]:
         try:
-            with self.busy("hear"):
-                return self.session.accept(frame) if frame is not None else self.session.flush()
+            return self.session.accept(frame) if frame is not None else self.session.flush()
         except RkvoiceError as exc:
             if self.on_error is None or is_device_error(exc):
                 raise
@@ -219,8 +220,12 @@ class TurnLoop:
         """Replay a recording as fast as it can be read; each turn runs to its end before more audio."""
         self.session.start(Mode.IDLE if require_wake else Mode.FOLLOW_UP, None)
         for frame in source.frames():
-            self._handle(self._accept(frame), sync=True)
-        self._handle(self._accept(None), sync=True)
+            with self.busy("hear"):
+                events = self._accept(frame)
+            self._handle(events, sync=True)
+        with self.busy("hear"):
+            events = self._accept(None)
+        self._handle(events, sync=True)
         return list(self.turns)
 
     def run_live(self, source: AudioSource) -> list[Turn]:
@@ -250,15 +255,16 @@ class TurnLoop:
                 kind, item = inbox.get()
                 if kind == "stop":
                     break
-                if kind == "frame":
-                    self._handle(self._accept(item), sync=False)
-                elif kind == "done":
-                    self._finished(item)
-                elif kind == "raise":
-                    raise item
-                elif kind == "end":
-                    ended = True
-                    self._handle(self._accept(None), sync=False)
+                with self.busy("hear"):  # one message, handled whole (a barge-in, a turn's end too)
+                    if kind == "frame":
+                        self._handle(self._accept(item), sync=False)
+                    elif kind == "done":
+                        self._finished(item)
+                    elif kind == "raise":
+                        raise item
+                    elif kind == "end":
+                        ended = True
+                        self._handle(self._accept(None), sync=False)
                 if ended and self.current is None:
                     break
         finally:
