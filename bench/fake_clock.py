@@ -1,4 +1,5 @@
-"""A controlled clock for tests and benches (the product runs on rkvoice.clock.MonotonicClock)."""
+"""Controlled clocks for tests and benches (the product runs on rkvoice.clock.MonotonicClock): ``FakeClock``
+moves when a waiting thread sleeps, ``ManualClock`` only when its driver moves it."""
 
 from __future__ import annotations
 
@@ -69,3 +70,64 @@ class FakeClock:
                     return False
                 self._cond.wait(0.005)
             return True
+
+
+class ManualClock:
+    """A clock that only its driver moves (``advance_to``); ``sleep``, ``pause`` and ``wait`` block (in real
+    time) until it has moved past their deadline or their event is set, so the threads under test take
+    none of its time and a driver that moves it only once they are all still decides every outcome.
+
+    ``blocked(name)``: whether a thread of that name waits on this clock for an event not yet set and a
+    time not yet reached (only the driver or another thread can let it go on)."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self._t = start
+        self._cond = threading.Condition()
+        self._waiting: dict[object, tuple[str, threading.Event | None, float | None]] = {}
+
+    def now(self) -> float:
+        with self._cond:
+            return self._t
+
+    def advance_to(self, t: float) -> None:
+        with self._cond:
+            if t < self._t:
+                raise ValueError("a clock cannot go backwards")
+            self._t = t
+            self._cond.notify_all()
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            self._block(None, seconds)
+
+    def pause(self, seconds: float, interrupt: threading.Event) -> bool:
+        return not self._block(interrupt, max(0.0, seconds))
+
+    def wait(self, event: threading.Event, timeout: float | None) -> bool:
+        return self._block(event, timeout)
+
+    def blocked(self, name: str) -> bool:
+        with self._cond:
+            return any(n == name and (ev is None or not ev.is_set()) and (d is None or d > self._t)
+                       for n, ev, d in self._waiting.values())
+
+    def _block(self, event: threading.Event | None, timeout: float | None) -> bool:
+        """True once ``event`` is set, False once ``timeout`` of this clock has passed (event unset)."""
+        token = object()
+        with self._cond:
+            deadline = None if timeout is None else self._t + timeout
+            self._waiting[token] = (threading.current_thread().name, event, deadline)
+        try:
+            while True:
+                if event is not None and event.is_set():
+                    return True
+                with self._cond:
+                    if deadline is not None and self._t >= deadline:
+                        return False
+                    if event is None:
+                        self._cond.wait()
+                        continue
+                event.wait(0.002)  # set by threads that do not notify this clock
+        finally:
+            with self._cond:
+                del self._waiting[token]

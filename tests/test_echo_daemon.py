@@ -1,11 +1,17 @@
-"""End to end: the daemon (the product plan: portable wake/VAD/Whisper, the portable voice, a paced null
+"""End to end: the daemon (the product plan: portable wake/VAD/Whisper, the portable voice, a null
 player behind the reference tap) in an echo room. Its microphone hears, frame by frame, what the player
-has actually played (the same PlayedAudio timeline the tap fills), 60 ms later, through a generated
-small-room impulse response, +5 dB over the user; plus the user's cached portable-voice utterances.
+has played (the same PlayedAudio timeline the tap fills), 60 ms later, through a generated small-room
+impulse response, +5 dB over the user; plus the user's cached portable-voice utterances.
 
-Only the LLM is scripted (its answer says the assistant's name twice). Pass/fail is read from the
-daemon's own events (wakes, turns, their reasons) and the audio timeline; the room's script moves on
-by audio ticks and daemon state, never by wall-clock sleeps racing the daemon's threads.
+Only the LLM is scripted (its answer says the assistant's name twice). The room, the player, the
+reference tap, the microphone's timeline and the turns share one ManualClock that only the room moves,
+one frame at a time, and only once the daemon is still: every frame and message it was given handled
+whole (barge-ins and turn ends too), every turn's answer said and synthesised, every block handed to the
+player, every wake cue played. Transcription, the answer and synthesis take none of its time, however
+slow or loaded the machine, so the audio heard and played, and so the outcome, are the same on every
+run. (On the real clock the barge-in came a Whisper decode late: 4 to 8 s on a loaded 2-core machine,
+so the answer sometimes played to its end first.) Pass/fail is read from the daemon's own events
+(wakes, turns, their reasons) and the audio timeline.
 """
 
 from __future__ import annotations
@@ -13,28 +19,34 @@ from __future__ import annotations
 import importlib
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from fakes import ScriptedLlm, wait_until
+from fakes import ScriptedLlm
 
+from bench.fake_clock import ManualClock
 from rkvoice.audio.sinks import NullPlayer
-from rkvoice.clock import MonotonicClock
 from rkvoice.config import ROOT, Config, load_config
 from rkvoice.daemon.sdnotify import Notifier
 from rkvoice.daemon.service import Daemon
+from rkvoice.errors import RkvoiceError
 from rkvoice.hear.echo import PlayedAudio
 from rkvoice.hear.vad import vad_model_path
-from rkvoice.stages import StageSpec, assistant, product_plan
+from rkvoice.stages import Speak, StageSpec, assistant, product_plan
+from rkvoice.timeline import Ev
 
 RATE, FRAME = 16000, 512
 DELAY_MS, LEVEL_DB = 60, 5.0
 FOLLOW_UP_S = 3.0
 ANSWER = ["我是小智，", "你的语音助手。", "我可以帮你查天气、设闹钟和记事情，", "有什么事情，随时说小智小智就好。"]
 QUESTION, STORY, WAKE_ALONE = "小智小智，你是谁", "小智小智，给我讲个故事", "小智小智"
+STILL_S = 120.0  # real seconds the daemon may take to go still after a frame (a Whisper decode on a loaded machine)
+CUE_THREAD = "rkvoice-cue"  # rkvoice.hear.loop.player_cue's thread
 
 
 def _bench_echo() -> Any:
@@ -45,39 +57,48 @@ def _bench_echo() -> Any:
 
 
 class EchoRoom:
-    """A microphone in real time (the tap stamps the player's blocks on the monotonic clock too):
-    frame ``i`` covers ticks ``tick0 + i*FRAME ..`` and is made once those ticks are past, from the
-    echo of what was played then plus the user's speech the script put there. ``script`` is a list of
-    (cue, audio): when ``cue(tick)`` first holds, ``audio`` starts at that tick."""
+    """A microphone on ``clock``: frame ``i`` covers ticks ``tick0 + i*FRAME ..``; it is made from the echo
+    of what was played then plus the user's speech the script put there, once ``settle()`` says the
+    daemon is still, and handed over once the clock has moved to its end (and the daemon is still again).
+    ``script`` is a list of (cue, audio): when ``cue(tick)`` first holds, ``audio`` starts at that tick.
+    Once ``until(tick)`` holds the room stops (``over`` is set) and waits to be closed."""
 
     sample_rate = RATE
 
     def __init__(self, played: Callable[[], PlayedAudio], script: list[tuple[Callable[[int], bool], np.ndarray]],
-                 ir: np.ndarray, gain: float) -> None:
+                 ir: np.ndarray, gain: float, clock: ManualClock, settle: Callable[[], None],
+                 until: Callable[[int], bool]) -> None:
         self.played = played
         self.script = script
         self.ir = ir
         self.gain = gain
-        self.clock = MonotonicClock()
+        self.clock = clock
+        self.settle = settle
+        self.until = until
         self.user = np.zeros(0, np.float32)
         self.user_at = 0
         self.said: list[int] = []
         """Ticks where each scripted utterance started."""
         self.tick = self.tick0 = 0
+        self.delivered = 0
+        """Frames handed to the daemon."""
         self.heard = PlayedAudio()
-        self._closed = threading.Event()
+        self.over = threading.Event()
+        self.closed = threading.Event()
         self._noise = np.random.default_rng(7)
 
     def frames(self) -> Iterator[np.ndarray]:
         self.heard = self.played()  # the speak stage's timeline (it outlives the stage's engines)
-        start = self.clock.now()
-        tick0 = self.tick0 = round(start * RATE)
+        tick0 = self.tick0 = round(self.clock.now() * RATE)
         i = 0
-        while not self._closed.is_set():
-            wait = start + (i + 1) * FRAME / RATE - self.clock.now()
-            if wait > 0:
-                self.clock.sleep(wait)
+        while not self.closed.is_set():
+            self.delivered = i
+            self.settle()
             t = self.tick = tick0 + i * FRAME
+            if self.until(t) or self.over.is_set():
+                self.over.set()
+                self.closed.wait()
+                return
             if self.script and t >= self.user_at + len(self.user) and self.script[0][0](t):
                 self.user, self.user_at = self.script.pop(0)[1], t
                 self.said.append(t)
@@ -89,17 +110,48 @@ class EchoRoom:
                 part = self.user[lo : lo + FRAME]
                 frame[: len(part)] += part
             frame += self._noise.standard_normal(FRAME) * 10 ** (-65 / 20)
+            self.clock.advance_to((t + FRAME) / RATE)
+            self.settle()  # what the clock's move set going (a turn's audio played out, its end) comes first
             i += 1
             yield np.clip(frame, -1.0, 1.0).astype(np.float32)
 
     def close(self) -> None:
-        self._closed.set()
+        self.closed.set()
+
+
+class RoomPlayer(NullPlayer):
+    """The null player (not paced: a block is booked at once) counting its blocks. At one instant the wake
+    cue goes out before an answer, as in life, where the answer comes an ASR, an LLM and a synthesis later."""
+
+    def __init__(self, cfg: Config, clock: ManualClock) -> None:
+        super().__init__(cfg, clock)
+        self.blocks = 0
+
+    def write(self, block: np.ndarray) -> None:
+        if threading.current_thread().name != CUE_THREAD:
+            while any(t.name == CUE_THREAD for t in threading.enumerate()):
+                time.sleep(0.0005)
+        super().write(block)
+        self.blocks += 1
+
+
+class CountingDaemon(Daemon):
+    """The daemon, counting what its turn loop has handled whole (each microphone frame, each turn's end)."""
+
+    handled = 0
+
+    @contextmanager
+    def busy(self, what: str) -> Iterator[None]:
+        with super().busy(what):
+            yield
+        if what == "hear":
+            self.handled += 1
 
 
 class Run:
-    """The daemon on an EchoRoom, with ``hear.aec`` as given."""
+    """The daemon on an EchoRoom, with ``hear.aec`` as given; the room stops once ``until(run, tick)``."""
 
-    def __init__(self, tmp_path: Path, aec: str, barge_in: bool) -> None:
+    def __init__(self, tmp_path: Path, aec: str, barge_in: bool, until: Callable[[Run, int], bool]) -> None:
         bench = _bench_echo()
         self.cfg = load_config([{"state": {"dir": str(tmp_path / "state")},
                                  "daemon": {"lock_file": str(tmp_path / "rkvoice.lock")},
@@ -118,7 +170,11 @@ class Run:
         self.story_from: int | None = None
         """The tick where the second answer was first heard."""
         self.llm = ScriptedLlm(ANSWER)
-        self.daemon: Daemon | None = None
+        self.clock = ManualClock(100.0)
+        self.player: RoomPlayer | None = None
+        self.daemon: CountingDaemon | None = None
+        self.stuck: str | None = None
+        """What of the daemon never went still (None: it always did)."""
         script: list[tuple[Callable[[int], bool], np.ndarray]] = [
             (lambda t: t >= self.room.tick0 + RATE // 2, user(QUESTION, 1.0, -3.0))]
         if barge_in:
@@ -126,15 +182,19 @@ class Run:
                        (self._playing_for(1.5), user(WAKE_ALONE, 1.1, 1.0))]
         else:
             script += [(self._first_answer_over, np.zeros(RATE // 10, np.float32))]  # marks the end
-        self.room = EchoRoom(lambda: self.speak.played, script, bench.room_ir(DELAY_MS, seed=3), gain)
-        plan = product_plan(self.cfg, source=lambda c: self.room, player=self._player)
-        answer_spec = StageSpec("answer", plan.stages[1].key, lambda c: assistant(c, llm=self.llm))
-        plan = type(plan)(stages=(plan.stages[0], answer_spec, plan.stages[2]), source=plan.source)
-        self.daemon = Daemon(self.cfg, plan, lambda: self.cfg, notifier=Notifier(socket_name=""))
+        self.room = EchoRoom(lambda: self.speak.played, script, bench.room_ir(DELAY_MS, seed=3), gain, self.clock,
+                             self._settle, lambda tick: until(self, tick))
+        plan = product_plan(self.cfg, source=lambda c: self.room)
+        hear, answer, speak = plan.stages
+        answer = StageSpec("answer", answer.key, lambda c: assistant(c, llm=self.llm))
+        speak = StageSpec("speak", speak.key, lambda c: Speak(c, self._player, clock=self.clock))
+        plan = type(plan)(stages=(hear, answer, speak), source=plan.source)
+        self.daemon = CountingDaemon(self.cfg, plan, lambda: self.cfg, notifier=Notifier(socket_name=""),
+                                     clock=self.clock)
 
-    @staticmethod
-    def _player(c: Config) -> NullPlayer:
-        return NullPlayer(c, MonotonicClock())  # consumes audio at real-time pace, like a device
+    def _player(self, c: Config) -> RoomPlayer:
+        self.player = RoomPlayer(c, self.clock)
+        return self.player
 
     @property
     def speak(self) -> Any:
@@ -145,6 +205,52 @@ class Run:
     def loop(self) -> Any:
         assert self.daemon is not None and self.daemon.listener is not None
         return self.daemon.listener.turn_loop
+
+    def _pending(self) -> str | None:
+        """What of the daemon can still act before the clock moves or a frame comes (None: nothing)."""
+        assert self.daemon is not None and self.player is not None
+        turns, speaker = list(self.loop.turns), self.speak.speaker
+        if self.daemon.handled != self.room.delivered + sum(t.done.is_set() for t in turns):
+            return "the turn loop (a frame or a turn's end not handled yet)"
+        for turn in turns:  # each open turn has said its whole answer and waits for it to play out
+            if turn.done.is_set():
+                continue
+            try:
+                played = speaker.wait(turn, 0)
+            except RkvoiceError:  # not (yet) with the speaker
+                played = True
+            if played or not turn.timeline.find(Ev.ANSWER):
+                return f"turn {turn.id}"
+        with speaker._cond:  # the speaker's TTS worker waits for text (tests/fakes.py SteppedSpeaker reads it too)
+            q = speaker._order[0] if speaker._order else None
+            if q is not None and (q.turn.cancelled or q.synth_done or q.ended or q.inbox or q.in_flight):
+                return "synthesis"
+        if speaker._audio_q.unfinished_tasks and not self.clock.blocked("rkvoice-player"):
+            return "the player thread"  # handing audio over, or its wait for the audio to play out is over
+        if any(t.name == CUE_THREAD for t in threading.enumerate()):
+            return "the wake cue"
+        return None
+
+    def _progress(self) -> tuple[int, ...]:
+        assert self.daemon is not None and self.player is not None
+        turns = list(self.loop.turns)
+        return (self.daemon.handled, sum(t.done.is_set() for t in turns), len(self.loop.wakes),
+                sum(len(t.timeline.events) for t in turns), self.player.blocks)
+
+    def _settle(self) -> None:
+        """Block until the daemon is still: nothing pending, twice, with no progress in between (a
+        thread can hand work on to one already looked at)."""
+        end = time.monotonic() + STILL_S
+        while not self.room.closed.is_set():
+            before = self._progress()
+            what = self._pending() or self._pending()
+            if what is None and self._progress() == before:
+                return
+            if time.monotonic() > end:
+                self.stuck = what or "progress"
+                self.room.over.set()
+                return
+            time.sleep(0.0005)
 
     def _first_answer_over(self, tick: int) -> bool:
         """The first turn is over, its audio played, and the follow-up window it opened has passed."""
@@ -165,12 +271,13 @@ class Run:
             return bool(first) and tick >= first[0] + int(seconds * RATE)
         return cue
 
-    def go(self, done: Callable[[], bool], timeout_s: float = 90.0) -> None:
+    def go(self, timeout_s: float = 600.0) -> None:
         assert self.daemon is not None
         thread = threading.Thread(target=self.daemon.run, kwargs={"handle_signals": False}, daemon=True)
         thread.start()
         try:
-            assert wait_until(done, timeout_s), "the room's script did not finish"
+            assert self.room.over.wait(timeout_s), "the room's script did not finish"
+            assert self.stuck is None, f"the daemon did not go still within {STILL_S:g} s: {self.stuck}"
         finally:
             self.daemon.request_stop()
             thread.join(20)
@@ -184,16 +291,16 @@ def _needs_models() -> None:
 
 def test_the_daemon_does_not_wake_on_its_own_name_and_the_user_barges_in(tmp_path: Path) -> None:
     _needs_models()
-    run = Run(tmp_path, "auto", barge_in=True)
-    over: dict[str, Any] = {}
+    over: dict[str, int] = {}
 
-    def done() -> bool:  # the story's turn ended, and 2 s more were heard (no request from the echo)
+    def until(run: Run, tick: int) -> bool:  # the story's turn ended, and 2 s more were heard (no request from the echo)
         if run.daemon is None or run.daemon.turns < 2 or len(run.room.said) < 3:
             return False
-        over.setdefault("tick", run.room.tick)
-        return run.room.tick >= over["tick"] + 2 * RATE + int(FOLLOW_UP_S * RATE)
+        over.setdefault("tick", tick)
+        return tick >= over["tick"] + 2 * RATE + int(FOLLOW_UP_S * RATE)
 
-    run.go(done)
+    run = Run(tmp_path, "auto", barge_in=True, until=until)
+    run.go()
     turns, wakes = list(run.loop.turns), list(run.loop.wakes)
     assert len(run.llm.calls) == 2, run.llm.calls
     # (1) the first answer ("我是小智 ... 叫我小智") neither woke the daemon nor was taken as a follow-up
@@ -213,8 +320,8 @@ def test_the_daemon_does_not_wake_on_its_own_name_and_the_user_barges_in(tmp_pat
 
 def test_with_aec_off_the_mute_keeps_the_daemon_from_waking_itself(tmp_path: Path) -> None:
     _needs_models()
-    run = Run(tmp_path, "off", barge_in=False)
-    run.go(lambda: len(run.room.said) >= 2)
+    run = Run(tmp_path, "off", barge_in=False, until=lambda run, _tick: len(run.room.said) >= 2)
+    run.go()
     assert run.daemon is not None and run.daemon.listener is not None
     echo = run.daemon.listener.echo
     assert echo is not None and echo.canceller is None and echo.muted_s > 2.0
