@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
+from fakes import wait_until
 
 pytest.importorskip("wyoming", reason="wyoming is not installed (requirements/portable.txt)")
 
@@ -132,7 +132,7 @@ def test_a_waiting_local_caller_goes_before_waiting_remote_callers_which_queue_i
         t = threading.Thread(target=target, args=(name,))
         t.start()
         threads.append(t)
-        time.sleep(0.05)  # queued behind the holder in this order
+        assert wait_until(lambda n=len(threads) - 1: len(gate._waiting) == n)  # queued behind the holder, in this order
     release.set()
     for t in threads:
         t.join(5)
