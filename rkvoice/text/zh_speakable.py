@@ -160,13 +160,6 @@ def _normalizer():
     return _wetext
 
 
-def wetext_zh(text: str) -> str:
-    """The raw wetext Chinese TN normaliser, loaded once, whitespace at the ends kept."""
-    core = text.strip()
-    start = text.find(core)
-    return text[:start] + _normalizer().normalize(core) + text[start + len(core) :] if core else text
-
-
 _LEFTOVER_DIGITS = re.compile(r"\d+(?:\.\d+)?")
 _SYMBOL_WORDS = [(re.compile(r"(?<=[\u4e00-\u9fff])\s?[&＆]\s?(?=[\u4e00-\u9fff])"), "和"),
                  (re.compile(r"#(?=[零一二三四五六七八九十])"), "第")]
@@ -199,8 +192,10 @@ def _wetext_pieces(text: str, size: int = 96) -> str:
     out = []
     for p in pieces:
         if len(p) <= 2 * size and any(c.isdigit() for c in p):
+            core = p.strip()  # wetext reads the core; the whitespace at its ends stays
+            start = p.find(core)
             try:
-                p = wetext_zh(p)
+                p = p[:start] + _normalizer().normalize(core) + p[start + len(core) :]
             except RuntimeError as exc:  # no normalisation path: keep our own fallback
                 log.debug("wetext gave no path for %r: %s", p, exc)
         out.append(p)
