@@ -67,26 +67,22 @@ def script_spans(text: str) -> list[Span]:
     spans: list[Span] = []
     pending = ""  # punctuation between two spoken spans
     for i, (lang, piece) in enumerate(pieces):
-        first, last = i == 0, i == len(pieces) - 1
+        tail = ""  # punctuation after a Chinese span, before the next span (an English one takes none)
         if lang == "zh":
             spoken = piece.strip()
-            lead = spoken[: len(spoken) - len(spoken.lstrip(_PUNCT))] if not first else ""
+            lead = spoken[: len(spoken) - len(spoken.lstrip(_PUNCT))] if i > 0 else ""
             body = spoken[len(lead) :]
-            tail = body[len(body.rstrip(_PUNCT)) :] if not last else ""
+            tail = body[len(body.rstrip(_PUNCT)) :] if i < len(pieces) - 1 else ""
             body = body[: len(body) - len(tail)] if tail else body
             if not any(c.isalnum() for c in body):  # nothing a Chinese voice says
                 pending += piece
                 continue
             pending += lead
-            if spans:
-                spans[-1] = Span(spans[-1].lang, spans[-1].text, _pause(pending))
-            spans.append(Span("zh", body.strip()))
-            pending = tail
-        else:
-            if spans:
-                spans[-1] = Span(spans[-1].lang, spans[-1].text, _pause(pending))
-            spans.append(Span("en", piece))
-            pending = ""
+            piece = body.strip()
+        if spans:
+            spans[-1] = Span(spans[-1].lang, spans[-1].text, _pause(pending))
+        spans.append(Span(lang, piece))
+        pending = tail
     if spans and pending.strip():
         last_span = spans[-1]
         if last_span.lang == "en":  # the sentence end the English voice should say as one
