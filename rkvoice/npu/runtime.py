@@ -66,7 +66,6 @@ class TensorSpec:
 
 class ModelRuntime(Protocol):
     path: Path
-    kind: str  # "onnx" or "rknn"
 
     def load(self) -> None: ...
 
@@ -106,8 +105,6 @@ def _missing(path: Path, what: str) -> RkvoiceError:
 
 class OnnxModel:
     """A model run by onnxruntime on the CPU, with an explicit intra-op thread count."""
-
-    kind = "onnx"
 
     def __init__(self, path: Path | str, threads: int = 1, what: str = "ONNX") -> None:
         self.path = Path(path)
@@ -197,8 +194,6 @@ def core_mask_value(api: Any, mask: str) -> Any:
 
 class RknnModel:
     """A compiled .rknn model run by RKNNLite on the board's NPU (aarch64 only)."""
-
-    kind = "rknn"
 
     def __init__(self, path: Path | str, core_mask: str = "auto", what: str = "RKNN") -> None:
         self.path = Path(path)
