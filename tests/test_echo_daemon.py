@@ -123,13 +123,14 @@ class RoomPlayer(NullPlayer):
     """The null player (not paced: a block is booked at once) counting its blocks. At one instant the wake
     cue goes out before an answer, as in life, where the answer comes an ASR, an LLM and a synthesis later."""
 
-    def __init__(self, cfg: Config, clock: ManualClock) -> None:
+    def __init__(self, cfg: Config, clock: ManualClock, cue_playing: Callable[[], bool]) -> None:
         super().__init__(cfg, clock)
+        self.cue_playing = cue_playing
         self.blocks = 0
 
     def write(self, block: np.ndarray) -> None:
         if threading.current_thread().name != CUE_THREAD:
-            while any(t.name == CUE_THREAD for t in threading.enumerate()):
+            while self.cue_playing():
                 time.sleep(0.0005)
         super().write(block)
         self.blocks += 1
@@ -171,6 +172,7 @@ class Run:
         """The tick where the second answer was first heard."""
         self.llm = ScriptedLlm(ANSWER)
         self.clock = ManualClock(100.0)
+        self._old_cues = {t.ident for t in threading.enumerate() if t.name == CUE_THREAD}  # other tests' ones
         self.player: RoomPlayer | None = None
         self.daemon: CountingDaemon | None = None
         self.stuck: str | None = None
@@ -193,7 +195,7 @@ class Run:
                                      clock=self.clock)
 
     def _player(self, c: Config) -> RoomPlayer:
-        self.player = RoomPlayer(c, self.clock)
+        self.player = RoomPlayer(c, self.clock, self._cue_playing)
         return self.player
 
     @property
@@ -227,9 +229,12 @@ class Run:
                 return "synthesis"
         if speaker._audio_q.unfinished_tasks and not self.clock.blocked("rkvoice-player"):
             return "the player thread"  # handing audio over, or its wait for the audio to play out is over
-        if any(t.name == CUE_THREAD for t in threading.enumerate()):
+        if self._cue_playing():
             return "the wake cue"
         return None
+
+    def _cue_playing(self) -> bool:
+        return any(t.name == CUE_THREAD and t.ident not in self._old_cues for t in threading.enumerate())
 
     def _progress(self) -> tuple[int, ...]:
         assert self.daemon is not None and self.player is not None
