@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.cer import cer  # noqa: E402
 from bench.fake_clock import FakeClock  # noqa: E402
+from bench.matcha_stats import MatchaStats  # noqa: E402
 from rkvoice.audio.post import resample  # noqa: E402
 from rkvoice.audio.sinks import NullPlayer  # noqa: E402
 from rkvoice.clock import MonotonicClock  # noqa: E402
@@ -50,6 +51,7 @@ from rkvoice.errors import RkvoiceError, Stage  # noqa: E402
 from rkvoice.speaker import Speaker  # noqa: E402
 from rkvoice.text.normalize import speakable  # noqa: E402
 from rkvoice.timeline import Ev, Timeline  # noqa: E402
+from rkvoice.tts.matcha_engine import MatchaTts  # noqa: E402
 
 log = logging.getLogger("board_report")
 
@@ -121,8 +123,7 @@ def median(values: list[float]) -> float:
 
 def measure_tts(engine: Any, cfg: Config, runs: int) -> dict[str, Any]:
     """First audio and max gap through the Speaker; whole-text RTF; Matcha bucket times."""
-    if hasattr(engine, "reset_stats"):
-        engine.reset_stats()
+    stats = MatchaStats(engine) if isinstance(engine, MatchaTts) else None
     chunked, whole = [], []
     for _ in range(runs):
         timeline = Timeline(MonotonicClock())
@@ -158,8 +159,9 @@ def measure_tts(engine: Any, cfg: Config, runs: int) -> dict[str, Any]:
     }
     if not heard:  # every sample below the player's lead-trim threshold: the voice is silent
         out["silent"] = "no audio reached the player: the voice's output is below the 1 % lead-trim threshold"
-    if hasattr(engine, "bucket_stats"):
-        out["buckets"] = engine.bucket_stats()
+    if stats is not None:
+        stats.close()
+        out["buckets"] = stats.report()
     return out
 
 

@@ -284,13 +284,16 @@ def test_whole_engine_on_the_simulator_matches_onnxruntime(converted, text, monk
     out, _, _, servers = converted
     ref, sim = _both_engines(out, servers, monkeypatch)
     wave_ref, rate = ref.generate(text)
+    from bench.matcha_stats import MatchaStats
+
     calls_before = sum(b.model.calls for b in sim.acoustic + sim.vocoders)
-    wave, rate_sim = sim.generate(text)
+    with MatchaStats(sim) as timed:
+        wave, rate_sim = sim.generate(text)
     calls = sum(b.model.calls for b in sim.acoustic + sim.vocoders) - calls_before
     assert rate == rate_sim == 16000 and calls >= 2
     assert len(wave) == len(wave_ref)  # the CPU encoder's frame counts, on both runtimes
     db, _ = aligned_snr_db(wave_ref, wave, sim.stft.hop_length)
-    stages = sim.bucket_stats()["stages"]
+    stages = timed.report()["stages"]
     _show(capsys, f"engine on the simulator vs onnxruntime, {text[:12]}...: {db:.1f} dB over "
                   f"{len(wave_ref) / rate:.2f} s, {calls} NPU calls, encoder on the CPU "
                   f"{stages['encoder_cpu']['mean_ms']} ms/call")
@@ -301,14 +304,16 @@ def test_whole_engine_on_the_simulator_matches_onnxruntime(converted, text, monk
 def test_split_voice_halves_a_piece_no_window_holds(converted):
     """Slowed down, a 40-odd-token piece needs more frames than the largest window: the engine knows it
     from the CPU encoder before any decoder call, cuts the piece in two and speaks both halves."""
+    from bench.matcha_stats import MatchaStats
+
     out, _, _, _ = converted
     tts = _engine(out, "onnx")
     assert tts.encoder is not None and [b.window for b in tts.acoustic] == sorted(b.window for b in tts.acoustic)
     text = "今天天气不错，我们出去走走吧。公园里的花都开了，空气也很新鲜，记得带水。"
     normal, rate = tts.generate(text)
-    tts.reset_stats()
-    slow, _ = tts.generate(text, speed=0.35)
-    stats = tts.bucket_stats()
+    with MatchaStats(tts) as timed:
+        slow, _ = tts.generate(text, speed=0.35)
+    stats = timed.report()
     assert rate == 16000 and stats["overflows"]["count"] >= 1
     assert len(slow) > 2.0 * len(normal)  # every frame is spoken, none cut off (about 2.86x)
     # the overflow cost an encoder call, never a decoder call: each decoder call made audio

@@ -14,7 +14,6 @@ import glob
 import json
 import logging
 import re
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,7 +44,7 @@ def _bad(path: Path, why: str, fix: str = "rebuild it with models/convert_rknn.p
 
 @dataclass
 class Bucket:
-    """One loaded model of fixed (or dynamic) size, timed per call."""
+    """One loaded model of fixed (or dynamic) size."""
 
     kind: str
     """"matcha" or "vocos"."""
@@ -61,9 +60,6 @@ class Bucket:
     encoder: Path | None = None
     """A split Matcha's decoder: the CPU encoder it belongs to (None: a whole Matcha graph)."""
     n_mels: int = 80
-    calls: int = 0
-    total_s: float = 0.0
-    max_s: float = 0.0
     _out_index: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -75,26 +71,12 @@ class Bucket:
         return "dynamic" if self.dynamic else ("t" if self.kind == "matcha" else "f") + str(self.size)
 
     def run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """Run with inputs by name (cast to the declared types), timed; outputs in declared order."""
+        """Run with inputs by name (cast to the declared types); outputs in declared order."""
         arrays = [np.ascontiguousarray(np.asarray(feed[s.name]).astype(s.dtype, copy=False)) for s in self.inputs]
-        t0 = time.perf_counter()
-        outs = self.model.run(arrays)
-        dt = time.perf_counter() - t0
-        self.calls += 1
-        self.total_s += dt
-        self.max_s = max(self.max_s, dt)
-        return outs
+        return self.model.run(arrays)
 
     def output(self, outs: list[np.ndarray], name: str) -> np.ndarray:
         return np.asarray(outs[self._out_index[name]])
-
-    def stats(self) -> dict[str, Any]:
-        mean = self.total_s / self.calls if self.calls else 0.0
-        return {"calls": self.calls, "mean_ms": round(1000 * mean, 2), "max_ms": round(1000 * self.max_s, 2),
-                "size": self.size, "window": self.window, "file": self.path.name}
-
-    def reset_stats(self) -> None:
-        self.calls, self.total_s, self.max_s = 0, 0.0, 0.0
 
     def close(self) -> None:
         self.model.close()

@@ -19,10 +19,8 @@ from __future__ import annotations
 import logging
 import math
 import statistics
-import time
 from collections import deque
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -71,8 +69,6 @@ class MatchaTts:
         self.encoder: npu_runtime.ModelRuntime | None = None
         """A split voice's CPU encoder."""
         self._encoder_inputs: list[str] = []
-        self._stages: dict[str, list[float]] = {}
-        """Calls and seconds per CPU stage (encoder, align, istft) since the last reset_stats."""
         self._rates: deque[float] = deque(maxlen=32)
         """Frames per token (at speed 1) of recent Matcha calls: only to skip a bucket whose window
         a piece would overflow (a wasted NPU call); the mel is always cut at the model's own count."""
@@ -166,7 +162,6 @@ class MatchaTts:
                 self._acoustic_run(b, ids[: b.size or len(ids)], 0, 1.0, rng)
         for v in self.vocoders:
             v.run({v.inputs[0].name: np.full((1, v.n_mels, v.size or 8), -11.5, np.float32)})
-        self.reset_stats()
 
     def close(self) -> None:
         for b in self.acoustic + self.vocoders:
@@ -184,24 +179,6 @@ class MatchaTts:
     def max_tokens(self) -> int:
         """Most tokens one piece may have: the largest bucket (no limit for a dynamic model)."""
         return max(b.size for b in self.acoustic) if self.acoustic and not self.acoustic[0].dynamic else 10**6
-
-    def bucket_stats(self) -> dict[str, dict[str, Any]]:
-        """Calls and time per bucket since load (or the last ``reset_stats``), for bench/board_report.py."""
-        stages = {k: {"calls": int(c), "mean_ms": round(1000 * t / c, 2) if c else 0.0, "total_ms": round(1000 * t, 1)}
-                  for k, (c, t) in self._stages.items()}
-        return {"matcha": {b.label: b.stats() for b in self.acoustic},
-                "vocos": {v.label: v.stats() for v in self.vocoders}, "overflows": {"count": self.overflows},
-                "stages": stages}
-
-    def reset_stats(self) -> None:
-        for b in self.acoustic + self.vocoders:
-            b.reset_stats()
-        self.overflows = 0
-        self._stages = {}
-
-    def _timed(self, stage: str, t0: float) -> None:
-        calls, total = self._stages.get(stage, [0.0, 0.0])
-        self._stages[stage] = [calls + 1, total + time.perf_counter() - t0]
 
     # -- synthesis -----------------------------------------------------------------------
     def _loaded_frontend(self) -> MatchaFrontend:
@@ -265,17 +242,13 @@ class MatchaTts:
         assert self.encoder is not None
         n = max(1, len(ids))
         feed = self._text_feed(ids, n, n, speed)
-        t0 = time.perf_counter()
         mu_x, cum, frames, dec_frames = self.encoder.run([feed[k] for k in self._encoder_inputs])
-        self._timed("encoder_cpu", t0)
         return mu_x, cum, int(np.asarray(frames).reshape(-1)[0]), int(np.asarray(dec_frames).reshape(-1)[0])
 
     def _decode(self, b: Bucket, mu_x: np.ndarray, cum: np.ndarray, frames: int, dec_frames: int,
                 rng: np.random.Generator) -> np.ndarray:
         """Aligned input over the bucket's window -> the decoder (NPU) -> mel [1, n_mels, window]."""
-        t0 = time.perf_counter()
         mu, mask = align(mu_x, cum, frames, b.window)
-        self._timed("align", t0)
         feed = {"mu": mu, "mask": mask, "noise": rng.standard_normal((1, b.n_mels, b.window), dtype=np.float32),
                 "noise_scale": np.array([self.cfg.tts.matcha.noise_scale], dtype=np.float32),
                 "decoder_frames": np.array([dec_frames], dtype=np.float32)}
@@ -342,10 +315,7 @@ class MatchaTts:
         frames = mel.shape[-1]
         fit = next((v for v in self.vocoders if v.dynamic or v.size >= frames), None)  # sorted by size
         mag, a, b = self._vocos_call(fit, mel, frames) if fit else self._windowed(mel)
-        t0 = time.perf_counter()
-        wave = istft_mag_phase(mag, a, self.stft) if b is None else istft_mag_xy(mag, a, b, self.stft)
-        self._timed("istft", t0)
-        return wave
+        return istft_mag_phase(mag, a, self.stft) if b is None else istft_mag_xy(mag, a, b, self.stft)
 
     def _vocos_call(self, v: Bucket, mel: np.ndarray, keep: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Run ``v`` on ``mel`` zero-padded to its size (as Vocos's first convolution pads: stand-in, 150 of
