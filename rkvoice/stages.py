@@ -205,17 +205,24 @@ class Plan:
 def product_plan(cfg: Config, source: Callable[[Config], AudioSource] | None = None,
                  player: Callable[[Config], Player] | None = None) -> Plan:
     """The daemon's real stages; ``source``/``player`` replace the microphone/player (the soak)."""
-    return Plan((StageSpec("hear", hear_key, Hear),
-                 StageSpec("answer", answer_key, assistant),
-                 StageSpec("speak", speak_key, lambda c: Speak(c, player or daemon_player))), source or microphone)
+    return Plan(
+        stages=(
+            StageSpec("hear", hear_key, Hear),
+            StageSpec("answer", answer_key, assistant),
+            StageSpec("speak", speak_key, lambda c: Speak(c, player or daemon_player)),
+        ),
+        source=source or microphone,
+    )
 
 
 def serving_stages(time_zone: str) -> tuple[StageSpec, ...]:
     """The Wyoming server's stages when it runs alone: the ASR, the assistant answering in
     ``time_zone``, the default voice."""
-    return (StageSpec("hear", hear_key, lambda c: Hear(c, asr_only=True)),
-            StageSpec("answer", answer_key, lambda c: assistant(c, time_zone=time_zone)),
-            StageSpec("speak", speak_key, Speak))
+    return (
+        StageSpec("hear", hear_key, lambda c: Hear(c, asr_only=True)),
+        StageSpec("answer", answer_key, lambda c: assistant(c, time_zone=time_zone)),
+        StageSpec("speak", speak_key, Speak),
+    )
 
 
 class StageSet:

@@ -34,8 +34,10 @@ _CLOSING = {v: k for k, v in _PAIRS.items()}
 _LATIN = r"\dA-Za-z\u00C0-\u024F"
 # Things never cut inside: URLs, and runs of Latin letters/digits joined by separators,
 # with an optional sign or currency before and a percent/degree after.
-_ATOM = re.compile(r"(?:https?|ftp)://[!-~]+"
-                   rf"|[-+]?[$¥￥€£]?[{_LATIN}]+(?:[.,:/\-_'’@][{_LATIN}]+)*[%℃°]?")
+_ATOM = re.compile(
+    r"(?:https?|ftp)://[!-~]+"
+    rf"|[-+]?[$¥￥€£]?[{_LATIN}]+(?:[.,:/\-_'’@][{_LATIN}]+)*[%℃°]?"
+)
 _MARKERS = re.compile(r"[*`_\[\]]+|~~")
 _MARKUP_OPENERS = frozenset("*_`[#>~+-")
 _LIST_HINT = re.compile(r"[^\n\w]{0,12}\d{1,3}(?:\]\([^)\n]{0,200}\)|[^\n\w.)、]){0,12}[.)、][ \t]")
@@ -47,8 +49,10 @@ FINE_LOOKAHEAD = 2
 """Characters a stream needs after a word gap or plain cut before it is decided."""
 _LINE_MARKS = re.compile(r"^[ \t]*(?:#{1,6}|>+|[-*+•·▪‣◦]|\d{1,3}[.)、])[ \t]+", re.MULTILINE)
 # Chinese dates and clock times written with digits stay whole: 2026年10月21日, 10点22分.
-_CN_COMPOUND = re.compile(r"\d{1,4}年\d{1,2}月(?:\d{1,2}[日号])?|\d{1,2}月\d{1,2}[日号]"
-                          r"|\d{1,2}[点时]\d{1,2}分(?:\d{1,2}秒)?|\d{1,2}分\d{1,2}秒")
+_CN_COMPOUND = re.compile(
+    r"\d{1,4}年\d{1,2}月(?:\d{1,2}[日号])?|\d{1,2}月\d{1,2}[日号]|\d{1,2}[点时]\d{1,2}分(?:\d{1,2}秒)?"
+    r"|\d{1,2}分\d{1,2}秒"
+)
 
 LAST_LEVEL = 5
 
