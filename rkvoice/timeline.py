@@ -186,5 +186,6 @@ def write_json_atomic(path: Path, data: Any) -> None:
     try:
         write_atomic(path, payload)
     except OSError as exc:
-        raise RkvoiceError(Stage.METRICS, "unwritable",
-                           f"cannot write {path}: {exc.strerror}; choose a writable path") from exc
+        raise RkvoiceError(
+            Stage.METRICS, "unwritable", f"cannot write {path}: {exc.strerror}; choose a writable path"
+        ) from exc

@@ -42,8 +42,11 @@ class AplayPlayer(PacedPlayer):
 
     def open(self) -> None:
         if shutil.which(self.command[0]) is None:
-            raise RkvoiceError(Stage.PLAYER, "aplay-missing", f"{self.command[0]} not found: install alsa-utils, "
-                               "or set audio.player to sounddevice, wav or null")
+            raise RkvoiceError(
+                Stage.PLAYER,
+                "aplay-missing",
+                f"{self.command[0]} not found: install alsa-utils, or set audio.player to sounddevice, wav or null",
+            )
         with self._plock:
             self._start()
 
@@ -139,15 +142,18 @@ class SounddevicePlayer:
         try:
             import sounddevice as sd
         except (ImportError, OSError) as exc:
-            raise RkvoiceError(Stage.PLAYER, "missing-dependency",
-                               f"sounddevice is unusable ({exc}); use audio.player=aplay, wav or null") from exc
+            raise RkvoiceError(
+                Stage.PLAYER, "missing-dependency", f"sounddevice is unusable ({exc}); use audio.player=aplay, wav or null"
+            ) from exc
         return sd.OutputStream
 
     def open(self) -> None:
         factory = self._stream_class()
         try:
-            stream = factory(samplerate=self.rate, channels=1, dtype="int16", blocksize=self.block, device=self.device,
-                             callback=self._callback, finished_callback=self._finished)
+            stream = factory(
+                samplerate=self.rate, channels=1, dtype="int16", blocksize=self.block, device=self.device,
+                callback=self._callback, finished_callback=self._finished,
+            )
             stream.start()
         except Exception as exc:  # PortAudioError and friends
             raise RkvoiceError(Stage.PLAYER, "device", f"cannot open sound device {self.device or 'default'}: {exc}") from exc

@@ -110,8 +110,11 @@ class WavPlayer:
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".part", dir=self.path.parent)
         except OSError as exc:
-            raise RkvoiceError(Stage.PLAYER, "unwritable", f"cannot write {self.path}: {exc.strerror or exc}; "
-                               "choose a writable path for --out") from exc
+            raise RkvoiceError(
+                Stage.PLAYER,
+                "unwritable",
+                f"cannot write {self.path}: {exc.strerror or exc}; choose a writable path for --out",
+            ) from exc
         os.fchmod(fd, FILE_MODE)  # a WAV like any file the user writes, not mkstemp's 0600
         self._tmp = Path(tmp)
         self._wav = wave.open(os.fdopen(fd, "wb"), "wb")

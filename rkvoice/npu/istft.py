@@ -84,8 +84,12 @@ def istft(spec: np.ndarray, cfg: StftConfig) -> np.ndarray:
     if s.ndim == 3 and s.shape[0] == 1:
         s = s[0]
     if s.ndim != 2 or s.shape[0] != cfg.bins:
-        raise RkvoiceError(Stage.TTS, "bad-shape", f"istft expects [{cfg.bins}, frames] for n_fft={cfg.n_fft}, got "
-                           f"shape {np.shape(spec)}; check n_fft in the vocoder configuration")
+        raise RkvoiceError(
+            Stage.TTS,
+            "bad-shape",
+            f"istft expects [{cfg.bins}, frames] for n_fft={cfg.n_fft}, got shape {np.shape(spec)}; "
+            "check n_fft in the vocoder configuration",
+        )
     frames_n = s.shape[1]
     if frames_n == 0:
         return np.zeros(0, dtype=np.float32)

@@ -155,13 +155,20 @@ def _spell(word: str) -> list[Syllable]:
 
 def _han_syllables(run: str) -> list[Syllable]:
     """Readings of a run of Han characters with erhua and tone sandhi applied."""
-    # pypinyin's stub types errors as str -> str; the runtime also takes a list (one reading per character,
-    # as in pypinyin's README), which keeps readings aligned with run: "" for a character without one.
-    readings = lazy_pinyin(run, style=Style.TONE3, neutral_tone_with_five=True,
-                           errors=lambda chars: [""] * len(chars))  # type: ignore[arg-type,return-value]
+    readings = lazy_pinyin(
+        run,
+        style=Style.TONE3,
+        neutral_tone_with_five=True,
+        # pypinyin's stub types the callback as str -> str; the runtime also takes a list (one
+        # reading per character, as in pypinyin's own README), which keeps readings aligned with run:
+        # an empty reading for each character without one.
+        errors=lambda chars: [""] * len(chars),  # type: ignore[arg-type,return-value]
+    )
     if len(readings) != len(run):  # defensive: pypinyin keeps one reading per Han character
         log.debug("pinyin misaligned for %r; reading characters one by one", run)
-        readings = [(lazy_pinyin(c, style=Style.TONE3, neutral_tone_with_five=True) or [""])[0] for c in run]
+        readings = [
+            (lazy_pinyin(c, style=Style.TONE3, neutral_tone_with_five=True) or [""])[0] for c in run
+        ]
     syls: list[Syllable] = []
     for i, (char, reading) in enumerate(zip(run, readings)):
         if not reading:
