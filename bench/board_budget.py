@@ -44,11 +44,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.fake_clock import FakeClock
+from bench.fake_clock import FakeClock, SleepingClock
 from rkvoice.answer.assistant import Assistant
 from rkvoice.answer.respond import Answerer
 from rkvoice.audio.sinks import NullPlayer
-from rkvoice.clock import MonotonicClock
 from rkvoice.config import Config, load_config
 from rkvoice.hear.loop import TurnLoop
 from rkvoice.hear.session import HearSession
@@ -130,7 +129,7 @@ class BoardVoice:
     languages = ("zh", "en")
     sample_rate = RATE
 
-    def __init__(self, clock: MonotonicClock, cfg: Config) -> None:
+    def __init__(self, clock: SleepingClock, cfg: Config) -> None:
         self.clock = clock
         self.piece_chars = (cfg.tts.matcha.first_chars, cfg.tts.matcha.chunk_chars)  # the Matcha voice's pieces
 
@@ -148,7 +147,7 @@ class BoardLlm:
 
     name = "rkllm-board-times"
 
-    def __init__(self, clock: MonotonicClock) -> None:
+    def __init__(self, clock: SleepingClock) -> None:
         self.clock = clock
         self.answers: dict[str, list[str]] = {q: t.split("|") for q, t in zip(LLM_QUESTIONS, LLM_TOKENS, strict=True)}
         self._abort = threading.Event()
@@ -241,7 +240,7 @@ class BoardAsr:
     name = "paraformer-board-times"
     languages = ("zh",)
 
-    def __init__(self, script: Script, clock: MonotonicClock) -> None:
+    def __init__(self, script: Script, clock: SleepingClock) -> None:
         self.script = script
         self.clock = clock
 
@@ -258,7 +257,7 @@ class MicSilence:
 
     sample_rate = SAMPLE_RATE
 
-    def __init__(self, clock: MonotonicClock, seconds: float) -> None:
+    def __init__(self, clock: SleepingClock, seconds: float) -> None:
         self.clock = clock
         self.seconds = seconds
         self._closed = threading.Event()
@@ -275,7 +274,7 @@ class MicSilence:
 
 def run_board(cfg: Config, questions: list[str]) -> list[Turn]:
     """The turn loop over the scripted questions; the finished turns."""
-    clock = MonotonicClock()
+    clock = SleepingClock()
     script = Script(questions, cfg.hear.trailing_silence_ms / 1000.0)
     speaker = Speaker(BoardVoice(clock, cfg), NullPlayer(cfg, FakeClock()), cfg, clock)  # the player drains at once:
     speaker.load()  # a piece's audio is "handed" when synthesised, so gaps are what a listener would hear

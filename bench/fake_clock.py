@@ -7,6 +7,17 @@ import threading
 import time
 from collections.abc import Callable
 
+from rkvoice.clock import MonotonicClock
+
+
+class SleepingClock(MonotonicClock):
+    """The real clock, with the ``sleep`` a scripted engine takes real time with (the product never
+    sleeps on its clock; FakeClock's ``sleep`` moves fake time instead)."""
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
+
 
 class FakeClock:
     """A clock that only moves when told to; ``sleep`` advances it instead of waiting.

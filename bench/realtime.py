@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rkvoice.clock import Clock, MonotonicClock
+from bench.fake_clock import SleepingClock
+from rkvoice.clock import Clock
 from rkvoice.hear.sources import WavFileSource
 
 FRAME = 512
@@ -44,7 +45,7 @@ class RealtimeSource(WavFileSource):
     ) -> None:
         super().__init__(audio)
         self.samples = np.concatenate([self.samples, np.zeros(int(tail_s * RATE), dtype=np.float32)])
-        self.clock = clock or MonotonicClock()
+        self.clock = clock or SleepingClock()
 
     def frames(self) -> Iterator[np.ndarray]:
         yield from paced(super().frames(), self.clock, self.clock.now(), FRAME / RATE, self._closed)

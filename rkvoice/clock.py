@@ -12,9 +12,6 @@ class Clock(Protocol):
     def now(self) -> float:
         """Seconds on a monotonic scale."""
 
-    def sleep(self, seconds: float) -> None:
-        """Block for ``seconds`` of this clock's time."""
-
     def wait(self, event: threading.Event, timeout: float | None) -> bool:
         """Block until ``event`` is set (True) or ``timeout`` seconds of this clock pass (False)."""
 
@@ -28,10 +25,6 @@ class MonotonicClock:
 
     def now(self) -> float:
         return time.monotonic()
-
-    def sleep(self, seconds: float) -> None:
-        if seconds > 0:
-            time.sleep(seconds)
 
     def wait(self, event: threading.Event, timeout: float | None) -> bool:
         return event.wait(timeout)

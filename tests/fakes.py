@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from bench.fake_clock import SleepingClock
 from rkvoice.audio.sinks import NullPlayer
-from rkvoice.clock import Clock, MonotonicClock
+from rkvoice.clock import Clock
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
 from rkvoice.hear.vad import SAMPLE_RATE, Segment
@@ -200,7 +201,7 @@ class FakeVoice:
 
     def __init__(self, clock: Clock | None = None, synth_s: float = 0.0, boom: str = "BOOM",
                  rate: int = 16000, char_s: float = 0.06) -> None:
-        self.clock = clock or MonotonicClock()
+        self.clock = clock or SleepingClock()
         self.char_s = char_s
         self.synth_s = synth_s
         self.boom = boom
@@ -241,7 +242,7 @@ class ScriptedLlm:
     def __init__(self, pieces: list[str] | None = None, clock: Clock | None = None, delta_s: float = 0.0,
                  until_aborted: bool = False) -> None:
         self.pieces = pieces or ["好的，", "这是回答。"]
-        self.clock = clock or MonotonicClock()
+        self.clock = clock or SleepingClock()
         self.delta_s = delta_s
         self.until_aborted = until_aborted
         self.release = threading.Event()

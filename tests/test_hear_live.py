@@ -13,9 +13,9 @@ import pytest
 from fakes import RecordingPlayer
 
 from bench.cer import cer
+from bench.fake_clock import SleepingClock
 from bench.realtime import RealtimeSource
 from rkvoice.cli import main
-from rkvoice.clock import MonotonicClock
 from rkvoice.config import load_config
 from rkvoice.hear.loop import TurnLoop, player_cue
 from rkvoice.hear.session import HearSession
@@ -75,7 +75,7 @@ def test_live_loop_wake_answer_and_barge_in(vad_ok, hear_asr, hear_voice, hear_f
     from rkvoice.speaker import Speaker
 
     cfg = load_config()
-    clock = MonotonicClock()
+    clock = SleepingClock()  # the stand-in microphone sleeps on it
 
     def clip(text: str) -> np.ndarray:
         audio, rate = hear_voice.generate(text)
