@@ -105,20 +105,14 @@ def find_models(base: Path, pattern: str, runtime: str = "auto") -> list[Path]:
     return onnx
 
 
-def expected_path(base: Path, pattern: str, runtime: str = "auto") -> Path:
-    """What to name in a 'missing' message when ``find_models`` finds nothing."""
-    if pattern.endswith((".rknn", ".onnx")):
-        return base / pattern
-    return base / (pattern + (".onnx" if runtime == "onnx" else ".rknn"))  # the board install builds .rknn
-
-
 def voice_files(base: Path, mc: MatchaConfig) -> dict[str, Path]:
     """Every file a Matcha voice in ``base`` loads (a missing bucket is named by its expected path)."""
     out: dict[str, Path] = {}
     for kind, pattern in (("acoustic", mc.acoustic), ("vocoder", mc.vocoder)):
         found = find_models(base, pattern, mc.runtime)
-        if not found:
-            out[kind] = expected_path(base, pattern, mc.runtime)
+        if not found:  # named by the path expected (the board install builds .rknn)
+            suffix = "" if pattern.endswith((".rknn", ".onnx")) else ".onnx" if mc.runtime == "onnx" else ".rknn"
+            out[kind] = base / (pattern + suffix)
         for p in found:
             out[f"{kind} {p.stem}"] = p
             if p.suffix == ".rknn":

@@ -188,7 +188,7 @@ class MatchaTts:
         return self.frontend
 
     def count(self, units: list[Unit]) -> int:
-        return self._loaded_frontend().count(units, self._add_blank)
+        return len(self._loaded_frontend().ids(units, self._add_blank))
 
     def pieces(self, text: str) -> list[list[Unit]]:
         """Text -> pieces whose tokens fit the largest bucket (nothing dropped, nothing truncated)."""

@@ -217,9 +217,6 @@ class MatchaFrontend:
         out[1::2] = ids
         return out
 
-    def count(self, units: list[Unit], add_blank: bool = False) -> int:
-        return len(self.ids(units, add_blank))
-
 
 def _alpha_or_punct(ch: str) -> bool:
     return ch.isascii() and (ch.isalpha() or (not ch.isalnum() and not ch.isspace()))
