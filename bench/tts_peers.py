@@ -15,7 +15,8 @@ interleaved so all three see the same machine load, medians:
   from the same espeak-ng, as the engine does): call -> the audio.
 
 Prints one JSON object: the medians, rkvoice's first piece, its audio length and that of its first
-part (the first PCM handed to the player), the ratio of
+part (the first PCM handed to the player), the longest silence a real-time listener would hear in
+rkvoice's answer (rkvoice.timeline.max_gap_ms, over all runs), the ratio of
 rkvoice to the better peer (the goal: <= 0.12), and the load average.
 """
 
@@ -68,9 +69,9 @@ def piper_voice(cfg: Config) -> Any:
     return PiperVoice(config=config, session=session)
 
 
-def rkvoice_first_audio(speaker: Speaker, clock: MonotonicClock) -> tuple[float, str, float, float]:
+def rkvoice_first_audio(speaker: Speaker, clock: MonotonicClock) -> tuple[float, str, float, float, float]:
     """ms from the text to the first PCM at the player; the first piece, its audio seconds and
-    those of the first part handed to the player."""
+    those of the first part handed to the player; the longest gap in the answer (ms)."""
     tl = Timeline(clock)
     turn = speaker.speak(TEXT, tl)
     if not speaker.wait(turn, timeout=120) or turn.exception is not None:
@@ -78,7 +79,8 @@ def rkvoice_first_audio(speaker: Speaker, clock: MonotonicClock) -> tuple[float,
     first = tl.find(Ev.SYNTH_END)[0]
     piece = str(tl.find(Ev.CHUNK)[0].get("text"))
     part = float(tl.find(Ev.PLAY_CHUNK)[0].get("audio_s"))
-    return float(tl.summary()["first_audio_ms"]), piece, float(first.get("audio_s")), part
+    summary = tl.summary()
+    return float(summary["first_audio_ms"]), piece, float(first.get("audio_s")), part, float(summary["max_gap_ms"])
 
 
 def main() -> int:
@@ -96,11 +98,12 @@ def main() -> int:
     voice = piper_voice(cfg)
     next(iter(voice.synthesize("Hello.")))  # warm-up, like the engine's own
     times: dict[str, list[float]] = {"rkvoice": [], "piper": [], "sherpa_onnx": []}
-    piece, piece_audio_s, part_audio_s = "", 0.0, 0.0
+    piece, piece_audio_s, part_audio_s, gaps = "", 0.0, 0.0, []
     try:
         for _ in range(args.runs):
-            ms, piece, piece_audio_s, part_audio_s = rkvoice_first_audio(speaker, clock)
+            ms, piece, piece_audio_s, part_audio_s, gap = rkvoice_first_audio(speaker, clock)
             times["rkvoice"].append(ms)
+            gaps.append(gap)
             t = time.perf_counter()
             next(iter(voice.synthesize(TEXT)))
             times["piper"].append((time.perf_counter() - t) * 1000.0)
@@ -114,7 +117,7 @@ def main() -> int:
     out = {"text": TEXT, "runs": args.runs, "first_audio_ms": med, "raw_ms": {k: [round(x, 1) for x in v]
                                                                              for k, v in times.items()},
            "rkvoice_first_piece": piece, "rkvoice_first_piece_audio_s": round(piece_audio_s, 3),
-           "rkvoice_first_part_audio_s": round(part_audio_s, 3),
+           "rkvoice_first_part_audio_s": round(part_audio_s, 3), "rkvoice_max_gap_ms": round(max(gaps), 1),
            "ratio_to_better_peer": round(med["rkvoice"] / better, 3), "goal_ratio": 0.12,
            "tts_threads": cfg.tts.threads, "piece_chars": list(piece_chars(cfg, engine)),
            "load_average_start": [round(x, 2) for x in load_start],
