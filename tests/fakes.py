@@ -10,7 +10,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,6 +28,10 @@ from rkvoice.pieces import Pieces
 from rkvoice.speaker import Speaker
 from rkvoice.timeline import Ev, Event, Timeline
 from rkvoice.turn import Turn
+
+if TYPE_CHECKING:
+    from bench.fake_clock import ManualClock
+    from rkvoice.hear.loop import TurnLoop
 
 FRAME = 512
 
@@ -319,13 +325,15 @@ class SeenTimeline(Timeline):
 
 class RecordingPlayer(NullPlayer):
     """A NullPlayer that logs what played: ``segments`` lists (start, end) clock times of audio that was
-    (or is being) heard, ``clear()`` cutting the current one at its moment; ``samples``, ``blocks``."""
+    (or is being) heard, ``clear()`` cutting the current one at its moment (what follows is a new one,
+    even at that same moment of a controlled clock); ``samples``, ``blocks``."""
 
     def __init__(self, cfg: Config, clock: Clock | None = None, max_ahead_s: float | None = None) -> None:
         super().__init__(cfg, clock, max_ahead_s)
         self.segments: list[list[float]] = []
         self.samples = 0
         self.blocks = 0
+        self._cut = False
 
     def write(self, block: np.ndarray) -> None:
         self._pace()
@@ -333,17 +341,134 @@ class RecordingPlayer(NullPlayer):
         with self._cond:
             self.samples += len(block)
             self.blocks += 1
-            if self.segments and abs(self.segments[-1][1] - start) < 1e-9:
+            if self.segments and not self._cut and abs(self.segments[-1][1] - start) < 1e-9:
                 self.segments[-1][1] = end
             else:
                 self.segments.append([start, end])
+            self._cut = False
 
     def clear(self) -> None:
         with self._cond:
             now = self._clock.now()
             for seg in self.segments:
                 seg[1] = min(seg[1], max(seg[0], now))
+            self._cut = True
         super().clear()
+
+
+CUE_THREAD = "rkvoice-cue"  # rkvoice.hear.loop.player_cue's thread
+
+
+@dataclass
+class Stillness:
+    """Whether a live TurnLoop, its Speaker and player are still on a ManualClock (none of them can act
+    before the clock moves or a frame comes), for a microphone that moves the clock only then
+    (bench/realtime.SteppedSource): every message of the loop's inbox handled whole (the loop's ``busy``
+    goes through ``busy`` here, which counts them: ``delivered()`` frames and each turn's end), each open
+    turn's answer said (Ev.ANSWER marked, as rkvoice.answer.respond does) and synthesised, the player
+    thread handing nothing (or waiting on the clock), no wake cue playing (cue threads started before
+    this was made, other tests' ones, do not count). The parts are looked up at each check (a daemon
+    makes them late); without a speaker (a responder that speaks nothing) an open turn is still once
+    it has marked Ev.ANSWER. Thread-safe enough for one settling microphone."""
+
+    clock: ManualClock
+    loop: Callable[[], TurnLoop]
+    delivered: Callable[[], int]
+    speaker: Callable[[], Speaker | None] = lambda: None
+    player: Callable[[], RecordingPlayer | None] = lambda: None
+    limit_s: float = 120.0
+    """Real seconds the threads may take to go still after a frame (a Whisper decode on a loaded machine)."""
+    handled: int = 0
+    stuck: str | None = None
+    """What never went still within ``limit_s`` (None: all always did)."""
+    old_cues: set[int | None] = field(
+        default_factory=lambda: {t.ident for t in threading.enumerate() if t.name == CUE_THREAD})
+
+    @contextmanager
+    def busy(self, what: str) -> Iterator[None]:
+        """The TurnLoop's ``busy``: counts the messages of its inbox handled whole ("hear")."""
+        yield
+        if what == "hear":
+            self.handled += 1
+
+    def cue_playing(self) -> bool:
+        return any(t.name == CUE_THREAD and t.ident not in self.old_cues for t in threading.enumerate())
+
+    def pending(self) -> str | None:
+        """What can still act before the clock moves or a frame comes (None: nothing)."""
+        turns, speaker = list(self.loop().turns), self.speaker()
+        if self.handled != self.delivered() + sum(t.done.is_set() for t in turns):
+            return "the turn loop (a frame or a turn's end not handled yet)"
+        for turn in turns:  # each open turn has said its whole answer and waits for it to play out
+            if turn.done.is_set():
+                continue
+            try:
+                played = speaker is not None and speaker.wait(turn, 0)
+            except RkvoiceError:  # not (yet) with the speaker
+                played = True
+            if played or not turn.timeline.find(Ev.ANSWER):
+                return f"turn {turn.id}"
+        if speaker is None:
+            return None
+        with speaker._cond:  # the speaker's TTS worker waits for text (SteppedSpeaker reads it too)
+            q = speaker._order[0] if speaker._order else None
+            if q is not None and (q.turn.cancelled or q.synth_done or q.ended or q.inbox or q.in_flight):
+                return "synthesis"
+        if self.player_working():
+            return "the player thread"
+        if self.cue_playing():
+            return "the wake cue"
+        return None
+
+    def player_working(self) -> bool:
+        """Whether the speaker's player thread hands audio over (or its wait for audio to play out is over)."""
+        speaker = self.speaker()
+        return bool(speaker is not None and speaker._audio_q.unfinished_tasks
+                    and not self.clock.blocked("rkvoice-player"))
+
+    def progress(self) -> tuple[int, ...]:
+        turns = list(self.loop().turns)
+        return (self.handled, sum(t.done.is_set() for t in turns), len(self.loop().wakes),
+                sum(len(t.timeline.events) for t in turns), getattr(self.player(), "blocks", 0))
+
+    def settle(self, closed: threading.Event) -> bool:
+        """Block until still: nothing pending, twice, with no progress in between (a thread can hand work
+        on to one already looked at), or ``closed`` is set. False (``stuck`` says what) after ``limit_s``."""
+        end = time.monotonic() + self.limit_s
+        while not closed.is_set():
+            before = self.progress()
+            what = self.pending() or self.pending()
+            if what is None and self.progress() == before:
+                return True
+            if time.monotonic() > end:
+                self.stuck = what or "progress"
+                return False
+            time.sleep(0.0005)
+        return True
+
+
+class CueFirstPlayer(RecordingPlayer):
+    """A RecordingPlayer that orders, at one instant of a controlled clock, what real time orders in life:
+    the speaker's player thread finishes with the turn a barge-in cancelled (its last block, the clear()
+    after it) before the wake cue's first block (in life that thread is woken by the barge-in's clear()
+    as the cue's thread is only being started), and the wake cue goes out before an answer (which in life
+    comes an ASR, an LLM and a synthesis later). The waits are in real time; ``still`` tells who is busy."""
+
+    def __init__(self, cfg: Config, clock: Clock, still: Stillness, max_ahead_s: float | None = None) -> None:
+        super().__init__(cfg, clock, max_ahead_s)
+        self.still = still
+        self._held = False  # the player thread waits for the cue
+
+    def write(self, block: np.ndarray) -> None:
+        if threading.current_thread().name == CUE_THREAD:
+            while self.still.player_working() and not self._held:
+                time.sleep(0.0005)
+        else:
+            while self.still.cue_playing():
+                self._held = True
+                time.sleep(0.0005)
+            self._held = False
+        super().write(block)
 
 
 def heard_until(player: RecordingPlayer) -> float | None:

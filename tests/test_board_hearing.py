@@ -24,9 +24,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
+from fakes import Stillness
 
-from bench.fake_clock import FakeClock
-from bench.realtime import RealtimeSource
+from bench.fake_clock import ManualClock
+from bench.realtime import SteppedSource
 from models.standins import hearing_cache
 from rkvoice import cli
 from rkvoice.config import ROOT, load_config, parse_override
@@ -426,13 +427,14 @@ def test_file_at_other_rates_and_stereo(vad_ok, request_wav, tmp_path, rate, cha
     assert "wake: yes" in run.stdout and data["summary"]["transcript"] == TOKEN
 
 
-# --- the live loop on a fed microphone stream (fake clock) ---------------------------------------
+# --- the live loop on a fed microphone stream (controlled clock) ----------------------------------
 
 
 class HoldUntilBargeIn:
     """Answers by 'speaking' until the turn is cancelled: each KWS detection during the answer is a barge-in."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
         self.asked: list[str] = []
 
     def respond(self, turn: Turn) -> str:
@@ -440,11 +442,15 @@ class HoldUntilBargeIn:
         turn.timeline.mark(Ev.AUDIO_FIRST)
         cancelled = threading.Event()
         turn.on_cancel(lambda _turn: cancelled.set())
-        cancelled.wait(timeout=30.0)  # a guard: the rigged spotter fires within a second of audio
+        turn.timeline.mark(Ev.ANSWER, text="…")  # all said: the microphone may go on (tests/fakes.Stillness)
+        self.clock.wait(cancelled, 30.0)  # a guard: the rigged spotter fires within a second of audio
         return "…"
 
 
 def test_live_loop_runs_the_board_engines_on_a_fed_microphone(vad_ok, request_wav):
+    """On a ManualClock that only the microphone (SteppedSource) moves, a frame once the loop is still
+    (tests/fakes.Stillness): the responder's guard runs on that clock, so however slow the machine, a
+    turn ends by a barge-in, never by the guard running out in real time."""
     c = cfg(*rigged())
     wake = KwsWake(c)
     asr = ParaformerAsr(c)
@@ -452,21 +458,32 @@ def test_live_loop_runs_the_board_engines_on_a_fed_microphone(vad_ok, request_wa
     for engine in (wake, asr, seg):
         engine.load()
     speech = WavFileSource(request_wav).samples
-    stream = np.concatenate([speech, np.zeros(8000, np.float32), speech])
-    clock = FakeClock()
-    responder = HoldUntilBargeIn()
-    loop = TurnLoop(HearSession(c, asr, wake, seg), responder, clock=clock)
+    stream = np.concatenate([speech, np.zeros(8000, np.float32), speech, np.zeros(32000, np.float32)])
+    clock = ManualClock()
+    responder = HoldUntilBargeIn(clock)
+    still = Stillness(clock, lambda: loop, lambda: source.delivered)
+    loop = TurnLoop(HearSession(c, asr, wake, seg), responder, clock=clock, busy=still.busy)
+
+    def settle() -> None:
+        if not still.settle(source.closed):
+            source.close()
+            loop.interrupt("stuck")
+
+    # the stream and 2 s of silence, then silence until every turn is over
+    source = SteppedSource(clock, settle, stream, until=lambda _tick: all(t.done.is_set() for t in loop.turns))
     done = threading.Event()
     result: list[Turn] = []
 
     def run() -> None:
-        result.extend(loop.run_live(RealtimeSource(stream, clock=clock, tail_s=2.0)))
+        result.extend(loop.run_live(source))
         done.set()
 
     threading.Thread(target=run, daemon=True).start()
-    assert done.wait(120), "live loop did not finish"
+    assert done.wait(300), "live loop did not finish"
     wake.close()
+    assert still.stuck is None, f"the loop did not go still within {still.limit_s:g} s: {still.stuck}"
     wakes = list(loop.wakes)
+    print(f"wakes at {[(round(w.hit.at_s, 3), w.barge_in) for w in wakes]}, turns {[t.reason for t in result]}")
     # detection -> stream reset -> next detection: the first wakes from idle, the rest barge in
     assert len(wakes) >= 3 and not wakes[0].barge_in and all(w.barge_in for w in wakes[1:3])
     assert all(w.hit.text == PHRASE for w in wakes)

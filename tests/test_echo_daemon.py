@@ -19,7 +19,6 @@ from __future__ import annotations
 import importlib
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,18 +26,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fakes import ScriptedLlm
+from fakes import CueFirstPlayer, ScriptedLlm, Stillness
 
 from bench.fake_clock import ManualClock
-from rkvoice.audio.sinks import NullPlayer
+from bench.realtime import SteppedSource
 from rkvoice.config import ROOT, Config, load_config
 from rkvoice.daemon.sdnotify import Notifier
 from rkvoice.daemon.service import Daemon
-from rkvoice.errors import RkvoiceError
 from rkvoice.hear.echo import PlayedAudio
 from rkvoice.hear.vad import vad_model_path
 from rkvoice.stages import Speak, StageSpec, assistant, product_plan
-from rkvoice.timeline import Ev
 
 RATE, FRAME = 16000, 512
 DELAY_MS, LEVEL_DB = 60, 5.0
@@ -46,7 +43,6 @@ FOLLOW_UP_S = 3.0
 ANSWER = ["我是小智，", "你的语音助手。", "我可以帮你查天气、设闹钟和记事情，", "有什么事情，随时说小智小智就好。"]
 QUESTION, STORY, WAKE_ALONE = "小智小智，你是谁", "小智小智，给我讲个故事", "小智小智"
 STILL_S = 120.0  # real seconds the daemon may take to go still after a frame (a Whisper decode on a loaded machine)
-CUE_THREAD = "rkvoice-cue"  # rkvoice.hear.loop.player_cue's thread
 
 
 def _bench_echo() -> Any:
@@ -56,97 +52,62 @@ def _bench_echo() -> Any:
     return importlib.import_module("echo")
 
 
-class EchoRoom:
-    """A microphone on ``clock``: frame ``i`` covers ticks ``tick0 + i*FRAME ..``; it is made from the echo
-    of what was played then plus the user's speech the script put there, once ``settle()`` says the
-    daemon is still, and handed over once the clock has moved to its end (and the daemon is still again).
-    ``script`` is a list of (cue, audio): when ``cue(tick)`` first holds, ``audio`` starts at that tick.
-    Once ``until(tick)`` holds the room stops (``over`` is set) and waits to be closed."""
-
-    sample_rate = RATE
+class EchoRoom(SteppedSource):
+    """A microphone on ``clock`` (a SteppedSource: each frame made and handed over once the daemon is still):
+    the frame at ``tick`` is made from the echo of what was played then plus the user's speech the script
+    put there. ``script`` is a list of (cue, audio): when ``cue(tick)`` first holds, ``audio`` starts at
+    that tick. Once ``until(tick)`` holds the room stops (``over`` is set) and waits to be closed."""
 
     def __init__(self, played: Callable[[], PlayedAudio], script: list[tuple[Callable[[int], bool], np.ndarray]],
                  ir: np.ndarray, gain: float, clock: ManualClock, settle: Callable[[], None],
                  until: Callable[[int], bool]) -> None:
+        super().__init__(clock, settle, until=until)
         self.played = played
         self.script = script
         self.ir = ir
         self.gain = gain
-        self.clock = clock
-        self.settle = settle
-        self.until = until
         self.user = np.zeros(0, np.float32)
         self.user_at = 0
         self.said: list[int] = []
         """Ticks where each scripted utterance started."""
-        self.tick = self.tick0 = 0
-        self.delivered = 0
-        """Frames handed to the daemon."""
         self.heard = PlayedAudio()
         self.over = threading.Event()
-        self.closed = threading.Event()
         self._noise = np.random.default_rng(7)
 
     def frames(self) -> Iterator[np.ndarray]:
         self.heard = self.played()  # the speak stage's timeline (it outlives the stage's engines)
-        tick0 = self.tick0 = round(self.clock.now() * RATE)
-        i = 0
-        while not self.closed.is_set():
-            self.delivered = i
-            self.settle()
-            t = self.tick = tick0 + i * FRAME
-            if self.until(t) or self.over.is_set():
-                self.over.set()
-                self.closed.wait()
-                return
-            if self.script and t >= self.user_at + len(self.user) and self.script[0][0](t):
-                self.user, self.user_at = self.script.pop(0)[1], t
-                self.said.append(t)
-            n = len(self.ir)
-            ref = self.heard.read(t - n + 1, FRAME + n - 1)
-            frame = np.convolve(ref, self.ir, mode="valid")[:FRAME] * self.gain
-            lo = t - self.user_at
-            if 0 <= lo < len(self.user):
-                part = self.user[lo : lo + FRAME]
-                frame[: len(part)] += part
-            frame += self._noise.standard_normal(FRAME) * 10 ** (-65 / 20)
-            self.clock.advance_to((t + FRAME) / RATE)
-            self.settle()  # what the clock's move set going (a turn's audio played out, its end) comes first
-            i += 1
-            yield np.clip(frame, -1.0, 1.0).astype(np.float32)
+        yield from super().frames()
 
-    def close(self) -> None:
-        self.closed.set()
-
-
-class RoomPlayer(NullPlayer):
-    """The null player (not paced: a block is booked at once) counting its blocks. At one instant the wake
-    cue goes out before an answer, as in life, where the answer comes an ASR, an LLM and a synthesis later."""
-
-    def __init__(self, cfg: Config, clock: ManualClock, cue_playing: Callable[[], bool]) -> None:
-        super().__init__(cfg, clock)
-        self.cue_playing = cue_playing
-        self.blocks = 0
-
-    def write(self, block: np.ndarray) -> None:
-        if threading.current_thread().name != CUE_THREAD:
-            while self.cue_playing():
-                time.sleep(0.0005)
-        super().write(block)
-        self.blocks += 1
+    def frame(self, t: int) -> np.ndarray | None:
+        if self.until(t) or self.over.is_set():
+            self.over.set()
+            self.closed.wait()
+            return None
+        if self.script and t >= self.user_at + len(self.user) and self.script[0][0](t):
+            self.user, self.user_at = self.script.pop(0)[1], t
+            self.said.append(t)
+        n = len(self.ir)
+        ref = self.heard.read(t - n + 1, FRAME + n - 1)
+        frame = np.convolve(ref, self.ir, mode="valid")[:FRAME] * self.gain
+        lo = t - self.user_at
+        if 0 <= lo < len(self.user):
+            part = self.user[lo : lo + FRAME]
+            frame[: len(part)] += part
+        frame += self._noise.standard_normal(FRAME) * 10 ** (-65 / 20)
+        return np.clip(frame, -1.0, 1.0).astype(np.float32)
 
 
 class CountingDaemon(Daemon):
-    """The daemon, counting what its turn loop has handled whole (each microphone frame, each turn's end)."""
+    """The daemon, its turn loop's work counted by ``still``."""
 
-    handled = 0
+    def __init__(self, *args: Any, still: Stillness, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.still = still
 
     @contextmanager
     def busy(self, what: str) -> Iterator[None]:
-        with super().busy(what):
+        with self.still.busy(what), super().busy(what):
             yield
-        if what == "hear":
-            self.handled += 1
 
 
 class Run:
@@ -172,11 +133,10 @@ class Run:
         """The tick where the second answer was first heard."""
         self.llm = ScriptedLlm(ANSWER)
         self.clock = ManualClock(100.0)
-        self._old_cues = {t.ident for t in threading.enumerate() if t.name == CUE_THREAD}  # other tests' ones
-        self.player: RoomPlayer | None = None
+        self.still = Stillness(self.clock, lambda: self.loop, lambda: self.room.delivered, lambda: self.speak.speaker,
+                               lambda: self.player, STILL_S)
+        self.player: CueFirstPlayer | None = None
         self.daemon: CountingDaemon | None = None
-        self.stuck: str | None = None
-        """What of the daemon never went still (None: it always did)."""
         script: list[tuple[Callable[[int], bool], np.ndarray]] = [
             (lambda t: t >= self.room.tick0 + RATE // 2, user(QUESTION, 1.0, -3.0))]
         if barge_in:
@@ -192,10 +152,10 @@ class Run:
         speak = StageSpec("speak", speak.key, lambda c: Speak(c, self._player, clock=self.clock))
         plan = type(plan)(stages=(hear, answer, speak), source=plan.source)
         self.daemon = CountingDaemon(self.cfg, plan, lambda: self.cfg, notifier=Notifier(socket_name=""),
-                                     clock=self.clock)
+                                     clock=self.clock, still=self.still)
 
-    def _player(self, c: Config) -> RoomPlayer:
-        self.player = RoomPlayer(c, self.clock, self._cue_playing)
+    def _player(self, c: Config) -> CueFirstPlayer:
+        self.player = CueFirstPlayer(c, self.clock, self.still)
         return self.player
 
     @property
@@ -208,54 +168,9 @@ class Run:
         assert self.daemon is not None and self.daemon.listener is not None
         return self.daemon.listener.turn_loop
 
-    def _pending(self) -> str | None:
-        """What of the daemon can still act before the clock moves or a frame comes (None: nothing)."""
-        assert self.daemon is not None and self.player is not None
-        turns, speaker = list(self.loop.turns), self.speak.speaker
-        if self.daemon.handled != self.room.delivered + sum(t.done.is_set() for t in turns):
-            return "the turn loop (a frame or a turn's end not handled yet)"
-        for turn in turns:  # each open turn has said its whole answer and waits for it to play out
-            if turn.done.is_set():
-                continue
-            try:
-                played = speaker.wait(turn, 0)
-            except RkvoiceError:  # not (yet) with the speaker
-                played = True
-            if played or not turn.timeline.find(Ev.ANSWER):
-                return f"turn {turn.id}"
-        with speaker._cond:  # the speaker's TTS worker waits for text (tests/fakes.py SteppedSpeaker reads it too)
-            q = speaker._order[0] if speaker._order else None
-            if q is not None and (q.turn.cancelled or q.synth_done or q.ended or q.inbox or q.in_flight):
-                return "synthesis"
-        if speaker._audio_q.unfinished_tasks and not self.clock.blocked("rkvoice-player"):
-            return "the player thread"  # handing audio over, or its wait for the audio to play out is over
-        if self._cue_playing():
-            return "the wake cue"
-        return None
-
-    def _cue_playing(self) -> bool:
-        return any(t.name == CUE_THREAD and t.ident not in self._old_cues for t in threading.enumerate())
-
-    def _progress(self) -> tuple[int, ...]:
-        assert self.daemon is not None and self.player is not None
-        turns = list(self.loop.turns)
-        return (self.daemon.handled, sum(t.done.is_set() for t in turns), len(self.loop.wakes),
-                sum(len(t.timeline.events) for t in turns), self.player.blocks)
-
     def _settle(self) -> None:
-        """Block until the daemon is still: nothing pending, twice, with no progress in between (a
-        thread can hand work on to one already looked at)."""
-        end = time.monotonic() + STILL_S
-        while not self.room.closed.is_set():
-            before = self._progress()
-            what = self._pending() or self._pending()
-            if what is None and self._progress() == before:
-                return
-            if time.monotonic() > end:
-                self.stuck = what or "progress"
-                self.room.over.set()
-                return
-            time.sleep(0.0005)
+        if not self.still.settle(self.room.closed):
+            self.room.over.set()
 
     def _first_answer_over(self, tick: int) -> bool:
         """The first turn is over, its audio played, and the follow-up window it opened has passed."""
@@ -282,7 +197,7 @@ class Run:
         thread.start()
         try:
             assert self.room.over.wait(timeout_s), "the room's script did not finish"
-            assert self.stuck is None, f"the daemon did not go still within {STILL_S:g} s: {self.stuck}"
+            assert self.still.stuck is None, f"the daemon did not go still within {STILL_S:g} s: {self.still.stuck}"
         finally:
             self.daemon.request_stop()
             thread.join(20)
