@@ -270,9 +270,18 @@ asyncio.run(main())
 LANGUAGES = ["zh", "zh-CN"]
 PAUSE_S = float(os.environ.get("RKVOICE_HA_PAUSE_S", "2.0"))
 """The silence between the end of the wake phrase and the start of the request in the wake -> STT run.
-Home Assistant streams the request to STT only from the detection on; the portable profile reports the
-wake word about 1.2 s after the phrase's end (one Whisper decode plus ~0.3 s; it was 1.7-2.9 s), so a
-user's 2 s pause is enough and the test uses exactly that."""
+Home Assistant streams to STT only the audio after the detection (the driver sets no
+``audio_seconds_to_buffer``, as no satellite does: ESPHome's and Wyoming's go through
+``async_accept_pipeline_from_satellite``, which sets none); the server's handoff (rkvoice/wyoming/
+handoff.py) puts what the wake stream heard after the phrase in front. The portable profile reports
+the wake word one Whisper decode after the phrase's end: about 1.2 s on two free cores, 2.5-4.6 s with
+the machine at load 2-6, so without the handoff a request said after a 2 s pause lost its start."""
+TAIL_S = 8
+"""Seconds of silence streamed after the request: a satellite's microphone stays open until Home
+Assistant's STT stage ends (a detection that comes after the request was said still gets its STT run)."""
+WAKE_SLACK_S = 1.0
+"""wake_after_phrase_end may be at most this plus two Whisper decodes of the phrase timed in the same run
+(the detection is one decode after the phrase's end; a wait behind other work, or more decodes, is not)."""
 
 
 def stage_times(evs: list[dict[str, Any]]) -> dict[str, float]:
@@ -335,7 +344,7 @@ def ha(hear_asr, hear_voice, hear_fixtures, tmp_path_factory) -> Iterator[dict[s
     heard_from = np.flatnonzero(np.abs(asked) > 1e-3)[0]  # the clips' own silence is trimmed: the pause is PAUSE_S
     heard_to = np.flatnonzero(np.abs(wake) > 1e-3)[-1] + 1
     said = np.concatenate([wake[:heard_to], np.zeros(int(rate * PAUSE_S), np.float32), asked[heard_from:],
-                           np.zeros(rate * 2, np.float32)])
+                           np.zeros(rate * TAIL_S, np.float32)])
     (work / "wake_request.pcm").write_bytes(pcm16k(said, rate))
 
     stop, ready, started = threading.Event(), threading.Event(), []
@@ -385,9 +394,17 @@ def ha(hear_asr, hear_voice, hear_fixtures, tmp_path_factory) -> Iterator[dict[s
                 "rest_tts": {"text": "今天天气不错，我们出去走走吧。", "language": "zh-CN"}}
         done = subprocess.run([python, str(work / "driver.py"), json.dumps(spec)], capture_output=True, text=True,
                               timeout=900)
+        phrase = np.frombuffer(pcm16k(wake[:heard_to], rate), "<i2").astype(np.float32) / 32768.0
+        decodes = []
+        for k in range(3):  # the load now, in the unit the wake latency is made of (each input its own:
+            t1 = time.monotonic()  # the engine keeps the last encoder output)
+            hear_asr.transcribe(phrase + np.float32(1e-5 * (k + 1)))
+            decodes.append(time.monotonic() - t1)
         assert done.returncode == 0, f"driver failed: {done.stderr[-3000:]}"
         result = json.loads(done.stdout.strip().splitlines()[-1])
         result["ha_start_s"] = round(ha_start_s, 1)
+        result["phrase_decode_s"] = round(sorted(decodes)[1], 3)
+        result["load"] = os.getloadavg()[0]
         result["work"] = str(work)
         result["stages"] = {name: stage_times(run["events"]) for name, run in result["runs"].items()}
         (work / "result.json").write_text(json.dumps(result, ensure_ascii=False, indent=1))
@@ -487,7 +504,10 @@ def test_a_request_said_after_a_pause_behind_the_wake_word_is_transcribed(ha):
     evs = events(ha, "wake_zh-CN")
     assert event(evs, "wake_word-end")["data"]["wake_word_output"]["wake_word_id"] == "xiaozhixiaozhi"
     text = event(evs, "stt-end")["data"]["stt_output"]["text"]
-    assert cer("现在几点了", text) <= 0.3, (PAUSE_S, text)
+    late, decode = ha["stages"]["wake_zh-CN"]["wake_after_phrase_end"], ha["phrase_decode_s"]
+    print(f"wake_after_phrase_end {late:.2f} s, one phrase decode {decode:.2f} s, load {ha['load']:.1f}")
+    assert cer("现在几点了", text) <= 0.3, (PAUSE_S, late, text)
+    assert late <= WAKE_SLACK_S + 2 * decode, (late, decode)
 
 
 def test_rest_stt_transcribes_odd_sized_chunks(ha):

@@ -275,6 +275,33 @@ def test_detect(server, hear_fixtures, name, expected):
         assert NotDetected.is_type(event.type), event
 
 
+def test_a_request_said_before_the_detection_came_back_reaches_the_transcription_after_it(server, hear_fixtures):
+    """As Home Assistant does it: audio goes to the wake service until the detection comes back (then
+    that connection closes), and only what follows goes to speech-to-text. Here the whole request is
+    said before the detection returns: the transcription gets it from the detect stream (handoff.py)."""
+    wake, rate = wav(hear_fixtures["wake_alone"][0])
+    asked, _ = wav(hear_fixtures["req_time"][0])
+    said = to_pcm(np.concatenate([wake, asked]), 2, 1)
+    step = int(rate * 0.064) * 2
+
+    async def go() -> tuple[Event, Transcript]:
+        async with client(server) as c:
+            await c.write_event(Detect(names=["xiaozhixiaozhi"]).event())
+            await c.write_event(AudioStart(rate=rate, width=2, channels=1).event())
+            for i in range(0, len(said), step):
+                await c.write_event(AudioChunk(rate=rate, width=2, channels=1, audio=said[i:i + step]).event())
+            detected = (await read_until(c, lambda e: e.type in ("detection", "not-detected", "error")))[-1]
+        async with client(server) as c:  # at once, with silence: the request was over before the detection
+            await c.write_event(Transcribe(language="zh-CN").event())
+            await send_audio(c, np.zeros(rate // 2, np.float32), rate)
+            got = Transcript.from_event((await read_until(c, lambda e: Transcript.is_type(e.type)))[-1])
+        return detected, got
+
+    detected, transcript = run(go())
+    assert Detection.is_type(detected.type), detected
+    assert cer("现在几点了", transcript.text) <= 0.3, transcript.text
+
+
 def test_handle_answers_with_a_tool(server):
     async def go() -> Event:
         async with client(server) as c:

@@ -19,6 +19,7 @@ from rkvoice.gate import Engines
 from rkvoice.timeline import Timeline
 from rkvoice.turn import Turn
 
+from .handoff import Handoff
 from .tts import Voices
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,8 @@ class Context:
         """The requests' timelines run on it."""
         self.clients = 0
         self.wake_slots = asyncio.Semaphore(wcfg.max_wake_streams)
+        self.handoff = Handoff()
+        """Each host's audio after its last detected wake phrase, for the transcription that follows."""
         self.idle_since: dict[Any, float] = {}
         """Connections waiting for their next event with no request in progress -> since when (loop time)."""
 

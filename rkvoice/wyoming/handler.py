@@ -59,7 +59,9 @@ class WyomingHandler(AsyncEventHandler):
         """Set when the client has left (end of stream or a broken connection)."""
         self.peer = str(writer.get_extra_info("peername") or "unix socket")
         self.requests = Requests(self.peer, ctx.clock)
-        self.listening = Listening(ctx, self.requests, self.write_event)
+        host = writer.get_extra_info("peername")
+        self.listening = Listening(ctx, self.requests, self.write_event,
+                                   str(host[0]) if isinstance(host, tuple) and host else self.peer)
         self.synthesis = Synthesis(ctx, self.requests, self.write_event)
         self._handlers: dict[str, Callable[[Event], Any]] = {
             "audio-chunk": lambda e: self.listening.chunk(AudioChunk.from_event(e)),
@@ -111,6 +113,8 @@ class WyomingHandler(AsyncEventHandler):
         try:
             while True:
                 event = await self._reader.event()
+                if event is not None:
+                    self.listening.tape(event)
                 await self._inbox.put(event)
                 if event is None:
                     self._gone.set()

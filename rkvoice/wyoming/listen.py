@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from wyoming.asr import Transcribe, Transcript
-from wyoming.audio import AudioChunk, AudioStart
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.event import Event
 from wyoming.wake import Detect, Detection, NotDetected
 
 from rkvoice.errors import RkvoiceError, Stage
@@ -18,31 +20,44 @@ from rkvoice.timeline import Ev
 
 from .audio import TARGET_RATE, AudioIn
 from .context import Context, Requests, Send
+from .handoff import KEEP_S, Handoff, Heard
 from .languages import primary
 
 log = logging.getLogger(__name__)
 
 
 class AsrRequest:
-    """transcribe + audio -> one transcript at audio-stop (the engine does not stream text)."""
+    """transcribe + audio -> one transcript at audio-stop (the engine does not stream text). The audio
+    the host's detect stream heard after the wake phrase goes in front (handoff.py)."""
 
-    def __init__(self, engines: Engines, language: str, requests: Requests) -> None:
+    def __init__(self, engines: Engines, language: str, requests: Requests, handoff: Handoff, host: str) -> None:
         self.engines = engines
         self.language = language
         self.requests = requests
+        self.handoff = handoff
+        self.host = host
         self.audio: AudioIn | None = None
         self.parts: list[np.ndarray] = []
+        self.first = b""
+        self.started_at = 0.0
 
     async def begin(self, audio: AudioIn) -> None:
         self.audio = audio
         self.parts = []
+        self.first = b""
+        self.started_at = self.requests.clock.now()
 
     async def feed(self, data: bytes, send: Send) -> None:
         assert self.audio is not None
+        self.first = self.first or data
         self.parts.append(self.audio.convert(data))
 
     async def end(self, send: Send) -> None:
         assert self.audio is not None
+        fmt = (self.audio.rate, self.audio.width, self.audio.channels)
+        before = self.handoff.take(self.host, self.started_at, fmt, self.first)
+        if before:
+            self.parts.insert(0, AudioIn(*fmt, KEEP_S + 1.0).convert(before, last=True))
         samples, self.parts = np.concatenate([*self.parts, self.audio.finish()]), []
         with self.requests.turn("transcription") as turn:
             tl = turn.timeline
@@ -59,11 +74,14 @@ class WakeStream:
     """detect + audio -> detection (as soon as the phrase is heard) or not-detected at audio-stop, on a
     wake engine of the stream's own (its VAD state belongs to it)."""
 
-    def __init__(self, engines: Engines, name: str, slots: asyncio.Semaphore) -> None:
+    def __init__(self, engines: Engines, name: str, slots: asyncio.Semaphore,
+                 on_detected: Callable[[float], None] | None = None) -> None:
         self.engines = engines
         self.name = name
         self.slots = slots
         """Bounds the wake engines out at once (each about 12 MB for asr-match); a stream waits for one."""
+        self.on_detected = on_detected
+        """Called with the detection's phrase end (seconds into the stream) before it is sent."""
         self.engine: Any = None
         self.audio: AudioIn | None = None
         self.fed = 0
@@ -97,6 +115,8 @@ class WakeStream:
     async def _detected(self, hit: Any, send: Send) -> None:
         self.detections += 1
         log.info("wyoming wake: %r at %.2f s", getattr(hit, "text", ""), hit.at_s)
+        if self.on_detected is not None:
+            self.on_detected(hit.end_s)
         await send(Detection(name=self.name, timestamp=int(round(hit.end_s * 1000))).event())
         self.engine.restart(self.fed)
 
@@ -121,10 +141,20 @@ class Listening:
     """The connection's audio-in state: the request the audio is for (none: a transcription), its stream,
     and whether it is dropped up to audio-stop (a refused request, a bad or changing format)."""
 
-    def __init__(self, ctx: Context, requests: Requests, send: Send) -> None:
+    def __init__(self, ctx: Context, requests: Requests, send: Send, host: str = "") -> None:
         self.ctx = ctx
         self.requests = requests
         self.send = send
+        self.host = host
+        """The client's host: a transcription from it may follow its detection (handoff.py)."""
+        self.heard: Heard | None = None
+        """The raw audio of the stream the reader is in, as read (ahead of the handling)."""
+        self._taped = self._started = 0
+        """Audio streams the reader has begun, and the handling: equal while both are in the same one."""
+        self._taping = False
+        """The reader is inside a stream (from its audio-start or first chunk to its audio-stop)."""
+        self._detecting = False
+        """The last request the reader read was a detect: its stream's audio is taped."""
         self.listener: AsrRequest | WakeStream | None = None
         self.wake: WakeStream | None = None
         self.audio: AudioIn | None = None
@@ -133,16 +163,18 @@ class Listening:
 
     def request(self, request: Transcribe | Detect) -> None:
         self.listener, self.refused = None, True  # a refused request's audio is not transcribed
-        self.listener = (AsrRequest(self.ctx.engines, self._asr_language(request), self.requests)
+        self.listener = (AsrRequest(self.ctx.engines, self._asr_language(request), self.requests,
+                                    self.ctx.handoff, self.host)
                          if isinstance(request, Transcribe) else self._wake_stream(request))
         self.refused = False
 
     async def start(self, fmt: AudioStart | AudioChunk) -> None:
         if self.refused:
             return
+        self._started += 1
         self.audio, self.discard = None, True  # until the format is known to be good
         if self.listener is None:
-            self.listener = AsrRequest(self.ctx.engines, "zh", self.requests)
+            self.listener = AsrRequest(self.ctx.engines, "zh", self.requests, self.ctx.handoff, self.host)
         self.audio, self.discard = AudioIn(fmt.rate, fmt.width, fmt.channels, self.ctx.wcfg.max_audio_s), False
         await self.listener.begin(self.audio)
 
@@ -169,10 +201,40 @@ class Listening:
         if audio is None:
             raise RkvoiceError(Stage.WYOMING, "no-audio", "audio-stop came before any audio; send audio-start and chunks")
         await listener.end(self.send)
+        if listener is self.wake:
+            self._hand_over()
 
     def close(self) -> None:
+        self._hand_over()
         if self.wake is not None:
             self.wake.close()
+
+    def tape(self, event: Event) -> None:
+        """Every event as the reader reads it (audio the handling drops, once the client has left,
+        included): a detect stream's audio is taped, and a detection hands the audio after the phrase
+        to the transcription after it."""
+        if Detect.is_type(event.type) or Transcribe.is_type(event.type):
+            self._detecting = Detect.is_type(event.type)
+        elif AudioStop.is_type(event.type):
+            self._taping = False
+        elif AudioStart.is_type(event.type) or (AudioChunk.is_type(event.type) and not self._taping):
+            self._hand_over()  # the last stream's detection, if the handling has not handed it over yet
+            self._taped, self._taping = self._taped + 1, True
+            fmt = tuple(event.data.get(k) for k in ("rate", "width", "channels"))
+            valid = self._detecting and all(isinstance(v, int) and v > 0 for v in fmt)
+            self.heard = Heard((fmt[0], fmt[1], fmt[2])) if valid else None  # type: ignore[arg-type]
+        if AudioChunk.is_type(event.type) and self.heard is not None and event.payload:
+            if tuple(event.data.get(k) for k in ("rate", "width", "channels")) == self.heard.fmt:
+                self.heard.add(event.payload)
+
+    def _detected(self, end_s: float) -> None:
+        if self.heard is not None and self._taped == self._started:
+            self.heard.detected(end_s, self.ctx.clock.now())
+
+    def _hand_over(self) -> None:
+        if self.heard is not None and self.heard.detected_at >= 0:
+            self.ctx.handoff.keep(self.host, self.heard)
+            self.heard.detected_at = -1.0  # handed over once
 
     def _asr_language(self, request: Transcribe) -> str:
         """The language the transcript is labelled with: the request's own code (any region or
@@ -192,5 +254,5 @@ class Listening:
                                f"wake word(s) {', '.join(request.names)} not served; the wake word is "
                                f"{self.ctx.wake_name} ({self.ctx.cfg.hear.wake_phrase})")
         if self.wake is None:
-            self.wake = WakeStream(self.ctx.engines, self.ctx.wake_name, self.ctx.wake_slots)
+            self.wake = WakeStream(self.ctx.engines, self.ctx.wake_name, self.ctx.wake_slots, self._detected)
         return self.wake

@@ -1,0 +1,102 @@
+"""The audio between a wake phrase and its detection, handed to the transcription that follows it.
+
+Home Assistant (and every satellite that lets it detect the wake word) streams audio to the wake
+service until the detection comes back, then streams what follows to speech-to-text; the audio it
+sent the wake service meanwhile does not reach STT. asr-match decides only after a Whisper decode
+(about 1 s on two free cores, 2.5-6 s on a busy one), so a request said promptly after the phrase
+lost its start. This server hears both streams: a detect stream keeps its audio from the phrase's
+end, and a transcription the same host starts within ``HANDOFF_S`` of that detection is
+transcribed with it in front (less any part the client sends again itself: a client with an audio
+buffer of its own).
+
+The protocol does not say which transcription follows which detection: the host and the time are
+the link. One Home Assistant serving two satellites is one host, so another satellite's request
+that starts within ``HANDOFF_S`` of this one's detection would get this audio in front.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+HANDOFF_S = 1.0
+"""A transcription that starts this long after a detection on the same host is not its request."""
+KEEP_S = 10.0
+"""At most this much audio after the phrase's end is kept (a detection later than this is not waited for)."""
+
+
+@dataclass
+class Heard:
+    """A detect stream's raw audio, and where the detected phrase ended in it (a byte offset)."""
+
+    fmt: tuple[int, int, int]
+    """(rate, width, channels) of the bytes."""
+    detected_at: float = -1.0
+    """Clock time of the last detection (-1: none yet)."""
+    phrase_end: int = 0
+    audio: bytearray | None = None
+    start: int = 0
+    """Byte offset in the stream of ``audio[0]`` (older audio is let go)."""
+
+    def add(self, data: bytes) -> None:
+        """The stream's next bytes: before a detection the last KEEP_S seconds are kept, after it up
+        to KEEP_S seconds after the phrase's end."""
+        if self.audio is None:
+            self.audio = bytearray()
+        rate, width, channels = self.fmt
+        keep = int(KEEP_S * rate) * width * channels
+        if self.detected_at >= 0:
+            self.audio += data[: max(0, self.phrase_end + keep - self.start - len(self.audio))]
+            return
+        self.audio += data
+        if len(self.audio) > keep:
+            cut = len(self.audio) - keep
+            del self.audio[:cut]
+            self.start += cut
+
+    def detected(self, end_s: float, now: float) -> None:
+        rate, width, channels = self.fmt
+        self.phrase_end = max(self.start, int(round(end_s * rate)) * width * channels)
+        self.detected_at = now
+
+    def since_phrase(self) -> tuple[bytes, int]:
+        """The kept audio and the phrase's end in it (a byte offset)."""
+        if self.audio is None or self.detected_at < 0:
+            return b"", 0
+        return bytes(self.audio), self.phrase_end - self.start
+
+
+class Handoff:
+    """Per host: the audio around the last detected phrase, until a transcription takes it."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, tuple[float, tuple[int, int, int], bytes, int]] = {}
+        """host -> (clock time of the detection, format, the stream's kept audio, the phrase's end in it)"""
+
+    def keep(self, host: str, heard: Heard) -> None:
+        """A detect stream ended; its audio after the phrase waits for the host's transcription."""
+        if heard.detected_at >= 0:
+            self._held[host] = (heard.detected_at, heard.fmt, *heard.since_phrase())
+
+    def take(self, host: str, started_at: float, fmt: tuple[int, int, int], first: bytes) -> bytes:
+        """The audio to put before a transcription that started at ``started_at`` in format ``fmt``
+        whose first chunk is ``first``: what the host's last detect stream heard after the phrase, up
+        to where the transcription's audio begins when the detect stream had that audio too (the
+        client resends a buffer of its own: ``first`` found once in it), else all of it; b"" when
+        the transcription is not the detection's (another format, or too late)."""
+        held = self._held.pop(host, None)
+        if held is None:
+            return b""
+        detected_at, held_fmt, audio, end = held
+        if held_fmt != fmt or not 0.0 <= started_at - detected_at <= HANDOFF_S:
+            return b""
+        frame = fmt[1] * fmt[2]
+        at = audio.find(first) if first else -1
+        if at < 0 or at % frame or audio.find(first, at + 1) >= 0:  # not there, or not there once (silence)
+            at = len(audio)
+        prefix = audio[end:max(end, at)]
+        log.info("wyoming %s: the %.2f s heard after the wake phrase go before the transcription", host,
+                 len(prefix) / frame / fmt[0])
+        return prefix
