@@ -12,7 +12,7 @@ import io
 import json
 import struct
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,10 +93,6 @@ class SimulatedModel:
 
     def load(self) -> None:
         return None
-
-    @property
-    def metadata(self) -> Mapping[str, str]:
-        return self.sidecar.get("metadata", {})
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         self.calls += 1

@@ -71,9 +71,6 @@ class ModelRuntime(Protocol):
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]: ...
 
-    @property
-    def metadata(self) -> Mapping[str, str]: ...
-
     def describe(self) -> str: ...
 
     def close(self) -> None: ...
@@ -230,10 +227,6 @@ class RknnModel:
                                    f"{self._versions()}; {hint}")
         self._rknn = rknn
         log.debug("loaded %s on NPU cores %s", self.path, self.core_mask)
-
-    @property
-    def metadata(self) -> Mapping[str, str]:
-        return {}
 
     def query_io(self) -> tuple[list[TensorSpec], list[TensorSpec]] | None:
         """Inputs and outputs as the loaded .rknn reports them (RKNNRuntime.get_in_out_num /

@@ -66,7 +66,7 @@ class MatchaTts:
         """First and later piece lengths the speaker cuts text into for this voice (seeds/001: 24/40)."""
         self.overflows = 0
         """Pieces whose true frame count overflowed their bucket's window (re-run or halved)."""
-        self.encoder: npu_runtime.ModelRuntime | None = None
+        self.encoder: npu_runtime.OnnxModel | None = None
         """A split voice's CPU encoder."""
         self._encoder_inputs: list[str] = []
         self._rates: deque[float] = deque(maxlen=32)
