@@ -226,17 +226,14 @@ class Daemon:
             try:
                 self.listener.run()
             except Exception as exc:
-                if self.stop.is_set():
-                    log.info("turn ended by shutdown: %s", exc)
-                    break
-                if is_device_error(exc):
+                if is_device_error(exc) and not self.stop.is_set():
                     backoff = min(max(backoff * 2, self.cfg.daemon.device_retry_s),
                                   self.cfg.daemon.device_retry_max_s)
                     log.warning("%s; retrying in %.1f s", exc, backoff)
                     self.notifier.notify(STATUS=f"waiting for the microphone: {exc}")
                     self.stop.wait(backoff)
                     continue
-                self.report(exc)
+                self.report(exc)  # once stopping: logged as ended by shutdown, and the loop ends
                 continue
             if backoff:
                 log.info("microphone is back")
