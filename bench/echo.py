@@ -338,7 +338,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--answers", type=int, default=50, help="assistant answers played alone (default 50)")
     ap.add_argument("--users", type=int, default=3, help="user voices (x4 utterances, default 3)")
-    ap.add_argument("--aec", default="auto", choices=[c for c in aec.CHOICES if c != "off"])
+    ap.add_argument("--aec", default="auto", choices=["auto", "webrtc", "speex", "external"])
     ap.add_argument("--speex-build", default="", help="speexdsp builds side by side instead of --aec: "
                     f"some of {','.join(BUILDS)} (aec_on is the first, aec_on_<build> the others)")
     ap.add_argument("--quick", action="store_true", help="6 answers, one user voice (a smoke run)")

@@ -29,10 +29,6 @@ from rkvoice.hear.speexdsp import FRAME, RATE, system_speexdsp
 log = logging.getLogger(__name__)
 
 
-CHOICES = ("auto", "webrtc", "speex", "off", "external")
-"""The values of ``hear.aec`` (external: the sound server cancels the echo; the microphone is heard as it is)."""
-
-
 class Canceller(Protocol):
     name: str
 
@@ -95,10 +91,8 @@ def installed(name: str) -> bool:
 
 
 def resolve(setting: str) -> str:
-    """``hear.aec`` with ``auto`` resolved: the first installed backend, else ``off``."""
-    if setting not in CHOICES:
-        raise RkvoiceError(Stage.HEAR, "bad-aec", f"unknown echo canceller {setting!r} (hear.aec); "
-                           f"choose one of: {', '.join(CHOICES)}")
+    """``hear.aec`` (a one_of field the config checks) with ``auto`` resolved: the first installed
+    backend, else ``off``."""
     if setting != "auto":
         return setting
     return next((name for name in BACKENDS if installed(name)), "off")
