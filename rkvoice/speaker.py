@@ -10,9 +10,10 @@ A turn (rkvoice.turn.Turn) is spoken as a stream of text pieces (a whole text, o
 
 Each piece takes the one speech path (``rkvoice.pieces``) on the TTS worker while the previous chunk
 plays. ``turn.cancel()`` drops the turn's queued pieces and audio, clears the player at once and
-stops synthesis before the next chunk; a synthesis or player failure fails the turn. Turns are
-spoken in the order they were started (a reminder started during an answer waits for its end);
-every started turn must be ended or cancelled.
+stops synthesis before the next chunk; once it returns, the turn neither writes to nor clears the player
+(a wake cue written right after a barge-in plays whole). A synthesis or player failure fails the turn.
+Turns are spoken in the order they were started (a reminder started during an answer waits for its
+end); every started turn must be ended or cancelled.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from rkvoice.turn import Turn
 log = logging.getLogger(__name__)
 
 _STOP = object()
+WRITE_WAIT_S = 1.0
+"""Longest a cancel waits for the player to hand back the block it was writing (a clear() wakes it at once)."""
 
 
 @dataclass
@@ -75,6 +78,7 @@ class Speaker:
         self._audio_q: queue.Queue[Any] = queue.Queue()
         self._closed = False
         self._threads: list[threading.Thread] = []
+        self._writing: tuple[_Queue, threading.Event] | None = None  # the player thread's block in player.write
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -189,8 +193,20 @@ class Speaker:
             q.inbox.clear()
             self._cond.notify_all()  # the worker moves past the cancelled turn
         if not q.played.is_set() and (q.dry_at is not None or q.in_flight or q.queued_s):
+            with self._cond:  # the player thread's write of this turn now (later ones see the cancel)
+                writing = self._writing if self._writing and self._writing[0] is q else None
             self.player.clear()  # only while its audio may be playing: a played turn leaves the next alone
+            if writing is not None and threading.current_thread() is not self._threads[1]:
+                self._clear_late_block(q, writing[1])
         q.played.set()
+
+    def _clear_late_block(self, q: _Queue, written: threading.Event) -> None:
+        """The block the player thread was writing may go in after the cancel's clear() (aplay starts
+        anew): wait for that write to return (the clear woke it) and clear again, here, so nothing the
+        cancelling thread writes next (the wake cue) is cleared by this turn later."""
+        if not self.clock.wait(written, WRITE_WAIT_S):
+            log.warning("turn %d: the player still holds its last block after %.1f s", q.turn.id, WRITE_WAIT_S)
+        self.player.clear()
 
     def _played(self, q: _Queue) -> None:
         q.played.set()
@@ -294,12 +310,16 @@ class Speaker:
             q.dry_at = max(now, q.dry_at or now) + audio_s
             q.queued_s = max(0.0, q.queued_s - audio_s)
         for block in blocks:
-            if turn.cancelled:
-                return
-            self.player.write(block)
-            if turn.cancelled:  # the cancel cleared the player while this block went in
-                self.player.clear()
-                return
+            with self._cond:  # a cancel from now on waits for this write (_clear_late_block)
+                if turn.cancelled:
+                    return
+                self._writing = (q, written := threading.Event())
+            try:
+                self.player.write(block)
+            finally:
+                with self._cond:
+                    self._writing = None
+                written.set()
 
 
 def _failed(turn: Turn, exc: Exception, wrapped: RkvoiceError) -> RkvoiceError:

@@ -336,7 +336,8 @@ class RecordingPlayer(NullPlayer):
         self._cut = False
 
     def write(self, block: np.ndarray) -> None:
-        self._pace()
+        if not self._pace():
+            return  # cleared while waiting for room: dropped, as NullPlayer does
         start, end = self._account(len(block))
         with self._cond:
             self.samples += len(block)

@@ -11,9 +11,9 @@ import wave
 
 import numpy as np
 import pytest
-from fakes import RecordingPlayer, heard_until
+from fakes import RecordingPlayer, heard_until, wait_until
 
-from bench.fake_clock import FakeClock
+from bench.fake_clock import FakeClock, ManualClock
 from rkvoice.audio import players
 from rkvoice.audio.device_players import AplayPlayer, SounddevicePlayer
 from rkvoice.audio.sinks import NullPlayer, TeePlayer, WavPlayer
@@ -82,6 +82,19 @@ def test_clear_wakes_a_paced_writer_on_the_real_clock():
     p.clear()
     assert done.wait(2.0)
     t.join()
+
+
+def test_a_block_whose_wait_a_clear_cut_is_dropped():
+    clock = ManualClock()
+    p = NullPlayer(CFG, clock, max_ahead_s=0.0)
+    p.write(np.zeros(RATE, dtype=np.int16))  # 1 s queued
+    t = threading.Thread(target=p.write, args=(block(),), name="writer")  # waits for the device
+    t.start()
+    assert wait_until(lambda: clock.blocked("writer"))
+    p.clear()  # a barge-in
+    t.join(2.0)
+    assert not t.is_alive()
+    assert p.dry_at == 0.0  # the block was not booked after the clear: nothing plays
 
 
 # -- wav -----------------------------------------------------------------------------------

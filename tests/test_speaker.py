@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from fakes import RecordingPlayer, RuledSpeaker, SeenTimeline, SteppedSpeaker, heard_until, wait_until
 
-from bench.fake_clock import FakeClock
+from bench.fake_clock import FakeClock, ManualClock
 from rkvoice.audio.sinks import NullPlayer
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
@@ -513,3 +513,60 @@ def test_cancelling_a_played_turn_leaves_the_next_turns_audio_alone():
     sp.close()
     assert not t2.cancelled
     assert player.clears == 0, "the player was cleared under turn 2's audio"
+
+
+# -- a barge-in's wake cue is not cleared by the cancelled turn's last block
+
+
+class LateBlock:
+    """A player like aplay: the block being written when a clear() comes still goes in after it. The
+    speaker thread's first write hands its block over only once the "hear" thread has written the wake
+    cue (the order that lost the cue) or waits on the clock for that write (a cancel that waits for it)."""
+
+    name, rate = "late", RATE
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+        self.buffer: list[np.ndarray] = []
+        self.entered = threading.Event()
+        self.cue_written = threading.Event()
+        self._lock = threading.Lock()
+
+    def write(self, block: np.ndarray) -> None:
+        if threading.current_thread().name == "rkvoice-player" and not self.entered.is_set():
+            self.entered.set()
+            assert wait_until(lambda: self.cue_written.is_set() or self.clock.blocked("hear"), WAIT)
+        with self._lock:
+            self.buffer.append(np.array(block))
+        if threading.current_thread().name == "hear":
+            self.cue_written.set()
+
+    def clear(self) -> None:
+        with self._lock:
+            self.buffer.clear()
+
+    def drain(self) -> None:
+        pass
+
+
+def test_a_cue_written_after_the_cancel_is_not_cleared_by_the_turns_last_block():
+    clock, cfg = ManualClock(), Config()
+    player = LateBlock(clock)
+    sp = RuledSpeaker(Voice(), player, cfg, clock, normalize=lambda t: t, split=lambda t, f, c: [t])  # type: ignore[arg-type]
+    sp.load()
+    turn = sp.speak("a")
+    assert player.entered.wait(WAIT)                 # the player thread is writing the answer's first block
+    cue = [np.full(320, 7, np.int16) for _ in range(3)]
+
+    def hear() -> None:                              # the turn loop on a wake: barge-in, then the cue
+        turn.cancel("barge-in")
+        for row in cue:
+            player.write(row)
+
+    t = threading.Thread(target=hear, name="hear")
+    t.start()
+    t.join(WAIT)
+    assert not t.is_alive()
+    sp.close()                                       # the player thread is done with the turn
+    played = np.concatenate(player.buffer) if player.buffer else np.zeros(0, np.int16)
+    assert played.size == 960 and np.all(played == 7), f"{played.size} samples left of the 960 of the cue"

@@ -69,7 +69,8 @@ class AplayPlayer(PacedPlayer):
         log.warning("aplay on %s exited (code %s%s); restarting it", self.device, code, f": {detail}" if detail else "")
 
     def write(self, block: np.ndarray) -> None:
-        self._pace()
+        if not self._pace():
+            return  # cleared while waiting for room: this block is dropped (no new aplay for it)
         self._account(len(block))
         data = np.asarray(block, dtype="<i2").tobytes()
         with self._plock:

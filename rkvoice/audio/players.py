@@ -8,7 +8,7 @@ Every player takes mono int16 blocks at ``rate`` and offers:
 - ``write(block)``: hand one block over; may block while the device is far enough ahead;
 - ``drain()``: return once everything handed over has been played (or cleared);
 - ``clear()``: from any thread, drop buffered audio now (barge-in), waking a blocked
-  ``write``/``drain``.
+  ``write`` (its block is dropped; aplay's pipe write already under way may still go in) or ``drain``.
 
 The players live in ``rkvoice.audio.sinks`` (null, wav, tee, the shared pacing) and
 ``rkvoice.audio.device_players`` (aplay, sounddevice, imported only when chosen).

@@ -53,10 +53,12 @@ class PacedPlayer:
                 return False
         return True
 
-    def _pace(self) -> None:
-        """Block while more than ``max_ahead_s`` of audio is queued on the device."""
+    def _pace(self) -> bool:
+        """Block while more than ``max_ahead_s`` of audio is queued on the device; False if a clear() cut
+        the wait (the block being written is dropped, as the barge-in wants)."""
         if self.max_ahead_s is not None and self.dry_at is not None:
-            self._wait_until(self.dry_at - self.max_ahead_s)
+            return self._wait_until(self.dry_at - self.max_ahead_s)
+        return True
 
     def clear(self) -> None:
         with self._cond:
@@ -82,8 +84,8 @@ class NullPlayer(PacedPlayer):
         pass
 
     def write(self, block: np.ndarray) -> None:
-        self._pace()
-        self._account(len(block))
+        if self._pace():
+            self._account(len(block))
 
     def close(self) -> None:
         pass
