@@ -61,6 +61,11 @@ class Heard:
         self.phrase_end = max(self.start, int(round(end_s * rate)) * width * channels)
         self.detected_at = now
 
+    @property
+    def taped(self) -> int:
+        """Bytes of the stream taped so far."""
+        return self.start + len(self.audio or b"")
+
     def since_phrase(self) -> tuple[bytes, int]:
         """The kept audio and the phrase's end in it (a byte offset)."""
         if self.audio is None or self.detected_at < 0:
@@ -72,13 +77,14 @@ class Handoff:
     """Per host: the audio around the last detected phrase, until a transcription takes it."""
 
     def __init__(self) -> None:
-        self._held: dict[str, tuple[float, tuple[int, int, int], bytes, int]] = {}
-        """host -> (clock time of the detection, format, the stream's kept audio, the phrase's end in it)"""
+        self._held: dict[str, Heard] = {}
+        """host -> the tape of its last detection (still taped while its client sends)"""
 
     def keep(self, host: str, heard: Heard) -> None:
-        """A detect stream ended; its audio after the phrase waits for the host's transcription."""
+        """A detection: the tape's audio after the phrase, as much as has been read when a
+        transcription ends, waits for the host's transcription."""
         if heard.detected_at >= 0:
-            self._held[host] = (heard.detected_at, heard.fmt, *heard.since_phrase())
+            self._held[host] = heard
 
     def take(self, host: str, started_at: float, fmt: tuple[int, int, int], first: bytes) -> bytes:
         """The audio to put before a transcription that started at ``started_at`` in format ``fmt``
@@ -89,8 +95,8 @@ class Handoff:
         held = self._held.pop(host, None)
         if held is None:
             return b""
-        detected_at, held_fmt, audio, end = held
-        if held_fmt != fmt or not 0.0 <= started_at - detected_at <= HANDOFF_S:
+        audio, end = held.since_phrase()
+        if held.fmt != fmt or not 0.0 <= started_at - held.detected_at <= HANDOFF_S:
             return b""
         frame = fmt[1] * fmt[2]
         at = audio.find(first) if first else -1

@@ -120,6 +120,12 @@ class WakeStream:
         await send(Detection(name=self.name, timestamp=int(round(hit.end_s * 1000))).event())
         self.engine.restart(self.fed)
 
+    def skip(self, frame: np.ndarray) -> None:
+        """Audio that is not listened to (it came while the last detection was decided): the stream's
+        clock moves on."""
+        self.fed += len(frame)
+        self.engine.restart(self.fed)
+
     async def end(self, send: Send) -> None:
         assert self.audio is not None
         if not await self._accept(self.audio.finish(), send):
@@ -155,6 +161,9 @@ class Listening:
         """The reader is inside a stream (from its audio-start or first chunk to its audio-stop)."""
         self._detecting = False
         """The last request the reader read was a detect: its stream's audio is taped."""
+        self._handled = self._skip_to = 0
+        """Bytes of the stream handled; up to ``_skip_to`` the wake engine skips them: what had come
+        while it decided on a detection (Home Assistant has moved on to STT; the tape has them)."""
         self.listener: AsrRequest | WakeStream | None = None
         self.wake: WakeStream | None = None
         self.audio: AudioIn | None = None
@@ -172,6 +181,7 @@ class Listening:
         if self.refused:
             return
         self._started += 1
+        self._handled = self._skip_to = 0
         self.audio, self.discard = None, True  # until the format is known to be good
         if self.listener is None:
             self.listener = AsrRequest(self.ctx.engines, "zh", self.requests, self.ctx.handoff, self.host)
@@ -191,6 +201,10 @@ class Listening:
                 f"audio-chunk format {chunk.rate} Hz/{chunk.width} B/{chunk.channels} ch differs from the stream's "
                 f"{self.audio.rate} Hz/{self.audio.width} B/{self.audio.channels} ch; the stream is dropped",
             )
+        self._handled += len(chunk.audio)
+        if self._handled <= self._skip_to and isinstance(self.listener, WakeStream):
+            self.listener.skip(self.audio.convert(chunk.audio))
+            return
         await self.listener.feed(chunk.audio, self.send)
 
     async def stop(self) -> None:
@@ -201,11 +215,8 @@ class Listening:
         if audio is None:
             raise RkvoiceError(Stage.WYOMING, "no-audio", "audio-stop came before any audio; send audio-start and chunks")
         await listener.end(self.send)
-        if listener is self.wake:
-            self._hand_over()
 
     def close(self) -> None:
-        self._hand_over()
         if self.wake is not None:
             self.wake.close()
 
@@ -218,7 +229,6 @@ class Listening:
         elif AudioStop.is_type(event.type):
             self._taping = False
         elif AudioStart.is_type(event.type) or (AudioChunk.is_type(event.type) and not self._taping):
-            self._hand_over()  # the last stream's detection, if the handling has not handed it over yet
             self._taped, self._taping = self._taped + 1, True
             fmt = tuple(event.data.get(k) for k in ("rate", "width", "channels"))
             valid = self._detecting and all(isinstance(v, int) and v > 0 for v in fmt)
@@ -230,11 +240,8 @@ class Listening:
     def _detected(self, end_s: float) -> None:
         if self.heard is not None and self._taped == self._started:
             self.heard.detected(end_s, self.ctx.clock.now())
-
-    def _hand_over(self) -> None:
-        if self.heard is not None and self.heard.detected_at >= 0:
             self.ctx.handoff.keep(self.host, self.heard)
-            self.heard.detected_at = -1.0  # handed over once
+            self._skip_to = self.heard.taped
 
     def _asr_language(self, request: Transcribe) -> str:
         """The language the transcript is labelled with: the request's own code (any region or
