@@ -448,30 +448,6 @@ class Stillness:
         return True
 
 
-class CueFirstPlayer(RecordingPlayer):
-    """A RecordingPlayer that orders, at one instant of a controlled clock, what real time orders in life:
-    the speaker's player thread finishes with the turn a barge-in cancelled (its last block, the clear()
-    after it) before the wake cue's first block (in life that thread is woken by the barge-in's clear()
-    as the cue's thread is only being started), and the wake cue goes out before an answer (which in life
-    comes an ASR, an LLM and a synthesis later). The waits are in real time; ``still`` tells who is busy."""
-
-    def __init__(self, cfg: Config, clock: Clock, still: Stillness, max_ahead_s: float | None = None) -> None:
-        super().__init__(cfg, clock, max_ahead_s)
-        self.still = still
-        self._held = False  # the player thread waits for the cue
-
-    def write(self, block: np.ndarray) -> None:
-        if threading.current_thread().name == CUE_THREAD:
-            while self.still.player_working() and not self._held:
-                time.sleep(0.0005)
-        else:
-            while self.still.cue_playing():
-                self._held = True
-                time.sleep(0.0005)
-            self._held = False
-        super().write(block)
-
-
 def heard_until(player: RecordingPlayer) -> float | None:
     """Where the player's last audio segment ends: what a listener heard until (cut by clear())."""
     with player._cond:

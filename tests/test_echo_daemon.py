@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fakes import CueFirstPlayer, ScriptedLlm, Stillness
+from fakes import RecordingPlayer, ScriptedLlm, Stillness
 
 from bench.fake_clock import ManualClock
 from bench.realtime import SteppedSource
@@ -135,7 +135,7 @@ class Run:
         self.clock = ManualClock(100.0)
         self.still = Stillness(self.clock, lambda: self.loop, lambda: self.room.delivered, lambda: self.speak.speaker,
                                lambda: self.player, STILL_S)
-        self.player: CueFirstPlayer | None = None
+        self.player: RecordingPlayer | None = None
         self.daemon: CountingDaemon | None = None
         script: list[tuple[Callable[[int], bool], np.ndarray]] = [
             (lambda t: t >= self.room.tick0 + RATE // 2, user(QUESTION, 1.0, -3.0))]
@@ -154,8 +154,8 @@ class Run:
         self.daemon = CountingDaemon(self.cfg, plan, lambda: self.cfg, notifier=Notifier(socket_name=""),
                                      clock=self.clock, still=self.still)
 
-    def _player(self, c: Config) -> CueFirstPlayer:
-        self.player = CueFirstPlayer(c, self.clock, self.still)
+    def _player(self, c: Config) -> RecordingPlayer:
+        self.player = RecordingPlayer(c, self.clock)
         return self.player
 
     @property

@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 import pytest
-from fakes import CueFirstPlayer, Stillness
+from fakes import RecordingPlayer, Stillness
 
 from bench.cer import cer
 from bench.fake_clock import ManualClock
@@ -95,7 +95,7 @@ def test_live_loop_wake_answer_and_barge_in(vad_ok, hear_asr, hear_voice, hear_f
     stream[int(at_second * 16000) : int(at_second * 16000) + len(second)] = second
 
     still = Stillness(clock, lambda: loop, lambda: source.delivered, lambda: speaker, lambda: player)
-    player = CueFirstPlayer(cfg, clock, still, max_ahead_s=0.25)
+    player = RecordingPlayer(cfg, clock, max_ahead_s=0.25)
     speaker = Speaker(hear_voice, player, cfg, clock)
     speaker.load()
     cancels: list[float] = []
@@ -162,8 +162,10 @@ def test_live_loop_wake_answer_and_barge_in(vad_ok, hear_asr, hear_voice, hear_f
     (t_cancel,) = cancels
     before = [s for s in player.segments if s[0] < t_cancel]
     assert before and max(end for _start, end in before) <= t_cancel + 0.2
-    # and the wake cue started playing within 100 ms of the wake decision
-    assert any(t_cancel <= start <= t_cancel + 0.1 for start, _end in player.segments)
+    # and the wake cue started playing within 100 ms of the wake decision, and played whole (the
+    # cancelled turn's last block no longer clears it)
+    cue_s = cues[-1] / player.rate
+    assert any(t_cancel <= start <= t_cancel + 0.1 and end - start >= cue_s - 1e-9 for start, end in player.segments)
     two_names = [e.name for e in two.timeline.events]
     assert "audio_first" in two_names and "play_end" in two_names
     # hearing and synthesis take none of the clock's time: the answer's first audio is handed over the
