@@ -430,9 +430,11 @@ class EchoLlm(ScriptedLlm):
 
     def abort(self) -> None:
         # logged here, where the cancel arrives (synchronously, before the daemon can exit): the
-        # generator itself may be closed at its yield and never see the flag
+        # generator itself may be closed at its yield and never see the flag. With the thread that
+        # aborted: the daemon's stop cancels on its main thread; the answer's own limits (length,
+        # time) abort on the thread that pulls the deltas
         if self.hold and not self.aborted.is_set():
-            self.log.append(("llm-abort", ""))
+            self.log.append(("llm-abort", threading.current_thread().name))
         super().abort()
 
 
