@@ -46,7 +46,9 @@ Subcommands:
       bucket's frame window (the flow-matching decoder over W frames with its mask; the alignment
       runs in numpy between them, rkvoice.npu.length_regulator.align). models/npu_voice.py (npu_vocos.py) builds and
       checks each bucket, in its own process when there are several. One JSON line per bucket (with
-      the toolkit's error-line counts and the peak RSS); exit 1 below the SNR thresholds.
+      the toolkit's error-line counts and the peak RSS); exit 1 below the SNR thresholds or when the
+      toolkit printed a REGTASK overflow or another error line (npu_toolkit.error_verdict; its
+      "Unkown op target" lines are warned of). Both are said again at the end of stderr.
 
   vocos --onnx vocos-16khz-univ.onnx --out DIR --frames 600 [--frames 200 ...] [--mel mel.npy] ...
       The board's Vocos, one .rknn per frame bucket, same checks and JSON lines.
@@ -153,6 +155,7 @@ def _voice(args: argparse.Namespace) -> int:
         sys.stderr.write(f"convert_rknn.py {args.cmd}: {exc}\n")
         return 2
     failed = [r["out"] for r in reports if not r["ok"]]
+    say_toolkit_lines(args.cmd, reports)
     for out in failed:
         sys.stderr.write(f"convert_rknn.py {args.cmd}: {out} is below the thresholds (see its JSON line); "
                          "it is written but must not be installed\n")
@@ -165,12 +168,24 @@ def _voice(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def say_toolkit_lines(cmd: str, reports: list[dict]) -> None:
+    """The toolkit's error lines, read back from its log, said last on stderr (where an installer's
+    tail shows them): the ones that refuse a build (its ``ok`` is false) and the ones only warned of."""
+    for r in reports:
+        for line in r.get("toolkit_refused") or []:
+            sys.stderr.write(f"convert_rknn.py {cmd}: {Path(r['out']).name} REFUSED: rknn-toolkit2 printed {line}\n")
+        warned = r.get("toolkit_warnings") or []
+        if warned:
+            sys.stderr.write(f"convert_rknn.py {cmd}: {Path(r['out']).name} warning: rknn-toolkit2 printed "
+                             f"{'; '.join(warned)} (not refused: the simulator check ran; see the JSON line)\n")
+
+
 def _buckets_apart(args: argparse.Namespace, json_fd: int) -> int:
     """Several Matcha buckets: each in its own process (one build's memory at a time, <= 1.5 GB on the
     board instead of the sum); their JSON lines are passed on; the worst exit code is returned."""
     import subprocess
 
-    worst = 0
+    worst, reports = 0, []
     for i, k in enumerate(args.tokens):
         cmd = [sys.executable, str(Path(__file__).resolve()), "matcha", "--onnx", str(args.onnx), "--out", str(args.out),
                "--tokens", str(k), "--target", args.target, "--verify", args.verify]
@@ -184,9 +199,11 @@ def _buckets_apart(args: argparse.Namespace, json_fd: int) -> int:
             cmd += ["--vocos", str(args.vocos)]
         proc = subprocess.run(cmd, stdout=subprocess.PIPE)
         os.write(json_fd, proc.stdout)
+        reports += [json.loads(line) for line in proc.stdout.decode().splitlines() if line.startswith("{")]
         if proc.returncode == 2:
             return 2
         worst = max(worst, proc.returncode)
+    say_toolkit_lines(args.cmd, reports)  # again, after every bucket's log, for the tail
     return worst
 
 

@@ -103,13 +103,15 @@ def mask_decoder(model: Any, rw: Rewrite) -> None:
 
 
 def _decoder_lengths(rw: Rewrite) -> list[int]:
+    """The frame axis at each U-Net resolution: W, W/2, ... A length equal to the token bucket is fine:
+    the split decoder has no token axis (the text encoder runs on the CPU), so no Softmax or GroupNorm
+    over tokens can be taken for a frame one. (The whole-graph rewrite refused such windows; kept
+    here, it refused every W in 497..512 for 32 tokens, the default window of a ~12.5 frames/token voice.)
+    W, W/2 and W/4 (T' is rounded to 4 for two halvings) always, however short; then down to 8."""
     lengths, length = [], rw.frames
-    while length >= 8:
+    while length >= 8 or len(lengths) < 3:
         lengths.append(length)
         length = -(-length // 2)
-    if rw.tokens in lengths:
-        raise GraphError(f"frame window {rw.frames} gives a decoder length equal to the {rw.tokens}-token "
-                         "bucket; choose another --frames")
     return lengths
 
 

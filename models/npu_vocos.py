@@ -34,6 +34,7 @@ from npu_voice import (  # noqa: E402
     WAVE_SIM_DB,
     _build_and_check,
     _write_sidecar,
+    toolkit_gate,
 )
 from onnx_edit import set_input_shape  # noqa: E402
 
@@ -108,7 +109,7 @@ def convert_vocos(onnx_path: Path, out_dir: Path, frames: list[int], target: str
 
 
 def _vocos_ok(r: dict) -> bool:
-    ok = r["snr_vs_original_db"] >= ORIGINAL_DB
+    ok = toolkit_gate(r) and r["snr_vs_original_db"] >= ORIGINAL_DB
     if r["verify"] != "none":
         ok = ok and bool(r["capacity_ok"]) and (r["snr_db"] or 0) >= VOCOS_SIM_DB and (r["wave_snr_db"] or 0) >= WAVE_SIM_DB
     return bool(ok)

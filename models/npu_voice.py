@@ -11,6 +11,9 @@ B. rknn-toolkit2's simulator (or the NPU itself on an aarch64 board) against onn
    fixed graph: Matcha mel >= 40 dB; Vocos mag/x/y >= 40 dB and its ISTFT waveform >= 35 dB, with
    the window's last quarter checked on its own (a model that silently holds fewer frames than it
    claims fails there).
+
+A build is also refused (exit 1) when rknn-toolkit2 printed a REGTASK overflow or any other error
+line while building it; its "Unkown op target" lines are only warned of (npu_toolkit.error_verdict).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from npu_toolkit import (  # noqa: E402
     _session,
     _stft_config,
     check_vocos_io,
+    error_verdict,
     load_onnx,
     peak_rss_mb,
     snr_db,
@@ -347,8 +351,16 @@ def _build_and_check(fixed_path: Path, report: dict, target: str, verify: str,
     report["peak_rss_mb"] = peak_rss_mb()
 
 
+def toolkit_gate(r: dict) -> bool:
+    """The toolkit's error lines read: ``toolkit_refused`` / ``toolkit_warnings`` into the report;
+    False when a line refuses the build (npu_toolkit.error_verdict)."""
+    refuse, warn = error_verdict(r.get("toolkit_errors"))
+    r["toolkit_refused"], r["toolkit_warnings"] = refuse, warn
+    return not refuse
+
+
 def _matcha_ok(r: dict) -> bool:
-    ok = r["snr_vs_original_db"] >= ORIGINAL_DB and r["true_frames_ok"]
+    ok = toolkit_gate(r) and r["snr_vs_original_db"] >= ORIGINAL_DB and r["true_frames_ok"]
     if r["verify"] != "none":
         ok = ok and r["snr_db"] is not None and r["snr_db"] >= MATCHA_SIM_DB
         ok = ok and (r["wave_snr_db"] is None or r["wave_snr_db"] >= WAVE_SIM_DB)
@@ -359,7 +371,8 @@ def _write_sidecar(path: Path, model: Any, report: dict, tokens: int | None, fra
     side = {"model": report["model"], "frames": frames, **_io(model),
             "metadata": {p.key: p.value for p in model.metadata_props},
             **{k: report[k] for k in ("toolkit_version", "target", "snr_vs_original_db", "snr_db",
-                                       "true_frames_ok", "build_s", "peak_rss_mb", "verify", "ok", "toolkit_errors")
+                                       "true_frames_ok", "build_s", "peak_rss_mb", "verify", "ok", "toolkit_errors",
+                                       "toolkit_refused", "toolkit_warnings")
                if k in report}}
     if report.get("encoder"):
         side["encoder"] = Path(report["encoder"]).name
