@@ -157,8 +157,8 @@ def _voice(args: argparse.Namespace) -> int:
     failed = [r["out"] for r in reports if not r["ok"]]
     say_toolkit_lines(args.cmd, reports)
     for out in failed:
-        sys.stderr.write(f"convert_rknn.py {args.cmd}: {out} is below the thresholds (see its JSON line); "
-                         "it is written but must not be installed\n")
+        sys.stderr.write(f"convert_rknn.py {args.cmd}: {out} failed its checks (below the thresholds, or refused for "
+                         "the toolkit's error lines above; see its JSON line); it is written but must not be installed\n")
     if keep is not None:
         import npu_serve
 
