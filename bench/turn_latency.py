@@ -7,8 +7,11 @@ The daemon runs as in bench/soak.py (supervisor, product plan, live hear loop, A
 portable profile) on a scripted microphone: request WAVs by the portable FastSpeech2 voice (wake
 phrase + request in one breath) fed at real-time pace. The player drains at once (a null sink on a
 fake clock): first audio is when the first PCM reaches it, which playback speed does not change, and
-turns end when the answer is synthesised. Each round is one tool question and one LLM question per
-variant, interleaved, so all variants see the same machine load:
+turns end when the answer is synthesised. Each round asks every variant the same tool question and
+the same LLM question, interleaved, so all variants see the same machine load and do the same work
+(greedy decoding by default: the same answer, so the same first piece). A turn whose route is not
+the one its question was written for (Whisper heard "二加三" as "二家三": the LLM answered) asked
+another question: it is listed in ``turns_misrouted`` and left out of the figures. Variants:
 
 - ``default``: the configuration as shipped (``llm.threads`` / ``threads_batch`` auto);
 - ``one_thread``: ``llm.threads=1``, ``llm.threads_batch=1`` (the engine's config is swapped
@@ -108,17 +111,23 @@ def _hog(stop: Any) -> None:
 
 
 class Script:
-    """The scripted turns: (variant, request text) in order; round-robin over the variants."""
+    """The scripted turns: (variant, request text) in order. Round ``r`` asks every variant the same
+    tool question and the same LLM question (the same audio, ASR work and prompt: the variants differ
+    only in their configuration), the variants' order alternating round by round. The same question
+    twice in a row is not a free first token: each LLM turn's cache is cut back to the system prompt
+    first (``from_system_prompt``)."""
 
     def __init__(self, variants: list[str], rounds: int, warmup: int) -> None:
         self.turns: list[tuple[str, str]] = [("warmup", TOOL_REQUESTS[0]), ("warmup", LLM_REQUESTS[-1])][:warmup * 2]
         for r in range(rounds):
             for v in variants if r % 2 == 0 else variants[::-1]:  # alternate the order too
-                self.turns.append((v, TOOL_REQUESTS[(r + len(self.turns)) % len(TOOL_REQUESTS)]))
-                # never the question of the LLM turn before: its whole prompt would still be in the
-                # cache (the same question in the same minute), a first token for free
-                k = variants.index(v) + r * len(variants)
-                self.turns.append((v, LLM_REQUESTS[k % len(LLM_REQUESTS)]))
+                self.turns.append((v, TOOL_REQUESTS[r % len(TOOL_REQUESTS)]))
+                self.turns.append((v, LLM_REQUESTS[r % len(LLM_REQUESTS)]))
+
+
+def asked(text: str) -> str:
+    """The route a scripted request is meant to take."""
+    return "llm" if text in LLM_REQUESTS else "tool"
 
 
 def from_system_prompt(assistant: Any) -> None:
@@ -196,13 +205,20 @@ def run(cfg: Config, variants: dict[str, Config], rounds: int, warmup: int) -> d
     t0 = time.monotonic()
     code = daemon.run()
     per: dict[str, list[dict[str, Any]]] = {}
+    misrouted: list[dict[str, Any]] = []
     failed = 0
-    for (variant, turn), used in zip(done, threads, strict=True):
+    for (variant, turn), used, (_, text) in zip(done, threads, script.turns, strict=False):
         if turn is None:
             failed += 1
         elif variant != "warmup":
-            per.setdefault(variant, []).append({**turn_parts(turn), "llm_threads": used})
-    return {"per": per, "failed": failed, "exit_code": code, "wall_s": round(time.monotonic() - t0, 1),
+            parts = {**turn_parts(turn), "llm_threads": used}
+            if parts["route"] == asked(text):
+                per.setdefault(variant, []).append(parts)
+            else:  # misheard: another question (a tool question answered by the LLM), not compared
+                misrouted.append({"variant": variant, "asked": text, "heard": parts["transcript"],
+                                  "route": parts["route"]})
+    return {"per": per, "misrouted": misrouted, "failed": failed, "exit_code": code,
+            "wall_s": round(time.monotonic() - t0, 1),
             "load_average_during": {"min": min(load_avg, default=None), "max": max(load_avg, default=None),
                                     "median": pct(load_avg, 50)}}
 
@@ -246,6 +262,9 @@ def main() -> int:
                     help="one more variant beside default and one_thread")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="for every variant")
     ap.add_argument("--max-tokens", type=int, default=48, help="LLM answer length (turns stay short)")
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="LLM sampling; 0 (greedy): every variant generates the same answer to a question, "
+                         "so the first pieces compared are the same tokens (the product samples at 0.7)")
     ap.add_argument("--board-only", action="store_true", help="only the board's predicted budget")
     ap.add_argument("--out", help="also write the JSON here")
     ap.add_argument("-v", "--verbose", action="store_true")
@@ -259,7 +278,8 @@ def main() -> int:
         return 0
     work = Path(tempfile.mkdtemp(prefix="rkvoice-turns-"))
     base = [{"state": {"dir": str(work / "state")},
-             "models": {"profile": "portable"}, "llm": {"max_tokens": args.max_tokens, "timeout_s": 600},
+             "models": {"profile": "portable"},
+             "llm": {"max_tokens": args.max_tokens, "timeout_s": 600, "temperature": args.temperature},
              "daemon": {"lock_file": str(work / "rkvoice.lock"), "answer_first_timeout_s": 600,
                         "answer_gap_timeout_s": 600}},
             *(parse_override(s) for s in args.set)]
@@ -283,7 +303,7 @@ def main() -> int:
     out.update(board_predicted=board, hog_processes=args.hog, cores=os.cpu_count(),
                load_average_start=[round(x, 2) for x in load_start], load_average_during=result["load_average_during"],
                load_note="a shared machine: compare variants within one run (interleaved, medians)",
-               turns_failed=result["failed"], exit_code=result["exit_code"], wall_s=result["wall_s"],
+               turns_misrouted=result["misrouted"], turns_failed=result["failed"], exit_code=result["exit_code"], wall_s=result["wall_s"],
                rounds=args.rounds, max_tokens=args.max_tokens)
     text = json.dumps(out, ensure_ascii=False, indent=1)
     print(text)
