@@ -207,7 +207,8 @@ def run(cfg: Config, variants: dict[str, Config], rounds: int, warmup: int) -> d
     per: dict[str, list[dict[str, Any]]] = {}
     misrouted: list[dict[str, Any]] = []
     failed = 0
-    for (variant, turn), used, (_, text) in zip(done, threads, script.turns, strict=False):
+    for i, ((variant, turn), used) in enumerate(zip(done, threads, strict=True)):
+        text = script.turns[i][1]
         if turn is None:
             failed += 1
         elif variant != "warmup":
@@ -303,8 +304,8 @@ def main() -> int:
     out.update(board_predicted=board, hog_processes=args.hog, cores=os.cpu_count(),
                load_average_start=[round(x, 2) for x in load_start], load_average_during=result["load_average_during"],
                load_note="a shared machine: compare variants within one run (interleaved, medians)",
-               turns_misrouted=result["misrouted"], turns_failed=result["failed"], exit_code=result["exit_code"], wall_s=result["wall_s"],
-               rounds=args.rounds, max_tokens=args.max_tokens)
+               turns_misrouted=result["misrouted"], turns_failed=result["failed"], exit_code=result["exit_code"],
+               wall_s=result["wall_s"], rounds=args.rounds, max_tokens=args.max_tokens)
     text = json.dumps(out, ensure_ascii=False, indent=1)
     print(text)
     if args.out:
