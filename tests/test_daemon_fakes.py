@@ -1,7 +1,7 @@
 """The daemon's supervision around the product's turn loop, on scripted fake engines, in-process:
 fault injection (ASR, TTS and LLM failures, a lost microphone, repeated failures), the watchdog,
 reload. The same stages back the subprocess tests (test_daemon_service.py) through
-``subprocess_plan``, selected with ``python -m rkvoice.daemon --stages test_daemon_fakes:subprocess_plan``.
+``subprocess_plan``, run by ``python tests/daemon_process.py CONFIG``.
 """
 
 from __future__ import annotations

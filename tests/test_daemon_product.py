@@ -145,7 +145,7 @@ def test_assistant_py_without_a_mode_runs_the_daemon(monkeypatch: pytest.MonkeyP
 
     seen = {}
 
-    def fake_serve(load: Any, stages: Any = None) -> int:
+    def fake_serve(load: Any, plan: Any = None) -> int:
         seen["cfg"] = load()
         return 0
 

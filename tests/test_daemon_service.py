@@ -1,6 +1,6 @@
 """The daemon as a real process: sd_notify over a test socket, signals, lock, reload, missing mic.
 
-The process runs ``python -m rkvoice.daemon --stages test_daemon_fakes:subprocess_plan`` (scripted
+The process runs ``python tests/daemon_process.py CONFIG`` (test_daemon_fakes.subprocess_plan: scripted
 stages, no models): requests are files in a spool directory, the stages log what they do as JSON
 lines, and NOTIFY_SOCKET points at a datagram socket owned by the test.
 """
@@ -65,8 +65,7 @@ class DaemonProc:
         self.err_path = tmp / f"{name}-stderr.log"  # a file, so a test can wait for a line in it
         with self.err_path.open("wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "rkvoice.daemon", "--config", str(self.config),
-                 "--stages", "test_daemon_fakes:subprocess_plan"],
+                [sys.executable, str(TESTS / "daemon_process.py"), str(self.config)],
                 cwd=ROOT, env=env, stderr=err,
             )
         self.n = 0
