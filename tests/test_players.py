@@ -7,6 +7,7 @@ import os
 import stat
 import sys
 import threading
+import types
 import wave
 
 import numpy as np
@@ -274,19 +275,20 @@ class FakeStream:
         pass
 
 
-def sounddevice_player(factory):
-    """A SounddevicePlayer whose streams ``factory`` makes (instead of sounddevice.OutputStream)."""
-    return type("TestSounddevice", (SounddevicePlayer,), {"_stream_class": staticmethod(lambda: factory)})(CFG)
+def sounddevice_player(monkeypatch, factory):
+    """A SounddevicePlayer whose streams ``factory`` makes: a stand-in ``sounddevice`` module is imported."""
+    monkeypatch.setitem(sys.modules, "sounddevice", types.SimpleNamespace(OutputStream=factory))
+    return SounddevicePlayer(CFG)
 
 
-def test_sounddevice_player_feeds_callback_and_clear_drops_queue():
+def test_sounddevice_player_feeds_callback_and_clear_drops_queue(monkeypatch):
     streams = []
 
     def factory(**kw):
         streams.append(FakeStream(**kw))
         return streams[-1]
 
-    p = sounddevice_player(factory)
+    p = sounddevice_player(monkeypatch, factory)
     p.open()
     s = streams[0]
     assert s.started and s.kwargs["samplerate"] == RATE and s.kwargs["dtype"] == "int16"
@@ -308,14 +310,14 @@ def test_sounddevice_player_feeds_callback_and_clear_drops_queue():
     t.join()
 
 
-def test_sounddevice_stream_that_stops_is_reported_and_reopened(caplog):
+def test_sounddevice_stream_that_stops_is_reported_and_reopened(monkeypatch, caplog):
     streams = []
 
     def factory(**kw):
         streams.append(FakeStream(**kw))
         return streams[-1]
 
-    p = sounddevice_player(factory)
+    p = sounddevice_player(monkeypatch, factory)
     p.open()
     p.write(block(5))
     p.max_ahead = 0

@@ -138,20 +138,15 @@ class SounddevicePlayer:
         self._dead = False
         self._stopping = False
 
-    @staticmethod
-    def _stream_class() -> Any:
+    def open(self) -> None:
         try:
             import sounddevice as sd
         except (ImportError, OSError) as exc:
             raise RkvoiceError(
                 Stage.PLAYER, "missing-dependency", f"sounddevice is unusable ({exc}); use audio.player=aplay, wav or null"
             ) from exc
-        return sd.OutputStream
-
-    def open(self) -> None:
-        factory = self._stream_class()
         try:
-            stream = factory(
+            stream = sd.OutputStream(
                 samplerate=self.rate, channels=1, dtype="int16", blocksize=self.block, device=self.device,
                 callback=self._callback, finished_callback=self._finished,
             )
