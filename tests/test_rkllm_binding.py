@@ -10,6 +10,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -215,11 +216,23 @@ def _cfg(version: str, **llm: object) -> Config:
     return Config(llm=dataclasses.replace(LlmConfig(), **{"rkllm_abi": version, "max_tokens": 200, **llm}))
 
 
-def _engine(fake_lib: tuple[str, Path], tmp_path: Path, **llm: object) -> RkllmEngine:
+class PerfEngine(RkllmEngine):
+    """The engine keeping the runtime's figures of its last answer (read at RKLLMPerfStat's offsets)."""
+
+    last_perf: dict[str, float] = {}
+
+    def _on_result(self, result: Any, userdata: Any, state: int) -> int:
+        if state == A.FINISH and result:
+            p = result.contents.perf
+            self.last_perf = {"prefill_tokens": p.prefill_tokens, "generate_tokens": p.generate_tokens}
+        return super()._on_result(result, userdata, state)
+
+
+def _engine(fake_lib: tuple[str, Path], tmp_path: Path, **llm: object) -> PerfEngine:
     version, lib = fake_lib
     model = tmp_path / "qwen.rkllm"
     model.write_bytes(b"fake model")
-    return RkllmEngine(_cfg(version, **llm), lib_path=str(lib), model=model)
+    return PerfEngine(_cfg(version, **llm), lib_path=str(lib), model=model)
 
 
 def test_c_layouts_equal_binding(fake_lib: tuple[str, Path]) -> None:

@@ -66,7 +66,6 @@ class RkllmEngine:
         self._q: queue.Queue[Any] = queue.Queue()
         self._run_lock = threading.Lock()
         self._aborted = threading.Event()
-        self.last_perf: dict[str, float] = {}
         self.raw_prompt = True
 
     def load(self) -> None:
@@ -154,12 +153,7 @@ class RkllmEngine:
             res = result.contents if result else None
             if res is not None and res.text:
                 self._q.put(ctypes.string_at(res.text))
-            if state == abi_mod.FINISH and res is not None:
-                p = res.perf
-                self.last_perf = {"prefill_ms": p.prefill_time_ms, "prefill_tokens": p.prefill_tokens,
-                                  "generate_ms": p.generate_time_ms, "generate_tokens": p.generate_tokens,
-                                  "memory_mb": p.memory_usage_mb}
-            elif state == abi_mod.ERROR:
+            if state == abi_mod.ERROR:
                 self._q.put(_ERROR)
         except Exception:  # never let an exception cross into C
             log.exception("rkllm callback failed")
