@@ -28,7 +28,6 @@ class Stage(enum.StrEnum):
     WYOMING = "wyoming"
     MODELS = "models"  # the model installer
     INSTALL = "install"
-    BENCH = "bench"  # the measuring scripts in bench/
 
 
 class Code(enum.StrEnum):
