@@ -44,36 +44,26 @@ def tail_threshold(rms: np.ndarray, floor: float = 0.005, rel: float = 0.1) -> f
     return max(floor, rel * float(np.percentile(rms, 90))) if rms.size else floor
 
 
-def trim_tail(
-    x: np.ndarray,
-    rate: int,
-    win_ms: float = 100.0,
-    min_run_ms: float = 400.0,
-    keep_ms: float = 150.0,
-    bridge_ms: float = 100.0,
-    threshold: float | None = None,
-) -> np.ndarray:
+def trim_tail(x: np.ndarray, rate: int, threshold: float | None = None) -> np.ndarray:
     """Cut trailing silence and isolated artefacts after the speech.
 
-    The clip is cut into ``win_ms`` windows; loud windows form runs (pauses of up to
-    ``bridge_ms`` inside speech don't break a run). The audio is kept up to the end of the
-    last run lasting at least ``min_run_ms``, plus ``keep_ms``. A short noise burst after
+    The clip is cut into 100 ms windows; loud windows form runs (pauses of up to
+    100 ms, one window, inside speech don't break a run). The audio is kept up to the end of the
+    last run lasting at least 400 ms (4 windows), plus 150 ms. A short noise burst after
     silence is dropped however loud it is, because it is too short to be a run of speech;
     speech at the end of the clip is kept because it belongs to the last long run. A clip
     with no long run (a very short word) is returned unchanged.
     """
     x = np.asarray(x, dtype=np.float32)
-    n = max(1, round(win_ms * rate / 1000.0))
+    n = max(1, round(100.0 * rate / 1000.0))
     if len(x) < 2 * n:
         return x
     rms = window_rms(x, n)
     thr = tail_threshold(rms) if threshold is None else threshold
-    bridge = int(bridge_ms // win_ms)
-    min_run = int(np.ceil(min_run_ms / win_ms - 1e-9))
-    long_runs = [r for r in voiced_runs(rms > thr, bridge) if r[1] - r[0] >= min_run]
+    long_runs = [r for r in voiced_runs(rms > thr, bridge=1) if r[1] - r[0] >= 4]
     if not long_runs:
         return x
-    end = long_runs[-1][1] * n + round(keep_ms * rate / 1000.0)
+    end = long_runs[-1][1] * n + round(150.0 * rate / 1000.0)
     return x[: min(len(x), end)]
 
 
