@@ -93,13 +93,7 @@ def cn_date(d: date | datetime) -> str:
     """Date with weekday: 2026-10-21 -> 二零二六年十月二十一日 星期三."""
     if not isinstance(d, date):
         raise RkvoiceError(Stage.TEXT, "bad-date", f"cn_date needs a date or datetime, got {d!r}")
-    return f"{cn_day(d.year, d.month, d.day)} 星期{_WEEKDAYS[d.weekday()]}"
-
-
-def cn_day(year: int | None, month: int | None, day: int | None) -> str:
-    """Date without weekday; any part may be missing: (2026, 10, 21) -> 二零二六年十月二十一日."""
-    year_part = "" if year is None else cn_digits(str(year)) + "年"
-    return year_part + "".join(cn_int(n) + unit for n, unit in ((month, "月"), (day, "日")) if n is not None)
+    return f"{cn_digits(str(d.year))}年{cn_int(d.month)}月{cn_int(d.day)}日 星期{_WEEKDAYS[d.weekday()]}"
 
 
 _PERIODS = ((4, "凌晨"), (8, "早上"), (11, "上午"), (12, "中午"), (17, "下午"))

@@ -13,7 +13,7 @@ import re
 import threading
 from collections.abc import Callable
 
-from rkvoice.text.spoken_numbers import clock_hm, cn_day, cn_dec, cn_digits, cn_int
+from rkvoice.text.spoken_numbers import clock_hm, cn_dec, cn_digits, cn_int
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +58,8 @@ def _date(m: re.Match[str]) -> str:
     y, mo, d = m["y"], int(m["mo"]), int(m["d"])
     if not (1 <= mo <= 12 and 1 <= d <= 31):
         return m.group()
-    tail = "号" if m["hao"] == "号" else "日"
-    return cn_day(int(y), mo, None) + cn_int(d) + tail if y else cn_int(mo) + "月" + cn_int(d) + tail
+    year = cn_digits(str(int(y))) + "年" if y else ""
+    return year + cn_int(mo) + "月" + cn_int(d) + ("号" if m["hao"] == "号" else "日")
 
 
 def _clock(m: re.Match[str]) -> str:
