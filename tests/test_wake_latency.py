@@ -14,7 +14,7 @@ from rkvoice.config import load_config
 from rkvoice.hear.session import HearSession, Mode, Request, Wake
 from rkvoice.hear.sources import to_mono_16k
 from rkvoice.hear.vad import SAMPLE_RATE, WINDOW, Segment, Segmenter, on_grid, vad_model_path
-from rkvoice.hear.wake import PHRASE_MAX_S, PHRASE_SILENCE_S, AsrMatchWake, phrase_segmenter
+from rkvoice.hear.wake import PHRASE_MAX_S, PHRASE_SILENCE_S, AsrMatchWake
 
 WINDOW_S = WINDOW / SAMPLE_RATE
 
@@ -33,6 +33,11 @@ def say(hear_voice):
 
 def silence(seconds: float) -> np.ndarray:
     return np.zeros(int(seconds * SAMPLE_RATE), np.float32)
+
+
+def phrase_segmenter(cfg) -> Segmenter:
+    """The asr-match wake's segmenter: phrase-length speech closes after ``PHRASE_SILENCE_S``."""
+    return Segmenter(cfg, early_silence_s=PHRASE_SILENCE_S, early_max_s=PHRASE_MAX_S)
 
 
 def feed(segmenter: Segmenter, stream: np.ndarray) -> list[Segment]:

@@ -37,11 +37,6 @@ PHRASE_SILENCE_S = 0.15  # speech of phrase length is decided after this much si
 PHRASE_MAX_S = 2.5  # "phrase length": the wake set's slowest phrase (0.7x, "小智，小智。") is under 2 s
 
 
-def phrase_segmenter(cfg: Config) -> Segmenter:
-    """The asr-match wake's segmenter: phrase-length speech closes after ``PHRASE_SILENCE_S``."""
-    return Segmenter(cfg, early_silence_s=PHRASE_SILENCE_S, early_max_s=PHRASE_MAX_S)
-
-
 @dataclass(frozen=True)
 class WakeHit:
     at_s: float
@@ -94,7 +89,7 @@ class AsrMatchWake:
     ) -> None:
         self.clock = clock or MonotonicClock()
         self.asr = asr
-        self.segmenter = segmenter or phrase_segmenter(cfg)
+        self.segmenter = segmenter or Segmenter(cfg, early_silence_s=PHRASE_SILENCE_S, early_max_s=PHRASE_MAX_S)
         self.matcher = PhraseMatcher(cfg.hear.wake_phrase, tolerance=cfg.hear.wake_tolerance)
         self.primed_matcher = PhraseMatcher(cfg.hear.wake_phrase, tolerance=0.0)
         self.short_s = short_s if can_prime(asr) else 0.0
