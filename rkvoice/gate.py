@@ -107,7 +107,7 @@ class LocalAssistant:
         self._assistant = assistant
         self._gate = gate
 
-    def reply(self, text: str, turn: Any = None) -> Any:
+    def reply(self, text: str, turn: Any) -> Any:
         held = self._gate.local()
         held.__enter__()
         once = threading.Lock()
@@ -124,8 +124,7 @@ class LocalAssistant:
         if getattr(result, "llm", None) is None:
             release()
             return result
-        if turn is not None:
-            turn.on_cancel(release)
+        turn.on_cancel(release)
         result.deltas = _then_release(result.deltas, release)
         return result
 

@@ -231,7 +231,7 @@ def test_timeout_aborts_and_says_so() -> None:
 def test_max_answer_length_ends_at_a_sentence() -> None:
     clock = FakeClock()
     llm = FakeLlm(clock, ["一二三四五，", "六七八九十", "十一十二。十三", "十四十五十六"])
-    stream = LlmStream(llm, [], clock, timeout_s=60, max_chars=12, turn=None)
+    stream = LlmStream(llm, [], clock, timeout_s=60, max_chars=12, turn=Turn())
     assert "".join(stream) == "一二三四五，六七八九十十一十二。"
     assert stream.truncated and llm.aborted.is_set()
 
@@ -239,7 +239,7 @@ def test_max_answer_length_ends_at_a_sentence() -> None:
 def test_max_answer_length_hard_cut_without_sentence_end() -> None:
     clock = FakeClock()
     llm = FakeLlm(clock, ["一二三四五六"] * 10)
-    stream = LlmStream(llm, [], clock, timeout_s=60, max_chars=10)
+    stream = LlmStream(llm, [], clock, timeout_s=60, max_chars=10, turn=Turn())
     out = "".join(stream)
     assert stream.truncated and len(out) <= 18
 
@@ -249,8 +249,8 @@ def test_the_assistant_answers_to_the_configured_wake_phrases_name(tmp_path: Pat
     llm = FakeLlm(clock, ["我是小白。"])
     cfg = dataclasses.replace(cfg_for(tmp_path), hear=HearConfig(wake_phrase="小白小白"))
     a = Assistant(cfg, clock, llm=llm, now=lambda: NOW, store=StateStore(tmp_path / "s"))
-    assert a.reply("小白停一下").route == "tool:stop"
-    reply = a.reply("你叫什么名字")
+    assert a.reply("小白停一下", Turn()).route == "tool:stop"
+    reply = a.reply("你叫什么名字", Turn())
     assert reply.route == "llm" and "".join(reply.deltas) == "我是小白。"
     assert llm.seen[0][0]["content"].startswith("你是小白，")
 
@@ -259,9 +259,9 @@ def test_assistant_remembers_llm_turns(tmp_path: Path) -> None:
     clock = FakeClock()
     llm = FakeLlm(clock, ["好的。"])
     a = Assistant(cfg_for(tmp_path), clock, llm=llm, now=lambda: NOW, store=StateStore(tmp_path / "s"))
-    reply = a.reply("你好")
+    reply = a.reply("你好", Turn())
     assert reply.route == "llm" and "".join(reply.deltas) == "好的。"
-    reply = a.reply("再说一次")
+    reply = a.reply("再说一次", Turn())
     "".join(reply.deltas)
     t = f"[{spoken_now(NOW)}] "  # the time opens each question (tests/test_conversation.py)
     assert llm.seen[1][1:] == [{"role": "user", "content": t + "你好"}, {"role": "assistant", "content": "好的。"},

@@ -42,6 +42,7 @@ from rkvoice.config import WyomingConfig, load_config  # noqa: E402
 from rkvoice.errors import RkvoiceError  # noqa: E402
 from rkvoice.gate import Engines  # noqa: E402
 from rkvoice.tts.registry import VoiceSpec  # noqa: E402
+from rkvoice.turn import Turn  # noqa: E402
 from rkvoice.wyoming.server import serve_wyoming  # noqa: E402
 
 BOUND = 30.0
@@ -448,8 +449,8 @@ def test_the_time_tool_answers_in_the_zone_it_is_given(tmp_path):
     shanghai = Assistant(load_config(), now=lambda: fixed.astimezone(timezone(timedelta(hours=8))),
                          store=StateStore(tmp_path / "a"))
     utc = Assistant(load_config(), now=lambda: fixed, store=StateStore(tmp_path / "b"))
-    at_shanghai = "".join(shanghai.reply("现在几点").deltas)
-    at_utc = "".join(utc.reply("现在几点").deltas)
+    at_shanghai = "".join(shanghai.reply("现在几点", Turn()).deltas)
+    at_utc = "".join(utc.reply("现在几点", Turn()).deltas)
     assert at_shanghai != at_utc and "一点" in at_shanghai and "五点" in at_utc
 
 
@@ -776,7 +777,6 @@ def speak(port: int, text: str) -> list[Event]:
 
 def test_a_synthesis_is_logged_with_its_timings(fakes, clock):
     from rkvoice.pieces import Pieces
-    from rkvoice.turn import Turn
 
     engines, _, zh, _ = fakes
     zh.generate = taking(clock, 0.2, zh.generate)  # type: ignore[method-assign]

@@ -18,6 +18,7 @@ from rkvoice.config import WyomingConfig, load_config  # noqa: E402
 from rkvoice.endpoint import parse_uri  # noqa: E402
 from rkvoice.errors import RkvoiceError  # noqa: E402
 from rkvoice.gate import LocalAssistant, PriorityGate  # noqa: E402
+from rkvoice.turn import Turn  # noqa: E402
 from rkvoice.wyoming.audio import AudioIn, pcm_to_float  # noqa: E402
 from rkvoice.wyoming.discovery import Announcer  # noqa: E402
 from rkvoice.wyoming.handoff import HANDOFF_S, KEEP_S, Handoff, Heard  # noqa: E402
@@ -229,7 +230,7 @@ def test_local_assistant_holds_the_gate_while_the_llm_answers():
     gate = PriorityGate("answer")
     reply = SimpleNamespace(route="llm", llm=object(), deltas=iter(["现在", "三点"]))
     local = LocalAssistant(SimpleNamespace(reply=lambda text, turn=None: reply), gate)
-    got = local.reply("讲个故事")
+    got = local.reply("讲个故事", Turn())
     taken, t = _remote_taken(gate)
     assert not taken.wait(0.2)  # the reply is still being read
     assert "".join(got.deltas) == "现在三点"
@@ -238,11 +239,9 @@ def test_local_assistant_holds_the_gate_while_the_llm_answers():
 
 
 def test_local_assistant_lets_go_for_a_tool_answer_and_for_a_cancelled_turn():
-    from rkvoice.turn import Turn
-
     gate = PriorityGate("answer")
     tool = SimpleNamespace(route="tool:time", llm=None, deltas=iter(["三点"]))
-    LocalAssistant(SimpleNamespace(reply=lambda text, turn=None: tool), gate).reply("现在几点")
+    LocalAssistant(SimpleNamespace(reply=lambda text, turn=None: tool), gate).reply("现在几点", Turn())
     taken, t = _remote_taken(gate)
     assert taken.wait(5)  # a tool's answer needs no model: the gate is free at once
     t.join(5)

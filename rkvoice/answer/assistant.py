@@ -80,12 +80,11 @@ class Assistant:
     def set_reminder_callback(self, on_due: Callable[[str], None]) -> None:
         self.scheduler.on_due = on_due
 
-    def reply(self, text: str, turn: Turn | None = None) -> Reply:
+    def reply(self, text: str, turn: Turn) -> Reply:
         """Route ``text``; the LLM's generation stops when ``turn`` is cancelled."""
         tool = route(text, self.ctx)
         name = f"tool:{tool.tool}" if tool is not None else "llm"  # the one spelling: event, Reply, metrics
-        if turn is not None:
-            turn.timeline.mark(Ev.ROUTE, route=name)
+        turn.timeline.mark(Ev.ROUTE, route=name)
         if tool is not None:
             return Reply(name, iter([tool.text] if tool.text else []), tool=tool, action=tool.action)
         self.llm.load()  # no-op once loaded (the product loads at start)

@@ -32,16 +32,12 @@ class LlmStream:
     clock: Clock
     timeout_s: float
     max_chars: int
-    turn: Turn | None = None
+    turn: Turn
     text: str = ""
     timed_out: bool = False
     truncated: bool = False
     cancelled: bool = False
     _done: threading.Event = field(default_factory=threading.Event)
-
-    def _mark(self, name: Ev, **data: object) -> None:
-        if self.turn is not None:
-            self.turn.timeline.mark(name, **data)
 
     def _on_cancel(self, _turn: Turn) -> None:
         """The turn was cancelled (barge-in, stop): abort the engine; the answer counts as cancelled."""
@@ -55,15 +51,15 @@ class LlmStream:
 
     def __iter__(self) -> Iterator[str]:
         deadline = self.clock.now() + self.timeout_s
-        if self.turn is not None:
-            self.turn.on_cancel(self._on_cancel)
-        self._mark(Ev.LLM_START)
+        self.turn.on_cancel(self._on_cancel)
+        mark = self.turn.timeline.mark
+        mark(Ev.LLM_START)
         gen = iter(self.engine.stream(self.messages))
         try:
             for delta in gen:
                 if delta and not self.text:
-                    self._mark(Ev.LLM_FIRST_TOKEN)
-                if self.turn is not None and self.turn.cancelled:
+                    mark(Ev.LLM_FIRST_TOKEN)
+                if self.turn.cancelled:
                     break  # counted as cancelled below
                 if self.clock.now() > deadline:
                     self.timed_out = True
@@ -79,14 +75,14 @@ class LlmStream:
                 yield delta
                 if self.truncated:
                     break
-            if self.turn is not None and self.turn.cancelled:
+            if self.turn.cancelled:
                 self.cancelled = True  # also when the engine ended quietly after its abort
             if self.timed_out and not self.cancelled:
                 log.warning("LLM answer timed out after %.1f s; aborted", self.timeout_s)
-                self._mark(Ev.LLM_TIMEOUT, timeout_s=self.timeout_s)
+                mark(Ev.LLM_TIMEOUT, timeout_s=self.timeout_s)
                 yield ("。" if self.text and not _SENTENCE_END.search(self.text[-1:]) else "") + TIMEOUT_TEXT
         finally:
             getattr(gen, "close", lambda: None)()  # releases the engine (and stops its run if we left early)
             self._done.set()
-            self._mark(Ev.LLM_DONE, chars=len(self.text), truncated=self.truncated, timed_out=self.timed_out,
+            mark(Ev.LLM_DONE, chars=len(self.text), truncated=self.truncated, timed_out=self.timed_out,
                        cancelled=self.cancelled)

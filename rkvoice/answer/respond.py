@@ -107,7 +107,7 @@ def _cut_early(chunker: StreamChunker) -> list[str]:
 
 
 class Replier(Protocol):
-    def reply(self, text: str, turn: Turn | None = None) -> Reply:
+    def reply(self, text: str, turn: Turn) -> Reply:
         """Route ``text`` (tools first, else the LLM); the answer streams from ``Reply.deltas``."""
 
 
