@@ -32,7 +32,7 @@ _RULE = re.compile(r"^[ \t]*([-*_=])(?:[ \t]*\1){2,}[ \t]*$", re.MULTILINE)
 _EMPHASIS = re.compile(r"\*+|`+")
 _STRIKE = re.compile(r"~~")
 _UNDERSCORE = re.compile(r"_+")  # __bold__ markers, and snake_case reads better as words
-_LEADING_MARK = re.compile(r"^(?:[-*+•·▪‣◦]+\s+|>+\s*|#{1,6}\s+)")
+_LEADING_MARK = re.compile(r"^(?:[-*+•·▪‣◦]+\s+|>+\s*|#{1,6}\s+)+")
 _TABLE_PIPE = re.compile(r"[ \t]*\|[ \t]*")
 _SPACE = re.compile(r"\s+")
 _GAP = "\x00"
@@ -96,8 +96,4 @@ def clean(text: str) -> str:
         return ""
     text = _NUMBERED.sub("", strip_markup(text)).replace(_GAP, "")
     text = _SPACE.sub(" ", text).strip()
-    while True:  # a bullet or quote mark the line rules could not see before collapsing
-        stripped = _LEADING_MARK.sub("", text)
-        if stripped == text:
-            return text
-        text = stripped
+    return _LEADING_MARK.sub("", text)  # bullet or quote marks the line rules could not see before collapsing
