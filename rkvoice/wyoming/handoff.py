@@ -17,7 +17,7 @@ that starts within ``HANDOFF_S`` of this one's detection would get this audio in
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 log = logging.getLogger(__name__)
 
@@ -36,15 +36,13 @@ class Heard:
     detected_at: float = -1.0
     """Clock time of the last detection (-1: none yet)."""
     phrase_end: int = 0
-    audio: bytearray | None = None
+    audio: bytearray = field(default_factory=bytearray)
     start: int = 0
     """Byte offset in the stream of ``audio[0]`` (older audio is let go)."""
 
     def add(self, data: bytes) -> None:
         """The stream's next bytes: before a detection the last KEEP_S seconds are kept, after it up
         to KEEP_S seconds after the phrase's end."""
-        if self.audio is None:
-            self.audio = bytearray()
         rate, width, channels = self.fmt
         keep = int(KEEP_S * rate) * width * channels
         if self.detected_at >= 0:
@@ -64,13 +62,7 @@ class Heard:
     @property
     def taped(self) -> int:
         """Bytes of the stream taped so far."""
-        return self.start + len(self.audio or b"")
-
-    def since_phrase(self) -> tuple[bytes, int]:
-        """The kept audio and the phrase's end in it (a byte offset)."""
-        if self.audio is None or self.detected_at < 0:
-            return b"", 0
-        return bytes(self.audio), self.phrase_end - self.start
+        return self.start + len(self.audio)
 
 
 class Handoff:
@@ -92,12 +84,10 @@ class Handoff:
         to where the transcription's audio begins when the detect stream had that audio too (the
         client resends a buffer of its own: ``first`` found once in it), else all of it; b"" when
         the transcription is not the detection's (another format, or too late)."""
-        held = self._held.pop(host, None)
-        if held is None:
+        held = self._held.pop(host, None)  # kept only once detected
+        if held is None or held.fmt != fmt or not 0.0 <= started_at - held.detected_at <= HANDOFF_S:
             return b""
-        audio, end = held.since_phrase()
-        if held.fmt != fmt or not 0.0 <= started_at - held.detected_at <= HANDOFF_S:
-            return b""
+        audio, end = bytes(held.audio), held.phrase_end - held.start  # the phrase's end in the kept audio
         frame = fmt[1] * fmt[2]
         at = audio.find(first) if first else -1
         if at < 0 or at % frame or audio.find(first, at + 1) >= 0:  # not there, or not there once (silence)
