@@ -28,17 +28,12 @@ def pcm_to_float(data: bytes, width: int, channels: int) -> np.ndarray:
             Stage.WYOMING, "bad-audio-chunk",
             f"an audio chunk of {len(data)} bytes is not a whole number of {width}-byte x {channels}-channel frames",
         )
-    if width == 1:
-        x = (np.frombuffer(data, np.uint8).astype(np.float32) - 128.0) / 128.0
-    elif width == 2:
-        x = np.frombuffer(data, "<i2").astype(np.float32) / 32768.0
-    elif width == 3:
-        raw = np.frombuffer(data, np.uint8).reshape(-1, 3).astype(np.int32)
-        ints = raw[:, 0] | (raw[:, 1] << 8) | (raw[:, 2] << 16)
-        ints = np.where(ints >= 1 << 23, ints - (1 << 24), ints)
-        x = ints.astype(np.float32) / float(1 << 23)
-    else:
-        x = np.frombuffer(data, "<i4").astype(np.float32) / float(1 << 31)
+    if width == 3:  # 24-bit as 32-bit with a zero low byte: the same value times 256, scaled back exactly
+        wide = np.zeros((len(data) // 3, 4), np.uint8)
+        wide[:, 1:] = np.frombuffer(data, np.uint8).reshape(-1, 3)
+        data, width = wide.tobytes(), 4
+    dtype, zero = {1: ("u1", 128.0), 2: ("<i2", 0.0), 4: ("<i4", 0.0)}[width]
+    x = (np.frombuffer(data, dtype).astype(np.float32) - zero) / float(1 << (8 * width - 1))
     if channels > 1:
         x = x.reshape(-1, channels).mean(axis=1)
     return x.astype(np.float32, copy=False)
