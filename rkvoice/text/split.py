@@ -178,28 +178,17 @@ class CutPoints:
             if ch in _ASCII_MARKS:
                 if p < n and not (text[p].isspace() or not text[p].isascii()):
                     continue
-                if ch == "." and not self._full_stop(i, p):
-                    continue
             while p < n and text[p].isspace():
                 p += 1
+            if ch == "." and (text[: i + 1].rsplit(None, 1)[-1].lstrip("(\"'“‘") in ABBREVIATIONS
+                              or p < n and text[p].isascii() and text[p].islower()):
+                continue  # an abbreviation's '.', or a small letter follows: no sentence end
             if p >= n or blocked[p]:
                 continue
             (sent if ch in SENTENCE_MARKS else clause).append(p)
         words = [k for k in range(1, fine_end + 1) if not blocked[k] and text[k - 1].isspace()]
         safe = [k for k in range(1, fine_end + 1) if not blocked[k]]
         return sorted(set(sent)), sorted(set(clause)), words, safe
-
-    def _full_stop(self, i: int, p: int) -> bool:
-        text = self.text
-        start = i
-        while start > 0 and not text[start - 1].isspace():
-            start -= 1
-        if text[start : i + 1].lstrip("(\"'“‘") in ABBREVIATIONS:
-            return False
-        q = p
-        while q < len(text) and text[q].isspace():
-            q += 1
-        return not (q < len(text) and text[q].isascii() and text[q].islower())
 
     def between(self, level: int, a: int, b: int) -> list[int]:
         """Cut positions of ``level`` strictly between ``a`` and ``b``."""
