@@ -103,10 +103,9 @@ def create_canceller(setting: str) -> Canceller | None:
 
     A backend named explicitly that cannot load is an error naming the fix; under ``auto`` a
     backend that fails to load is logged and the next one is tried."""
-    name = resolve(setting)
-    if name in ("off", "external"):
+    if setting in ("off", "external"):
         return None
-    order = [name] if setting != "auto" else [n for n in BACKENDS if installed(n)]
+    order = [setting] if setting != "auto" else [n for n in BACKENDS if installed(n)]
     for candidate in order:
         factory, package, hint = BACKENDS[candidate]
         try:
