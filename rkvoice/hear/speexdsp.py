@@ -12,7 +12,7 @@ import ctypes.util
 import importlib.util
 import struct
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -96,7 +96,7 @@ class SpeexDspCanceller:
 
     name = "speex"
 
-    def __init__(self, build: str) -> None:
+    def __init__(self, build: Literal["system", "pyaec"]) -> None:
         self.build = build
         self._fn: dict[str, Any] = {}
         if build == "system":
@@ -107,15 +107,13 @@ class SpeexDspCanceller:
             addresses = {name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value or 0 for name in FUNCTIONS}
             self._echo_ctl = lib.speex_echo_ctl
             self._echo_ctl.argtypes, self._echo_ctl.restype = [_HANDLE, ctypes.c_int, ctypes.c_void_p], ctypes.c_int
-        elif build == "pyaec":
+        else:
             lib, lib_path = load_pyaec()
             symbols = elf_functions(lib_path)
             if "AecNew" not in symbols or any(name not in symbols for name in FUNCTIONS):
                 raise UnexpectedBuild(f"{lib_path} has no speexdsp symbol table (a stripped pyaec build)", name="pyaec")
             base = (ctypes.cast(lib.AecNew, ctypes.c_void_p).value or 0) - symbols["AecNew"]
             addresses = {name: base + symbols[name] for name in FUNCTIONS}
-        else:
-            raise ValueError(f"unknown speexdsp build {build!r}")
         self._fn = {name: ctypes.CFUNCTYPE(restype, *argtypes)(addresses[name])
                     for name, (restype, argtypes) in FUNCTIONS.items()}
         self._lib = lib  # keeps the library loaded while its functions are used
