@@ -230,23 +230,16 @@ class Speaker:
                     self._order.popleft()
                     continue
                 if q.inbox:
-                    text = q.inbox.popleft()
+                    text = joined = q.inbox.popleft()
                     q.in_flight += 1
-                    merged = False
-                    if q.pieces.count and self.cfg.tts.coalesce_chars > 0:
-                        joined = self._coalesce(q, text)
-                        merged, text = joined != text, joined
-                    return q, text, merged
+                    room = self.cfg.tts.coalesce_chars if q.pieces.count else 0  # never the turn's first piece
+                    while room > 0 and q.inbox and len(joined) + len(q.inbox[0]) <= room:
+                        joined += q.inbox.popleft()  # queued up while the worker was busy: one synthesis call
+                    return q, joined, joined != text
                 if q.ended:
                     q.synth_done = True
                     return q, None, False
                 self._cond.wait()
-
-    def _coalesce(self, q: _Queue, text: str) -> str:
-        """Pieces of the turn that queued up while the worker was busy join this one (one synthesis call)."""
-        while q.inbox and len(text) + len(q.inbox[0]) <= self.cfg.tts.coalesce_chars:
-            text += q.inbox.popleft()
-        return text
 
     def _synth_loop(self) -> None:
         while True:
