@@ -52,16 +52,6 @@ def frame_windows(total: int, first: int = FIRST_FRAMES, most: int = MAX_FRAMES)
     return out
 
 
-def read_ids(tokens: Path) -> dict[str, int]:
-    """tokens.txt ("symbol id" per line; the symbol may be a space) -> symbol: id."""
-    ids: dict[str, int] = {}
-    for line in tokens.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            symbol, _, n = line.rpartition(" ")
-            ids[symbol or " "] = int(n)
-    return ids
-
-
 def phoneme_ids(phonemes: str, ids: dict[str, int]) -> list[int]:
     """Piper's ids: ^, then each phoneme followed by the pad _, then $ (piper.phoneme_ids.phonemes_to_ids);
     phonemes the voice lacks are skipped, as there."""

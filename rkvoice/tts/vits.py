@@ -28,7 +28,8 @@ from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.needs import FileNeed, present_file
 from rkvoice.tts.base import check_request
-from rkvoice.tts.piper_stream import SPLIT, PiperStream, phoneme_ids, read_ids
+from rkvoice.tts.matcha_frontend import read_tokens
+from rkvoice.tts.piper_stream import SPLIT, PiperStream, phoneme_ids
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +227,7 @@ class VitsTts:
             self._phonemizer = EspeakPhonemizer()
         if self.voice.split:
             self._stream = PiperStream(d, self.threads, self.fix)
-            self._ids = read_ids(tokens)
+            self._ids = read_tokens(tokens)  # the same 'symbol id' lines as Matcha's
         self._tts = sherpa_onnx.OfflineTts(config)
         self._rate = int(self._tts.sample_rate)
         self._speakers = max(1, int(self._tts.num_speakers))
