@@ -13,6 +13,7 @@ reload) puts a message in the same inbox, so the loop never waits with a timeout
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import queue
 import threading
@@ -219,13 +220,10 @@ class TurnLoop:
     def run_file(self, source: AudioSource, require_wake: bool = False) -> list[Turn]:
         """Replay a recording as fast as it can be read; each turn runs to its end before more audio."""
         self.session.start(Mode.IDLE if require_wake else Mode.FOLLOW_UP, None)
-        for frame in source.frames():
+        for frame in itertools.chain(source.frames(), [None]):  # None: the end, flush the session
             with self.busy("hear"):
                 events = self._accept(frame)
             self._handle(events, sync=True)
-        with self.busy("hear"):
-            events = self._accept(None)
-        self._handle(events, sync=True)
         return list(self.turns)
 
     def run_live(self, source: AudioSource) -> list[Turn]:
