@@ -8,8 +8,6 @@ from rkvoice.answer.tools.base import ToolAnswer, ToolContext
 from rkvoice.answer.tools.match import has_any
 from rkvoice.text.spoken_numbers import cn_date, cn_time
 
-NAME = "time"
-
 TIME_WORDS = ("几点", "多少点", "现在时间", "什么时间", "时间是多少", "时间多少", "看看时间", "看一下时间",
               "几点钟", "几时了", "报时", "什么时候了", "钟点")
 DATE_WORDS = ("几号", "几月", "几日", "日期", "多少号", "哪一天", "哪天", "什么日子", "号数", "年月日")
