@@ -19,7 +19,8 @@ from rkvoice.errors import RkvoiceError, Stage
 
 log = logging.getLogger(__name__)
 
-_WINDOWS = ("hann", "hamming", "povey", "rectangular")
+_WINDOWS = ("hann",)
+"""The window every Vocos model here declares (window_type); no model or config asks for another."""
 
 
 @dataclass(frozen=True)
@@ -66,14 +67,9 @@ class StftConfig:
 
 
 def make_window(cfg: StftConfig) -> np.ndarray:
-    """Periodic analysis/synthesis window of ``win_length``, zero-padded (centred) to n_fft."""
+    """Periodic Hann analysis/synthesis window of ``win_length``, zero-padded (centred) to n_fft."""
     n = cfg.win_length
-    if cfg.window == "rectangular":
-        w = np.ones(n)
-    else:  # numpy's windows are symmetric: the periodic one of n is the symmetric one of n + 1, last sample cut
-        w = (np.hamming if cfg.window == "hamming" else np.hanning)(n + 1)[:-1]
-        if cfg.window == "povey":
-            w = w**0.85
+    w = np.hanning(n + 1)[:-1]  # numpy's is symmetric: the periodic one of n is the symmetric one of n + 1, last cut
     left = (cfg.n_fft - n) // 2
     return np.pad(w, (left, cfg.n_fft - n - left))
 
