@@ -84,7 +84,7 @@ def board(tmp_path, monkeypatch, hearing_standins):
     return cfg, tmp_path
 
 
-NO_DEVICES = {"output_device": lambda: None, "input_device": lambda: False}
+NO_DEVICES = {"probe": replace(check.PROBE, sound_output=lambda: None, microphone=lambda: False)}
 
 
 def _report(cfg, manifest=Path("/nonexistent"), **probes):
@@ -174,7 +174,8 @@ def test_explicit_device_player_without_device_fails(tmp_path):
     cfg = load_config([{"audio": {"player": "aplay"}}])
     st = check.check_stage(cfg, "audio", "aplay", **NO_DEVICES)
     assert not st.ok and any("no sound output device" in p for p in st.problems), st.problems
-    st = check.check_stage(cfg, "audio", "auto", output_device=lambda: "sounddevice", input_device=lambda: True)
+    st = check.check_stage(cfg, "audio", "auto", probe=replace(check.PROBE, sound_output=lambda: "sounddevice",
+                                                               microphone=lambda: True))
     assert st.engine == "sounddevice" and st.notes == ["output: sounddevice"]
 
 
@@ -186,8 +187,8 @@ def test_check_reports_the_players_the_daemon_and_the_cli_choose(player, device)
     cfg = load_config([{"audio": {"player": player}}])
     daemon = choose_player(cfg, daemon=True, device=lambda: device)
     cli = choose_player(cfg, daemon=False, device=lambda: device)
-    checks = {c.stage: c for c in check_pipeline(cfg, Path("/x"), output_device=lambda: device,
-                                                 input_device=lambda: False)}
+    checks = {c.stage: c for c in check_pipeline(cfg, Path("/x"), probe=replace(check.PROBE, sound_output=lambda: device,
+                                                                             microphone=lambda: False))}
     audio = checks["audio"]
     assert audio.engine == (daemon if daemon == cli else f"{daemon} (daemon), {cli} (command line)")
     if player == "auto" and device is None:  # the daemon does not write WAV files for weeks

@@ -250,12 +250,12 @@ def test_the_speak_stage_taps_its_player(tmp_path) -> None:  # type: ignore[no-u
 def test_check_names_the_canceller_or_the_mute() -> None:
     import io
 
-    from rkvoice.cli.check import run_check
+    from rkvoice.cli.check import PROBE, run_check
 
     for setting, expect in (("off", "muted while the speaker plays"), ("external", "the sound server")):
         cfg = load_config([parse_override(f"hear.aec={setting}")], files=[DEFAULT_CONFIG])
         out = io.StringIO()
-        run_check(cfg, out, output_device=lambda: None, input_device=lambda: False)
+        run_check(cfg, out, probe=replace(PROBE, sound_output=lambda: None, microphone=lambda: False))
         line = next(x for x in out.getvalue().splitlines() if "] echo" in x)
         assert line.split()[-1] == setting and expect in out.getvalue()
 

@@ -267,7 +267,7 @@ def board_fs2(tmp_path, monkeypatch):
 
 def test_check_names_the_missing_npu_vocoder(board_fs2):
     cfg, _ = board_fs2
-    assert check._choices(cfg, None)["tts"] == ("fastspeech2", None)
+    assert check._choices(cfg, check.PROBE)["tts"] == ("fastspeech2", None)
     st = check.check_stage(cfg, "tts", "fastspeech2", Path("/nonexistent"))
     assert not st.ok
     assert st.problems[0] == "missing models/board/fastspeech2/mb_melgan-50.rknn (run ./install.sh --profile board)"

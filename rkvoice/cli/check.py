@@ -29,6 +29,8 @@ REGISTRIES = {"wake": "rkvoice.hear.wake_registry:WAKE", "asr": "rkvoice.hear.as
               "llm": "rkvoice.answer.llm.registry:LLM", "tts": "rkvoice.tts.registry:TTS",
               "audio": "rkvoice.audio.players:PLAYERS"}
 """Each stage's registry (``module:attribute``), imported when first asked."""
+PROBE = Probe(module=lambda name: module_found(name))  # looked up per call: tests replace it
+"""How this machine is asked; tests pass ``probe=`` with their own devices."""
 
 
 @dataclass
@@ -39,13 +41,6 @@ class StageCheck(runtimes.Findings):
     @property
     def ok(self) -> bool:
         return not self.problems
-
-
-def _probe(output_device: Callable[[], str | None] | None, input_device: Callable[[], bool] | None) -> Probe:
-    probe = Probe(module=lambda name: module_found(name))  # looked up per call: tests replace it
-    probe.sound_output = output_device or probe.sound_output
-    probe.microphone = input_device or probe.microphone
-    return probe
 
 
 def _players(cfg: Config, probe: Probe) -> tuple[str, str]:
@@ -69,7 +64,7 @@ def _tts_choice(cfg: Config, probe: Probe, text: str) -> tuple[str, dict[str, An
         return (*profile_engine(cfg, text), err.message)
 
 
-def _choices(cfg: Config, output_device: Callable[[], str | None] | None) -> dict[str, tuple[str, str | None]]:
+def _choices(cfg: Config, probe: Probe) -> dict[str, tuple[str, str | None]]:
     """Stage -> (engine the daemon runs, why it cannot be chosen or None), from the registries."""
     from rkvoice.answer.llm.registry import engine_name
     from rkvoice.hear.asr import asr_name
@@ -82,11 +77,11 @@ def _choices(cfg: Config, output_device: Callable[[], str | None] | None) -> dic
         except RkvoiceError as err:  # an unknown name: reported on its stage
             return configured, err.message
 
-    tts, _, why = _tts_choice(cfg, _probe(output_device, None), CHINESE)
+    tts, _, why = _tts_choice(cfg, probe, CHINESE)
     return {"wake": pick(lambda: wake_name(cfg), cfg.hear.wake), "vad": ("silero", None),
             "asr": pick(lambda: asr_name(cfg), cfg.hear.asr), "llm": pick(lambda: engine_name(cfg), cfg.llm.engine),
             "tts": (tts, why),
-            "audio": pick(lambda: _players(cfg, _probe(output_device, None))[0], cfg.audio.player)}
+            "audio": pick(lambda: _players(cfg, probe)[0], cfg.audio.player)}
 
 
 def _registry(stage: str) -> Registry:
@@ -154,11 +149,8 @@ def _check_audio(cfg: Config, st: StageCheck, probe: Probe) -> None:
                         "command-line runs write them to a WAV file (or --out)")
 
 
-def check_stage(cfg: Config, stage: str, engine: str, manifest: Path = MANIFEST,
-                output_device: Callable[[], str | None] | None = None,
-                input_device: Callable[[], bool] | None = None) -> StageCheck:
+def check_stage(cfg: Config, stage: str, engine: str, manifest: Path = MANIFEST, probe: Probe = PROBE) -> StageCheck:
     """One stage with the given engine (``audio``: the configured player name, auto resolved)."""
-    probe = _probe(output_device, input_device)
     st = StageCheck(stage, engine)
     if stage == "audio":
         _check_audio(cfg, st, probe)
@@ -175,32 +167,32 @@ def check_stage(cfg: Config, stage: str, engine: str, manifest: Path = MANIFEST,
     return st
 
 
-def _check_tts(cfg: Config, name: str, why: str | None, manifest: Path, probes: dict[str, Any]) -> StageCheck:
+def _check_tts(cfg: Config, name: str, why: str | None, manifest: Path, probe: Probe) -> StageCheck:
     from rkvoice.tts.registry import TTS
 
     if name not in TTS.names():
         return StageCheck("tts", name, problems=[why or f"unknown tts engine {name!r}"])
-    st = check_stage(cfg, "tts", name, manifest, **probes)
+    st = check_stage(cfg, "tts", name, manifest, probe)
     if why:
         st.problems.insert(0, why)
         return st
-    en, en_kwargs, _ = _tts_choice(cfg, _probe(None, None), "Hello")
+    en, en_kwargs, _ = _tts_choice(cfg, probe, "Hello")
     if en != name or "voice" in en_kwargs:
         voice = f" ({en_kwargs['voice']})" if "voice" in en_kwargs else ""
         st.notes.append(f"English text: {en}{voice}")
     return st
 
 
-def check_pipeline(cfg: Config, manifest: Path = MANIFEST, **probes: Any) -> list[StageCheck]:
+def check_pipeline(cfg: Config, manifest: Path = MANIFEST, probe: Probe = PROBE) -> list[StageCheck]:
     """Every stage with the engine the daemon would run (audio: the daemon's and the CLI's player)."""
     out = []
-    for stage, (engine, why) in _choices(cfg, probes.get("output_device")).items():
+    for stage, (engine, why) in _choices(cfg, probe).items():
         if stage == "tts":
-            out.append(_check_tts(cfg, engine, why, manifest, probes))
+            out.append(_check_tts(cfg, engine, why, manifest, probe))
         elif why is not None:
             out.append(StageCheck(stage, engine, problems=[why]))
         else:
-            out.append(check_stage(cfg, stage, cfg.audio.player if stage == "audio" else engine, manifest, **probes))
+            out.append(check_stage(cfg, stage, cfg.audio.player if stage == "audio" else engine, manifest, probe))
     from rkvoice.hear.aec import describe
 
     name, problems, notes = describe(cfg.hear.aec, cfg.hear.echo_tail_ms)
@@ -220,9 +212,9 @@ def render(checks: list[StageCheck]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_check(cfg: Config, out: TextIO, manifest: Path = MANIFEST, **probes: Any) -> int:
+def run_check(cfg: Config, out: TextIO, manifest: Path = MANIFEST, probe: Probe = PROBE) -> int:
     """Print the report; 0 when the configured pipeline can run, 1 otherwise."""
-    checks = check_pipeline(cfg, manifest, **probes)
+    checks = check_pipeline(cfg, manifest, probe)
     out.write(f"profile {cfg.models.profile}, models in {cfg.models.path}\n")
     out.write(render(checks))
     return 0 if all(st.ok for st in checks) else 1
