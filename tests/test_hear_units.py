@@ -213,15 +213,11 @@ def test_voice_cue_is_said_once_at_load_by_the_loaded_voice():
     assert cue.dtype == np.float32
 
 
-def test_voice_cue_without_a_voice_names_the_fix():
-    cfg = load_config([parse_override("hear.ack=voice")])
-    with pytest.raises(RkvoiceError, match="needs the loaded voice"):
-        ack_cue(cfg, None, 16000)
-
-
-def test_chime_and_no_cue_need_no_voice():
-    assert np.array_equal(ack_cue(load_config([parse_override("hear.ack=chime")]), None, 16000), chime(16000))
-    assert len(ack_cue(load_config([parse_override("hear.ack=none")]), None, 16000)) == 0
+def test_chime_and_no_cue_do_not_use_the_voice():
+    voice = Voice()
+    assert np.array_equal(ack_cue(load_config([parse_override("hear.ack=chime")]), voice, 16000), chime(16000))
+    assert len(ack_cue(load_config([parse_override("hear.ack=none")]), voice, 16000)) == 0
+    assert voice.calls == []
 
 
 def test_player_cue_hands_int16_blocks_to_the_player():

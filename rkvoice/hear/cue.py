@@ -8,7 +8,6 @@ import numpy as np
 
 from rkvoice.audio.post import resample
 from rkvoice.config import Config
-from rkvoice.errors import Code, RkvoiceError, Stage
 from rkvoice.tts.base import TtsEngine
 
 log = logging.getLogger(__name__)
@@ -25,15 +24,13 @@ def chime(rate: int = 16000, level: float = 0.3) -> np.ndarray:
     return (np.concatenate(tones) * level).astype(np.float32)
 
 
-def ack_cue(cfg: Config, voice: TtsEngine | None, rate: int) -> np.ndarray:
+def ack_cue(cfg: Config, voice: TtsEngine, rate: int) -> np.ndarray:
     """The cue ``hear.ack`` names (chime, voice, none) at ``rate``, rendered once at load; ``voice`` is
-    the loaded TTS engine the answers are spoken with (needed for ``voice``)."""
+    the loaded TTS engine the answers are spoken with (it says ``voice``)."""
     kind = cfg.hear.ack
     if kind == "chime":
         samples = chime(rate)
     elif kind == "voice":
-        if voice is None:
-            raise RkvoiceError(Stage.HEAR, Code.NO_VOICE, "hear.ack=voice needs the loaded voice; pass it to ack_cue")
         said, said_rate = voice.generate(cfg.hear.ack_text, sid=cfg.tts.sid, speed=cfg.tts.speed)
         samples = resample(said, said_rate, rate)
     else:  # none (hear.ack is checked by the config)
