@@ -75,13 +75,12 @@ class SpeechOut:
 class SpeechStream:
     """A streamed synthesis on a task of its own: text arrives by ``feed``, is cut by the StreamChunker
     and synthesised piece by piece, in order. With no voice named, the first text chooses it. Text
-    quiet for ``quiet_s`` has its complete clauses spoken (the local answerer's ``_cut_early``)."""
+    quiet for ``QUIET_S`` has its complete clauses spoken (the local answerer's ``_cut_early``)."""
 
-    def __init__(self, synthesis: Synthesis, request: SynthesizeStart, chosen: Voice | None, quiet_s: float) -> None:
+    def __init__(self, synthesis: Synthesis, request: SynthesizeStart, chosen: Voice | None) -> None:
         self.synthesis = synthesis
         self.request = request
         self.chosen = chosen
-        self.quiet_s = quiet_s
         self.chars = 0
         self.texts: asyncio.Queue[str | None] = asyncio.Queue()
         self.task = asyncio.create_task(self._run(), name="wyoming synthesis")
@@ -104,7 +103,7 @@ class SpeechStream:
                     await out.say(piece)
                 if ended:
                     break
-                wait = self.quiet_s if armed and cutter.pending.strip() else None
+                wait = QUIET_S if armed and cutter.pending.strip() else None
                 try:
                     item = await asyncio.wait_for(self.texts.get(), wait)
                 except TimeoutError:  # the text has gone quiet: what is complete of it goes now
@@ -158,7 +157,7 @@ class Synthesis:
                                "synthesize-start during a streamed synthesis; send synthesize-stop first")
         named = request.voice  # named: checked (and loaded) now; else the first text decides
         chosen = await self.voice(named, "") if named is not None and (named.name or named.language) else None
-        self.stream = SpeechStream(self, request, chosen, QUIET_S)
+        self.stream = SpeechStream(self, request, chosen)
 
     def chunk(self, text: str) -> None:
         stream = self.stream
