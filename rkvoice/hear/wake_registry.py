@@ -9,7 +9,7 @@ from typing import Any
 
 from rkvoice.board.runtimes import Findings
 from rkvoice.config import Config
-from rkvoice.errors import RkvoiceError, Stage
+from rkvoice.errors import Stage
 from rkvoice.hear.asr import AsrEngine
 from rkvoice.hear.wake import WakeEngine
 from rkvoice.needs import FileNeed, Needs, PackageNeed
@@ -61,11 +61,9 @@ def wake_name(cfg: Config, name: str | None = None) -> str:
     return WAKE.resolve(name or cfg.hear.wake, cfg.models.profile)
 
 
-def create_wake(cfg: Config, asr: AsrEngine | None = None, name: str | None = None) -> WakeEngine:
+def create_wake(cfg: Config, asr: AsrEngine) -> WakeEngine:
     """The configured wake engine, not loaded. asr-match shares the (loaded) ASR engine ``asr``."""
-    resolved = wake_name(cfg, name)
+    resolved = wake_name(cfg)
     if resolved != "asr-match":
         return WAKE.create(resolved, cfg)
-    if asr is None:
-        raise RkvoiceError(Stage.WAKE, "needs-asr", "the asr-match wake engine needs an ASR engine")
     return WAKE.create(resolved, cfg, asr)
