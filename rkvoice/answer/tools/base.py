@@ -39,10 +39,10 @@ def cn_count(n: int) -> str:
 class ToolContext:
     """Everything tools touch outside themselves: wall clock, state, reminders, /sys and /proc, the name."""
 
+    store: StateStore
+    scheduler: ReminderScheduler
     now: Callable[[], datetime] = local_now
     """Wall-clock time with the local time zone."""
-    store: StateStore | None = None
-    scheduler: ReminderScheduler | None = None
     sys_root: Path = Path("/sys")
     proc_root: Path = Path("/proc")
     name: str = field(default_factory=lambda: HearConfig().name)

@@ -43,7 +43,7 @@ def _content(text: str, span: tuple[int, int]) -> str:
 
 
 def handle(text: str, ctx: ToolContext) -> ToolAnswer | None:
-    if ctx.scheduler is None or not any(t in text for t in _TRIGGERS):
+    if not any(t in text for t in _TRIGGERS):
         return None
     sched = ctx.scheduler
     now = ctx.now()

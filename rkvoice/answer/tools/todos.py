@@ -106,8 +106,6 @@ def _list_answer(todos: TodoList) -> str:
 
 def handle(text: str, ctx: ToolContext) -> ToolAnswer | None:
     text = _norm(text)
-    if ctx.store is None:
-        return None
     todos = TodoList(ctx.store)
     if "待办" in text and _CLEAR.search(text):
         n = todos.clear()
