@@ -7,6 +7,7 @@ write numbers out: cn_int(3893) -> 三千八百九十三, cn_time(22:05) -> 晚�
 from __future__ import annotations
 
 import logging
+import re
 from datetime import date, datetime, time
 from decimal import Decimal, InvalidOperation
 
@@ -22,18 +23,8 @@ _WEEKDAYS = "一二三四五六日"
 
 def _under_10000(n: int) -> str:
     """Reading of 1..9999 without leading 零; inner zero runs read as one 零."""
-    out: list[str] = []
-    zero = False
-    for pos in range(3, -1, -1):
-        d = (n // 10**pos) % 10
-        if d == 0:
-            zero = bool(out)
-            continue
-        if zero:
-            out.append("零")
-            zero = False
-        out.append(DIGITS[d] + _SMALL_UNITS[pos])
-    return "".join(out)
+    read = "".join(DIGITS[int(c)] + _SMALL_UNITS[3 - i] if c != "0" else "零" for i, c in enumerate(f"{n:04d}"))
+    return re.sub("零+", "零", read).strip("零")
 
 
 def cn_int(n: int) -> str:
