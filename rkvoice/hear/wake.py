@@ -91,7 +91,6 @@ class AsrMatchWake:
         self.asr = asr
         self.segmenter = segmenter or Segmenter(cfg, early_silence_s=PHRASE_SILENCE_S, early_max_s=PHRASE_MAX_S)
         self.matcher = PhraseMatcher(cfg.hear.wake_phrase, tolerance=cfg.hear.wake_tolerance)
-        self.primed_matcher = PhraseMatcher(cfg.hear.wake_phrase, tolerance=0.0)
         self.short_s = short_s if can_prime(asr) else 0.0
         self.probe_s = cfg.hear.wake_probe_s
         self.last_text = ""
@@ -142,8 +141,8 @@ class AsrMatchWake:
         gives the phrase whole, else (the plain transcript, None)."""
         asr = cast(PrimedAsr, self.asr)  # short_s is 0 unless can_prime(self.asr)
         primed = asr.transcribe_primed(seg.samples, self.matcher.phrase)
-        found = self.primed_matcher.match(primed)
-        if found is None:
+        found = self.matcher.match(primed)
+        if found is None or found.cost > 0:  # the phrase whole (hear.wake_tolerance is >= 0)
             log.debug("no wake in %r nor primed %r (%.1f s)", plain, primed, seg.duration_s)
             return plain, None
         score = asr.phrase_logprob(seg.samples, self.matcher.phrase)
