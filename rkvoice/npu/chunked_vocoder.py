@@ -15,12 +15,10 @@ from rkvoice.npu.runtime import ModelRuntime
 
 
 class ChunkedVocoder:
-    """mel [1, T, C] -> waveform [T * hop] through a runtime taking [1, frames, C]."""
+    """mel [1, T, C] -> waveform [T * hop] through a runtime taking [1, frames, C] (frames > 2 * context:
+    the tts.fastspeech2 config refuses any other window)."""
 
     def __init__(self, runtime: ModelRuntime, frames: int = 50, context: int = 12, hop: int = 300) -> None:
-        if frames <= 2 * context:
-            raise RkvoiceError(Stage.CONFIG, "bad-vocoder-window",
-                               f"vocoder window of {frames} frames leaves no centre with context {context} on each side")
         self.runtime = runtime
         self.frames = frames
         self.context = context
