@@ -45,10 +45,6 @@ class LlmStream:
             self.cancelled = True
             self.engine.abort()
 
-    def speaking(self) -> None:
-        """The first piece went to the voice: tell an engine that adapts its threads (llama)."""
-        getattr(self.engine, "speaking", lambda: None)()
-
     def __iter__(self) -> Iterator[str]:
         deadline = self.clock.now() + self.timeout_s
         self.turn.on_cancel(self._on_cancel)
