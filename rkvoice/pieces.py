@@ -51,12 +51,9 @@ def piece_chars(cfg: Config, engine: object) -> tuple[int, int]:
 @dataclass(frozen=True)
 class Piece:
     index: int
-    text: str
-    """What was synthesised (speakable)."""
     blocks: np.ndarray
     """int16 rows of one block each, at ``rate``."""
     rate: int
-    synth_ms: float
 
     @property
     def audio_s(self) -> float:
@@ -130,15 +127,14 @@ class Pieces:
             t0 = self.clock.now()
             part, last = next(parts, (np.zeros(0, dtype=np.float32), True))
             blocks = post.push(part, last)
-            ms = (self.clock.now() - t0) * 1000.0
-            synth_ms, samples = synth_ms + ms, samples + len(part)
+            synth_ms, samples = synth_ms + (self.clock.now() - t0) * 1000.0, samples + len(part)
             if held is not None:  # the turn's first sound: held until it can cover the next part's making
                 blocks = held = np.concatenate([held, blocks])
                 if blocks.size * 1000 < FIRST_AHEAD_MS * out_rate and not last:
                     continue
                 held = None
             if len(blocks):
-                yield Piece(index, text, blocks, out_rate, ms)
+                yield Piece(index, blocks, out_rate)
         tl.mark(Ev.SYNTH_END, turn=tid, index=index, synth_ms=round(synth_ms, 3), audio_s=round(samples / rate, 4))
 
     def synthesise(self, text: str) -> Piece | None:
@@ -156,4 +152,4 @@ class Pieces:
             return None
         out_rate = self.out_rate or int(rate)
         block = max(1, out_rate * self.block_ms // 1000)
-        return Piece(index, text, prepare_piece(samples, rate, out_rate, block, fade_ms=self.fade_ms), out_rate, synth_ms)
+        return Piece(index, prepare_piece(samples, rate, out_rate, block, fade_ms=self.fade_ms), out_rate)
