@@ -55,16 +55,16 @@ def test_simplify_converts_traditional_and_drops_the_prompt_echo():
 
 def test_keyword_line_is_the_phrase_in_model_tokens(tmp_path):
     assert phrase_tokens("小智小智") == ["x", "iǎo", "zh", "ì"] * 2
-    tokens = tmp_path / "tokens.txt"
-    tokens.write_text("\n".join(f"{t} {i}" for i, t in enumerate(["<blk>", "x", "iǎo", "zh", "ì", "n", "ǐ"])))
-    assert keywords_line("小智小智", tokens) == "x iǎo zh ì x iǎo zh ì @小智小智"
+    tokens = tmp_path / "tokens.txt"  # named in the errors; check_kws reads it into the table
+    known = {t: i for i, t in enumerate(["<blk>", "x", "iǎo", "zh", "ì", "n", "ǐ"])}
+    assert keywords_line("小智小智", tokens, known) == "x iǎo zh ì x iǎo zh ì @小智小智"
     with pytest.raises(RkvoiceError, match="unknown: h ǎo"):
-        keywords_line("你好", tokens)
+        keywords_line("你好", tokens, known)
     # spaces and punctuation are not spoken; Latin letters and digits would silently drop out
-    assert keywords_line("小智，小智 ", tokens) == "x iǎo zh ì x iǎo zh ì @小智小智"
+    assert keywords_line("小智，小智 ", tokens, known) == "x iǎo zh ì x iǎo zh ì @小智小智"
     for phrase, why in (("Hey小智", "cannot spell: H e y"), ("小智2", "cannot spell: 2"), ("！", "no characters")):
         with pytest.raises(RkvoiceError, match=why):
-            keywords_line(phrase, tokens)
+            keywords_line(phrase, tokens, known)
 
 
 def _require(path, what):

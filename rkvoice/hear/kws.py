@@ -25,7 +25,7 @@ import numpy as np
 
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
-from rkvoice.hear.sherpa_guard import Fix, board_model_dir, check_kws_model, onnx_metadata, read_tokens, require_int
+from rkvoice.hear.sherpa_guard import Fix, board_model_dir, check_kws_model, onnx_metadata, require_int
 from rkvoice.hear.vad import SAMPLE_RATE, WINDOW, silero_vad
 from rkvoice.hear.wake import WakeHit
 from rkvoice.needs import FileNeed, present_file
@@ -85,17 +85,15 @@ def spoken_text(phrase: str) -> str:
     return "".join(c for c in phrase if not c.isspace() and not unicodedata.category(c).startswith(("P", "S")))
 
 
-def keywords_line(phrase: str, tokens_file: Path, known: dict[str, int] | None = None) -> str:
+def keywords_line(phrase: str, tokens_file: Path, known: dict[str, int]) -> str:
     """``"x iǎo zh ì x iǎo zh ì @小智小智"``: the phrase in the model's own tokens. A token missing from
-    tokens.txt (sherpa-onnx would exit) or a character pinyin cannot spell (it would drop out) is an error."""
+    ``known`` (tokens.txt; sherpa-onnx would exit) or a character pinyin cannot spell (it drops out) is an error."""
     text = spoken_text(phrase)
     fix = "choose a phrase of Chinese characters (hear.wake_phrase)"
     foreign = [c for c in text if "CJK" not in unicodedata.name(c, "")]
     if not text or foreign:
         what = f"characters the keyword model cannot spell: {' '.join(foreign)}" if text else "no characters"
         raise RkvoiceError(Stage.WAKE, "bad-phrase", f"wake phrase {phrase!r} has {what}; {fix}")
-    if known is None:
-        known = read_tokens(tokens_file, fix_for(tokens_file.parent))
     tokens = phrase_tokens(text)
     unknown = [t for t in tokens if t not in known]
     if not tokens or unknown:
