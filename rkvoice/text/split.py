@@ -119,14 +119,12 @@ class CutPoints:
                         and any(starts_with_list_number(text[k:] + end) for end in (" ", ". ")):
                     blocked[k] = 1
         lead = len(text) - len(text.lstrip())
-        for k in range(min(lead, n) + 1):
-            blocked[k] = 1
+        blocked[: lead + 1] = b"\x01" * (lead + 1)
         hard_blocked = bytes(blocked)
         blocked = bytearray(a | b for a, b in zip(blocked, soft))
         for pattern in (_ATOM, _CN_COMPOUND):  # soft blocks: a cut here only when nothing else fits
             for m in pattern.finditer(text):
-                for k in range(m.start() + 1, m.end()):
-                    blocked[k] = 1
+                blocked[m.start() + 1 : m.end()] = b"\x01" * (m.end() - m.start() - 1)
         self._block_brackets(blocked, open_brackets_block and not final)
         self._spoken = list(accumulate(spoken_mask(text), initial=0))
         fine_end = n - FINE_LOOKAHEAD if not final else n
@@ -157,9 +155,7 @@ class CutPoints:
             j = stack[0][1]
             diff[j + 1] += 1
             diff[self.n + 1] -= 1
-        depth = 0
-        for k in range(self.n + 1):
-            depth += diff[k]
+        for k, depth in enumerate(accumulate(diff[: self.n + 1])):
             if depth > 0:
                 blocked[k] = 1
 
