@@ -21,6 +21,6 @@ if __name__ == "__main__":
             os.execv(str(venv_python), [str(venv_python), str(Path(__file__).resolve()), *sys.argv[1:]])
         sys.exit("error: the packages are missing: run ./install.sh first")
     sys.path.insert(0, str(HERE))
-    from rkvoice.cli import main
+    from rkvoice.cli.entry import main
 
     sys.exit(main())

@@ -29,7 +29,7 @@ from fakes import Stillness
 from bench.fake_clock import ManualClock
 from bench.realtime import SteppedSource
 from models.standins import hearing_cache
-from rkvoice import cli
+from rkvoice.cli import entry as cli
 from rkvoice.config import ROOT, load_config, parse_override
 from rkvoice.errors import RkvoiceError
 from rkvoice.hear.kws import KwsWake, check_kws, model_files

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from rkvoice import cli
+from rkvoice.cli import entry as cli
 from rkvoice.config import ROOT, load_config, parse_override
 from rkvoice.errors import RkvoiceError
 from rkvoice.installer.onnx_meta import with_onnx_metadata

@@ -274,7 +274,7 @@ def test_portable_install_on_this_machine_passes():
 
 
 def test_cli_check_flag_exits_1_for_a_board_config_here(tmp_path, capsys):
-    from rkvoice.cli import main
+    from rkvoice.cli.entry import main
 
     rc = main(["--check", "--set", "models.profile=board", "--set", f"models.dir={tmp_path / 'models'}"])
     out = capsys.readouterr().out

@@ -15,7 +15,7 @@ from fakes import RecordingPlayer, Stillness
 from bench.cer import cer
 from bench.fake_clock import ManualClock
 from bench.realtime import SteppedSource
-from rkvoice.cli import main
+from rkvoice.cli.entry import main
 from rkvoice.config import load_config
 from rkvoice.hear.loop import TurnLoop, player_cue
 from rkvoice.hear.session import HearSession
