@@ -90,6 +90,18 @@ def test_follow_up_strips_a_repeated_wake_phrase():
     assert [(e.text, e.woke) for e in events] == [("关灯", True)]
 
 
+def test_the_wake_phrase_alone_in_the_follow_up_window_is_a_wake_that_listens():
+    asr = ScriptedAsr(["小智小智。", "关灯"])
+    s = HearSession(cfg_with(listen_timeout_s=5.0), asr, ScriptedWake([]), ScriptedSegmenter([(0.5, 1.5), (3.0, 4.0)]))
+    s.start(Mode.FOLLOW_UP, 3.0)
+    modes = []
+    events = run(s, 6.0, on_event=lambda ev: modes.append(s.mode))
+    assert [type(e) for e in events] == [Wake, Request] and modes == [Mode.LISTENING, Mode.BUSY]
+    wake, req = events
+    assert not wake.barge_in and (wake.hit.text, wake.hit.request) == ("小智小智。", "")
+    assert (req.text, req.woke) == ("关灯", True)  # heard after the follow-up window's 3 s: listening
+
+
 def test_wake_while_busy_is_a_barge_in():
     s = HearSession(cfg_with(), ScriptedAsr([]), ScriptedWake([(1.0, "")]), ScriptedSegmenter([]))
     s.start(Mode.BUSY)

@@ -153,10 +153,8 @@ class HearSession:
                 text, woke = found.remainder, True
             if not any(ch.isalnum() for ch in text):
                 log.info("heard %r: no request in it; still listening", heard)
-                if found is not None and self.mode is Mode.FOLLOW_UP:
-                    hit = WakeHit(seg.decided_s, seg.end_s, heard, "", asr_ms)
-                    self.start(Mode.LISTENING, self.listen_timeout_s)
-                    return [Wake(hit, False)]
+                if found is not None and self.mode is Mode.FOLLOW_UP:  # the phrase alone: a wake, listen
+                    return self._woke(WakeHit(seg.decided_s, seg.end_s, heard, "", asr_ms))
                 if self.mode is Mode.LISTENING:  # someone spoke: give them a fresh window
                     self._deadline_s = max(self._deadline_s, self.now_s + self.listen_timeout_s)
                 continue
