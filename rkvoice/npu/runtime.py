@@ -159,8 +159,7 @@ class OnnxModel:
 
 
 def _ort_spec(arg: Any) -> TensorSpec:
-    shape = tuple(d if isinstance(d, int) else str(d) for d in arg.shape)
-    return TensorSpec(arg.name, shape, dtype_name(arg.type))
+    return TensorSpec.from_json({"name": arg.name, "shape": arg.shape, "dtype": arg.type})
 
 
 def _lite_api() -> Any:
