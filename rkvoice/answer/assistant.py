@@ -31,8 +31,6 @@ class Reply:
     deltas: Iterator[str]
     tool: ToolAnswer | None = None
     llm: LlmStream | None = None
-    action: str = ""
-    """"stop" when the user asked to stop speaking."""
 
     @property
     def text(self) -> str:
@@ -86,7 +84,7 @@ class Assistant:
         name = f"tool:{tool.tool}" if tool is not None else "llm"  # the one spelling: event, Reply, metrics
         turn.timeline.mark(Ev.ROUTE, route=name)
         if tool is not None:
-            return Reply(name, iter([tool.text] if tool.text else []), tool=tool, action=tool.action)
+            return Reply(name, iter([tool.text] if tool.text else []), tool=tool)
         self.llm.load()  # no-op once loaded (the product loads at start)
         stream = LlmStream(self.llm, self.conversation.messages(text), self.clock, self.cfg.llm.timeout_s,
                            self.cfg.llm.max_answer_chars, turn)

@@ -125,7 +125,7 @@ class Answerer:
         tl = turn.timeline
         reply = self.assistant.reply(turn.text, turn)
         turn.route = reply.route
-        if reply.action == "stop":
+        if reply.tool is not None and reply.tool.action == "stop":  # the user asked to stop speaking
             self.speaker.cancel_all("stop")
             tl.mark(Ev.ANSWER, text="", route=reply.route)
             return ""
