@@ -92,9 +92,7 @@ def fade_edges(x: np.ndarray, rate: int, ms: float = 10.0) -> np.ndarray:
 
 
 def to_blocks(x: np.ndarray, block: int) -> np.ndarray:
-    """Cut into rows of ``block`` samples, zero-padding the last one. Shape (n_blocks, block)."""
-    if block <= 0:
-        raise ValueError("block size must be positive")
+    """Cut into rows of ``block`` samples (> 0), zero-padding the last one. Shape (n_blocks, block)."""
     return np.pad(np.asarray(x, dtype=np.float32), (0, -len(x) % block)).reshape(-1, block)
 
 
