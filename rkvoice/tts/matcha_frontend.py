@@ -108,19 +108,15 @@ def read_lexicon(path: Path, token2id: dict[str, int]) -> dict[str, tuple[int, .
     if not out:
         raise RkvoiceError(Stage.TTS, "bad-model", f"Matcha lexicon {path} has no usable entries (do its tokens "
                            "match tokens.txt?)")
-    _check_zh_en_format(path, out)
-    return out
-
-
-def _check_zh_en_format(path: Path, lexicon: dict[str, tuple[int, ...]]) -> None:
-    """Refuse a lexicon that does not give one token per Chinese character (another model's)."""
-    per_char = Counter(len(ids) for word, ids in lexicon.items() if len(word) == 1 and HAN.match(word))
+    # refused: a lexicon that does not give one token per Chinese character (another model's)
+    per_char = Counter(len(ids) for word, ids in out.items() if len(word) == 1 and HAN.match(word))
     total = sum(per_char.values())
     if total and per_char[1] < 0.9 * total:
         common = per_char.most_common(1)[0][0]
         raise RkvoiceError(Stage.TTS, "bad-model", f"Matcha lexicon {path} is not in the zh-en format: its Chinese "
                            f"characters have {common} tokens each, the zh-en model takes one toned syllable per "
                            "character (e.g. '你 ni3'); use the lexicon.txt of matcha-icefall-zh-en")
+    return out
 
 
 def ipa_to_tokens(ipa: str) -> list[str]:
