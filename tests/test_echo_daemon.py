@@ -33,7 +33,8 @@ from bench.realtime import SteppedSource
 from rkvoice.config import ROOT, Config, load_config
 from rkvoice.daemon.sdnotify import Notifier
 from rkvoice.daemon.service import Daemon
-from rkvoice.hear.echo import PlayedAudio
+from rkvoice.hear import echo as echo_module
+from rkvoice.hear.echo import EchoFilter, PlayedAudio
 from rkvoice.hear.vad import vad_model_path
 from rkvoice.stages import Speak, StageSpec, assistant, product_plan
 
@@ -238,13 +239,25 @@ def test_the_daemon_does_not_wake_on_its_own_name_and_the_user_barges_in(tmp_pat
     assert end < start + int((run.answer_s - 1.0) * RATE)  # the rest of the answer was never played
 
 
-def test_with_aec_off_the_mute_keeps_the_daemon_from_waking_itself(tmp_path: Path) -> None:
+class MuteCounter(EchoFilter):
+    """The daemon's echo filter, counting the seconds of microphone its mute silenced (``muted_s``)."""
+
+    muted_s = 0.0
+
+    def process(self, frame: np.ndarray, start_tick: int) -> np.ndarray:
+        if self.canceller is None and self.playing(start_tick, len(frame)):
+            self.muted_s += len(frame) / RATE
+        return super().process(frame, start_tick)
+
+
+def test_with_aec_off_the_mute_keeps_the_daemon_from_waking_itself(tmp_path: Path, monkeypatch) -> None:
     _needs_models()
+    monkeypatch.setattr(echo_module, "EchoFilter", MuteCounter)  # echo_filter() makes the daemon's
     run = Run(tmp_path, "off", barge_in=False, until=lambda run, _tick: len(run.room.said) >= 2)
     run.go()
     assert run.daemon is not None and run.daemon.listener is not None
     echo = run.daemon.listener.echo
-    assert echo is not None and echo.canceller is None and echo.muted_s > 2.0
+    assert isinstance(echo, MuteCounter) and echo.canceller is None and echo.muted_s > 2.0
     turns, wakes = list(run.loop.turns), list(run.loop.wakes)
     assert len(turns) == 1 and len(wakes) == 1, ([t.text for t in turns], [w.hit.text for w in wakes])
     assert turns[0].result == "".join(ANSWER) and not turns[0].cancelled

@@ -143,7 +143,6 @@ class EchoFilter:
         self._in = np.zeros(0, np.float32)
         self._in_tick = 0
         self._out = np.zeros(FRAME, np.float32)  # one frame of latency: every call returns len(frame)
-        self.muted_s = 0.0
 
     @property
     def name(self) -> str:
@@ -159,7 +158,6 @@ class EchoFilter:
         frame = np.asarray(frame, np.float32)
         if self.canceller is None:
             if self.playing(start_tick, len(frame)):
-                self.muted_s += len(frame) / RATE
                 return np.zeros_like(frame)
             return frame
         if not self.playing(start_tick - FRAME, len(frame) + FRAME):  # quiet: the frame as it is, no latency
