@@ -34,18 +34,13 @@ def file_needs(model_dir: Path) -> tuple[FileNeed, FileNeed]:
             FileNeed("tokens", (model_dir / "tokens.txt",)))
 
 
-def model_files(model_dir: Path) -> tuple[Path, Path]:
+def check_paraformer(cfg: Config, model_dir: Path | None = None) -> tuple[Path, Path]:
+    """Everything sherpa-onnx would exit on, without loading it; returns (model, tokens)."""
+    model_dir = model_dir or paraformer_dir(cfg)
     model, tokens = (present_file(f) for f in file_needs(model_dir))
     if model is None or tokens is None:
         raise fix_for(model_dir).error(
             "missing-model", f"Paraformer model missing: need {model_dir}/model.int8.onnx and tokens.txt")
-    return model, tokens
-
-
-def check_paraformer(cfg: Config, model_dir: Path | None = None) -> tuple[Path, Path]:
-    """Everything sherpa-onnx would exit on, without loading it; returns (model, tokens)."""
-    model_dir = model_dir or paraformer_dir(cfg)
-    model, tokens = model_files(model_dir)
     check_paraformer_model(model, tokens, fix_for(model_dir))
     return model, tokens
 
