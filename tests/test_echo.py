@@ -265,7 +265,7 @@ def test_pyaec_build_is_driven_like_the_system_library(tmp_path: Path) -> None:
     table, and the canceller is told 16 kHz (its rate fields hold speexdsp's 16 kHz constants)."""
     if importlib.util.find_spec("pyaec") is None:
         pytest.skip("pyaec is not installed")
-    symbols = speexdsp.elf_functions(speexdsp.pyaec_library())
+    symbols = speexdsp.elf_functions(speexdsp.load_pyaec()[1])
     assert {"AecNew", *speexdsp.FUNCTIONS} <= set(symbols)
     c = speexdsp.SpeexDspCanceller("pyaec")
     ints = ctypes.cast(c._echo, ctypes.POINTER(ctypes.c_int32))

@@ -53,17 +53,12 @@ def system_speexdsp() -> str | None:
     return ctypes.util.find_library("speexdsp")
 
 
-def pyaec_library() -> Path:
-    """pyaec's libaec.so (ImportError when pyaec is not installed)."""
+def load_pyaec() -> tuple[ctypes.CDLL, Path]:
+    """pyaec's libaec.so, loaded, and its path (ImportError when pyaec is not installed or it cannot load)."""
     spec = importlib.util.find_spec("pyaec")
     if spec is None or not spec.submodule_search_locations:
         raise ImportError("pyaec is not installed", name="pyaec")
-    return Path(next(iter(spec.submodule_search_locations))) / "libaec.so"
-
-
-def load_pyaec() -> tuple[ctypes.CDLL, Path]:
-    """pyaec's library, loaded, and its path (ImportError when it is missing or cannot load)."""
-    path = pyaec_library()
+    path = Path(next(iter(spec.submodule_search_locations))) / "libaec.so"
     try:
         return ctypes.CDLL(str(path)), path
     except OSError as exc:
