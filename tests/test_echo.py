@@ -120,7 +120,7 @@ def test_mute_fallback_silences_playback_and_the_echo_tail_only() -> None:
     f.delay = int(0.05 * RATE)  # the mute path never estimates it (that takes a canceller)
     mic = np.full(4 * RATE, 0.2, np.float32)
     out = run_filter(f, mic, 0, frame=160)
-    assert f.name == "mute"
+    assert f.canceller is None  # the mute
     assert np.all(out[: RATE - 160] == 0.2)  # before playback: heard
     assert np.all(out[RATE : int(2.35 * RATE) - 160] == 0.0)  # playing + delay + tail: muted
     assert np.all(out[int(2.35 * RATE) + 160 :] == 0.2)  # after the tail: heard again
@@ -201,7 +201,7 @@ def test_config_key_is_validated_and_the_check_names_the_canceller(monkeypatch: 
     assert aec.resolve("auto") == "off" and aec.create_canceller("auto") is None
     cfg = load_config([parse_override("hear.aec=auto")], files=[DEFAULT_CONFIG])
     f = echo_filter(cfg, PlayedAudio())
-    assert f is not None and f.name == "mute"  # nothing installed: the safe fallback
+    assert f is not None and f.canceller is None  # nothing installed: the safe fallback, the mute
     external = load_config([parse_override("hear.aec=external")], files=[DEFAULT_CONFIG])
     assert echo_filter(external, PlayedAudio()) is None  # the sound server cancels: the mic as it is
     assert aec.describe("external", 300)[0] == "external"

@@ -144,10 +144,6 @@ class EchoFilter:
         self._in_tick = 0
         self._out = np.zeros(FRAME, np.float32)  # one frame of latency: every call returns len(frame)
 
-    @property
-    def name(self) -> str:
-        return self.canceller.name if self.canceller is not None else "mute"
-
     def playing(self, start_tick: int, n: int) -> bool:
         """Whether the speaker plays (or its echo still rings) during ticks ``start_tick .. + n``."""
         lookback = self.tail + (int(MAX_DELAY_S * RATE) if self.delay is None else self.delay)
