@@ -34,7 +34,7 @@ import statistics
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -49,10 +49,11 @@ from rkvoice.answer.assistant import Assistant
 from rkvoice.answer.respond import Answerer
 from rkvoice.audio.sinks import NullPlayer
 from rkvoice.config import Config, load_config
+from rkvoice.hear.ahead import TranscribeAhead
 from rkvoice.hear.loop import TurnLoop
 from rkvoice.hear.session import HearSession
-from rkvoice.hear.vad import SAMPLE_RATE, Segment
-from rkvoice.hear.wake import WakeHit
+from rkvoice.hear.vad import SAMPLE_RATE, Segment, on_grid
+from rkvoice.hear.wake import PHRASE_SILENCE_S, WakeHit
 from rkvoice.speaker import Speaker
 from rkvoice.turn import Turn
 
@@ -205,12 +206,15 @@ class BoardWake:
 
 
 class BoardSegmenter:
-    """Closes request i on the first 32 ms VAD window ending ``silence_s`` after its speech."""
+    """Closes request i on the first 32 ms VAD window ending ``silence_s`` after its speech, and
+    reports the pause (``on_pause``, as rkvoice.hear.vad's short-silence VAD) ``pause_s`` after it."""
 
     def __init__(self, script: Script) -> None:
         self.script = script
         self.samples = 0
         self.open_from = 0
+        self.on_pause: Callable[[np.ndarray], None] | None = None
+        self.pause_s = on_grid(script.silence_s, PHRASE_SILENCE_S)
 
     def load(self) -> None:
         pass
@@ -227,9 +231,13 @@ class BoardSegmenter:
         before, self.samples = self.samples, self.samples + len(frame)
         out = []
         for i, (s, e) in enumerate(self.script.spans):
-            decide = (e + self.script.silence_s) * SAMPLE_RATE
-            if before < decide <= self.samples and s * SAMPLE_RATE >= self.open_from:
-                out.append(Segment(np.full(int((e - s) * SAMPLE_RATE), i, np.float32), s, e, self.samples / SAMPLE_RATE))
+            if s * SAMPLE_RATE < self.open_from:
+                continue
+            speech = np.full(int((e - s) * SAMPLE_RATE), i, np.float32)
+            if self.on_pause is not None and before < (e + self.pause_s) * SAMPLE_RATE <= self.samples:
+                self.on_pause(speech)
+            if before < (e + self.script.silence_s) * SAMPLE_RATE <= self.samples:
+                out.append(Segment(speech, s, e, self.samples / SAMPLE_RATE))
         return out
 
     def flush(self) -> list[Segment]:
@@ -279,13 +287,16 @@ def run_board(cfg: Config, questions: list[str]) -> list[Turn]:
     speaker = Speaker(BoardVoice(clock, cfg), NullPlayer(cfg, FakeClock()), cfg, clock)  # the player drains at once:
     speaker.load()  # a piece's audio is "handed" when synthesised, so gaps are what a listener would hear
     assistant = Assistant(cfg, clock, llm=BoardLlm(clock))
-    session = HearSession(cfg, BoardAsr(script, clock), BoardWake(script), BoardSegmenter(script), clock=clock)
+    asr = BoardAsr(script, clock)
+    heard = TranscribeAhead(asr) if cfg.hear.transcribe_ahead else asr
+    session = HearSession(cfg, heard, BoardWake(script), BoardSegmenter(script), clock=clock)
     loop = TurnLoop(session, Answerer(assistant, speaker, cfg), clock=clock)
     try:
         return loop.run_live(MicSilence(clock, script.end_s))
     finally:
         speaker.close(timeout=2)
         assistant.close()
+        getattr(heard, "close", lambda: None)()
 
 
 def _p50(values: list[float]) -> float | None:

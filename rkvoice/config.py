@@ -170,6 +170,8 @@ class HearConfig(Section):
     vad_threshold: float = num(0.5, 0.0, 1.0, lo_open=True, hi_open=True)
     trailing_silence_ms: int = num(500, 100, 5000)
     """A request ends after this much silence."""
+    transcribe_ahead: bool = True
+    """Start the ASR when speech pauses for 150 ms, before the request ends (rkvoice.hear.ahead)."""
     min_speech_ms: int = num(250, 0, 2000)
     max_request_s: float = num(12.0, 1.0, 60.0)
     listen_timeout_s: float = num(6.0, 0.0, 600.0, lo_open=True)

@@ -24,13 +24,14 @@ from rkvoice.audio.players import PLAYERS, Player, choose_player
 from rkvoice.clock import Clock
 from rkvoice.config import Config, zone
 from rkvoice.gate import ASR_CALLS, TTS_CALLS, Engines, Local, PriorityGate
+from rkvoice.hear.ahead import TranscribeAhead
 from rkvoice.hear.asr import AsrEngine, create_asr
 from rkvoice.hear.cue import ack_cue
 from rkvoice.hear.echo import PlayedAudio, ReferenceTap
 from rkvoice.hear.session import HearSession
 from rkvoice.hear.sources import AudioSource, microphone as open_microphone
 from rkvoice.hear.vad import Segmenter
-from rkvoice.hear.wake import WakeEngine
+from rkvoice.hear.wake import PHRASE_SILENCE_S, WakeEngine
 from rkvoice.hear.wake_registry import create_wake
 from rkvoice.speaker import Speaker
 from rkvoice.tts.base import TtsEngine
@@ -85,6 +86,7 @@ class Hear:
         self.asr: AsrEngine | None = None
         self.wake: WakeEngine | None = None
         self.segmenter: Segmenter | None = None
+        self.heard: Any = None  # the ASR as the wake and the session call it (gated, maybe ahead)
         self.gate = PriorityGate("asr")
 
     def load(self) -> None:
@@ -92,15 +94,20 @@ class Hear:
         self.asr.load()
         if self.asr_only:
             return
-        self.wake = wake_factory(self.cfg)(Local(self.asr, self.gate, ASR_CALLS))
-        self.segmenter = Segmenter(self.cfg)
+        local = Local(self.asr, self.gate, ASR_CALLS)
+        ahead = self.cfg.hear.transcribe_ahead
+        self.heard = TranscribeAhead(local) if ahead else local
+        self.wake = wake_factory(self.cfg)(self.heard)
+        self.segmenter = Segmenter(self.cfg, early_silence_s=PHRASE_SILENCE_S if ahead else 0.0)
         self.segmenter.load()
 
     def session(self) -> HearSession:
         assert self.asr is not None and self.wake is not None and self.segmenter is not None, "load() first"
-        return HearSession(self.cfg, Local(self.asr, self.gate, ASR_CALLS), self.wake, self.segmenter)
+        return HearSession(self.cfg, self.heard, self.wake, self.segmenter)
 
     def close(self) -> None:
+        if isinstance(self.heard, TranscribeAhead):
+            self.heard.close()
         for engine in (self.wake, self.asr):
             getattr(engine, "close", lambda: None)()
 

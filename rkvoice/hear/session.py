@@ -88,6 +88,8 @@ class HearSession:
         self._deadline_s = 0.0
         if hasattr(wake, "on_segment"):
             wake.on_segment = self._speech_end
+        if callable(getattr(asr, "ahead", None)):
+            segmenter.on_pause = asr.ahead  # type: ignore[attr-defined]
 
     @property
     def now_s(self) -> float:

@@ -6,13 +6,15 @@ maximum request length). Tests feed audio and get exact times.
 
 With ``early_silence_s``/``early_max_s`` (the asr-match wake's) a second silero VAD with the short
 silence runs beside the main one: speech of at most ``early_max_s`` it ends is returned at once as an
-``early`` segment; the main segment is dropped when it ends where the early one did.
+``early`` segment; the main segment is dropped when it ends where the early one did. Longer speech
+it ends is a pause (``on_pause``: rkvoice.hear.ahead starts its transcript).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,11 +96,15 @@ class Segmenter:
         self.cfg = cfg
         h = cfg.hear
         self.trailing_silence_s = h.trailing_silence_ms / 1000.0
-        # early close of phrase-length speech: only when shorter than the trailing silence
+        # early close of phrase-length speech (early_max_s > 0), and pauses (on_pause): only with a
+        # silence shorter than the trailing one
         self.early_silence_s = self.early_max_s = 0.0
-        if 0 < early_silence_s < self.trailing_silence_s and early_max_s > 0:
+        if 0 < early_silence_s < self.trailing_silence_s:
             self.early_silence_s = on_grid(self.trailing_silence_s, early_silence_s)
             self.early_max_s = early_max_s if self.early_silence_s > 0 else 0.0
+        self.on_pause: Callable[[np.ndarray], None] | None = None
+        """Called with the speech so far when it paused for ``early_silence_s`` without closing
+        (longer than ``early_max_s``); the segment that closes on it holds the same samples."""
         self._early: Any = None  # the short-silence VAD once loaded (early close on)
         self._early_end: int | None = None  # stream sample where the last early segment ended
         self.max_request_s = h.max_request_s
@@ -213,7 +219,11 @@ class Segmenter:
             else:
                 begin = self._base + piece.start
                 samples = np.array(piece.samples, dtype=np.float32)
-            if len(samples) == 0 or len(samples) > self.early_max_s * SAMPLE_RATE:
+            if len(samples) > self.early_max_s * SAMPLE_RATE:
+                if self.on_pause is not None:
+                    self.on_pause(samples)
+                continue
+            if len(samples) == 0:
                 continue
             self._early_end = end
             out.append(Segment(samples, begin / SAMPLE_RATE, end / SAMPLE_RATE, self._fed / SAMPLE_RATE, early=True))

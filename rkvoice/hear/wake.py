@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -96,6 +96,8 @@ class AsrMatchWake:
         self.last_text = ""
         self.on_segment: Callable[[Segment], None] | None = None
         """Called when a segment closes, before its ASR (the loop marks speech_end there)."""
+        if callable(getattr(asr, "ahead", None)):
+            self.segmenter.on_pause = self._ahead
 
     def load(self) -> None:
         self.segmenter.load()
@@ -112,6 +114,11 @@ class AsrMatchWake:
     def _check(self, segments: list[Segment]) -> WakeHit | None:
         """The first segment's hit (later segments are not transcribed once one woke)."""
         return next((hit for seg in segments if (hit := self.check_segment(seg)) is not None), None)
+
+    def _ahead(self, samples: np.ndarray) -> None:
+        """Speech paused: its transcript ahead, if the check would transcribe it whole."""
+        if self.probe_s <= 0 or len(samples) <= (self.probe_s + PROBE_MARGIN_S) * 16000:
+            cast(Any, self.asr).ahead(samples)
 
     def check_segment(self, seg: Segment) -> WakeHit | None:
         if self.on_segment is not None:
