@@ -3,12 +3,14 @@ frame count, splitting, Vocos buckets and windows, load-time checks of what mode
 
 The voice files are made here the way sherpa-onnx's ``generate_lexicon.py`` makes them (pypinyin,
 one toned syllable per Chinese character, tokens.txt with the blank as an id-only line). The
-models are tiny hand-built ONNX graphs with the converter's contract I/O:
+models are tiny hand-built ONNX graphs with the converter's contract I/O (models/matcha_split.py):
 
-- ``matcha-t{K}``: x int64 [1,K], x_length int64 [1], noise_scale, length_scale float [1], noise
-  float [1,80,W] -> mel [1,80,W], mel_frames float [1]. The true frame count is x_length * FPT *
-  length_scale (FPT frames per token); frames before it are voiced (0), after it silent (-11);
-  the noise adds a little texture (noise * noise_scale * 0.01) so the feed is used.
+- ``matcha-encoder.onnx`` (CPU): x int64 [1,N], x_length int64 [1], length_scale float [1] ->
+  mu_x [1,N,8] (ones), cum_durations [1,N], mel_frames, decoder_frames int64 [1]. Each token lasts
+  ceil(FPT * length_scale) frames (FPT frames per token); T' is T rounded up to 4.
+- ``matcha-t{K}`` (the decoder): mu [1,8,W], mask [1,1,W], noise [1,80,W], noise_scale,
+  decoder_frames [1] -> mel [1,80,W]: voiced (0) where the aligned mu is 1 and the mask is set,
+  silent (-11) elsewhere; the noise adds a little texture (noise * noise_scale * 0.01).
 - ``vocos-f{N}``: mels [1,80,N] -> mag, x, y [1,513,N]: a 437.5 Hz tone where the mel is voiced.
 - the dynamic pair: like the published model-steps-3.onnx / vocos-16khz-univ.onnx (any length).
 """
@@ -204,21 +206,20 @@ VOCOS_META = {"n_fft": "1024", "hop_length": "256", "win_length": "1024", "windo
               "normalized": "0"}
 
 
-def matcha_graph(path: Path, tokens: int | None, frames: int | None, fpt: float = 4.0, n_mels: int = 80,
-                 extra_input: str | None = None, frames_output: bool = True, x_type: int = I64) -> None:
-    """A fixed bucket (tokens, frames) or, with tokens None, the dynamic published-style graph."""
-    dynamic = tokens is None
-    W = frames or 4096
-    inputs = [T("x", x_type, [1, "N" if dynamic else tokens]), T("x_length", I64, [1]),
-              T("noise_scale", F, [1]), T("length_scale", F, [1])]
-    if not dynamic:
-        inputs.append(T("noise", F, [1, n_mels, W]))
+def matcha_graph(path: Path, fpt: float = 4.0, n_mels: int = 80, extra_input: str | None = None,
+                 tokens: int | None = None) -> None:
+    """The dynamic published-style whole graph (any length); with ``tokens``, its x is fixed [1, tokens]
+    like the whole-graph buckets the converter made before the split."""
+    W = 4096
+    inputs = [T("x", I64, [1, tokens or "N"]), T("x_length", I64, [1]), T("noise_scale", F, [1]),
+              T("length_scale", F, [1])]
     if extra_input:
         inputs.append(T(extra_input, F, [1]))
     init = [helper.make_tensor("t", F, [1, 1, W], np.arange(W, dtype=np.float32)),
             helper.make_tensor("k", F, [1], [fpt]), helper.make_tensor("eleven", F, [1], [11.0]),
             helper.make_tensor("zeros", F, [1, n_mels, 1], np.zeros(n_mels, np.float32)),
-            helper.make_tensor("small", F, [1], [0.01]), helper.make_tensor("zero_f", F, [1], [0.0])]
+            helper.make_tensor("zero_f", F, [1], [0.0]), helper.make_tensor("zero_i", I64, [1], [0]),
+            helper.make_tensor("ax", I64, [1], [2])]
     nodes = [
         helper.make_node("Cast", ["x_length"], ["lenf"], to=F),
         helper.make_node("Mul", ["lenf", "k"], ["v0"]),
@@ -233,27 +234,85 @@ def matcha_graph(path: Path, tokens: int | None, frames: int | None, fpt: float 
         helper.make_node("Add", ["logmel0", "nil"], ["logmel1"]),
         helper.make_node("Add", ["logmel1", "zeros"], ["logmel2"]),
     ]
+    last = "logmel2"
     if extra_input:
         nodes.append(helper.make_node("Mul", [extra_input, "zero_f"], ["extra0"]))
         nodes.append(helper.make_node("Add", ["logmel2", "extra0"], ["logmel3"]))
         last = "logmel3"
-    else:
-        last = "logmel2"
-    if dynamic:
-        init += [helper.make_tensor("zero_i", I64, [1], [0]), helper.make_tensor("ax", I64, [1], [2])]
-        nodes += [helper.make_node("Mul", ["noise_scale", "zero_f"], ["ns0"]),
-                  helper.make_node("Add", [last, "ns0"], ["mel_full"]),
-                  helper.make_node("Ceil", ["frames_f"], ["fc"]),
-                  helper.make_node("Cast", ["fc"], ["end"], to=I64),
-                  helper.make_node("Slice", ["mel_full", "zero_i", "end", "ax"], ["mel"])]
-        outputs = [T("mel", F, [1, n_mels, "L"])]
-    else:
-        nodes += [helper.make_node("Mul", ["noise", "noise_scale"], ["n1"]),
-                  helper.make_node("Mul", ["n1", "small"], ["n2"]),
-                  helper.make_node("Add", [last, "n2"], ["mel"]),
-                  helper.make_node("Identity", ["frames_f"], ["mel_frames"])]
-        outputs = [T("mel", F, [1, n_mels, W])] + ([T("mel_frames", F, [1])] if frames_output else [])
+    nodes += [helper.make_node("Mul", ["noise_scale", "zero_f"], ["ns0"]),
+              helper.make_node("Add", [last, "ns0"], ["mel_full"]),
+              helper.make_node("Ceil", ["frames_f"], ["fc"]),
+              helper.make_node("Cast", ["fc"], ["end"], to=I64),
+              helper.make_node("Slice", ["mel_full", "zero_i", "end", "ax"], ["mel"])]
+    outputs = [T("mel", F, [1, n_mels, "L"])]
     _save(helper.make_graph(nodes, "fake_matcha", inputs, outputs, initializer=init), path, MATCHA_META)
+
+
+ENCODER = "matcha-encoder.onnx"
+ENCODER_IN = ("x", "x_length", "length_scale")
+"""The encoder's inputs, in order (the published graph's noise_scale only reaches the decoder)."""
+CHANNELS = 8
+
+
+def encoder_graph(path: Path, fpt: float = 4.0) -> None:
+    """The split voice's CPU half: every token lasts ceil(fpt * length_scale) frames."""
+    init = [helper.make_tensor("k", F, [1], [fpt]), helper.make_tensor("zero_f", F, [1], [0.0]),
+            helper.make_tensor("one_f", F, [1], [1.0]), helper.make_tensor("four", F, [1], [4.0]),
+            helper.make_tensor("axis1", I64, [], [1]), helper.make_tensor("ax2", I64, [1], [2]),
+            helper.make_tensor("zeros_c", F, [1, 1, CHANNELS], np.zeros(CHANNELS, np.float32))]
+    nodes = [
+        helper.make_node("Cast", ["x"], ["xf"], to=F),
+        helper.make_node("Mul", ["xf", "zero_f"], ["x0"]),
+        helper.make_node("Add", ["x0", "one_f"], ["ones"]),  # [1, N]
+        helper.make_node("Mul", ["k", "length_scale"], ["d0"]),
+        helper.make_node("Ceil", ["d0"], ["dur"]),
+        helper.make_node("Mul", ["ones", "dur"], ["durations"]),
+        helper.make_node("CumSum", ["durations", "axis1"], ["cum_durations"]),
+        helper.make_node("Unsqueeze", ["ones", "ax2"], ["ones3"]),
+        helper.make_node("Add", ["ones3", "zeros_c"], ["mu_x"]),  # [1, N, C]
+        helper.make_node("Cast", ["x_length"], ["lenf"], to=F),
+        helper.make_node("Mul", ["lenf", "dur"], ["frames_f"]),
+        helper.make_node("Cast", ["frames_f"], ["mel_frames"], to=I64),
+        helper.make_node("Div", ["frames_f", "four"], ["q"]),
+        helper.make_node("Ceil", ["q"], ["qc"]),
+        helper.make_node("Mul", ["qc", "four"], ["dec_f"]),
+        helper.make_node("Cast", ["dec_f"], ["decoder_frames"], to=I64),
+    ]
+    inputs = [T("x", I64, [1, "N"]), T("x_length", I64, [1]), T("length_scale", F, [1])]
+    outputs = [T("mu_x", F, [1, "N", CHANNELS]), T("cum_durations", F, [1, "N"]), T("mel_frames", I64, [1]),
+               T("decoder_frames", I64, [1])]
+    _save(helper.make_graph(nodes, "fake_matcha_encoder", inputs, outputs, initializer=init), path, MATCHA_META)
+
+
+def decoder_graph(path: Path, tokens: int, frames: int, n_mels: int = 80, extra_input: str | None = None,
+                  mu_type: int = F, mel_name: str = "mel", **meta: str) -> None:
+    """A split voice's decoder bucket for ``tokens`` over a window of ``frames`` (``meta``: metadata changes)."""
+    W = frames
+    inputs = [T("mu", mu_type, [1, CHANNELS, W]), T("mask", F, [1, 1, W]), T("noise", F, [1, n_mels, W]),
+              T("noise_scale", F, [1]), T("decoder_frames", F, [1])]
+    if extra_input:
+        inputs.append(T(extra_input, F, [1]))
+    init = [helper.make_tensor("eleven", F, [1], [11.0]), helper.make_tensor("small", F, [1], [0.01]),
+            helper.make_tensor("zeros", F, [1, n_mels, 1], np.zeros(n_mels, np.float32)),
+            helper.make_tensor("zero_f", F, [1], [0.0])]
+    nodes = [
+        helper.make_node("Cast", ["mu"], ["muf"], to=F),
+        helper.make_node("ReduceMean", ["muf"], ["m"], axes=[1], keepdims=1),  # [1, 1, W]
+        helper.make_node("Mul", ["m", "mask"], ["mm"]),
+        helper.make_node("Mul", ["mm", "eleven"], ["s"]),
+        helper.make_node("Sub", ["s", "eleven"], ["logmel0"]),  # voiced 0, silent -11
+        helper.make_node("Add", ["logmel0", "zeros"], ["logmel1"]),
+        helper.make_node("Mul", ["noise", "noise_scale"], ["n1"]),
+        helper.make_node("Mul", ["n1", "small"], ["n2"]),
+        helper.make_node("Add", ["logmel1", "n2"], ["logmel2"]),
+        helper.make_node("Mul", ["decoder_frames", extra_input or "zero_f"], ["d0"]),
+        helper.make_node("Mul", ["d0", "zero_f"], ["d1"]),
+        helper.make_node("Add", ["logmel2", "d1"], [mel_name]),
+    ]
+    props = {**MATCHA_META, "rkvoice_tokens": str(tokens), "rkvoice_frames": str(frames),
+             "rkvoice_split": "decoder", "rkvoice_encoder": ENCODER, **meta}
+    graph = helper.make_graph(nodes, "fake_matcha_decoder", inputs, [T(mel_name, F, [1, n_mels, W])], initializer=init)
+    _save(graph, path, props)
 
 
 def vocos_graph(path: Path, frames: int | None, n_mels: int = 80) -> None:
@@ -304,7 +363,7 @@ def sidecar(model: Path, kind: str, size: int, window: int, **changes) -> None:
             "outputs": specs(m.graph.output), "metadata": {p.key: p.value for p in m.metadata_props},
             "toolkit_version": "2.3.2", "target": "rk3576", "snr_vs_original_db": 120.0, "snr_db": 55.0}
     if kind == "matcha":
-        data["frames"] = window
+        data.update(frames=window, encoder=ENCODER)
     data.update(changes)
     model.with_suffix(".json").write_text(json.dumps(data), encoding="utf-8")
 
@@ -317,9 +376,10 @@ def model_dir(tmp_path: Path, buckets=BUCKETS, vocos=(200, 600), fpt: float = 4.
     (d / "matcha-rknn").mkdir(parents=True, exist_ok=True)
     (d / "matcha-zh-en").mkdir(exist_ok=True)
     voice_files(d / "matcha-zh-en")
+    encoder_graph(d / "matcha-rknn" / ENCODER, fpt)
     for k, w in buckets:
         p = d / "matcha-rknn" / f"matcha-t{k}.onnx"
-        matcha_graph(p, k, w, fpt=fpt)
+        decoder_graph(p, k, w)
         sidecar(p, "matcha", k, w)
     for n in vocos:
         p = d / "matcha-rknn" / f"vocos-f{n}.onnx"
@@ -334,12 +394,12 @@ def engine(d: Path, **matcha) -> MatchaTts:
 
 
 class Spy:
-    """Records the feeds and outputs of a bucket's model."""
+    """Records the feeds and outputs of a bucket's model (or of the engine's ``encoder``)."""
 
-    def __init__(self, bucket) -> None:
-        self.model = bucket.model
+    def __init__(self, owner, attr: str = "model") -> None:
+        self.model = getattr(owner, attr)
         self.calls: list[tuple[list[np.ndarray], list[np.ndarray]]] = []
-        bucket.model = self
+        setattr(owner, attr, self)
 
     def __getattr__(self, k):
         return getattr(self.model, k)
@@ -357,7 +417,8 @@ def frontend(tts: MatchaTts) -> MatchaFrontend:
 
 
 def spies(tts: MatchaTts) -> dict[str, Spy]:
-    return {b.label: Spy(b) for b in tts.acoustic} | {"v" + v.label: Spy(v) for v in tts.vocoders}
+    found = {b.label: Spy(b) for b in tts.acoustic} | {"v" + v.label: Spy(v) for v in tts.vocoders}
+    return found | ({"encoder": Spy(tts, "encoder")} if tts.encoder is not None else {})
 
 
 # ---------------------------------------------------------------- the engine on the buckets
@@ -367,36 +428,45 @@ def test_finds_every_bucket_and_lists_its_files(tmp_path: Path) -> None:
     files = tts.files()
     assert {p.name for p in files.values()} >= {"matcha-t16.onnx", "matcha-t32.onnx", "matcha-t64.onnx",
                                                 "vocos-f200.onnx", "vocos-f600.onnx", "lexicon.txt", "tokens.txt"}
+    assert files["acoustic encoder"].name == ENCODER  # named by the decoders' sidecars
     tts.load()
     assert [(b.size, b.window) for b in tts.acoustic] == list(BUCKETS)
+    assert all(b.encoder == files["acoustic encoder"] for b in tts.acoustic) and tts.encoder is not None
     assert [v.size for v in tts.vocoders] == [200, 600]
     assert tts.sample_rate == 16000 and tts.stft.hop_length == HOP and tts.max_tokens == 64
 
 
-def test_each_piece_runs_in_the_smallest_bucket_and_is_cut_at_its_true_frames(tmp_path: Path) -> None:
-    tts = engine(model_dir(tmp_path))
+def test_each_piece_runs_in_the_smallest_window_and_is_cut_at_its_true_frames(tmp_path: Path) -> None:
+    tts = engine(model_dir(tmp_path, fpt=3.0))  # 3 frames a token: T is not a multiple of 4, T' is
     tts.load()
     s = spies(tts)
     text = "你好。"
     with MatchaStats(tts) as timed:  # bench/board_report.py's bucket times
         audio, rate = tts.generate(text)
-    (feeds, outs), = s["t16"].calls
-    assert not s["t32"].calls and not s["t64"].calls
+    (efeeds, eouts), = s["encoder"].calls  # the CPU encoder: the piece's own tokens, unpadded
     n = tts.count(frontend(tts).units(text))
-    x, x_length = feeds[:2]
-    assert x.shape == (1, 16) and int(x_length[0]) == n and (x[0, n:] == 0).all()
-    frames = round(float(outs[1][0]))
-    assert frames == n * 4
+    x, x_length, _ = efeeds
+    assert x.shape == (1, n) and int(x_length[0]) == n
+    frames, dec_frames = int(eouts[2][0]), int(eouts[3][0])
+    assert frames == n * 3 and dec_frames == -(-frames // 4) * 4 > frames
+    (feeds, _), = s["t16"].calls  # the smallest window holding T'
+    assert not s["t32"].calls and not s["t64"].calls
+    mu, mask, _, _, dec = feeds
+    assert mu.shape == (1, 8, 160) and mask.shape == (1, 1, 160) and int(dec[0]) == dec_frames
+    assert (mask[0, 0, :frames] == 1).all() and (mask[0, 0, frames:] == 0).all()  # aligned in numpy up to T
+    assert (mu[0, :, :frames] == 1).all() and (mu[0, :, frames:] == 0).all()
     (vfeeds, _), = s["vf200"].calls  # the smallest Vocos bucket holding the cut mel
     assert vfeeds[0].shape == (1, 80, 200) and not s["vf600"].calls
-    assert (vfeeds[0][0, :, frames:] == 0).all()  # padded with zeros (what Vocos's own conv padding sees)
+    assert (vfeeds[0][0, :, frames:] == 0).all()  # cut at T, padded with zeros (what Vocos's own conv padding sees)
     assert len(audio) == HOP * (frames - 1) and rate == 16000  # exactly the true frames, no tail trim
     tone = audio[len(audio) // 4 : len(audio) // 4 + 1024]
     spec = np.abs(np.fft.rfft(tone * np.hanning(len(tone))))
-    assert abs(np.argmax(spec) * 16000 / len(tone) - 437.5) < 20
+    assert len(tone) == 1024 and abs(np.argmax(spec) * 16000 / len(tone) - 437.5) < 20
     stats = timed.report()
     assert stats["matcha"]["t16"]["calls"] == 1 and stats["vocos"]["f200"]["calls"] == 1
     assert stats["matcha"]["t64"]["calls"] == 0 and stats["matcha"]["t16"]["mean_ms"] > 0
+    assert stats["stages"]["encoder_cpu"]["calls"] == stats["stages"]["align"]["calls"] == 1
+    assert stats["overflows"]["count"] == 0
 
 
 def test_noise_is_seeded_standard_normal_of_the_models_shape(tmp_path: Path) -> None:
@@ -406,16 +476,16 @@ def test_noise_is_seeded_standard_normal_of_the_models_shape(tmp_path: Path) -> 
     a, _ = tts.generate("今天天气不错，我们出去走走吧。")
     b, _ = tts.generate("今天天气不错，我们出去走走吧。")
     first, second = s["t16"].calls
-    noise = first[0][4]
+    noise = first[0][2]
     assert noise.shape == (1, 80, 160) and noise.dtype == np.float32
     assert abs(float(noise.mean())) < 0.02 and abs(float(noise.std()) - 1) < 0.02
-    np.testing.assert_array_equal(noise, second[0][4])  # same text, same noise, same audio
+    np.testing.assert_array_equal(noise, second[0][2])  # same text, same noise, same audio
     np.testing.assert_array_equal(a, b)
     other = engine(tmp_path / "board", seed=7)
     other.load()
     s2 = spies(other)
     other.generate("今天天气不错，我们出去走走吧。")
-    assert not np.array_equal(s2["t16"].calls[0][0][4], noise)
+    assert not np.array_equal(s2["t16"].calls[0][0][2], noise)
 
 
 def test_speed_feeds_length_scale(tmp_path: Path) -> None:
@@ -424,8 +494,8 @@ def test_speed_feeds_length_scale(tmp_path: Path) -> None:
     s = spies(tts)
     slow, _ = tts.generate("今天天气不错。", speed=0.5)
     fast, _ = tts.generate("今天天气不错。", speed=2.0)
-    calls = s["t16"].calls + s["t32"].calls
-    assert sorted(float(c[0][3][0]) for c in calls) == [0.5, 2.0]
+    scale = ENCODER_IN.index("length_scale")
+    assert sorted(float(c[0][scale][0]) for c in s["encoder"].calls) == [0.5, 2.0]
     assert len(slow) > 3 * len(fast)
     with pytest.raises(RkvoiceError, match="speed"):
         tts.generate("你好", speed=0)
@@ -438,15 +508,18 @@ def test_long_text_is_split_into_bucket_pieces_never_truncated(tmp_path: Path) -
     text = "今天天气不错，我们出去走走吧。这个时间地点人物事情开始结束，一二三四五六七八九十，是的我们开始。" * 3
     units = frontend(tts).units(text)
     audio, _ = tts.generate(text)
-    calls = [c for k in ("t16", "t32", "t64") for c in s[k].calls]
-    assert len(calls) >= 2 and all(int(f[1][0]) <= f[0].shape[1] for f, _ in calls)
-    assert sum(int(f[1][0]) for f, _ in calls) == tts.count(units)  # every token spoken once
-    frames = [round(float(o[1][0])) for _, o in calls]
+    enc = s["encoder"].calls
+    assert len(enc) >= 2 and all(int(f[1][0]) <= tts.max_tokens for f, _ in enc)
+    assert sum(int(f[1][0]) for f, _ in enc) == tts.count(units)  # every token spoken once
+    windows = [f[0].shape[2] for k in ("t16", "t32", "t64") for f, _ in s[k].calls]
+    smallest = [min(w for _, w in BUCKETS if w >= int(o[3][0])) for _, o in enc]  # holding each piece's T'
+    assert sorted(windows) == sorted(smallest)
+    frames = [int(o[2][0]) for _, o in enc]
     assert len(audio) == sum(HOP * (f - 1) for f in frames)
 
 
-def test_frames_past_the_window_go_to_a_bigger_bucket(tmp_path: Path) -> None:
-    # 8 frames a token: 14 tokens need 112 frames; t16's window holds only 100 -> rerun in t32
+def test_a_piece_goes_to_the_smallest_window_holding_its_frames(tmp_path: Path) -> None:
+    # 8 frames a token: 14 tokens need 112 frames; t16's window holds only 100 -> straight to t32
     d = model_dir(tmp_path, buckets=((16, 100), (32, 320)), fpt=8.0)
     tts = engine(d)
     tts.load()
@@ -455,29 +528,33 @@ def test_frames_past_the_window_go_to_a_bigger_bucket(tmp_path: Path) -> None:
     n = tts.count(frontend(tts).units(text))
     assert 12 < n <= 16
     audio, _ = tts.generate(text)
-    assert len(s["t16"].calls) == 1 and len(s["t32"].calls) == 1 and tts.overflows == 1
+    # the CPU encoder gave the frame count before any decoder call: no wasted call in t16
+    assert not s["t16"].calls and len(s["t32"].calls) == 1 and tts.overflows == 0
     assert len(audio) == HOP * (n * 8 - 1)
-    # the engine has seen 8 frames a token: the same piece now goes straight to t32, no wasted call
     again, _ = tts.generate(text)
-    assert len(s["t16"].calls) == 1 and len(s["t32"].calls) == 2 and tts.overflows == 1
+    assert not s["t16"].calls and len(s["t32"].calls) == 2
     np.testing.assert_array_equal(again, audio)
-    # ... while a piece that fits t16's window at that rate still runs there
+    # ... while a piece that fits t16's window runs there
     short = "你好"
     tts.generate(short)
-    assert len(s["t16"].calls) == 2
+    assert len(s["t16"].calls) == 1
 
 
 def test_frames_past_every_window_split_the_piece_in_two(tmp_path: Path) -> None:
-    # 30 frames a token: a 16-token piece needs 480 frames; the only window holds 320
+    # 30 frames a token: a 14-token piece needs 420 frames; the only window holds 320
     d = model_dir(tmp_path, buckets=((16, 320),), fpt=30.0)
     tts = engine(d)
     tts.load()
     s = spies(tts)
     text = "今天天气不错，我们出去走走吧。"
     n = tts.count(frontend(tts).units(text))
+    assert n * 30 > 320
     audio, _ = tts.generate(text)
-    spoken = [int(f[1][0]) for f, o in s["t16"].calls if float(o[1][0]) <= 320]
+    enc = s["encoder"].calls
+    spoken = [int(f[1][0]) for f, o in enc if int(o[3][0]) <= 320]
     assert sum(spoken) == n and len(spoken) >= 2  # both halves, nothing lost
+    # the overflow cost an encoder call, never a decoder call: each decoder call made audio
+    assert len(s["t16"].calls) == len(spoken) and tts.overflows == len(enc) - len(spoken) >= 1
     assert len(audio) == sum(HOP * (k * 30 - 1) for k in spoken)
 
 
@@ -502,11 +579,11 @@ def test_published_dynamic_graphs_run_directly(tmp_path: Path) -> None:
     d = tmp_path / "board"
     (d / "matcha-zh-en").mkdir(parents=True)
     voice_files(d / "matcha-zh-en")
-    matcha_graph(d / "matcha-zh-en" / "model-steps-3.onnx", None, None)
+    matcha_graph(d / "matcha-zh-en" / "model-steps-3.onnx")
     vocos_graph(d / "matcha-zh-en" / "vocos-16khz-univ.onnx", None)
     tts = engine(d, acoustic="matcha-zh-en/model-steps-3.onnx", vocoder="matcha-zh-en/vocos-16khz-univ.onnx")
     tts.load()
-    assert tts.acoustic[0].dynamic and tts.vocoders[0].dynamic
+    assert tts.acoustic[0].dynamic and tts.vocoders[0].dynamic and tts.encoder is None
     s = spies(tts)
     audio, _ = tts.generate("Hello Python，你好。")
     (feeds, outs), = s["dynamic"].calls
@@ -538,44 +615,50 @@ def _load_error(d: Path, **matcha) -> str:
 def test_a_model_wanting_an_input_the_engine_cannot_feed_is_refused(tmp_path: Path) -> None:
     d = model_dir(tmp_path, buckets=((16, 160),))
     p = d / "matcha-rknn" / "matcha-t16.onnx"
-    matcha_graph(p, 16, 160, extra_input="speaker_embedding")
+    decoder_graph(p, 16, 160, extra_input="speaker_embedding")
     sidecar(p, "matcha", 16, 160)
-    assert "speaker_embedding" in _load_error(d) and "x, x_length" in _load_error(d)
+    assert "speaker_embedding" in _load_error(d) and "mu, mask, noise" in _load_error(d)
+    matcha_graph(d / "matcha-zh-en" / "spk.onnx", extra_input="speaker_embedding")
+    msg = _load_error(d, acoustic="matcha-zh-en/spk.onnx")
+    assert "speaker_embedding" in msg and "x, x_length" in msg
 
 
 def test_a_sidecar_disagreeing_with_its_model_is_refused(tmp_path: Path) -> None:
     d = model_dir(tmp_path, buckets=((16, 160),))
     p = d / "matcha-rknn" / "matcha-t16.onnx"
     data = json.loads(p.with_suffix(".json").read_text())
-    data["inputs"][0]["shape"] = [1, 32]
+    data["inputs"][0]["shape"] = [1, 8, 320]
     p.with_suffix(".json").write_text(json.dumps(data))
-    assert "sidecar's inputs" in _load_error(d) and "x int64 [1, 32]" in _load_error(d)
-    sidecar(p, "matcha", 32, 160)  # I/O agree, the bucket size does not
-    assert "tokens 32 but the model takes 16" in _load_error(d)
+    assert "sidecar's inputs" in _load_error(d) and "mu float32 [1, 8, 320]" in _load_error(d)
+    sidecar(p, "matcha", 16, 320)  # I/O agree, the window does not
+    assert "the sidecar says frames 320 but the model takes 160 frames" in _load_error(d)
     sidecar(p, "vocos", 16, 160)
     assert "describes a 'vocos' model" in _load_error(d)
 
 
-def test_misnamed_files_and_incomplete_fixed_graphs_are_refused(tmp_path: Path) -> None:
+def test_misnamed_files_and_incomplete_decoders_are_refused(tmp_path: Path) -> None:
     d = model_dir(tmp_path, buckets=((16, 160),))
     p = d / "matcha-rknn" / "matcha-t16.onnx"
-    matcha_graph(p, 32, 160)
+    decoder_graph(p, 32, 160)
     sidecar(p, "matcha", 32, 160)
     assert "named for 16 tokens but the model takes 32" in _load_error(d)
-    matcha_graph(p, 16, 160, frames_output=False)
+    decoder_graph(p, 16, 160, mel_name="out")
     sidecar(p, "matcha", 16, 160)
-    assert "mel_frames" in _load_error(d)
-    matcha_graph(p, 16, 160, x_type=TensorProto.FLOAT)
+    assert "not a Matcha decoder the engine can feed" in _load_error(d) and "-> mel" in _load_error(d)
+    decoder_graph(p, 16, 160, mu_type=I64)
     sidecar(p, "matcha", 16, 160)
-    assert "input x float32 [1, 16] should be int64 or int32" in _load_error(d)
-    matcha_graph(p, 16, 160, n_mels=100)
+    assert "input mu int64 [1, 8, 160] should be float32" in _load_error(d)
+    decoder_graph(p, 16, 160, rkvoice_tokens="")
+    sidecar(p, "matcha", 16, 160, tokens=None)
+    assert "without its token bucket" in _load_error(d)
+    decoder_graph(p, 16, 160, n_mels=100)
     sidecar(p, "matcha", 16, 160)
     assert "makes 100 mel bins but vocos-f200.onnx takes 80" in _load_error(d)
 
 
 def test_a_dynamic_graph_wanting_noise_is_refused(tmp_path: Path) -> None:
     d = model_dir(tmp_path, buckets=())
-    matcha_graph(d / "matcha-zh-en" / "noisy.onnx", None, None, extra_input="noise")
+    matcha_graph(d / "matcha-zh-en" / "noisy.onnx", extra_input="noise")
     msg = _load_error(d, acoustic="matcha-zh-en/noisy.onnx")
     assert "dynamic-shape Matcha with input noise" in msg and "model-steps-3.onnx" in msg
 
@@ -653,7 +736,8 @@ class _FakeRuntime:
 def _rknn_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     d = model_dir(tmp_path, buckets=((16, 160), (32, 320)), vocos=(200,))
     for onnx_file in (d / "matcha-rknn").glob("*.onnx"):
-        onnx_file.with_suffix(".rknn").write_bytes(b"RKNN fake")
+        if onnx_file.name != ENCODER:  # the encoder stays on the CPU
+            onnx_file.with_suffix(".rknn").write_bytes(b"RKNN fake")
     monkeypatch.setattr(npu_runtime, "_lite_api", lambda: FakeLite)
     return d
 
@@ -661,7 +745,9 @@ def _rknn_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_rknn_buckets_are_fed_from_their_sidecars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     d = _rknn_dir(tmp_path, monkeypatch)
     tts = engine(d, runtime="rknn")
-    assert {p.suffix for k, p in tts.files().items() if k.startswith(("acoustic", "vocoder"))} == {".rknn", ".json"}
+    files = tts.files()
+    assert files.pop("acoustic encoder").name == ENCODER  # the CPU half: onnxruntime
+    assert {p.suffix for k, p in files.items() if k.startswith(("acoustic", "vocoder"))} == {".rknn", ".json"}
     tts.load()
     assert all(b.path.suffix == ".rknn" for b in tts.acoustic + tts.vocoders)
     audio, _ = tts.generate("今天天气不错。")
@@ -695,13 +781,13 @@ def test_contract_graphs_build_for_rk3576_and_simulate_like_onnxruntime(tmp_path
     if not py.exists():
         pytest.skip(f"rknn-toolkit2 venv not found at {py.parent.parent}: create it with "
                     "`python3 models/convert_rknn.py setup-venv --python python3.11` (1.5 GB)")
-    matcha_graph(tmp_path / "a.onnx", 64, 600)
+    decoder_graph(tmp_path / "a.onnx", 64, 600)
     vocos_graph(tmp_path / "v.onnx", 600)
-    x = np.zeros((1, 64), np.int64)
-    x[0, :30] = np.arange(1, 31)
-    feeds: dict[str, np.ndarray] = {"x": x, "x_length": np.array([30], np.int64), "noise_scale": np.array([0.667], np.float32),
-             "length_scale": np.array([1.0], np.float32),
-             "noise": np.random.default_rng(0).standard_normal((1, 80, 600), dtype=np.float32)}
+    mu, mask = np.zeros((1, CHANNELS, 600), np.float32), np.zeros((1, 1, 600), np.float32)
+    mu[..., :120] = mask[..., :120] = 1.0  # 30 tokens of 4 frames, aligned
+    feeds: dict[str, np.ndarray] = {"mu": mu, "mask": mask,
+             "noise": np.random.default_rng(0).standard_normal((1, 80, 600), dtype=np.float32),
+             "noise_scale": np.array([0.667], np.float32), "decoder_frames": np.array([120], np.float32)}
     for k, v in feeds.items():
         np.save(tmp_path / f"{k}.npy", v)
     mel = np.full((1, 80, 600), -11.0, np.float32)
@@ -719,8 +805,8 @@ def test_contract_graphs_build_for_rk3576_and_simulate_like_onnxruntime(tmp_path
         assert res.returncode == 0, res.stderr[-2000:]
         return json.loads(next(line for line in res.stdout.splitlines() if line.startswith("{")))
 
-    a = convert("a.onnx", {"x": "1,64", "x_length": "1", "noise_scale": "1", "length_scale": "1",
-                           "noise": "1,80,600"}, feeds)
+    a = convert("a.onnx", {"mu": f"1,{CHANNELS},600", "mask": "1,1,600", "noise": "1,80,600", "noise_scale": "1",
+                           "decoder_frames": "1"}, feeds)
     assert a["snr_db"]["mel"] >= 40, a
     v = convert("v.onnx", {"mels": "1,80,600"}, ["mels"])
     assert set(v["snr_db"]) == {"mag", "x", "y"} and min(v["snr_db"].values()) >= 40, v
