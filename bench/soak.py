@@ -290,20 +290,20 @@ def main() -> int:
             if daemon.turns >= args.turns:
                 daemon.request_stop()
 
-    orig_done, orig_failed = daemon._turn_done, daemon._turn_failed
+    orig_report = daemon.report
 
-    def on_done(turn: Turn) -> None:
-        orig_done(turn)
-        on_turn(turn)
+    def on_report(result: Turn | BaseException) -> None:
+        stopping = daemon.stop.is_set()  # a failure once stopping is not counted
+        orig_report(result)
+        if isinstance(result, Turn) and result.exception is None:
+            on_turn(result)
+        elif not stopping:
+            with lock:
+                samples.append(proc_status())
+                if daemon.turns >= args.turns:
+                    daemon.request_stop()
 
-    def on_failed(exc: BaseException) -> None:
-        orig_failed(exc)
-        with lock:
-            samples.append(proc_status())
-            if daemon.turns >= args.turns:
-                daemon.request_stop()
-
-    daemon._turn_done, daemon._turn_failed = on_done, on_failed  # type: ignore[method-assign]
+    daemon.report = on_report  # type: ignore[method-assign]
     t_start = time.monotonic()
     code = daemon.run()
     wall = time.monotonic() - t_start

@@ -191,17 +191,17 @@ def run(cfg: Config, variants: dict[str, Config], rounds: int, warmup: int) -> d
                   file=sys.stderr, flush=True)
             ready_next(i + 1)
 
-    orig_done, orig_failed = daemon._turn_done, daemon._turn_failed
+    orig_report = daemon.report
 
-    def on_done(turn: Turn) -> None:
-        orig_done(turn)
-        finished(turn)
+    def on_report(result: Turn | BaseException) -> None:
+        stopping = daemon.stop.is_set()  # a failure once stopping is not counted
+        orig_report(result)
+        if isinstance(result, Turn) and result.exception is None:
+            finished(result)
+        elif not stopping:
+            finished(None)
 
-    def on_failed(exc: BaseException) -> None:
-        orig_failed(exc)
-        finished(None)
-
-    daemon._turn_done, daemon._turn_failed = on_done, on_failed  # type: ignore[method-assign]
+    daemon.report = on_report  # type: ignore[method-assign]
     t0 = time.monotonic()
     code = daemon.run()
     per: dict[str, list[dict[str, Any]]] = {}

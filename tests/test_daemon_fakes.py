@@ -111,9 +111,10 @@ class CollectingDaemon(Daemon):
         super().__init__(*args, **kwargs)
         self.finished: queue.Queue[Turn] = queue.Queue()
 
-    def _turn_done(self, turn: Turn) -> None:
-        super()._turn_done(turn)
-        self.finished.put(turn)
+    def report(self, result: Turn | BaseException) -> None:
+        super().report(result)
+        if isinstance(result, Turn) and result.exception is None:
+            self.finished.put(result)
 
 
 class Harness:

@@ -187,16 +187,6 @@ class Daemon:
                     return what, now - since
         return None
 
-    def report(self, result: Turn | BaseException) -> None:
-        exc = result.exception if isinstance(result, Turn) else result
-        if exc is None:
-            assert isinstance(result, Turn)
-            self._turn_done(result)
-        elif self.stop.is_set():
-            log.info("turn ended by shutdown: %s", exc)
-        else:
-            self._turn_failed(exc)
-
     def _shutdown(self, worker: threading.Thread | None) -> int:
         t0 = self.clock.now()
         if self._signalled:
@@ -240,22 +230,23 @@ class Daemon:
                 self.notifier.notify(STATUS="listening")
                 backoff = 0.0
 
-    def _turn_done(self, turn: Turn) -> None:
+    def report(self, result: Turn | BaseException) -> None:
+        exc = result.exception if isinstance(result, Turn) else result
+        if exc is not None and self.stop.is_set():
+            log.info("turn ended by shutdown: %s", exc)
+            return
         with self._count_lock:
             self.turns += 1
-            self._failures = 0
-            n = self.turns
-        summary = turn.timeline.summary()
-        lat = " ".join(f"{k}={summary[k]:g}" for k in ("asr_ms", "end_to_first_audio_ms")
-                       if isinstance(summary.get(k), (int, float)))
-        log.info("turn %d: heard %r route=%s answer_chars=%d%s %s", n, turn.text, turn.route or "-",
-                 len(turn.result or ""), f" cancelled ({turn.reason})" if turn.cancelled else "", lat)
-
-    def _turn_failed(self, exc: BaseException) -> None:
-        with self._count_lock:
-            self.turns += 1
-            self._failures += 1
+            self._failures = 0 if exc is None else self._failures + 1
             n, failures = self.turns, self._failures
+        if exc is None:
+            assert isinstance(result, Turn)
+            summary = result.timeline.summary()
+            lat = " ".join(f"{k}={summary[k]:g}" for k in ("asr_ms", "end_to_first_audio_ms")
+                           if isinstance(summary.get(k), (int, float)))
+            log.info("turn %d: heard %r route=%s answer_chars=%d%s %s", n, result.text, result.route or "-",
+                     len(result.result or ""), f" cancelled ({result.reason})" if result.cancelled else "", lat)
+            return
         if isinstance(exc, RkvoiceError):
             log.error("turn %d failed in %s (%s): %s", n, exc.stage, exc.code, exc.message)
         else:
