@@ -138,8 +138,6 @@ def test_bad_format_is_refused():
         AudioIn(1000, 2, 1, 10)
     with pytest.raises(RkvoiceError, match="width=5"):
         AudioIn(16000, 5, 1, 10)
-    with pytest.raises(RkvoiceError, match="whole number"):
-        pcm_to_float(b"\0" * 6, 2, 2)
 
 
 @pytest.mark.parametrize("width,channels", [(2, 1), (2, 2), (3, 1), (4, 2), (1, 3)])

@@ -21,13 +21,8 @@ MAX_CHANNELS = 8
 
 
 def pcm_to_float(data: bytes, width: int, channels: int) -> np.ndarray:
-    """Interleaved little-endian PCM -> mono float32 in [-1, 1] (width 1 is unsigned, as in WAV)."""
-    frame = width * channels
-    if len(data) % frame:
-        raise RkvoiceError(
-            Stage.WYOMING, "bad-audio-chunk",
-            f"an audio chunk of {len(data)} bytes is not a whole number of {width}-byte x {channels}-channel frames",
-        )
+    """Interleaved little-endian PCM, whole frames (AudioIn.convert carries a partial one) -> mono float32
+    in [-1, 1] (width 1 is unsigned, as in WAV)."""
     if width == 3:  # 24-bit as 32-bit with a zero low byte: the same value times 256, scaled back exactly
         wide = np.zeros((len(data) // 3, 4), np.uint8)
         wide[:, 1:] = np.frombuffer(data, np.uint8).reshape(-1, 3)
