@@ -656,6 +656,20 @@ def test_misnamed_files_and_incomplete_decoders_are_refused(tmp_path: Path) -> N
     assert "makes 100 mel bins but vocos-f200.onnx takes 80" in _load_error(d)
 
 
+def test_a_whole_graph_bucket_is_refused_with_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # what the converter made before the split: one graph taking x [1, K] (no CPU encoder)
+    d = _rknn_dir(tmp_path, monkeypatch)
+    (d / "matcha-rknn" / ENCODER).unlink()
+    for k, w in ((16, 160), (32, 320)):
+        p = d / "matcha-rknn" / f"matcha-t{k}.onnx"
+        matcha_graph(p, tokens=k)
+        sidecar(p, "matcha", k, w, encoder=None)
+    for runtime in ("onnx", "rknn"):
+        msg = _load_error(d, runtime=runtime)
+        assert f"matcha-t16.{runtime}: input x int64 [1, 16]: a whole-graph Matcha bucket, which rkvoice no " \
+               "longer runs; rebuild the voice with ./install.sh --profile board (models/convert_rknn.py matcha)" in msg
+
+
 def test_a_dynamic_graph_wanting_noise_is_refused(tmp_path: Path) -> None:
     d = model_dir(tmp_path, buckets=())
     matcha_graph(d / "matcha-zh-en" / "noisy.onnx", extra_input="noise")

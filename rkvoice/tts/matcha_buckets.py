@@ -1,11 +1,12 @@
-"""The installed Matcha token buckets and Vocos frame buckets, and what each model declares.
+"""The installed Matcha decoder buckets and Vocos frame buckets, and what each model declares.
 
-``models/convert_rknn.py matcha|vocos`` writes, per bucket, ``matcha-t{K}.rknn`` / ``vocos-f{N}.rknn``,
-its fixed-shape ``.onnx`` twin and a ``.json`` sidecar (inputs, outputs, the ONNX metadata). At load
-every model's declared I/O (onnxruntime's for .onnx; for .rknn the sidecar, checked against
-RKNNLite's query where it has one) is checked: a model the engine cannot feed, or a sidecar that
-disagrees with it, is a load-time error naming the file and the fix, never garbage audio later.
-The published dynamic-shape ONNX files load too, as *dynamic* buckets (size 0, any length).
+``models/convert_rknn.py matcha|vocos`` writes, per bucket, ``matcha-t{K}.rknn`` (a split Matcha's
+decoder, next to the CPU encoder it names) / ``vocos-f{N}.rknn``, its fixed-shape ``.onnx`` twin and
+a ``.json`` sidecar (inputs, outputs, the ONNX metadata). At load every model's declared I/O
+(onnxruntime's for .onnx; for .rknn the sidecar, checked against RKNNLite's query where it has one)
+is checked: a model the engine cannot feed, or a sidecar that disagrees with it, is a load-time
+error naming the file and the fix, never garbage audio later. The published dynamic-shape ONNX
+files load too, as *dynamic* buckets (size 0, any length).
 """
 
 from __future__ import annotations
@@ -54,11 +55,11 @@ class Bucket:
     outputs: list[TensorSpec]
     meta: dict[str, str]
     size: int = 0
-    """Tokens (Matcha) or frames (Vocos) the model takes; 0 = any (dynamic shape)."""
+    """Tokens (a Matcha decoder's bucket) or frames (Vocos) the model takes; 0 = any (dynamic shape)."""
     window: int = 0
-    """Matcha: mel frames of its fixed window (0 = dynamic). Vocos: = size."""
+    """Matcha decoder: mel frames of its fixed window (0 = dynamic). Vocos: = size."""
     encoder: Path | None = None
-    """A split Matcha's decoder: the CPU encoder it belongs to (None: a whole Matcha graph)."""
+    """A split Matcha's decoder: the CPU encoder it belongs to (None: the dynamic whole graph)."""
     n_mels: int = 80
     _out_index: dict[str, int] = field(default_factory=dict)
 
@@ -266,6 +267,7 @@ def _check_decoder(b: Bucket, side: dict[str, Any] | None) -> None:
 
 
 def _check_matcha(b: Bucket, side: dict[str, Any] | None) -> None:
+    """A split Matcha's decoder bucket, or the dynamic whole graph (the published model-steps-3.onnx)."""
     spec = {s.name: s for s in b.inputs}
     if "mu" in spec:
         _check_decoder(b, side)
@@ -276,6 +278,9 @@ def _check_matcha(b: Bucket, side: dict[str, Any] | None) -> None:
                    f"(it feeds {', '.join(MATCHA_INPUTS)})",
                    "give the published model-steps-3.onnx or a bucket from models/convert_rknn.py matcha")
     x = spec["x"]
+    if len(x.shape) == 2 and isinstance(x.shape[1], int):  # the converter's output before the split
+        raise _bad(b.path, f"input {x.describe()}: a whole-graph Matcha bucket, which rkvoice no longer runs",
+                   "rebuild the voice with ./install.sh --profile board (models/convert_rknn.py matcha)")
     for name, s in spec.items():
         want = _INT if name in ("x", "x_length", "sid") else _FLOAT
         if s.dtype not in want:
@@ -293,29 +298,10 @@ def _check_matcha(b: Bucket, side: dict[str, Any] | None) -> None:
     mel = b.outputs[mel_i]
     if isinstance(mel.shape[1], int):
         b.n_mels = mel.shape[1]
-    if not isinstance(x.shape[1], int):  # dynamic tokens: the published graph, mel length = output length
-        if "noise" in spec:
-            raise _bad(b.path, f"a dynamic-shape Matcha with input {spec['noise'].describe()}: the noise length "
-                       "depends on the predicted durations, which the engine cannot know before the call",
-                       "give the published model-steps-3.onnx (noise drawn inside) or a fixed bucket")
-        b.size, b.window = 0, 0
-        return
-    b.size = x.shape[1]
-    frames_i = next((i for i, o in enumerate(b.outputs) if o.name == "mel_frames"), None)
-    if frames_i is None:
-        frames_i = next((i for i, o in enumerate(b.outputs) if i != mel_i and o.size == 1), None)
-    if frames_i is None or not isinstance(mel.shape[2], int):
-        raise _bad(b.path, f"a fixed {b.size}-token Matcha must output mel [1, n_mels, W] and its true frame count "
-                   f"mel_frames [1]; it has {', '.join(o.describe() for o in b.outputs)}",
-                   "convert the published ONNX with models/convert_rknn.py matcha")
-    b._out_index["mel_frames"] = frames_i
-    b.window = int(mel.shape[2])
-    noise = spec.get("noise")
-    if noise is not None and (not noise.fixed or noise.shape != (1, b.n_mels, b.window)):
-        raise _bad(b.path, f"input {noise.describe()} should be [1, {b.n_mels}, {b.window}] like its mel output")
-    _check_name(b, "matcha-t", "tokens")
-    _agree(b.path, side, "tokens", b.size, "tokens")
-    _agree(b.path, side, "frames", b.window, "frames")
+    if "noise" in spec:  # dynamic tokens: the mel length is the output's
+        raise _bad(b.path, f"a dynamic-shape Matcha with input {spec['noise'].describe()}: the noise length "
+                   "depends on the predicted durations, which the engine cannot know before the call",
+                   "give the published model-steps-3.onnx (noise drawn inside) or a converted bucket")
 
 
 def _check_vocos(b: Bucket, side: dict[str, Any] | None) -> None:

@@ -1,25 +1,22 @@
 """The ``matcha`` TTS engine: zh-en frontend -> Matcha (mel) -> Vocos (STFT) -> numpy ISTFT.
 
-On the board the models are fixed-shape .rknn buckets on the NPU (``matcha-t{K}``: K tokens, a
-mel window of W frames; ``vocos-f{N}``: N frames -> mag/x/y); elsewhere their .onnx twins, or the
-published dynamic-shape ONNX files, run through onnxruntime, by the same code.
+On the board the models are fixed-shape .rknn buckets on the NPU (``matcha-t{K}``: a decoder for
+pieces of up to K tokens over a mel window of W frames; ``vocos-f{N}``: N frames -> mag/x/y);
+elsewhere their .onnx twins, or the published dynamic-shape ONNX files, run through onnxruntime,
+by the same code.
 
 The converter splits Matcha at its length regulator (models/matcha_split.py): the encoder and
 duration predictor (``matcha-encoder.onnx``) run on the CPU in fp32, the alignment in numpy
 (``rkvoice.npu.length_regulator.align``), the flow-matching decoder on the NPU. The frame count is
-known before the NPU call, so a piece goes straight to the smallest window holding it. A whole
-(unsplit) fixed graph runs in the smallest bucket holding its tokens and is re-run in a bigger one
-when its frames overflow the window. A piece too long for every window is synthesised in two
-halves; a mel longer than every Vocos bucket runs in overlapping windows of the largest. The ODE
-noise is seeded per ``generate`` call (``tts.matcha.seed``): one text always gives the same audio.
+known before the NPU call, so a piece goes straight to the smallest window holding it. A piece too
+long for every window is synthesised in two halves; a mel longer than every Vocos bucket runs in
+overlapping windows of the largest. The ODE noise is seeded per ``generate`` call
+(``tts.matcha.seed``): one text always gives the same audio.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import statistics
-from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -35,8 +32,6 @@ from rkvoice.tts.matcha_frontend import MatchaFrontend, Phonemizer, Unit, system
 
 log = logging.getLogger(__name__)
 
-RATE_MARGIN = 1.05
-"""Head-room on the expected frame count when choosing a bucket."""
 MAX_SPLITS = 6
 """A piece is halved at most this deep when its frames overflow every window (64 pieces)."""
 
@@ -65,13 +60,10 @@ class MatchaTts:
         self.piece_chars = (mc.first_chars, mc.chunk_chars)
         """First and later piece lengths the speaker cuts text into for this voice (seeds/001: 24/40)."""
         self.overflows = 0
-        """Pieces whose true frame count overflowed their bucket's window (re-run or halved)."""
+        """Pieces whose frame count overflowed every decoder window (halved)."""
         self.encoder: npu_runtime.OnnxModel | None = None
         """A split voice's CPU encoder."""
         self._encoder_inputs: list[str] = []
-        self._rates: deque[float] = deque(maxlen=32)
-        """Frames per token (at speed 1) of recent Matcha calls: only to skip a bucket whose window
-        a piece would overflow (a wasted NPU call); the mel is always cut at the model's own count."""
 
     # -- loading -------------------------------------------------------------------------
     def files(self) -> dict[str, Path]:
@@ -94,7 +86,7 @@ class MatchaTts:
             for group, kind, pattern in ((self.acoustic, "matcha", mc.acoustic), (self.vocoders, "vocos", mc.vocoder)):
                 for p in find_models(self.dir, pattern, mc.runtime):
                     group.append(load_bucket(p, kind, threads, mask))
-                group.sort(key=lambda b: (b.window, b.size) if b.encoder else (b.size, b.window))
+                group.sort(key=lambda b: (b.window, b.size))
             self._load_encoder(threads)
             self._configure()
         except BaseException:
@@ -108,11 +100,11 @@ class MatchaTts:
     def _load_encoder(self, threads: int) -> None:
         """A split voice: every decoder bucket names the same CPU encoder; load it (onnxruntime, fp32)."""
         encoders = {b.encoder for b in self.acoustic}
-        if encoders == {None}:
+        if None in encoders:  # the dynamic whole graph (a mix with decoders: refused by _configure)
             return
-        if len(encoders) != 1 or None in encoders:
-            raise RkvoiceError(Stage.TTS, "bad-model", "matcha: a mix of split decoders and whole Matcha graphs "
-                               f"({', '.join(b.path.name for b in self.acoustic)}); keep one kind")
+        if len(encoders) != 1:
+            raise RkvoiceError(Stage.TTS, "bad-model", "matcha: the decoders name different encoders "
+                               f"({', '.join(b.path.name for b in self.acoustic)}); rebuild them together")
         path = self.acoustic[0].encoder
         assert path is not None
         model = npu_runtime.OnnxModel(path, threads=threads, what="Matcha encoder")
@@ -159,7 +151,7 @@ class MatchaTts:
                 mu_x, cum, frames, dec_frames = self._encode(ids[: b.size], 1.0)
                 self._decode(b, mu_x, cum, min(frames, b.window), min(dec_frames, b.window), rng)
             else:
-                self._acoustic_run(b, ids[: b.size or len(ids)], 0, 1.0, rng)
+                self._dynamic_run(b, ids, 0, 1.0)
         for v in self.vocoders:
             v.run({v.inputs[0].name: np.full((1, v.n_mels, v.size or 8), -11.5, np.float32)})
 
@@ -204,44 +196,25 @@ class MatchaTts:
             return np.zeros(0, dtype=np.float32), self._rate
         return np.concatenate(out).astype(np.float32), self._rate
 
-    def _expected_frames(self, tokens: int, speed: float) -> int:
-        """Frames a piece will likely need, from the median rate of recent calls (0: no history yet)."""
-        if not self._rates:
-            return 0
-        return math.ceil(tokens * statistics.median(self._rates) * RATE_MARGIN / speed)
-
-    def _matcha_for(self, tokens: int, frames: int = 0) -> Bucket | None:
-        """Smallest bucket holding ``tokens`` (and a window of ``frames``); the dynamic model if that is it."""
-        return next((b for b in self.acoustic if b.dynamic or (b.size >= tokens and b.window >= frames)), None)
-
-    def _text_feed(self, ids: list[int], size: int, length: int, speed: float) -> dict[str, np.ndarray]:
-        """A Matcha graph's text inputs: ``ids`` padded to ``size``, ``length``, the noise and length scales."""
-        x = np.full((1, size), self._pad_id, dtype=np.int64)
+    def _text_feed(self, ids: list[int], n: int, speed: float) -> dict[str, np.ndarray]:
+        """A Matcha graph's text inputs: ``ids`` padded to ``n``, ``n``, the noise and length scales."""
+        x = np.full((1, n), self._pad_id, dtype=np.int64)
         x[0, : len(ids)] = ids
-        return {"x": x, "x_length": np.array([length], dtype=np.int64),
+        return {"x": x, "x_length": np.array([n], dtype=np.int64),
                 "noise_scale": np.array([self.cfg.tts.matcha.noise_scale], dtype=np.float32),
                 "length_scale": np.array([1.0 / speed], dtype=np.float32)}
 
-    def _acoustic_run(self, b: Bucket, ids: list[int], sid: int, speed: float,
-                      rng: np.random.Generator) -> tuple[np.ndarray, int]:
-        """(mel [1, n_mels, frames], true frames) of one Matcha call."""
-        feed = self._text_feed(ids, b.size or len(ids), len(ids), speed)  # a fixed bucket: padded to its size
+    def _dynamic_run(self, b: Bucket, ids: list[int], sid: int, speed: float) -> np.ndarray:
+        """mel [1, n_mels, frames] of one call of the dynamic whole graph (its frames: the mel's length)."""
+        feed = self._text_feed(ids, len(ids), speed)
         feed["sid"] = np.array([sid], dtype=np.int64)
-        if any(s.name == "noise" for s in b.inputs):  # load_bucket checked its shape: [1, n_mels, window]
-            feed["noise"] = rng.standard_normal((1, b.n_mels, b.window), dtype=np.float32)
-        outs = b.run(feed)
-        mel = b.output(outs, "mel").astype(np.float32, copy=False)
-        if mel.ndim == 2:
-            mel = mel[None]
-        if b.dynamic:
-            return mel, mel.shape[-1]
-        return mel, round(float(np.asarray(b.output(outs, "mel_frames")).reshape(-1)[0]))
+        mel = b.output(b.run(feed), "mel").astype(np.float32, copy=False)
+        return mel[None] if mel.ndim == 2 else mel
 
     def _encode(self, ids: list[int], speed: float) -> tuple[np.ndarray, np.ndarray, int, int]:
         """The split voice's CPU half: (encoder output [1, N, C], cumulative durations [1, N], T, T')."""
         assert self.encoder is not None
-        n = max(1, len(ids))
-        feed = self._text_feed(ids, n, n, speed)
+        feed = self._text_feed(ids, max(1, len(ids)), speed)
         mu_x, cum, frames, dec_frames = self.encoder.run([feed[k] for k in self._encoder_inputs])
         return mu_x, cum, int(np.asarray(frames).reshape(-1)[0]), int(np.asarray(dec_frames).reshape(-1)[0])
 
@@ -287,27 +260,11 @@ class MatchaTts:
         if self.encoder is not None:
             return self._synthesize_split(piece, sid, speed, rng, depth)
         ids = self._loaded_frontend().ids(piece, self._add_blank, self._pad_id)
-        bucket = self._matcha_for(len(ids), self._expected_frames(len(ids), speed)) or self._matcha_for(len(ids))
-        if bucket is None:  # split_units keeps pieces within the largest bucket
-            raise RkvoiceError(Stage.TTS, "too-long", f"matcha piece of {len(ids)} tokens exceeds every bucket")
-        mel, frames = self._acoustic_run(bucket, ids, sid, speed, rng)
-        if ids and frames > 0:
-            self._rates.append(frames * speed / len(ids))
-        if not bucket.dynamic and frames > bucket.window:
-            self.overflows += 1
-            bigger = self._matcha_for(len(ids), frames)
-            if bigger is not None:
-                log.info("matcha: %d tokens need %d frames > window %d of %s; running in %s", len(ids), frames,
-                         bucket.window, bucket.label, bigger.label)
-                mel, frames = self._acoustic_run(bigger, ids, sid, speed, rng)
-                bucket = bigger
-            if frames > bucket.window:
-                return self._in_halves(piece, len(ids), frames, sid, speed, rng, depth)
-        if frames <= 0:
+        mel = self._dynamic_run(self.acoustic[0], ids, sid, speed)  # the one dynamic model (_configure)
+        if mel.shape[-1] <= 0:
             return []
-        samples = self._vocode(mel[:, :, :frames])
-        log.debug("matcha piece: %d tokens in %s, %d frames, %d samples", len(ids), bucket.label, frames,
-                  len(samples))
+        samples = self._vocode(mel)
+        log.debug("matcha piece: %d tokens, %d frames, %d samples", len(ids), mel.shape[-1], len(samples))
         return [samples]
 
     def _vocode(self, mel: np.ndarray) -> np.ndarray:

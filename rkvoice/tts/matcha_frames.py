@@ -3,7 +3,7 @@
 An NPU call costs the same whatever part of its fixed shape is used (seeds/001: ~0.3 s for the
 64-token Matcha, ~55 ms for the 600-frame Vocos), so a piece runs in the smallest bucket holding
 it: text is packed into pieces that fit the largest Matcha bucket (``split_units``), a piece whose
-frames overflow its window is cut in two (``halve``), and a mel longer than the largest Vocos
+frames overflow every window is cut in two (``halve``), and a mel longer than the largest Vocos
 bucket runs through it in overlapping windows (``vocos_windows``).
 """
 
