@@ -75,9 +75,6 @@ class Assistant:
         self.scheduler.stop()
         getattr(self._llm, "close", lambda: None)()
 
-    def set_reminder_callback(self, on_due: Callable[[str], None]) -> None:
-        self.scheduler.on_due = on_due
-
     def reply(self, text: str, turn: Turn) -> Reply:
         """Route ``text``; the LLM's generation stops when ``turn`` is cancelled."""
         tool = route(text, self.ctx)

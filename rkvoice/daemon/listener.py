@@ -46,7 +46,7 @@ class Listener:
         self.source = source
         self.answer_gate = PriorityGate("answer")
         self.answerer = Answerer(LocalAssistant(self.assistant, self.answer_gate), self.speaker, cfg)
-        self.assistant.set_reminder_callback(self.speaker.speak)  # the scheduler logs it
+        self.assistant.scheduler.on_due = self.speaker.speak  # the scheduler logs it
         self.turn_loop = TurnLoop(self.hear.session(), self.answerer, cue=self.speak.cue,
                                   cue_out=player_cue(self.speak.player), clock=self.clock, on_turn=report,
                                   on_error=report, busy=busy)
