@@ -31,7 +31,6 @@ class Turn:
         self.timeline = timeline if timeline is not None else Timeline(clock or MonotonicClock())
         self.text = text
         """What the turn answers (the transcript) or says."""
-        self.woke = False
         self.route = ""
         self.result: str | None = None
         self.exception: BaseException | None = None

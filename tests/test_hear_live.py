@@ -148,8 +148,8 @@ def test_live_loop_wake_answer_and_barge_in(vad_ok, hear_asr, hear_voice, hear_f
 
     assert len(turns) == 2, [t.text for t in turns]
     one, two = turns
-    assert cer("现在几点", one.text) <= 0.15 and one.woke
-    assert cer("今天天气怎么样", two.text) <= 0.15 and two.woke
+    assert cer("现在几点", one.text) <= 0.15 and one.timeline.find(Ev.ASR_DONE)[0].get("woke")
+    assert cer("今天天气怎么样", two.text) <= 0.15 and two.timeline.find(Ev.ASR_DONE)[0].get("woke")
     assert len(cues) == 2  # one cue per wake
     names = [e.name for e in one.timeline.events]
     for name in ("speech_end", "wake", "asr_done", "audio_first", "barge_in", "cancelled"):

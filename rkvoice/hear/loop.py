@@ -157,7 +157,6 @@ class TurnLoop:
         tl.mark(Ev.ASR_DONE, text=ev.text, heard=ev.heard, asr_ms=round(ev.asr_ms, 1), woke=ev.woke)
         log.info("request: %r", ev.text)
         turn = Turn(tl, text=ev.text)
-        turn.woke = ev.woke
         self.turns.append(turn)
         self.current = turn
         return turn
