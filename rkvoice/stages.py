@@ -53,17 +53,12 @@ def installed_voice(cfg: Config, spec: VoiceSpec) -> TtsEngine:
     return engine
 
 
-def answer_clock(time_zone: str) -> Callable[[], datetime]:
-    """The answers' clock: now in ``time_zone``, or in the system's zone when it is empty."""
-    tz = zone(time_zone) if time_zone else None
-    return lambda: datetime.now(tz).astimezone(tz)  # tz None: the system's zone
-
-
 def assistant(cfg: Config, clock: Clock | None = None, time_zone: str | None = None, **kwargs: Any) -> Assistant:
     """The assistant (unloaded), answering on the clock of ``time_zone`` (default ``wyoming.time_zone``;
     empty = the system's): the server and its clients may not share one."""
-    now = answer_clock(cfg.wyoming.time_zone if time_zone is None else time_zone)
-    return Assistant(cfg, clock, now=now, **kwargs)
+    name = cfg.wyoming.time_zone if time_zone is None else time_zone
+    tz = zone(name) if name else None
+    return Assistant(cfg, clock, now=lambda: datetime.now(tz).astimezone(tz), **kwargs)  # tz None: the system's zone
 
 
 def wake_factory(cfg: Config) -> Callable[[Any], Any]:

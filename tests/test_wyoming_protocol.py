@@ -399,7 +399,10 @@ def test_a_named_voice_is_checked_at_synthesize_start(fakes):
 
 
 def test_the_answers_clock_follows_the_configured_time_zone():
-    from rkvoice.stages import answer_clock as clock
+    from rkvoice.stages import assistant
+
+    def clock(time_zone: str) -> Any:
+        return assistant(load_config(), time_zone=time_zone).now
 
     assert clock("Asia/Shanghai")().utcoffset() == timedelta(hours=8)
     assert clock("America/Sao_Paulo")().utcoffset() == timedelta(hours=-3)
