@@ -27,27 +27,11 @@ def window_rms(x: np.ndarray, n: int) -> np.ndarray:
     return np.sqrt((padded.reshape(-1, n) ** 2).mean(axis=1))
 
 
-def voiced_runs(loud: np.ndarray, bridge: int = 1) -> list[tuple[int, int]]:
-    """[start, end) window ranges of loud windows; quiet stretches of <= ``bridge`` windows are joined."""
-    edges = np.flatnonzero(np.diff(np.concatenate([[0], np.asarray(loud, dtype=np.int8), [0]])))
-    merged: list[tuple[int, int]] = []
-    for start, end in zip(edges[::2].tolist(), edges[1::2].tolist()):
-        if merged and start - merged[-1][1] <= bridge:
-            merged[-1] = (merged[-1][0], end)
-        else:
-            merged.append((start, end))
-    return merged
-
-
-def tail_threshold(rms: np.ndarray, floor: float = 0.005, rel: float = 0.1) -> float:
-    """Loudness that counts as voiced: 10 % of the loud end of the clip, never below ``floor``."""
-    return max(floor, rel * float(np.percentile(rms, 90))) if rms.size else floor
-
-
 def trim_tail(x: np.ndarray, rate: int, threshold: float | None = None) -> np.ndarray:
     """Cut trailing silence and isolated artefacts after the speech.
 
-    The clip is cut into 100 ms windows; loud windows form runs (pauses of up to
+    The clip is cut into 100 ms windows; loud windows (above ``threshold``, by default 10 % of the
+    loud end of the clip, its 90th percentile, never below 0.005) form runs (pauses of up to
     100 ms, one window, inside speech don't break a run). The audio is kept up to the end of the
     last run lasting at least 400 ms (4 windows), plus 150 ms. A short noise burst after
     silence is dropped however loud it is, because it is too short to be a run of speech;
@@ -59,11 +43,13 @@ def trim_tail(x: np.ndarray, rate: int, threshold: float | None = None) -> np.nd
     if len(x) < 2 * n:
         return x
     rms = window_rms(x, n)
-    thr = tail_threshold(rms) if threshold is None else threshold
-    long_runs = [r for r in voiced_runs(rms > thr, bridge=1) if r[1] - r[0] >= 4]
+    loud = rms > (max(0.005, 0.1 * float(np.percentile(rms, 90))) if threshold is None else threshold)
+    loud[1:-1] |= loud[:-2] & loud[2:]  # a quiet window between loud ones joins their runs
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], loud.astype(np.int8), [0]])))
+    long_runs = [end for start, end in zip(edges[::2].tolist(), edges[1::2].tolist()) if end - start >= 4]
     if not long_runs:
         return x
-    end = long_runs[-1][1] * n + round(150.0 * rate / 1000.0)
+    end = long_runs[-1] * n + round(150.0 * rate / 1000.0)
     return x[: min(len(x), end)]
 
 
