@@ -29,13 +29,6 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def _procs_running(stat: str) -> int:
-    for line in stat.splitlines():
-        if line.startswith("procs_running "):
-            return int(line.split()[1])
-    raise ValueError("no procs_running line in /proc/stat")
-
-
 def _own_running(task_dir: Path) -> int:
     """This process's threads in state R (running or waiting for a core)."""
     n = 0
@@ -58,9 +51,10 @@ def busy_elsewhere(proc: Path = Path("/proc"), samples: int = 5, gap_s: float = 
         for i in range(samples):
             if i:
                 sleep(gap_s)
-            total = _procs_running((proc / "stat").read_text())
+            lines = (proc / "stat").read_text().splitlines()
+            total = next(int(line.split()[1]) for line in lines if line.startswith("procs_running "))
             counts.append(max(0, total - _own_running(proc / "self" / "task")))
-    except (OSError, ValueError):
+    except (OSError, ValueError, StopIteration):  # StopIteration: no procs_running line
         return 0.0
     return float(statistics.median(counts))
 
