@@ -63,11 +63,11 @@ ASR.register("paraformer", "rkvoice.hear.paraformer_asr:ParaformerAsr",
              check=guarded(paraformer_model))
 
 
-def asr_name(cfg: Config, name: str | None = None) -> str:
+def asr_name(cfg: Config) -> str:
     """Resolve ``auto``: paraformer on the board profile, whisper elsewhere."""
-    return ASR.resolve(name or cfg.hear.asr, cfg.models.profile)
+    return ASR.resolve(cfg.hear.asr, cfg.models.profile)
 
 
-def create_asr(cfg: Config, name: str | None = None) -> AsrEngine:
+def create_asr(cfg: Config) -> AsrEngine:
     """The configured ASR engine, not loaded yet."""
-    return ASR.create(asr_name(cfg, name), cfg)
+    return ASR.create(asr_name(cfg), cfg)

@@ -56,14 +56,12 @@ WAKE.register("kws", "rkvoice.hear.kws:KwsWake", "sherpa-onnx keyword spotter, z
               "run ./install.sh --profile board for the keyword-spotter model", needs=kws_needs, check=guarded(kws_keywords))
 
 
-def wake_name(cfg: Config, name: str | None = None) -> str:
+def wake_name(cfg: Config) -> str:
     """Resolve ``auto``: kws on the board profile, asr-match elsewhere."""
-    return WAKE.resolve(name or cfg.hear.wake, cfg.models.profile)
+    return WAKE.resolve(cfg.hear.wake, cfg.models.profile)
 
 
 def create_wake(cfg: Config, asr: AsrEngine) -> WakeEngine:
     """The configured wake engine, not loaded. asr-match shares the (loaded) ASR engine ``asr``."""
     resolved = wake_name(cfg)
-    if resolved != "asr-match":
-        return WAKE.create(resolved, cfg)
-    return WAKE.create(resolved, cfg, asr)
+    return WAKE.create(resolved, cfg, *([asr] if resolved == "asr-match" else []))
