@@ -57,9 +57,6 @@ class AudioIn:
 
             self._resampler = soxr.ResampleStream(self.rate, TARGET_RATE, 1, dtype="float32")
 
-    def same_format(self, rate: object, width: object, channels: object) -> bool:
-        return (rate, width, channels) == (self.rate, self.width, self.channels)
-
     def convert(self, data: bytes, last: bool = False) -> np.ndarray:
         """One chunk's PCM -> 16 kHz mono float32; RkvoiceError once the stream passes ``max_s``.
         A partial frame at the chunk's end waits for the next chunk."""

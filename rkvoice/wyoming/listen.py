@@ -75,7 +75,7 @@ class WakeStream:
     wake engine of the stream's own (its VAD state belongs to it)."""
 
     def __init__(self, engines: Engines, name: str, slots: asyncio.Semaphore,
-                 on_detected: Callable[[float], None] | None = None) -> None:
+                 on_detected: Callable[[float], None]) -> None:
         self.engines = engines
         self.name = name
         self.slots = slots
@@ -115,8 +115,7 @@ class WakeStream:
     async def _detected(self, hit: Any, send: Send) -> None:
         self.detections += 1
         log.info("wyoming wake: %r at %.2f s", getattr(hit, "text", ""), hit.at_s)
-        if self.on_detected is not None:
-            self.on_detected(hit.end_s)
+        self.on_detected(hit.end_s)
         await send(Detection(name=self.name, timestamp=int(round(hit.end_s * 1000))).event())
         self.engine.restart(self.fed)
 
@@ -194,7 +193,7 @@ class Listening:
         if self.audio is None:
             await self.start(chunk)
         assert self.audio is not None and self.listener is not None
-        if not self.audio.same_format(chunk.rate, chunk.width, chunk.channels):
+        if (chunk.rate, chunk.width, chunk.channels) != (self.audio.rate, self.audio.width, self.audio.channels):
             self.discard = True
             raise RkvoiceError(
                 Stage.WYOMING, "bad-audio-format",
