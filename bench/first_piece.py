@@ -37,8 +37,10 @@ from bench.cer import cer
 from rkvoice.answer.conversation import Conversation
 from rkvoice.answer.llm.llama import LlamaEngine
 from rkvoice.config import load_config
+from rkvoice.text.clean import clean
 from rkvoice.text.normalize import speakable
 from rkvoice.text.stream_chunker import StreamChunker
+from rkvoice.text.zh_speakable import zh_speakable
 
 QUESTIONS = ["用一句话介绍一下月亮。", "用一句话介绍一下长城。", "熊猫为什么喜欢吃竹子？", "给我讲一个很短的笑话。",
              "下雨天适合做什么？", "推荐一本适合小孩的书。", "怎么才能睡得更好？", "为什么天空是蓝色的？"]
@@ -109,7 +111,7 @@ def main() -> int:
             row[name] = {"first_piece": pieces[0], "pieces": len(pieces), "first_piece_ready_ms": round(ready * 1000, 1),
                          "first_piece_synth_ms": round(s_ms, 1),
                          "first_audio_from_llm_start_ms": round(ready * 1000 + s_ms, 1),
-                         "heard": heard, "cer": round(cer(speakable(answer), speakable(heard, lang="zh")), 4)}
+                         "heard": heard, "cer": round(cer(speakable(answer), zh_speakable(clean(heard))), 4)}
         rows.append(row)
         print(f"first_piece: {q} {row['before']['first_piece']!r} -> {row['after']['first_piece']!r}",
               file=sys.stderr, flush=True)

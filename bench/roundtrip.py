@@ -33,7 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.cer import cer
 from rkvoice.config import load_config
 from rkvoice.errors import RkvoiceError
+from rkvoice.text.clean import clean
 from rkvoice.text.normalize import speakable
+from rkvoice.text.zh_speakable import zh_speakable
 
 SENTENCES = [
     "现在是 2026-10-21 22:05。",
@@ -94,7 +96,7 @@ def main() -> int:
             row[kind] = {
                 "tts_input": text,
                 "heard": heard,
-                "cer": round(cer(reference, speakable(heard, lang="zh")), 4),
+                "cer": round(cer(reference, zh_speakable(clean(heard))), 4),
                 "cer_verbatim": round(cer(reference, heard, read_digits=False), 4),
                 "audio_s": round(len(samples) / rate, 2),
                 "synth_s": round(synth_s, 3),

@@ -18,7 +18,6 @@ from rkvoice.text.zh_speakable import UNITS, zh_speakable
 
 log = logging.getLogger(__name__)
 
-LANGS = ("zh", "en")
 # Clause ends: Chinese marks anywhere; ASCII marks only when a space follows (not 3.14, 22:05, 1,000).
 _CLAUSE = re.compile(r"[。！？；，、：…]+\s*|[.!?;:,]+(?=\s|$)\s*")
 _WORD = re.compile(r"[A-Za-z]+")
@@ -54,18 +53,14 @@ def language_runs(text: str) -> list[tuple[str, str]]:
     return runs
 
 
-def speakable(text: str, lang: str | None = None) -> str:
+def speakable(text: str) -> str:
     """Text rewritten for a TTS voice: numbers, times, dates, units and abbreviations as words,
-    markup, emoji, URLs and citation marks removed, whitespace collapsed, no word dropped. ``lang``
-    forces "zh" or "en" for the whole text; None decides run by run by script."""
-    if lang is not None and lang not in LANGS:
-        raise RkvoiceError(Stage.TEXT, "bad-language",
-                           f"speakable lang must be one of {', '.join(LANGS)} or None, got {lang!r}")
+    markup, emoji, URLs and citation marks removed, whitespace collapsed, no word dropped; the
+    language is decided run by run by script (``language_runs``)."""
     if not isinstance(text, str):
         raise RkvoiceError(Stage.TEXT, "bad-text", f"speakable needs a str, got {type(text).__name__}")
     text = clean(text)
     if not text:
         return ""
-    runs = [(lang, text)] if lang else language_runs(text)
-    out = [zh_speakable(run) if lg == "zh" else en_speakable(run) for lg, run in runs]
+    out = [zh_speakable(run) if lg == "zh" else en_speakable(run) for lg, run in language_runs(text)]
     return " ".join("".join(out).split())
