@@ -40,12 +40,12 @@ def test_unknown_engines_name_the_choices():
 
 def test_missing_model_files_are_clear_errors(tmp_path):
     with pytest.raises(RkvoiceError) as err:
-        WhisperAsr(cfg(), model_dir=tmp_path).load()
+        WhisperAsr(cfg(f"models.dir={tmp_path}")).load()
     assert err.value.code == "missing-model" and "model.bin" in str(err.value) and "install.sh" in str(err.value)
     with pytest.raises(RkvoiceError, match="model.int8.onnx and tokens.txt"):
-        ParaformerAsr(cfg(), model_dir=tmp_path).load()
+        ParaformerAsr(cfg(f"hear.paraformer_dir={tmp_path}")).load()
     with pytest.raises(RkvoiceError, match=r"encoder\*\.onnx"):
-        KwsWake(cfg(), model_dir=tmp_path).load()
+        KwsWake(cfg(f"hear.kws_dir={tmp_path}")).load()
 
 
 def test_simplify_converts_traditional_and_drops_the_prompt_echo():

@@ -106,9 +106,9 @@ def keywords_line(phrase: str, tokens_file: Path, known: dict[str, int]) -> str:
     return " ".join(tokens) + f" @{text}"
 
 
-def check_kws(cfg: Config, model_dir: Path | None = None) -> str:
+def check_kws(cfg: Config) -> str:
     """Everything sherpa-onnx would exit on, without loading it; returns the keywords line."""
-    model_dir = model_dir or kws_dir(cfg)
+    model_dir = kws_dir(cfg)
     files = model_files(model_dir)
     table = check_kws_model(files["encoder"], files["decoder"], files["joiner"], files["tokens"], fix_for(model_dir))
     return keywords_line(cfg.hear.wake_phrase, files["tokens"], table)
@@ -120,9 +120,9 @@ class KwsWake:
 
     languages = ("zh",)
 
-    def __init__(self, cfg: Config, model_dir: Path | None = None, pad_at_pause: bool = True) -> None:
+    def __init__(self, cfg: Config, pad_at_pause: bool = True) -> None:
         self.cfg = cfg
-        self.model_dir = model_dir or kws_dir(cfg)
+        self.model_dir = kws_dir(cfg)
         self.phrase = spoken_text(cfg.hear.wake_phrase)
         self.pad_at_pause = pad_at_pause
         self._kws: KeywordSpotter | None = None
@@ -137,7 +137,7 @@ class KwsWake:
         self._vad_pending = np.zeros(0, dtype=np.float32)
 
     def load(self) -> None:
-        line = check_kws(self.cfg, self.model_dir)
+        line = check_kws(self.cfg)
         files = model_files(self.model_dir)
         meta = onnx_metadata(files["encoder"], fix_for(self.model_dir))
         chunk = require_int(meta, "decode_chunk_len", files["encoder"], fix_for(self.model_dir))

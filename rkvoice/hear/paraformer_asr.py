@@ -34,9 +34,9 @@ def file_needs(model_dir: Path) -> tuple[FileNeed, FileNeed]:
             FileNeed("tokens", (model_dir / "tokens.txt",)))
 
 
-def check_paraformer(cfg: Config, model_dir: Path | None = None) -> tuple[Path, Path]:
+def check_paraformer(cfg: Config) -> tuple[Path, Path]:
     """Everything sherpa-onnx would exit on, without loading it; returns (model, tokens)."""
-    model_dir = model_dir or paraformer_dir(cfg)
+    model_dir = paraformer_dir(cfg)
     model, tokens = (present_file(f) for f in file_needs(model_dir))
     if model is None or tokens is None:
         raise fix_for(model_dir).error(
@@ -49,13 +49,12 @@ class ParaformerAsr:
     name = "paraformer"
     languages = ("zh",)
 
-    def __init__(self, cfg: Config, model_dir: Path | None = None) -> None:
+    def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
-        self.model_dir = model_dir or paraformer_dir(cfg)
         self._rec = None
 
     def load(self) -> None:
-        model, tokens = check_paraformer(self.cfg, self.model_dir)
+        model, tokens = check_paraformer(self.cfg)
         import sherpa_onnx
 
         self._rec = sherpa_onnx.OfflineRecognizer.from_paraformer(

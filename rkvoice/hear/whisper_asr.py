@@ -36,8 +36,8 @@ class WhisperAsr:
     name = "whisper"
     languages = ("zh",)  # run in Chinese mode
 
-    def __init__(self, cfg: Config, model_dir: Path | None = None, beam_size: int | None = None) -> None:
-        self.model_dir = model_dir or whisper_dir(cfg)
+    def __init__(self, cfg: Config, beam_size: int | None = None) -> None:
+        self.model_dir = whisper_dir(cfg)
         self.beam_size = beam_size or cfg.hear.whisper_beam
         self.threads = cfg.hear.threads
         self._model: Any = None  # faster_whisper.WhisperModel once loaded
