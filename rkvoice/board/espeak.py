@@ -110,7 +110,7 @@ class Espeak:
     _instance: Espeak | None = None
     _opening = threading.Lock()
 
-    def __init__(self, lib: ctypes.CDLL, data_parent: Path | None, voice: str = "en-us") -> None:
+    def __init__(self, lib: ctypes.CDLL, data_parent: Path | None) -> None:
         lib.espeak_Initialize.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
         lib.espeak_Initialize.restype = ctypes.c_int
         lib.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
@@ -124,12 +124,11 @@ class Espeak:
         if rate <= 0:
             raise RkvoiceError(Stage.TTS, "espeak-init", f"espeak_Initialize failed ({rate}); espeak-ng-data "
                                f"missing under {data_parent or 'the default location'}")
-        if lib.espeak_SetVoiceByName(voice.encode()) != 0:
-            raise RkvoiceError(Stage.TTS, "espeak-init", f"espeak-ng has no voice {voice!r}")
-        self.voice = voice
+        if lib.espeak_SetVoiceByName(b"en-us") != 0:
+            raise RkvoiceError(Stage.TTS, "espeak-init", "espeak-ng has no voice 'en-us'")
 
     @classmethod
-    def open(cls, lib_dir: Path | None = None, voice: str = "en-us") -> Espeak:
+    def open(cls, lib_dir: Path | None = None) -> Espeak:
         """espeak-ng from a private ``lib_dir`` (preloaded by path), else the system's library; the
         first one opened serves the whole process."""
         with cls._opening:
@@ -140,13 +139,13 @@ class Espeak:
                 if not data.exists():  # espeak-ng exits the process when its data is missing: check first
                     raise RkvoiceError(Stage.TTS, "missing-espeak", f"{data} not found; unpack espeak-ng-data too "
                                        "(python -m rkvoice.board.espeak unpack DEST *.deb)")
-                cls._instance = cls(preload(lib_dir), lib_dir.resolve(), voice)
+                cls._instance = cls(preload(lib_dir), lib_dir.resolve())
             else:
                 name = ctypes.util.find_library("espeak-ng")
                 if name is None:
                     raise RkvoiceError(Stage.TTS, "missing-espeak", "espeak-ng is not installed; apt-get install "
                                        "libespeak-ng1, or set tts.matcha.espeak_lib_dir to an unpacked copy")
-                cls._instance = cls(ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL), None, voice)
+                cls._instance = cls(ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL), None)
             return cls._instance
 
     def phonemize(self, text: str) -> str:
