@@ -89,10 +89,6 @@ class MixedTts:
         self.voices: dict[str, TtsEngine] = {lang: e for lang, e in others.items() if lang != self.primary_lang}
         for lang in primary.languages:
             self.voices[lang] = primary
-        unknown = sorted(set(self.voices) - set(LANGS))
-        if unknown:
-            raise RkvoiceError(Stage.TTS, "bad-language",
-                               f"mixed voice languages must be among {', '.join(LANGS)}, got {', '.join(unknown)}")
         self.name = primary.name
         """The primary voice's name: the engine that was asked for (``voices`` lists all)."""
         self.languages = tuple(lang for lang in LANGS if lang in self.voices)
