@@ -16,12 +16,12 @@ from rkvoice.answer.assistant import Assistant
 from rkvoice.answer.respond import Answerer
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
-from rkvoice.gate import Engines, LocalAssistant, PriorityGate
+from rkvoice.gate import LocalAssistant, PriorityGate
 from rkvoice.hear.echo import EchoCancelledSource, echo_filter
 from rkvoice.hear.loop import TurnLoop, player_cue
 from rkvoice.hear.sources import AudioSource
 from rkvoice.speaker import Speaker
-from rkvoice.stages import Hear, Speak, microphone, shared
+from rkvoice.stages import Hear, Speak, microphone
 from rkvoice.turn import Turn
 
 log = logging.getLogger(__name__)
@@ -51,10 +51,6 @@ class Listener:
                                   cue_out=player_cue(self.speak.player), clock=self.clock, on_turn=report,
                                   on_error=report, busy=busy)
         self.echo = echo_filter(cfg, self.speak.played)  # lives as long as the listener: the room stays learnt
-
-    def shared(self) -> Engines:
-        """The loaded stages for a Wyoming server beside this loop, behind the loop's own gates."""
-        return shared(self.cfg, self.hear, self.assistant, self.speak, self.answer_gate)
 
     def run(self) -> None:
         """Listen and answer until ``interrupt()`` (or the source ends)."""

@@ -23,7 +23,7 @@ from types import FrameType
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, is_device_error
-from rkvoice.stages import Plan, StageSet
+from rkvoice.stages import Plan, StageSet, shared
 from rkvoice.turn import Turn
 
 from .listener import Listener
@@ -93,7 +93,7 @@ class Daemon:
             return
         from rkvoice.wyoming.server import serve_wyoming
 
-        engines = self.listener.shared()
+        engines = shared(self.cfg, **self.stages.engines, answer_gate=self.listener.answer_gate)  # the loop's own gates
         stop = threading.Event()
 
         def serve() -> None:
