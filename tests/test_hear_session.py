@@ -34,7 +34,6 @@ def test_wake_alone_then_request_is_one_woken_request():
     assert isinstance(events[0], Wake) and not events[0].barge_in
     req = events[1]
     assert isinstance(req, Request) and req.text == "现在几点" and req.woke
-    assert req.end_s == pytest.approx(3.0) and req.decided_s == pytest.approx(3.5)
     assert s.mode is Mode.BUSY
     assert asr.calls == 1  # the segment at 0 s was before the wake: never transcribed
 
@@ -44,7 +43,7 @@ def test_wake_with_request_in_one_breath_needs_no_listening():
     s.start(Mode.IDLE)
     events = run(s, 2.0)
     assert [type(e) for e in events] == [Wake, Request]
-    assert events[1].text == "现在几点" and events[1].end_s == pytest.approx(0.5)
+    assert events[1].text == "现在几点"
     assert s.mode is Mode.BUSY
 
 

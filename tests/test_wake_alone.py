@@ -178,5 +178,4 @@ def test_phrase_alone_pause_then_request_is_one_woken_request(wake_clips, hear_v
     assert isinstance(wake_ev, Wake) and wake_ev.hit.request == "" and not wake_ev.barge_in
     assert isinstance(request, Request)
     assert request.woke and cer("现在几点", request.text) <= 0.25, request.text
-    assert request.end_s > wake_ev.hit.end_s + 1.0
     assert session.mode is Mode.BUSY

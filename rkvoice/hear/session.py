@@ -46,10 +46,6 @@ class Wake:
 @dataclass(frozen=True)
 class Request:
     text: str
-    end_s: float
-    """Audio time where the request's speech ended."""
-    decided_s: float
-    """Audio time when the end was detected (end + trailing silence)."""
     asr_ms: float
     woke: bool
     """False for a follow-up (or a --file replay) heard without the wake phrase."""
@@ -136,7 +132,7 @@ class HearSession:
     def _woke(self, hit: WakeHit) -> list[HearEvent]:
         events: list[HearEvent] = [Wake(hit, barge_in=self.mode is Mode.BUSY)]
         if hit.request:
-            events.append(Request(hit.request, hit.end_s, hit.at_s, hit.asr_ms, True, hit.text))
+            events.append(Request(hit.request, hit.asr_ms, True, hit.text))
             self.start(Mode.BUSY)
         else:
             self.start(Mode.LISTENING, self.listen_timeout_s)
@@ -161,7 +157,7 @@ class HearSession:
                     self._deadline_s = max(self._deadline_s, self.now_s + self.listen_timeout_s)
                 continue
             self.start(Mode.BUSY)
-            return [Request(text, seg.end_s, seg.decided_s, asr_ms, woke, heard)]
+            return [Request(text, asr_ms, woke, heard)]
         if (final or not self.segmenter.in_speech) and self.now_s >= self._deadline_s:
             was = self.mode
             self.start(Mode.IDLE)
