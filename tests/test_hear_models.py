@@ -93,7 +93,7 @@ def test_file_replay_with_require_wake_decides_the_wake(name, vad_ok, hear_asr, 
     assert bool(loop.wakes) == wake_expected, [w.hit.text for w in loop.wakes]
     if wake_expected and request:
         (turn,) = turns
-        assert turn.woke and cer(request, turn.text) <= 0.15, turn.text
+        assert turn.timeline.find(Ev.ASR_DONE)[0].get("woke") and cer(request, turn.text) <= 0.15, turn.text
         assert turn.done.is_set() and turn.result == f"answer:{turn.text}" and not turn.cancelled
         summary = turn.timeline.summary()
         assert summary["end_to_first_audio_ms"] >= 0 and summary["transcript"] == turn.text
@@ -107,7 +107,7 @@ def test_file_replay_transcribes_requests(name, vad_ok, hear_asr, hear_fixtures)
     _loop, turns = replay(name, hear_fixtures, hear_asr, require_wake=False)
     (turn,) = turns
     assert cer(request, turn.text) <= 0.15, turn.text
-    assert turn.woke == wake_expected
+    assert turn.timeline.find(Ev.ASR_DONE)[0].get("woke") == wake_expected
     assert [e.name for e in turn.timeline.events][:2] == [Ev.SPEECH_END, Ev.ASR_DONE]
     assert turn.result == f"answer:{turn.text}"
 
@@ -137,6 +137,6 @@ def test_follow_up_window_in_audio_time(vad_ok, hear_asr, hear_voice, hear_fixtu
     loop = TurnLoop(HearSession(cfg, hear_asr, wake, seg), Recorder())
     turns = loop.run_file(WavFileSource(path), require_wake=True)
     assert len(turns) == 2, [t.text for t in turns]
-    assert turns[0].woke and cer("现在几点", turns[0].text) <= 0.15
-    assert not turns[1].woke and cer("明天天气怎么样", turns[1].text) <= 0.15
+    assert turns[0].timeline.find(Ev.ASR_DONE)[0].get("woke") and cer("现在几点", turns[0].text) <= 0.15
+    assert not turns[1].timeline.find(Ev.ASR_DONE)[0].get("woke") and cer("明天天气怎么样", turns[1].text) <= 0.15
     assert len(loop.wakes) == 1
