@@ -29,7 +29,7 @@ from rkvoice.hear.asr import AsrEngine, create_asr
 from rkvoice.hear.cue import ack_cue
 from rkvoice.hear.echo import PlayedAudio, ReferenceTap
 from rkvoice.hear.session import HearSession
-from rkvoice.hear.sources import AudioSource, microphone as open_microphone
+from rkvoice.hear.sources import AudioSource, microphone
 from rkvoice.hear.vad import Segmenter
 from rkvoice.hear.wake import PHRASE_SILENCE_S, WakeEngine
 from rkvoice.hear.wake_registry import create_wake
@@ -156,10 +156,6 @@ def daemon_player(cfg: Config) -> Player:
     player: Player = PLAYERS.create(choose_player(cfg, daemon=True), cfg)
     player.open()
     return player
-
-
-def microphone(cfg: Config) -> AudioSource:
-    return open_microphone(cfg.audio.input, cfg.audio.input_device)
 
 
 def shared(cfg: Config, hear: Hear, answer: Assistant, speak: Speak,

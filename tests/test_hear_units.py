@@ -161,7 +161,7 @@ def test_mic_source_stops_when_closed_during_backoff():
 
 
 def test_arecord_without_device_is_retried_not_fatal(caplog):
-    mic = microphone("arecord", "hw:99,0")
+    mic = microphone(load_config([parse_override("audio.input=arecord"), parse_override("audio.input_device=hw:99,0")]))
     waits: list[float] = []
 
     def wait(seconds: float) -> bool:
@@ -176,7 +176,7 @@ def test_arecord_without_device_is_retried_not_fatal(caplog):
 
 def test_unknown_microphone_kind_names_the_choices():
     with pytest.raises(RkvoiceError, match="arecord, sounddevice"):
-        microphone("pulse", "default")
+        microphone(load_config([parse_override("audio.input=pulse")]))
 
 
 def test_chime_is_short_and_clean():

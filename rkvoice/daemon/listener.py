@@ -19,9 +19,9 @@ from rkvoice.config import Config
 from rkvoice.gate import LocalAssistant, PriorityGate
 from rkvoice.hear.echo import EchoCancelledSource, echo_filter
 from rkvoice.hear.loop import TurnLoop, player_cue
-from rkvoice.hear.sources import AudioSource
+from rkvoice.hear.sources import AudioSource, microphone
 from rkvoice.speaker import Speaker
-from rkvoice.stages import Hear, Speak, microphone
+from rkvoice.stages import Hear, Speak
 from rkvoice.turn import Turn
 
 log = logging.getLogger(__name__)

@@ -18,6 +18,7 @@ from typing import Protocol
 import numpy as np
 
 from rkvoice.audio.post import resample
+from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
 
 log = logging.getLogger(__name__)
@@ -238,8 +239,9 @@ class ArecordStream:
                 self._proc.kill()
 
 
-def microphone(kind: str, device: str) -> MicSource:
+def microphone(cfg: Config) -> MicSource:
     """The configured microphone (``audio.input``: sounddevice or arecord; ``audio.input_device``)."""
+    kind, device = cfg.audio.input, cfg.audio.input_device
     streams: dict[str, Callable[[str], MicStream]] = {"sounddevice": SounddeviceStream, "arecord": ArecordStream}
     if kind not in streams:
         raise RkvoiceError(
