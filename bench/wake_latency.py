@@ -334,8 +334,10 @@ def kws(maker: Maker, voices: list[tuple[float, float]]) -> dict[str, Any]:
     recs = recordings(maker, voices, phrase=cfg.hear.wake_phrase)
     out: dict[str, Any] = {"kws_recordings": len(recs)}
     for pad, key in ((True, "kws"), (False, "kws_nopad")):
-        engine = KwsWake(cfg, pad_at_pause=pad)
+        engine = KwsWake(cfg)
         engine.load()
+        if not pad:  # no pause watch: the spotter waits for the audio itself
+            engine._vad = None
         spotter = engine._kws
         assert spotter is not None
         stamps: list[list[float]] = []

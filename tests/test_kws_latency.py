@@ -35,8 +35,11 @@ def phrase(hear_voice):
 
 
 def spotter(pad: bool = True) -> KwsWake:
-    wake = KwsWake(load_config(files=BOARD), pad_at_pause=pad)
+    """The spotter; without ``pad``, no pause watch: it waits for the audio itself, never fed zeros."""
+    wake = KwsWake(load_config(files=BOARD))
     wake.load()
+    if not pad:
+        wake._vad = None
     return wake
 
 

@@ -115,16 +115,14 @@ def check_kws(cfg: Config) -> str:
 
 
 class KwsWake:
-    """``pad_at_pause``: feed zeros when the speech pauses (see the module doc); off, the spotter
-    waits for the audio itself (bench/wake_latency.py measures both)."""
+    """Fed zeros when the speech pauses (see the module doc)."""
 
     languages = ("zh",)
 
-    def __init__(self, cfg: Config, pad_at_pause: bool = True) -> None:
+    def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self.model_dir = kws_dir(cfg)
         self.phrase = spoken_text(cfg.hear.wake_phrase)
-        self.pad_at_pause = pad_at_pause
         self._kws: KeywordSpotter | None = None
         self._stream: OnlineStream | None = None
         self._samples = 0  # audio heard (stream time)
@@ -143,8 +141,7 @@ class KwsWake:
         chunk = require_int(meta, "decode_chunk_len", files["encoder"], fix_for(self.model_dir))
         self._shift = chunk * HOP
         self._pad_max = (chunk + require_int(meta, "T", files["encoder"], fix_for(self.model_dir)) + 3) * HOP
-        if self.pad_at_pause:
-            self._vad = silero_vad(self.cfg, PAUSE_S, PAUSE_MAX_S)
+        self._vad = silero_vad(self.cfg, PAUSE_S, PAUSE_MAX_S)
         import sherpa_onnx
 
         fd, name = tempfile.mkstemp(prefix="rkvoice-keywords-", suffix=".txt")
