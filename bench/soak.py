@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +168,22 @@ class NoLlmAssistant:
         return getattr(self.inner, name)
 
 
+def watch_turns(daemon: Daemon, done: Callable[[Turn], None], failed: Callable[[], None]) -> None:
+    """``done(turn)`` after each turn the daemon reports answered, ``failed()`` after each failure it
+    counts (one reported once stopping is not), each after the daemon's own report."""
+    report = daemon.report
+
+    def on_report(result: Turn | BaseException) -> None:
+        stopping = daemon.stop.is_set()
+        report(result)
+        if isinstance(result, Turn) and result.exception is None:
+            done(result)
+        elif not stopping:
+            failed()
+
+    daemon.report = on_report  # type: ignore[method-assign]
+
+
 def pct(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -290,20 +306,13 @@ def main() -> int:
             if daemon.turns >= args.turns:
                 daemon.request_stop()
 
-    orig_report = daemon.report
+    def on_failure() -> None:
+        with lock:
+            samples.append(proc_status())
+            if daemon.turns >= args.turns:
+                daemon.request_stop()
 
-    def on_report(result: Turn | BaseException) -> None:
-        stopping = daemon.stop.is_set()  # a failure once stopping is not counted
-        orig_report(result)
-        if isinstance(result, Turn) and result.exception is None:
-            on_turn(result)
-        elif not stopping:
-            with lock:
-                samples.append(proc_status())
-                if daemon.turns >= args.turns:
-                    daemon.request_stop()
-
-    daemon.report = on_report  # type: ignore[method-assign]
+    watch_turns(daemon, on_turn, on_failure)
     t_start = time.monotonic()
     code = daemon.run()
     wall = time.monotonic() - t_start

@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.board_budget import predict
 from bench.fake_clock import FakeClock
-from bench.soak import REQUESTS, ScaledClock, TurnFeeder, pct, synth_requests
+from bench.soak import REQUESTS, ScaledClock, TurnFeeder, pct, synth_requests, watch_turns
 from rkvoice.audio.sinks import NullPlayer
 from rkvoice.config import Config, load_config, parse_override
 from rkvoice.daemon.sdnotify import Notifier
@@ -191,17 +191,7 @@ def run(cfg: Config, variants: dict[str, Config], rounds: int, warmup: int) -> d
                   file=sys.stderr, flush=True)
             ready_next(i + 1)
 
-    orig_report = daemon.report
-
-    def on_report(result: Turn | BaseException) -> None:
-        stopping = daemon.stop.is_set()  # a failure once stopping is not counted
-        orig_report(result)
-        if isinstance(result, Turn) and result.exception is None:
-            finished(result)
-        elif not stopping:
-            finished(None)
-
-    daemon.report = on_report  # type: ignore[method-assign]
+    watch_turns(daemon, finished, lambda: finished(None))
     t0 = time.monotonic()
     code = daemon.run()
     per: dict[str, list[dict[str, Any]]] = {}

@@ -119,9 +119,9 @@ class Segmenter:
     def load(self) -> None:
         self._vad = silero_vad(self.cfg, self.trailing_silence_s, self.cfg.hear.max_request_s + 30.0)
         if self.early_silence_s:
-            # a short buffer (most of a VAD's memory: ~14 MB at 42 s, ~0.3 MB at 4.5 s): its pieces
-            # count only while the speech is of phrase length
-            self._early = silero_vad(self.cfg, self.early_silence_s, self.early_max_s + 2.0)
+            # a request's length (most of a VAD's memory: ~14 MB at 42 s, ~0.3 MB at 4.5 s): longer
+            # speech overflows it, which sherpa-onnx fixes by copying and says on stderr each time
+            self._early = silero_vad(self.cfg, self.early_silence_s, self.cfg.hear.max_request_s + 2.0)
 
     @property
     def in_speech(self) -> bool:
