@@ -58,12 +58,12 @@ class TranscribeAhead:
                 self._job = None
         if job is not None:
             try:
-                text = job[1].result()
-                log.debug("transcript taken from the pause %.2f s before the end", len(samples) / 16000)
+                text: str = job[1].result()
+                log.debug("the transcript of %.2f s of speech was begun at its pause", len(samples) / 16000)
                 return text
             except Exception:  # decoded again below, where the error is this call's
                 log.debug("the decode ahead failed", exc_info=True)
-        return str(self.asr.transcribe(samples))
+        return self.asr.transcribe(samples)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
