@@ -95,6 +95,18 @@ def first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
+def tts_session(path: Path, threads: int, what: str, fix: str, spinning: bool = True) -> Any:
+    """``ort_session`` for a TTS engine's model file, or an RkvoiceError naming the missing or
+    corrupt file and ``fix``."""
+    if not path.is_file():
+        raise RkvoiceError(Stage.TTS, "missing-model", f"{what} {path} is missing: {fix}")
+    try:
+        return ort_session(path, threads, spinning)
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises several types for a bad file
+        raise RkvoiceError(Stage.TTS, "corrupt-model", f"{what} {path} is truncated or corrupt "
+                           f"({first_line(exc)[:200]}): {fix}") from exc
+
+
 def _missing(path: Path, what: str) -> RkvoiceError:
     return RkvoiceError(Stage.NPU, "missing-model", f"{what} model file {path} not found; run ./install.sh "
                         "for this profile or fix the path in config.yaml")

@@ -38,6 +38,7 @@ WARMUP_TEXT = "你好。"
 ALLOW_SPINNING = False
 """Intra-op threads busy-wait between ops when True (onnxruntime's default); off so that idle
 worker threads don't steal a core from the player, ASR or LLM (bench/tts_engines.py --spin)."""
+FIX = "run ./install.sh to fetch and convert it"
 
 
 def model_dir(cfg: Config) -> Path:
@@ -59,20 +60,6 @@ def files(cfg: Config) -> dict[str, Path]:
     return {"acoustic": d / FILES["acoustic"], "vocoder": vocoder_path(cfg), "mapper": d / FILES["mapper"]}
 
 
-def open_session(path: Path, threads: int, what: str) -> Any:
-    """An onnxruntime session (no spinning unless ALLOW_SPINNING), or an RkvoiceError naming the
-    missing/corrupt file and the fix."""
-    from rkvoice.npu.runtime import first_line, ort_session
-
-    if not path.is_file():
-        raise RkvoiceError(Stage.TTS, "missing-model", f"{what} model {path} is missing: run ./install.sh to install it")
-    try:
-        return ort_session(path, threads, spinning=ALLOW_SPINNING)
-    except Exception as exc:  # noqa: BLE001 - onnxruntime raises several types for bad files
-        raise RkvoiceError(Stage.TTS, "corrupt-model", f"{what} model {path} is truncated or corrupt "
-                           f"({first_line(exc)[:160]}): run ./install.sh to fetch and convert it again") from exc
-
-
 class FastSpeech2Tts:
     """FastSpeech2 + MB-MelGAN through onnxruntime, Chinese, 24 kHz, one speaker."""
 
@@ -92,6 +79,8 @@ class FastSpeech2Tts:
         self._num_speakers = 1
 
     def load(self) -> None:
+        from rkvoice.npu.runtime import open_model, tts_session
+
         try:
             from rkvoice.tts.pinyin_frontend import PinyinFrontend
         except ImportError as exc:
@@ -106,17 +95,17 @@ class FastSpeech2Tts:
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
             raise RkvoiceError(Stage.TTS, "corrupt-model", f"fastspeech2 symbol map {mapper} is truncated or "
                                f"corrupt ({exc}): run ./install.sh") from exc
-        self._acoustic = open_session(self.dir / FILES["acoustic"], self.threads, "FastSpeech2 acoustic")
+        self._acoustic = tts_session(self.dir / FILES["acoustic"], self.threads, "FastSpeech2 acoustic model", FIX,
+                                     ALLOW_SPINNING)
         if self.backend.vocoder.strip():  # fixed windows (.rknn on RKNNLite, .onnx on onnxruntime)
             from rkvoice.npu.chunked_vocoder import ChunkedVocoder
-            from rkvoice.npu.runtime import open_model
 
             b = self.backend
             rt = open_model(self.vocoder_file, threads=self.threads, core_mask=b.core_mask, what="MB-MelGAN vocoder")
             rt.load()
             self._chunked = ChunkedVocoder(rt, frames=b.vocoder_frames, context=b.vocoder_context, hop=HOP)
         else:
-            self._vocoder = open_session(self.vocoder_file, self.threads, "MB-MelGAN vocoder")
+            self._vocoder = tts_session(self.vocoder_file, self.threads, "MB-MelGAN vocoder model", FIX, ALLOW_SPINNING)
         outputs = self._acoustic.get_outputs()
         if len(outputs) < 2 or [i.name for i in self._acoustic.get_inputs()][:1] != ["input_ids"]:
             raise RkvoiceError(Stage.TTS, "corrupt-model", f"{self.dir / FILES['acoustic']} is not the FastSpeech2 "

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from rkvoice.errors import RkvoiceError, Stage
-from rkvoice.npu.runtime import first_line, ort_session
+from rkvoice.npu.runtime import tts_session
 
 SPLIT = ("text.onnx", "flow.onnx", "decoder.onnx")
 HOP = 256
@@ -66,17 +66,7 @@ class PiperStream:
     """The three split graphs of one Piper voice folder, run with ``threads`` intra-op threads."""
 
     def __init__(self, folder: Path, threads: int, fix: str) -> None:
-        self._run: list[Any] = []
-        for name in SPLIT:
-            path = folder / name
-            if not path.is_file():
-                raise RkvoiceError(Stage.TTS, "missing-model", f"streaming graph {path} is missing: {fix}")
-            try:
-                session = ort_session(path, threads)
-            except Exception as exc:  # noqa: BLE001 (onnxruntime raises several unrelated types for a bad file)
-                why = first_line(exc)[:200]
-                raise RkvoiceError(Stage.TTS, "corrupt-model", f"streaming graph {path} is corrupt ({why}): {fix}") from exc
-            self._run.append(session)
+        self._run: list[Any] = [tts_session(folder / name, threads, "streaming graph", fix) for name in SPLIT]
         text, flow, dec = self._run
         shapes = [len(text.get_inputs()), len(text.get_outputs()), len(flow.get_inputs()), len(dec.get_inputs())]
         if shapes != [3, 2, 2, 1]:
