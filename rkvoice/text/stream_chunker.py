@@ -91,14 +91,27 @@ class StreamChunker:
             return None
         if not final and len(buf) <= 4 * self.chunk and _LINK_ARRIVING.search(buf):
             return None
-        limit = self.first if self._emitted == 0 else self.chunk
+        first = self._emitted == 0
+        limit = self.first if first else self.chunk
         cuts = CutPoints(buf, final=final, open_brackets_block=len(buf) <= 4 * self.chunk)
-        if self._chinese(buf):
-            return self._cut_chinese(cuts, limit, final)
-        cut = self._cut_english(cuts, final)
+        words = len(_LATIN_WORD.findall(buf))
+        chinese = words == 0 or len(HAN.findall(buf)) >= words  # character limits unless English words outnumber
+        if chinese:  # a sentence within the limit, or a clause of a useful length
+            measure, most = (lambda c: cuts.size(0, c)), limit
+            enough = self.first_clause_chars if first else max(6, limit // 3)
+        else:  # a sentence of at most max_words words, or a clause of more than min_clause_words
+            measure, most = (lambda c: len(buf[:c].split())), self.max_words
+            enough = self.first_clause_words if first else self.min_clause_words + 1
+        ends = cuts.levels[0]
+        cut = ends[0] if ends and measure(ends[0]) <= most else None
+        if cut is None:  # the first clause long enough (a measure grows with the cut), if it fits
+            cut = next((c for c in cuts.levels[1] if measure(c) >= enough), None)
+            cut = cut if cut is not None and measure(cut) <= most else None
+        if cut is None and not chinese:
+            cut = self._long_english(cuts, final)
         if cut is not None and cuts.size(0, cut) <= limit:
             return cut
-        return self._within(cuts, limit, final)  # the words' cut would be too long: the longest that fits
+        return self._within(cuts, limit, final)  # nothing fits yet, or the words' cut would be too long
 
     def _within(self, cuts: CutPoints, limit: int, final: bool) -> int | None:
         """The end of the first piece when the pending text is longer than ``limit`` spoken
@@ -116,43 +129,14 @@ class StreamChunker:
             return None
         return cut
 
-    @staticmethod
-    def _chinese(text: str) -> bool:
-        """Character limits unless English words outnumber Chinese characters."""
-        words = len(_LATIN_WORD.findall(text))
-        return words == 0 or len(HAN.findall(text)) >= words
-
-    def _cut_chinese(self, cuts: CutPoints, limit: int, final: bool) -> int | None:
-        sentence_ends = cuts.levels[0]
-        if sentence_ends and cuts.size(0, sentence_ends[0]) <= limit:
-            return sentence_ends[0]
-        useful = self.first_clause_chars if self._emitted == 0 else max(6, limit // 3)
-        for c in cuts.levels[1]:
-            size = cuts.size(0, c)
-            if size > limit:
-                break
-            if size >= useful:
-                return c
-        return self._within(cuts, limit, final)
-
-    def _cut_english(self, cuts: CutPoints, final: bool) -> int | None:
-        text = cuts.text
-        sentence_ends = cuts.levels[0]
-        if sentence_ends and len(text[: sentence_ends[0]].split()) <= self.max_words:
-            return sentence_ends[0]
-        enough = self.first_clause_words if self._emitted == 0 else self.min_clause_words + 1
-        for c in cuts.levels[1]:
-            words = len(text[:c].split())
-            if words > self.max_words:
-                break
-            if words >= enough:
-                return c
-        gaps = cuts.levels[2]
+    def _long_english(self, cuts: CutPoints, final: bool) -> int | None:
+        """English with no sentence or clause to cut at: the first word gap at max_words words."""
+        text, gaps = cuts.text, cuts.levels[2]
         for c in gaps:
             if len(text[:c].split()) >= self.max_words:
                 return c
         if gaps and len(text.strip()) > 4 * self.chunk:
             return gaps[-1]  # a few very long "words" (URL, code): don't hold them back forever
-        if final and sentence_ends:
-            return sentence_ends[0]  # a sentence longer than max_words with no gap to cut at
+        if final and cuts.levels[0]:
+            return cuts.levels[0][0]  # a sentence longer than max_words with no gap to cut at
         return None
