@@ -36,29 +36,25 @@ class AsrRequest:
         self.requests = requests
         self.handoff = handoff
         self.host = host
-        self.audio: AudioIn | None = None
         self.parts: list[np.ndarray] = []
         self.first = b""
         self.started_at = 0.0
 
-    async def begin(self, audio: AudioIn) -> None:
-        self.audio = audio
+    async def begin(self) -> None:
         self.parts = []
         self.first = b""
         self.started_at = self.requests.clock.now()
 
-    async def feed(self, data: bytes, send: Send) -> None:
-        assert self.audio is not None
+    async def feed(self, audio: AudioIn, data: bytes, send: Send) -> None:
         self.first = self.first or data
-        self.parts.append(self.audio.convert(data))
+        self.parts.append(audio.convert(data))
 
-    async def end(self, send: Send) -> None:
-        assert self.audio is not None
-        fmt = (self.audio.rate, self.audio.width, self.audio.channels)
+    async def end(self, audio: AudioIn, send: Send) -> None:
+        fmt = (audio.rate, audio.width, audio.channels)
         before = self.handoff.take(self.host, self.started_at, fmt, self.first)
         if before:
             self.parts.insert(0, AudioIn(*fmt, KEEP_S + 1.0).convert(before, last=True))
-        samples, self.parts = np.concatenate([*self.parts, self.audio.finish()]), []
+        samples, self.parts = np.concatenate([*self.parts, audio.finish()]), []
         with self.requests.turn("transcription") as turn:
             tl = turn.timeline
             tl.mark(Ev.SPEECH_END, audio_s=round(len(samples) / TARGET_RATE, 3))
@@ -83,12 +79,10 @@ class WakeStream:
         self.on_detected = on_detected
         """Called with the detection's phrase end (seconds into the stream) before it is sent."""
         self.engine: Any = None
-        self.audio: AudioIn | None = None
         self.fed = 0
         self.detections = 0
 
-    async def begin(self, audio: AudioIn) -> None:
-        self.audio = audio
+    async def begin(self) -> None:
         self.fed = 0
         self.detections = 0
         if self.engine is None:
@@ -100,9 +94,8 @@ class WakeStream:
                 raise
         self.engine.restart(0)
 
-    async def feed(self, data: bytes, send: Send) -> None:
-        assert self.audio is not None
-        await self._accept(self.audio.convert(data), send)
+    async def feed(self, audio: AudioIn, data: bytes, send: Send) -> None:
+        await self._accept(audio.convert(data), send)
 
     async def _accept(self, frame: np.ndarray, send: Send) -> bool:
         """Feed ``frame`` to the wake engine; True when it heard the phrase."""
@@ -125,9 +118,8 @@ class WakeStream:
         self.fed += len(frame)
         self.engine.restart(self.fed)
 
-    async def end(self, send: Send) -> None:
-        assert self.audio is not None
-        if not await self._accept(self.audio.finish(), send):
+    async def end(self, audio: AudioIn, send: Send) -> None:
+        if not await self._accept(audio.finish(), send):
             hit = await asyncio.to_thread(self.engine.flush)
             if hit is not None:
                 await self._detected(hit, send)
@@ -185,7 +177,7 @@ class Listening:
         if self.listener is None:
             self.listener = AsrRequest(self.ctx.engines, "zh", self.requests, self.ctx.handoff, self.host)
         self.audio, self.discard = AudioIn(fmt.rate, fmt.width, fmt.channels, self.ctx.wcfg.max_audio_s), False
-        await self.listener.begin(self.audio)
+        await self.listener.begin()
 
     async def chunk(self, chunk: AudioChunk) -> None:
         if self.discard or self.refused:
@@ -204,7 +196,7 @@ class Listening:
         if self._handled <= self._skip_to and isinstance(self.listener, WakeStream):
             self.listener.skip(self.audio.convert(chunk.audio))
             return
-        await self.listener.feed(chunk.audio, self.send)
+        await self.listener.feed(self.audio, chunk.audio, self.send)
 
     async def stop(self) -> None:
         listener, audio, discarded = self.listener, self.audio, self.discard or self.refused
@@ -213,7 +205,7 @@ class Listening:
             return
         if audio is None:
             raise RkvoiceError(Stage.WYOMING, "no-audio", "audio-stop came before any audio; send audio-start and chunks")
-        await listener.end(self.send)
+        await listener.end(audio, self.send)
 
     def close(self) -> None:
         if self.wake is not None:
