@@ -128,13 +128,10 @@ class CutPoints:
         self._block_brackets(blocked, open_brackets_block and not final)
         self._spoken = list(accumulate(spoken_mask(text), initial=0))
         fine_end = n - FINE_LOOKAHEAD if not final else n
-        sent, clause, words, safe = self._find_cuts(blocked, fine_end)
-        self.levels: list[list[int]] = [sent, sorted(set(sent) | set(clause)),
-                                        sorted(set(sent) | set(clause) | set(words)), safe]
+        self.levels = self._find_cuts(blocked, fine_end)
         # Fallbacks for a stretch longer than the limit with no cut above (a long bracket, number
         # or word): its own clause marks and word gaps, then any character boundary.
-        sent, clause, words, safe = self._find_cuts(hard_blocked, fine_end)
-        self.levels += [sorted(set(sent) | set(clause) | set(words)), safe]
+        self.levels += self._find_cuts(hard_blocked, fine_end)[2:]
 
     def _block_brackets(self, blocked: bytearray, open_blocks: bool) -> None:
         text = self.text
@@ -159,9 +156,8 @@ class CutPoints:
             if depth > 0:
                 blocked[k] = 1
 
-    def _find_cuts(self, blocked: bytes | bytearray,
-                   fine_end: int) -> tuple[list[int], list[int], list[int], list[int]]:
-        """(sentence ends, clause marks, word gaps, every position) not blocked in ``blocked``."""
+    def _find_cuts(self, blocked: bytes | bytearray, fine_end: int) -> list[list[int]]:
+        """Levels 0-3 (sentence ends; and clause marks; and word gaps; every position) not in ``blocked``."""
         text, n = self.text, self.n
         sent: list[int] = []
         clause: list[int] = []
@@ -184,7 +180,8 @@ class CutPoints:
             (sent if ch in SENTENCE_MARKS else clause).append(p)
         words = [k for k in range(1, fine_end + 1) if not blocked[k] and text[k - 1].isspace()]
         safe = [k for k in range(1, fine_end + 1) if not blocked[k]]
-        return sorted(set(sent)), sorted(set(clause)), words, safe
+        clauses = set(sent) | set(clause)
+        return [sorted(set(sent)), sorted(clauses), sorted(clauses | set(words)), safe]
 
     def between(self, level: int, a: int, b: int) -> list[int]:
         """Cut positions of ``level`` strictly between ``a`` and ``b``."""
