@@ -7,8 +7,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import signal
 import sys
+import threading
 from pathlib import Path
+from types import FrameType
 
 from rkvoice.config import DEFAULT_CONFIG, Config, load_config, parse_override
 from rkvoice.errors import RkvoiceError, Stage
@@ -18,7 +21,7 @@ log = logging.getLogger(__name__)
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
-MODES = {"wyoming": "rkvoice.cli.serve:run_wyoming", "file": "rkvoice.cli.replay:run_file",
+MODES = {"wyoming": "rkvoice.cli.entry:run_wyoming", "file": "rkvoice.cli.replay:run_file",
          "text": "rkvoice.cli.ask:run_text", "say": "rkvoice.cli.say:run_say"}
 """Mode flag -> the function (``module:name``, imported when chosen) given its value; the first flag set wins."""
 
@@ -74,6 +77,29 @@ def load_cli_config(args: argparse.Namespace, daemon: bool = False) -> Config:
             raise RkvoiceError(Stage.CONFIG, "missing", f"config file {path} does not exist")
         files = [DEFAULT_CONFIG, path]
     return load_config(overrides, files)
+
+
+def run_wyoming(uri: str, args: argparse.Namespace, cfg: Config) -> int:
+    """``assistant.py --wyoming URI [--zeroconf]``: the profile's engines as a Wyoming server, until
+    Ctrl-C or SIGTERM (for Home Assistant; see the README for adding it there)."""
+    from rkvoice.wyoming.server import serve_wyoming
+
+    if not getattr(args, "verbose", False):
+        logging.getLogger("rkvoice").setLevel(logging.INFO)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("%s: stopping the Wyoming server", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        serve_wyoming(cfg, uri, zeroconf=True if args.zeroconf else None, stop=stop,
+                      ready=lambda server: print(f"serving Wyoming on {uri} (Ctrl-C stops)", flush=True))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
