@@ -76,12 +76,15 @@ class ModelRuntime(Protocol):
     def close(self) -> None: ...
 
 
-def ort_session(path: Path, threads: int, spinning: bool = True) -> Any:
+def ort_session(path: Path, threads: int, spinning: bool = True, optimize: bool = True) -> Any:
     """An onnxruntime CPU session with ``threads`` intra-op threads (``spinning=False``: idle ones do
-    not busy-wait); raises what onnxruntime raises."""
+    not busy-wait; ``optimize=False``: no graph optimisations, a session only read); raises what
+    onnxruntime raises."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
+    if not optimize:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     opts.intra_op_num_threads = max(1, int(threads))
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 3

@@ -27,6 +27,7 @@ import numpy as np
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.needs import FileNeed, present_file
+from rkvoice.npu.runtime import ort_session
 from rkvoice.tts.base import check_request
 from rkvoice.tts.matcha_frontend import read_tokens
 from rkvoice.tts.piper_stream import SPLIT, PiperStream, phoneme_ids
@@ -127,14 +128,8 @@ def read_onnx_metadata(path: Path) -> dict[str, str]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found")
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    opts.intra_op_num_threads = 1
-    opts.log_severity_level = 3
     try:
-        session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+        session = ort_session(path, 1, optimize=False)
     except Exception as exc:  # noqa: BLE001 (onnxruntime raises several unrelated types for a bad file)
         raise ValueError(str(exc).splitlines()[0][:300]) from exc
     return dict(session.get_modelmeta().custom_metadata_map)
