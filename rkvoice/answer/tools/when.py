@@ -61,14 +61,7 @@ def parse_when(text: str, now: datetime) -> When | None:
         return None
     base = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
     if day is not None:
-        due = base + timedelta(days=_DAY_OFFSET[day])
-    elif period is not None or hour > 12:
-        due = base if base > now else base + timedelta(days=1)
-    # "三点提醒我": the next 3 o'clock, morning or afternoon, whichever comes first
-    elif base > now:
-        due = base
-    elif hour < 12 and base + timedelta(hours=12) > now:
-        due = base + timedelta(hours=12)
-    else:
-        due = base + timedelta(days=1)
-    return When(due, m.span())
+        return When(base + timedelta(days=_DAY_OFFSET[day]), m.span())
+    # the next such time; "三点提醒我": the next 3 o'clock, morning or afternoon, whichever comes first
+    later = (0, 12, 24) if period is None and hour < 12 else (0, 24)
+    return When(next(t for t in (base + timedelta(hours=h) for h in later) if t > now), m.span())
