@@ -96,11 +96,9 @@ _ASKS = ((TEMP_WORDS, temperature_text), (MEM_WORDS, memory_text), (UPTIME_WORDS
 def handle(text: str, ctx: ToolContext) -> ToolAnswer | None:
     if len(text) > 20:
         return None
-    if has_any(text, STATUS_WORDS):
-        wanted = [fn for _, fn in _ASKS]
-    else:
-        wanted = [fn for words, fn in _ASKS if has_any(text, words)
-                  and not (fn is temperature_text and has_any(text, NOT_DEVICE_TEMP))]
+    status = has_any(text, STATUS_WORDS)  # all of them
+    wanted = [fn for words, fn in _ASKS if status or has_any(text, words)
+              and not (fn is temperature_text and has_any(text, NOT_DEVICE_TEMP))]
     if not wanted:
         return None
     parts = [p for p in (fn(ctx) for fn in wanted) if p]
