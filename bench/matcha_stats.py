@@ -30,8 +30,7 @@ class MatchaStats:
         if tts.encoder is not None:
             self._wrap(tts.encoder, "run", "encoder_cpu")
         self._wrap(matcha_engine, "align", "align")
-        for name in ("istft_mag_phase", "istft_mag_xy"):
-            self._wrap(matcha_engine, name, "istft")
+        self._wrap(matcha_engine, "istft_mag_xy", "istft")
 
     def _wrap(self, owner: Any, attr: str, key: str) -> None:
         fn = getattr(owner, attr)

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from rkvoice.errors import RkvoiceError
-from rkvoice.npu.istft import StftConfig, istft, istft_mag_phase, istft_mag_xy, make_window
+from rkvoice.npu.istft import StftConfig, istft, istft_mag_xy, make_window
 
 CFG = StftConfig(n_fft=1024, hop_length=256, win_length=1024, window="hann", center=True)
 
@@ -16,6 +16,11 @@ def stft(signal: np.ndarray, cfg: StftConfig) -> np.ndarray:
     idx = np.arange(cfg.n_fft)[None, :] + cfg.hop_length * np.arange(frames)[:, None]
     spec = np.fft.rfft(x[idx] * make_window(cfg)[None, :], axis=1)
     return (spec / np.sqrt(cfg.n_fft) if cfg.normalized else spec).T
+
+
+def istft_mag_phase(mag: np.ndarray, phase: np.ndarray, cfg: StftConfig) -> np.ndarray:
+    """ISTFT from magnitude and phase (radians): what istft_mag_xy takes as cos/sin of the phase."""
+    return istft(np.asarray(mag) * np.exp(1j * np.asarray(phase)), cfg)
 
 
 def _signal(n: int, sr: int = 16000) -> np.ndarray:

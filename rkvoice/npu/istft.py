@@ -119,11 +119,6 @@ def istft(spec: np.ndarray, cfg: StftConfig) -> np.ndarray:
     return out.astype(np.float32)
 
 
-def istft_mag_phase(mag: np.ndarray, phase: np.ndarray, cfg: StftConfig) -> np.ndarray:
-    """ISTFT from magnitude and phase (radians), both [bins, frames] or [1, bins, frames]."""
-    return istft(np.asarray(mag) * np.exp(1j * np.asarray(phase)), cfg)
-
-
 def istft_mag_xy(mag: np.ndarray, x: np.ndarray, y: np.ndarray, cfg: StftConfig) -> np.ndarray:
     """ISTFT from Vocos's three outputs: magnitude, x = cos(phase), y = sin(phase)."""
     m = np.asarray(mag, dtype=np.float64)

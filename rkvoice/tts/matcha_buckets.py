@@ -308,7 +308,7 @@ def _check_vocos(b: Bucket, side: dict[str, Any] | None) -> None:
     if len(b.inputs) != 1 or len(b.inputs[0].shape) != 3 or b.inputs[0].dtype not in _FLOAT:
         raise _bad(b.path, f"not a Vocos vocoder: inputs {'; '.join(s.describe() for s in b.inputs)} (expected one "
                    "float mel input [1, n_mels, frames])", "give vocos-16khz-univ.onnx or models/convert_rknn.py vocos")
-    if len(b.outputs) not in (2, 3) or any(len(o.shape) != 3 for o in b.outputs):
+    if len(b.outputs) != 3 or any(len(o.shape) != 3 for o in b.outputs):
         raise _bad(b.path, f"not a Vocos vocoder: outputs {'; '.join(o.describe() for o in b.outputs)} (expected "
                    "mag, x, y [1, bins, frames])", "give vocos-16khz-univ.onnx or models/convert_rknn.py vocos")
     mels = b.inputs[0]

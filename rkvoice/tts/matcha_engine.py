@@ -24,7 +24,7 @@ import numpy as np
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.npu import runtime as npu_runtime
-from rkvoice.npu.istft import StftConfig, istft_mag_phase, istft_mag_xy
+from rkvoice.npu.istft import StftConfig, istft_mag_xy
 from rkvoice.npu.length_regulator import align
 from rkvoice.tts.matcha_buckets import Bucket, check_pairing, find_models, load_bucket, voice_files
 from rkvoice.tts.matcha_frames import halve, split_units, vocos_windows
@@ -271,25 +271,23 @@ class MatchaTts:
         """mel [1, C, T] -> waveform (Vocos in the smallest frame bucket holding T, or windows)."""
         frames = mel.shape[-1]
         fit = next((v for v in self.vocoders if v.dynamic or v.size >= frames), None)  # sorted by size
-        mag, a, b = self._vocos_call(fit, mel, frames) if fit else self._windowed(mel)
-        return istft_mag_phase(mag, a, self.stft) if b is None else istft_mag_xy(mag, a, b, self.stft)
+        mag, x, y = self._vocos_call(fit, mel, frames) if fit else self._windowed(mel)
+        return istft_mag_xy(mag, x, y, self.stft)
 
-    def _vocos_call(self, v: Bucket, mel: np.ndarray, keep: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    def _vocos_call(self, v: Bucket, mel: np.ndarray, keep: int) -> list[np.ndarray]:
         """Run ``v`` on ``mel`` zero-padded to its size (as Vocos's first convolution pads: stand-in, 150 of
         200 frames, 66.6 dB from a 150-frame run, 43-44 dB padded with -11.5 or the last frame); the first
-        ``keep`` frames."""
+        ``keep`` frames of mag, x, y."""
         t = mel.shape[-1]
         if not v.dynamic and t < v.size:
             mel = np.concatenate([mel, np.zeros(mel.shape[:2] + (v.size - t,), np.float32)], axis=2)
-        kept = [o[..., :keep] for o in v.run({v.inputs[0].name: mel})]
-        return kept[0], kept[1], kept[2] if len(kept) > 2 else None
+        return [o[..., :keep] for o in v.run({v.inputs[0].name: mel})]
 
-    def _windowed(self, mel: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    def _windowed(self, mel: np.ndarray) -> list[np.ndarray]:
         """A mel longer than the largest Vocos bucket: overlapping windows, centres kept."""
         v = self.vocoders[-1]
-        windows = []  # per window: the centres of mag, x[, y] (no y for a magnitude + phase Vocos)
+        windows = []  # per window: the centres of mag, x, y
         for start, k0, k1 in vocos_windows(mel.shape[-1], v.size, self.cfg.tts.matcha.vocoder_context):
             outs = self._vocos_call(v, mel[:, :, start : start + v.size], v.size)
-            windows.append([o[..., k0 - start : k1 - start] for o in outs if o is not None])
-        joined = [np.concatenate(parts, axis=-1) for parts in zip(*windows)]
-        return joined[0], joined[1], joined[2] if len(joined) > 2 else None
+            windows.append([o[..., k0 - start : k1 - start] for o in outs])
+        return [np.concatenate(parts, axis=-1) for parts in zip(*windows)]
