@@ -55,37 +55,39 @@ class LimitedReader:
         return event
 
 
-_AUDIO: dict[str, type] = {"rate": int, "width": int, "channels": int, "timestamp": int}
-_VOICE: dict[str, type] = {"name": str, "language": str, "speaker": str}
-FIELDS: dict[str, dict[str, type]] = {
+_AUDIO: dict[str, Any] = {"rate": int, "width": int, "channels": int, "timestamp": int}
+_VOICE: dict[str, Any] = {"name": str, "language": str, "speaker": str}
+FIELDS: dict[str, dict[str, Any]] = {
     "audio-start": _AUDIO,
     "audio-chunk": _AUDIO,
     "audio-stop": {"timestamp": int},
     "transcribe": {"name": str, "language": str, "context": dict},
     "transcript": {"text": str, "language": str, "context": dict},
-    "synthesize": {"text": str, "voice": dict, "text_format": str, "context": dict},
-    "synthesize-start": {"voice": dict, "text_format": str, "context": dict},
+    "synthesize": {"text": str, "voice": _VOICE, "text_format": str, "context": dict},
+    "synthesize-start": {"voice": _VOICE, "text_format": str, "context": dict},
     "synthesize-chunk": {"text": str},
-    "detect": {"names": list, "context": dict},
+    "detect": {"names": [str], "context": dict},
     "select-program": {"name": str},
     "ping": {"text": str},
 }
-"""Event type -> the fields the server reads and their JSON type (null is always allowed: absent)."""
-ITEMS = {("detect", "names"): str}
-"""List fields -> the type of their items."""
-NESTED = {"voice": _VOICE}
-"""Object fields -> the types of their own fields."""
+"""Event type -> the fields the server reads and their JSON type (null is always allowed: absent); an
+object whose own fields are checked is given as their dict, a list whose items are as ``[item type]``."""
 _JSON_NAME = {int: "an integer", str: "a string", dict: "an object", list: "a list"}
 
 
-def _is(value: Any, kind: type) -> bool:
-    return isinstance(value, kind) and not (kind is int and isinstance(value, bool))
-
-
-def _bad(event_type: str, name: str, kind: type, value: Any) -> RkvoiceError:
-    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-    return RkvoiceError(Stage.WYOMING, "bad-event",
-                        f"event {event_type!r}: field {name!r} must be {_JSON_NAME[kind]}, got {shown}")
+def _check(event_type: str, name: str, kind: Any, value: Any) -> None:
+    """``value`` (not null) of field ``name`` against ``kind`` (a FIELDS entry)."""
+    json_type = type(kind) if isinstance(kind, (dict, list)) else kind
+    right = isinstance(value, json_type) and not (json_type is int and isinstance(value, bool))  # JSON true is no int
+    if not right:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise RkvoiceError(Stage.WYOMING, "bad-event",
+                           f"event {event_type!r}: field {name!r} must be {_JSON_NAME[json_type]}, got {shown}")
+    for item in value if isinstance(kind, list) else ():
+        _check(event_type, f"{name}[]", kind[0], item)
+    for sub, sub_kind in kind.items() if isinstance(kind, dict) else ():
+        if value.get(sub) is not None:
+            _check(event_type, f"{name}.{sub}", sub_kind, value[sub])
 
 
 def check_fields(event_type: str, data: Any) -> None:
@@ -95,16 +97,5 @@ def check_fields(event_type: str, data: Any) -> None:
         raise RkvoiceError(Stage.WYOMING, "bad-event",
                            f"event {event_type!r}: its data must be a JSON object, got {type(data).__name__}")
     for name, kind in FIELDS.get(event_type, {}).items():
-        value = data.get(name)
-        if value is None:
-            continue
-        if not _is(value, kind):
-            raise _bad(event_type, name, kind, value)
-        item_kind = ITEMS.get((event_type, name))
-        if item_kind is not None:
-            for item in value:
-                if not _is(item, item_kind):
-                    raise _bad(event_type, f"{name}[]", item_kind, item)
-        for sub, sub_kind in NESTED.get(name, {}).items():
-            if value.get(sub) is not None and not _is(value[sub], sub_kind):
-                raise _bad(event_type, f"{name}.{sub}", sub_kind, value[sub])
+        if data.get(name) is not None:
+            _check(event_type, name, kind, data[name])
