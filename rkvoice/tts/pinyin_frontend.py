@@ -164,11 +164,6 @@ def _han_syllables(run: str) -> list[Syllable]:
         # an empty reading for each character without one.
         errors=lambda chars: [""] * len(chars),  # type: ignore[arg-type,return-value]
     )
-    if len(readings) != len(run):  # defensive: pypinyin keeps one reading per Han character
-        log.debug("pinyin misaligned for %r; reading characters one by one", run)
-        readings = [
-            (lazy_pinyin(c, style=Style.TONE3, neutral_tone_with_five=True) or [""])[0] for c in run
-        ]
     syls: list[Syllable] = []
     for i, (char, reading) in enumerate(zip(run, readings)):
         if not reading:
