@@ -210,7 +210,7 @@ def test_config_key_is_validated_and_the_check_names_the_canceller(monkeypatch: 
 def test_file_replay_with_a_reference_cancels_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import soundfile as sf
 
-    from rkvoice.cli.replay import reference_source
+    from rkvoice.cli.modes import reference_source
     from rkvoice.hear.sources import WavFileSource
 
     ref = talk(3.0, seed=6)

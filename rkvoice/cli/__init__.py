@@ -1,2 +1,2 @@
-"""The command line (``assistant.py``): entry (flags, logging, errors), say, ask, replay, output.
+"""The command line (``assistant.py``): entry (flags, logging, errors), modes, output.
 The CLI imports the stages; no stage package imports the CLI."""

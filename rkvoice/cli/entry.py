@@ -21,8 +21,8 @@ log = logging.getLogger(__name__)
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
-MODES = {"wyoming": "rkvoice.cli.entry:run_wyoming", "file": "rkvoice.cli.replay:run_file",
-         "text": "rkvoice.cli.ask:run_text", "say": "rkvoice.cli.say:run_say"}
+MODES = {"wyoming": "rkvoice.cli.entry:run_wyoming", "file": "rkvoice.cli.modes:run_file",
+         "text": "rkvoice.cli.modes:run_text", "say": "rkvoice.cli.modes:run_say"}
 """Mode flag -> the function (``module:name``, imported when chosen) given its value; the first flag set wins."""
 
 

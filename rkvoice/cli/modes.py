@@ -1,6 +1,12 @@
-"""``assistant.py --file WAV [--require-wake]``: replay a recording as if spoken into the microphone,
-with the live loop's HearSession and TurnLoop. Prints what was heard and the answer; ``--metrics``
-writes the first turn's timeline and every turn's summary."""
+"""The one-shot modes of ``assistant.py`` (``rkvoice.cli.entry.MODES``), each into this run's output
+(rkvoice.cli.output):
+
+- ``--say TEXT``: speak TEXT verbatim (optionally also into a WAV file);
+- ``--text "…"``: ask the assistant (tools or LLM) and speak the answer;
+- ``--file WAV [--require-wake]``: replay a recording as if spoken into the microphone, with the
+  live loop's HearSession and TurnLoop. Prints what was heard and the answer; ``--metrics``
+  writes the first turn's timeline and every turn's summary.
+"""
 
 from __future__ import annotations
 
@@ -19,9 +25,78 @@ from rkvoice.hear.echo import EchoCancelledSource, PlayedAudio, echo_filter
 from rkvoice.hear.loop import TurnLoop, player_cue
 from rkvoice.hear.sources import AudioSource, WavFileSource, read_wav
 from rkvoice.stages import Hear, assistant, default_voice
-from rkvoice.timeline import Ev, write_json_atomic
+from rkvoice.text.normalize import speakable
+from rkvoice.timeline import Ev, Timeline, write_json_atomic
+from rkvoice.turn import Turn
 
 log = logging.getLogger(__name__)
+
+
+def check_text(text: str, cfg: Config) -> str:
+    """The speakable form of TEXT, or a clear refusal."""
+    if not text.strip():
+        raise RkvoiceError(Stage.INPUT, "empty-text", "nothing to say: give --say a non-empty TEXT")
+    if len(text) > cfg.tts.max_text_chars:
+        raise RkvoiceError(Stage.INPUT, "text-too-long", f"TEXT has {len(text)} characters, more than tts.max_text_chars="
+                           f"{cfg.tts.max_text_chars}; split it into several calls or raise the limit with "
+                           "--set tts.max_text_chars=N")
+    spoken = speakable(text)
+    if not spoken.strip():
+        raise RkvoiceError(
+            Stage.INPUT, "nothing-speakable", "TEXT has nothing to pronounce (only symbols or emoji?); give words to --say"
+        )
+    return spoken
+
+
+def run_say(text: str, args: argparse.Namespace, cfg: Config) -> int:
+    clock = MonotonicClock()
+    spoken = check_text(text, cfg)
+    check_outputs(args)
+    timeline = Timeline(clock)
+    with speaking(args, cfg, clock, lambda c: default_voice(c, args.tts, text)) as (speak, output):
+        speaker = speak.speaker
+        assert speaker is not None and speak.tts is not None
+        timeline.start()
+        turn = speaker.speak(text, timeline)
+        try:
+            speaker.wait(turn)
+        except KeyboardInterrupt:
+            turn.cancel("interrupted")
+            raise
+        turn.raise_if_failed()
+        if args.compare_whole:
+            t0 = clock.now()
+            samples, rate = speak.tts.generate(spoken, sid=cfg.tts.sid, speed=cfg.tts.speed)
+            synth_ms = (clock.now() - t0) * 1000.0
+            timeline.mark(Ev.WHOLE_TEXT_SYNTH, synth_ms=round(synth_ms, 3), audio_s=round(len(samples) / rate, 4))
+    if args.metrics:
+        timeline.write(Path(args.metrics))
+    log.info("summary %s", timeline.summary())
+    output.report()
+    return 0
+
+
+def run_text(text: str, args: argparse.Namespace, cfg: Config) -> int:
+    if not text.strip():
+        raise RkvoiceError(Stage.INPUT, "empty-text", "nothing to ask: give --text a non-empty question")
+    check_outputs(args)
+    clock = MonotonicClock()
+    turn = Turn(Timeline(clock), text=text)
+    with (closing(assistant(cfg, clock)) as answer,
+          speaking(args, cfg, clock, lambda c: default_voice(c, args.tts)) as (speak, output)):
+        assert speak.speaker is not None
+        turn.timeline.start()
+        try:
+            turn.finish(Answerer(answer, speak.speaker, cfg).respond(turn))
+        except KeyboardInterrupt:
+            turn.cancel("interrupted")
+            raise
+    if args.metrics:
+        turn.timeline.write(Path(args.metrics))
+    print(turn.result or "(stopped)")
+    log.info("summary %s", turn.timeline.summary())
+    output.report()
+    return 0
 
 
 def reference_source(source: WavFileSource, args: argparse.Namespace, cfg: Config) -> AudioSource:
