@@ -1,13 +1,14 @@
 """The first piece of an LLM answer: before (first clause of a useful length) vs after (the first clause
 of a few words / characters), first audio and the ASR round trip, in one run.
 
-    py312/bin/python bench/first_piece.py [--max-tokens 48] [--out first_piece.json]
+    py312/bin/python bench/first_piece.py [--max-tokens 48] [--first-chars N] [--out first_piece.json]
 
 Each question is answered once by the portable LLM (greedy, so the answer is fixed), its text deltas
 recorded with their times. Both rules then cut the *same* deltas at the *same* times (the stream
 chunker, rkvoice.text.stream_chunker): before = ``first_clause_words=6, first_clause_chars=8`` (a
 first clause needed more than five English words / a useful length like a later one), after = the
-defaults. Per answer:
+defaults. ``--first-chars N`` compares the piece sizes instead: before = the voice's first piece
+(rkvoice.pieces.piece_chars), after = at most N characters, both with the default rule. Per answer:
 
 - the first piece and when it was ready (ms after the stream started);
 - its synthesis time with the installed Chinese voice (median of 3, both rules interleaved);
@@ -55,7 +56,9 @@ def record(engine: LlamaEngine, conv: Conversation, question: str) -> list[tuple
 
 
 def cut(deltas: list[tuple[float, str]], rule: dict[str, int], first: int, chunk: int) -> tuple[float, list[str]]:
-    """When the first piece was ready (s) and every piece, for one rule."""
+    """When the first piece was ready (s) and every piece, for one rule (``first`` in it: that size)."""
+    rule = dict(rule)
+    first = rule.pop("first", first)
     c = type("Rule", (StreamChunker,), rule)(first, chunk)  # the rules are class attributes
     pieces: list[str] = []
     ready = deltas[-1][0] if deltas else 0.0
@@ -77,8 +80,12 @@ def to_16k(samples: np.ndarray, rate: int) -> np.ndarray:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--max-tokens", type=int, default=48)
+    ap.add_argument("--first-chars", type=int, default=0,
+                    help="compare first pieces of at most N characters (after) with the voice's (before)")
     ap.add_argument("--out")
     args = ap.parse_args()
+    if args.first_chars:
+        RULES.update(before={}, after={"first": args.first_chars})
     from rkvoice.hear.whisper_asr import WhisperAsr
     from rkvoice.pieces import piece_chars
     from rkvoice.tts.registry import create_tts
