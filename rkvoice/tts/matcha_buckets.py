@@ -15,7 +15,7 @@ import glob
 import json
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,8 @@ class Bucket:
     encoder: Path | None = None
     """A split Matcha's decoder: the CPU encoder it belongs to (None: the dynamic whole graph)."""
     n_mels: int = 80
-    _out_index: dict[str, int] = field(default_factory=dict)
+    mel_index: int = 0
+    """A Matcha model's mel among its outputs."""
 
     @property
     def dynamic(self) -> bool:
@@ -76,8 +77,10 @@ class Bucket:
         arrays = [np.ascontiguousarray(np.asarray(feed[s.name]).astype(s.dtype, copy=False)) for s in self.inputs]
         return self.model.run(arrays)
 
-    def output(self, outs: list[np.ndarray], name: str) -> np.ndarray:
-        return np.asarray(outs[self._out_index[name]])
+    def mel(self, feed: dict[str, np.ndarray]) -> np.ndarray:
+        """A Matcha model's mel [1, n_mels, frames] (float32) for ``feed``."""
+        mel = np.asarray(self.run(feed)[self.mel_index]).astype(np.float32, copy=False)
+        return mel[None] if mel.ndim == 2 else mel
 
     def close(self) -> None:
         self.model.close()
@@ -245,7 +248,7 @@ def _check_decoder(b: Bucket, side: dict[str, Any] | None) -> None:
         raise _bad(b.path, f"not a Matcha decoder the engine can feed: inputs {', '.join(spec)}, outputs "
                    f"{', '.join(o.describe() for o in b.outputs)} (it feeds {', '.join(DECODER_INPUTS)} -> mel)",
                    "convert the published ONNX with models/convert_rknn.py matcha")
-    b._out_index["mel"] = b.outputs.index(mel)
+    b.mel_index = b.outputs.index(mel)
     b.n_mels, b.window = int(mel.shape[1]), int(mel.shape[2])
     for s in spec.values():
         if s.dtype not in _FLOAT:
@@ -294,7 +297,7 @@ def _check_matcha(b: Bucket, side: dict[str, Any] | None) -> None:
         mel_i = next((i for i, o in enumerate(b.outputs) if len(o.shape) == 3), None)
     if mel_i is None:
         raise _bad(b.path, f"no mel output [1, n_mels, frames] among {', '.join(o.describe() for o in b.outputs)}")
-    b._out_index["mel"] = mel_i
+    b.mel_index = mel_i
     mel = b.outputs[mel_i]
     if isinstance(mel.shape[1], int):
         b.n_mels = mel.shape[1]

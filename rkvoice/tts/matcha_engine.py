@@ -196,25 +196,20 @@ class MatchaTts:
             return np.zeros(0, dtype=np.float32), self._rate
         return np.concatenate(out).astype(np.float32), self._rate
 
-    def _text_feed(self, ids: list[int], n: int, speed: float) -> dict[str, np.ndarray]:
-        """A Matcha graph's text inputs: ``ids`` padded to ``n``, ``n``, the noise and length scales."""
-        x = np.full((1, n), self._pad_id, dtype=np.int64)
-        x[0, : len(ids)] = ids
-        return {"x": x, "x_length": np.array([n], dtype=np.int64),
+    def _text_feed(self, ids: list[int], speed: float) -> dict[str, np.ndarray]:
+        """A Matcha graph's text inputs: ``ids``, their count, the noise and length scales."""
+        return {"x": np.array([ids], dtype=np.int64), "x_length": np.array([len(ids)], dtype=np.int64),
                 "noise_scale": np.array([self.cfg.tts.matcha.noise_scale], dtype=np.float32),
                 "length_scale": np.array([1.0 / speed], dtype=np.float32)}
 
     def _dynamic_run(self, b: Bucket, ids: list[int], sid: int, speed: float) -> np.ndarray:
         """mel [1, n_mels, frames] of one call of the dynamic whole graph (its frames: the mel's length)."""
-        feed = self._text_feed(ids, len(ids), speed)
-        feed["sid"] = np.array([sid], dtype=np.int64)
-        mel = b.output(b.run(feed), "mel").astype(np.float32, copy=False)
-        return mel[None] if mel.ndim == 2 else mel
+        return b.mel(self._text_feed(ids, speed) | {"sid": np.array([sid], dtype=np.int64)})
 
     def _encode(self, ids: list[int], speed: float) -> tuple[np.ndarray, np.ndarray, int, int]:
         """The split voice's CPU half: (encoder output [1, N, C], cumulative durations [1, N], T, T')."""
         assert self.encoder is not None
-        feed = self._text_feed(ids, max(1, len(ids)), speed)
+        feed = self._text_feed(ids, speed)  # never empty: a piece has a unit with ids (split_units, halve)
         mu_x, cum, frames, dec_frames = self.encoder.run([feed[k] for k in self._encoder_inputs])
         return mu_x, cum, int(np.asarray(frames).reshape(-1)[0]), int(np.asarray(dec_frames).reshape(-1)[0])
 
@@ -225,24 +220,30 @@ class MatchaTts:
         feed = {"mu": mu, "mask": mask, "noise": rng.standard_normal((1, b.n_mels, b.window), dtype=np.float32),
                 "noise_scale": np.array([self.cfg.tts.matcha.noise_scale], dtype=np.float32),
                 "decoder_frames": np.array([dec_frames], dtype=np.float32)}
-        mel = b.output(b.run(feed), "mel").astype(np.float32, copy=False)
-        return mel[None] if mel.ndim == 2 else mel
+        return b.mel(feed)
 
-    def _synthesize_split(self, piece: list[Unit], sid: int, speed: float, rng: np.random.Generator,
-                          depth: int) -> list[np.ndarray]:
-        """Encoder on the CPU -> the smallest decoder window holding T' -> mel cut at T -> Vocos."""
+    def _synthesize(self, piece: list[Unit], sid: int, speed: float, rng: np.random.Generator,
+                    depth: int = 0) -> list[np.ndarray]:
+        """A split voice: encoder on the CPU -> the smallest decoder window holding T' -> mel cut at T;
+        the dynamic whole graph: one call, its mel. Then Vocos."""
         ids = self._loaded_frontend().ids(piece, self._add_blank, self._pad_id)
-        mu_x, cum, frames, dec_frames = self._encode(ids, speed)
-        bucket = next((b for b in self.acoustic if b.window >= dec_frames), None)  # sorted by window
-        if bucket is None:
-            self.overflows += 1
-            return self._in_halves(piece, len(ids), dec_frames, sid, speed, rng, depth)
-        if frames <= 0:
+        if self.encoder is None:
+            mel = self._dynamic_run(self.acoustic[0], ids, sid, speed)  # the one dynamic model (_configure)
+            where = "the dynamic graph"
+        else:
+            mu_x, cum, frames, dec_frames = self._encode(ids, speed)
+            bucket = next((b for b in self.acoustic if b.window >= dec_frames), None)  # sorted by window
+            if bucket is None:
+                self.overflows += 1
+                return self._in_halves(piece, len(ids), dec_frames, sid, speed, rng, depth)
+            if frames <= 0:
+                return []
+            mel = self._decode(bucket, mu_x, cum, frames, dec_frames, rng)[:, :, :frames]
+            where = f"{bucket.label} (window {bucket.window})"
+        if mel.shape[-1] <= 0:
             return []
-        mel = self._decode(bucket, mu_x, cum, frames, dec_frames, rng)
-        samples = self._vocode(mel[:, :, :frames])
-        log.debug("matcha piece: %d tokens, %d frames in %s (window %d), %d samples", len(ids), frames,
-                  bucket.label, bucket.window, len(samples))
+        samples = self._vocode(mel)
+        log.debug("matcha piece: %d tokens, %d frames in %s, %d samples", len(ids), mel.shape[-1], where, len(samples))
         return [samples]
 
     def _in_halves(self, piece: list[Unit], n_ids: int, frames: int, sid: int, speed: float,
@@ -254,18 +255,6 @@ class MatchaTts:
         log.info("matcha: %d tokens need %d frames > every window; synthesising it in two halves", n_ids, frames)
         a, b = halve(piece)
         return self._synthesize(a, sid, speed, rng, depth + 1) + self._synthesize(b, sid, speed, rng, depth + 1)
-
-    def _synthesize(self, piece: list[Unit], sid: int, speed: float, rng: np.random.Generator,
-                    depth: int = 0) -> list[np.ndarray]:
-        if self.encoder is not None:
-            return self._synthesize_split(piece, sid, speed, rng, depth)
-        ids = self._loaded_frontend().ids(piece, self._add_blank, self._pad_id)
-        mel = self._dynamic_run(self.acoustic[0], ids, sid, speed)  # the one dynamic model (_configure)
-        if mel.shape[-1] <= 0:
-            return []
-        samples = self._vocode(mel)
-        log.debug("matcha piece: %d tokens, %d frames, %d samples", len(ids), mel.shape[-1], len(samples))
-        return [samples]
 
     def _vocode(self, mel: np.ndarray) -> np.ndarray:
         """mel [1, C, T] -> waveform (Vocos in the smallest frame bucket holding T, or windows)."""
