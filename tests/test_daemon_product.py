@@ -141,7 +141,7 @@ def test_voice_cue_is_made_with_the_loaded_voice(tmp_path: Path) -> None:
 
 def test_assistant_py_without_a_mode_runs_the_daemon(monkeypatch: pytest.MonkeyPatch) -> None:
     from rkvoice.cli import entry as cli_entry
-    from rkvoice.daemon import entry
+    from rkvoice.daemon import service
 
     seen = {}
 
@@ -149,7 +149,7 @@ def test_assistant_py_without_a_mode_runs_the_daemon(monkeypatch: pytest.MonkeyP
         seen["cfg"] = load()
         return 0
 
-    monkeypatch.setattr(entry, "serve", fake_serve)
+    monkeypatch.setattr(service, "serve", fake_serve)
     assert cli_entry.main(["--no-play", "--set", "daemon.max_failures=7"]) == 0
     assert seen["cfg"].audio.player == "null"
     assert seen["cfg"].daemon.max_failures == 7

@@ -44,7 +44,7 @@ import sys, json
 sys.path.insert(0, {str(ROOT / 'tests')!r})
 from pathlib import Path
 from test_daemon_fakes import QUESTION, Harness, Rig, _cfg
-import rkvoice.daemon.entry, rkvoice.cli.entry
+import rkvoice.daemon.service, rkvoice.cli.entry
 from rkvoice.stages import product_plan
 cfg = _cfg(Path({str(tmp_path)!r}))
 assert not cfg.wyoming.uri

@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
                 module, _, name = run.partition(":")
                 return int(getattr(importlib.import_module(module), name)(value, args, cfg))
         # no mode flag: the resident assistant (microphone loop; what the systemd service runs)
-        from rkvoice.daemon.entry import serve, setup_logging as daemon_logging
+        from rkvoice.daemon.service import serve, setup_logging as daemon_logging
 
         daemon_logging(args.verbose)
         return serve(lambda: load_cli_config(args, daemon=True))

@@ -13,7 +13,9 @@ transcription) is older than ``daemon.stall_s``: a wedged pipeline gets systemd'
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,8 +24,8 @@ from types import FrameType
 
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
-from rkvoice.errors import RkvoiceError, is_device_error
-from rkvoice.stages import Plan, StageSet, shared
+from rkvoice.errors import Code, RkvoiceError, is_device_error
+from rkvoice.stages import Plan, StageSet, product_plan, shared
 from rkvoice.turn import Turn
 
 from .listener import Listener
@@ -287,3 +289,30 @@ class Daemon:
         self._host()  # always rebuilt: a partly failed reload may still have swapped some engines
         self.notifier.notify(READY=1, STATUS="listening")
 
+
+def setup_logging(verbose: bool = False) -> None:
+    """INFO (one line per turn) or DEBUG (per chunk) to stderr; under systemd (JOURNAL_STREAM
+    set) journald adds the time itself. Replaces whatever the CLI configured."""
+    fmt = "%(levelname)s %(name)s: %(message)s"
+    if not os.environ.get("JOURNAL_STREAM"):
+        fmt = "%(asctime)s " + fmt
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format=fmt, stream=sys.stderr,
+                        force=True)
+
+
+def serve(load: Callable[[], Config], plan: Callable[[Config], Plan] = product_plan) -> int:
+    """The daemon's entry point (``assistant.py`` without a mode flag): load the config and run the
+    daemon on ``plan``'s stages until it is told to stop (SIGTERM); returns the exit status. ``load``
+    is called again on SIGHUP. Other plans run the real daemon on other stages, as the tests' daemon
+    process does (tests/daemon_process.py)."""
+    try:
+        cfg = load()
+        stages = plan(cfg)
+    except RkvoiceError as exc:
+        log.error("%s", exc)
+        return 2
+    try:
+        return Daemon(cfg, stages, load).run()
+    except RkvoiceError as exc:
+        log.error("%s", exc)
+        return 1 if exc.code == Code.ALREADY_RUNNING else EXIT_FATAL
