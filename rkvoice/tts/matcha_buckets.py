@@ -82,9 +82,6 @@ class Bucket:
         mel = np.asarray(self.run(feed)[self.mel_index]).astype(np.float32, copy=False)
         return mel[None] if mel.ndim == 2 else mel
 
-    def close(self) -> None:
-        self.model.close()
-
 
 # -- finding the files ---------------------------------------------------------------------
 

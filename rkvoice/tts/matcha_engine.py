@@ -157,7 +157,7 @@ class MatchaTts:
 
     def close(self) -> None:
         for b in self.acoustic + self.vocoders:
-            b.close()
+            b.model.close()
         self.acoustic, self.vocoders = [], []
         if self.encoder is not None:
             self.encoder.close()
