@@ -24,18 +24,34 @@ import sys
 from pathlib import Path
 
 import onnx
+import onnx.helper
 import onnx.shape_inference
 import onnx.utils
+from google.protobuf.message import DecodeError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rkvoice.atomic import write_atomic  # noqa: E402
-from rkvoice.installer.onnx_meta import with_onnx_metadata  # noqa: E402
 from rkvoice.tts.vits import read_onnx_metadata  # noqa: E402
 
 
 class PrepareError(Exception):
     pass
+
+
+def with_onnx_metadata(data: bytes, meta: dict[str, str]) -> bytes:
+    """The model bytes with metadata_props replaced by ``meta`` (in its order); ValueError if unparsable.
+    Protobuf writes fields in number order, as exporters do: the other bytes stay unchanged. (The onnx
+    package is needed here and in the tests only: the board's requirements lack it; the runtime reads
+    metadata with ``rkvoice.tts.vits``.)"""
+    try:
+        model = onnx.load_from_string(data)
+    except DecodeError as exc:
+        raise ValueError(f"not an ONNX protobuf ({exc})") from exc
+    if not model.HasField("graph"):
+        raise ValueError("no graph in the model")
+    onnx.helper.set_model_props(model, {k: str(v) for k, v in meta.items()})
+    return model.SerializeToString()
 
 
 def sherpa_metadata(config: dict) -> dict[str, str]:

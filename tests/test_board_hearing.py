@@ -28,6 +28,7 @@ from fakes import Stillness
 
 from bench.fake_clock import ManualClock
 from bench.realtime import SteppedSource
+from models.prepare_piper import with_onnx_metadata
 from models.standins import hearing_cache
 from rkvoice.cli import entry as cli
 from rkvoice.config import ROOT, load_config, parse_override
@@ -38,7 +39,6 @@ from rkvoice.hear.paraformer_asr import ParaformerAsr, check_paraformer
 from rkvoice.hear.session import HearSession
 from rkvoice.hear.sources import WavFileSource
 from rkvoice.hear.vad import Segmenter, vad_model_path
-from rkvoice.installer.onnx_meta import with_onnx_metadata
 from rkvoice.timeline import Ev
 from rkvoice.tts.vits import read_onnx_metadata
 from rkvoice.turn import Turn

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from models.prepare_piper import with_onnx_metadata
 from rkvoice.cli import entry as cli
 from rkvoice.config import ROOT, load_config, parse_override
 from rkvoice.errors import RkvoiceError
-from rkvoice.installer.onnx_meta import with_onnx_metadata
 from rkvoice.tts.vits import VOICES, VitsTts, read_onnx_metadata
 
 PIPER = ROOT / "models" / "portable" / "piper-joe"

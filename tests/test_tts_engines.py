@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from models.prepare_piper import with_onnx_metadata
 from rkvoice.config import ROOT, Config, load_config
 from rkvoice.errors import RkvoiceError
-from rkvoice.installer.onnx_meta import with_onnx_metadata
 from rkvoice.needs import installed
 from rkvoice.tts import fastspeech2, vits
 from rkvoice.tts.registry import (
