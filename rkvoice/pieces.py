@@ -42,10 +42,8 @@ Synth = Callable[[str], tuple[np.ndarray, int]]
 def piece_chars(cfg: Config, engine: object) -> tuple[int, int]:
     """(first, later) piece lengths in characters: the engine's own when it has them (the Matcha
     voice: tts.matcha.first_chars / chunk_chars, 24 / 40), else tts.first_chars / tts.chunk_chars."""
-    own = getattr(engine, "piece_chars", None)
-    if isinstance(own, tuple) and len(own) == 2 and all(isinstance(n, int) and n > 0 for n in own):
-        return own
-    return cfg.tts.first_chars, cfg.tts.chunk_chars
+    own: tuple[int, int] | None = getattr(engine, "piece_chars", None)  # vits: None when not streaming
+    return own or (cfg.tts.first_chars, cfg.tts.chunk_chars)
 
 
 @dataclass(frozen=True)
