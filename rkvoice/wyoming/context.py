@@ -45,13 +45,14 @@ class Context:
     """What every connection shares: settings, engines, voices, the info answer, the client count."""
 
     def __init__(self, cfg: Any, wcfg: WyomingConfig, engines: Engines, voices: Voices,
-                 info: Info, wake_name: str, clock: Clock | None = None) -> None:
+                 info: Info, clock: Clock | None = None) -> None:
         self.cfg = cfg
         self.wcfg = wcfg
         self.engines = engines
         self.voices = voices
         self.info = info
-        self.wake_name = wake_name
+        self.wake_name = info.wake[0].models[0].name
+        """The wake word's name, as ``info`` announces it and detections carry it."""
         self.clock = clock or MonotonicClock()
         """The requests' timelines run on it."""
         self.clients = 0

@@ -32,14 +32,9 @@ HANDLE_LANGUAGES = ["zh"]
 """The assistant's: its prompts and tools are Chinese. The engines declare their own languages."""
 
 
-def wake_model_name(cfg: Config) -> str:
-    """The wake word's name in ``info`` and ``detection``: its pinyin, without spaces or tones."""
+def build_info(cfg: Config, asr: Any, voices: Voices, llm_name: str) -> Info:
     from pypinyin import lazy_pinyin
 
-    return "".join(lazy_pinyin(cfg.hear.wake_phrase)) or "wake"
-
-
-def build_info(cfg: Config, asr: Any, voices: Voices, llm_name: str) -> Info:
     asr_name = str(getattr(asr, "name", "asr"))
     tts_voices = []
     for spec in voices.specs.values():
@@ -51,6 +46,7 @@ def build_info(cfg: Config, asr: Any, voices: Voices, llm_name: str) -> Info:
             if count > 1 else None, **OURS,
         ))
     phrase = cfg.hear.wake_phrase
+    wake_word = "".join(lazy_pinyin(phrase)) or "wake"  # its name here and in detection: pinyin, no spaces or tones
     return Info(
         asr=[AsrProgram(
             name="rkvoice-asr", description=f"rkvoice speech recognition ({asr_name})", **OURS,
@@ -61,7 +57,7 @@ def build_info(cfg: Config, asr: Any, voices: Voices, llm_name: str) -> Info:
                         supports_synthesize_streaming=True, **OURS)],
         wake=[WakeProgram(
             name="rkvoice-wake", description=f"rkvoice wake word ({cfg.hear.wake})", **OURS,
-            models=[WakeModel(name=wake_model_name(cfg), description=phrase, phrase=phrase,
+            models=[WakeModel(name=wake_word, description=phrase, phrase=phrase,
                               languages=announced(WAKE.target(wake_name(cfg)).languages), **OURS)],
         )],
         handle=[HandleProgram(

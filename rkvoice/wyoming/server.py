@@ -29,7 +29,7 @@ from rkvoice.stages import StageSet, serving_stages, shared
 from .context import Context
 from .discovery import Announcer
 from .handler import WyomingHandler
-from .info import build_info, wake_model_name
+from .info import build_info
 from .tts import Voices
 
 log = logging.getLogger(__name__)
@@ -45,8 +45,7 @@ class WyomingServer:
         self.wcfg = wcfg
         self.endpoint: Endpoint = parse_uri(wcfg.uri)
         voices = Voices(cfg, engines)
-        self.context = Context(cfg, wcfg, engines, voices,
-                               build_info(cfg, engines.asr, voices, engine_name(cfg)), wake_model_name(cfg))
+        self.context = Context(cfg, wcfg, engines, voices, build_info(cfg, engines.asr, voices, engine_name(cfg)))
         self._server: AsyncServer | None = None
         self._announcer: Announcer | None = None
         self.port = self.endpoint.port
