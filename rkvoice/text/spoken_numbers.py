@@ -56,6 +56,11 @@ def cn_int(n: int) -> str:
     return text[1:] if text.startswith("一十") else text  # 一十五 -> 十五
 
 
+def cn_count(n: int) -> str:
+    """A count before a measure word or 点: 2 -> 两 (两小时, 两条, 两点), else the plain reading."""
+    return "两" if n == 2 else cn_int(n)
+
+
 def cn_digits(s: str) -> str:
     """Digit by digit; '.' reads 点, anything else is dropped: "192.168.0.103" -> 一九二点一六八点零点一零三."""
     return "".join(DIGITS[int(c)] if c.isdecimal() else "点" if c == "." else "" for c in str(s))
@@ -95,11 +100,9 @@ def clock_hm(hour: int, minute: int) -> str:
     """12-hour reading with period: (22, 5) -> 晚上十点零五分, (14, 0) -> 下午两点整."""
     if not (0 <= hour <= 23 and 0 <= minute <= 59):
         raise RkvoiceError(Stage.TEXT, "bad-time", f"clock time {hour}:{minute:02d} is out of range 0:00-23:59")
-    h12 = hour % 12 or 12
-    spoken_hour = "两" if h12 == 2 else cn_int(h12)
     tail = "整" if minute == 0 else ("零" if minute < 10 else "") + cn_int(minute) + "分"
     period = next((name for last, name in _PERIODS if hour <= last), "晚上")
-    return period + spoken_hour + "点" + tail
+    return period + cn_count(hour % 12 or 12) + "点" + tail
 
 
 def cn_time(t: time | datetime) -> str:

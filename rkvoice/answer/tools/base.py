@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rkvoice.config import HearConfig
-from rkvoice.text.spoken_numbers import cn_int
 
 if TYPE_CHECKING:
     from rkvoice.answer.tools.scheduler import ReminderScheduler
@@ -28,11 +27,6 @@ class ToolAnswer:
 
 def local_now() -> datetime:
     return datetime.now().astimezone()
-
-
-def cn_count(n: int) -> str:
-    """A count before a measure word: 2 -> 两 (两小时, 两条), else the plain reading."""
-    return "两" if n == 2 else cn_int(n)
 
 
 @dataclass

@@ -7,9 +7,9 @@ import logging
 import re
 from pathlib import Path
 
-from rkvoice.answer.tools.base import ToolAnswer, ToolContext, cn_count
+from rkvoice.answer.tools.base import ToolAnswer, ToolContext
 from rkvoice.answer.tools.match import has_any
-from rkvoice.text.spoken_numbers import cn_dec, cn_int
+from rkvoice.text.spoken_numbers import cn_count, cn_dec, cn_int
 
 log = logging.getLogger(__name__)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta
 
-from rkvoice.answer.tools.base import ToolAnswer, ToolContext, cn_count
+from rkvoice.answer.tools.base import ToolAnswer, ToolContext
 from rkvoice.answer.tools.when import parse_when
 from rkvoice.text.normalize import speakable
-from rkvoice.text.spoken_numbers import clock_hm, cn_int
+from rkvoice.text.spoken_numbers import clock_hm, cn_count, cn_int
 
 NAME = "reminder"
 

@@ -7,12 +7,12 @@ import re
 from datetime import datetime
 from typing import Any
 
-from rkvoice.answer.tools.base import ToolAnswer, ToolContext, cn_count
+from rkvoice.answer.tools.base import ToolAnswer, ToolContext
 from rkvoice.answer.tools.numerals import parse_int
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.state import StateStore
 from rkvoice.text.normalize import speakable
-from rkvoice.text.spoken_numbers import cn_int
+from rkvoice.text.spoken_numbers import cn_count, cn_int
 
 NAME = "todo"
 FILE = "todos"
