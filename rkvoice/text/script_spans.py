@@ -83,13 +83,10 @@ def script_spans(text: str) -> list[Span]:
             spans[-1] = Span(spans[-1].lang, spans[-1].text, _pause(pending))
         spans.append(Span(lang, piece))
         pending = tail
-    if spans and pending.strip():
-        last_span = spans[-1]
-        if last_span.lang == "en":  # the sentence end the English voice should say as one
-            end = "".join(_TO_ASCII.get(c, c) for c in pending.strip() if c in _TO_ASCII or c in ".!?,;:")
-            spans[-1] = Span("en", last_span.text + end)
-        else:
-            spans[-1] = Span("zh", last_span.text + pending.strip())
+    if spans and (end := pending.strip()):
+        if spans[-1].lang == "en":  # the sentence end the English voice should say as one
+            end = "".join(_TO_ASCII.get(c, c) for c in end if c in _TO_ASCII or c in ".!?,;:")
+        spans[-1] = Span(spans[-1].lang, spans[-1].text + end)
     return spans
 
 
