@@ -21,7 +21,7 @@ from rkvoice.gate import LocalAssistant, PriorityGate  # noqa: E402
 from rkvoice.turn import Turn  # noqa: E402
 from rkvoice.wyoming.audio import AudioIn, pcm_to_float  # noqa: E402
 from rkvoice.wyoming.discovery import Announcer  # noqa: E402
-from rkvoice.wyoming.handoff import HANDOFF_S, KEEP_S, Handoff, Heard  # noqa: E402
+from rkvoice.wyoming.handoff import HANDOFF_S, KEEP_S, Heard  # noqa: E402
 from rkvoice.wyoming.server import from_cfg  # noqa: E402
 
 FMT = (16000, 2, 1)
@@ -39,44 +39,67 @@ def heard(samples: np.ndarray, phrase_end_s: float, chunk: int = 1024) -> Heard:
 
 def test_the_audio_after_a_detected_phrase_goes_before_the_hosts_next_transcription():
     said = np.random.default_rng(1).integers(-30000, 30000, 4 * 16000)  # never the same chunk twice
-    handoff = Handoff()
-    handoff.keep("10.0.0.2", heard(said, 1.5))
+    tape = heard(said, 1.5)
     after = said[24000:].astype("<i2").tobytes()
-    assert handoff.take("10.0.0.9", 10.2, FMT, b"next") == b""  # another host's
-    got = handoff.take("10.0.0.2", 10.2, FMT, b"\x01\x02")  # the client's own chunk, not in the tape
-    assert got == after
-    assert handoff.take("10.0.0.2", 10.2, FMT, b"\x01\x02") == b""  # taken once
+    assert tape.take(10.2, FMT, b"\x01\x02") == after  # the client's own chunk, not in the tape
+
+
+def test_the_tape_goes_before_the_hosts_next_transcription_once_and_before_no_other_hosts():
+    """The server keeps each host's last detected tape (host -> tape) for that host's next transcription."""
+    from concurrent.futures import Future
+
+    from wyoming.asr import Transcript
+
+    from rkvoice.wyoming.context import Requests
+    from rkvoice.wyoming.listen import AsrRequest
+
+    said = np.random.default_rng(1).integers(-30000, 30000, 4 * 16000)
+    handoff = {"10.0.0.2": heard(said, 1.5)}
+
+    def decode(call: str, samples: np.ndarray) -> Future[str]:
+        done: Future[str] = Future()
+        done.set_result(str(len(samples)))
+        return done
+
+    async def transcribe(host: str) -> int:
+        sent: list[Any] = []
+
+        async def send(event: Any) -> None:
+            sent.append(event)
+
+        audio = AudioIn(*FMT, 30.0)
+        request = AsrRequest(SimpleNamespace(decode=decode), "zh", Requests("peer", SimpleNamespace(now=lambda: 10.2)),
+                             handoff, host)
+        await request.begin()
+        await request.feed(audio, b"\x01\x02" * 800, send)
+        await request.end(audio, send)
+        return int(Transcript.from_event(sent[0]).text)
+
+    assert asyncio.run(transcribe("10.0.0.9")) == 800  # another host's detection
+    assert asyncio.run(transcribe("10.0.0.2")) == 800 + 40000  # the 2.5 s after the phrase in front
+    assert asyncio.run(transcribe("10.0.0.2")) == 800  # taken once
 
 
 def test_a_transcription_that_is_not_the_detections_gets_nothing_before_it():
     said = np.random.default_rng(3).integers(-30000, 30000, 3 * 16000)
     for started_at, fmt in ((10.0 + HANDOFF_S + 0.1, FMT), (9.9, FMT), (10.1, (48000, 2, 1))):
-        handoff = Handoff()
-        handoff.keep("h", heard(said, 1.0))
-        assert handoff.take("h", started_at, fmt, b"") == b"", (started_at, fmt)
-    handoff = Handoff()
-    handoff.keep("h", Heard(FMT))  # a stream with no detection is not kept
-    assert handoff.take("h", 10.0, FMT, b"") == b""
+        assert heard(said, 1.0).take(started_at, fmt, b"") == b"", (started_at, fmt)
 
 
 def test_a_client_that_resends_its_own_buffer_gets_only_what_it_did_not_resend():
     said = np.random.default_rng(2).integers(-30000, 30000, 4 * 16000)
     pcm = said.astype("<i2").tobytes()
     for resent_from, expected in ((2.0, pcm[48000:64000]), (1.0, b"")):  # after the phrase's end, and before it
-        handoff = Handoff()
-        handoff.keep("h", heard(said, 1.5))
         at = int(resent_from * 16000) * 2
-        assert handoff.take("h", 10.1, FMT, pcm[at:at + 2048]) == expected, resent_from
+        assert heard(said, 1.5).take(10.1, FMT, pcm[at:at + 2048]) == expected, resent_from
 
 
 def test_silence_is_not_taken_for_a_resent_buffer_and_the_tape_is_bounded():
     said = np.zeros(int((KEEP_S + 5) * 16000), np.int16)
-    handoff = Handoff()
     tape = heard(said, KEEP_S + 1.0)
     tape.add(bytes(int(KEEP_S * 16000) * 2))  # more audio after the detection than is kept
     assert len(tape.audio or b"") <= 2 * int(KEEP_S * 16000) * 2
-    handoff.keep("h", tape)
-    got = handoff.take("h", 10.1, FMT, bytes(2048))  # the silent first chunk is found many times
+    got = tape.take(10.1, FMT, bytes(2048))  # the silent first chunk is found many times
     assert len(got) == int(KEEP_S * 16000) * 2
 
 

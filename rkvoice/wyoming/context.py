@@ -19,7 +19,7 @@ from rkvoice.gate import Engines
 from rkvoice.timeline import Timeline
 from rkvoice.turn import Turn
 
-from .handoff import Handoff
+from .handoff import Heard
 from .tts import Voices
 
 log = logging.getLogger(__name__)
@@ -57,8 +57,9 @@ class Context:
         """The requests' timelines run on it."""
         self.clients = 0
         self.wake_slots = asyncio.Semaphore(wcfg.max_wake_streams)
-        self.handoff = Handoff()
-        """Each host's audio after its last detected wake phrase, for the transcription that follows."""
+        self.handoff: dict[str, Heard] = {}
+        """Host -> the tape of its last detection (still taped while its client sends), until the
+        transcription that follows takes the audio after the phrase (handoff.py)."""
         self.idle_since: dict[Any, float] = {}
         """Connections waiting for their next event with no request in progress -> since when (loop time)."""
 

@@ -16,10 +16,7 @@ that starts within ``HANDOFF_S`` of this one's detection would get this audio in
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
-
-log = logging.getLogger(__name__)
 
 HANDOFF_S = 1.0
 """A transcription that starts this long after a detection on the same host is not its request."""
@@ -64,35 +61,17 @@ class Heard:
         """Bytes of the stream taped so far."""
         return self.start + len(self.audio)
 
-
-class Handoff:
-    """Per host: the audio around the last detected phrase, until a transcription takes it."""
-
-    def __init__(self) -> None:
-        self._held: dict[str, Heard] = {}
-        """host -> the tape of its last detection (still taped while its client sends)"""
-
-    def keep(self, host: str, heard: Heard) -> None:
-        """A detection: the tape's audio after the phrase, as much as has been read when a
-        transcription ends, waits for the host's transcription."""
-        if heard.detected_at >= 0:
-            self._held[host] = heard
-
-    def take(self, host: str, started_at: float, fmt: tuple[int, int, int], first: bytes) -> bytes:
-        """The audio to put before a transcription that started at ``started_at`` in format ``fmt``
-        whose first chunk is ``first``: what the host's last detect stream heard after the phrase, up
-        to where the transcription's audio begins when the detect stream had that audio too (the
-        client resends a buffer of its own: ``first`` found once in it), else all of it; b"" when
-        the transcription is not the detection's (another format, or too late)."""
-        held = self._held.pop(host, None)  # kept only once detected
-        if held is None or held.fmt != fmt or not 0.0 <= started_at - held.detected_at <= HANDOFF_S:
+    def take(self, started_at: float, fmt: tuple[int, int, int], first: bytes) -> bytes:
+        """The audio to put before a transcription from the same host that started at ``started_at`` in
+        format ``fmt`` whose first chunk is ``first``: what was heard after the phrase, up to where the
+        transcription's audio begins when this stream had that audio too (the client resends a buffer of
+        its own: ``first`` found once in it), else all of it; b"" when the transcription is not the
+        detection's (another format, or too late)."""
+        if self.fmt != fmt or not 0.0 <= started_at - self.detected_at <= HANDOFF_S:
             return b""
-        audio, end = bytes(held.audio), held.phrase_end - held.start  # the phrase's end in the kept audio
+        audio, end = bytes(self.audio), self.phrase_end - self.start  # the phrase's end in the kept audio
         frame = fmt[1] * fmt[2]
         at = audio.find(first) if first else -1
         if at < 0 or at % frame or audio.find(first, at + 1) >= 0:  # not there, or not there once (silence)
             at = len(audio)
-        prefix = audio[end:max(end, at)]
-        log.info("wyoming %s: the %.2f s heard after the wake phrase go before the transcription", host,
-                 len(prefix) / frame / fmt[0])
-        return prefix
+        return audio[end:max(end, at)]

@@ -20,7 +20,7 @@ from rkvoice.timeline import Ev
 
 from .audio import TARGET_RATE, AudioIn
 from .context import Context, Requests, Send
-from .handoff import KEEP_S, Handoff, Heard
+from .handoff import KEEP_S, Heard
 from .languages import primary
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ class AsrRequest:
     """transcribe + audio -> one transcript at audio-stop (the engine does not stream text). The audio
     the host's detect stream heard after the wake phrase goes in front (handoff.py)."""
 
-    def __init__(self, engines: Engines, language: str, requests: Requests, handoff: Handoff, host: str) -> None:
+    def __init__(self, engines: Engines, language: str, requests: Requests, handoff: dict[str, Heard], host: str) -> None:
         self.engines = engines
         self.language = language
         self.requests = requests
@@ -51,8 +51,11 @@ class AsrRequest:
 
     async def end(self, audio: AudioIn, send: Send) -> None:
         fmt = (audio.rate, audio.width, audio.channels)
-        before = self.handoff.take(self.host, self.started_at, fmt, self.first)
+        held = self.handoff.pop(self.host, None)  # taken once, by the host's next transcription
+        before = held.take(self.started_at, fmt, self.first) if held is not None else b""
         if before:
+            log.info("wyoming %s: the %.2f s heard after the wake phrase go before the transcription", self.host,
+                     len(before) / (fmt[1] * fmt[2]) / fmt[0])
             self.parts.insert(0, AudioIn(*fmt, KEEP_S + 1.0).convert(before, last=True))
         samples, self.parts = np.concatenate([*self.parts, audio.finish()]), []
         with self.requests.turn("transcription") as turn:
@@ -231,7 +234,7 @@ class Listening:
     def _detected(self, end_s: float) -> None:
         if self.heard is not None and self._taped == self._started:
             self.heard.detected(end_s, self.ctx.clock.now())
-            self.ctx.handoff.keep(self.host, self.heard)
+            self.ctx.handoff[self.host] = self.heard
             self._skip_to = self.heard.taped
 
     def _asr_language(self, request: Transcribe) -> str:
