@@ -209,10 +209,7 @@ class TurnLoop:
         if turn is not self.current:
             return  # an old, barged-in turn
         self.current = None
-        if turn.cancelled:
-            self.session.turn_cancelled()
-        else:
-            self.session.turn_done()
+        self.session.turn_done(cancelled=turn.cancelled)
 
     # -- drivers ----------------------------------------------------------------------------
 

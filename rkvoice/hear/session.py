@@ -101,15 +101,11 @@ class HearSession:
             self._deadline_s = float("inf") if window_s is None else self.now_s + window_s
         log.debug("hear mode %s at %.2f s", mode.value, self.now_s)
 
-    def turn_done(self) -> None:
-        """The answer has been spoken: open the follow-up window."""
-        if self.mode is Mode.BUSY:
-            self.start(Mode.FOLLOW_UP, self.follow_up_s)
-
-    def turn_cancelled(self) -> None:
-        """The answer stopped without a barge-in (e.g. an error): back to waiting for the wake."""
-        if self.mode is Mode.BUSY:
-            self.start(Mode.IDLE)
+    def turn_done(self, cancelled: bool = False) -> None:
+        """The answer has been spoken: open the follow-up window. ``cancelled``: it stopped without a
+        barge-in (e.g. an error): back to waiting for the wake."""
+        if self.mode is Mode.BUSY:  # start() ignores the window for idle
+            self.start(Mode.IDLE if cancelled else Mode.FOLLOW_UP, self.follow_up_s)
 
     def accept(self, frame: np.ndarray) -> list[HearEvent]:
         self.samples += len(frame)
