@@ -183,8 +183,9 @@ def decode_ms(asr: FreshWhisper, samples: np.ndarray) -> float:
 def portable(cfg: Config, asr: FreshWhisper, recs: list[Recording], before: bool) -> dict[str, Any]:
     after_engine = AsrMatchWake(cfg, asr)
     after_engine.load()
-    old_engine = AsrMatchWake(cfg, FreshEncodes(asr), Segmenter(cfg)) if before else None
+    old_engine = AsrMatchWake(cfg, FreshEncodes(asr)) if before else None
     if old_engine is not None:
+        old_engine.segmenter = Segmenter(cfg)  # as it was: segments closed by the trailing silence only
         old_engine.load()
     lat: list[float] = []
     old: list[float] = []

@@ -79,7 +79,9 @@ class SharedDecodes:
 
 def replay(cfg: Config, asr: SharedDecodes, path: Path, short_s: float) -> dict[str, Any]:
     """Run one clip through a fresh engine: did it wake, on what text, with which request."""
-    wake = AsrMatchWake(cfg, asr, None if short_s else Segmenter(cfg), short_s=short_s)
+    wake = AsrMatchWake(cfg, asr)
+    if not short_s:  # before: the plain decode alone, on segments the trailing silence closes
+        wake.segmenter, wake.short_s = Segmenter(cfg), 0.0
     wake.load()
     heard: list[str] = []
     wake.on_segment = lambda seg: heard.append(f"{seg.duration_s:.2f}s")

@@ -96,7 +96,9 @@ def test_no_second_look_at_long_segments_plain_matches_or_when_switched_off():
     matched = TwoDecodes("小志小志", "小智小智")
     assert AsrMatchWake(cfg, matched).check_segment(seg_of(1.0)) is not None
     off = TwoDecodes("小巨小巨", "小智小智")
-    assert AsrMatchWake(cfg, off, short_s=0.0).check_segment(seg_of(1.0)) is None
+    switched_off = AsrMatchWake(cfg, off)
+    switched_off.short_s = 0.0
+    assert switched_off.check_segment(seg_of(1.0)) is None
     assert long_asr.primed_calls == matched.primed_calls == off.primed_calls == []
 
 
@@ -127,7 +129,8 @@ def wake_clips(hear_voice, tmp_path_factory):
 
 def replay(path: Path, asr, short_s: float = SHORT_S):
     cfg = load_config()
-    wake = AsrMatchWake(cfg, asr, short_s=short_s)
+    wake = AsrMatchWake(cfg, asr)
+    wake.short_s = short_s
     wake.load()
     hit = None
     for frame in WavFileSource(path).frames():

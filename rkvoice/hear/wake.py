@@ -83,15 +83,12 @@ class AsrMatchWake:
 
     languages = ("zh",)  # the phrase is matched by its pinyin
 
-    def __init__(
-        self, cfg: Config, asr: AsrEngine, segmenter: Segmenter | None = None, short_s: float = SHORT_S,
-        clock: Clock | None = None,
-    ) -> None:
+    def __init__(self, cfg: Config, asr: AsrEngine, clock: Clock | None = None) -> None:
         self.clock = clock or MonotonicClock()
         self.asr = asr
-        self.segmenter = segmenter or Segmenter(cfg, early_silence_s=PHRASE_SILENCE_S, early_max_s=PHRASE_MAX_S)
+        self.segmenter = Segmenter(cfg, early_silence_s=PHRASE_SILENCE_S, early_max_s=PHRASE_MAX_S)
         self.matcher = PhraseMatcher(cfg.hear.wake_phrase, tolerance=cfg.hear.wake_tolerance)
-        self.short_s = short_s if can_prime(asr) else 0.0
+        self.short_s = SHORT_S if can_prime(asr) else 0.0
         self.probe_s = cfg.hear.wake_probe_s
         self.last_text = ""
         self.on_segment: Callable[[Segment], None] | None = None
