@@ -35,14 +35,10 @@ class Syllable:
 def syllables(text: str) -> list[Syllable]:
     """One fuzzy-normalised syllable per Han character of ``text``."""
     positions = [m.start() for m in _HAN.finditer(text)]
-    chars = "".join(text[i] for i in positions)
-    if not chars:
-        return []
-    initials = lazy_pinyin(chars, style=Style.INITIALS, strict=False)
-    finals = lazy_pinyin(chars, style=Style.FINALS, strict=False)
-    if len(initials) != len(chars) or len(finals) != len(chars):  # a char without a reading
-        initials = [lazy_pinyin(c, style=Style.INITIALS, strict=False)[0] for c in chars]
-        finals = [lazy_pinyin(c, style=Style.FINALS, strict=False)[0] for c in chars]
+    chars = "".join(text[i] for i in positions)  # none: lazy_pinyin gives [] for ""
+    # errors=list (typed str, a list works): a run without a reading (䷘䷠ are in _HAN) gives one entry a character
+    initials = lazy_pinyin(chars, style=Style.INITIALS, strict=False, errors=list)  # type: ignore[arg-type]
+    finals = lazy_pinyin(chars, style=Style.FINALS, strict=False, errors=list)  # type: ignore[arg-type]
     return [
         Syllable(_FUZZY_INITIALS.get(i, i), _FUZZY_FINALS.get(f, f), pos)
         for i, f, pos in zip(initials, finals, positions)
