@@ -25,7 +25,7 @@ import numpy as np
 
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
-from rkvoice.hear.sherpa_guard import Fix, board_model_dir, check_kws_model, onnx_metadata, require_int
+from rkvoice.hear import sherpa_guard as guard
 from rkvoice.hear.vad import SAMPLE_RATE, WINDOW, silero_vad
 from rkvoice.hear.wake import WakeHit
 from rkvoice.needs import FileNeed, present_file
@@ -39,15 +39,23 @@ HOP = SAMPLE_RATE // 100  # samples per feature frame (10 ms)
 STEMS = ("encoder", "decoder", "joiner")
 PAUSE_S = 0.1  # the silence that ends speech for the pause watch
 PAUSE_MAX_S = 20.0  # the pause watch's VAD cuts longer speech itself (its buffer holds this much)
+ZIPFORMER2_ENCODER_KEYS = (
+    "T", "decode_chunk_len", "encoder_dims", "num_encoder_layers", "left_context_len",
+    "cnn_module_kernels", "query_head_dims", "value_head_dims", "num_heads",
+)
+TRANSDUCER_DECODER_KEYS = ("context_size", "vocab_size")
+# online transducer model types sherpa-onnx 2.0.1 dispatches on; anything else crashes it
+ONLINE_TRANSDUCER_TYPES = ("conformer", "lstm", "zipformer", "zipformer2")
 
 
 def kws_dir(cfg: Config) -> Path:
     """``hear.kws_dir`` (relative to the install dir) or models.dir/board/kws-zh."""
-    return board_model_dir(cfg, "kws_dir", "kws-zh")
+    return guard.board_model_dir(cfg, "kws_dir", "kws-zh")
 
 
-def fix_for(model_dir: Path) -> Fix:
-    return Fix(Stage.WAKE, f"reinstall the keyword spotter (./install.sh --profile board) or fix hear.kws_dir ({model_dir})")
+def fix_for(model_dir: Path) -> guard.Fix:
+    return guard.Fix(Stage.WAKE,
+                     f"reinstall the keyword spotter (./install.sh --profile board) or fix hear.kws_dir ({model_dir})")
 
 
 def file_needs(model_dir: Path) -> tuple[FileNeed, ...]:
@@ -106,12 +114,29 @@ def keywords_line(phrase: str, tokens_file: Path, known: dict[str, int]) -> str:
     return " ".join(tokens) + f" @{text}"
 
 
-def check_kws(cfg: Config) -> str:
-    """Everything sherpa-onnx would exit on, without loading it; returns the keywords line."""
+def check_kws(cfg: Config) -> tuple[str, dict[str, Path], dict[str, str]]:
+    """Everything sherpa-onnx would exit on in the streaming transducer files a KeywordSpotter loads and
+    the phrase, without loading them; returns the keywords line, the files and the encoder's metadata."""
     model_dir = kws_dir(cfg)
+    fix = fix_for(model_dir)
     files = model_files(model_dir)
-    table = check_kws_model(files["encoder"], files["decoder"], files["joiner"], files["tokens"], fix_for(model_dir))
-    return keywords_line(cfg.hear.wake_phrase, files["tokens"], table)
+    encoder, decoder, tokens = files["encoder"], files["decoder"], files["tokens"]
+    enc_meta = guard.onnx_metadata(encoder, fix)
+    kind = enc_meta.get("model_type", "")
+    if kind not in ONLINE_TRANSDUCER_TYPES:
+        raise fix.error(
+            "bad-model",
+            f"{encoder.name} has model_type {kind!r}, not one of {', '.join(ONLINE_TRANSDUCER_TYPES)} "
+            "(sherpa-onnx would crash on it)",
+        )
+    if kind == "zipformer2":
+        guard.require_keys(enc_meta, ZIPFORMER2_ENCODER_KEYS, encoder, fix)
+    dec_meta = guard.onnx_metadata(decoder, fix)
+    guard.require_keys(dec_meta, TRANSDUCER_DECODER_KEYS, decoder, fix)
+    guard.onnx_metadata(files["joiner"], fix)
+    table = guard.read_tokens(tokens, fix)
+    guard.check_vocab(table, guard.require_int(dec_meta, "vocab_size", decoder, fix), tokens, decoder, fix)
+    return keywords_line(cfg.hear.wake_phrase, tokens, table), files, enc_meta
 
 
 class KwsWake:
@@ -135,12 +160,10 @@ class KwsWake:
         self._vad_pending = np.zeros(0, dtype=np.float32)
 
     def load(self) -> None:
-        line = check_kws(self.cfg)
-        files = model_files(self.model_dir)
-        meta = onnx_metadata(files["encoder"], fix_for(self.model_dir))
-        chunk = require_int(meta, "decode_chunk_len", files["encoder"], fix_for(self.model_dir))
+        line, files, meta = check_kws(self.cfg)
+        chunk = guard.require_int(meta, "decode_chunk_len", files["encoder"], fix_for(self.model_dir))
         self._shift = chunk * HOP
-        self._pad_max = (chunk + require_int(meta, "T", files["encoder"], fix_for(self.model_dir)) + 3) * HOP
+        self._pad_max = (chunk + guard.require_int(meta, "T", files["encoder"], fix_for(self.model_dir)) + 3) * HOP
         self._vad = silero_vad(self.cfg, PAUSE_S, PAUSE_MAX_S)
         import sherpa_onnx
 

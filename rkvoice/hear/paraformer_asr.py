@@ -10,22 +10,24 @@ import numpy as np
 
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
-from rkvoice.hear.sherpa_guard import Fix, board_model_dir, check_paraformer_model
+from rkvoice.hear import sherpa_guard as guard
 from rkvoice.needs import FileNeed, present_file
 
 log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 16000
 MIN_SAMPLES = SAMPLE_RATE // 20  # 50 ms: less than one LFR window of features
+PARAFORMER_KEYS = ("vocab_size", "lfr_window_size", "lfr_window_shift", "neg_mean", "inv_stddev")
 
 
 def paraformer_dir(cfg: Config) -> Path:
     """``hear.paraformer_dir`` (relative to the install dir) or models.dir/board/paraformer-zh."""
-    return board_model_dir(cfg, "paraformer_dir", "paraformer-zh")
+    return guard.board_model_dir(cfg, "paraformer_dir", "paraformer-zh")
 
 
-def fix_for(model_dir: Path) -> Fix:
-    return Fix(Stage.ASR, f"reinstall the Paraformer (./install.sh --profile board) or fix hear.paraformer_dir ({model_dir})")
+def fix_for(model_dir: Path) -> guard.Fix:
+    return guard.Fix(Stage.ASR,
+                     f"reinstall the Paraformer (./install.sh --profile board) or fix hear.paraformer_dir ({model_dir})")
 
 
 def file_needs(model_dir: Path) -> tuple[FileNeed, FileNeed]:
@@ -35,13 +37,24 @@ def file_needs(model_dir: Path) -> tuple[FileNeed, FileNeed]:
 
 
 def check_paraformer(cfg: Config) -> tuple[Path, Path]:
-    """Everything sherpa-onnx would exit on, without loading it; returns (model, tokens)."""
+    """Everything sherpa-onnx would exit on in an OfflineRecognizer's files, unloaded; returns (model, tokens)."""
     model_dir = paraformer_dir(cfg)
+    fix = fix_for(model_dir)
     model, tokens = (present_file(f) for f in file_needs(model_dir))
     if model is None or tokens is None:
-        raise fix_for(model_dir).error(
+        raise fix.error(
             "missing-model", f"Paraformer model missing: need {model_dir}/model.int8.onnx and tokens.txt")
-    check_paraformer_model(model, tokens, fix_for(model_dir))
+    meta = guard.onnx_metadata(model, fix)
+    guard.require_keys(meta, PARAFORMER_KEYS, model, fix)
+    window = guard.require_int(meta, "lfr_window_size", model, fix)
+    for key in ("neg_mean", "inv_stddev"):
+        n = len(meta[key].split(","))
+        if n % window:
+            raise fix.error("bad-model", f"{model.name}: {key} has {n} values, not a multiple of lfr_window_size {window}")
+    table = guard.read_tokens(tokens, fix)
+    if "</s>" not in table:
+        raise fix.error("bad-model", f"{tokens} has no '</s>' token (the Paraformer's end of sentence)")
+    guard.check_vocab(table, guard.require_int(meta, "vocab_size", model, fix), tokens, model, fix)
     return model, tokens
 
 

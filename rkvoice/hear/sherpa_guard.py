@@ -3,7 +3,8 @@
 sherpa-onnx 2.0.1 calls ``exit(-1)`` when a keyword's token is missing from tokens.txt or a model
 lacks a metadata key it reads, and segfaults on a transducer without ``model_type`` (measured with the
 stand-ins; tests/test_board_hearing.py re-runs them in a subprocess); a tokens.txt without ``</s>``
-fails Paraformer decoding with an IndexError. Each becomes an RkvoiceError naming the file and the fix.
+fails Paraformer decoding with an IndexError. Each becomes an RkvoiceError naming the file and the fix
+(the checks: rkvoice.hear.kws.check_kws, rkvoice.hear.paraformer_asr.check_paraformer).
 """
 
 from __future__ import annotations
@@ -14,15 +15,6 @@ from pathlib import Path
 from rkvoice.config import ROOT, Config
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.tts.vits import read_onnx_metadata
-
-ZIPFORMER2_ENCODER_KEYS = (
-    "T", "decode_chunk_len", "encoder_dims", "num_encoder_layers", "left_context_len",
-    "cnn_module_kernels", "query_head_dims", "value_head_dims", "num_heads",
-)
-TRANSDUCER_DECODER_KEYS = ("context_size", "vocab_size")
-# online transducer model types sherpa-onnx 2.0.1 dispatches on; anything else crashes it
-ONLINE_TRANSDUCER_TYPES = ("conformer", "lstm", "zipformer", "zipformer2")
-PARAFORMER_KEYS = ("vocab_size", "lfr_window_size", "lfr_window_shift", "neg_mean", "inv_stddev")
 
 
 @dataclass(frozen=True)
@@ -106,39 +98,3 @@ def check_vocab(tokens: dict[str, int], vocab_size: int, tokens_path: Path, mode
             f"{tokens_path} has no token for {len(missing)} of the {vocab_size} ids {model.name} can emit "
             f"(first: {min(missing)}): the tokens file belongs to another model",
         )
-
-
-def check_kws_model(encoder: Path, decoder: Path, joiner: Path, tokens: Path, fix: Fix) -> dict[str, int]:
-    """The streaming transducer files a KeywordSpotter loads; returns ``tokens.txt`` as a table."""
-    enc_meta = onnx_metadata(encoder, fix)
-    kind = enc_meta.get("model_type", "")
-    if kind not in ONLINE_TRANSDUCER_TYPES:
-        raise fix.error(
-            "bad-model",
-            f"{encoder.name} has model_type {kind!r}, not one of {', '.join(ONLINE_TRANSDUCER_TYPES)} "
-            "(sherpa-onnx would crash on it)",
-        )
-    if kind == "zipformer2":
-        require_keys(enc_meta, ZIPFORMER2_ENCODER_KEYS, encoder, fix)
-    dec_meta = onnx_metadata(decoder, fix)
-    require_keys(dec_meta, TRANSDUCER_DECODER_KEYS, decoder, fix)
-    onnx_metadata(joiner, fix)
-    table = read_tokens(tokens, fix)
-    check_vocab(table, require_int(dec_meta, "vocab_size", decoder, fix), tokens, decoder, fix)
-    return table
-
-
-def check_paraformer_model(model: Path, tokens: Path, fix: Fix) -> dict[str, int]:
-    """The offline Paraformer files an OfflineRecognizer loads; returns ``tokens.txt`` as a table."""
-    meta = onnx_metadata(model, fix)
-    require_keys(meta, PARAFORMER_KEYS, model, fix)
-    window = require_int(meta, "lfr_window_size", model, fix)
-    for key in ("neg_mean", "inv_stddev"):
-        n = len(meta[key].split(","))
-        if n % window:
-            raise fix.error("bad-model", f"{model.name}: {key} has {n} values, not a multiple of lfr_window_size {window}")
-    table = read_tokens(tokens, fix)
-    if "</s>" not in table:
-        raise fix.error("bad-model", f"{tokens} has no '</s>' token (the Paraformer's end of sentence)")
-    check_vocab(table, require_int(meta, "vocab_size", model, fix), tokens, model, fix)
-    return table

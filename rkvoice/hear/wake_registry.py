@@ -46,7 +46,7 @@ def kws_keywords(cfg: Config) -> str:
     """What sherpa-onnx would exit the process on (metadata, the wake phrase's tokens), checked; the keywords."""
     from rkvoice.hear.kws import check_kws
 
-    return f"keywords: {check_kws(cfg)}"
+    return f"keywords: {check_kws(cfg)[0]}"
 
 
 WAKE = Registry(Stage.WAKE, auto=("kws", "asr-match"))
