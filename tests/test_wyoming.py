@@ -327,13 +327,16 @@ def test_handle_empty_transcript_is_not_handled(server):
 # -- bad input: an error (and a closed connection where the stream cannot go on); others unharmed ------
 
 
-async def raw_exchange(server: Any, payload: bytes, wait_close: bool = True) -> tuple[list[Event], bool]:
-    """Send raw bytes; return the events read until the server closes (or 5 s pass) and whether it closed."""
+async def raw_exchange(server: Any, payload: bytes, wait_close: bool = True,
+                       read_after_s: float = 0.0) -> tuple[list[Event], bool]:
+    """Send raw bytes (then wait ``read_after_s``); return the events read until the server closes (or
+    5 s pass) and whether it closed."""
     from wyoming.event import async_read_event
 
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
     writer.write(payload)
     await writer.drain()
+    await asyncio.sleep(read_after_s)
     events: list[Event] = []
     closed = False
     try:
@@ -381,6 +384,16 @@ def test_bad_input_gets_an_error_and_the_server_goes_on(server, name):
     if code == "unknown-voice":
         assert "fastspeech2" in errors[0].text
     assert run(describe_ok(server)).asr  # another client is served
+
+
+def test_an_error_that_closes_the_connection_reaches_a_client_that_reads_late(server):
+    """The server stops reading at an oversized line's limit; closed with the rest unread, a socket
+    sends a reset, and the client's write or read fails with ConnectionResetError instead of reading
+    the error (seen once in CI with a 200 kB line). Half-closed and drained first, the error arrives."""
+    code = "malformed"
+    payload = b'{"type": "' + b"x" * 8_000_000 + b'"}\n'  # far more than the socket buffers hold
+    events, closed = run(raw_exchange(server, payload, read_after_s=0.2))
+    assert [Error.from_event(e).code for e in events if Error.is_type(e.type)] == [code] and closed
 
 
 def test_too_much_audio_is_refused_while_it_arrives(server):

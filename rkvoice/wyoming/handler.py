@@ -46,6 +46,11 @@ OVER_LIMIT_WAIT_S = 2.0
 EVICT_IDLE_S = 1.0
 """A connection waiting this long with no request in progress is closed ("evicted") when a new one
 arrives over max_clients: held idle sockets cannot keep Home Assistant's requests out."""
+LINGER_S = 1.0
+"""After an error that ends the connection: how long what the client still sends is read and dropped.
+Closed with unread input, a socket sends a reset, which can destroy the error before the client
+reads it (an oversized line: tests/test_wyoming); half-closed first, the client reads the error, then
+the end of the stream."""
 
 
 class WyomingHandler(AsyncEventHandler):
@@ -83,6 +88,7 @@ class WyomingHandler(AsyncEventHandler):
         """Read and handle events until the peer leaves, breaks a limit or stays idle too long."""
         self.ctx.clients += 1
         reading = asyncio.create_task(self._read_events(), name="wyoming reader")
+        refused = False
         try:
             if self.ctx.clients > self.limits.max_clients and not self.ctx.evict_oldest_idle(EVICT_IDLE_S):
                 await self._over_limit()
@@ -95,17 +101,32 @@ class WyomingHandler(AsyncEventHandler):
             log.log(logging.INFO if exc.code == "idle" else logging.WARNING, "wyoming %s: %s", self.peer, exc.message)
             self.requests.cancel(exc.code)  # a streamed synthesis in progress ends with its connection
             await self._try_send(Error(text=exc.message, code=exc.code).event())
+            refused = True
         except (ConnectionError, asyncio.IncompleteReadError) as exc:
             log.info("wyoming %s left mid-stream (%s)", self.peer, type(exc).__name__)
         except Exception as exc:  # a fault of this server: this connection ends, the others go on
             log.exception("wyoming %s: request failed", self.peer)
             await self._try_send(Error(text=f"the server failed on this request: {exc}", code="internal").event())
+            refused = True
         finally:
             self.ctx.clients -= 1
             self.ctx.idle_since.pop(self, None)
             reading.cancel()
             await self.disconnect()
+            if refused:
+                await self._linger(reading)
             self.writer.close()
+
+    async def _linger(self, reading: asyncio.Task[None]) -> None:
+        """Half-close, then drop what the client still sends until it closes or ``LINGER_S`` pass
+        (once the cancelled ``reading`` task has let go of the stream)."""
+        await asyncio.gather(reading, return_exceptions=True)
+        with suppress(Exception):
+            if self.writer.can_write_eof():
+                self.writer.write_eof()
+            async with asyncio.timeout(LINGER_S):
+                while await self.reader.read(1 << 16):
+                    pass
 
     async def _read_events(self) -> None:
         """Events into the inbox until the end of the stream (None), a broken connection or a broken
