@@ -51,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from wake_set import Maker, build, default_dir, spec
 
+from bench.soak import pct
 from rkvoice.config import ROOT, Config, load_config
 from rkvoice.hear.sources import FRAME_SAMPLES, WavFileSource
 from rkvoice.hear.vad import SAMPLE_RATE, Segment, Segmenter
@@ -71,12 +72,6 @@ QUIET_VOICES = [(0.85, -2.0), (1.0, 0.0), (1.15, 2.0)]  # at -20 dB: Whisper's p
 QUIET_DB = -20.0
 LEAD_S, PAUSE_S, TAIL_S = 0.6, 1.5, 1.0
 FRAME_S = FRAME_SAMPLES / SAMPLE_RATE
-
-
-def pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    return round(float(np.percentile(np.asarray(values), q)), 1)
 
 
 def speech_end(speech: np.ndarray, floor_db: float = 35.0) -> float:

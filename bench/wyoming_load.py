@@ -60,6 +60,7 @@ from wyoming.ping import Ping  # noqa: E402
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop  # noqa: E402
 from wyoming.wake import Detect  # noqa: E402
 
+from bench.soak import pct  # noqa: E402
 from rkvoice.config import load_config  # noqa: E402
 from rkvoice.gate import Engines  # noqa: E402
 from rkvoice.stages import wake_factory  # noqa: E402
@@ -267,10 +268,6 @@ async def storm(port: int, audio: dict[str, bytes], max_clients: int) -> dict[st
         and answer == "info"
     )
     return out
-
-
-def pct(values: list[float], q: float) -> float | None:
-    return round(float(np.percentile(values, q)), 1) if values else None
 
 
 def main() -> None:
