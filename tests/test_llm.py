@@ -147,6 +147,45 @@ def test_close_frees_and_load_again_works() -> None:
     eng.close()
 
 
+def test_every_decode_runs_on_the_engines_one_thread(engine: LlamaEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The prime on this thread and answers streamed from two others all decode on one thread: libgomp
+    keeps a team per calling thread, and more threads than cores throttle every barrier's spin."""
+    from rkvoice.answer.llm import llama as llama_module
+
+    seen: set[str] = set()
+    real = llama_module.llama_batch_get_one
+
+    def batch(tokens: list[int], pos: int) -> object:
+        seen.add(threading.current_thread().name)
+        return real(tokens, pos)
+
+    monkeypatch.setattr(llama_module, "llama_batch_get_one", batch)
+    engine.prime(MESSAGES[:1])
+    for _ in range(2):
+        answer: list[str] = []
+        t = threading.Thread(target=lambda out=answer: out.append("".join(engine.stream(MESSAGES))))
+        t.start()
+        t.join(120)
+        assert answer and answer[0]
+    assert len(seen) == 1 and seen.pop().startswith("rkvoice-llama"), seen
+
+
+def test_close_ends_the_decoding_thread() -> None:
+    if not MODEL.is_file():
+        pytest.skip(f"portable LLM model {MODEL} is not installed (./install.sh downloads it)")
+
+    def decoding() -> int:
+        return sum(t.name.startswith("rkvoice-llama") for t in threading.enumerate())
+
+    before = decoding()
+    eng = LlamaEngine(CFG)
+    eng.load()
+    eng.prime(MESSAGES[:1])
+    assert decoding() == before + 1
+    eng.close()
+    assert decoding() == before  # a reload (SIGHUP) leaves no thread, nor libgomp team, behind
+
+
 def test_thread_counts_auto_and_fixed() -> None:
     auto = LlmConfig()
     assert (auto.threads, auto.threads_batch) == ("auto", "auto")

@@ -1,6 +1,13 @@
 """llama.cpp engine (portable profile) through cyllama's low-level bindings: its own generation loop
 for thread counts per token (rkvoice.answer.llm.cores), characters split across tokens kept whole,
-abort inside a decode, and the KV cache of the prompt prefix shared with the last turn kept."""
+abort inside a decode, and the KV cache of the prompt prefix shared with the last turn kept.
+
+Every decode runs on the engine's own thread (``_decode``). libgomp keeps a team of threads per
+thread that calls into it, and once its threads outnumber the cores it spins 100 times at a barrier
+(not ``GOMP_SPINCOUNT``) before sleeping: with the system prompt primed on the loading thread and the
+answer decoded on another, two threads slept at nearly every barrier and took 43 ms a token, as
+long as one, against 29 ms from one calling thread (2 cores).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Generator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +63,7 @@ class LlamaEngine:
         self._plan = Threads(0, 0, 0)
         self._speaking = threading.Event()
         self.last_stats: dict[str, Any] = {}
+        self._decoder: ThreadPoolExecutor | None = None  # the decoding thread, from load() to close()
 
     def load(self) -> None:
         if self.model is not None:
@@ -82,6 +91,7 @@ class LlamaEngine:
         cparams.n_threads_batch = self.threads_batch  # batches of more (the prompt)
         cparams.no_perf = True
         self.ctx = LlamaContext(self.model, cparams)
+        self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rkvoice-llama")
         self.ctx.install_cancel_callback()
         self._template = self.model.get_default_chat_template() or None
         log.info("llama loaded %s in %.1f s (%d threads generating, %d on the prompt, n_ctx %d)",
@@ -157,7 +167,7 @@ class LlamaEngine:
                         t_first = t_first or time.monotonic() - t0
                         yield text
                 try:
-                    ctx.decode(llama_batch_get_one([tok], len(self._kv)))  # its position: the cache's length
+                    self._decode([tok], len(self._kv))  # its position: the cache's length
                 except InterruptedError:
                     self._kv = []
                     break
@@ -198,12 +208,19 @@ class LlamaEngine:
                 if self._cancel.is_set():
                     raise InterruptedError
                 batch = tokens[i:i + N_BATCH]
-                self.ctx.decode(llama_batch_get_one(batch, i))
+                self._decode(batch, i)
                 self._kv.extend(batch)
         except InterruptedError:  # aborted (perhaps inside a decode): the cache is not trusted any more
             self._kv = []
             return False
         return True
+
+    def _decode(self, tokens: list[int], pos: int) -> None:
+        """``tokens`` into the cache from position ``pos``, on the engine's one decoding thread (the
+        module's docstring says why); an abort raises InterruptedError here as in the decode."""
+        ctx, decoder = self.ctx, self._decoder
+        assert decoder is not None  # set by load(), as ctx
+        decoder.submit(lambda: ctx.decode(llama_batch_get_one(tokens, pos))).result()
 
     def prime(self, messages: list[Message]) -> None:
         """Compute the cache for the start of a prompt (the system prompt) ahead of the first question."""
@@ -228,6 +245,9 @@ class LlamaEngine:
         with self._busy:
             self.ctx = self.model = self.vocab = None
             self._kv = []
+            if self._decoder is not None:  # its thread ends, and libgomp's team with it
+                self._decoder.shutdown()
+                self._decoder = None
 
     def abort(self) -> None:
         self._cancel.set()
