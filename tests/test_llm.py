@@ -234,6 +234,38 @@ def test_busy_elsewhere_counts_other_processes_runnable_now(tmp_path: Path) -> N
     assert busy_elsewhere() >= 0.0  # the real /proc reads
 
 
+def test_busy_elsewhere_does_not_count_its_own_thread_that_just_slept(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """One of ours running when the kernel counted but asleep when its state is read (llama's threads
+    between barriers) is still ours: read before and after the count, either sighting counts."""
+    proc = _fake_proc(tmp_path, running=1, own_states="S")
+    for sightings in ([1, 0], [0, 1]):  # seen running before the count and not after, and the reverse
+        own = iter(sightings)
+        monkeypatch.setattr(cores_module, "_own_running", lambda _tasks, own=own: next(own))
+        assert busy_elsewhere(proc, samples=1) == 0.0, sightings
+
+
+def test_cpu_window_keeps_its_span_when_read_before_every_token(tmp_path: Path) -> None:
+    """Readings many times a period (before every token) do not push the older samples out: the window
+    still spans the last second and says what other processes used over it."""
+    (tmp_path / "self").mkdir()
+    now = [0.0]
+
+    def at(t: float, busy: int) -> None:
+        now[0] = t
+        (tmp_path / "stat").write_text(f"cpu  {busy} 0 0 1000 0 0 0 0 0 0\n")
+        (tmp_path / "self" / "stat").write_text(f"7 (py) S {' '.join(['1'] * 10)} 0 0 0 0\n")
+
+    window = cpu_window(tmp_path, now)
+    for i in range(5):  # the watcher's samples, a period apart: one core busy elsewhere
+        at(i * 0.25, i * 25)
+        window.sample()
+    for k in range(1, 41):  # 40 tokens 25 ms apart, each reading the window
+        at(1.0 + k * 0.025, 100 + round(k * 2.5))
+        got = window.others()
+        assert got is not None and got == pytest.approx(1.0, abs=0.1), (k, got)
+
+
 def test_free_cores_follow_other_work_token_by_token() -> None:
     """A process that starts (or stops) working mid-answer changes the next token's threads; one
     reading's blip among three is outvoted."""
