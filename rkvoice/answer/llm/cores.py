@@ -165,15 +165,28 @@ def thread_counts(llm: LlmConfig, cores: int | None = None, busy: float | None =
 
 
 class FreeCores:
-    """Generating threads before speech, re-decided before every token (a reading ~0.1 ms): the usable
-    cores less the median of the last three readings of ``busy_now``'s two kinds (one sample), so
-    work starting mid-answer takes a thread away at the next token instead of stalling the barriers."""
+    """Generating threads before speech, re-decided before every token (~1 ms a reading): the usable
+    cores less the larger of (a) other processes' runnable threads seen in each of the last three
+    snapshots and (b) the cores they used over the last second (``WINDOW``), so work starting
+    mid-answer takes a thread away within three tokens instead of stalling the barriers.
 
-    def __init__(self, cores: int | None = None, read: Callable[[], float] | None = None) -> None:
+    The minimum of three, not one snapshot or a median: in the daemon, between two tokens, a single
+    snapshot counted a runnable thread that was not another process's in 30-40 % of readings,
+    often every other token (bench/turn_latency, 2 cores, idle; none of this process's threads was
+    in state R before or after the kernel's count, and no other process's was a few ms later), and
+    the median of three then took the second thread away in 4 of 6 answers. A busy process is
+    runnable at every snapshot; the CPU window counts only CPU time that was not this process's."""
+
+    def __init__(self, cores: int | None = None, start: int | None = None,
+                 snapshot: Callable[[], float] | None = None,
+                 window: Callable[[], float | None] | None = None) -> None:
         self.cores = usable_cores() if cores is None else cores
-        self._read = read or (lambda: busy_now(samples=1))
+        self._start = self.cores if start is None else start  # the answer's decision before the prompt
+        self._snapshot = snapshot or (lambda: busy_elsewhere(samples=1))
+        self._window = window or WINDOW.others
         self._recent: list[float] = []
 
     def threads(self) -> int:
-        self._recent = [*self._recent[-2:], self._read()]  # the last three readings
-        return max(1, self.cores - round(statistics.median(self._recent)))
+        self._recent = [*self._recent[-2:], self._snapshot()]  # the last three snapshots
+        seen = min(self._recent) if len(self._recent) == 3 else float(self.cores - self._start)
+        return max(1, self.cores - round(max(seen, self._window() or 0.0)))

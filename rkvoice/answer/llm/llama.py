@@ -143,7 +143,7 @@ class LlamaEngine:
             pending: list[int] = []
             n_new = 0
             t_first = 0.0
-            free = FreeCores() if self._plan.follow else None
+            free = FreeCores(start=self._plan.quiet) if self._plan.follow else None
             quiet_used: set[int] = set()
             for _ in range(max_new):
                 if self._cancel.is_set():
