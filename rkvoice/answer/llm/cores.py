@@ -164,18 +164,25 @@ def thread_counts(llm: LlmConfig, cores: int | None = None, busy: float | None =
     return Threads(quiet, speaking, prompt, follow=llm.threads == "auto")
 
 
+CONFIRM_CORES = 0.1
+"""Other processes' CPU over the window (cores) that confirms the snapshots: a process runnable at
+three snapshots in a row has used ~0.1 core of the last second after ~0.1 s; the window's own
+error is a few hundredths (ticks of 1/100 s on two counters)."""
+
+
 class FreeCores:
     """Generating threads before speech, re-decided before every token (~1 ms a reading): the usable
     cores less the larger of (a) other processes' runnable threads seen in each of the last three
-    snapshots and (b) the cores they used over the last second (``WINDOW``), so work starting
-    mid-answer takes a thread away within three tokens instead of stalling the barriers.
+    snapshots, when the window confirms that other processes did use CPU lately
+    (``CONFIRM_CORES``), and (b) the cores they used over the last second (``WINDOW``), so work
+    starting mid-answer takes a thread away within a few tokens instead of stalling the barriers.
 
-    The minimum of three, not one snapshot or a median: in the daemon, between two tokens, a single
-    snapshot counted a runnable thread that was not another process's in 30-40 % of readings,
-    often every other token (bench/turn_latency, 2 cores, idle; none of this process's threads was
-    in state R before or after the kernel's count, and no other process's was a few ms later), and
-    the median of three then took the second thread away in 4 of 6 answers. A busy process is
-    runnable at every snapshot; the CPU window counts only CPU time that was not this process's."""
+    Why not the snapshots alone: in the daemon, between two tokens, a snapshot counted a runnable
+    thread that was not another process's in 30-55 % of readings, in runs of up to four (bench/
+    turn_latency, 2 cores, idle; none of this process's threads was in state R before or after the
+    kernel's count, no other process's a few ms later) while the window read 0.00; the median of
+    three took the second thread away in 13 of 18 answers, the minimum of three in 4 of 18. A busy
+    process is runnable at every snapshot and shows in the window's CPU time, which a phantom does not."""
 
     def __init__(self, cores: int | None = None, start: int | None = None,
                  snapshot: Callable[[], float] | None = None,
@@ -188,5 +195,9 @@ class FreeCores:
 
     def threads(self) -> int:
         self._recent = [*self._recent[-2:], self._snapshot()]  # the last three snapshots
-        seen = min(self._recent) if len(self._recent) == 3 else float(self.cores - self._start)
-        return max(1, self.cores - round(max(seen, self._window() or 0.0)))
+        window = self._window() or 0.0
+        if len(self._recent) < 3:
+            seen = float(self.cores - self._start)
+        else:
+            seen = min(self._recent) if window >= CONFIRM_CORES else 0.0
+        return max(1, self.cores - round(max(seen, window)))
