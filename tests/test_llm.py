@@ -293,6 +293,8 @@ def test_free_cores_need_the_cpu_window_to_confirm_three_snapshots() -> None:
     assert {idle.threads() for _ in range(10)} == {2}
     busy = FreeCores(cores=2, start=2, snapshot=lambda: 1.0, window=lambda: 0.12)
     assert [busy.threads() for _ in range(4)] == [2, 2, 1, 1]
+    unknown = FreeCores(cores=2, start=2, snapshot=lambda: 1.0, window=lambda: None)  # no window yet
+    assert [unknown.threads() for _ in range(4)] == [2, 2, 1, 1]
 
 
 def test_free_cores_take_a_thread_at_once_when_the_last_second_was_busy() -> None:

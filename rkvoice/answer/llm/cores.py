@@ -174,7 +174,7 @@ class FreeCores:
     """Generating threads before speech, re-decided before every token (~1 ms a reading): the usable
     cores less the larger of (a) other processes' runnable threads seen in each of the last three
     snapshots, when the window confirms that other processes did use CPU lately
-    (``CONFIRM_CORES``), and (b) the cores they used over the last second (``WINDOW``), so work
+    (``CONFIRM_CORES``; before the window has two samples, the snapshots alone), and (b) the cores they used over the last second (``WINDOW``), so work
     starting mid-answer takes a thread away within a few tokens instead of stalling the barriers.
 
     Why not the snapshots alone: in the daemon, between two tokens, a snapshot counted a runnable
@@ -195,9 +195,9 @@ class FreeCores:
 
     def threads(self) -> int:
         self._recent = [*self._recent[-2:], self._snapshot()]  # the last three snapshots
-        window = self._window() or 0.0
+        window = self._window()  # None: no window yet (its first period), the snapshots decide alone
         if len(self._recent) < 3:
             seen = float(self.cores - self._start)
         else:
-            seen = min(self._recent) if window >= CONFIRM_CORES else 0.0
-        return max(1, self.cores - round(max(seen, window)))
+            seen = min(self._recent) if window is None or window >= CONFIRM_CORES else 0.0
+        return max(1, self.cores - round(max(seen, window or 0.0)))
