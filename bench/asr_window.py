@@ -34,6 +34,7 @@ from bench.asr import SENTENCES, voice
 from bench.cer import cer, normalise
 from bench.turn_latency import LLM_REQUESTS, TOOL_REQUESTS
 from rkvoice.config import load_config, parse_override
+from rkvoice.errors import RkvoiceError
 from rkvoice.hear.sources import to_mono_16k
 from rkvoice.hear.whisper_asr import WhisperAsr
 
@@ -78,7 +79,13 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    windows = sorted({int(w) for w in args.windows.split(",")} | {FULL_S}, reverse=True)
+    try:
+        asked = {int(w) for w in args.windows.split(",")}
+    except ValueError:
+        ap.error(f"--windows takes whole seconds separated by commas (e.g. 30,10), not {args.windows!r}")
+    if min(asked) < 1:
+        ap.error(f"--windows must be at least 1 s each, got {args.windows!r}")
+    windows = sorted(asked | {FULL_S}, reverse=True)
     cfg = load_config([parse_override(f"hear.threads={args.threads}")])
     tts = voice(cfg)
     texts = TOOL_REQUESTS + LLM_REQUESTS + SENTENCES
@@ -114,4 +121,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except RkvoiceError as err:  # a missing model or voice: its message names the fix
+        print(err, file=sys.stderr)
+        raise SystemExit(2) from None
