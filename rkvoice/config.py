@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import tzinfo
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlparse
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from rkvoice.config_fields import Section, build, merge, num, one_of, read_yaml, yaml_load
@@ -335,6 +336,80 @@ class WyomingConfig(Section):
             zone(self.time_zone)
 
 
+def _http_url(path: str, url: str) -> None:
+    """Refuse a Home Assistant address that is not http(s)://HOST[:PORT][/path] (one line naming the form)."""
+    parsed = urlparse(url)
+    try:
+        port_ok = parsed.port is None or parsed.port > 0
+    except ValueError:
+        port_ok = False
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or not port_ok or parsed.query:
+        raise RkvoiceError(Stage.CONFIG, "bad-value", f"{path} {url!r} is not an http(s) address; use e.g. "
+                           "http://homeassistant.local:8123 (empty = off)")
+
+
+@dataclass(frozen=True)
+class HomeAssistantConfig(Section):
+    """Home commands from the local assistant: after the local tools, a question goes to Home Assistant's
+    conversation agent; its spoken reply is the answer, and a question it does not understand goes on
+    to the LLM (rkvoice.home)."""
+
+    PATH = "home_assistant"
+    url: str = ""
+    """Home Assistant's address, e.g. http://homeassistant.local:8123; empty = off."""
+    token_file: str = ""
+    """File holding a long-lived access token (HA: profile -> security), readable by rkvoice only
+    (chmod 600); empty = ha_token in the state directory, relative = under the install dir. The token
+    itself never goes into a config file or a log line."""
+    language: str = "zh-CN"
+    """Conversation language sent with every question (HA's Chinese sentences are zh-CN)."""
+    timeout_s: float = num(2.0, 0.0, 30.0, lo_open=True)
+    """Longest wait for HA's answer; a slower or dead server is skipped and the LLM answers."""
+    retry_s: float = num(30.0, 0.0, 3600.0)
+    """After HA failed (unreachable, refused the token, answered an error or garbage), questions skip it
+    for this long, then one question tries it again; 0: try every question."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.url:
+            _http_url("home_assistant.url", self.url)
+        if not self.language.strip():
+            raise RkvoiceError(Stage.CONFIG, "bad-value", "home_assistant.language is empty; use a language HA "
+                               "has sentences for, e.g. zh-CN")
+
+    def token_path(self, state_dir: Path) -> Path:
+        return ROOT / Path(self.token_file).expanduser() if self.token_file else state_dir / "ha_token"
+
+
+@dataclass(frozen=True)
+class SatelliteConfig(Section):
+    """The board as a Home Assistant Assist satellite (Wyoming satellite role; rkvoice.satellite)."""
+
+    PATH = "satellite"
+    uri: str = ""
+    """tcp://HOST:PORT Home Assistant connects to (its own port, not wyoming.uri's: HA loads only the
+    satellite role for an entry that announces one); empty = off."""
+    name: str = "rkvoice"
+    """The satellite device's name in Home Assistant."""
+    area: str = ""
+    """Area suggested to Home Assistant for the device (e.g. 客厅); empty = none."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.uri:
+            try:
+                endpoint = parse_uri(self.uri)
+            except RkvoiceError as exc:
+                raise RkvoiceError(Stage.CONFIG, "bad-value", f"satellite.uri {self.uri!r} is not tcp://HOST:PORT; "
+                                   "use e.g. tcp://0.0.0.0:10700 (empty = off)") from exc
+            if endpoint.scheme != "tcp":
+                raise RkvoiceError(Stage.CONFIG, "bad-value", f"satellite.uri {self.uri!r}: Home Assistant reaches "
+                                   "a satellite over TCP only; use e.g. tcp://0.0.0.0:10700")
+        if not self.name.strip():
+            raise RkvoiceError(Stage.CONFIG, "bad-value", "satellite.name is empty; give the device a name, "
+                               "e.g. rkvoice")
+
+
 @dataclass(frozen=True)
 class Config:
     tts: TtsConfig = field(default_factory=TtsConfig)
@@ -345,6 +420,13 @@ class Config:
     hear: HearConfig = field(default_factory=HearConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     wyoming: WyomingConfig = field(default_factory=WyomingConfig)
+    home_assistant: HomeAssistantConfig = field(default_factory=HomeAssistantConfig)
+    satellite: SatelliteConfig = field(default_factory=SatelliteConfig)
+
+    def __post_init__(self) -> None:
+        if self.satellite.uri and self.wyoming.uri and parse_uri(self.satellite.uri) == parse_uri(self.wyoming.uri):
+            raise RkvoiceError(Stage.CONFIG, "bad-value", f"satellite.uri {self.satellite.uri!r} is wyoming.uri's "
+                               "address; the satellite needs its own port (e.g. wyoming 10300, satellite 10700)")
 
 
 def parse_override(item: str) -> dict[str, Any]:
