@@ -37,7 +37,9 @@ class MatchaConfig(Section):
     vocoder: str = "matcha-rknn/vocos-f*"
     """Glob of the Vocos frame buckets (vocos-f{N}), same rules (e.g. matcha-zh-en/vocos-16khz-univ.onnx)."""
     lexicon: str = "matcha-zh-en/lexicon.txt"
+    """Lexicon of the zh-en frontend (one toned-syllable token per Chinese character), relative to ``dir``."""
     tokens: str = "matcha-zh-en/tokens.txt"
+    """Token table of the voice (token -> id), relative to ``dir``."""
     runtime: str = one_of("auto", "rknn", "onnx")
     """auto (.rknn on RKNNLite where rknn-toolkit-lite2 is installed, else the .onnx twins), rknn or onnx."""
     vocoder_context: int = num(32, 0, 512)
@@ -46,17 +48,25 @@ class MatchaConfig(Section):
     seed: int = num(0, 0, INT32_MAX)
     """Seed of the ODE noise (drawn per generate call, so one text always sounds the same)."""
     first_chars: int = num(24, 1, 500)
-    """Longest first piece for this voice (seeds/001: 24 characters, first audio ~0.4 s on the board)."""
+    """Longest first piece for this voice (24 gave first audio ~0.4 s on the board in a published field report: docs/performance.md)."""
     chunk_chars: int = num(40, 1, 500)
-    """Longest later piece for this voice (seeds/001: 40)."""
+    """Longest later piece for this voice (40 in the same report)."""
     sample_rate: int = num(16000, 8000, 48000)
+    """Output rate of the voice when the model's metadata names none."""
     add_blank: bool = False
+    """Interleave ``pad_id`` between the token ids (models other than zh-en); the model's metadata wins."""
     pad_id: int = num(0, 0, 1_000_000)
+    """Token id used for padding and blanks when the model's metadata names none."""
     noise_scale: float = num(0.667, 0.0, 2.0)
+    """Scale of the ODE start noise: lower is flatter and more even, higher more varied."""
     n_fft: int = num(1024, 16, 8192)
+    """ISTFT size after Vocos when the vocoder's metadata names none (Vocos 16 kHz: 1024)."""
     hop_length: int = num(256, 1, 8192)
+    """ISTFT hop in samples, same fallback rule (Vocos 16 kHz: 256)."""
     win_length: int = num(1024, 16, 8192)
+    """ISTFT window length in samples, same fallback rule."""
     window: str = "hann"
+    """ISTFT window type, same fallback rule (hann is the one supported)."""
     espeak_lib_dir: str = "board/espeak/lib"
     """Unpacked libespeak-ng1/libpcaudio0/libsonic0 + espeak-ng-data (board install), relative to
     models.dir; when absent the system's espeak-ng is used."""
@@ -94,11 +104,14 @@ class TtsConfig(Section):
     threads: int = num(1, 1, 64)
     """Intra-op threads per ONNX session (1 beat 2 for the small voices on 2 cores)."""
     speed: float = num(1.0, 0.25, 4.0)
+    """Speaking rate: 2.0 speaks twice as fast, 0.5 half as fast."""
     sid: int = num(0, 0, 10_000)
+    """Speaker id for voices with several speakers (VITS aishell3); ignored by single-speaker voices."""
     first_chars: int = num(12, 1, 500)
     """Longest first piece (characters): the first sound waits for it (bench/tts_latency.py: first
     audio 0.22 x whole-text synthesis at 12, 0.33 at 24, no gaps)."""
     chunk_chars: int = num(40, 1, 500)
+    """Longest later piece (characters): each is synthesised while the one before plays."""
     coalesce_chars: int = num(0, 0, 2000)
     """Merge pieces of one turn that queued up while the TTS worker was busy into one synthesis
     call of at most this many characters (never the turn's first piece); 0: off."""
@@ -120,12 +133,15 @@ class AudioConfig(Section):
     device: str = "default"
     """ALSA device for aplay / sounddevice device name."""
     output_rate: int = num(16000, 8000, 192_000)
+    """Sample rate handed to the player; every voice is resampled to it once."""
     block_ms: int = num(20, 5, 500)
     """Size of the fixed output blocks handed to the player."""
     crossfade_ms: int = num(10, 0, 100)
+    """Fade at the seams between pieces, so joins do not click."""
     input: str = "sounddevice"
     """Microphone source: sounddevice or arecord."""
     input_device: str = "default"
+    """Microphone device name (sounddevice) or ALSA device (arecord)."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +150,7 @@ class ModelsConfig(Section):
     dir: str = "models"
     """Where model files live; relative paths are taken from the install directory."""
     profile: str = "portable"
+    """portable (CPU models, any Linux) or board (RK3576: NPU voice and LLM); decides what auto engines resolve to and which models ./install.sh fetches."""
 
     @property
     def path(self) -> Path:
@@ -159,22 +176,28 @@ class HearConfig(Section):
     """asr-match: a segment longer than this + 1.5 s is first checked on its first seconds only
     (spares the CPU on long unrelated speech); 0: always transcribe whole segments."""
     kws_threshold: float = num(0.25, 0.0, 1.0, lo_open=True, hi_open=True)
+    """kws: sherpa-onnx keyword threshold; lower wakes more easily (and falsely more often)."""
     kws_score: float = num(1.5, 0.0, 20.0)
+    """kws: sherpa-onnx keyword boost score; higher favours the wake phrase's tokens."""
     kws_dir: str = ""
     """Keyword-spotter model folder (encoder*/decoder*/joiner*.onnx + tokens.txt); empty =
     models.dir/board/kws-zh, relative = under the install dir (the board-hearing tests' stand-ins)."""
     paraformer_dir: str = ""
     """Paraformer folder (model.int8.onnx or model.onnx + tokens.txt); empty = models.dir/board/paraformer-zh."""
     threads: int = num(2, 1, 64)
+    """CPU threads of the ASR (Whisper's CTranslate2, or Paraformer's onnxruntime)."""
     whisper_beam: int = num(5, 1, 10)
     """Whisper beam size: 5 measured more accurate than 1 at about the same speed (bench/asr.py)."""
     vad_threshold: float = num(0.5, 0.0, 1.0, lo_open=True, hi_open=True)
+    """Silero speech probability above which a window counts as speech."""
     trailing_silence_ms: int = num(500, 100, 5000)
     """A request ends after this much silence."""
     transcribe_ahead: bool = True
     """Start the ASR when speech pauses for 150 ms, before the request ends (rkvoice.hear.ahead)."""
     min_speech_ms: int = num(250, 0, 2000)
+    """Shorter bursts of speech are ignored (coughs, clicks)."""
     max_request_s: float = num(12.0, 1.0, 60.0)
+    """A request is cut after this many seconds of speech and answered as heard."""
     listen_timeout_s: float = num(6.0, 0.0, 600.0, lo_open=True)
     """After a wake, give up if no speech starts within this time."""
     follow_up_s: float = num(6.0, 0.0, 600.0)
@@ -189,6 +212,7 @@ class HearConfig(Section):
     ack: str = one_of("chime", "voice", "none")
     """Wake acknowledgement: chime, voice (ack_text synthesised once at start-up) or none."""
     ack_text: str = "我在"
+    """What the voice acknowledgement says (``ack: voice``)."""
 
     @property
     def name(self) -> str:
@@ -232,6 +256,7 @@ class LlmConfig(Section):
     """llama.cpp threads while evaluating the prompt. auto: the cores free now, at least 1 (threads on
     busy cores stall each other: bench/llm_threads.py)."""
     context: int = num(2048, 128, 131_072)
+    """Context window in tokens (prompt, history and answer together)."""
     max_tokens: int = num(200, 1, 8192)
     """Longest answer in tokens; generation stops there."""
     max_answer_chars: int = num(160, 1, 100_000)
@@ -239,8 +264,11 @@ class LlmConfig(Section):
     temperature: float = num(0.7, 0.0, 2.0)
     """0: greedy (always the likeliest token)."""
     top_p: float = num(0.8, 0.0, 1.0, lo_open=True)
+    """Nucleus sampling: draw from the likeliest tokens that together hold this probability."""
     top_k: int = num(20, 1, 1000)
+    """Draw from at most this many likeliest tokens."""
     repeat_penalty: float = num(1.05, 0.5, 2.0)
+    """Penalty on tokens already said; above 1 discourages loops."""
     seed: int = num(-1, 0, INT32_MAX, also=((-1, "a new seed per answer"),))
     """Sampling seed; -1 = a new one per answer (benchmarks fix it to compare runs on the same text)."""
     timeout_s: float = num(45.0, 0.0, 3600.0, lo_open=True)
@@ -257,7 +285,9 @@ class LlmConfig(Section):
     rkllm_abi: str = "1.2"
     """librkllmrt.so ABI on the board: 1.2 (1.2.1-1.2.3) or 1.3 (1.3.0)."""
     rkllm_lib: str = "librkllmrt.so"
+    """The RKLLM runtime library: a soname found by the loader, or an absolute path."""
     rkllm_base_domain_id: int = num(1, 0, 255)
+    """RKLLM's NPU memory domain (1 keeps it apart from the voice's RKNN models)."""
     rkllm_cpus_mask: int = num(0xF0, 1, 2**32 - 1)
     """CPUs for the runtime's threads (0xF0 = the four A72 cores of the RK3576)."""
 
@@ -284,6 +314,7 @@ class DaemonConfig(Section):
     device_retry_s: float = num(1.0, 0.0, 600.0, lo_open=True)
     """First wait before reopening a missing microphone; doubles up to device_retry_max_s."""
     device_retry_max_s: float = num(30.0, 0.0, 3600.0, lo_open=True)
+    """Longest wait between two tries to reopen the microphone."""
     stop_timeout_s: float = num(1.5, 0.0, 60.0, lo_open=True)
     """On SIGTERM, wait this long for the current turn to stop (the whole exit stays under 2 s)."""
     stall_s: float = num(120.0, 0.0, 86_400.0, lo_open=True)
