@@ -79,17 +79,17 @@ class Board:
 
 BOARD = Board()
 SOURCES = {
-    "asr_s": "Paraformer on the RK3576's A72s, whole utterance 0.18 s: field notes (shared/seeds/001, "
-             "'整机链路 ASR 0.18 s'; MODELS.md 'ASR ... 0.18 s per utterance on the board, CPU')",
+    "asr_s": "Paraformer on the RK3576's A72s, whole utterance 0.18 s: a published field report "
+             "('整机链路 ASR 0.18 s'; docs/performance.md, board figures)",
     "llm_first_token_s": "RKLLM Qwen2.5-0.5B w4a16 on RK3576, first token 342 ms for a 128-token prompt "
                          "(airockchip/rknn-llm benchmark); no prefix cache assumed",
     "llm_tokens_per_s": "same benchmark, ~33 tokens/s (field notes measured 26-29 tok/s for their setup)",
-    "matcha_s_per_frame": "matcha-s64.rknn 293.6 ms for 64 tokens / 599 frames (field notes, seeds/001, "
+    "matcha_s_per_frame": "matcha-s64.rknn 293.6 ms for 64 tokens / 599 frames (field report, docs/performance.md, "
                           "RKNNLite 2.3.2, NPU 950 MHz), scaled by the bucket's window",
-    "matcha_windows": "t32 / t64 buckets with 312 / 616 frame windows (README: convert_rknn.py matcha "
+    "matcha_windows": "t32 / t64 buckets with 312 / 616 frame windows (docs/npu-conversion.md: convert_rknn.py matcha "
                       "--tokens 32 --tokens 64, what ./install.sh --profile board builds)",
     "vocos_s_per_frame": "vocos-16khz-600.rknn 54.7 ms for 600 frames (field notes), scaled by bucket",
-    "vocos_buckets": "vocos --frames 600 --frames 200 (README, install.sh)",
+    "vocos_buckets": "vocos --frames 600 --frames 200 (docs/npu-conversion.md, install.sh)",
     "istft_s_per_frame": "ISTFT on the CPU ~50 ms for a 600-frame call (field notes), scaled by frames",
     "tokens_per_char": "assumption: a Chinese character is 2 Matcha tokens (pinyin initial + final)",
     "audio_s_per_char": "assumption: ~4.2 Chinese characters a second of speech",

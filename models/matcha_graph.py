@@ -192,5 +192,5 @@ def original_with_noise(model: Any, n_mels: int = 80, noise: bool = True) -> Any
 
 
 def default_frames(tokens: int, frames_per_token: float = 9.375) -> int:
-    """Frame window for a token bucket: the field's 64 tokens -> 600 (599 in seeds/001), rounded up to 4."""
+    """Frame window for a token bucket: the field's 64 tokens -> 600 (599 in the board figures of docs/performance.md), rounded up to 4."""
     return int(-(-int(np.ceil(tokens * frames_per_token)) // 4) * 4)

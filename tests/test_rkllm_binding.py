@@ -1,5 +1,5 @@
-"""RKLLM ctypes binding: layouts match RKLLM_ABI.md, and it runs end to end against a fake
-librkllmrt.so built here with gcc from a header written from RKLLM_ABI.md (both ABIs)."""
+"""RKLLM ctypes binding: layouts match docs/rkllm-abi.md, and it runs end to end against a fake
+librkllmrt.so built here with gcc from a header written from docs/rkllm-abi.md (both ABIs)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from rkvoice.board import versions
 from rkvoice.config import Config, LlmConfig
 from rkvoice.errors import RkvoiceError
 
-# Sizes and offsets straight from /work/shared/RKLLM_ABI.md (LP64).
+# Sizes and offsets straight from docs/rkllm-abi.md (LP64).
 DOC_SIZES = {
     "1.2": {"Param": 208, "Input": 64, "InferParam": 32, "Result": 72},
     "1.3": {"Param": 184, "Input": 160, "InferParam": 40, "Result": 72},

@@ -66,7 +66,7 @@ def npu_driver_version() -> tuple[Path | None, str | None]:
 
 
 RKLLM_RUNTIMES = "1.2.1-1.2.3 (llm.rkllm_abi 1.2) or 1.3.x (llm.rkllm_abi 1.3)"
-"""librkllmrt releases a layout of the binding (rkvoice.answer.llm.rkllm_abi) matches (RKLLM_ABI.md);
+"""librkllmrt releases a layout of the binding (rkvoice.answer.llm.rkllm_abi) matches (docs/rkllm-abi.md);
 not 1.2.0 (another RKLLMInput and callback: see ``rkllm_runtime_problem``)."""
 
 

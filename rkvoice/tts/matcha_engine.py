@@ -58,7 +58,7 @@ class MatchaTts:
         self._add_blank = mc.add_blank
         self._pad_id = mc.pad_id
         self.piece_chars = (mc.first_chars, mc.chunk_chars)
-        """First and later piece lengths the speaker cuts text into for this voice (seeds/001: 24/40)."""
+        """First and later piece lengths the speaker cuts text into for this voice (24/40: docs/performance.md, board)."""
         self.overflows = 0
         """Pieces whose frame count overflowed every decoder window (halved)."""
         self.encoder: npu_runtime.OnnxModel | None = None

@@ -1,7 +1,7 @@
 """Pieces and windows for fixed-shape Matcha and Vocos buckets.
 
-An NPU call costs the same whatever part of its fixed shape is used (seeds/001: ~0.3 s for the
-64-token Matcha, ~55 ms for the 600-frame Vocos), so a piece runs in the smallest bucket holding
+An NPU call costs the same whatever part of its fixed shape is used (measured on a board: ~0.3 s for the
+64-token Matcha, ~55 ms for the 600-frame Vocos; docs/performance.md), so a piece runs in the smallest bucket holding
 it: text is packed into pieces that fit the largest Matcha bucket (``split_units``), a piece whose
 frames overflow every window is cut in two (``halve``), and a mel longer than the largest Vocos
 bucket runs through it in overlapping windows (``vocos_windows``).

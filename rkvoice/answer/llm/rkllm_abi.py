@@ -1,5 +1,5 @@
 """ctypes layouts of librkllmrt.so, one set per ABI ("1.2" = 1.2.1-1.2.3, "1.3" = 1.3.0), from rkllm.h
-(/work/shared/RKLLM_ABI.md). The wrong version's binding crashes in rkllm_run: never mix them."""
+(docs/rkllm-abi.md). The wrong version's binding crashes in rkllm_run: never mix them."""
 
 from __future__ import annotations
 
