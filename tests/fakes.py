@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bench.fake_clock import SleepingClock
 from rkvoice.audio.sinks import NullPlayer
 from rkvoice.clock import Clock
 from rkvoice.config import Config
@@ -28,10 +27,11 @@ from rkvoice.pieces import Pieces
 from rkvoice.speaker import Speaker
 from rkvoice.timeline import Ev, Event, Timeline
 from rkvoice.turn import Turn
+from tests.support.clock import SleepingClock
 
 if TYPE_CHECKING:
-    from bench.fake_clock import ManualClock
     from rkvoice.hear.loop import TurnLoop
+    from tests.support.clock import ManualClock
 
 FRAME = 512
 
@@ -364,7 +364,7 @@ CUE_THREAD = "rkvoice-cue"  # rkvoice.hear.loop.player_cue's thread
 class Stillness:
     """Whether a live TurnLoop, its Speaker and player are still on a ManualClock (none of them can act
     before the clock moves or a frame comes), for a microphone that moves the clock only then
-    (bench/realtime.SteppedSource): every message of the loop's inbox handled whole (the loop's ``busy``
+    (tests.support.feed.SteppedSource): every message of the loop's inbox handled whole (the loop's ``busy``
     goes through ``busy`` here, which counts them: ``delivered()`` frames and each turn's end), each open
     turn's answer said (Ev.ANSWER marked, as rkvoice.answer.respond does) and synthesised, the player
     thread handing nothing (or waiting on the clock), no wake cue playing (cue threads started before
