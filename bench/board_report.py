@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.cer import cer  # noqa: E402
 from bench.fake_clock import FakeClock  # noqa: E402
-from bench.matcha_stats import MatchaStats  # noqa: E402
+from tests.support.matcha_stats import MatchaStats  # noqa: E402
 from rkvoice.audio.post import resample  # noqa: E402
 from rkvoice.audio.sinks import NullPlayer  # noqa: E402
 from rkvoice.clock import MonotonicClock  # noqa: E402

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from fakes import SeenTimeline, SteppedSpeaker
 
-from bench.fake_clock import FakeClock
 from rkvoice.answer.assistant import Assistant
 from rkvoice.answer.conversation import spoken_now
 from rkvoice.answer.generate import TIMEOUT_TEXT, LlmStream
@@ -27,6 +26,7 @@ from rkvoice.text.normalize import speakable
 from rkvoice.text.stream_chunker import StreamChunker
 from rkvoice.timeline import Ev, Event, Timeline
 from rkvoice.turn import Turn
+from tests.support import FakeClock
 
 WAIT = 10.0  # real-time safety net for thread hand-offs; never reached when things work
 TZ = timezone(timedelta(hours=8))

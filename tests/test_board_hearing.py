@@ -26,8 +26,6 @@ import pytest
 import soundfile as sf
 from fakes import Stillness
 
-from bench.fake_clock import ManualClock
-from bench.realtime import SteppedSource
 from models.prepare_piper import with_onnx_metadata
 from models.standins import hearing_cache
 from rkvoice.cli import entry as cli
@@ -42,6 +40,7 @@ from rkvoice.hear.vad import Segmenter, vad_model_path
 from rkvoice.timeline import Ev
 from rkvoice.tts.vits import read_onnx_metadata
 from rkvoice.turn import Turn
+from tests.support import ManualClock, SteppedSource
 
 FIXTURES = ROOT / "tests" / "fixtures"
 STANDINS = hearing_cache.built_dir()

@@ -284,7 +284,7 @@ def test_whole_engine_on_the_simulator_matches_onnxruntime(converted, text, monk
     out, _, _, servers = converted
     ref, sim = _both_engines(out, servers, monkeypatch)
     wave_ref, rate = ref.generate(text)
-    from bench.matcha_stats import MatchaStats
+    from tests.support.matcha_stats import MatchaStats
 
     calls_before = sum(b.model.calls for b in sim.acoustic + sim.vocoders)
     with MatchaStats(sim) as timed:
@@ -304,7 +304,7 @@ def test_whole_engine_on_the_simulator_matches_onnxruntime(converted, text, monk
 def test_split_voice_halves_a_piece_no_window_holds(converted):
     """Slowed down, a 40-odd-token piece needs more frames than the largest window: the engine knows it
     from the CPU encoder before any decoder call, cuts the piece in two and speaks both halves."""
-    from bench.matcha_stats import MatchaStats
+    from tests.support.matcha_stats import MatchaStats
 
     out, _, _, _ = converted
     tts = _engine(out, "onnx")

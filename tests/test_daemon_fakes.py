@@ -17,7 +17,6 @@ from typing import Any
 
 from fakes import FakeVoice, MarkerWake, ScriptedAsr, ScriptedLlm, ScriptedMic, ScriptedSegmenter, wait_until
 
-from bench.fake_clock import FakeClock
 from rkvoice.answer.assistant import Assistant
 from rkvoice.audio.sinks import NullPlayer
 from rkvoice.config import Config, load_config
@@ -28,6 +27,7 @@ from rkvoice.hear.session import Mode
 from rkvoice.hear.sources import AudioSource
 from rkvoice.stages import Hear, Plan, Speak, StageSpec, answer_key, hear_key, speak_key
 from rkvoice.turn import Turn
+from tests.support import FakeClock
 
 QUESTION = "给我讲讲长城的历史"  # no tool takes it: the LLM answers
 

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 from fakes import RecordingPlayer
 
-from bench.echo import erle_db
-from bench.fake_clock import FakeClock
 from rkvoice.audio.sinks import NullPlayer
 from rkvoice.config import DEFAULT_CONFIG, load_config, parse_override
 from rkvoice.errors import RkvoiceError
 from rkvoice.hear import aec, speexdsp
 from rkvoice.hear.echo import EchoCancelledSource, EchoFilter, PlayedAudio, ReferenceTap, echo_filter
+from tests.support import FakeClock
+from tests.support.echo import erle_db
 
 RATE = 16000
 

@@ -28,8 +28,6 @@ import numpy as np
 import pytest
 from fakes import RecordingPlayer, ScriptedLlm, Stillness
 
-from bench.fake_clock import ManualClock
-from bench.realtime import SteppedSource
 from rkvoice.config import ROOT, Config, load_config
 from rkvoice.daemon.sdnotify import Notifier
 from rkvoice.daemon.service import Daemon
@@ -37,6 +35,7 @@ from rkvoice.hear import echo as echo_module
 from rkvoice.hear.echo import EchoFilter, PlayedAudio
 from rkvoice.hear.vad import vad_model_path
 from rkvoice.stages import Speak, StageSpec, assistant, product_plan
+from tests.support import ManualClock, SteppedSource
 
 RATE, FRAME = 16000, 512
 DELAY_MS, LEVEL_DB = 60, 5.0

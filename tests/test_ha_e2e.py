@@ -477,7 +477,7 @@ def test_a_tool_answer_reaches_home_assistant_as_speech(ha, hear_asr, lang):
 
 
 def test_an_llm_answer_reaches_home_assistant_as_speech(ha, hear_asr):
-    from bench.cer import cer
+    from tests.support import cer
 
     evs = events(ha, "llm_zh-CN")
     no_error(evs)
@@ -489,7 +489,7 @@ def test_an_llm_answer_reaches_home_assistant_as_speech(ha, hear_asr):
 
 @pytest.mark.parametrize("lang", LANGUAGES)
 def test_speech_to_text_then_intent_then_speech(ha, lang):
-    from bench.cer import cer
+    from tests.support import cer
 
     evs = events(ha, f"stt_{lang}")
     no_error(evs)
@@ -499,7 +499,7 @@ def test_speech_to_text_then_intent_then_speech(ha, lang):
 
 
 def test_a_request_said_after_a_pause_behind_the_wake_word_is_transcribed(ha):
-    from bench.cer import cer
+    from tests.support import cer
 
     evs = events(ha, "wake_zh-CN")
     assert event(evs, "wake_word-end")["data"]["wake_word_output"]["wake_word_id"] == "xiaozhixiaozhi"
@@ -511,7 +511,7 @@ def test_a_request_said_after_a_pause_behind_the_wake_word_is_transcribed(ha):
 
 
 def test_rest_stt_transcribes_odd_sized_chunks(ha):
-    from bench.cer import cer
+    from tests.support import cer
 
     rest = ha["rest_stt"]
     assert rest["status"] == 200, rest
@@ -520,7 +520,7 @@ def test_rest_stt_transcribes_odd_sized_chunks(ha):
 
 
 def test_rest_tts_speaks(ha, hear_asr):
-    from bench.cer import cer
+    from tests.support import cer
 
     rest = ha["rest_tts"]
     assert rest["status"] == 200 and rest["audio"]["status"] == 200, rest

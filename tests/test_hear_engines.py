@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.cer import cer
 from rkvoice.config import load_config, parse_override
 from rkvoice.errors import RkvoiceError
 from rkvoice.hear.asr import ASR, asr_name, create_asr
@@ -15,6 +14,7 @@ from rkvoice.hear.sources import read_wav
 from rkvoice.hear.wake import AsrMatchWake
 from rkvoice.hear.wake_registry import WAKE, create_wake, wake_name
 from rkvoice.hear.whisper_asr import WhisperAsr, simplify
+from tests.support import cer
 
 
 def cfg(*items: str):

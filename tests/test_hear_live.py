@@ -12,9 +12,6 @@ import numpy as np
 import pytest
 from fakes import RecordingPlayer, Stillness
 
-from bench.cer import cer
-from bench.fake_clock import ManualClock
-from bench.realtime import SteppedSource
 from rkvoice.cli.entry import main
 from rkvoice.config import load_config
 from rkvoice.hear.loop import TurnLoop, player_cue
@@ -24,6 +21,7 @@ from rkvoice.hear.vad import Segmenter, vad_model_path
 from rkvoice.hear.wake import AsrMatchWake
 from rkvoice.timeline import Ev
 from rkvoice.turn import Turn
+from tests.support import ManualClock, SteppedSource, cer
 
 
 @pytest.fixture(scope="module")

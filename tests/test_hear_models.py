@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.cer import cer
 from rkvoice.config import load_config, parse_override
 from rkvoice.hear.loop import TurnLoop
 from rkvoice.hear.session import HearSession
@@ -17,6 +16,7 @@ from rkvoice.hear.vad import Segmenter, vad_model_path
 from rkvoice.hear.wake import AsrMatchWake
 from rkvoice.timeline import Ev
 from rkvoice.turn import Turn
+from tests.support import cer
 
 
 def _cfg(*overrides: str):

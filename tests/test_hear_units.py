@@ -9,9 +9,6 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from bench.cer import cer
-from bench.fake_clock import FakeClock
-from bench.realtime import RealtimeSource
 from rkvoice.config import load_config, parse_override
 from rkvoice.errors import RkvoiceError
 from rkvoice.hear.cue import ack_cue, chime
@@ -23,6 +20,7 @@ from rkvoice.hear.sources import (
     microphone,
     read_wav,
 )
+from tests.support import FakeClock, RealtimeSource, cer
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,6 @@ from fakes import (
     wait_until,
 )
 
-from bench.fake_clock import FakeClock
 from rkvoice.answer.assistant import Assistant
 from rkvoice.answer.respond import Answerer
 from rkvoice.audio.sinks import NullPlayer
@@ -29,6 +28,7 @@ from rkvoice.hear.session import HearSession, Mode
 from rkvoice.hear.vad import SAMPLE_RATE
 from rkvoice.timeline import Ev
 from rkvoice.turn import Turn
+from tests.support import FakeClock
 
 
 def cfg_with(tmp_path: Path, **hear: object):

@@ -29,7 +29,6 @@ onnx = pytest.importorskip("onnx", reason="the onnx package builds the tiny test
 pypinyin = pytest.importorskip("pypinyin", reason="pypinyin writes the test lexicon like sherpa-onnx does")
 from onnx import TensorProto, helper  # noqa: E402
 
-from bench.matcha_stats import MatchaStats  # noqa: E402
 from rkvoice.config import Config, MatchaConfig, ModelsConfig, TtsConfig, load_config  # noqa: E402
 from rkvoice.errors import RkvoiceError  # noqa: E402
 from rkvoice.npu import runtime as npu_runtime  # noqa: E402
@@ -46,6 +45,7 @@ from rkvoice.tts.matcha_frontend import (  # noqa: E402
     ipa_to_tokens,
     words,
 )
+from tests.support.matcha_stats import MatchaStats  # noqa: E402
 
 ZH = "你好今天天气不错我们出去走走吧是的这个那个时间地点人物事情开始结束一二三四五六七八九十银行长了吗"
 PHRASES = {"银行行长": ["yin2", "hang2", "hang2", "zhang3"], "行长": ["hang2", "zhang3"]}

@@ -157,8 +157,8 @@ def test_registry_wraps_single_language_voices_and_leaves_matcha_alone() -> None
 
 @needs_voices
 def test_mixed_sentence_is_heard_with_its_english_words(asr) -> None:  # noqa: ANN001
-    from bench.cer import cer
     from rkvoice.tts.registry import create_tts
+    from tests.support import cer
 
     engine = create_tts(CFG, "fastspeech2", MIXED)
     engine.load()
@@ -175,8 +175,8 @@ def test_mixed_sentence_is_heard_with_its_english_words(asr) -> None:  # noqa: A
 
 @needs_voices
 def test_vits_on_chinese_text_speaks_chinese(asr) -> None:  # noqa: ANN001
-    from bench.cer import cer
     from rkvoice.tts.registry import create_tts
+    from tests.support import cer
 
     text = "北京的冬天很冷，但是夏天非常热。"
     engine = create_tts(CFG, "vits", text)

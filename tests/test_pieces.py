@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.fake_clock import FakeClock
 from rkvoice.config import Config
 from rkvoice.pieces import FIRST_AHEAD_MS, Pieces
 from rkvoice.timeline import Ev
 from rkvoice.turn import Turn
+from tests.support import FakeClock
 
 TEXT = "今天天气不错，我们出去走走吧。公园里的花都开了，空气也很新鲜。记得带上水和帽子。"
 

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.fake_clock import FakeClock
 from rkvoice.audio.post import prepare_piece
 from rkvoice.config import ROOT, load_config
 from rkvoice.errors import RkvoiceError
@@ -19,6 +18,7 @@ from rkvoice.pieces import Pieces
 from rkvoice.timeline import Ev, Timeline
 from rkvoice.tts import piper_stream, vits
 from rkvoice.turn import Turn
+from tests.support import FakeClock
 
 CFG = load_config()
 VOICE = vits.VOICES["piper-joe"].dir(CFG)

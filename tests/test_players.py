@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 from fakes import RecordingPlayer, heard_until, wait_until
 
-from bench.fake_clock import FakeClock, ManualClock
 from rkvoice.audio import players
 from rkvoice.audio.device_players import AplayPlayer, SounddevicePlayer
 from rkvoice.audio.sinks import NullPlayer, TeePlayer, WavPlayer
 from rkvoice.clock import MonotonicClock
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
+from tests.support import FakeClock, ManualClock
 
 CFG = Config()
 RATE = CFG.audio.output_rate

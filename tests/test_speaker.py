@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from fakes import RecordingPlayer, RuledSpeaker, SeenTimeline, SteppedSpeaker, heard_until, wait_until
 
-from bench.fake_clock import FakeClock, ManualClock
 from rkvoice.audio.sinks import NullPlayer
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
 from rkvoice.speaker import Speaker
 from rkvoice.timeline import Ev, Event, Timeline
 from rkvoice.turn import Turn
+from tests.support import FakeClock, ManualClock
 
 RATE = 16000
 WAIT = 10.0  # real-time safety net for thread hand-offs; never reached when things work

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.fake_clock import FakeClock
 from rkvoice.errors import RkvoiceError
 from rkvoice.timeline import Ev, Timeline, max_gap_ms
+from tests.support import FakeClock
 
 
 def test_marks_are_relative_to_the_first_mark_or_start() -> None:

@@ -421,7 +421,7 @@ def _transcribe(model, audio: np.ndarray, rate: int, lang: str) -> str:  # noqa:
 
 @pytest.mark.parametrize("name", ["fastspeech2", "vits-piper-joe"])
 def test_asr_hears_the_text(whisper, name: str) -> None:  # noqa: ANN001
-    from bench.cer import cer
+    from tests.support import cer
 
     spec = ENGINES[name]
     if not spec["installed"]:

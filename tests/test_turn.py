@@ -7,10 +7,10 @@ import threading
 
 import pytest
 
-from bench.fake_clock import FakeClock
 from rkvoice.errors import RkvoiceError
 from rkvoice.timeline import Ev, Timeline
 from rkvoice.turn import Turn
+from tests.support import FakeClock
 
 
 def test_ids_grow_and_a_turn_has_its_own_timeline_unless_given_one() -> None:

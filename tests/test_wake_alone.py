@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.cer import cer
 from rkvoice.config import load_config
 from rkvoice.hear.session import HearSession, Mode, Request, Wake
 from rkvoice.hear.sources import WavFileSource, read_wav
 from rkvoice.hear.vad import SAMPLE_RATE, Segment, Segmenter, vad_model_path
 from rkvoice.hear.wake import MIN_PHRASE_LOGPROB, SHORT_S, AsrMatchWake
 from rkvoice.hear.whisper_asr import PROMPT, _strip_echo
+from tests.support import cer
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 

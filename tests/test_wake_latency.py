@@ -9,12 +9,12 @@ import math
 import numpy as np
 import pytest
 
-from bench.cer import cer
 from rkvoice.config import load_config
 from rkvoice.hear.session import HearSession, Mode, Request, Wake
 from rkvoice.hear.sources import to_mono_16k
 from rkvoice.hear.vad import SAMPLE_RATE, WINDOW, Segment, Segmenter, on_grid, vad_model_path
 from rkvoice.hear.wake import PHRASE_MAX_S, PHRASE_SILENCE_S, AsrMatchWake
+from tests.support import cer
 
 WINDOW_S = WINDOW / SAMPLE_RATE
 

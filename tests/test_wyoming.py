@@ -33,11 +33,11 @@ from wyoming.tts import (  # noqa: E402
 )
 from wyoming.wake import Detect, Detection, NotDetected  # noqa: E402
 
-from bench.cer import cer  # noqa: E402
 from rkvoice.config import WyomingConfig  # noqa: E402
 from rkvoice.gate import Engines  # noqa: E402
 from rkvoice.stages import wake_factory  # noqa: E402
 from rkvoice.wyoming.server import serve_wyoming  # noqa: E402
+from tests.support import cer  # noqa: E402
 
 LIMITS = WyomingConfig(max_audio_s=20.0, idle_timeout_s=3.0, max_event_bytes=256 * 1024)
 TIMEOUT = 60.0

@@ -752,7 +752,7 @@ def request_lines(logger: str = "rkvoice.wyoming.context") -> Iterator[RequestLi
 @pytest.fixture
 def clock(monkeypatch):
     """The requests' timelines on a FakeClock that only the scripted engines move."""
-    from bench.fake_clock import FakeClock
+    from tests.support import FakeClock
 
     fake = FakeClock()
     monkeypatch.setattr("rkvoice.wyoming.context.MonotonicClock", lambda: fake)
