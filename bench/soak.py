@@ -33,7 +33,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.realtime import paced
+from tests.support import paced
 from rkvoice.clock import MonotonicClock
 from rkvoice.config import Config, load_config
 from rkvoice.daemon.sdnotify import Notifier
