@@ -1,5 +1,6 @@
-"""The assistant's brain: tools first, then the LLM; owns state, reminders and the conversation.
-``reply(text)`` returns at once with the route and a lazy stream of text deltas (generate.LlmStream)."""
+"""The assistant's brain: tools first, then Home Assistant (``home_assistant.url`` set), then the LLM;
+owns state, reminders and the conversation. ``reply(text)`` returns with the route and a lazy stream of
+text deltas (generate.LlmStream) as soon as the route is known (HA's answer within its timeout)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from rkvoice.answer.tools.router import route
 from rkvoice.answer.tools.scheduler import ReminderScheduler
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
+from rkvoice.home.route import ROUTE as HOME, HomeAnswer, HomeRoute
 from rkvoice.state import StateStore
 from rkvoice.timeline import Ev
 from rkvoice.turn import Turn
@@ -27,15 +29,18 @@ log = logging.getLogger(__name__)
 @dataclass
 class Reply:
     route: str
-    """"tool:<name>" or "llm"."""
+    """"tool:<name>", "home" or "llm"."""
     deltas: Iterator[str]
     tool: ToolAnswer | None = None
     llm: LlmStream | None = None
+    home: HomeAnswer | None = None
 
     @property
     def text(self) -> str:
         if self.llm is not None:
             return self.llm.text
+        if self.home is not None:
+            return self.home.text
         return self.tool.text if self.tool is not None else ""
 
 
@@ -47,6 +52,7 @@ class Assistant:
         llm: LlmEngine | None = None,
         now: Callable[[], datetime] = local_now,
         store: StateStore | None = None,
+        home: HomeRoute | None = None,
     ) -> None:
         self.cfg = cfg
         self.clock = clock or MonotonicClock()
@@ -56,6 +62,8 @@ class Assistant:
         self.scheduler = ReminderScheduler(self.store, now)
         self.ctx = ToolContext(now=now, store=self.store, scheduler=self.scheduler, name=cfg.hear.name)
         self.conversation = Conversation(cfg, now)
+        ha = cfg.home_assistant
+        self.home = home if home is not None or not ha.url else HomeRoute(ha, ha.token_path(cfg.state.path), self.clock)
 
     @property
     def llm(self) -> LlmEngine:
@@ -64,7 +72,9 @@ class Assistant:
         return self._llm
 
     def load(self) -> None:
-        """Load the LLM (seconds) and start the reminder thread."""
+        """Load the LLM (seconds) and start the reminder thread (and the home route's name reading)."""
+        if self.home is not None:
+            self.home.load()
         self.llm.load()
         prime = getattr(self.llm, "prime", None)
         if prime is not None:  # the system prompt's cache is ready before the first question
@@ -73,15 +83,29 @@ class Assistant:
 
     def close(self) -> None:
         self.scheduler.stop()
+        if self.home is not None:
+            self.home.close()
         getattr(self._llm, "close", lambda: None)()
 
     def reply(self, text: str, turn: Turn) -> Reply:
-        """Route ``text``; the LLM's generation stops when ``turn`` is cancelled."""
-        tool = route(text, self.ctx)
-        name = f"tool:{tool.tool}" if tool is not None else "llm"  # the one spelling: event, Reply, metrics
-        turn.timeline.mark(Ev.ROUTE, route=name)
+        """Route ``text``; the LLM's generation stops when ``turn`` is cancelled. Home Assistant is asked
+        after the tools, or before them when ``text`` names something it exposed."""
+        home, asked, tool = self.home, None, None
+        if home is not None and home.claims(text):
+            asked = home.ask(text, turn)
+        if asked is None or asked.answer is None:
+            tool = route(text, self.ctx)
+        if tool is None and asked is None and home is not None and text.strip():
+            asked = home.ask(text, turn)
+        answer = asked.answer if asked is not None and tool is None else None
+        # the one spelling: event, Reply, metrics
+        name = f"tool:{tool.tool}" if tool is not None else HOME if answer is not None else "llm"
+        ha = {} if asked is None else {"home": str(asked.outcome), "home_ms": asked.ms}
+        turn.timeline.mark(Ev.ROUTE, route=name, **ha)
         if tool is not None:
             return Reply(name, iter([tool.text] if tool.text else []), tool=tool)
+        if answer is not None:
+            return Reply(name, iter([answer.text]), home=answer)
         self.llm.load()  # no-op once loaded (the product loads at start)
         stream = LlmStream(self.llm, self.conversation.messages(text), self.clock, self.cfg.llm.timeout_s,
                            self.cfg.llm.max_answer_chars, turn)

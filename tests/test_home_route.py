@@ -1,0 +1,408 @@
+"""The home route against a fake Home Assistant on loopback (a scripted HTTP/1.1 server): HA's answers
+spoken or passed on to the LLM, every way HA can fail as one warning and an answer anyway, the breaker
+on a FakeClock, the kept-alive connection, the token file, the config sections."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import stat
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rkvoice.answer.assistant import Assistant
+from rkvoice.config import Config, HomeAssistantConfig, StateConfig, load_config
+from rkvoice.errors import RkvoiceError
+from rkvoice.home.client import Failure, HaClient, HomeFailure, read_token
+from rkvoice.home.route import APOLOGY, ROUTE, HomeRoute, exposed_names, looks_like_command
+from rkvoice.state import StateStore
+from rkvoice.turn import Turn
+from tests.fakes import ScriptedLlm
+from tests.support import FakeClock
+
+TOKEN = "abc.def-SECRET-token"
+LIGHT = "书房台灯"
+"""Names the product has never seen: it must not know any entity name of its own."""
+
+
+def speech(kind: str, text: str, code: str = "") -> dict[str, Any]:
+    data: dict[str, Any] = {"targets": [], "success": [], "failed": []} if not code else {"code": code}
+    return {"response": {"speech": {"plain": {"speech": text, "extra_data": None}}, "card": {}, "language": "zh-CN",
+                         "response_type": kind, "data": data}, "conversation_id": "01J", "continue_conversation": False}
+
+
+Reply = tuple[int, bytes] | Callable[[], tuple[int, bytes]]
+
+
+class FakeHa(ThreadingHTTPServer):
+    """Answers POST /api/conversation/process from ``answers`` (by text, else ``default``)."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        self.answers: dict[str, Reply] = {}
+        self.default: Reply = (200, json.dumps(speech("error", "抱歉，我不明白", "no_intent_match")).encode())
+        self.requests: list[dict[str, Any]] = []
+        self.connections = 0
+        self.arrived = threading.Event()
+        self.release = threading.Event()
+        self.close_after = False
+        super().__init__(("127.0.0.1", 0), Handler)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: FakeHa
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.connections += 1
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.requests.append({"path": self.path, "body": body, "auth": self.headers["Authorization"]})
+        self.server.arrived.set()
+        reply = self.server.answers.get(body.get("text"), self.server.default)
+        status, raw = reply() if callable(reply) else reply
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        if self.server.close_after:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(raw)
+
+
+@pytest.fixture()
+def ha() -> Iterator[FakeHa]:
+    server = FakeHa()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.release.set()
+    server.shutdown()
+    server.server_close()
+
+
+def token_file(tmp_path: Path, mode: int = 0o600) -> Path:
+    path = tmp_path / "ha_token"
+    path.write_text(TOKEN + "\n")
+    path.chmod(mode)
+    return path
+
+
+def ha_cfg(url: str, **kw: Any) -> HomeAssistantConfig:
+    return HomeAssistantConfig(url=url, **{"timeout_s": 2.0, **kw})
+
+
+def assistant(tmp_path: Path, url: str, clock: FakeClock | None = None, **kw: Any) -> tuple[Assistant, ScriptedLlm]:
+    clock = clock or FakeClock()
+    token = token_file(tmp_path)
+    cfg = Config(state=StateConfig(dir=str(tmp_path / "state")),
+                 home_assistant=replace(ha_cfg(url, **kw), token_file=str(token)))
+    llm = ScriptedLlm(["我来回答。"])
+    return Assistant(cfg, clock, llm=llm, store=StateStore(tmp_path / "state")), llm
+
+
+def route_event(turn: Turn) -> dict[str, Any]:
+    return dict(next(e for e in turn.timeline.events if e.name == "route").data)
+
+
+def test_an_action_is_spoken_as_home_assistant_words_it(tmp_path: Path, ha: FakeHa) -> None:
+    ha.answers["打开书房台灯"] = (200, json.dumps(speech("action_done", "书房台灯已打开")).encode())
+    a, llm = assistant(tmp_path, ha.url)
+    turn = Turn()
+    reply = a.reply("打开书房台灯", turn)
+    assert reply.route == ROUTE == "home" and "".join(reply.deltas) == "书房台灯已打开" == reply.text
+    assert route_event(turn)["route"] == "home" and route_event(turn)["home"] == "action_done"
+    assert llm.calls == []
+    sent = ha.requests[0]
+    assert sent["path"] == "/api/conversation/process" and sent["auth"] == f"Bearer {TOKEN}"
+    assert sent["body"] == {"text": "打开书房台灯", "language": "zh-CN"}
+
+
+def test_a_query_is_answered_by_home_assistant(tmp_path: Path, ha: FakeHa) -> None:
+    ha.answers["书房台灯开着吗"] = (200, json.dumps(speech("query_answer", "书房台灯是开着的")).encode())
+    a, _ = assistant(tmp_path, ha.url)
+    reply = a.reply("书房台灯开着吗", Turn())
+    assert reply.route == "home" and reply.text == "书房台灯是开着的"
+
+
+def test_no_intent_match_goes_on_to_the_llm(tmp_path: Path, ha: FakeHa) -> None:
+    a, llm = assistant(tmp_path, ha.url)
+    turn = Turn()
+    reply = a.reply("给我讲个笑话", turn)
+    assert reply.route == "llm" and "".join(reply.deltas) == "我来回答。"
+    assert llm.calls and route_event(turn)["home"] == "no_intent_match" and len(ha.requests) == 1
+
+
+def test_the_local_tools_answer_before_home_assistant(tmp_path: Path, ha: FakeHa) -> None:
+    a, _ = assistant(tmp_path, ha.url)
+    assert a.reply("现在几点", Turn()).route == "tool:time" and ha.requests == []
+
+
+@pytest.mark.parametrize("code", ["no_valid_targets", "failed_to_handle"])
+def test_an_error_of_home_assistant_is_spoken_as_it_words_it(tmp_path: Path, ha: FakeHa, code: str) -> None:
+    words = "抱歉，没有找到叫书房台灯的设备" if code == "no_valid_targets" else "处理时出错了"
+    ha.answers["打开书房台灯"] = (200, json.dumps(speech("error", words, code)).encode())
+    a, llm = assistant(tmp_path, ha.url)
+    turn = Turn()
+    reply = a.reply("打开书房台灯", turn)
+    assert reply.route == "home" and reply.text == words and route_event(turn)["home"] == code and not llm.calls
+
+
+def down_url() -> str:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+BAD = {
+    "401": ((401, b"401: Unauthorized"), Failure.TOKEN, "refused the token"),
+    "500": ((500, b"500 Internal Server Error"), Failure.SERVER, "HTTP 500"),
+    "garbage": ((200, b'{"response": tru'), Failure.GARBAGE, "not JSON"),
+    "not-ha-404": ((404, b"<html>Not Found</html>"), Failure.NOT_HA, "404"),
+    "not-ha-html": ((200, b"<!DOCTYPE html><html></html>"), Failure.GARBAGE, "not JSON"),
+    "not-ha-shape": ((200, b'{"ok": true}'), Failure.NOT_HA, "response_type"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_a_failing_home_assistant_is_one_warning_and_the_llm_answers(tmp_path: Path, ha: FakeHa, case: str,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    reply_, kind, words = BAD[case]
+    ha.default = reply_
+    a, llm = assistant(tmp_path, ha.url)
+    turn = Turn()
+    with caplog.at_level(logging.INFO):
+        reply = a.reply("给我讲个笑话", turn)
+        assert reply.route == "llm" and "".join(reply.deltas) == "我来回答。"
+        a.reply("再讲一个", Turn())  # the breaker is open: HA is not asked again, no second warning
+    assert route_event(turn)["home"] == kind and len(ha.requests) == 1
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and words in warnings[0] and TOKEN not in caplog.text, warnings
+
+
+def test_a_home_command_while_home_assistant_is_down_gets_an_apology(tmp_path: Path) -> None:
+    a, llm = assistant(tmp_path, down_url())
+    turn = Turn()
+    reply = a.reply("请帮我打开书房台灯", turn)
+    assert reply.route == "home" and reply.text == APOLOGY and not llm.calls
+    assert route_event(turn)["home"] == Failure.UNREACHABLE
+    assert a.reply("给我讲个笑话", Turn()).route == "llm"  # not a command: the LLM answers
+
+
+def test_a_timeout_costs_timeout_s_once_then_nothing(tmp_path: Path, ha: FakeHa,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    ha.default = lambda: (ha.release.wait(10), (200, b"{}"))[1]  # a wedged HA
+    clock = FakeClock()
+    a, _ = assistant(tmp_path, ha.url, clock, timeout_s=0.3)
+    t0 = time.monotonic()
+    reply = a.reply("给我讲个笑话", Turn())
+    first = time.monotonic() - t0
+    t0 = time.monotonic()
+    again = a.reply("再讲一个", Turn())
+    second = time.monotonic() - t0
+    assert reply.route == again.route == "llm"
+    assert 0.25 <= first < 1.5 and second < 0.05, (first, second)
+    assert "did not answer within 0.3 s" in caplog.text
+
+
+def test_the_breaker_skips_home_assistant_for_retry_s_then_tries_once(tmp_path: Path, ha: FakeHa) -> None:
+    ha.default = (503, b"busy")
+    clock = FakeClock()
+    a, _ = assistant(tmp_path, ha.url, clock, retry_s=30.0)
+    a.reply("给我讲个笑话", Turn())
+    assert len(ha.requests) == 1
+    clock.advance(29.9)
+    turn = Turn()
+    a.reply("再讲一个", turn)
+    assert len(ha.requests) == 1 and route_event(turn)["home"] == "skipped"
+    ha.default = (200, json.dumps(speech("error", "不明白", "no_intent_match")).encode())
+    clock.advance(0.2)
+    a.reply("再讲一个", Turn())  # the one probe: HA answers, the breaker closes
+    a.reply("还有吗", Turn())
+    assert len(ha.requests) == 3
+
+
+def test_one_question_probes_while_the_others_skip(tmp_path: Path, ha: FakeHa) -> None:
+    clock = FakeClock()
+    route = HomeRoute(ha_cfg(ha.url, retry_s=10.0), token_file(tmp_path), clock)
+    ha.default = (500, b"")
+    assert route.ask("讲个笑话", Turn()).outcome == Failure.SERVER
+    clock.advance(10.0)
+    ha.default = lambda: (ha.release.wait(10), (200, json.dumps(speech("query_answer", "好")).encode()))[1]
+    ha.arrived.clear()
+    probe: list[Any] = []
+    thread = threading.Thread(target=lambda: probe.append(route.ask("讲个笑话", Turn())))
+    thread.start()
+    assert ha.arrived.wait(5)
+    assert route.ask("另一个问题", Turn()).outcome == "skipped"  # does not wait behind the probe
+    ha.release.set()
+    thread.join(5)
+    assert probe[0].outcome == "query_answer" and route.ask("第三个", Turn()).outcome == "query_answer"
+
+
+def test_questions_share_one_kept_alive_connection(tmp_path: Path, ha: FakeHa) -> None:
+    client = HaClient(ha.url, token_file(tmp_path), 2.0)
+    for text in ("一", "二", "三"):
+        answer, _ = client.converse(text)
+        assert answer.kind == "no_intent_match"
+    assert ha.connections == 1 and len(ha.requests) == 3
+
+
+def test_a_connection_the_server_closed_is_replaced_without_a_failure(tmp_path: Path, ha: FakeHa) -> None:
+    client = HaClient(ha.url, token_file(tmp_path), 2.0)
+    ha.close_after = True  # like an HA that dropped the idle keep-alive connection
+    for text in ("一", "二", "三"):
+        client.converse(text)
+    assert ha.connections == 3 and len(ha.requests) == 3
+
+
+def test_a_cancelled_turn_stops_waiting_for_home_assistant(tmp_path: Path, ha: FakeHa) -> None:
+    ha.default = lambda: (ha.release.wait(10), (200, b"{}"))[1]
+    route = HomeRoute(ha_cfg(ha.url, timeout_s=10.0), token_file(tmp_path), FakeClock())
+    turn = Turn()
+    threading.Thread(target=lambda: (ha.arrived.wait(5), turn.cancel("barge-in"))).start()
+    t0 = time.monotonic()
+    asked = route.ask("讲个笑话", turn)
+    assert asked.answer is None and asked.outcome == "cancelled" and time.monotonic() - t0 < 3
+    ha.release.set()
+    ha.default = (200, json.dumps(speech("query_answer", "好")).encode())
+    assert route.ask("再问", Turn()).outcome == "query_answer"  # a cancel is not HA's failure
+
+
+def test_a_missing_token_file_is_named_with_its_fix(tmp_path: Path, ha: FakeHa,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    route = HomeRoute(ha_cfg(ha.url), tmp_path / "nope", FakeClock())
+    asked = route.ask("讲个笑话", Turn())
+    assert asked.outcome == Failure.TOKEN and ha.requests == []
+    assert f"{tmp_path / 'nope'} is missing" in caplog.text and "chmod 600" in caplog.text
+
+
+def test_a_token_file_others_can_read_is_used_with_a_warning(tmp_path: Path,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    path = token_file(tmp_path, 0o644)
+    assert read_token(path) == TOKEN
+    assert f"mode 644): chmod 600 {path}" in caplog.text and TOKEN not in caplog.text
+    caplog.clear()
+    path.chmod(stat.S_IRUSR | stat.S_IWUSR)
+    read_token(path)
+    assert caplog.text == ""
+
+
+def test_an_empty_token_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    path.write_text("\n")
+    with pytest.raises(HomeFailure, match="holds no token"):
+        read_token(path)
+
+
+def test_a_fixed_token_file_is_read_again(tmp_path: Path, ha: FakeHa) -> None:
+    path = tmp_path / "t"
+    path.write_text("old")
+    client = HaClient(ha.url, path, 2.0)
+    client.converse("一")
+    path.write_text("new-token")
+    import os
+
+    os.utime(path, (1, 1))
+    client.converse("二")
+    assert [r["auth"] for r in ha.requests] == ["Bearer old", "Bearer new-token"]
+
+
+@pytest.mark.parametrize(("text", "names", "command"), [
+    ("打开书房台灯", frozenset({"书房台灯"}), True),
+    ("把书房台灯关掉", frozenset({"书房台灯"}), True),
+    ("把鱼缸加热器调到26度", frozenset({"鱼缸加热器"}), True),
+    ("打开音乐", frozenset({"书房台灯"}), False),  # HA exposes no such thing
+    ("打开书房台灯", frozenset(), True),  # names unknown: the verb leads
+    ("请帮我关掉那个东西", frozenset(), True),
+    ("你觉得我应该打开窗户吗", frozenset(), False),
+    ("给我讲个笑话", frozenset(), False),
+])
+def test_what_looks_like_a_home_command(text: str, names: frozenset[str], command: bool) -> None:
+    assert looks_like_command(text, names) is command
+
+
+class Exposing(HomeRoute):
+    """A route that already read these names from HA (the websocket is tested against the real HA)."""
+
+    def __init__(self, *args: Any, names: frozenset[str], **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._names = names
+
+
+def test_a_question_naming_an_exposed_entity_goes_to_home_assistant_before_the_tools(tmp_path: Path,
+                                                                                    ha: FakeHa) -> None:
+    ha.answers["阳台温度计温度是多少"] = (200, json.dumps(speech("query_answer", "阳台温度计是二十度")).encode())
+    token = token_file(tmp_path)
+    cfg = Config(state=StateConfig(dir=str(tmp_path / "state")), home_assistant=ha_cfg(ha.url, token_file=str(token)))
+    home = Exposing(cfg.home_assistant, token, FakeClock(), names=frozenset({"阳台温度计"}))
+    a = Assistant(cfg, FakeClock(), llm=ScriptedLlm(), store=StateStore(tmp_path / "s"), home=home)
+    assert a.reply("阳台温度计温度是多少", Turn()).text == "阳台温度计是二十度"  # not the board's temperature
+    assert a.reply("温度是多少", Turn()).route == "tool:device"  # no exposed name: the tools first
+
+
+class FakeSocket:
+    def __init__(self, replies: dict[str, Any]) -> None:
+        self.replies = replies
+
+    def call(self, kind: str, **_fields: Any) -> Any:
+        return self.replies[kind]
+
+
+def test_exposed_names_are_the_exposed_entities_names_and_aliases() -> None:
+    sock = FakeSocket({
+        "homeassistant/expose_entity/list": {"exposed_entities": {
+            "light.a": {"conversation": True}, "switch.b": {"conversation": False}}},
+        "get_states": [{"entity_id": "light.a", "attributes": {"friendly_name": "书房 台灯"}},
+                       {"entity_id": "switch.b", "attributes": {"friendly_name": "隐藏开关"}}],
+        "config/entity_registry/get_entries": {"light.a": {"aliases": ["小灯", None], "name": None}},
+    })
+    assert exposed_names(sock) == frozenset({"书房台灯", "小灯"})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("override", "words"), [
+    ({"url": "ftp://ha"}, "is not an http(s) address"),
+    ({"url": "homeassistant.local:8123"}, "is not an http(s) address"),
+    ({"timeout_s": 0}, "out of range"),
+    ({"retry_s": -1}, "out of range"),
+    ({"language": " "}, "language is empty"),
+    ({"token": "x"}, "unknown config key 'home_assistant.token'"),
+])
+def test_home_assistant_config_is_checked(override: dict[str, Any], words: str) -> None:
+    with pytest.raises(RkvoiceError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        load_config([{"home_assistant": override}])
+
+
+@pytest.mark.parametrize(("override", "words"), [
+    ({"satellite": {"uri": "unix:///tmp/s"}}, "over TCP only"),
+    ({"satellite": {"uri": "tcp://host"}}, "is not tcp://HOST:PORT"),
+    ({"satellite": {"name": ""}}, "satellite.name is empty"),
+    ({"satellite": {"uri": "tcp://127.0.0.1:10700"}, "wyoming": {"uri": "tcp://127.0.0.1:10700"}}, "its own port"),
+])
+def test_satellite_config_is_checked(override: dict[str, Any], words: str) -> None:
+    with pytest.raises(RkvoiceError, match=words):
+        load_config([override])
+
+
+def test_both_sections_are_off_by_default() -> None:
+    cfg = load_config()
+    assert cfg.home_assistant.url == "" and cfg.satellite.uri == ""
+    assert Assistant(cfg, llm=ScriptedLlm(), store=StateStore(Path("/nonexistent"))).home is None
