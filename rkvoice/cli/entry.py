@@ -21,7 +21,8 @@ log = logging.getLogger(__name__)
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
-MODES = {"wyoming": "rkvoice.cli.entry:run_wyoming", "file": "rkvoice.cli.modes:run_file",
+MODES = {"wyoming": "rkvoice.cli.entry:run_wyoming", "satellite": "rkvoice.cli.satellite:run_satellite",
+         "file": "rkvoice.cli.modes:run_file",
          "text": "rkvoice.cli.modes:run_text", "say": "rkvoice.cli.modes:run_say"}
 """Mode flag -> the function (``module:name``, imported when chosen) given its value; the first flag set wins."""
 
@@ -43,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--wyoming", metavar="URI",
                       help="serve wake, ASR, TTS and answers over the Wyoming protocol at URI "
                            "(tcp://127.0.0.1:10700 or unix:///path); no authentication: keep it on loopback")
+    mode.add_argument("--satellite", metavar="URI",
+                      help="be a Home Assistant Assist satellite listening on URI (tcp://0.0.0.0:10700): wake here, "
+                           "HA's pipeline answers; with --file WAV [--out WAV]: one request from a recording")
     mode.add_argument("--zeroconf", action="store_true",
                       help="with --wyoming: announce the server as _wyoming._tcp on the local network")
     out = p.add_argument_group("speech output")

@@ -1,0 +1,55 @@
+"""``assistant.py --satellite URI``: the board as a Home Assistant Assist satellite on the microphone,
+until Ctrl-C or SIGTERM; with ``--file WAV`` one request from a recording played as the microphone
+(``--out`` keeps what was played: HA's reply)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+from dataclasses import replace
+from types import FrameType
+
+from rkvoice.config import Config
+
+log = logging.getLogger(__name__)
+
+
+def run_satellite(uri: str, args: argparse.Namespace, cfg: Config) -> int:
+    from rkvoice.satellite.run import Satellite, serve_file
+    from rkvoice.stages import Hear, Speak
+
+    cfg = replace(cfg, satellite=replace(cfg.satellite, uri=uri))  # checked as satellite.uri is
+    logging.getLogger("rkvoice").setLevel(logging.DEBUG if getattr(args, "verbose", False) else logging.INFO)
+    if getattr(args, "file", None):
+        print(f"satellite on {uri}: waiting for Home Assistant to connect", flush=True)
+        run = serve_file(cfg, uri, args.file, getattr(args, "out", None))
+        reply_s = run.reply.audio_s if run.reply is not None else 0.0
+        print(f"satellite: Home Assistant heard {run.transcript!r}; its reply ({reply_s:.2f} s) played"
+              + (f" and was written to {args.out}" if getattr(args, "out", None) else ""), flush=True)
+        return 0
+    from rkvoice.hear.sources import microphone
+    from rkvoice.stages import daemon_player
+
+    hear, speak = Hear(cfg), Speak(cfg, player=daemon_player)
+    hear.load()
+    speak.load()
+    sat = Satellite(cfg, hear, speak, uri=uri)
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("%s: stopping the satellite", signal.Signals(signum).name)
+        sat.interrupt()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        sat.start()
+        print(f"satellite on {uri}: add it in Home Assistant (Settings > Devices & services > Add integration > "
+              "Wyoming Protocol, this host and port); Ctrl-C stops", flush=True)
+        sat.run(microphone(cfg))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        sat.close()
+        speak.close()
+        hear.close()
+    return 0

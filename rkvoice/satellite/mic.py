@@ -1,0 +1,154 @@
+"""The satellite's microphone side: wake on the board, then the request's audio to Home Assistant.
+
+Frames (16 kHz float32, already echo-cancelled) go to the configured wake engine (the daemon's own,
+rkvoice.stages.Hear). On a wake, ``SatelliteLink.begin_run`` asks HA's pipeline and the audio heard
+since the wake phrase ended is sent first (a request may start while the wake is being decided);
+then every frame, until HA has heard the request (``transcript``), failed it, paused or left. A
+request said in the same breath as the phrase ("小智小智，打开客厅灯") is complete when the wake is
+decided: its segment is sent whole and ``audio-stop`` ends it. A wake while HA's reply plays is a
+barge-in: the reply is cut and a new run starts. All in audio time (sample counts): the same loop
+runs on the live microphone and on a recording.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+from rkvoice.hear.sources import AudioSource
+from rkvoice.hear.vad import Segment
+from rkvoice.hear.wake import WakeEngine, WakeHit
+
+from .link import RATE, Run, SatelliteLink
+from .playback import Playback
+
+log = logging.getLogger(__name__)
+
+KEEP_S = 30.0
+"""Microphone audio kept behind the newest frame (a wake decided late still finds its segment)."""
+MAX_REQUEST_S = 15.0
+"""Longest a request is streamed before the satellite sends ``audio-stop`` itself (HA's VAD normally
+ends it first)."""
+ANSWER_WAIT_S = 15.0
+"""After ``audio-stop``: how long the satellite waits for HA's transcript before it listens for the wake again."""
+
+
+class SatelliteMic:
+    """Runs over an AudioSource until it ends or ``interrupt()``; ``on_run(run)`` is told of each run
+    started (tests, the CLI's --file mode)."""
+
+    def __init__(self, wake: WakeEngine, link: SatelliteLink, playback: Playback,
+                 on_run: Callable[[Run], None] | None = None, max_request_s: float = MAX_REQUEST_S,
+                 answer_wait_s: float = ANSWER_WAIT_S) -> None:
+        self.wake = wake
+        self.link = link
+        self.playback = playback
+        self.on_run = on_run
+        self.max_request_s = max_request_s
+        self.answer_wait_s = answer_wait_s
+        self.samples = 0
+        self.run: Run | None = None
+        self._run_from = 0  # sample where the current run's streaming began
+        self._kept: deque[tuple[int, np.ndarray]] = deque()
+        self._segment: Segment | None = None
+        self._stop = threading.Event()
+        self.wakes: list[WakeHit] = []
+        if hasattr(wake, "on_segment"):  # asr-match: the segment a one-breath request was said in
+            wake.on_segment = self._segment_closed
+
+    @property
+    def now_s(self) -> float:
+        return self.samples / RATE
+
+    def interrupt(self) -> None:
+        self._stop.set()
+
+    def run_source(self, source: AudioSource) -> None:
+        self._stop.clear()
+        self.wake.restart(self.samples)
+        try:
+            for frame in self._frames(source):
+                self.accept(frame)
+        finally:
+            source.close()
+            if self.run is not None:
+                self.link.stop_audio(self.run)
+
+    def _frames(self, source: AudioSource) -> Iterator[np.ndarray]:
+        for frame in source.frames():
+            if self._stop.is_set():
+                return
+            yield frame
+
+    def accept(self, frame: np.ndarray) -> None:
+        """One microphone frame."""
+        start = self.samples
+        self.samples += len(frame)
+        self._kept.append((start, frame))
+        while self._kept and self._kept[0][0] < self.samples - KEEP_S * RATE:
+            self._kept.popleft()
+        if self.run is not None:
+            self._stream(frame)
+            return
+        hit = self.wake.accept(frame)
+        if hit is not None:
+            self._woke(hit)
+
+    def _segment_closed(self, seg: Segment) -> None:
+        self._segment = seg
+
+    def _stream(self, frame: np.ndarray) -> None:
+        run = self.run
+        assert run is not None
+        streamed_s = (self.samples - self._run_from) / RATE
+        if run.over.is_set():
+            log.info("satellite: run %d over (%s) after %.1f s of audio", run.id, run.ended, run.sent_s)
+            self._listen()
+        elif not run.audio_stopped and streamed_s > self.max_request_s:
+            log.info("satellite: run %d: %.0f s of request audio; audio-stop", run.id, self.max_request_s)
+            self.link.stop_audio(run)
+        elif run.audio_stopped and streamed_s > self.max_request_s + self.answer_wait_s:
+            log.warning("satellite: run %d: Home Assistant sent no transcript within %.0f s of the request's end; "
+                        "listening for the wake phrase again", run.id, self.answer_wait_s)
+            run.finish("no transcript")
+            self._listen()
+        else:
+            self.link.audio(run, frame)
+
+    def _listen(self) -> None:
+        if self.run is not None and not self.run.audio_stopped:
+            self.link.stop_audio(self.run)
+        self.run = None
+        self.wake.restart(self.samples)
+
+    def _woke(self, hit: WakeHit) -> None:
+        self.wakes.append(hit)
+        if self.playback.playing:
+            self.playback.clear("barge-in")
+        if hit.request:  # said in one breath: the segment holds the whole request
+            seg = self._segment
+            head = seg.samples if seg is not None and abs(seg.end_s - hit.end_s) < 0.05 else self._since(
+                hit.end_s - KEEP_S)
+        else:
+            head = self._since(hit.end_s)
+        log.info("satellite: wake %r at %.2f s%s", hit.text, hit.at_s, f", request {hit.request!r}" if hit.request else "")
+        run = self.link.begin_run(head)
+        if run is None:
+            self.wake.restart(self.samples)
+            return
+        self.run, self._run_from = run, self.samples
+        if hit.request:
+            self.link.audio(run, np.zeros(RATE // 4, np.float32))  # a little silence: HA's VAD sees the end
+            self.link.stop_audio(run)
+        if self.on_run is not None:
+            self.on_run(run)
+
+    def _since(self, t_s: float) -> np.ndarray:
+        """Microphone audio kept from stream time ``t_s`` on."""
+        at = max(0, round(t_s * RATE))
+        parts = [frame[max(0, at - start):] for start, frame in self._kept if start + len(frame) > at]
+        return np.concatenate(parts).astype(np.float32) if parts else np.zeros(0, np.float32)

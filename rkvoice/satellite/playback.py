@@ -1,0 +1,213 @@
+"""What the satellite plays, one thing after another on the board's player: Home Assistant's audio
+streams (a reply, a timer alarm, an announcement: ``audio-start`` / ``audio-chunk`` / ``audio-stop``)
+and the board's own words (a finished timer, said by rkvoice's voice through the Speaker).
+
+The player is the speak stage's, wrapped in the echo reference tap (rkvoice.hear.echo.ReferenceTap),
+so what HA's voice says is cancelled from the microphone like a local answer. One thread plays; the
+protocol side only queues. ``clear()`` (barge-in, shutdown) drops what is queued and silences the
+player at once. ``on_played(stream)`` is called once a stream has played out (or was cut): the
+satellite then sends ``played``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rkvoice.audio.players import Player
+from rkvoice.clock import Clock, MonotonicClock
+from rkvoice.speaker import Speaker
+
+log = logging.getLogger(__name__)
+
+MIN_RATE, MAX_RATE = 8000, 48000
+SPEECH_WAIT_S = 60.0
+"""Longest the board's own words may take to play (a stuck speaker does not hold the queue)."""
+
+
+@dataclass
+class Stream:
+    """One audio stream Home Assistant sent."""
+
+    id: int
+    rate: int
+    channels: int
+    kind: str
+    """"reply" (after a ``synthesize``) or "announce" (audio with no synthesize: assist_satellite.announce,
+    a timer's sound)."""
+    samples: int = 0
+    """Samples (per channel) received."""
+    first_audio_at: float | None = None
+    """Clock time the first block went to the player."""
+    played_at: float | None = None
+    cut: bool = False
+    """Cleared before it played out (barge-in)."""
+    ended: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def audio_s(self) -> float:
+        return self.samples / self.rate
+
+
+class Playback:
+    """Plays streams and words in the order they were queued, on ``player`` (opened, mono int16 at
+    ``player.rate``); ``speaker`` (loaded, on the same player) says the board's own words."""
+
+    def __init__(self, player: Player, speaker: Speaker | None, block_ms: int = 20, clock: Clock | None = None,
+                 on_played: Callable[[Stream], None] | None = None) -> None:
+        self.player = player
+        self.speaker = speaker
+        self.block = max(1, player.rate * block_ms // 1000)
+        self.clock = clock or MonotonicClock()
+        self.on_played = on_played
+        self.streams: list[Stream] = []
+        self.said: list[str] = []
+        self._ids = itertools.count(1)
+        self._q: queue.Queue[tuple[int, str, Any]] = queue.Queue()
+        self._generation = 0  # bumped by clear(): queued items of an older generation are dropped
+        self._lock = threading.Lock()
+        self._busy = 0  # items queued and not yet done
+        self._thread: threading.Thread | None = None
+        self._resampler: Any = None
+        self._pending = np.zeros(0, np.float32)
+
+    # -- the protocol side -------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="rkvoice-satellite-play", daemon=True)
+            self._thread.start()
+
+    def begin(self, rate: int, width: int, channels: int, kind: str) -> Stream | None:
+        """A new stream, or None (with a warning) for a format the player cannot take."""
+        if width != 2 or channels not in (1, 2) or not MIN_RATE <= rate <= MAX_RATE:
+            log.warning("satellite: Home Assistant sent audio as %d Hz, %d bytes, %d channels; only 16-bit mono or "
+                        "stereo at %d-%d Hz is played: ignored", rate, width, channels, MIN_RATE, MAX_RATE)
+            return None
+        stream = Stream(next(self._ids), rate, channels, kind)
+        self.streams.append(stream)
+        self._put("begin", stream)
+        return stream
+
+    def chunk(self, stream: Stream, pcm: bytes) -> None:
+        data = np.frombuffer(pcm[: len(pcm) - len(pcm) % (2 * stream.channels)], "<i2")
+        stream.samples += len(data) // stream.channels
+        self._put("chunk", (stream, data))
+
+    def end(self, stream: Stream) -> None:
+        """No more audio in ``stream``: once it has played, ``on_played(stream)``."""
+        self._put("end", stream)
+
+    def say(self, text: str) -> None:
+        """The board's own words, after what is queued (a finished timer)."""
+        self._put("say", text)
+
+    def clear(self, reason: str = "barge-in") -> None:
+        """Drop everything queued and silence the player now; a cut stream still gets ``on_played``."""
+        with self._lock:
+            self._generation += 1
+        if self.speaker is not None:
+            self.speaker.cancel_all(reason)
+        self.player.clear()
+        log.info("satellite: playback cleared (%s)", reason)
+
+    @property
+    def playing(self) -> bool:
+        """Whether anything is queued or playing."""
+        with self._lock:
+            return self._busy > 0
+
+    def close(self) -> None:
+        self.clear("shutdown")
+        if self._thread is not None:
+            self._q.put((-1, "stop", None))
+            self._thread.join(2.0)
+            self._thread = None
+
+    # -- the playing thread --------------------------------------------------------------------
+
+    def _put(self, kind: str, item: Any) -> None:
+        with self._lock:
+            self._busy += 1
+            generation = self._generation
+        self._q.put((generation, kind, item))
+
+    def _loop(self) -> None:
+        while True:
+            generation, kind, item = self._q.get()
+            if kind == "stop":
+                return
+            try:
+                with self._lock:
+                    stale = generation != self._generation
+                self._play(kind, item, stale)
+            except Exception:  # a broken player or voice fails this item, never the thread
+                log.exception("satellite: playing %s failed", kind)
+            finally:
+                with self._lock:
+                    self._busy -= 1
+
+    def _play(self, kind: str, item: Any, stale: bool) -> None:
+        if kind == "begin":
+            self._resampler, self._pending = None, np.zeros(0, np.float32)
+        elif kind == "chunk":
+            stream, data = item
+            if stale:
+                stream.cut = True
+                return
+            self._write(stream, data)
+        elif kind == "end":
+            self._finish(item, stale)
+        elif kind == "say" and not stale:
+            self._speak(item)
+
+    def _write(self, stream: Stream, data: np.ndarray) -> None:
+        x = data.astype(np.float32).reshape(-1, stream.channels).mean(axis=1) / 32768.0
+        if stream.rate != self.player.rate:
+            if self._resampler is None:
+                import soxr
+
+                self._resampler = soxr.ResampleStream(stream.rate, self.player.rate, 1, dtype="float32")
+            x = self._resampler.resample_chunk(x)
+        self._pending = np.concatenate([self._pending, x])
+        self._flush(stream, whole=False)
+
+    def _flush(self, stream: Stream, whole: bool) -> None:
+        n = len(self._pending) if whole else len(self._pending) - len(self._pending) % self.block
+        out, self._pending = self._pending[:n], self._pending[n:]
+        for i in range(0, len(out), self.block):
+            block = np.clip(np.round(out[i : i + self.block] * 32767.0), -32768, 32767).astype(np.int16)
+            if stream.first_audio_at is None:
+                stream.first_audio_at = self.clock.now()
+            self.player.write(block)
+
+    def _finish(self, stream: Stream, stale: bool) -> None:
+        if not stale:
+            if self._resampler is not None:
+                self._pending = np.concatenate([self._pending, self._resampler.resample_chunk(
+                    np.zeros(0, np.float32), last=True)])
+            self._flush(stream, whole=True)
+            self.player.drain()
+        stream.cut = stream.cut or stale
+        stream.played_at = self.clock.now()
+        log.info("satellite: %s audio %d played (%.2f s%s)", stream.kind, stream.id, stream.audio_s,
+                 ", cut" if stream.cut else "")
+        stream.ended.set()
+        if self.on_played is not None:
+            self.on_played(stream)
+
+    def _speak(self, text: str) -> None:
+        self.said.append(text)
+        if self.speaker is None:
+            log.warning("satellite: no voice to say %r", text)
+            return
+        turn = self.speaker.speak(text)
+        if not self.speaker.wait(turn, SPEECH_WAIT_S):
+            log.warning("satellite: saying %r took over %.0f s; going on", text, SPEECH_WAIT_S)

@@ -1,0 +1,220 @@
+"""The satellite assembled: ``Satellite`` (link + playback + timers + microphone side over the loaded
+hear and speak stages), the daemon's ``SatelliteListener`` (in place of the local turn loop when
+``satellite.uri`` is set) and the ``--satellite URI [--file rec.wav --out reply.wav]`` CLI mode."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rkvoice.clock import Clock, MonotonicClock
+from rkvoice.config import Config
+from rkvoice.errors import RkvoiceError, Stage
+from rkvoice.gate import PriorityGate
+from rkvoice.hear.echo import EchoCancelledSource, echo_filter
+from rkvoice.hear.sources import FRAME_SAMPLES, SAMPLE_RATE, AudioSource, WavFileSource
+from rkvoice.stages import Hear, Speak
+from rkvoice.turn import Turn
+
+from .link import Run, SatelliteLink
+from .mic import SatelliteMic
+from .playback import Playback
+from .timers import TimerTable
+
+log = logging.getLogger(__name__)
+
+PIPELINE_WAIT_S = 30.0
+"""``--file``: how long after Home Assistant connected the satellite waits for its pipeline to run."""
+REPLY_WAIT_S = 60.0
+"""``--file``: how long after the request was heard the satellite waits for the reply to play."""
+
+
+class Satellite:
+    """The satellite over loaded stages: ``hear`` (its wake engine) and ``speak`` (its player, wrapped
+    in the echo reference tap, and its Speaker for the board's own words). ``start()`` serves the
+    protocol on a thread; ``run(source)`` listens on the calling thread; ``close()`` ends both."""
+
+    def __init__(self, cfg: Config, hear: Hear, speak: Speak, uri: str = "", clock: Clock | None = None,
+                 on_run: Callable[[Run], None] | None = None) -> None:
+        assert hear.wake is not None and speak.player is not None, "load the hear and speak stages first"
+        self.cfg = cfg
+        self.clock = clock or MonotonicClock()
+        self.speak = speak
+        self.timers = TimerTable(self.clock)
+        self.playback = Playback(speak.player, speak.speaker, cfg.audio.block_ms, self.clock)
+        self.link = SatelliteLink(cfg, self.playback, self.timers, self.clock, uri=uri)
+        self.mic = SatelliteMic(hear.wake, self.link, self.playback, on_run=on_run)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failed: BaseException | None = None
+
+    def start(self, timeout_s: float = 10.0) -> None:
+        """Listen for Home Assistant (a thread); raises the bind error here."""
+        self.playback.start()
+        bound = threading.Event()
+
+        def serve() -> None:
+            try:
+                self.link.serve(self._stop, ready=lambda _link: bound.set())
+            except BaseException as exc:
+                self._failed = exc
+                log.error("%s", exc)
+            finally:
+                bound.set()
+
+        self._thread = threading.Thread(target=serve, name="rkvoice-satellite", daemon=True)
+        self._thread.start()
+        bound.wait(timeout_s)
+        if self._failed is not None:
+            raise self._failed
+
+    def run(self, source: AudioSource, echo: bool = True) -> None:
+        """Listen on ``source`` (through the echo filter unless ``echo`` is False) until it ends or ``interrupt()``."""
+        flt = echo_filter(self.cfg, self.speak.played) if echo else None
+        if flt is not None and not getattr(source, "markers", False):
+            source = EchoCancelledSource(source, flt, self.clock)
+        self.mic.run_source(source)
+
+    def interrupt(self) -> None:
+        self.mic.interrupt()
+
+    def close(self) -> None:
+        self.mic.interrupt()
+        self._stop.set()
+        self.playback.close()
+        if self._thread is not None:
+            self._thread.join(3.0)
+
+
+class SatelliteListener:
+    """The daemon's listener with ``satellite.uri`` set: the microphone's requests go to Home Assistant's
+    pipeline instead of the local turn loop (same shape as rkvoice.daemon.listener.Listener)."""
+
+    def __init__(self, engines: dict[str, Any], cfg: Config, report: Callable[[Turn | BaseException], None],
+                 source: Callable[[Config], AudioSource], clock: Clock | None = None) -> None:
+        self.cfg = cfg
+        self.source = source
+        self.report = report
+        self.answer_gate = PriorityGate("answer")
+        self.speak: Speak = engines["speak"]
+        self.satellite = Satellite(cfg, engines["hear"], self.speak, clock=clock)
+        self.satellite.start()
+
+    def run(self) -> None:
+        log.info("satellite: listening for %r; requests go to Home Assistant", self.cfg.hear.wake_phrase)
+        self.satellite.run(self.source(self.cfg))
+
+    def interrupt(self, reason: str) -> None:
+        self.satellite.interrupt()
+        self.satellite.playback.clear(reason)
+
+    def apologise(self, text: str, wait_s: float = 0.0) -> None:
+        self.satellite.playback.say(text)
+
+    def close(self) -> None:
+        self.satellite.close()
+
+
+class RealtimeWav:
+    """A recording played as the microphone: frames at real-time pace on ``clock``, then silence until
+    closed (a microphone stays open while HA listens)."""
+
+    sample_rate = SAMPLE_RATE
+
+    def __init__(self, path: str | Path, clock: Clock | None = None) -> None:
+        self.samples = WavFileSource(path).samples
+        self.clock = clock or MonotonicClock()
+        self._closed = threading.Event()
+        self.ended_at: float | None = None
+        """Clock time the recording's last frame was delivered."""
+
+    def frames(self) -> Iterator[np.ndarray]:
+        t0, n = self.clock.now(), 0
+        silence = np.zeros(FRAME_SAMPLES, np.float32)
+        while not self._closed.is_set():
+            frame = self.samples[n : n + FRAME_SAMPLES] if n < len(self.samples) else silence
+            n += FRAME_SAMPLES
+            due = t0 + n / SAMPLE_RATE
+            if not self.clock.pause(due - self.clock.now(), self._closed):
+                return
+            if n >= len(self.samples) and self.ended_at is None:
+                self.ended_at = self.clock.now()
+            yield frame
+
+    def close(self) -> None:
+        self._closed.set()
+
+
+def file_player(cfg: Config, out: str | None) -> Callable[[Config], Any]:
+    """``--file``'s player: a real-time null sink, with ``--out`` also a WAV of everything played."""
+    from rkvoice.audio.sinks import NullPlayer, TeePlayer, WavPlayer
+
+    def make(c: Config) -> Any:
+        player: Any = NullPlayer(c) if out is None else TeePlayer(NullPlayer(c), WavPlayer(c, path=out))
+        player.open()
+        return player
+
+    return make
+
+
+def serve_file(cfg: Config, uri: str, wav: str, out: str | None, pipeline_wait_s: float = PIPELINE_WAIT_S,
+               ready: Callable[[Satellite], None] | None = None, stages: tuple[Hear, Speak] | None = None) -> Run:
+    """``--satellite URI --file WAV``: wait for HA, play ``wav`` as the microphone in real time, return the
+    run once HA's reply has played (and ``played`` was sent). Raises a one-line RkvoiceError when HA never
+    ran the pipeline within ``pipeline_wait_s`` of connecting, failed it, or sent no reply."""
+    source = RealtimeWav(wav)  # a bad file fails before anything loads
+    own = stages is None
+    hear, speak = stages or (Hear(cfg), Speak(cfg, player=file_player(cfg, out), cue=False))
+    if own:
+        hear.load()
+        speak.load()
+    runs: list[Run] = []
+    sat = Satellite(cfg, hear, speak, uri=uri, on_run=runs.append)
+    ok = False
+    try:
+        sat.start()
+        if ready is not None:
+            ready(sat)
+        sat.link.running.wait()
+        mic = threading.Thread(target=sat.run, args=(source, False), name="rkvoice-satellite-mic", daemon=True)
+        mic.start()
+        run = _wait_for_reply(sat, runs, source, pipeline_wait_s)
+        ok = True
+        return run
+    finally:
+        sat.close()
+        if own:
+            if not ok and speak.player is not None and hasattr(speak.player, "abort"):
+                speak.player.abort()
+            speak.close()
+            hear.close()
+
+
+def _wait_for_reply(sat: Satellite, runs: list[Run], source: RealtimeWav, wait_s: float) -> Run:
+    t0 = time.monotonic()
+    while not any(r.transcribing for r in runs):
+        if time.monotonic() - t0 > wait_s:
+            heard = "no wake phrase was heard in the recording" if not sat.mic.wakes else "it never transcribed"
+            raise RkvoiceError(Stage.WYOMING, "no-pipeline", f"satellite: Home Assistant did not run its pipeline "
+                               f"within {wait_s:.0f} s ({heard}); check the recording and HA's assistant settings")
+        time.sleep(0.05)
+    run = next(r for r in runs if r.transcribing)
+    if not run.over.wait(REPLY_WAIT_S):
+        raise RkvoiceError(Stage.WYOMING, "no-transcript", "satellite: Home Assistant sent no transcript")
+    if run.error is not None:
+        raise RkvoiceError(Stage.WYOMING, "pipeline-error", f"satellite: Home Assistant's pipeline failed: {run.error}")
+    t1 = time.monotonic()
+    while run.reply is None or not run.reply.ended.is_set():
+        if time.monotonic() - t1 > REPLY_WAIT_S:
+            raise RkvoiceError(Stage.WYOMING, "no-reply", f"satellite: Home Assistant heard {run.transcript!r} but "
+                               f"sent no reply audio within {REPLY_WAIT_S:.0f} s (does its pipeline have a TTS?)")
+        time.sleep(0.05)
+    source.close()
+    time.sleep(0.2)  # ``played`` leaves through the writer task
+    return run
