@@ -1,6 +1,6 @@
 """ASR benchmark: RTF and CER of each installed ASR engine on speech made by the portable voice.
 
-    py312/bin/python bench/asr.py [--beams 1,5] [--threads 2]
+    py312/bin/python -m bench.asr [--beams 1,5] [--threads 2]
 
 Prints one JSON object: per engine (and Whisper beam size) the mean CER, the real-time factor
 (decode seconds / audio seconds), mean decode ms, and every transcript.
@@ -9,19 +9,14 @@ Prints one JSON object: per engine (and Whisper beam size) the mean CER, the rea
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.cer import cer, normalise
 from rkvoice.config import load_config, parse_override
 from rkvoice.errors import RkvoiceError
 from rkvoice.hear.asr import ASR
 from rkvoice.hear.sources import to_mono_16k
+from tests.support import Run, cer, normalise
 
 SENTENCES = [
     "今天天气怎么样",
@@ -55,6 +50,7 @@ def main() -> int:
     ap.add_argument("--beams", default="1,5", help="Whisper beam sizes to compare")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
+    run_info = Run("asr")
     logging.basicConfig(level=logging.WARNING)
     cfg = load_config([parse_override(f"hear.threads={args.threads}")])
     tts = voice(cfg)
@@ -95,8 +91,7 @@ def main() -> int:
         run["cer"] = round(errors / chars, 4)
         run["rtf"] = round(decode_s / audio_s, 3)
         run["mean_ms"] = round(1000 * decode_s / len(clips))
-    print(json.dumps({"audio_s": round(audio_s, 2), "utterances": len(clips), "runs": runs},
-                     ensure_ascii=False, indent=1))
+    run_info.emit({"audio_s": round(audio_s, 2), "utterances": len(clips), "runs": runs})
     return 0
 
 

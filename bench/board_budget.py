@@ -1,7 +1,7 @@
 """The board's latency budget predicted: the product's real turn loop on engines that take the board's
 measured times.
 
-    py312/bin/python bench/board_budget.py [--turns 3]      (also inside bench/turn_latency.py)
+    py312/bin/python -m bench.board_budget [--turns 3]      (also inside bench/turn_latency.py)
 
 What runs is the product's code: TurnLoop.run_live (rkvoice.hear.loop) over a HearSession, the
 Assistant (its real tools; the LLM below), the Answerer (StreamChunker, first-piece rules, deadlines)
@@ -29,8 +29,6 @@ gaps; first audio is not affected: nothing else uses the NPU before the first pi
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import sys
 import tempfile
 import threading
@@ -42,9 +40,7 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from bench.fake_clock import FakeClock, SleepingClock
 from rkvoice.answer.assistant import Assistant
 from rkvoice.answer.respond import Answerer
 from rkvoice.audio.sinks import NullPlayer
@@ -56,6 +52,7 @@ from rkvoice.hear.vad import SAMPLE_RATE, Segment, on_grid
 from rkvoice.hear.wake import PHRASE_SILENCE_S, WakeHit
 from rkvoice.speaker import Speaker
 from rkvoice.turn import Turn
+from tests.support import FakeClock, Run, SleepingClock, median
 
 FRAME = 512
 RATE = 16000
@@ -271,7 +268,7 @@ class MicSilence:
         self._closed = threading.Event()
 
     def frames(self) -> Iterator[np.ndarray]:
-        from bench.realtime import paced
+        from tests.support import paced
 
         silence = (np.zeros(FRAME, np.float32) for _ in range(int(self.seconds * SAMPLE_RATE) // FRAME))
         yield from paced(silence, self.clock, self.clock.now(), FRAME / SAMPLE_RATE, self._closed)
@@ -299,10 +296,6 @@ def run_board(cfg: Config, questions: list[str]) -> list[Turn]:
         getattr(heard, "close", lambda: None)()
 
 
-def _p50(values: list[float]) -> float | None:
-    return round(statistics.median(values), 1) if values else None
-
-
 def predict(turns_per_route: int = 3) -> dict[str, Any]:
     """Predicted end of speech -> first audio per route on the board, with every input's source."""
     work = Path(tempfile.mkdtemp(prefix="rkvoice-board-"))
@@ -321,10 +314,10 @@ def predict(turns_per_route: int = 3) -> dict[str, Any]:
     silence_ms = float(cfg.hear.trailing_silence_ms)
     out: dict[str, Any] = {"turns": len(turns)}
     for route, figures in per.items():
-        e2fa = _p50(figures.get("end_to_first_audio_ms", []))
+        e2fa = median(figures.get("end_to_first_audio_ms", []))
         out[route] = {"end_to_first_audio_ms": e2fa,
                       "from_last_word_ms": round(e2fa + silence_ms, 1) if e2fa is not None else None,
-                      "first_piece_synth_ms": _p50(figures.get("first_audio_ms", [])),
+                      "first_piece_synth_ms": median(figures.get("first_audio_ms", [])),
                       "max_gap_ms": max(figures.get("max_gap_ms", [0.0]))}
     tool, llm = out["tool"]["end_to_first_audio_ms"], out["llm"]["end_to_first_audio_ms"]
     out.update(tool_ms=tool, llm_ms=llm, max_gap_ms=max(out["tool"]["max_gap_ms"], out["llm"]["max_gap_ms"]),
@@ -343,7 +336,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--turns", type=int, default=3, help="turns per route")
     args = ap.parse_args()
-    print(json.dumps({"board_predicted": predict(args.turns)}, ensure_ascii=False, indent=1))
+    run = Run("board_budget")
+    run.emit({"board_predicted": predict(args.turns)})
     return 0
 
 

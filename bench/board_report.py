@@ -1,6 +1,6 @@
 """Board report: load every engine of the configured profile with its real models and measure it.
 
-    py312/bin/python bench/board_report.py [--config FILE] [--set KEY=VALUE] [--runs 3]
+    py312/bin/python -m bench.board_report [--config FILE] [--set KEY=VALUE] [--runs 3]
                                            [--no-llm] [--out FILE]
 
 On a board this is the one command that shows the board works; here it runs on the portable
@@ -25,11 +25,7 @@ one that fails otherwise as {"status": "error", "why": ...}; the report still co
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
-import platform
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -38,20 +34,15 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.cer import cer  # noqa: E402
-from bench.fake_clock import FakeClock  # noqa: E402
-from tests.support.matcha_stats import MatchaStats  # noqa: E402
-from rkvoice.audio.post import resample  # noqa: E402
-from rkvoice.audio.sinks import NullPlayer  # noqa: E402
-from rkvoice.clock import MonotonicClock  # noqa: E402
-from rkvoice.config import DEFAULT_CONFIG, Config, load_config, parse_override  # noqa: E402
-from rkvoice.errors import RkvoiceError, Stage  # noqa: E402
-from rkvoice.speaker import Speaker  # noqa: E402
-from rkvoice.text.normalize import speakable  # noqa: E402
-from rkvoice.timeline import Ev, Timeline  # noqa: E402
-from rkvoice.tts.matcha_engine import MatchaTts  # noqa: E402
+from rkvoice.audio.post import resample
+from rkvoice.config import DEFAULT_CONFIG, Config, load_config, parse_override
+from rkvoice.errors import RkvoiceError, Stage
+from rkvoice.text.normalize import speakable
+from rkvoice.timeline import Ev
+from rkvoice.tts.matcha_engine import MatchaTts
+from tests.support import Run, cer, median, mem_available_mb, rss_mb
+from tests.support.matcha_stats import MatchaStats
+from tests.support.sink import sink_speaker, speak_through
 
 log = logging.getLogger("board_report")
 
@@ -62,28 +53,11 @@ SAMPLE_RATE = 16000
 FRAME = 512  # the live loop's frame: one silero window
 
 
-# -- /proc readings --------------------------------------------------------------------------
-
-def vm_rss_mb() -> float:
-    """This process's resident set (VmRSS), MB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024.0
-    return float("nan")
-
-
-def mem_available_mb() -> float:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) / 1024.0
-    return float("nan")
-
-
 # -- loading ---------------------------------------------------------------------------------
 
 def load_engine(what: str, name: str, build: Callable[[], Any]) -> tuple[Any | None, dict[str, Any]]:
     """Build and load one engine; (engine or None, its report entry)."""
-    rss0 = vm_rss_mb()
+    rss0 = rss_mb()
     t0 = time.monotonic()
     try:
         engine = build()
@@ -98,7 +72,7 @@ def load_engine(what: str, name: str, build: Callable[[], Any]) -> tuple[Any | N
         return None, {"status": "error", "engine": name, "why": f"{type(exc).__name__}: {exc}"}
     entry = {"status": "ok", "engine": _engine_name(engine) if name == "auto" else name,
              "load_s": round(time.monotonic() - t0, 3),
-             "rss_delta_mb": round(vm_rss_mb() - rss0, 1)}
+             "rss_delta_mb": round(rss_mb() - rss0, 1)}
     return engine, entry
 
 
@@ -115,10 +89,6 @@ def _engine_name(engine: Any) -> str:
     return str(getattr(engine, "name", "") or type(engine).__name__)
 
 
-def median(values: list[float]) -> float:
-    return round(statistics.median(values), 3) if values else float("nan")
-
-
 # -- measurements ----------------------------------------------------------------------------
 
 def measure_tts(engine: Any, cfg: Config, runs: int) -> dict[str, Any]:
@@ -126,17 +96,8 @@ def measure_tts(engine: Any, cfg: Config, runs: int) -> dict[str, Any]:
     stats = MatchaStats(engine) if isinstance(engine, MatchaTts) else None
     chunked, whole = [], []
     for _ in range(runs):
-        timeline = Timeline(MonotonicClock())
-        speaker = Speaker(engine, NullPlayer(cfg, FakeClock()), cfg, MonotonicClock())
-        speaker.load()
-        try:
-            turn = speaker.speak(TEXT, timeline)
-            played = speaker.wait(turn, timeout=600)
-        finally:
-            speaker.close()
-        if not played or turn.cancelled:
-            raise RkvoiceError(Stage.BENCH, "tts-failed", f"speaking the test text ended with "
-                               f"{turn.reason or 'a timeout'}: {turn.exception}")
+        with sink_speaker(engine, cfg) as speaker:
+            timeline = speak_through(speaker, TEXT)
         s = timeline.summary()
         s["played_s"] = round(sum(float(e.get("audio_s", 0.0)) for e in timeline.find(Ev.PLAY_CHUNK)), 4)
         chunked.append(s)
@@ -147,11 +108,11 @@ def measure_tts(engine: Any, cfg: Config, runs: int) -> dict[str, Any]:
     heard = [s for s in chunked if s.get("first_audio_ms") is not None]
     out: dict[str, Any] = {
         "text_chars": len(TEXT),
-        "first_audio_ms": median([s["first_audio_ms"] for s in heard]) if heard else None,
+        "first_audio_ms": median([s["first_audio_ms"] for s in heard], 3),
         "max_gap_ms": max((s.get("max_gap_ms", 0.0) for s in heard), default=None),
         "played_s": round(chunked[0]["played_s"], 3),
         "chunks": chunked[0].get("chunks"),
-        "rtf": median([w["synth_s"] / w["audio_s"] for w in whole if w["audio_s"]]),
+        "rtf": median([w["synth_s"] / w["audio_s"] for w in whole if w["audio_s"]], 3),
         "audio_s": round(whole[0]["audio_s"], 3),
         "sample_rate": whole[0]["rate"],
         "runs": runs,
@@ -265,12 +226,9 @@ def report(cfg: Config, runs: int, with_llm: bool) -> dict[str, Any]:
     from rkvoice.tts.registry import create_tts
 
     out: dict[str, Any] = {
-        "bench": "board_report",
         "profile": cfg.models.profile,
-        "machine": {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(),
-                    "loadavg_start": [round(x, 2) for x in os.getloadavg()]},
         "configured": engine_names(cfg),
-        "memory": {"mem_available_mb_before": round(mem_available_mb(), 1), "rss_mb_start": round(vm_rss_mb(), 1)},
+        "memory": {"mem_available_mb_before": mem_available_mb(), "rss_mb_start": rss_mb()},
         "engines": {},
     }
     out["voices"] = voices(cfg)
@@ -289,7 +247,7 @@ def report(cfg: Config, runs: int, with_llm: bool) -> dict[str, Any]:
         llm, engines["llm"] = load_engine("llm", names["llm"], lambda: create_llm(cfg))
     else:
         engines["llm"] = {"status": "skipped", "why": "--no-llm"}
-    out["memory"].update({"mem_available_mb_after": round(mem_available_mb(), 1), "rss_mb_loaded": round(vm_rss_mb(), 1)})
+    out["memory"].update({"mem_available_mb_after": mem_available_mb(), "rss_mb_loaded": rss_mb()})
     out["memory"]["mem_available_drop_mb"] = round(out["memory"]["mem_available_mb_before"]
                                                    - out["memory"]["mem_available_mb_after"], 1)
 
@@ -321,8 +279,7 @@ def report(cfg: Config, runs: int, with_llm: bool) -> dict[str, Any]:
         out["llm"] = guarded("llm", lambda: measure_llm(llm, cfg))
     else:
         out["llm"] = engines["llm"]
-    out["memory"]["rss_mb_end"] = round(vm_rss_mb(), 1)
-    out["machine"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    out["memory"]["rss_mb_end"] = rss_mb()
     for engine in (tts, vad, asr, wake, llm):
         close = getattr(engine, "close", None)
         if callable(close):
@@ -344,21 +301,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr)
+    run = Run("board_report")
     try:
         if args.config is not None and not args.config.is_file():
             raise RkvoiceError(Stage.CONFIG, "unreadable", f"--config {args.config}: no such file")
         files = [DEFAULT_CONFIG, args.config] if args.config else None  # None: + /etc/rkvoice/config.yaml
         cfg = load_config([parse_override(s) for s in args.set], files=files)
         if args.runs < 1:
-            raise RkvoiceError(Stage.BENCH, "bad-value", f"--runs {args.runs}: give 1 or more")
+            raise RkvoiceError(Stage.INPUT, "bad-value", f"--runs {args.runs}: give 1 or more")
     except RkvoiceError as exc:
         sys.stderr.write(f"board_report: {exc}\n")
         return 2
-    result = report(cfg, args.runs, not args.no_llm)
-    text = json.dumps(result, ensure_ascii=False, indent=1)
-    sys.stdout.write(text + "\n")
-    if args.out:
-        args.out.write_text(text + "\n", encoding="utf-8")
+    run.emit(report(cfg, args.runs, not args.no_llm), args.out)
     return 0
 
 

@@ -1,6 +1,6 @@
 """Echo bench: the assistant's own voice in a simulated room, with and without echo cancellation.
 
-    py312/bin/python bench/echo.py [--answers 50] [--users 3] [--aec auto|webrtc|speex] [--speex-build system,pyaec] [--quick]
+    py312/bin/python -m bench.echo [--answers 50] [--users 3] [--aec auto|webrtc|speex] [--speex-build system,pyaec] [--quick]
 
 The assistant's answers (the configured portable voice, cached under .cache/echo/) are played
 through the real player path (a NullPlayer on a FakeClock behind the ReferenceTap, which places every
@@ -19,37 +19,27 @@ wake_recall_quiet, wake_recall_playback, self_wakes, self_requests, answers, cer
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import logging
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench.cer import cer
-from bench.fake_clock import FakeClock
 from rkvoice.audio.sinks import NullPlayer
-from rkvoice.config import ROOT, Config, load_config
+from rkvoice.config import Config, load_config
 from rkvoice.hear import aec, speexdsp
 from rkvoice.hear.echo import EchoFilter, PlayedAudio, ReferenceTap
+from tests.support import FakeClock, Run, cer
+from tests.support.echo import RATE, USER_DBFS, Voices, erle_db, rms, room_ir
 
-RATE = 16000
 DELAYS_MS = (20, 60, 120)
 LEVELS_DB = (0.0, 5.0, 10.0)
 DEFAULT_DELAY_MS, DEFAULT_LEVEL_DB = 60, 5.0
-USER_DBFS = -26.0  # the user's speech level at the microphone (RMS over speech)
 NOISE_DBFS = -65.0  # the room's noise floor
 USER_AT_S = 4.0  # where the user speaks into the playback: the daemon's canceller has heard earlier answers
 FOLLOW_UP_EARLY_S = 1.0  # the follow-up window opens this long before the player's last block ends (a stress)
 T0 = 1_000 * RATE  # the tick (clock second 1000) where each playback starts
-CACHE = ROOT / ".cache" / "echo"
 
 ANSWER_TEMPLATES = [
     "我是小智，{}", "好的，{}", "{}", "小智在这里，{}", "明白了，{}",
@@ -71,78 +61,6 @@ def answer_texts(n: int) -> list[str]:
     """``n`` answers; every fifth starts 我是小智 and every fifth says 小智在这里 (the name, spoken)."""
     return [ANSWER_TEMPLATES[i % len(ANSWER_TEMPLATES)].format(ANSWER_BODIES[i % len(ANSWER_BODIES)])
             for i in range(n)]
-
-
-class Voices:
-    """Synthesised speech, cached as .npy under .cache/echo (assistant: the configured voice)."""
-
-    def __init__(self, cfg: Config) -> None:
-        self.cfg = cfg
-        self._assistant: Any = None
-        self._maker: Any = None
-        CACHE.mkdir(parents=True, exist_ok=True)
-
-    def _cached(self, key: str, make: Any) -> np.ndarray:
-        path = CACHE / (hashlib.sha256(key.encode()).hexdigest()[:16] + ".npy")
-        if not path.is_file():
-            np.save(path, make().astype(np.float32))
-        return np.load(path)
-
-    def assistant(self, text: str) -> tuple[np.ndarray, int]:
-        """The answer at ``audio.output_rate`` (what the player is handed)."""
-        rate = self.cfg.audio.output_rate
-
-        def make() -> np.ndarray:
-            import soxr
-
-            from rkvoice.tts.registry import create_tts
-
-            if self._assistant is None:
-                self._assistant = create_tts(self.cfg, None, text=text)
-                self._assistant.load()
-            audio, r = self._assistant.generate(text)
-            return soxr.resample(np.asarray(audio, np.float32), r, rate) if r != rate else np.asarray(audio)
-
-        return self._cached(f"assistant|{self.cfg.tts.engine}|{rate}|{text}", make), rate
-
-    def user(self, text: str, speed: float, semitones: float) -> np.ndarray:
-        def make() -> np.ndarray:
-            from wake_set import Maker
-
-            if self._maker is None:
-                self._maker = Maker(self.cfg)
-            return self._maker.voice(text, speed, semitones)
-
-        return self._cached(f"user|{text}|{speed}|{semitones}", make)
-
-
-def room_ir(delay_ms: float, seed: int) -> np.ndarray:
-    """A small room seen from a speaker a few cm from the microphone: the direct path after
-    ``delay_ms`` (device buffering + flight), five early reflections in the next 2-15 ms, and a
-    diffuse exponential tail (RT60 0.25 s) 8 dB under the direct path. Unit energy."""
-    rng = np.random.default_rng(seed)
-    n = int(0.3 * RATE)
-    h = np.zeros(n)
-    h[0] = 1.0
-    for _ in range(5):
-        h[int(rng.uniform(0.002, 0.015) * RATE)] += rng.uniform(-0.5, 0.5)
-    t = np.arange(n) / RATE
-    tail = rng.standard_normal(n) * np.exp(-6.9 * t / 0.25) * (t > 0.005)
-    tail *= np.sqrt(10 ** (-8 / 10) / np.sum(tail**2))
-    h = np.concatenate([np.zeros(int(delay_ms * RATE / 1000)), h + tail])
-    return h / np.sqrt(np.sum(h**2))
-
-
-def rms(x: np.ndarray) -> float:
-    active = x[np.abs(x) > 0.1 * np.max(np.abs(x))] if np.any(x) else x
-    return float(np.sqrt(np.mean(np.square(active)))) if len(active) else 0.0
-
-
-def erle_db(echo: np.ndarray, residual: np.ndarray) -> float:
-    """Echo return loss enhancement: echo power over what is left of it after cancelling, in dB."""
-    e = float(np.mean(np.square(echo, dtype=np.float64)))
-    r = float(np.mean(np.square(residual, dtype=np.float64)))
-    return 10.0 * np.log10((e + 1e-12) / (r + 1e-12))
 
 
 def play(blocks_of: np.ndarray, rate: int, cfg: Config) -> PlayedAudio:
@@ -215,11 +133,9 @@ class Listener:
     """The portable wake (AsrMatchWake) and the follow-up path (Segmenter + ASR); decodes cached by audio."""
 
     def __init__(self, cfg: Config) -> None:
+        from bench.wake_recall import SharedDecodes
         from rkvoice.hear.vad import Segmenter
         from rkvoice.hear.whisper_asr import WhisperAsr
-
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from wake_recall import SharedDecodes
 
         self.cfg = cfg
         self.asr = SharedDecodes(WhisperAsr(cfg))
@@ -343,6 +259,7 @@ def main() -> int:
                     f"some of {','.join(BUILDS)} (aec_on is the first, aec_on_<build> the others)")
     ap.add_argument("--quick", action="store_true", help="6 answers, one user voice (a smoke run)")
     args = ap.parse_args()
+    run_info = Run("echo")
     logging.basicConfig(level=logging.WARNING)
     cfg = load_config()
     t0 = time.monotonic()
@@ -353,7 +270,7 @@ def main() -> int:
     result = run(cfg, n_answers, n_users, args.aec, builds)
     result["run"] = {"wall_s": round(time.monotonic() - t0, 1), "default_delay_ms": DEFAULT_DELAY_MS,
                      "default_level_db": DEFAULT_LEVEL_DB, "delays_ms": DELAYS_MS, "levels_db": LEVELS_DB}
-    print(json.dumps(result, ensure_ascii=False, indent=1))
+    run_info.emit(result)
     return 0
 
 

@@ -1,7 +1,7 @@
 """The first piece of an LLM answer: before (first clause of a useful length) vs after (the first clause
 of a few words / characters), first audio and the ASR round trip, in one run.
 
-    py312/bin/python bench/first_piece.py [--max-tokens 48] [--first-chars N] [--out first_piece.json]
+    py312/bin/python -m bench.first_piece [--max-tokens 48] [--first-chars N] [--out first_piece.json]
 
 Each question is answered once by the portable LLM (greedy, so the answer is fixed), its text deltas
 recorded with their times. Both rules then cut the *same* deltas at the *same* times (the stream
@@ -20,8 +20,6 @@ defaults. ``--first-chars N`` compares the piece sizes instead: before = the voi
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import sys
 import time
@@ -32,9 +30,7 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from bench.cer import cer
 from rkvoice.answer.conversation import Conversation
 from rkvoice.answer.llm.llama import LlamaEngine
 from rkvoice.config import load_config
@@ -42,6 +38,7 @@ from rkvoice.text.clean import clean
 from rkvoice.text.normalize import speakable
 from rkvoice.text.stream_chunker import StreamChunker
 from rkvoice.text.zh_speakable import zh_speakable
+from tests.support import Run, cer, median
 
 QUESTIONS = ["用一句话介绍一下月亮。", "用一句话介绍一下长城。", "熊猫为什么喜欢吃竹子？", "给我讲一个很短的笑话。",
              "下雨天适合做什么？", "推荐一本适合小孩的书。", "怎么才能睡得更好？", "为什么天空是蓝色的？"]
@@ -84,6 +81,7 @@ def main() -> int:
                     help="compare first pieces of at most N characters (after) with the voice's (before)")
     ap.add_argument("--out")
     args = ap.parse_args()
+    run = Run("first_piece")
     if args.first_chars:
         RULES.update(before={}, after={"first": args.first_chars})
     from rkvoice.hear.whisper_asr import WhisperAsr
@@ -91,7 +89,6 @@ def main() -> int:
     from rkvoice.tts.registry import create_tts
 
     cfg = load_config([{"llm": {"temperature": 0.0, "max_tokens": args.max_tokens}}])
-    load_start = os.getloadavg()
     engine = LlamaEngine(cfg)
     engine.load()
     tts = create_tts(cfg, "auto", text="中文")
@@ -124,8 +121,8 @@ def main() -> int:
               file=sys.stderr, flush=True)
     engine.close()
 
-    def med(name: str, key: str) -> float:
-        return round(statistics.median(r[name][key] for r in rows), 1)
+    def med(name: str, key: str) -> float | None:
+        return median([r[name][key] for r in rows])
 
     out: dict[str, Any] = {
         "answers": len(rows), "tts": getattr(tts, "name", type(tts).__name__), "asr": "whisper base",
@@ -134,12 +131,8 @@ def main() -> int:
         "mean_cer": {n: round(statistics.fmean(r[n]["cer"] for r in rows), 4) for n in RULES},
         "answers_with_an_earlier_first_piece": sum(r["after"]["first_piece_ready_ms"] < r["before"]["first_piece_ready_ms"]
                                                    for r in rows),
-        "load_average_start": [round(x, 2) for x in load_start],
-        "load_average_end": [round(x, 2) for x in os.getloadavg()], "rows": rows}
-    text = json.dumps(out, ensure_ascii=False, indent=1)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n", encoding="utf-8")
+        "rows": rows}
+    run.emit(out, args.out)
     return 0
 
 

@@ -1,6 +1,6 @@
 """LLM thread counts, before vs after, in one run: time to first token and end of speech -> first audio.
 
-    py312/bin/python bench/llm_threads.py [--runs 5] [--replays 2] [--question "用一句话介绍一下长城。"]
+    py312/bin/python -m bench.llm_threads [--runs 5] [--replays 2] [--question "用一句话介绍一下长城。"]
 
 - before: ``llm.threads=1``, ``llm.threads_batch=1`` (one thread for the prompt and for generation);
 - after: the defaults, ``llm.threads: auto`` and ``llm.threads_batch: auto`` (the cores free now on the
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -39,13 +38,13 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from rkvoice.answer.conversation import Conversation
 from rkvoice.answer.llm.cores import thread_counts, usable_cores
 from rkvoice.answer.llm.llama import LlamaEngine
 from rkvoice.config import Config, load_config, parse_override
 from rkvoice.errors import RkvoiceError, Stage
+from tests.support import LOAD_KEY, Run, load_avg_1m
 
 BEFORE = ["llm.threads=1", "llm.threads_batch=1"]
 VARIANTS = {"before": BEFORE, "after": [], "prompt_on_every_core": ["llm.threads=1", f"llm.threads_batch={usable_cores()}"],
@@ -171,11 +170,11 @@ def _replay(wav: Path | str, sets: list[str], metrics: Path, max_tokens: int) ->
         cmd += ["--set", s]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if not metrics.is_file():
-        raise RkvoiceError(Stage.BENCH, "replay-failed", f"{' '.join(cmd)} wrote no metrics: {proc.stderr[-500:]}")
+        raise RkvoiceError(Stage.LLM, "replay-failed", f"{' '.join(cmd)} wrote no metrics: {proc.stderr[-500:]}")
     summary: dict[str, Any] = json.loads(metrics.read_text(encoding="utf-8"))["summary"]
     metrics.unlink()
     if summary.get("route") != "llm" or summary.get("errors"):
-        raise RkvoiceError(Stage.BENCH, "not-llm", f"the replay was not a clean LLM answer: {summary}")
+        raise RkvoiceError(Stage.LLM, "not-llm", f"the replay was not a clean LLM answer: {summary}")
     return summary
 
 
@@ -207,7 +206,7 @@ def part_text(question: str, rounds: int, max_tokens: int) -> dict[str, Any]:
                 s = _replay(question, VARIANTS[name], Path(tmp) / f"{name}.json", max_tokens)
                 got[name].append({"first_token_ms": round(s["llm_first_token_ms"] - s["llm_start_ms"], 1),
                                   "first_audio_from_llm_start_ms": s["first_audio_from_llm_start_ms"],
-                                  "load_average": round(os.getloadavg()[0], 2)})
+                                  LOAD_KEY: load_avg_1m()})
     out: dict[str, Any] = {name: {"runs": runs, **{f"{k}_median": statistics.median(r[k] for r in runs)
                                                    for k in ("first_token_ms", "first_audio_from_llm_start_ms")}}
                            for name, runs in got.items()}
@@ -225,25 +224,23 @@ def main() -> int:
     ap.add_argument("--text-runs", type=int, default=0,
                     help="only assistant.py --text, after then before, this many rounds back to back")
     args = ap.parse_args()
+    run = Run("llm_threads")
     if args.runs < 1 or args.replays < 0:
         raise SystemExit("--runs must be >= 1 and --replays >= 0")
     cores = usable_cores()
     if args.text_runs:
-        text = {"question": args.question, "cores": cores, "load_average_at_start": os.getloadavg()[0],
-                "text": part_text(args.question, args.text_runs, args.max_tokens)}
-        print(json.dumps(text, ensure_ascii=False, indent=1))
+        run.emit({"question": args.question, "cores": cores,
+                  "text": part_text(args.question, args.text_runs, args.max_tokens)})
         return 0
     result: dict[str, Any] = {
         "question": args.question,
         "cores": cores,
         "auto_threads": thread_counts(_cfg([]).llm, cores)._asdict(),
-        "load_average_at_start": os.getloadavg()[0],
         "first_token": part_first_token(args.question, args.runs),
     }
     if args.replays:
         result["replay"] = part_replay(args.question, args.replays, args.max_tokens)
-    result["load_average_at_end"] = os.getloadavg()[0]
-    print(json.dumps(result, ensure_ascii=False, indent=1))
+    run.emit(result)
     return 0
 
 

@@ -1,6 +1,6 @@
 """Mixed Chinese-English speech on the portable voices: the Chinese voice alone vs routed spans.
 
-    py312/bin/python bench/mixed_tts.py [--runs 3]
+    py312/bin/python -m bench.mixed_tts [--runs 3]
 
 In one run, interleaved so both see the same machine load:
 
@@ -28,28 +28,22 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
-import platform
-import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.cer import cer  # noqa: E402
-from rkvoice.audio.post import resample  # noqa: E402
-from rkvoice.config import Config, load_config  # noqa: E402
-from rkvoice.hear.whisper_asr import WhisperAsr  # noqa: E402
-from rkvoice.pieces import Pieces, piece_chars  # noqa: E402
-from rkvoice.text.normalize import speakable  # noqa: E402
-from rkvoice.timeline import max_gap_ms  # noqa: E402
-from rkvoice.tts.fastspeech2 import FastSpeech2Tts  # noqa: E402
-from rkvoice.tts.mixed import MixedTts  # noqa: E402
-from rkvoice.tts.registry import create_tts  # noqa: E402
-from rkvoice.tts.vits import PIPER_NOISE, VitsTts  # noqa: E402
-from rkvoice.turn import Turn  # noqa: E402
+from rkvoice.audio.post import resample
+from rkvoice.config import Config, load_config
+from rkvoice.hear.whisper_asr import WhisperAsr
+from rkvoice.pieces import Pieces, piece_chars
+from rkvoice.text.normalize import speakable
+from rkvoice.timeline import max_gap_ms
+from rkvoice.tts.fastspeech2 import FastSpeech2Tts
+from rkvoice.tts.mixed import MixedTts
+from rkvoice.tts.registry import create_tts
+from rkvoice.tts.vits import PIPER_NOISE, VitsTts
+from rkvoice.turn import Turn
+from tests.support import Run, cer, median
 
 MIXED = "我每天用Python写代码，也用GitHub管理项目。"
 WORDS = ("python", "github")
@@ -117,6 +111,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
+    run = Run("mixed_tts")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
     cfg = load_config()
     plain = FastSpeech2Tts(cfg)
@@ -155,17 +150,16 @@ def main() -> int:
         squeezed = [t.lower().replace(" ", "") for t in texts]
         runs = speed[which]
         return {
-            "mixed_cer_median": round(statistics.median(cer(MIXED, t, read_digits=False) for t in texts), 3),
+            "mixed_cer_median": median([cer(MIXED, t, read_digits=False) for t in texts], 3),
             "mixed_cer": [round(cer(MIXED, t, read_digits=False), 3) for t in texts],
             "takes_with_word": {w: sum(w in s for s in squeezed) for w in WORDS},
             "transcripts": texts,
-            "pure_zh_first_audio_ms_median": round(statistics.median(r["first_audio_ms"] for r in runs), 1),
+            "pure_zh_first_audio_ms_median": median([r["first_audio_ms"] for r in runs]),
             "pure_zh_max_gap_ms": round(max(r["max_gap_ms"] for r in runs), 1),
             "pure_zh_first_audio_ms": [round(r["first_audio_ms"], 1) for r in runs],
         }
 
     report = {
-        "machine": {"cpus": os.cpu_count(), "machine": platform.machine(), "loadavg_start": os.getloadavg()},
         "runs": args.runs,
         "mixed_text": MIXED,
         "pure_zh_text": PURE_ZH,
@@ -181,7 +175,7 @@ def main() -> int:
                                     "of": args.runs * len(noise["sampled"]), "per_sentence": noise["sampled"]},
         },
     }
-    print(json.dumps(report, ensure_ascii=False, indent=1))
+    run.emit(report)
     return 0
 
 

@@ -2,20 +2,19 @@
 
 Prints JSON: cold first-call time, then median and p95 milliseconds per sentence over a set of
 number-heavy Chinese, English and mixed sentences (each timed individually, several rounds), and
-the time for one 20,000-character text. Run: py312/bin/python bench/normalize_speed.py
+the time for one 20,000-character text. Run: py312/bin/python -m bench.normalize_speed
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from rkvoice.config import ROOT
+from tests.support import Run, median, percentile
 
 SENTENCES = [
     "现在是 2026-10-21 22:05，星期三。",
@@ -46,10 +45,6 @@ SENTENCES = [
 ]
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
 
 def _time_each(fn, sentences: list[str], rounds: int) -> list[float]:  # type: ignore[no-untyped-def]
     times = []
@@ -63,10 +58,9 @@ def _time_each(fn, sentences: list[str], rounds: int) -> list[float]:  # type: i
 
 def _cold(setup: str, call: str, sentence: str = SENTENCES[0]) -> float:
     """Milliseconds for import + construct + first call, in a fresh interpreter."""
-    code = (f"import sys, time; sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r}); "
-            f"t = time.perf_counter(); {setup}; {call}({sentence!r}); "
+    code = (f"import time; t = time.perf_counter(); {setup}; {call}({sentence!r}); "
             "print((time.perf_counter() - t) * 1000)")
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=ROOT)
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -74,6 +68,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
     args = parser.parse_args()
+    run = Run("normalize_speed")
 
     # cold first calls each in a fresh interpreter (they share wetext's FST cache otherwise)
     cold_speakable_ms = _cold("from rkvoice.text.normalize import speakable as f", "f")
@@ -103,14 +98,14 @@ def main() -> None:
         "speakable": {
             "cold_first_call_ms": round(cold_speakable_ms, 1),
             "cold_first_call_needing_wetext_ms": round(cold_speakable_wetext_ms, 1),
-            "median_ms": round(statistics.median(ours), 3),
-            "p95_ms": round(_percentile(ours, 0.95), 3),
+            "median_ms": median(ours, 3),
+            "p95_ms": percentile(ours, 95, 3),
             "max_ms": round(max(ours), 3),
         },
         "wetext_raw": {
             "cold_first_call_ms": round(cold_wetext_ms, 1),
-            "median_ms": round(statistics.median(theirs), 3),
-            "p95_ms": round(_percentile(theirs, 0.95), 3),
+            "median_ms": median(theirs, 3),
+            "p95_ms": percentile(theirs, 95, 3),
             "max_ms": round(max(theirs), 3),
         },
         "huge_text_chars": len(huge),
@@ -118,7 +113,7 @@ def main() -> None:
         "budget_median_ms": 5.0,
         "within_budget": statistics.median(ours) <= 5.0,
     }
-    print(json.dumps(result, ensure_ascii=False, indent=2))
+    run.emit(result)
 
 
 if __name__ == "__main__":

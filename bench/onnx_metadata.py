@@ -1,6 +1,6 @@
 """What reading a voice's ONNX metadata costs at load: onnxruntime's parse beside reading the bytes.
 
-    py312/bin/python bench/onnx_metadata.py [--repeat 5] [FILE.onnx ...]
+    py312/bin/python -m bench.onnx_metadata [--repeat 5] [FILE.onnx ...]
 
 ``rkvoice.tts.vits.read_onnx_metadata`` (and the board's hearing checks) read metadata_props
 through an onnxruntime session with graph optimisations off. The hand-written protobuf walker it
@@ -12,15 +12,13 @@ had; both figures are printed side by side, best of ``--repeat`` runs, in millis
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from rkvoice.config import load_config
 from rkvoice.tts.vits import read_onnx_metadata
+from tests.support import Run
 
 
 def best_ms(fn: object, repeat: int) -> float:
@@ -37,9 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("files", nargs="*", type=Path)
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args(argv)
+    run = Run("onnx_metadata")
     files = args.files or sorted((load_config().models.path / "portable").glob("*/*.onnx"))
     if not files:
-        print("bench/onnx_metadata.py: no ONNX files given or installed (./install.sh)", file=sys.stderr)
+        print("bench.onnx_metadata: no ONNX files given or installed (./install.sh)", file=sys.stderr)
         return 1
     rows = []
     for path in files:
@@ -49,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
             "onnxruntime_ms": best_ms(lambda p=path: read_onnx_metadata(p), args.repeat),
             "read_bytes_ms": best_ms(lambda p=path: p.read_bytes(), args.repeat),
         })
-    print(json.dumps({"repeat": args.repeat, "files": rows}, ensure_ascii=False, indent=1))
+    run.emit({"repeat": args.repeat, "files": rows})
     return 0
 
 

@@ -1,7 +1,7 @@
 """Overlap benchmark: first audio from the start of LLM generation, overlapped vs waiting for
 the whole answer, in the same run (same models, same question, one after the other).
 
-    py312/bin/python bench/overlap.py [--question "给我讲一个关于月亮的小故事"] [--png overlap.png]
+    py312/bin/python -m bench.overlap [--question "给我讲一个关于月亮的小故事"] [--png overlap.png]
                                       [--set llm.threads=1] [--tts fastspeech2]
 
 - overlapped: deltas -> StreamChunker -> speaker while the LLM generates (the product path);
@@ -13,7 +13,6 @@ overlapped turn's timeline (LLM deltas, synthesis, playback) above the naive one
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
@@ -21,8 +20,6 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rkvoice.answer.assistant import Assistant
 from rkvoice.answer.respond import Answerer
@@ -34,6 +31,7 @@ from rkvoice.speaker import Speaker
 from rkvoice.timeline import Event, Timeline
 from rkvoice.tts.registry import create_tts
 from rkvoice.turn import Turn
+from tests.support import Run
 
 
 def forget_prompt(engine: Any) -> None:
@@ -94,7 +92,7 @@ def run_overlapped(answerer: Answerer, question: str, clock: MonotonicClock) -> 
     turn.finish(answerer.respond(turn))
     start, done = first(tl.events, "llm_start"), first(tl.events, "llm_done")
     if start is None or done is None:
-        raise RkvoiceError(Stage.BENCH, "not-llm", f"{question!r} was answered by {turn.route}, not the LLM")
+        raise RkvoiceError(Stage.LLM, "not-llm", f"{question!r} was answered by {turn.route}, not the LLM")
     fig = turn_figures(tl, start, done)
     fig["answer"] = turn.result
     fig["llm_first_token_from_llm_start_ms"] = round(first(tl.events, "llm_first_token") - start, 1)  # type: ignore[operator]
@@ -224,6 +222,7 @@ def main() -> int:
     ap.add_argument("--compare-threads", metavar="N,M", help="also time the LLM alone with these thread counts")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
+    run_info = Run("overlap")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
     # a fixed sampling seed: both runs speak the same answer (override with --set llm.seed=-1)
     cfg = load_config([{"llm": {"seed": 1234}}, *(parse_override(s) for s in args.set)])
@@ -277,7 +276,7 @@ def main() -> int:
         result["llm_alone"] = llm_speed(cfg, [int(x) for x in args.compare_threads.split(",")], args.question)
     draw(Path(args.png), [("overlapped: pieces spoken while the LLM generates", tl_o, deltas_o),
                           ("naive: wait for the whole answer, then speak", tl_w, deltas_w)])
-    print(json.dumps(result, ensure_ascii=False, indent=1))
+    run_info.emit(result)
     return 0
 
 

@@ -1,6 +1,6 @@
 """Round trip: does speakable() make number-heavy Chinese sentences come out right?
 
-    py312/bin/python bench/roundtrip.py [--out roundtrip.json] [--engine auto]
+    py312/bin/python -m bench.roundtrip [--out roundtrip.json] [--engine auto]
 
 Each sentence (times, dates, money, temperatures, phone numbers, IPs, percentages) is
 synthesised twice with the installed Chinese voice -- as written (raw) and through speakable() --
@@ -28,14 +28,12 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.cer import cer
 from rkvoice.config import load_config
 from rkvoice.errors import RkvoiceError
 from rkvoice.text.clean import clean
 from rkvoice.text.normalize import speakable
 from rkvoice.text.zh_speakable import zh_speakable
+from tests.support import Run, cer
 
 SENTENCES = [
     "现在是 2026-10-21 22:05。",
@@ -68,6 +66,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     parser.add_argument("--limit", type=int, default=0, help="only the first N sentences")
     args = parser.parse_args()
+    run = Run("roundtrip")
     logging.basicConfig(level=logging.WARNING)
 
     from rkvoice.hear.whisper_asr import WhisperAsr
@@ -117,10 +116,7 @@ def main() -> int:
         "rows": rows,
     }
     result["speakable_at_most_half_of_raw"] = result["mean_cer_speakable"] <= result["mean_cer_raw"] / 2
-    text = json.dumps(result, ensure_ascii=False, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n", encoding="utf-8")
+    run.emit(result, args.out)
     return 0
 
 

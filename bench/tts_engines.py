@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """TTS engine speed: RTF and first-clause latency per installed engine at 1 and 2 threads (JSON).
 
-    py312/bin/python bench/tts_engines.py [--repeat 3] [--threads 1 2] [--engines fastspeech2 vits]
+    py312/bin/python -m bench.tts_engines [--repeat 3] [--threads 1 2] [--engines fastspeech2 vits]
 
 For each engine and thread count: load time (not in the other figures), then, after warm-up,
 the median over --repeat runs of
@@ -17,19 +17,14 @@ setting) beside the engine's non-spinning ones. The machine's load average is pr
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from rkvoice.config import load_config  # noqa: E402
-from rkvoice.errors import RkvoiceError  # noqa: E402
-from rkvoice.tts import fastspeech2  # noqa: E402
-from rkvoice.tts.registry import create_tts  # noqa: E402
+from rkvoice.config import load_config
+from rkvoice.errors import RkvoiceError
+from rkvoice.tts import fastspeech2
+from rkvoice.tts.registry import create_tts
+from tests.support import Run, median
 
 TEXTS = {
     "zh": ("今天天气不错，我们出去走走吧。",
@@ -66,9 +61,9 @@ def bench(engine_name: str, threads: int, repeat: int, spin: bool = False) -> di
         "threads": threads,
         "spinning": spin if engine_name == "fastspeech2" else None,
         "load_s": round(load_s, 2),
-        "first_clause_ms": round(statistics.median(first_ms), 1),
-        "whole_text_ms": round(statistics.median(whole_ms), 1),
-        "rtf": round(statistics.median(rtfs), 4),
+        "first_clause_ms": median(first_ms),
+        "whole_text_ms": median(whole_ms),
+        "rtf": median(rtfs, 4),
         "audio_s": round(audio_s, 2),
         "runs": repeat,
     }
@@ -82,6 +77,7 @@ def main() -> int:
     parser.add_argument("--spin", action="store_true",
                         help="also run fastspeech2 with onnxruntime's default busy-waiting threads")
     args = parser.parse_args()
+    run = Run("tts_engines")
     results, skipped = [], {}
     for name in args.engines:
         for threads in args.threads:
@@ -92,8 +88,7 @@ def main() -> int:
             except RkvoiceError as exc:
                 skipped[name] = str(exc)
                 break
-    print(json.dumps({"load_avg_1m": round(os.getloadavg()[0], 2), "cpus": os.cpu_count(),
-                      "results": results, "skipped": skipped}, ensure_ascii=False, indent=1))
+    run.emit({"results": results, "skipped": skipped})
     return 0
 
 

@@ -1,6 +1,6 @@
 """TTS latency benchmark: first audio with the pipelined speaker vs synthesising the whole text.
 
-    py312/bin/python bench/tts_latency.py [--runs 5] [--threads 1,2] [--first 12,24]
+    py312/bin/python -m bench.tts_latency [--runs 5] [--threads 1,2] [--first 12,24]
 
 For every installed engine and thread count, the same text is spoken two ways, runs
 interleaved so both see the same machine load:
@@ -18,28 +18,18 @@ Prints one JSON object.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
-import platform
-import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.fake_clock import FakeClock  # noqa: E402
-from rkvoice.audio.post import prepare_piece  # noqa: E402
-from rkvoice.audio.sinks import NullPlayer  # noqa: E402
-from rkvoice.clock import MonotonicClock  # noqa: E402
-from rkvoice.config import Config, load_config  # noqa: E402
-from rkvoice.errors import RkvoiceError, Stage  # noqa: E402
-from rkvoice.speaker import Speaker  # noqa: E402
-from rkvoice.text.normalize import speakable  # noqa: E402
-from rkvoice.timeline import Timeline  # noqa: E402
-from rkvoice.tts.registry import create_tts, engine_languages  # noqa: E402
+from rkvoice.audio.post import prepare_piece
+from rkvoice.config import Config, load_config
+from rkvoice.errors import RkvoiceError
+from rkvoice.text.normalize import speakable
+from rkvoice.tts.registry import create_tts, engine_languages
+from tests.support import Run, median
+from tests.support.sink import sink_speaker, speak_through
 
 TEXTS = {
     "zh": "今天天气不错，我们出去走走吧。公园里的花都开了，空气也很新鲜。记得带上水和帽子。",
@@ -48,25 +38,11 @@ TEXTS = {
 }
 
 
-def median(values: list[float]) -> float:
-    return round(statistics.median(values), 2)
-
-
 def chunked_run(engine: Any, cfg: Config, text: str) -> dict[str, float]:
-    clock = MonotonicClock()
-    timeline = Timeline(clock)
-    # The player's own clock is a FakeClock so the run doesn't wait for playback; gaps come from
-    # the timeline's audio-time accounting on the real clock.
-    speaker = Speaker(engine, NullPlayer(cfg, FakeClock()), cfg, clock)
-    speaker.load()
-    try:
-        turn = speaker.speak(text, timeline)
-        played = speaker.wait(turn, timeout=600)
-    finally:
-        speaker.close()
-    if not played or turn.cancelled:
-        raise RkvoiceError(Stage.BENCH, "failed", f"chunked run ended with {turn.reason or 'a timeout'}: {turn.exception}")
-    s = timeline.summary()
+    # The player drains at once (its own FakeClock), so the run doesn't wait for playback; gaps come
+    # from the timeline's audio-time accounting on the real clock.
+    with sink_speaker(engine, cfg) as speaker:
+        s = speak_through(speaker, text).summary()
     return {"first_audio_ms": s["first_audio_ms"], "max_gap_ms": s["max_gap_ms"], "chunks": s["chunks"]}
 
 
@@ -101,17 +77,17 @@ def bench_engine(name: str, lang: str, threads: int, firsts: list[int], runs: in
         "text_chars": len(text),
         "load_ms": round(load_ms, 1),
         "audio_s": round(whole[0]["audio_s"], 3),
-        "rtf": round(statistics.median(r["rtf"] for r in whole), 4),
+        "rtf": median([r["rtf"] for r in whole], 4),
         "whole": {
-            "first_audio_ms": median([r["first_audio_ms"] for r in whole]),
-            "synth_ms": median([r["synth_ms"] for r in whole]),
+            "first_audio_ms": median([r["first_audio_ms"] for r in whole], 2),
+            "synth_ms": median([r["synth_ms"] for r in whole], 2),
             "raw_first_audio_ms": [round(r["first_audio_ms"], 1) for r in whole],
         },
         "chunked": {},
     }
     for f in firsts:
         rs = chunked[f]
-        fa = median([r["first_audio_ms"] for r in rs])
+        fa = median([r["first_audio_ms"] for r in rs], 2)
         out["chunked"][f"first_chars_{f}"] = {
             "chunks": rs[0]["chunks"],
             "first_audio_ms": fa,
@@ -131,11 +107,11 @@ def main() -> int:
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
+    run = Run("tts_latency")
     threads = [int(t) for t in args.threads.split(",")]
     firsts = [int(f) for f in args.first.split(",")]
     installed = engine_languages(load_config())
     report: dict[str, Any] = {
-        "machine": {"cpus": os.cpu_count(), "machine": platform.machine(), "loadavg_start": os.getloadavg()},
         "runs": args.runs,
         "chunk_chars": Config().tts.chunk_chars,
         "engines": {},
@@ -151,8 +127,7 @@ def main() -> int:
             except RkvoiceError as err:
                 per[f"threads_{t}"] = {"error": str(err)}
         report["engines"][name] = per
-    report["machine"]["loadavg_end"] = os.getloadavg()
-    print(json.dumps(report, ensure_ascii=False, indent=1))
+    run.emit(report)
     return 0
 
 

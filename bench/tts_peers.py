@@ -1,6 +1,6 @@
 """First audio on the English Piper voice: rkvoice's Speaker vs two peers on the same voice, one run.
 
-    py312/bin/python bench/tts_peers.py [--runs 7] [--set KEY=VALUE ...]
+    py312/bin/python -m bench.tts_peers [--runs 7] [--set KEY=VALUE ...]
 
 The same English answer, the same model file (models/portable/piper-joe/model.onnx), runs
 interleaved so all three see the same machine load, medians:
@@ -23,25 +23,17 @@ rkvoice to the better peer (the goal: <= 0.12), and the load average.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.fake_clock import FakeClock
-from rkvoice.audio.sinks import NullPlayer
-from rkvoice.clock import MonotonicClock
 from rkvoice.config import Config, load_config, parse_override
-from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.pieces import piece_chars
 from rkvoice.speaker import Speaker
-from rkvoice.timeline import Ev, Timeline
+from rkvoice.timeline import Ev
 from rkvoice.tts.vits import VitsTts, read_onnx_metadata
+from tests.support import Run, median
+from tests.support.sink import sink_speaker, speak_through
 
 TEXT = ("Thanks for asking, the weather today is sunny and warm with a light breeze from the west, "
         "so it is a good day for a walk in the park. Remember to bring some water and a hat.")
@@ -69,13 +61,10 @@ def piper_voice(cfg: Config) -> Any:
     return PiperVoice(config=config, session=session)
 
 
-def rkvoice_first_audio(speaker: Speaker, clock: MonotonicClock) -> tuple[float, str, float, float, float]:
+def rkvoice_first_audio(speaker: Speaker) -> tuple[float, str, float, float, float]:
     """ms from the text to the first PCM at the player; the first piece, its audio seconds and
     those of the first part handed to the player; the longest gap in the answer (ms)."""
-    tl = Timeline(clock)
-    turn = speaker.speak(TEXT, tl)
-    if not speaker.wait(turn, timeout=120) or turn.exception is not None:
-        raise RkvoiceError(Stage.BENCH, "failed", f"the speaker did not finish: {turn.exception}")
+    tl = speak_through(speaker, TEXT, timeout=120)
     first = tl.find(Ev.SYNTH_END)[0]
     piece = str(tl.find(Ev.CHUNK)[0].get("text"))
     part = float(tl.find(Ev.PLAY_CHUNK)[0].get("audio_s"))
@@ -89,19 +78,16 @@ def main() -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = ap.parse_args()
     cfg = load_config([{"tts": {"vits_voice": "piper-joe"}}, *(parse_override(s) for s in args.set)])
-    load_start = os.getloadavg()
+    run = Run("tts_peers")
     engine = VitsTts(cfg, "piper-joe")
     engine.load()
-    clock = MonotonicClock()
-    speaker = Speaker(engine, NullPlayer(cfg, FakeClock()), cfg, clock)
-    speaker.load()
     voice = piper_voice(cfg)
     next(iter(voice.synthesize("Hello.")))  # warm-up, like the engine's own
     times: dict[str, list[float]] = {"rkvoice": [], "piper": [], "sherpa_onnx": []}
     piece, piece_audio_s, part_audio_s, gaps = "", 0.0, 0.0, []
-    try:
+    with sink_speaker(engine, cfg) as speaker:
         for _ in range(args.runs):
-            ms, piece, piece_audio_s, part_audio_s, gap = rkvoice_first_audio(speaker, clock)
+            ms, piece, piece_audio_s, part_audio_s, gap = rkvoice_first_audio(speaker)
             times["rkvoice"].append(ms)
             gaps.append(gap)
             t = time.perf_counter()
@@ -110,19 +96,15 @@ def main() -> int:
             t = time.perf_counter()
             engine.generate(TEXT)
             times["sherpa_onnx"].append((time.perf_counter() - t) * 1000.0)
-    finally:
-        speaker.close()
-    med = {k: round(statistics.median(v), 1) for k, v in times.items()}
+    med = {k: median(v) for k, v in times.items()}
     better = min(med["piper"], med["sherpa_onnx"])
     out = {"text": TEXT, "runs": args.runs, "first_audio_ms": med, "raw_ms": {k: [round(x, 1) for x in v]
                                                                              for k, v in times.items()},
            "rkvoice_first_piece": piece, "rkvoice_first_piece_audio_s": round(piece_audio_s, 3),
            "rkvoice_first_part_audio_s": round(part_audio_s, 3), "rkvoice_max_gap_ms": round(max(gaps), 1),
            "ratio_to_better_peer": round(med["rkvoice"] / better, 3), "goal_ratio": 0.12,
-           "tts_threads": cfg.tts.threads, "piece_chars": list(piece_chars(cfg, engine)),
-           "load_average_start": [round(x, 2) for x in load_start],
-           "load_average_end": [round(x, 2) for x in os.getloadavg()]}
-    print(json.dumps(out, indent=1))
+           "tts_threads": cfg.tts.threads, "piece_chars": list(piece_chars(cfg, engine))}
+    run.emit(out)
     return 0
 
 

@@ -1,7 +1,7 @@
 """Turn latency: end of speech -> first audio per route through the real daemon, and its parts.
 
-    py312/bin/python bench/turn_latency.py [--rounds 6] [--hog 0] [--out turn.json]
-    py312/bin/python bench/turn_latency.py --board-only      # only the board's predicted budget
+    py312/bin/python -m bench.turn_latency [--rounds 6] [--hog 0] [--out turn.json]
+    py312/bin/python -m bench.turn_latency --board-only      # only the board's predicted budget
 
 The daemon runs as in bench/soak.py (supervisor, product plan, live hear loop, Assistant, Speaker;
 portable profile) on a scripted microphone: request WAVs by the portable FastSpeech2 voice (wake
@@ -33,30 +33,20 @@ prediction (the real loop on the board's measured engine times).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import multiprocessing
-import os
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
 from bench.board_budget import predict
-from bench.fake_clock import FakeClock
-from bench.soak import ScaledClock, TurnFeeder, pct, synth_requests, watch_turns
-from rkvoice.audio.sinks import NullPlayer
-from rkvoice.config import Config, load_config, parse_override
-from rkvoice.daemon.sdnotify import Notifier
-from rkvoice.daemon.service import Daemon
-from rkvoice.stages import product_plan
+from rkvoice.config import Config, parse_override
 from rkvoice.timeline import Ev, Event
 from rkvoice.turn import Turn
+from tests.support import Run, ScaledClock, load_avg_1m, percentile
+from tests.support.daemon import isolated_config, isolated_workdir, scripted_daemon, synth_requests
 
 log = logging.getLogger("turn_latency")
 
@@ -105,7 +95,7 @@ def summarise(turns: list[dict[str, Any]]) -> dict[str, Any]:
     for key in PARTS:
         values = [float(x[key]) for x in turns if isinstance(x.get(key), (int, float))]
         if values:
-            out[key] = {"p50": pct(values, 50), "p90": pct(values, 90)}
+            out[key] = {"p50": percentile(values, 50), "p90": percentile(values, 90)}
     return out
 
 
@@ -163,15 +153,10 @@ def run(cfg: Config, variants: dict[str, Config], rounds: int, warmup: int) -> d
     work = Path(cfg.state.dir).parent
     texts = sorted({text for _, text in script.turns})
     audio = synth_requests(cfg, texts, work)
-    clock = ScaledClock(1.0)
     done: list[tuple[str, Turn | None]] = []
     threads: list[dict[str, Any]] = []
-    daemon_ref: list[Daemon] = []
-    feeder = TurnFeeder([audio[text] for _, text in script.turns], lambda: daemon_ref[0].turns if daemon_ref else 0,
-                        clock)
-    plan = product_plan(cfg, source=lambda c: feeder, player=lambda c: NullPlayer(c, FakeClock()))
-    daemon = Daemon(cfg, plan, lambda: cfg, notifier=Notifier(socket_name=""))
-    daemon_ref.append(daemon)
+    scripted = scripted_daemon(cfg, [audio[text] for _, text in script.turns], ScaledClock(1.0), drain=True)
+    daemon = scripted.daemon
     lock = threading.Lock()
     load_avg: list[float] = []
 
@@ -191,13 +176,13 @@ def run(cfg: Config, variants: dict[str, Config], rounds: int, warmup: int) -> d
             llm = daemon.stages.engines["answer"].llm
             stats = getattr(llm, "last_stats", {}) if turn is not None and turn.route == "llm" else {}
             threads.append(llm_record(stats))
-            load_avg.append(os.getloadavg()[0])
+            load_avg.append(load_avg_1m())
             print(f"turn_latency: {i + 1}/{len(script.turns)} {script.turns[i][0]}: "
                   f"{turn.timeline.summary().get('end_to_first_audio_ms') if turn else 'failed'} ms",
                   file=sys.stderr, flush=True)
             ready_next(i + 1)
 
-    watch_turns(daemon, finished, lambda: finished(None))
+    scripted.on_turns(finished, lambda: finished(None))
     t0 = time.monotonic()
     code = daemon.run()
     per: dict[str, list[dict[str, Any]]] = {}
@@ -217,7 +202,7 @@ def run(cfg: Config, variants: dict[str, Config], rounds: int, warmup: int) -> d
     return {"per": per, "misrouted": misrouted, "failed": failed, "exit_code": code,
             "wall_s": round(time.monotonic() - t0, 1),
             "load_average_during": {"min": min(load_avg, default=None), "max": max(load_avg, default=None),
-                                    "median": pct(load_avg, 50)}}
+                                    "median": percentile(load_avg, 50)}}
 
 
 def report(result: dict[str, Any], variants: list[str]) -> dict[str, Any]:
@@ -268,28 +253,24 @@ def main() -> int:
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    run_info = Run("turn_latency")
     board = predict()
     if args.board_only:
-        text = json.dumps({"board_predicted": board}, ensure_ascii=False, indent=1)
-        print(text)
+        run_info.emit({"board_predicted": board}, args.out)
         return 0
-    work = Path(tempfile.mkdtemp(prefix="rkvoice-turns-"))
-    base = [{"state": {"dir": str(work / "state")},
-             "models": {"profile": "portable"},
-             "llm": {"max_tokens": args.max_tokens, "timeout_s": 600, "temperature": args.temperature},
-             "daemon": {"lock_file": str(work / "rkvoice.lock"), "answer_first_timeout_s": 600,
-                        "answer_gap_timeout_s": 600}},
+    work = isolated_workdir("turns")
+    base = [{"llm": {"max_tokens": args.max_tokens, "timeout_s": 600, "temperature": args.temperature},
+             "daemon": {"answer_first_timeout_s": 600, "answer_gap_timeout_s": 600}},
             *(parse_override(s) for s in args.set)]
-    cfg = load_config(base, files=None)
-    variants = {"default": cfg, "one_thread": load_config([*base, *(parse_override(s) for s in ONE_THREAD)], files=None)}
+    cfg = isolated_config(work, *base)
+    variants = {"default": cfg, "one_thread": isolated_config(work, *base, *(parse_override(s) for s in ONE_THREAD))}
     for spec in args.variant:
         name, _, sets = spec.partition(":")
-        variants[name] = load_config([*base, *(parse_override(s) for s in sets.split(",") if s)], files=None)
+        variants[name] = isolated_config(work, *base, *(parse_override(s) for s in sets.split(",") if s))
     stop = multiprocessing.Event()
     hogs = [multiprocessing.Process(target=_hog, args=(stop,), daemon=True) for _ in range(args.hog)]
     for h in hogs:
         h.start()
-    load_start = os.getloadavg()
     try:
         result = run(cfg, variants, args.rounds, args.warmup)
     finally:
@@ -297,15 +278,11 @@ def main() -> int:
         for h in hogs:
             h.join(5)
     out = report(result, list(variants))
-    out.update(board_predicted=board, hog_processes=args.hog, cores=os.cpu_count(),
-               load_average_start=[round(x, 2) for x in load_start], load_average_during=result["load_average_during"],
+    out.update(board_predicted=board, hog_processes=args.hog, load_average_during=result["load_average_during"],
                load_note="a shared machine: compare variants within one run (interleaved, medians)",
                turns_misrouted=result["misrouted"], turns_failed=result["failed"], exit_code=result["exit_code"],
                wall_s=result["wall_s"], rounds=args.rounds, max_tokens=args.max_tokens)
-    text = json.dumps(out, ensure_ascii=False, indent=1)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n", encoding="utf-8")
+    run_info.emit(out, args.out)
     return 0 if result["failed"] == 0 and result["exit_code"] == 0 else 1
 
 

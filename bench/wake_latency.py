@@ -1,6 +1,6 @@
 """Wake latency: from the end of the wake phrase to the detection, on recordings with a pause after it.
 
-    py312/bin/python bench/wake_latency.py [--quick] [--no-before] [--no-daemon] [--no-negatives] [--no-kws]
+    py312/bin/python -m bench.wake_latency [--quick] [--no-before] [--no-daemon] [--no-negatives] [--no-kws]
 
 Portable profile (asr-match: silero VAD -> Whisper base -> pinyin match). Each recording is the
 portable voice saying 小智小智 (11 speeds and pitches, and 3 of them at -20 dB, which only the
@@ -20,7 +20,7 @@ the VAD's speech end, is reported beside it).
   p50 <= 300 ms + 1.2 x phrase_decode_ms.
 - ``ack_*``: the daemon's path: ``TurnLoop.run_live`` on a real-time source, phrase end -> the wake
   acknowledgement handed to the player.
-- ``false_wakes`` / ``negatives``: the shipped engine on the negatives of bench/wake_set.py.
+- ``false_wakes`` / ``negatives``: the shipped engine on the negatives of the wake set (tests/support/wake_set.py).
 - ``kws_*`` (board profile, the rigged stand-in of models/standins/hearing_cache.py): the streaming
   keyword spotter on the recordings said 你好小智, fed at real-time pace; latency = wall time of
   the detection - wall time when the phrase's end was heard. The stand-in emits 你好小智 whatever
@@ -35,28 +35,21 @@ the VAD's speech end, is reported beside it).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import queue
-import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from wake_set import Maker, build, default_dir, spec
-
-from bench.soak import pct
 from rkvoice.config import ROOT, Config, load_config
 from rkvoice.hear.sources import FRAME_SAMPLES, WavFileSource
 from rkvoice.hear.vad import SAMPLE_RATE, Segment, Segmenter
 from rkvoice.hear.wake import AsrMatchWake, WakeHit
 from rkvoice.hear.whisper_asr import WhisperAsr
+from tests.support import Run, percentile
+from tests.support.wake_set import Maker, build, default_dir, spec
 
 
 class FreshWhisper(WhisperAsr):
@@ -207,30 +200,30 @@ def portable(cfg: Config, asr: FreshWhisper, recs: list[Recording], before: bool
                     old_quiet.append(oms)
             row["before_ms"] = round(oms, 1) if oms is not None else None
         rows.append(row)
-    d50 = pct(dec, 50)
+    d50 = percentile(dec, 50)
     out: dict[str, Any] = {
-        "portable_p50_ms": pct(lat, 50), "portable_p90_ms": pct(lat, 90), "phrase_decode_ms": d50,
+        "portable_p50_ms": percentile(lat, 50), "portable_p90_ms": percentile(lat, 90), "phrase_decode_ms": d50,
         "goal_p50_ms": round(300.0 + 1.2 * d50, 1) if d50 is not None else None,
         "recordings": len(recs), "woke": len(lat),
     }
     out["meets_goal"] = bool(lat) and d50 is not None and out["portable_p50_ms"] <= out["goal_p50_ms"]
     quiet = [r["latency_ms"] for r in rows if r["clip"].endswith("dB") and "latency_ms" in r]
     if quiet:  # the ones decided by the second look
-        out["quiet_p50_ms"] = pct(quiet, 50)
+        out["quiet_p50_ms"] = percentile(quiet, 50)
     if before:
-        out.update(before_p50_ms=pct(old, 50), before_p90_ms=pct(old, 90), before_woke=len(old))
+        out.update(before_p50_ms=percentile(old, 50), before_p90_ms=percentile(old, 90), before_woke=len(old))
         if old_quiet:
-            out["before_quiet_p50_ms"] = pct(old_quiet, 50)
+            out["before_quiet_p50_ms"] = percentile(old_quiet, 50)
     out["clips_detail"] = rows
     return out
 
 
 def daemon_ack(cfg: Config, asr: FreshWhisper, recs: list[Recording]) -> dict[str, Any]:
     """The daemon's loop on a real-time source: phrase end -> the acknowledgement handed to the player."""
-    from bench.realtime import RealtimeSource
     from rkvoice.hear.loop import TurnLoop
     from rkvoice.hear.session import HearSession
     from rkvoice.turn import Turn
+    from tests.support import RealtimeSource
 
     class Started(RealtimeSource):
         def frames(self) -> Any:
@@ -262,7 +255,7 @@ def daemon_ack(cfg: Config, asr: FreshWhisper, recs: list[Recording]) -> dict[st
             hit = loop.wakes[0].hit
             rows.append({"clip": rec.name, "ack_ms": round(lat[-1], 1), "decided_s": round(hit.at_s, 3),
                          "asr_ms": round(hit.asr_ms, 1)})
-    return {"ack_p50_ms": pct(lat, 50), "ack_p90_ms": pct(lat, 90), "ack_woke": len(lat), "ack_detail": rows}
+    return {"ack_p50_ms": percentile(lat, 50), "ack_p90_ms": percentile(lat, 90), "ack_woke": len(lat), "ack_detail": rows}
 
 
 def negatives(cfg: Config, asr: FreshWhisper) -> dict[str, Any]:
@@ -315,7 +308,7 @@ def kws_run(engine: Any, stamps: list[list[float]], recs: list[Recording]) -> di
                 offsets.append((cut / SAMPLE_RATE + stamps[-1][-1] - rec.phrase_end_s) * 1000.0)
                 break
         stop.set()
-    return {"p50_ms": pct(lat, 50), "p90_ms": pct(lat, 90), "audio_lag_p50_ms": pct(lag_audio, 50),
+    return {"p50_ms": percentile(lat, 50), "p90_ms": percentile(lat, 90), "audio_lag_p50_ms": percentile(lag_audio, 50),
             "detected": len(lat), "token_vs_end_ms": [round(min(offsets), 1), round(max(offsets), 1)] if offsets else None}
 
 
@@ -366,6 +359,7 @@ def main() -> int:
     ap.add_argument("--no-kws", action="store_true", help="skip the board's keyword spotter")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    run = Run("wake_latency")
     cfg = load_config()
     voices = QUICK_VOICES if args.quick else VOICES
     maker = Maker(cfg)
@@ -385,10 +379,9 @@ def main() -> int:
         out.update(negatives(cfg, asr))
     if not args.no_kws:
         out.update(kws(maker, voices))
-    out["load_avg_1m"] = round(__import__("os").getloadavg()[0], 2)
     out["wall_s"] = round(time.monotonic() - t0, 1)
     out["clips"] = clips_detail
-    print(json.dumps(out, ensure_ascii=False, indent=1))
+    run.emit(out)
     return 0
 
 

@@ -1,6 +1,6 @@
 """Wake recall and false wakes of asr-match on the wake test set, before and after the primed look.
 
-    py312/bin/python bench/wake_recall.py [--quick] [--out .cache/wake_set]
+    py312/bin/python -m bench.wake_recall [--quick] [--out .cache/wake_set]
 
 Each clip of bench/wake_set.py is replayed through the real engine (silero VAD -> Whisper ->
 pinyin match) twice: "before" is the plain decode alone (``short_s=0``, and the request's trailing
@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import logging
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -27,16 +25,13 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from wake_set import Clip, build, default_dir, spec
-
 from rkvoice.config import Config, load_config
 from rkvoice.hear.sources import WavFileSource
 from rkvoice.hear.vad import Segmenter
 from rkvoice.hear.wake import SHORT_S, AsrMatchWake
 from rkvoice.hear.whisper_asr import WhisperAsr
+from tests.support import Run
+from tests.support.wake_set import Clip, build, default_dir, spec
 
 
 class SharedDecodes:
@@ -141,12 +136,13 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="the small representative subset of the set")
     ap.add_argument("--out", type=Path, default=None, help="wake set cache folder (default .cache/wake_set)")
     args = ap.parse_args()
+    run_info = Run("wake_recall")
     logging.basicConfig(level=logging.WARNING)
     cfg = load_config()
     pairs = build(args.out or default_dir(args.quick), spec(args.quick), cfg)
     asr = SharedDecodes(WhisperAsr(cfg))
     asr.load()
-    print(json.dumps(run(cfg, pairs, asr), ensure_ascii=False, indent=1))
+    run_info.emit(run(cfg, pairs, asr))
     return 0
 
 

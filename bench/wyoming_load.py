@@ -9,7 +9,7 @@ server that synthesised the whole text first would send its first chunk only at 
 same requests from one client alone are shown beside the loaded figures (the engines' own speed;
 under load the one ASR engine serves every transcribe and detect in turn).
 
-    py312/bin/python bench/wyoming_load.py --clients 8 --requests 20
+    py312/bin/python -m bench.wyoming_load --clients 8 --requests 20
 
 Pass: every request answered, no errors, RSS growth < 5 %.
 
@@ -25,7 +25,7 @@ with the default limits (``wyoming`` section; ``--idle-s`` overrides idle_timeou
   audio format): the error code each gets, whether a transcript came, whether the connection goes
   on (not after malformed JSON, which ends it) and whether the server still answers ``describe``.
 
-    py312/bin/python bench/wyoming_load.py --storm
+    py312/bin/python -m bench.wyoming_load --storm
 
 Pass: describe under 1 s in both holds, every held connection closed by the idle limit, the next
 transcript within 1.5x of alone, every probe answered with its error and no transcript.
@@ -35,9 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
-import sys
 import tempfile
 import threading
 import time
@@ -48,36 +46,28 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from wyoming.asr import Transcribe, Transcript  # noqa: E402
-from wyoming.audio import AudioChunk, AudioStart, AudioStop  # noqa: E402
-from wyoming.client import AsyncTcpClient  # noqa: E402
-from wyoming.event import Event  # noqa: E402
-from wyoming.handle import Handled  # noqa: E402
-from wyoming.info import Describe  # noqa: E402
-from wyoming.ping import Ping  # noqa: E402
-from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop  # noqa: E402
-from wyoming.wake import Detect  # noqa: E402
+from wyoming.asr import Transcribe, Transcript
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.client import AsyncTcpClient
+from wyoming.event import Event
+from wyoming.handle import Handled
+from wyoming.info import Describe
+from wyoming.ping import Ping
+from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
+from wyoming.wake import Detect
 
-from bench.soak import pct  # noqa: E402
-from rkvoice.config import load_config  # noqa: E402
-from rkvoice.gate import Engines  # noqa: E402
-from rkvoice.stages import wake_factory  # noqa: E402
-from rkvoice.wyoming.server import serve_wyoming  # noqa: E402
+from rkvoice.config import load_config
+from rkvoice.stages import wake_factory
+from rkvoice.wyoming.engines import Engines
+from rkvoice.wyoming.server import serve_wyoming
+from tests.support import Run, footprint, percentile
 
 KINDS = ("transcribe", "synthesize", "stream", "detect", "handle", "describe")
 SAY = "今天天气不错，我们一起去公园散步吧。"
 RATE = 16000
 END = {"transcribe": "transcript", "synthesize": "audio-stop", "stream": "synthesize-stopped",
        "detect": "detection", "handle": "handled", "describe": "info"}
-
-
-def rss_kb() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError("no VmRSS in /proc/self/status")
 
 
 def speech(voice: Any, text: str) -> bytes:
@@ -278,6 +268,7 @@ def main() -> None:
     ap.add_argument("--idle-s", type=float, default=None, help="wyoming.idle_timeout_s for --storm")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    run_info = Run("wyoming_storm" if args.storm else "wyoming_load")
 
     from rkvoice.answer.assistant import Assistant
     from rkvoice.hear.asr import create_asr
@@ -317,7 +308,7 @@ def main() -> None:
         report["idle_timeout_s"] = cfg.wyoming.idle_timeout_s
         stop.set()
         thread.join(30)
-        print(json.dumps(report, ensure_ascii=False, indent=1))
+        run_info.emit(report)
         state.cleanup()
         return
 
@@ -330,11 +321,11 @@ def main() -> None:
     # at most wyoming.max_wake_streams) reach their size before the resident set is read
     warm = asyncio.run(run(args.clients, len(KINDS)))
     solo = asyncio.run(run(1, len(KINDS)))  # one client alone: the engines' own speed, no queueing
-    rss_before = rss_kb()
+    rss_before = footprint().rss_kb
     t0 = time.monotonic()
     results = asyncio.run(run(args.clients, args.requests))
     wall = time.monotonic() - t0
-    rss_after = rss_kb()
+    rss_after = footprint().rss_kb
     stop.set()
     thread.join(30)
 
@@ -351,9 +342,9 @@ def main() -> None:
         "error_samples": errors[:5], "warmup_requests": len(warm), "warmup_errors": sum("error" in r for r in warm),
         "by_kind": {k: sum(r["kind"] == k for r in results) for k in KINDS},
         "wall_s": round(wall, 1),
-        "first_audio_ms": {"p50": pct(first, 50), "p90": pct(first, 90)},
-        "last_audio_ms_whole_text_first_chunk_would_be": {"p50": pct(last, 50), "p90": pct(last, 90)},
-        "to_transcript_ms": {"p50": pct(to_text, 50), "p90": pct(to_text, 90)},
+        "first_audio_ms": {"p50": percentile(first, 50), "p90": percentile(first, 90)},
+        "last_audio_ms_whole_text_first_chunk_would_be": {"p50": percentile(last, 50), "p90": percentile(last, 90)},
+        "to_transcript_ms": {"p50": percentile(to_text, 50), "p90": percentile(to_text, 90)},
         "one_client_alone_ms": {"first_audio": solo_ms("first_audio_ms"), "last_audio": solo_ms("last_audio_ms"),
                                 "to_transcript": solo_ms("to_transcript_ms"),
                                 "errors": sum("error" in r for r in solo)},
@@ -361,7 +352,7 @@ def main() -> None:
         "rss_kb_before": rss_before, "rss_kb_after": rss_after,
         "rss_growth_pct": round((rss_after - rss_before) / rss_before * 100, 2),
     }
-    print(json.dumps(report, ensure_ascii=False, indent=1))
+    run_info.emit(report)
     state.cleanup()
 
 

@@ -1,14 +1,12 @@
 """Waking by the phrase alone: asr-match's primed second look at short segments.
 
 Scripted-ASR tests pin the rule (who gets the second look, what it must give); the rest run the
-real silero VAD and Whisper base on clips of bench/wake_set.py's representative subset, made by
+real silero VAD and Whisper base on clips of the wake set's representative subset (tests/support/wake_set.py), made by
 the portable voice.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,17 +19,7 @@ from rkvoice.hear.vad import SAMPLE_RATE, Segment, Segmenter, vad_model_path
 from rkvoice.hear.wake import MIN_PHRASE_LOGPROB, SHORT_S, AsrMatchWake
 from rkvoice.hear.whisper_asr import PROMPT, _strip_echo
 from tests.support import cer
-
-BENCH = Path(__file__).resolve().parent.parent / "bench"
-
-
-def _wake_set():
-    spec = importlib.util.spec_from_file_location("wake_set", BENCH / "wake_set.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("wake_set", module)
-    spec.loader.exec_module(module)
-    return module
+from tests.support.wake_set import build, spec
 
 
 class TwoDecodes:
@@ -122,8 +110,7 @@ def wake_clips(hear_voice, tmp_path_factory):
     """name -> (clip, wav path) of the wake set's quick subset, built in a temporary folder."""
     if not vad_model_path(load_config()).is_file():
         pytest.skip("silero VAD model is absent (run ./install.sh)")
-    ws = _wake_set()
-    pairs = ws.build(tmp_path_factory.mktemp("wake_set"), ws.spec(quick=True))
+    pairs = build(tmp_path_factory.mktemp("wake_set"), spec(quick=True))
     return {clip.name: (clip, path) for clip, path in pairs}
 
 

@@ -71,5 +71,5 @@ class MatchaStats:
         buckets = {kind: {b.label: {**self._figures(f"{kind} {b.label}"), "size": b.size, "window": b.window,
                                     "file": b.path.name} for b in group}
                    for kind, group in (("matcha", self.tts.acoustic), ("vocos", self.tts.vocoders))}
-        stages = {k: self._figures(k) for k in ("encoder_cpu", "align", "istft") if k in self.times}
+        stages: dict[str, Any] = {k: self._figures(k) for k in ("encoder_cpu", "align", "istft") if k in self.times}
         return {**buckets, "overflows": {"count": self.tts.overflows}, "stages": stages}

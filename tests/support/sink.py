@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from rkvoice.audio.sinks import NullPlayer
 from rkvoice.clock import Clock, MonotonicClock
@@ -37,13 +36,13 @@ def sink_speaker(engine: TtsEngine, cfg: Config, clock: Clock | None = None) -> 
         speaker.close()
 
 
-def speak_through(speaker: Speaker, text: str, timeout: float = 600.0) -> dict[str, Any]:
-    """Speak ``text`` as one turn and wait for it; its timeline summary (first_audio_ms, max_gap_ms,
-    chunks, ...). A turn that fails or times out is an RkvoiceError naming why."""
+def speak_through(speaker: Speaker, text: str, timeout: float = 600.0) -> Timeline:
+    """Speak ``text`` as one turn and wait for it; its timeline (``summary()``: first_audio_ms,
+    max_gap_ms, chunks, ...). A turn that fails, is cancelled or times out is an RkvoiceError naming why."""
     timeline = Timeline(speaker.clock)
     turn = speaker.speak(text, timeline)
     played = speaker.wait(turn, timeout=timeout)
-    if not played or turn.cancelled:
+    if not played or turn.cancelled or turn.exception is not None:
         raise RkvoiceError(Stage.SPEAK, "speak-failed",
                            f"speaking {text[:30]!r} ended with {turn.reason or 'a timeout'}: {turn.exception}")
-    return timeline.summary()
+    return timeline
