@@ -16,8 +16,6 @@ so the answer sometimes played to its end first.) Pass/fail is read from the dae
 
 from __future__ import annotations
 
-import importlib
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,6 +34,7 @@ from rkvoice.hear.echo import EchoFilter, PlayedAudio
 from rkvoice.hear.vad import vad_model_path
 from rkvoice.stages import Speak, StageSpec, assistant, product_plan
 from tests.support import ManualClock, SteppedSource
+from tests.support.echo import USER_DBFS, Voices, rms, room_ir
 
 RATE, FRAME = 16000, 512
 DELAY_MS, LEVEL_DB = 60, 5.0
@@ -43,13 +42,6 @@ FOLLOW_UP_S = 3.0
 ANSWER = ["我是小智，", "你的语音助手。", "我可以帮你查天气、设闹钟和记事情，", "有什么事情，随时说小智小智就好。"]
 QUESTION, STORY, WAKE_ALONE = "小智小智，你是谁", "小智小智，给我讲个故事", "小智小智"
 STILL_S = 120.0  # real seconds the daemon may take to go still after a frame (a Whisper decode on a loaded machine)
-
-
-def _bench_echo() -> Any:
-    """bench/echo.py: its cached voices, user level and room impulse response."""
-    if str(ROOT / "bench") not in sys.path:
-        sys.path.insert(0, str(ROOT / "bench"))
-    return importlib.import_module("echo")
 
 
 class EchoRoom(SteppedSource):
@@ -114,20 +106,19 @@ class Run:
     """The daemon on an EchoRoom, with ``hear.aec`` as given; the room stops once ``until(run, tick)``."""
 
     def __init__(self, tmp_path: Path, aec: str, barge_in: bool, until: Callable[[Run, int], bool]) -> None:
-        bench = _bench_echo()
         self.cfg = load_config([{"state": {"dir": str(tmp_path / "state")},
                                  "daemon": {"lock_file": str(tmp_path / "rkvoice.lock")},
                                  "models": {"profile": "portable"},
                                  "hear": {"aec": aec, "follow_up_s": FOLLOW_UP_S}}], files=None)
-        voices = bench.Voices(self.cfg)
-        user_level = 10 ** (bench.USER_DBFS / 20)
+        voices = Voices(self.cfg)
+        user_level = 10 ** (USER_DBFS / 20)
 
         def user(text: str, speed: float, semitones: float) -> np.ndarray:
             audio = voices.user(text, speed, semitones)
-            return (audio * user_level / max(bench.rms(audio), 1e-9)).astype(np.float32)
+            return (audio * user_level / max(rms(audio), 1e-9)).astype(np.float32)
 
         answer, rate = voices.assistant("".join(ANSWER))  # the voice's level: the echo is set from it
-        gain = user_level * 10 ** (LEVEL_DB / 20) / max(bench.rms(answer), 1e-9)
+        gain = user_level * 10 ** (LEVEL_DB / 20) / max(rms(answer), 1e-9)
         self.answer_s = len(answer) / rate
         self.story_from: int | None = None
         """The tick where the second answer was first heard."""
@@ -144,7 +135,7 @@ class Run:
                        (self._playing_for(1.5), user(WAKE_ALONE, 1.1, 1.0))]
         else:
             script += [(self._first_answer_over, np.zeros(RATE // 10, np.float32))]  # marks the end
-        self.room = EchoRoom(lambda: self.speak.played, script, bench.room_ir(DELAY_MS, seed=3), gain, self.clock,
+        self.room = EchoRoom(lambda: self.speak.played, script, room_ir(DELAY_MS, seed=3), gain, self.clock,
                              self._settle, lambda tick: until(self, tick))
         plan = product_plan(self.cfg, source=lambda c: self.room)
         hear, answer, speak = plan.stages
