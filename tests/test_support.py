@@ -1,0 +1,113 @@
+"""tests/support, what the benches and the tests share: its figures are what the benches' JSON reports, so
+they are checked here against what they claim to measure (no models: scripted audio, a fake voice)."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fakes import FakeVoice
+
+from rkvoice.config import load_config
+from rkvoice.errors import RkvoiceError
+from tests.support import (
+    FRAME,
+    LOAD_KEY,
+    FakeClock,
+    Run,
+    ScaledClock,
+    footprint,
+    median,
+    percentile,
+    spread,
+)
+from tests.support.daemon import TurnFeeder
+from tests.support.sink import sink_speaker, speak_through
+
+
+def test_percentile_interpolates_between_ranks_and_refuses_nonsense() -> None:
+    values = [4.0, 1.0, 3.0, 2.0]
+    assert percentile(values, 50) == 2.5 and median(values) == 2.5
+    assert percentile(values, 90) == 3.7 and percentile(values, 0) == 1.0 and percentile(values, 100) == 4.0
+    assert percentile([1.0, 2.0], 50, ndigits=None) == 1.5 and percentile([1 / 3], 50, ndigits=3) == 0.333
+    assert percentile([], 50) is None and spread([]) == {"p50": None, "p90": None, "max": None}
+    assert spread(range(11)) == {"p50": 5.0, "p90": 9.0, "max": 10.0}
+    with pytest.raises(ValueError, match="between 0 and 100"):
+        percentile(values, 190)
+    with pytest.raises(ValueError, match="NaN"):
+        percentile([1.0, float("nan")], 50)
+
+
+def test_footprint_counts_this_process_s_threads_fds_and_memory(tmp_path: Path) -> None:
+    py_before, before = threading.active_count(), footprint()
+    release = threading.Event()
+    worker = threading.Thread(target=release.wait, daemon=True)
+    worker.start()
+    with open(tmp_path / "x", "w", encoding="utf-8"):
+        block = np.ones(64 * 1024 * 1024 // 8)  # 64 MB, touched
+        during, py_during = footprint(), threading.active_count()
+    release.set()
+    worker.join()
+    # threads left running by earlier tests may end meanwhile: they leave both counts alike
+    assert during.threads - before.threads == py_during - py_before >= 1 and during.fds == before.fds + 1
+    assert during.rss_kb - before.rss_kb > 48 * 1024, (before, during)
+    assert block[-1] == 1.0 and before.rss_mb == round(before.rss_kb / 1024, 1)
+
+
+def test_run_prints_and_writes_the_same_json_with_the_machine(tmp_path: Path) -> None:
+    run = Run("demo")
+    out = io.StringIO()
+    with redirect_stdout(out):
+        text = run.emit({"p50_ms": np.float64(12.5), "n": np.int64(3), "where": tmp_path}, tmp_path / "r.json")
+    doc = json.loads(out.getvalue())
+    assert doc == json.loads((tmp_path / "r.json").read_text(encoding="utf-8")) == json.loads(text)
+    assert doc["bench"] == "demo" and doc["p50_ms"] == 12.5 and doc["n"] == 3 and doc["where"] == str(tmp_path)
+    machine = doc["machine"]
+    assert machine["cpus"] >= 1 and machine[LOAD_KEY] >= 0 and machine[f"{LOAD_KEY}_end"] >= 0
+    assert machine["date"].endswith("+00:00")
+    with pytest.raises(TypeError, match="set is not JSON serialisable"):
+        run.emit({"bad": {1}})
+
+
+def test_scaled_clock_runs_faster_than_real_time() -> None:
+    clock = ScaledClock(20.0)
+    t0, c0 = time.monotonic(), clock.now()
+    clock.sleep(1.0)
+    real, scaled = time.monotonic() - t0, clock.now() - c0
+    assert scaled >= 1.0 and real < 0.5
+    t0 = time.monotonic()
+    assert clock.wait(threading.Event(), 1.0) is False and time.monotonic() - t0 < 0.5
+    with pytest.raises(ValueError, match="pace"):
+        ScaledClock(0)
+
+
+def test_turn_feeder_holds_the_next_request_until_the_turn_is_over() -> None:
+    script = [np.full(FRAME * 2, 0.5, np.float32), np.full(FRAME * 2, -0.5, np.float32)]
+    done = [0]
+    feeder = TurnFeeder(script, lambda: done[0], FakeClock())
+    frames = feeder.frames()
+    seen = np.concatenate([next(frames) for _ in range(200)])  # request 0, then silence: turn 0 goes on
+    assert feeder.fed == 1 and int((seen == 0.5).sum()) == FRAME * 2 and not (seen == -0.5).any()
+    done[0] = 1
+    rest = np.concatenate([next(frames) for _ in range(100)])
+    assert feeder.fed == 2 and int((rest == -0.5).sum()) == FRAME * 2 and not (rest == 0.5).any()
+    feeder.close()
+    assert list(frames) == []
+
+
+def test_a_speaker_on_a_sink_speaks_at_synthesis_speed_and_names_a_failure() -> None:
+    cfg = load_config([{"audio": {"player": "null"}}])
+    voice = FakeVoice(clock=FakeClock(), char_s=0.2)  # 20 characters: 4 s of audio, no real-time pacing
+    t0 = time.monotonic()
+    with sink_speaker(voice, cfg) as speaker:
+        summary = speak_through(speaker, "今天天气很好，我们一起出去走走吧。").summary()
+        with pytest.raises(RkvoiceError, match="BOOM"):
+            speak_through(speaker, "这一句会失败 BOOM。", timeout=10)
+    assert time.monotonic() - t0 < 3.0 and summary["first_audio_ms"] is not None
+    assert voice.said and summary["chunks"] >= 1
