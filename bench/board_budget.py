@@ -39,20 +39,17 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-
 from rkvoice.answer.assistant import Assistant
 from rkvoice.answer.respond import Answerer
-from rkvoice.audio.sinks import NullPlayer
 from rkvoice.config import Config, load_config
 from rkvoice.hear.ahead import TranscribeAhead
 from rkvoice.hear.loop import TurnLoop
 from rkvoice.hear.session import HearSession
 from rkvoice.hear.vad import SAMPLE_RATE, Segment, on_grid
 from rkvoice.hear.wake import PHRASE_SILENCE_S, WakeHit
-from rkvoice.speaker import Speaker
 from rkvoice.turn import Turn
-from tests.support import FakeClock, Run, SleepingClock, median
+from tests.support import Run, SleepingClock, median
+from tests.support.sink import sink_speaker
 
 FRAME = 512
 RATE = 16000
@@ -281,17 +278,17 @@ def run_board(cfg: Config, questions: list[str]) -> list[Turn]:
     """The turn loop over the scripted questions; the finished turns."""
     clock = SleepingClock()
     script = Script(questions, cfg.hear.trailing_silence_ms / 1000.0)
-    speaker = Speaker(BoardVoice(clock, cfg), NullPlayer(cfg, FakeClock()), cfg, clock)  # the player drains at once:
-    speaker.load()  # a piece's audio is "handed" when synthesised, so gaps are what a listener would hear
     assistant = Assistant(cfg, clock, llm=BoardLlm(clock))
     asr = BoardAsr(script, clock)
     heard = TranscribeAhead(asr) if cfg.hear.transcribe_ahead else asr
     session = HearSession(cfg, heard, BoardWake(script), BoardSegmenter(script), clock=clock)
-    loop = TurnLoop(session, Answerer(assistant, speaker, cfg), clock=clock)
+    # the player drains at once: a piece's audio is "handed" when synthesised, so gaps are what a
+    # listener would hear
     try:
-        return loop.run_live(MicSilence(clock, script.end_s))
+        with sink_speaker(BoardVoice(clock, cfg), cfg, clock) as speaker:
+            loop = TurnLoop(session, Answerer(assistant, speaker, cfg), clock=clock)
+            return loop.run_live(MicSilence(clock, script.end_s))
     finally:
-        speaker.close(timeout=2)
         assistant.close()
         getattr(heard, "close", lambda: None)()
 

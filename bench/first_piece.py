@@ -24,12 +24,9 @@ import statistics
 import sys
 import time
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parent.parent
 
 from rkvoice.answer.conversation import Conversation
 from rkvoice.answer.llm.llama import LlamaEngine

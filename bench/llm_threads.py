@@ -37,12 +37,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-
 from rkvoice.answer.conversation import Conversation
 from rkvoice.answer.llm.cores import thread_counts, usable_cores
 from rkvoice.answer.llm.llama import LlamaEngine
-from rkvoice.config import Config, load_config, parse_override
+from rkvoice.config import ROOT, Config, load_config, parse_override
 from rkvoice.errors import RkvoiceError, Stage
 from tests.support import LOAD_KEY, Run, load_avg_1m
 

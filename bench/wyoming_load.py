@@ -44,9 +44,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parent.parent
-
 from wyoming.asr import Transcribe, Transcript
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
