@@ -46,8 +46,9 @@ from rkvoice.hear.ahead import TranscribeAhead
 from rkvoice.hear.loop import TurnLoop
 from rkvoice.hear.session import HearSession
 from rkvoice.hear.vad import SAMPLE_RATE, Segment, on_grid
-from rkvoice.hear.wake import PHRASE_SILENCE_S, WakeHit
+from rkvoice.hear.wake import PHRASE_SILENCE_S
 from rkvoice.turn import Turn
+from tests.fakes import ScriptedWake
 from tests.support import Run, SleepingClock, median
 from tests.support.sink import sink_speaker
 
@@ -177,28 +178,6 @@ class Script:
         self.end_s = self.at[-1] + spacing_s
 
 
-class BoardWake:
-    def __init__(self, script: Script) -> None:
-        self.script = script
-        self.samples = 0
-
-    def load(self) -> None:
-        pass
-
-    def restart(self, at_sample: int) -> None:
-        self.samples = at_sample
-
-    def accept(self, frame: np.ndarray) -> WakeHit | None:
-        before, self.samples = self.samples, self.samples + len(frame)
-        for t in self.script.at:
-            if before < t * SAMPLE_RATE <= self.samples:
-                return WakeHit(at_s=t, end_s=t, text="小智小智")
-        return None
-
-    def flush(self) -> WakeHit | None:
-        return None
-
-
 class BoardSegmenter:
     """Closes request i on the first 32 ms VAD window ending ``silence_s`` after its speech, and
     reports the pause (``on_pause``, as rkvoice.hear.vad's short-silence VAD) ``pause_s`` after it."""
@@ -281,7 +260,8 @@ def run_board(cfg: Config, questions: list[str]) -> list[Turn]:
     assistant = Assistant(cfg, clock, llm=BoardLlm(clock))
     asr = BoardAsr(script, clock)
     heard = TranscribeAhead(asr) if cfg.hear.transcribe_ahead else asr
-    session = HearSession(cfg, heard, BoardWake(script), BoardSegmenter(script), clock=clock)
+    session = HearSession(cfg, heard, ScriptedWake([(t, "") for t in script.at], end_lag_s=0.0), BoardSegmenter(script),
+                          clock=clock)
     # the player drains at once: a piece's audio is "handed" when synthesised, so gaps are what a
     # listener would hear
     try:

@@ -93,10 +93,12 @@ class ScriptedSegmenter:
 
 
 class ScriptedWake:
-    """Hits at fixed stream times (each once), with an optional request said in the same breath."""
+    """Hits at fixed stream times (each once), with an optional request said in the same breath; the
+    phrase ended ``end_lag_s`` before the hit (0: the detection lands on the phrase's end)."""
 
-    def __init__(self, hits: list[tuple[float, str]] | None = None) -> None:
+    def __init__(self, hits: list[tuple[float, str]] | None = None, end_lag_s: float = 0.5) -> None:
         self.hits = hits or []
+        self.end_lag_s = end_lag_s
         self.samples = 0
         self.restarts = 0
 
@@ -112,7 +114,7 @@ class ScriptedWake:
         self.samples += len(frame)
         for t, request in self.hits:
             if before < t * SAMPLE_RATE <= self.samples:
-                return WakeHit(at_s=t, end_s=t - 0.5, text="小智小智" + request, request=request)
+                return WakeHit(at_s=t, end_s=t - self.end_lag_s, text="小智小智" + request, request=request)
         return None
 
     def flush(self) -> WakeHit | None:
