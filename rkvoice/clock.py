@@ -1,5 +1,5 @@
 """Injected monotonic clocks: real time in the product (``MonotonicClock``); controlled time in tests and
-benches (``FakeClock``, bench/fake_clock.py)."""
+benches (``FakeClock``, tests/support/clock.py)."""
 
 from __future__ import annotations
 
