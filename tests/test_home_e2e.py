@@ -116,6 +116,17 @@ def test_a_question_without_a_home_sentence_is_the_llms(ha: HomeHa, assistant: A
     assert route_event(turn)["home"] == "no_intent_match" and routed < 1.0, routed
 
 
+def test_check_says_reachable_with_the_version_and_the_exposed_count(ha: HomeHa) -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "assistant.py"), "--check", "--set", f"home_assistant.url={ha.base}",
+                           "--set", f"home_assistant.token_file={ha.token_file}"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    lines = done.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if "home_assistant" in line)
+    assert lines[at].startswith("[ok  ] home_assistant") and "(Home Assistant 2026.2.3)" in lines[at], lines[at]
+    exposed = int(lines[at + 1].split(".", 1)[1].split()[0])
+    assert exposed >= 2, lines[at + 1]  # the light and the thermostat (and whatever HA exposes by default)
+
+
 def test_home_assistant_stopped_mid_run_costs_the_next_questions_nothing(ha: HomeHa, assistant: Assistant,
                                                                          caplog: pytest.LogCaptureFixture) -> None:
     _, _, _, up = ask(assistant, QUESTION)
@@ -131,3 +142,4 @@ def test_home_assistant_stopped_mid_run_costs_the_next_questions_nothing(ha: Hom
     assert len(warnings) == 1 and "cannot reach Home Assistant" in warnings[0], warnings
     reply, text, _, _ = ask(assistant, f"打开{HOME.light}")  # a command: not the LLM pretending
     assert reply.route == "home" and text == APOLOGY
+

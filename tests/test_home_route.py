@@ -51,6 +51,8 @@ class FakeHa(ThreadingHTTPServer):
         self.answers: dict[str, Reply] = {}
         self.default: Reply = (200, json.dumps(speech("error", "抱歉，我不明白", "no_intent_match")).encode())
         self.requests: list[dict[str, Any]] = []
+        """The conversation questions (POST); ``gets`` the paths of everything else."""
+        self.gets: list[str] = []
         self.connections = 0
         self.arrived = threading.Event()
         self.release = threading.Event()
@@ -73,11 +75,17 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *_args: object) -> None:
         pass
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.server.gets.append(self.path)
+        self.answer(self.server.default)
+
+    def do_POST(self) -> None:  # noqa: N802
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.requests.append({"path": self.path, "body": body, "auth": self.headers["Authorization"]})
         self.server.arrived.set()
-        reply = self.server.answers.get(body.get("text"), self.server.default)
+        self.answer(self.server.answers.get(body.get("text"), self.server.default))
+
+    def answer(self, reply: Reply) -> None:
         status, raw = reply() if callable(reply) else reply
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -406,3 +414,15 @@ def test_both_sections_are_off_by_default() -> None:
     cfg = load_config()
     assert cfg.home_assistant.url == "" and cfg.satellite.uri == ""
     assert Assistant(cfg, llm=ScriptedLlm(), store=StateStore(Path("/nonexistent"))).home is None
+
+
+def test_check_names_a_url_that_is_not_home_assistant(tmp_path: Path, ha: FakeHa) -> None:
+    from rkvoice.home.status import home_status
+
+    ha.default = (404, b"<html>Not Found</html>")
+    token = token_file(tmp_path)
+    cfg = Config(home_assistant=ha_cfg(ha.url, token_file=str(token)))
+    status = home_status(cfg)
+    assert status.version == "" and len(status.problems) == 1 and "is home_assistant.url" in status.problems[0]
+    status = home_status(replace(cfg, home_assistant=ha_cfg(down_url(), token_file=str(token))))
+    assert "cannot reach Home Assistant" in status.problems[0]

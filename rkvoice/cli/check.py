@@ -197,6 +197,12 @@ def check_pipeline(cfg: Config, manifest: Path = MANIFEST, probe: Probe = PROBE)
 
     name, problems, notes = describe(cfg.hear.aec, cfg.hear.echo_tail_ms)
     out.append(StageCheck("echo", name, problems=problems, notes=notes))
+    if cfg.home_assistant.url:  # home commands through Home Assistant's conversation agent
+        from rkvoice.home.status import home_status
+
+        ha = home_status(cfg)
+        version = f" (Home Assistant {ha.version})" if ha.version else ""
+        out.append(StageCheck("home_assistant", ha.where + version, problems=ha.problems, notes=ha.notes))
     return out
 
 
