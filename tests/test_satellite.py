@@ -462,3 +462,21 @@ def test_a_taken_port_is_one_clear_error():
             satellite.start()
         satellite.close()
         speak.close()
+
+
+def test_check_says_whether_the_satellite_port_is_free():
+    import socket
+
+    from rkvoice.cli.check import check_pipeline
+    from rkvoice.satellite.link import port_note
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        cfg = replace(config(area="客厅"), satellite=replace(config().satellite, uri=f"tcp://127.0.0.1:{port}"))
+        assert "cannot be bound now" in port_note(cfg)
+    assert "is free" in port_note(cfg)
+    line = [c for c in check_pipeline(cfg) if c.stage == "satellite"]
+    assert len(line) == 1 and line[0].engine == f"tcp://127.0.0.1:{port}" and line[0].ok
+    assert not [c for c in check_pipeline(load_config()) if c.stage == "satellite"]  # off: no line

@@ -68,6 +68,21 @@ def wake_word(cfg: Config) -> str:
     return "".join(lazy_pinyin(cfg.hear.wake_phrase)) or "wake"
 
 
+def port_note(cfg: Config) -> str:
+    """``--check``'s line on ``satellite.uri``: whether its port can be bound now."""
+    import socket
+
+    ep = parse_uri(cfg.satellite.uri)
+    with socket.socket() as sock:
+        try:
+            sock.bind((ep.host, ep.port))
+        except OSError as exc:
+            return (f"tcp://{ep.host}:{ep.port} cannot be bound now ({exc.strerror or exc}): the running daemon "
+                    "holds it, or another program does (then pick a free port)")
+    return (f"tcp://{ep.host}:{ep.port} is free; add it in Home Assistant (Wyoming Protocol, this host and port) "
+            f"as satellite {cfg.satellite.name!r}" + (f" in area {cfg.satellite.area!r}" if cfg.satellite.area else ""))
+
+
 @dataclass
 class Run:
     """One pipeline run the satellite asked HA for."""

@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -20,7 +20,6 @@ from rkvoice.gate import PriorityGate
 from rkvoice.hear.echo import EchoCancelledSource, echo_filter
 from rkvoice.hear.sources import FRAME_SAMPLES, SAMPLE_RATE, AudioSource, WavFileSource
 from rkvoice.stages import Hear, Speak
-from rkvoice.turn import Turn
 
 from .link import Run, SatelliteLink
 from .mic import SatelliteMic
@@ -92,18 +91,25 @@ class Satellite:
             self._thread.join(3.0)
 
 
+class LoadedStages(Protocol):
+    @property
+    def hear(self) -> Hear: ...
+
+    @property
+    def speak(self) -> Speak: ...
+
+
 class SatelliteListener:
     """The daemon's listener with ``satellite.uri`` set: the microphone's requests go to Home Assistant's
-    pipeline instead of the local turn loop (same shape as rkvoice.daemon.listener.Listener)."""
+    pipeline instead of the local turn loop (the shape of rkvoice.daemon.listener.Listener). It serves
+    from construction to ``close()``."""
 
-    def __init__(self, engines: dict[str, Any], cfg: Config, report: Callable[[Turn | BaseException], None],
-                 source: Callable[[Config], AudioSource], clock: Clock | None = None) -> None:
+    def __init__(self, stages: LoadedStages, cfg: Config, source: Callable[[Config], AudioSource],
+                 clock: Clock | None = None) -> None:
         self.cfg = cfg
         self.source = source
-        self.report = report
         self.answer_gate = PriorityGate("answer")
-        self.speak: Speak = engines["speak"]
-        self.satellite = Satellite(cfg, engines["hear"], self.speak, clock=clock)
+        self.satellite = Satellite(cfg, stages.hear, stages.speak, clock=clock)
         self.satellite.start()
 
     def run(self) -> None:
