@@ -19,6 +19,7 @@ from rkvoice.config import ROOT, Config, load_config
 from rkvoice.errors import RkvoiceError
 from rkvoice.needs import installed
 from rkvoice.tts import fastspeech2, vits
+from rkvoice.tts.mixed import MixedTts
 from rkvoice.tts.registry import (
     TTS,
     choose_engine,
@@ -253,9 +254,9 @@ def test_auto_picks_by_language_and_installed_models(tmp_path: Path) -> None:
     cfg = cfg_with_models(_link_models(tmp_path, "portable/fastspeech2", "portable/piper-joe"))
     assert engine_languages(cfg) == {"fastspeech2": ("zh",), "vits": ("en",)}
     zh = create_tts(cfg, None, "今天天气不错")
-    assert zh.name == "fastspeech2" and zh._acoustic is None  # constructed, not loaded
+    assert isinstance(zh, MixedTts) and zh.name == "fastspeech2" and zh.primary._acoustic is None  # not loaded
     en = create_tts(cfg, "auto", "Hello there")
-    assert en.name == "vits" and en.voice.name == "piper-joe" and en._tts is None
+    assert isinstance(en, MixedTts) and en.name == "vits" and en.voice.name == "piper-joe" and en.primary._tts is None
 
 
 def test_auto_falls_back_with_a_warning_and_fails_when_nothing_is_installed(

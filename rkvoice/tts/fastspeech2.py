@@ -127,6 +127,11 @@ class FastSpeech2Tts:
         self._chunked = self._vocoder = self._acoustic = None
 
     @property
+    def num_speakers(self) -> int:
+        """Speakers of the loaded voice (``sid`` picks one); 1 before load()."""
+        return self._num_speakers
+
+    @property
     def sample_rate(self) -> int:
         return SAMPLE_RATE
 

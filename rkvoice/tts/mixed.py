@@ -5,7 +5,9 @@
     samples, rate = engine.generate("我每天用Python写代码。")
 
 Text in the primary voice's language alone goes straight to the primary voice (the other is not
-loaded). Otherwise ``rkvoice.text.script_spans`` cuts it into spans, each synthesised by the voice
+loaded), also when streamed: ``stream()`` gives the primary voice's own parts for such text and the
+routed whole for any other, so a streaming primary (the Piper voice) never reads another language's
+spans itself. Otherwise ``rkvoice.text.script_spans`` cuts it into spans, each synthesised by the voice
 for its language (acronyms spelled: USB -> "you ess bee"); at every join the silence is trimmed to
 a short faded pre/post-roll and a pause of known length put in. The other voice's spans are
 resampled to the primary rate and brought to the primary voice's speech level (never past PEAK).
@@ -15,6 +17,7 @@ resampled to the primary rate and brought to the primary voice's speech level (n
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -95,11 +98,29 @@ class MixedTts:
         self._loaded: set[int] = set()
         self._level: float | None = None  # the primary voice's speech RMS on LEVEL_TEXT
 
-    def __getattr__(self, attr: str) -> Any:
-        """Anything else (piece_chars, voice, vocoder_description) is the primary voice's."""
-        if attr == "primary":  # not set yet (copy/pickle): no recursion
-            raise AttributeError(attr)
-        return getattr(self.primary, attr)
+    # What the primary voice says of itself, named one by one: a capability passed through
+    # wholesale (as __getattr__ did) would bypass the routing, as the Piper voice's stream() did.
+
+    @property
+    def voice(self) -> Any:
+        """The primary VITS voice (rkvoice.tts.vits.VitsVoice), None for other engines."""
+        return getattr(self.primary, "voice", None)
+
+    @property
+    def piece_chars(self) -> tuple[int, int] | None:
+        """The primary voice's (first, later) piece lengths, if it has its own."""
+        own: tuple[int, int] | None = getattr(self.primary, "piece_chars", None)
+        return own
+
+    @property
+    def num_speakers(self) -> int:
+        """The primary voice's speakers (``sid`` picks one of them)."""
+        return int(getattr(self.primary, "num_speakers", 1))
+
+    @property
+    def streaming(self) -> bool:
+        """``stream()`` works: the primary voice streams."""
+        return bool(getattr(self.primary, "streaming", False))
 
     def close(self) -> None:
         """Close every loaded voice that can be closed."""
@@ -117,14 +138,33 @@ class MixedTts:
     def sample_rate(self) -> int:
         return self.primary.sample_rate
 
+    def needs_other(self, text: str) -> bool:
+        """Whether ``text`` has a span for a voice other than the primary."""
+        from rkvoice.text.script_spans import HAN, has_latin
+
+        other = next((lang for lang in self.voices if lang != self.primary_lang), None)
+        return other is not None and (has_latin(text) if other == "en" else bool(HAN.search(text)))
+
+    def stream(self, text: str, sid: int = 0, speed: float = 1.0) -> Iterator[tuple[np.ndarray, bool]]:
+        """``text``'s audio in parts, each with "is it the last": the primary voice's own stream when
+        it speaks the text alone, else the routed text whole (``generate``) as one part."""
+        if id(self.primary) not in self._loaded:
+            raise RkvoiceError(Stage.TTS, "not-loaded", f"{self.name}: stream() called before load()")
+        if not self.needs_other(text):
+            stream = getattr(self.primary, "stream", None)
+            if stream is None or not self.streaming:
+                raise RkvoiceError(Stage.TTS, "not-streaming", f"{self.name}: the primary voice does not stream")
+            yield from stream(text, sid=sid, speed=speed)
+            return
+        samples, _ = self.generate(text, sid=sid, speed=speed)
+        yield samples, True
+
     def generate(self, text: str, sid: int = 0, speed: float = 1.0) -> tuple[np.ndarray, int]:
-        from rkvoice.text.script_spans import HAN, english_reading, has_latin, script_spans
+        from rkvoice.text.script_spans import english_reading, script_spans
 
         if id(self.primary) not in self._loaded:
             raise RkvoiceError(Stage.TTS, "not-loaded", f"{self.name}: generate() called before load()")
-        other = next((lang for lang in self.voices if lang != self.primary_lang), None)
-        needs_other = other is not None and (has_latin(text) if other == "en" else bool(HAN.search(text)))
-        if not needs_other:
+        if not self.needs_other(text):
             return self.primary.generate(text, sid=sid, speed=speed)
         spans = script_spans(text)
         rate = self.sample_rate

@@ -184,9 +184,14 @@ def profile_engine(cfg: Config, text: str = "") -> tuple[str, dict[str, Any]]:
 def _kwargs(cfg: Config, name: str, lang: str, warn: bool = True) -> dict[str, Any]:
     if name != "vits":
         return {}
-    from rkvoice.tts.vits import resolve_voice
+    from rkvoice.tts.vits import SPAN_NOISE, resolve_voice
 
     voice = resolve_voice(cfg, None, lang)
+    kwargs: dict[str, Any] = {"voice": voice.name}
+    if lang not in voice.languages and voice.external_phonemes:
+        # A Piper voice chosen for text it does not speak says only its spans (the Latin words of
+        # Chinese text): unsampled, as the partner voice says them for any other primary.
+        kwargs["piper_noise"] = SPAN_NOISE
     if warn and lang not in voice.languages:
         if any(lang in langs for other, langs in engine_languages(cfg).items() if other != "vits"):
             log.info("vits voice %s speaks %s: its %s spans go to the %s voice", voice.name,
@@ -194,7 +199,7 @@ def _kwargs(cfg: Config, name: str, lang: str, warn: bool = True) -> dict[str, A
         else:
             log.warning("vits voice %s speaks %s, not %s, and no installed voice does: the text may be misread",
                         voice.name, "/".join(voice.languages), lang)
-    return {"voice": voice.name}
+    return kwargs
 
 
 def resolve(cfg: Config, name: str | None = None, text: str = "",

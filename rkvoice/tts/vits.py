@@ -235,6 +235,11 @@ class VitsTts:
         )
 
     @property
+    def num_speakers(self) -> int:
+        """Speakers of the loaded voice (``sid`` picks one); 1 before load()."""
+        return self._speakers
+
+    @property
     def sample_rate(self) -> int:
         if not self._rate:
             raise RkvoiceError(Stage.TTS, "not-loaded", "vits: sample_rate read before load()")
