@@ -66,7 +66,8 @@ class Route:
     en: str
     """The voice that speaks the text's Latin spans."""
     max_cer: float = 1.0
-    """The bound for what Whisper hears (measured on this machine, see the README's routes table)."""
+    """The bound for what Whisper base hears (portable, measured: 0.077 Chinese, 0.0 English, 0.08-0.12 mixed;
+    the board's are its voices' expected quality, checked where they are installed)."""
 
     @property
     def id(self) -> str:
@@ -169,14 +170,15 @@ def test_the_registry_routes_each_span_to_the_voice_in_the_table(
         assert latin.piper_noise == SPAN_NOISE
 
 
-def test_the_table_never_gives_a_span_to_a_voice_that_does_not_speak_its_language(tmp_path: Path) -> None:
-    for profile, voices in PROFILE_VOICES.items():
-        cfg = profile_config(profile, tmp_path)
-        languages = {v.name: v.languages for name in registry.TTS.names() for v in registry.engine_voices(name)}
-        for route in (r for r in ROUTES if r.profile == profile):
-            assert {route.primary, route.zh, route.en} <= set(voices), route
-            assert "zh" in languages[route.zh] and "en" in languages[route.en], route
-        assert cfg.models.profile == profile
+def test_the_table_never_gives_a_span_to_a_voice_that_does_not_speak_its_language() -> None:
+    languages = {v.name: v.languages for name in registry.TTS.names() for v in registry.engine_voices(name)}
+    for route in ROUTES:
+        assert {route.primary, route.zh, route.en} <= set(PROFILE_VOICES[route.profile]), route
+        assert "zh" in languages[route.zh] and "en" in languages[route.en], route
+    assert {(r.profile, r.choice, r.kind) for r in ROUTES} == {
+        (p, c, k) for p in PROFILE_VOICES for c in registry.TTS.names() + [registry.AUTO] for k in TEXTS
+        if (p, c) != ("portable", "matcha")  # not installed there: refused (the last test)
+    }
 
 
 # --- scripted voices through the one speech path: Han never reaches an English-only voice ------------
@@ -280,11 +282,13 @@ def english_ear(hear_asr: Any) -> EnglishWhisper:
 
 
 def _lacks(route: Route) -> list[str]:
-    """What this machine lacks for the route's voices (files and packages), with the fix."""
+    """Each of the route's voices this machine lacks (files, packages), with what it lacks and the fix."""
     cfg = profile_config(route.profile)
-    out: list[str] = []
+    out = []
     for voice in dict.fromkeys((route.primary, route.zh, route.en)):
-        out += [f"{voice}: {lack}" for lack in missing(voice_needs(cfg, voice), devices=False)]
+        if lacks := missing(voice_needs(cfg, voice), devices=False):
+            names = ", ".join(dict.fromkeys(Path(lack.name).name for lack in lacks))
+            out.append(f"{voice} lacks {names} ({lacks[0].fix})")
     return out
 
 
@@ -296,7 +300,7 @@ def test_each_route_is_heard_saying_its_words(route: Route, request: pytest.Fixt
 
     lacks = _lacks(route)
     if lacks:
-        pytest.skip("voices not installed here: " + "; ".join(lacks[:2]) + ("; ..." if len(lacks) > 2 else ""))
+        pytest.skip(f"{route.profile} voices not installed here: " + "; ".join(lacks))
     ear = request.getfixturevalue("english_ear" if route.kind == "en" else "hear_asr")
     wav = tmp_path / "say.wav"
     board = ["--config", str(BOARD_CONFIG)] if route.profile == "board" else []
