@@ -2,7 +2,7 @@
 """Convert the portable voice (FastSpeech2 + MB-MelGAN) to RK3576 .rknn files (x86_64 PC).
 
 Runs in its own venv with rknn-toolkit2 2.5.0 (its numpy/onnx/torch pins clash with the
-runtime's; see the README's developer section). Create it (1.5 GB) with
+runtime's; see docs/npu-conversion.md). Create it (1.5 GB) with
 
     python3 models/convert_rknn.py setup-venv /tmp/rknn-tk-venv --python python3.11
 

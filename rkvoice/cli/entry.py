@@ -85,7 +85,7 @@ def load_cli_config(args: argparse.Namespace, daemon: bool = False) -> Config:
 
 def run_wyoming(uri: str, args: argparse.Namespace, cfg: Config) -> int:
     """``assistant.py --wyoming URI [--zeroconf]``: the profile's engines as a Wyoming server, until
-    Ctrl-C or SIGTERM (for Home Assistant; see the README for adding it there)."""
+    Ctrl-C or SIGTERM (for Home Assistant; docs/home-assistant.md says how to add it there)."""
     from rkvoice.wyoming.server import serve_wyoming
 
     if not getattr(args, "verbose", False):
