@@ -165,6 +165,9 @@ def test_the_registry_routes_each_span_to_the_voice_in_the_table(
     primary = engine.primary if isinstance(engine, MixedTts) else engine
     assert voice_name(primary) == route.primary
     assert span_voices(engine) == {"zh": route.zh, "en": route.en}
+    lang = registry.text_language(TEXTS[route.kind])
+    if isinstance(engine, MixedTts):  # a voice for the text's language the primary lacks loads with it
+        assert engine.preload == (None if lang in engine.primary.languages else lang)
     latin = engine.voices["en"] if isinstance(engine, MixedTts) else engine
     if isinstance(latin, VitsTts) and HAN.search(TEXTS[route.kind]):  # the Latin words of Chinese text: unsampled
         assert latin.piper_noise == SPAN_NOISE
@@ -192,9 +195,11 @@ class ScriptedVoice:
         self.name, self.rate, self.streams = name, rate, streams
         self.languages: tuple[str, ...] = (lang,)
         self.said: list[str] = []
+        self.loads = 0
+        self.piece_chars: tuple[int, int] | None = None
 
     def load(self) -> None:
-        pass
+        self.loads += 1
 
     @property
     def sample_rate(self) -> int:
@@ -253,6 +258,27 @@ def test_a_streaming_primary_streams_what_it_speaks_alone() -> None:
     routed = list(engine.stream(TEXTS["zh"]))
     assert len(routed) == 1 and routed[0][1]  # the Chinese voice's, whole
     assert en.said == ["Nice weather.", LEVEL_TEXT["en"]]
+
+
+def test_the_voice_for_the_texts_language_loads_with_the_primary_and_sets_the_piece_sizes() -> None:
+    en = ScriptedVoice("piper-like", "en", 22050, streams=True)
+    en.piece_chars = (24, 80)
+    zh = ScriptedVoice("fastspeech2-like", "zh", 24000)
+    lazy = MixedTts(en, {"zh": zh})
+    lazy.load()
+    assert (en.loads, zh.loads, lazy.piece_chars) == (1, 0, (24, 80))  # English text: the primary's sizes
+    eager = MixedTts(en, {"zh": zh}, preload="zh")
+    eager.load()
+    assert zh.loads == 1 and en.said == [LEVEL_TEXT["en"]]  # the Chinese voice and the level, before any text
+    assert eager.piece_chars is None  # the Chinese voice's (none of its own: tts.first_chars / chunk_chars)
+    eager.generate(TEXTS["zh"])
+    assert zh.loads == 1 and zh.said == [TEXTS["zh"]] and en.said == [LEVEL_TEXT["en"]]
+    zh.piece_chars = (24, 40)  # a voice with its own sizes (the board's Matcha) ...
+    assert eager.piece_chars == (24, 40)
+    streaming_partner = MixedTts(zh, {"en": en}, preload="en")
+    streaming_partner.load()
+    assert streaming_partner.piece_chars is None  # ... but a streaming voice's sizes count on streaming
+    assert MixedTts(zh, {"en": en}, preload="zh").preload is None  # the primary speaks it
 
 
 # --- the real voices through the CLI, heard back -----------------------------------------------------

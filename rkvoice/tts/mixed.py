@@ -86,8 +86,12 @@ def trim_joins(x: np.ndarray, rate: int, head: bool, tail: bool) -> np.ndarray:
 class MixedTts:
     """A primary voice for one language and, loaded when first needed, voices for the others."""
 
-    def __init__(self, primary: TtsEngine, others: dict[str, TtsEngine]) -> None:
+    def __init__(self, primary: TtsEngine, others: dict[str, TtsEngine], preload: str | None = None) -> None:
+        """``preload``: a language the text will mostly be in that the primary does not speak (``--tts
+        vits`` on Chinese): its voice and the primary's reference level are made in ``load()``, not
+        in the first piece's synthesis."""
         self.primary = primary
+        self.preload = preload if preload in others and preload not in primary.languages else None
         self.primary_lang = primary.languages[0]
         self.voices: dict[str, TtsEngine] = {lang: e for lang, e in others.items() if lang != self.primary_lang}
         for lang in primary.languages:
@@ -108,8 +112,13 @@ class MixedTts:
 
     @property
     def piece_chars(self) -> tuple[int, int] | None:
-        """The primary voice's (first, later) piece lengths, if it has its own."""
-        own: tuple[int, int] | None = getattr(self.primary, "piece_chars", None)
+        """(first, later) piece lengths of the voice that will say most of the text, if it has its own:
+        the primary's, or the ``preload`` language's voice's unless it streams (here its spans are
+        made whole, and a streaming voice's sizes count on streaming)."""
+        main = self.voices[self.preload] if self.preload is not None else self.primary
+        if main is not self.primary and getattr(main, "streaming", False):
+            return None
+        own: tuple[int, int] | None = getattr(main, "piece_chars", None)
         return own
 
     @property
@@ -130,9 +139,13 @@ class MixedTts:
         self._loaded.clear()
 
     def load(self) -> None:
-        """Load the primary voice; the others load when a span first needs them."""
+        """Load the primary voice (and the ``preload`` language's); the others load when a span first
+        needs them."""
         self.primary.load()
         self._loaded.add(id(self.primary))
+        if self.preload is not None:
+            self._voice(self.voices[self.preload])
+            self._reference_level(0)
 
     @property
     def sample_rate(self) -> int:

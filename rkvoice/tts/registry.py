@@ -224,12 +224,15 @@ def create_tts(cfg: Config, name: str | None = None, text: str = "") -> TtsEngin
     if (name or cfg.tts.engine) == AUTO:
         log.info("tts auto: %s %s for %s text", chosen, kwargs or "", text_language(text))
     engine: TtsEngine = TTS.create(chosen, cfg, **kwargs)
-    return with_other_language(cfg, engine)  # Latin words to an English voice, Han to a Chinese one
+    # Latin words to an English voice, Han to a Chinese one
+    return with_other_language(cfg, engine, text_language(text) if text else None)
 
 
-def with_other_language(cfg: Config, engine: TtsEngine) -> TtsEngine:
+def with_other_language(cfg: Config, engine: TtsEngine, text_lang: str | None = None) -> TtsEngine:
     """``engine`` itself when it speaks both Chinese and English, else a MixedTts routing the other
-    language's spans to the best installed engine for it (``engine`` alone when none is installed)."""
+    language's spans to the best installed engine for it (``engine`` alone when none is installed).
+    Chosen for text in a language ``engine`` does not speak (``text_lang``), that language's voice
+    loads with it."""
     from rkvoice.tts.mixed import LANGS, MixedTts
     from rkvoice.tts.vits import SPAN_NOISE, resolve_voice
 
@@ -247,4 +250,4 @@ def with_other_language(cfg: Config, engine: TtsEngine) -> TtsEngine:
                 break
         else:
             log.info("no installed voice speaks %s: %s reads its spans itself", lang, engine.name)
-    return MixedTts(engine, others) if others else engine
+    return MixedTts(engine, others, preload=text_lang) if others else engine
