@@ -56,6 +56,7 @@ class SatelliteMic:
         self._kept: deque[tuple[int, np.ndarray]] = deque()
         self._segment: Segment | None = None
         self._stop = threading.Event()
+        self._source: AudioSource | None = None
         self.wakes: list[WakeHit] = []
         if hasattr(wake, "on_segment"):  # asr-match: the segment a one-breath request was said in
             wake.on_segment = self._segment_closed
@@ -65,10 +66,15 @@ class SatelliteMic:
         return self.samples / RATE
 
     def interrupt(self) -> None:
+        """From any thread: ``run_source`` returns (its source is closed, so a blocked read ends)."""
         self._stop.set()
+        source = self._source
+        if source is not None:
+            source.close()
 
     def run_source(self, source: AudioSource) -> None:
         self._stop.clear()
+        self._source = source
         self.wake.restart(self.samples)
         try:
             for frame in self._frames(source):

@@ -145,16 +145,19 @@ class Playback:
             if kind == "stop":
                 return
             try:
-                with self._lock:
-                    stale = generation != self._generation
-                self._play(kind, item, stale)
+                self._play(kind, item, generation)
             except Exception:  # a broken player or voice fails this item, never the thread
                 log.exception("satellite: playing %s failed", kind)
             finally:
                 with self._lock:
                     self._busy -= 1
 
-    def _play(self, kind: str, item: Any, stale: bool) -> None:
+    def _stale(self, generation: int) -> bool:
+        with self._lock:
+            return generation != self._generation
+
+    def _play(self, kind: str, item: Any, generation: int) -> None:
+        stale = self._stale(generation)
         if kind == "begin":
             self._resampler, self._pending = None, np.zeros(0, np.float32)
         elif kind == "chunk":
@@ -164,7 +167,7 @@ class Playback:
                 return
             self._write(stream, data)
         elif kind == "end":
-            self._finish(item, stale)
+            self._finish(item, generation)
         elif kind == "say" and not stale:
             self._speak(item)
 
@@ -188,14 +191,14 @@ class Playback:
                 stream.first_audio_at = self.clock.now()
             self.player.write(block)
 
-    def _finish(self, stream: Stream, stale: bool) -> None:
-        if not stale:
+    def _finish(self, stream: Stream, generation: int) -> None:
+        if not self._stale(generation):
             if self._resampler is not None:
                 self._pending = np.concatenate([self._pending, self._resampler.resample_chunk(
                     np.zeros(0, np.float32), last=True)])
             self._flush(stream, whole=True)
-            self.player.drain()
-        stream.cut = stream.cut or stale
+            self.player.drain()  # a clear() cuts it short
+        stream.cut = stream.cut or self._stale(generation)
         stream.played_at = self.clock.now()
         log.info("satellite: %s audio %d played (%.2f s%s)", stream.kind, stream.id, stream.audio_s,
                  ", cut" if stream.cut else "")
