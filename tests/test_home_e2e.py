@@ -110,6 +110,13 @@ def test_the_alias_and_the_area_reach_the_light(ha: HomeHa, assistant: Assistant
     assert reply.route == "home" and ha.wait_state(ha.light, "off")
 
 
+def test_a_command_said_politely_to_the_assistant_by_name(ha: HomeHa, assistant: Assistant) -> None:
+    reply, text, _, _ = ask(assistant, f"{assistant.cfg.hear.name}，请帮我打开{HOME.light}吧。")  # HA has no such sentence
+    assert reply.route == "home" and HOME.light in text and ha.wait_state(ha.light, "on")
+    reply, _, _, _ = ask(assistant, f"帮我把{HOME.light}关掉好吗？")
+    assert reply.route == "home" and ha.wait_state(ha.light, "off")
+
+
 def test_a_question_without_a_home_sentence_is_the_llms(ha: HomeHa, assistant: Assistant) -> None:
     reply, text, turn, routed = ask(assistant, QUESTION)
     assert reply.route == "llm" and len(text.strip()) >= 4, text

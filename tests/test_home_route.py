@@ -426,3 +426,15 @@ def test_check_names_a_url_that_is_not_home_assistant(tmp_path: Path, ha: FakeHa
     assert status.version == "" and len(status.problems) == 1 and "is home_assistant.url" in status.problems[0]
     status = home_status(replace(cfg, home_assistant=ha_cfg(down_url(), token_file=str(token))))
     assert "cannot reach Home Assistant" in status.problems[0]
+
+
+@pytest.mark.parametrize(("said", "sent"), [
+    ("小智，请帮我打开书房台灯吧。", "打开书房台灯"),
+    ("小智小智 帮我把书房台灯关掉好吗？", "把书房台灯关掉"),
+    ("书房台灯开着吗", "书房台灯开着吗"),
+    ("谢谢", "谢谢"),  # nothing would be left: sent as said
+])
+def test_home_assistant_is_asked_the_bare_command(tmp_path: Path, ha: FakeHa, said: str, sent: str) -> None:
+    a, _ = assistant(tmp_path, ha.url)
+    a.reply(said, Turn())
+    assert ha.requests[0]["body"]["text"] == sent

@@ -63,7 +63,8 @@ class Assistant:
         self.ctx = ToolContext(now=now, store=self.store, scheduler=self.scheduler, name=cfg.hear.name)
         self.conversation = Conversation(cfg, now)
         ha = cfg.home_assistant
-        self.home = home if home is not None or not ha.url else HomeRoute(ha, ha.token_path(cfg.state.path), self.clock)
+        self.home = home if home is not None or not ha.url else HomeRoute(ha, ha.token_path(cfg.state.path), self.clock,
+                                                                          name=cfg.hear.name)
 
     @property
     def llm(self) -> LlmEngine:

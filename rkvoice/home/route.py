@@ -40,8 +40,13 @@ WS_TIMEOUT_S = 5.0
 """The websocket reads (names, --check) run beside the turns, never inside one."""
 CONTROL_VERBS = ("打开", "开启", "关闭", "关掉", "关上", "调到", "调成", "调为", "调高", "调低", "调亮", "调暗",
                  "设为", "设成", "设置为", "设定为", "拉开", "拉上", "开一下", "关一下")
-LEADS = ("请", "帮我", "给我", "麻烦", "把", "将", "让")
+POLITE = ("请你", "请", "麻烦你", "麻烦", "你帮我", "帮我", "帮忙", "给我", "能不能", "可不可以", "可以")
+"""Polite openings HA's sentences do not have (帮我打开客厅灯 is no match, 打开客厅灯 is): taken off what HA
+is sent, with the assistant's name said first (小智，…), and the closing particles in ``CLOSINGS``."""
+CLOSINGS = ("好不好", "好吗", "可以吗", "行吗", "谢谢你", "谢谢", "吧", "呀", "啊", "哦")
+LEADS = (*POLITE, "把", "将", "让")
 """Words that may come before the verb of a command ("请把…打开", "帮我打开…")."""
+_EDGE = re.compile(r"^[\s，。！？、,.!?~～]+|[\s，。！？、,.!?~～]+$")
 
 
 _PUNCT = re.compile(r"[\s，。！？、；：“”‘’\"'!?,;:（）()《》【】\[\]…~～·-]+")
@@ -70,6 +75,22 @@ class Asked:
     outcome: str
     """HA's outcome, "skipped" (breaker open), or the failure's kind."""
     ms: float = 0.0
+
+
+def for_ha(text: str, name: str = "") -> str:
+    """``text`` as HA is asked it: without the assistant's name said first, polite openings and closing
+    particles (HA's sentences are bare commands); everything else as heard."""
+    s = _EDGE.sub("", text)
+    while True:
+        before = s
+        if name:
+            s = _EDGE.sub("", s.removeprefix(name))
+        for lead in POLITE:
+            s = s.removeprefix(lead)
+        for tail in CLOSINGS:
+            s = _EDGE.sub("", s.removesuffix(tail))
+        if s == before:
+            return s or _EDGE.sub("", text)
 
 
 def looks_like_command(text: str, names: frozenset[str]) -> bool:
@@ -105,8 +126,10 @@ class HomeRoute:
     """Asks HA's conversation agent for one turn at a time; the breaker and the names are shared."""
 
     def __init__(self, cfg: HomeAssistantConfig, token_file: Path, clock: Clock | None = None,
-                 client: HaClient | None = None) -> None:
+                 client: HaClient | None = None, name: str = "") -> None:
         self.cfg = cfg
+        self.name = name
+        """The assistant's name (``hear.name``): said before a command, it is not sent to HA."""
         self.clock = clock or MonotonicClock()
         self.client = client or HaClient(cfg.url, token_file, cfg.timeout_s, cfg.language)
         self._lock = threading.Lock()
@@ -146,7 +169,7 @@ class HomeRoute:
         turn.on_cancel(lambda t: self.client.abort() if self._inflight == t.id else None)
         t0 = self.clock.now()
         try:
-            answer, _ = self.client.converse(text)
+            answer, _ = self.client.converse(for_ha(text, self.name))
         except HomeFailure as failure:
             with self._lock:
                 self._probing = False
