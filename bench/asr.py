@@ -9,14 +9,13 @@ Prints one JSON object: per engine (and Whisper beam size) the mean CER, the rea
 from __future__ import annotations
 
 import argparse
-import logging
 import time
 
 from rkvoice.config import load_config, parse_override
 from rkvoice.errors import RkvoiceError
 from rkvoice.hear.asr import ASR
 from rkvoice.hear.sources import to_mono_16k
-from tests.support import Run, cer, normalise
+from tests.support import bench_run, cer, normalise
 
 SENTENCES = [
     "今天天气怎么样",
@@ -49,9 +48,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--beams", default="1,5", help="Whisper beam sizes to compare")
     ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args()
-    run_info = Run("asr")
-    logging.basicConfig(level=logging.WARNING)
+    args, run_info = bench_run("asr", ap)
     cfg = load_config([parse_override(f"hear.threads={args.threads}")])
     tts = voice(cfg)
     clips = []
@@ -91,7 +88,7 @@ def main() -> int:
         run["cer"] = round(errors / chars, 4)
         run["rtf"] = round(decode_s / audio_s, 3)
         run["mean_ms"] = round(1000 * decode_s / len(clips))
-    run_info.emit({"audio_s": round(audio_s, 2), "utterances": len(clips), "runs": runs})
+    run_info.emit({"audio_s": round(audio_s, 2), "utterances": len(clips), "runs": runs}, args.out)
     return 0
 
 

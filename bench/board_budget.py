@@ -49,7 +49,7 @@ from rkvoice.hear.vad import SAMPLE_RATE, Segment, on_grid
 from rkvoice.hear.wake import PHRASE_SILENCE_S
 from rkvoice.turn import Turn
 from tests.fakes import ScriptedWake
-from tests.support import Run, SleepingClock, median
+from tests.support import SleepingClock, bench_run, median
 from tests.support.sink import sink_speaker
 
 FRAME = 512
@@ -312,9 +312,8 @@ def predict(turns_per_route: int = 3) -> dict[str, Any]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--turns", type=int, default=3, help="turns per route")
-    args = ap.parse_args()
-    run = Run("board_budget")
-    run.emit({"board_predicted": predict(args.turns)})
+    args, run = bench_run("board_budget", ap)
+    run.emit({"board_predicted": predict(args.turns)}, args.out)
     return 0
 
 

@@ -40,7 +40,7 @@ from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.text.normalize import speakable
 from rkvoice.timeline import Ev
 from rkvoice.tts.matcha_engine import MatchaTts
-from tests.support import Run, cer, median, mem_available_mb, rss_mb
+from tests.support import bench_run, cer, median, mem_available_mb, rss_mb
 from tests.support.matcha_stats import MatchaStats
 from tests.support.sink import sink_speaker, speak_through
 
@@ -297,11 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", action="append", default=[], help="config override KEY=VALUE")
     ap.add_argument("--runs", type=int, default=3, help="TTS runs (medians)")
     ap.add_argument("--no-llm", action="store_true", help="do not load or measure the LLM")
-    ap.add_argument("--out", type=Path, help="also write the JSON here")
-    ap.add_argument("-v", "--verbose", action="store_true")
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr)
-    run = Run("board_report")
+    args, run = bench_run("board_report", ap, argv)
     try:
         if args.config is not None and not args.config.is_file():
             raise RkvoiceError(Stage.CONFIG, "unreadable", f"--config {args.config}: no such file")

@@ -19,7 +19,6 @@ wake_recall_quiet, wake_recall_playback, self_wakes, self_requests, answers, cer
 from __future__ import annotations
 
 import argparse
-import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +29,7 @@ from rkvoice.audio.sinks import NullPlayer
 from rkvoice.config import Config, load_config
 from rkvoice.hear import aec, speexdsp
 from rkvoice.hear.echo import EchoFilter, PlayedAudio, ReferenceTap
-from tests.support import FakeClock, Run, cer
+from tests.support import FakeClock, bench_run, cer
 from tests.support.echo import RATE, USER_DBFS, Voices, erle_db, rms, room_ir
 
 DELAYS_MS = (20, 60, 120)
@@ -258,9 +257,7 @@ def main() -> int:
     ap.add_argument("--speex-build", default="", help="speexdsp builds side by side instead of --aec: "
                     f"some of {','.join(BUILDS)} (aec_on is the first, aec_on_<build> the others)")
     ap.add_argument("--quick", action="store_true", help="6 answers, one user voice (a smoke run)")
-    args = ap.parse_args()
-    run_info = Run("echo")
-    logging.basicConfig(level=logging.WARNING)
+    args, run_info = bench_run("echo", ap)
     cfg = load_config()
     t0 = time.monotonic()
     n_answers, n_users = (6, 1) if args.quick else (args.answers, args.users)
@@ -270,7 +267,7 @@ def main() -> int:
     result = run(cfg, n_answers, n_users, args.aec, builds)
     result["run"] = {"wall_s": round(time.monotonic() - t0, 1), "default_delay_ms": DEFAULT_DELAY_MS,
                      "default_level_db": DEFAULT_LEVEL_DB, "delays_ms": DELAYS_MS, "levels_db": LEVELS_DB}
-    run_info.emit(result)
+    run_info.emit(result, args.out)
     return 0
 
 

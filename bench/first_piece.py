@@ -35,7 +35,7 @@ from rkvoice.text.clean import clean
 from rkvoice.text.normalize import speakable
 from rkvoice.text.stream_chunker import StreamChunker
 from rkvoice.text.zh_speakable import zh_speakable
-from tests.support import Run, cer, median
+from tests.support import bench_run, cer, median
 
 QUESTIONS = ["用一句话介绍一下月亮。", "用一句话介绍一下长城。", "熊猫为什么喜欢吃竹子？", "给我讲一个很短的笑话。",
              "下雨天适合做什么？", "推荐一本适合小孩的书。", "怎么才能睡得更好？", "为什么天空是蓝色的？"]
@@ -76,9 +76,7 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--first-chars", type=int, default=0,
                     help="compare first pieces of at most N characters (after) with the voice's (before)")
-    ap.add_argument("--out")
-    args = ap.parse_args()
-    run = Run("first_piece")
+    args, run = bench_run("first_piece", ap)
     if args.first_chars:
         RULES.update(before={}, after={"first": args.first_chars})
     from rkvoice.hear.whisper_asr import WhisperAsr

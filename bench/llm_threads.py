@@ -42,7 +42,7 @@ from rkvoice.answer.llm.cores import thread_counts, usable_cores
 from rkvoice.answer.llm.llama import LlamaEngine
 from rkvoice.config import ROOT, Config, load_config, parse_override
 from rkvoice.errors import RkvoiceError, Stage
-from tests.support import LOAD_KEY, Run, load_avg_1m
+from tests.support import LOAD_KEY, bench_run, load_avg_1m
 
 BEFORE = ["llm.threads=1", "llm.threads_batch=1"]
 VARIANTS = {"before": BEFORE, "after": [], "prompt_on_every_core": ["llm.threads=1", f"llm.threads_batch={usable_cores()}"],
@@ -221,8 +221,7 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=40, help="answer length in the replays")
     ap.add_argument("--text-runs", type=int, default=0,
                     help="only assistant.py --text, after then before, this many rounds back to back")
-    args = ap.parse_args()
-    run = Run("llm_threads")
+    args, run = bench_run("llm_threads", ap)
     if args.runs < 1 or args.replays < 0:
         raise SystemExit("--runs must be >= 1 and --replays >= 0")
     cores = usable_cores()
@@ -238,7 +237,7 @@ def main() -> int:
     }
     if args.replays:
         result["replay"] = part_replay(args.question, args.replays, args.max_tokens)
-    run.emit(result)
+    run.emit(result, args.out)
     return 0
 
 

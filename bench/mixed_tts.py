@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 import time
 from typing import Any
@@ -43,7 +42,7 @@ from rkvoice.tts.mixed import MixedTts
 from rkvoice.tts.registry import create_tts
 from rkvoice.tts.vits import PIPER_NOISE, VitsTts
 from rkvoice.turn import Turn
-from tests.support import Run, cer, median
+from tests.support import bench_run, cer, median
 
 MIXED = "我每天用Python写代码，也用GitHub管理项目。"
 WORDS = ("python", "github")
@@ -109,10 +108,7 @@ def heard(asr: WhisperAsr, engine: Any, text: str) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("-v", "--verbose", action="store_true")
-    args = ap.parse_args()
-    run = Run("mixed_tts")
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
+    args, run = bench_run("mixed_tts", ap)
     cfg = load_config()
     plain = FastSpeech2Tts(cfg)
     plain.load()
@@ -175,7 +171,7 @@ def main() -> int:
                                     "of": args.runs * len(noise["sampled"]), "per_sentence": noise["sampled"]},
         },
     }
-    run.emit(report)
+    run.emit(report, args.out)
     return 0
 
 

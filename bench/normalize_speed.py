@@ -14,7 +14,7 @@ import sys
 import time
 
 from rkvoice.config import ROOT
-from tests.support import Run, median, percentile
+from tests.support import bench_run, median, percentile
 
 SENTENCES = [
     "现在是 2026-10-21 22:05，星期三。",
@@ -67,8 +67,7 @@ def _cold(setup: str, call: str, sentence: str = SENTENCES[0]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
-    args = parser.parse_args()
-    run = Run("normalize_speed")
+    args, run = bench_run("normalize_speed", parser)
 
     # cold first calls each in a fresh interpreter (they share wetext's FST cache otherwise)
     cold_speakable_ms = _cold("from rkvoice.text.normalize import speakable as f", "f")
@@ -113,7 +112,7 @@ def main() -> None:
         "budget_median_ms": 5.0,
         "within_budget": statistics.median(ours) <= 5.0,
     }
-    run.emit(result)
+    run.emit(result, args.out)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rkvoice.config import load_config
 from rkvoice.tts.vits import read_onnx_metadata
-from tests.support import Run
+from tests.support import bench_run
 
 
 def best_ms(fn: object, repeat: int) -> float:
@@ -34,8 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="*", type=Path)
     ap.add_argument("--repeat", type=int, default=5)
-    args = ap.parse_args(argv)
-    run = Run("onnx_metadata")
+    args, run = bench_run("onnx_metadata", ap, argv)
     files = args.files or sorted((load_config().models.path / "portable").glob("*/*.onnx"))
     if not files:
         print("bench.onnx_metadata: no ONNX files given or installed (./install.sh)", file=sys.stderr)
@@ -48,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
             "onnxruntime_ms": best_ms(lambda p=path: read_onnx_metadata(p), args.repeat),
             "read_bytes_ms": best_ms(lambda p=path: p.read_bytes(), args.repeat),
         })
-    run.emit({"repeat": args.repeat, "files": rows})
+    run.emit({"repeat": args.repeat, "files": rows}, args.out)
     return 0
 
 

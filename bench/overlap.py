@@ -13,7 +13,6 @@ overlapped turn's timeline (LLM deltas, synthesis, playback) above the naive one
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 import time
 from collections.abc import Iterator
@@ -31,7 +30,7 @@ from rkvoice.speaker import Speaker
 from rkvoice.timeline import Event, Timeline
 from rkvoice.tts.registry import create_tts
 from rkvoice.turn import Turn
-from tests.support import Run
+from tests.support import bench_run
 
 
 def forget_prompt(engine: Any) -> None:
@@ -220,10 +219,7 @@ def main() -> int:
     ap.add_argument("--tts", default=None, help="TTS engine (default: tts.engine)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--compare-threads", metavar="N,M", help="also time the LLM alone with these thread counts")
-    ap.add_argument("-v", "--verbose", action="store_true")
-    args = ap.parse_args()
-    run_info = Run("overlap")
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
+    args, run_info = bench_run("overlap", ap)
     # a fixed sampling seed: both runs speak the same answer (override with --set llm.seed=-1)
     cfg = load_config([{"llm": {"seed": 1234}}, *(parse_override(s) for s in args.set)])
     clock = MonotonicClock()
@@ -276,7 +272,7 @@ def main() -> int:
         result["llm_alone"] = llm_speed(cfg, [int(x) for x in args.compare_threads.split(",")], args.question)
     draw(Path(args.png), [("overlapped: pieces spoken while the LLM generates", tl_o, deltas_o),
                           ("naive: wait for the whole answer, then speak", tl_w, deltas_w)])
-    run_info.emit(result)
+    run_info.emit(result, args.out)
     return 0
 
 

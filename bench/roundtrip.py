@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,7 +31,7 @@ from rkvoice.errors import RkvoiceError
 from rkvoice.text.clean import clean
 from rkvoice.text.normalize import speakable
 from rkvoice.text.zh_speakable import zh_speakable
-from tests.support import Run, cer
+from tests.support import bench_run, cer
 
 SENTENCES = [
     "现在是 2026-10-21 22:05。",
@@ -63,11 +61,8 @@ def _to_16k(samples: np.ndarray, rate: int) -> np.ndarray:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine", default="auto", help="TTS engine name (default: auto for Chinese)")
-    parser.add_argument("--out", type=Path, help="also write the JSON here")
     parser.add_argument("--limit", type=int, default=0, help="only the first N sentences")
-    args = parser.parse_args()
-    run = Run("roundtrip")
-    logging.basicConfig(level=logging.WARNING)
+    args, run = bench_run("roundtrip", parser)
 
     from rkvoice.hear.whisper_asr import WhisperAsr
     from rkvoice.tts.registry import create_tts

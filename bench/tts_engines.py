@@ -24,7 +24,7 @@ from rkvoice.config import load_config
 from rkvoice.errors import RkvoiceError
 from rkvoice.tts import fastspeech2
 from rkvoice.tts.registry import create_tts
-from tests.support import Run, median
+from tests.support import bench_run, median
 
 TEXTS = {
     "zh": ("今天天气不错，我们出去走走吧。",
@@ -76,8 +76,7 @@ def main() -> int:
     parser.add_argument("--engines", nargs="+", default=["fastspeech2", "vits"])
     parser.add_argument("--spin", action="store_true",
                         help="also run fastspeech2 with onnxruntime's default busy-waiting threads")
-    args = parser.parse_args()
-    run = Run("tts_engines")
+    args, run = bench_run("tts_engines", parser)
     results, skipped = [], {}
     for name in args.engines:
         for threads in args.threads:
@@ -88,7 +87,7 @@ def main() -> int:
             except RkvoiceError as exc:
                 skipped[name] = str(exc)
                 break
-    run.emit({"results": results, "skipped": skipped})
+    run.emit({"results": results, "skipped": skipped}, args.out)
     return 0
 
 

@@ -18,7 +18,6 @@ Prints one JSON object.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 import time
 from typing import Any
@@ -28,7 +27,7 @@ from rkvoice.config import Config, load_config
 from rkvoice.errors import RkvoiceError
 from rkvoice.text.normalize import speakable
 from rkvoice.tts.registry import create_tts, engine_languages
-from tests.support import Run, median
+from tests.support import bench_run, median
 from tests.support.sink import sink_speaker, speak_through
 
 TEXTS = {
@@ -104,10 +103,7 @@ def main() -> int:
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     ap.add_argument("--first", default="12,24", help="comma-separated first-piece limits (characters)")
     ap.add_argument("--engine", action="append", help="only these engines (default: every installed one)")
-    ap.add_argument("-v", "--verbose", action="store_true")
-    args = ap.parse_args()
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
-    run = Run("tts_latency")
+    args, run = bench_run("tts_latency", ap)
     threads = [int(t) for t in args.threads.split(",")]
     firsts = [int(f) for f in args.first.split(",")]
     installed = engine_languages(load_config())
@@ -127,7 +123,7 @@ def main() -> int:
             except RkvoiceError as err:
                 per[f"threads_{t}"] = {"error": str(err)}
         report["engines"][name] = per
-    run.emit(report)
+    run.emit(report, args.out)
     return 0
 
 

@@ -32,7 +32,7 @@ from rkvoice.pieces import piece_chars
 from rkvoice.speaker import Speaker
 from rkvoice.timeline import Ev
 from rkvoice.tts.vits import VitsTts, read_onnx_metadata
-from tests.support import Run, median
+from tests.support import bench_run, median
 from tests.support.sink import sink_speaker, speak_through
 
 TEXT = ("Thanks for asking, the weather today is sunny and warm with a light breeze from the west, "
@@ -76,9 +76,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    args = ap.parse_args()
+    args, run = bench_run("tts_peers", ap)
     cfg = load_config([{"tts": {"vits_voice": "piper-joe"}}, *(parse_override(s) for s in args.set)])
-    run = Run("tts_peers")
     engine = VitsTts(cfg, "piper-joe")
     engine.load()
     voice = piper_voice(cfg)
@@ -104,7 +103,7 @@ def main() -> int:
            "rkvoice_first_part_audio_s": round(part_audio_s, 3), "rkvoice_max_gap_ms": round(max(gaps), 1),
            "ratio_to_better_peer": round(med["rkvoice"] / better, 3), "goal_ratio": 0.12,
            "tts_threads": cfg.tts.threads, "piece_chars": list(piece_chars(cfg, engine))}
-    run.emit(out)
+    run.emit(out, args.out)
     return 0
 
 

@@ -45,7 +45,7 @@ from bench.board_budget import predict
 from rkvoice.config import Config, parse_override
 from rkvoice.timeline import Ev, Event
 from rkvoice.turn import Turn
-from tests.support import Run, ScaledClock, load_avg_1m, percentile
+from tests.support import ScaledClock, bench_run, load_avg_1m, percentile
 from tests.support.daemon import isolated_config, isolated_workdir, scripted_daemon, synth_requests
 
 log = logging.getLogger("turn_latency")
@@ -248,12 +248,7 @@ def main() -> int:
                     help="LLM sampling; 0 (greedy): every variant generates the same answer to a question, "
                          "so the first pieces compared are the same tokens (the product samples at 0.7)")
     ap.add_argument("--board-only", action="store_true", help="only the board's predicted budget")
-    ap.add_argument("--out", help="also write the JSON here")
-    ap.add_argument("-v", "--verbose", action="store_true")
-    args = ap.parse_args()
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    run_info = Run("turn_latency")
+    args, run_info = bench_run("turn_latency", ap)
     board = predict()
     if args.board_only:
         run_info.emit({"board_predicted": board}, args.out)

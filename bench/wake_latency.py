@@ -35,7 +35,6 @@ the VAD's speech end, is reported beside it).
 from __future__ import annotations
 
 import argparse
-import logging
 import queue
 import threading
 import time
@@ -48,7 +47,7 @@ from rkvoice.hear.sources import FRAME_SAMPLES, WavFileSource
 from rkvoice.hear.vad import SAMPLE_RATE, Segment, Segmenter
 from rkvoice.hear.wake import AsrMatchWake, WakeHit
 from rkvoice.hear.whisper_asr import WhisperAsr
-from tests.support import Run, percentile
+from tests.support import bench_run, percentile
 from tests.support.wake_set import Maker, build, default_dir, spec
 
 
@@ -357,9 +356,7 @@ def main() -> int:
     ap.add_argument("--no-daemon", action="store_true", help="skip the daemon loop's acknowledgement")
     ap.add_argument("--no-negatives", action="store_true", help="skip the wake set's negatives")
     ap.add_argument("--no-kws", action="store_true", help="skip the board's keyword spotter")
-    args = ap.parse_args()
-    logging.basicConfig(level=logging.WARNING)
-    run = Run("wake_latency")
+    args, run = bench_run("wake_latency", ap)
     cfg = load_config()
     voices = QUICK_VOICES if args.quick else VOICES
     maker = Maker(cfg)
@@ -381,7 +378,7 @@ def main() -> int:
         out.update(kws(maker, voices))
     out["wall_s"] = round(time.monotonic() - t0, 1)
     out["clips"] = clips_detail
-    run.emit(out)
+    run.emit(out, args.out)
     return 0
 
 

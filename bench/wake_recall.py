@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import logging
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -30,7 +29,7 @@ from rkvoice.hear.sources import WavFileSource
 from rkvoice.hear.vad import Segmenter
 from rkvoice.hear.wake import SHORT_S, AsrMatchWake
 from rkvoice.hear.whisper_asr import WhisperAsr
-from tests.support import Run
+from tests.support import bench_run
 from tests.support.wake_set import Clip, build, default_dir, spec
 
 
@@ -134,15 +133,13 @@ def run(cfg: Config, pairs: list[tuple[Clip, Path]], asr: SharedDecodes) -> dict
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the small representative subset of the set")
-    ap.add_argument("--out", type=Path, default=None, help="wake set cache folder (default .cache/wake_set)")
-    args = ap.parse_args()
-    run_info = Run("wake_recall")
-    logging.basicConfig(level=logging.WARNING)
+    ap.add_argument("--clips", type=Path, default=None, help="wake set cache folder (default .cache/wake_set)")
+    args, run_info = bench_run("wake_recall", ap)
     cfg = load_config()
-    pairs = build(args.out or default_dir(args.quick), spec(args.quick), cfg)
+    pairs = build(args.clips or default_dir(args.quick), spec(args.quick), cfg)
     asr = SharedDecodes(WhisperAsr(cfg))
     asr.load()
-    run_info.emit(run(cfg, pairs, asr))
+    run_info.emit(run(cfg, pairs, asr), args.out)
     return 0
 
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import tempfile
 import threading
 import time
@@ -58,7 +57,7 @@ from rkvoice.config import load_config
 from rkvoice.stages import wake_factory
 from rkvoice.wyoming.engines import Engines
 from rkvoice.wyoming.server import serve_wyoming
-from tests.support import Run, footprint, percentile
+from tests.support import bench_run, footprint, percentile
 
 KINDS = ("transcribe", "synthesize", "stream", "detect", "handle", "describe")
 SAY = "今天天气不错，我们一起去公园散步吧。"
@@ -263,9 +262,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=20, help="requests per client")
     ap.add_argument("--storm", action="store_true", help="run the lock-out probes instead of the load")
     ap.add_argument("--idle-s", type=float, default=None, help="wyoming.idle_timeout_s for --storm")
-    args = ap.parse_args()
-    logging.basicConfig(level=logging.WARNING)
-    run_info = Run("wyoming_storm" if args.storm else "wyoming_load")
+    args, run_info = bench_run("wyoming_load", ap)
 
     from rkvoice.answer.assistant import Assistant
     from rkvoice.hear.asr import create_asr
@@ -303,9 +300,10 @@ def main() -> None:
     if args.storm:
         report = asyncio.run(storm(port, audio, cfg.wyoming.max_clients))
         report["idle_timeout_s"] = cfg.wyoming.idle_timeout_s
+        report["mode"] = "storm"
         stop.set()
         thread.join(30)
-        run_info.emit(report)
+        run_info.emit(report, args.out)
         state.cleanup()
         return
 
@@ -349,7 +347,7 @@ def main() -> None:
         "rss_kb_before": rss_before, "rss_kb_after": rss_after,
         "rss_growth_pct": round((rss_after - rss_before) / rss_before * 100, 2),
     }
-    run_info.emit(report)
+    run_info.emit(report, args.out)
     state.cleanup()
 
 

@@ -3,6 +3,7 @@ they are checked here against what they claim to measure (no models: scripted au
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import threading
@@ -20,8 +21,8 @@ from tests.support import (
     FRAME,
     LOAD_KEY,
     FakeClock,
-    Run,
     ScaledClock,
+    bench_run,
     footprint,
     median,
     percentile,
@@ -61,10 +62,13 @@ def test_footprint_counts_this_process_s_threads_fds_and_memory(tmp_path: Path) 
 
 
 def test_run_prints_and_writes_the_same_json_with_the_machine(tmp_path: Path) -> None:
-    run = Run("demo")
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=1)
+    args, run = bench_run("demo", ap, ["--rounds", "2", "--out", str(tmp_path / "r.json")])
+    assert args.rounds == 2 and args.out == tmp_path / "r.json" and not args.verbose and run.bench == "demo"
     out = io.StringIO()
     with redirect_stdout(out):
-        text = run.emit({"p50_ms": np.float64(12.5), "n": np.int64(3), "where": tmp_path}, tmp_path / "r.json")
+        text = run.emit({"p50_ms": np.float64(12.5), "n": np.int64(3), "where": tmp_path}, args.out)
     doc = json.loads(out.getvalue())
     assert doc == json.loads((tmp_path / "r.json").read_text(encoding="utf-8")) == json.loads(text)
     assert doc["bench"] == "demo" and doc["p50_ms"] == 12.5 and doc["n"] == 3 and doc["where"] == str(tmp_path)

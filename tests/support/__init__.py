@@ -10,11 +10,11 @@ from tests.support.cer import cer, normalise
 from tests.support.clock import FakeClock, ManualClock, ScaledClock, SleepingClock, SleepyClock
 from tests.support.feed import FRAME, RATE, RealtimeSource, SteppedSource, paced
 from tests.support.proc import LOAD_KEY, Footprint, footprint, load_avg_1m, mem_available_mb, rss_mb
-from tests.support.report import Run, machine
+from tests.support.report import Run, bench_run, machine
 from tests.support.stats import median, percentile, spread
 
 __all__ = [
-    "FRAME", "LOAD_KEY", "RATE", "FakeClock", "Footprint", "ManualClock", "RealtimeSource", "Run", "ScaledClock",
+    "FRAME", "LOAD_KEY", "RATE", "bench_run", "FakeClock", "Footprint", "ManualClock", "RealtimeSource", "Run", "ScaledClock",
     "SleepingClock", "SleepyClock", "SteppedSource", "cer", "footprint", "load_avg_1m", "machine", "median",
     "mem_available_mb", "normalise", "paced", "percentile", "rss_mb", "spread",
 ]

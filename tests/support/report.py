@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import logging
 import os
 import platform
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -49,3 +52,15 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def bench_run(bench: str, ap: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, Run]:
+    """Parse a bench's command line with the two options every bench has (``--out FILE``: also write the
+    JSON there; ``-v``: progress logged at INFO), send logging to stderr (stdout carries the JSON alone),
+    and start its Run."""
+    ap.add_argument("--out", type=Path, help="also write the JSON here")
+    ap.add_argument("-v", "--verbose", action="store_true", help="log progress on stderr")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    return args, Run(bench)
