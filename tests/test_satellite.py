@@ -525,7 +525,9 @@ def test_the_daemon_hands_the_microphones_requests_to_home_assistant(tmp_path):
             mic.put(marker=1)
             await ha.expect("run-pipeline")
             await ha.send("transcript", {"text": "打开大灯"})
-            mic.put(n=2)
+            link = daemon.listener.satellite.link  # type: ignore[union-attr]
+            assert wait_until(lambda: link.runs[0].over.is_set())
+            mic.put(n=2)  # the next frame ends the streaming
             await ha.expect("audio-stop")
             await ha.reply(0.2)
             await ha.expect("played")
@@ -542,3 +544,31 @@ def test_the_daemon_hands_the_microphones_requests_to_home_assistant(tmp_path):
     with socket.socket() as sock, pytest.raises(OSError):
         sock.settimeout(2)
         sock.connect(("127.0.0.1", port))  # the satellite's port was closed with the daemon
+
+
+def test_a_barge_in_also_drops_the_audio_of_the_cut_stream_still_to_come():
+    """HA streams its reply in chunks over time: the ones that arrive after the clear are not played."""
+    cfg = config()
+    player = RecordingPlayer(cfg)
+    done: list[Any] = []
+    playback = Playback(player, None, on_played=done.append)
+    playback.start()
+    stream = playback.begin(22050, 2, 1, "reply")
+    assert stream is not None
+    tone = (8000 * np.sin(np.arange(22050) * 0.05)).astype("<i2").tobytes()  # 1 s
+    playback.chunk(stream, tone)
+    assert wait_until(lambda: player.samples > 0)
+    playback.clear("barge-in")
+    written = player.samples
+    for _ in range(3):
+        playback.chunk(stream, tone)  # the rest of the reply, still arriving
+    playback.end(stream)
+    assert wait_until(lambda: done == [stream])
+    assert stream.cut and player.samples == written
+    nxt = playback.begin(22050, 2, 1, "reply")  # the next reply plays whole
+    assert nxt is not None
+    playback.chunk(nxt, tone[:4410])
+    playback.end(nxt)
+    assert wait_until(lambda: done == [stream, nxt]) and not nxt.cut
+    assert player.samples - written == pytest.approx(0.1 * player.rate, abs=player.rate // 100)
+    playback.close()

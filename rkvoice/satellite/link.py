@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 
 RATE = 16000
 KEEP_EVENTS = 256  # event types remembered (``seen``)
+KEEP_RUNS = 64  # runs remembered (a daemon runs for weeks)
 
 
 def satellite_info(cfg: Config) -> Info:
@@ -102,6 +103,8 @@ class Run:
     """Seconds of audio sent."""
     speech_end_at: float | None = None
     """Clock time HA's VAD said the speech ended (``voice-stopped``) or the satellite sent ``audio-stop``."""
+    heard_at: float | None = None
+    """Clock time the transcript came."""
     reply: Stream | None = None
 
     def finish(self, why: str) -> None:
@@ -144,6 +147,8 @@ class SatelliteLink:
         self.connections = 0
         self.run: Run | None = None
         self.runs: list[Run] = []
+        """The last runs, oldest first."""
+        self._run_ids = 1
         self.on_event: Callable[[Event], None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._conn: _Connection | None = None
@@ -282,6 +287,7 @@ class SatelliteLink:
         if self.run is not None:
             self.run.transcript = text
             self.run.transcribing = True
+            self.run.heard_at = self.clock.now()
         self._end_run("transcript")
 
     def _error(self, event: Event) -> None:
@@ -372,8 +378,10 @@ class SatelliteLink:
             log.warning("satellite: heard the wake phrase, but Home Assistant is %s; request dropped",
                         "not connected" if not self.connected.is_set() else "not running the satellite (paused)")
             return None
-        run = Run(len(self.runs) + 1, self.clock.now())
+        run = Run(self._run_ids, self.clock.now())
+        self._run_ids += 1
         self.runs.append(run)
+        del self.runs[:-KEEP_RUNS]
         old, self.run = self.run, run
         if old is not None:
             old.finish("replaced")

@@ -33,6 +33,8 @@ KEEP_S = 30.0
 MAX_REQUEST_S = 15.0
 """Longest a request is streamed before the satellite sends ``audio-stop`` itself (HA's VAD normally
 ends it first)."""
+KEEP_WAKES = 64
+"""Wakes remembered (a daemon runs for weeks)."""
 ANSWER_WAIT_S = 15.0
 """After ``audio-stop``: how long the satellite waits for HA's transcript before it listens for the wake again."""
 
@@ -133,6 +135,7 @@ class SatelliteMic:
 
     def _woke(self, hit: WakeHit) -> None:
         self.wakes.append(hit)
+        del self.wakes[:-KEEP_WAKES]
         if self.playback.playing:
             self.playback.clear("barge-in")
         if hit.request:  # said in one breath: the segment holds the whole request

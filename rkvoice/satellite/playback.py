@@ -28,6 +28,8 @@ from rkvoice.speaker import Speaker
 log = logging.getLogger(__name__)
 
 MIN_RATE, MAX_RATE = 8000, 48000
+KEEP = 64
+"""Streams and words remembered (a daemon runs for weeks)."""
 SPEECH_WAIT_S = 60.0
 """Longest the board's own words may take to play (a stuck speaker does not hold the queue)."""
 
@@ -93,6 +95,7 @@ class Playback:
             return None
         stream = Stream(next(self._ids), rate, channels, kind)
         self.streams.append(stream)
+        del self.streams[:-KEEP]
         self._put("begin", stream)
         return stream
 
@@ -110,9 +113,13 @@ class Playback:
         self._put("say", text)
 
     def clear(self, reason: str = "barge-in") -> None:
-        """Drop everything queued and silence the player now; a cut stream still gets ``on_played``."""
+        """Drop everything queued and silence the player now; the streams not ended yet are cut (their
+        audio still to come is dropped too) and still get ``on_played``."""
         with self._lock:
             self._generation += 1
+            for stream in self.streams:
+                if not stream.ended.is_set():
+                    stream.cut = True
         if self.speaker is not None:
             self.speaker.cancel_all(reason)
         self.player.clear()
@@ -162,10 +169,8 @@ class Playback:
             self._resampler, self._pending = None, np.zeros(0, np.float32)
         elif kind == "chunk":
             stream, data = item
-            if stale:
-                stream.cut = True
-                return
-            self._write(stream, data)
+            if not (stale or stream.cut):
+                self._write(stream, data)
         elif kind == "end":
             self._finish(item, generation)
         elif kind == "say" and not stale:
@@ -192,13 +197,13 @@ class Playback:
             self.player.write(block)
 
     def _finish(self, stream: Stream, generation: int) -> None:
-        if not self._stale(generation):
+        if not (self._stale(generation) or stream.cut):
             if self._resampler is not None:
                 self._pending = np.concatenate([self._pending, self._resampler.resample_chunk(
                     np.zeros(0, np.float32), last=True)])
             self._flush(stream, whole=True)
             self.player.drain()  # a clear() cuts it short
-        stream.cut = stream.cut or self._stale(generation)
+        stream.cut = stream.cut or self._stale(generation)  # a clear() during the drain
         stream.played_at = self.clock.now()
         log.info("satellite: %s audio %d played (%.2f s%s)", stream.kind, stream.id, stream.audio_s,
                  ", cut" if stream.cut else "")
@@ -208,6 +213,7 @@ class Playback:
 
     def _speak(self, text: str) -> None:
         self.said.append(text)
+        del self.said[:-KEEP]
         if self.speaker is None:
             log.warning("satellite: no voice to say %r", text)
             return

@@ -1,0 +1,100 @@
+"""The satellite's latency through Home Assistant's pipeline, against the real HA (tests/ha_home.py).
+
+    py312/bin/python -m bench.satellite_latency [--runs 10] [--text 打开大灯] [--out satellite.json] [-v]
+
+HA 2026.2.3 on loopback with the test home; rkvoice's Wyoming services server is its pipeline's
+speech-to-text (Whisper base) and text-to-speech (the portable voice), HA's own agent answers, and the
+satellite (rkvoice/satellite) runs on the portable wake engine (asr-match on the same Whisper). Each run
+says 小智小智, a 1 s pause and ``--text`` into the satellite's microphone in real time
+(tests/support/satellite_home.py) and waits until HA's reply has played on the board (a real-time null
+player). Over ``--runs`` runs (at least 10, after one warm-up run):
+
+- ``satellite_p50_ms``: end of speech (the request's last loud sample heard) -> the first block of HA's
+  reply handed to the board's player.
+- its parts: ``end_to_transcript_p50_ms`` (end of speech -> HA's ``transcript``: HA's VAD deciding the
+  end, then the ASR) and ``transcript_to_audio_p50_ms`` (HA's agent, the synthesis, the audio's way back).
+- ``local_asr_p50_ms``: the naive estimate of the same request answered on the board (the one Whisper
+  decode of the request a local turn needs after its own VAD closed it), timed on the same audio: what
+  HA's round trip is compared with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rkvoice.config import load_config
+from rkvoice.hear.whisper_asr import WhisperAsr
+from rkvoice.tts.registry import create_tts
+from tests.ha_home import HomeHa
+from tests.support import bench_run, median
+from tests.support.satellite_home import SatelliteHome, satellite_home, spoken
+
+TEXT = "打开大灯"
+"""HA's agent switches the light by its alias (Whisper base hears the voice's 客厅灯 as 客厅东)."""
+
+
+def measure(home: SatelliteHome, runs: int, text: str = TEXT) -> dict[str, Any]:
+    """``runs`` spoken requests after one warm-up: the figures of the module docstring."""
+    home.ask(text)  # warm-up: the first decode, HA's first pipeline run
+    total, heard, after, transcripts = [], [], [], []
+    for _ in range(runs):
+        run = home.ask(text)
+        end = home.mic.speech_end_at
+        assert end is not None and run.reply is not None and run.reply.first_audio_at is not None
+        total.append((run.reply.first_audio_at - end) * 1000.0)
+        if run.heard_at is not None:
+            heard.append((run.heard_at - end) * 1000.0)
+            after.append((run.reply.first_audio_at - run.heard_at) * 1000.0)
+        transcripts.append(run.transcript)
+        time.sleep(0.5)
+    audio = spoken(home.voice, text)
+    decodes = []
+    for k in range(3):
+        t0 = time.monotonic()
+        home.satellite.mic.wake.asr.transcribe(audio + (k + 1) * 1e-5)  # its own input each: no kept encoding
+        decodes.append((time.monotonic() - t0) * 1000.0)
+    return {"satellite_p50_ms": median(total), "satellite_ms": [round(x, 1) for x in total],
+            "end_to_transcript_p50_ms": median(heard),
+            "transcript_to_audio_p50_ms": median(after),
+            "local_asr_p50_ms": median(decodes), "transcripts": sorted(set(map(str, transcripts))),
+            "satellite_runs": runs}
+
+
+def satellite_p50(ha: HomeHa, runs: int) -> float:
+    """For bench/home_latency.py: ``satellite_p50_ms`` on its running HA."""
+    asr, voice = load_engines()
+    with tempfile.TemporaryDirectory(prefix="satellite-latency-") as tmp, \
+            satellite_home(Path(tmp), asr, voice, ha=ha) as home:
+        return float(measure(home, runs)["satellite_p50_ms"] or 0.0)
+
+
+def load_engines() -> tuple[Any, Any]:
+    cfg = load_config()
+    asr = WhisperAsr(cfg)
+    asr.load()
+    voice = create_tts(cfg, "fastspeech2")
+    voice.load()
+    return asr, voice
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--runs", type=int, default=10, help="measured requests (at least 10)")
+    parser.add_argument("--text", default=TEXT, help="the request said after the wake phrase")
+    args, run = bench_run("satellite_latency", parser, argv)
+    if args.runs < 10:
+        parser.error(f"--runs {args.runs}: the figure needs at least 10 runs")
+    asr, voice = load_engines()
+    with tempfile.TemporaryDirectory(prefix="satellite-latency-") as tmp, satellite_home(Path(tmp), asr, voice) as home:
+        result = {"ha_version": home.ha.rest("GET", "/api/config")["version"], "text": args.text,
+                  **measure(home, args.runs, args.text)}
+    run.emit(result, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
