@@ -184,9 +184,11 @@ def measure_wedged(cfg: Config, llm: LlmEngine, runs: int) -> dict[str, Any]:
 
 
 def satellite_p50_ms(ha: HomeHa, runs: int) -> float | None:
-    """End of speech -> first reply audio on the board through HA's pipeline: measured by the satellite's
-    bench part (helper B adds it here); None until then, never an estimate."""
-    return None
+    """End of speech -> first reply audio on the board through HA's pipeline, on this HA: spoken requests
+    into the satellite (bench/satellite_latency.py, which also gives the figure's parts)."""
+    from bench.satellite_latency import satellite_p50
+
+    return satellite_p50(ha, runs)
 
 
 def main(argv: list[str] | None = None) -> int:
