@@ -10,7 +10,10 @@ says 小智小智, a 1 s pause and ``--text`` into the satellite's microphone in
 player). Over ``--runs`` runs (at least 10, after one warm-up run):
 
 - ``satellite_p50_ms``: end of speech (the request's last loud sample heard) -> the first block of HA's
-  reply handed to the board's player.
+  reply handed to the board's player, as the product runs: the board's VAD ends the request
+  (``audio-stop`` after ``hear.trailing_silence_ms``) unless HA's VAD does first.
+- ``ha_vad_p50_ms``: the same with HA's VAD alone deciding the end (a satellite that streams until
+  HA says it heard enough: the naive way), on the same HA right after.
 - its parts: ``end_to_transcript_p50_ms`` (end of speech -> HA's ``transcript``: HA's VAD deciding the
   end, then the ASR) and ``transcript_to_audio_p50_ms`` (HA's agent, the synthesis, the audio's way back).
 - ``local_asr_p50_ms``: the naive estimate of the same request answered on the board (the one Whisper
@@ -40,6 +43,26 @@ TEXT = "打开大灯"
 def measure(home: SatelliteHome, runs: int, text: str = TEXT) -> dict[str, Any]:
     """``runs`` spoken requests after one warm-up: the figures of the module docstring."""
     home.ask(text)  # warm-up: the first decode, HA's first pipeline run
+    out = timed(home, runs, text)
+    mic = home.satellite.mic
+    vad, mic.segmenter = mic.segmenter, None  # the naive satellite: HA's VAD alone ends the request
+    try:
+        naive = timed(home, runs, text)
+    finally:
+        mic.segmenter = vad
+    out.update({f"ha_vad_{k}": v for k, v in naive.items() if k.endswith("p50_ms")})
+    out["ha_vad_p50_ms"] = out.pop("ha_vad_satellite_p50_ms")
+    audio = spoken(home.voice, text)
+    decodes = []
+    for k in range(3):
+        t0 = time.monotonic()
+        home.asr.transcribe(audio + (k + 1) * 1e-5)  # its own input each: no kept encoding
+        decodes.append((time.monotonic() - t0) * 1000.0)
+    out["local_asr_p50_ms"] = median(decodes)
+    return out
+
+
+def timed(home: SatelliteHome, runs: int, text: str) -> dict[str, Any]:
     total, heard, after, transcripts = [], [], [], []
     for _ in range(runs):
         run = home.ask(text)
@@ -51,17 +74,9 @@ def measure(home: SatelliteHome, runs: int, text: str = TEXT) -> dict[str, Any]:
             after.append((run.reply.first_audio_at - run.heard_at) * 1000.0)
         transcripts.append(run.transcript)
         time.sleep(0.5)
-    audio = spoken(home.voice, text)
-    decodes = []
-    for k in range(3):
-        t0 = time.monotonic()
-        home.satellite.mic.wake.asr.transcribe(audio + (k + 1) * 1e-5)  # its own input each: no kept encoding
-        decodes.append((time.monotonic() - t0) * 1000.0)
     return {"satellite_p50_ms": median(total), "satellite_ms": [round(x, 1) for x in total],
-            "end_to_transcript_p50_ms": median(heard),
-            "transcript_to_audio_p50_ms": median(after),
-            "local_asr_p50_ms": median(decodes), "transcripts": sorted(set(map(str, transcripts))),
-            "satellite_runs": runs}
+            "end_to_transcript_p50_ms": median(heard), "transcript_to_audio_p50_ms": median(after),
+            "transcripts": sorted(set(map(str, transcripts))), "satellite_runs": runs}
 
 
 def satellite_p50(ha: HomeHa, runs: int) -> float:

@@ -572,3 +572,28 @@ def test_a_barge_in_also_drops_the_audio_of_the_cut_stream_still_to_come():
     assert wait_until(lambda: done == [stream, nxt]) and not nxt.cut
     assert player.samples - written == pytest.approx(0.1 * player.rate, abs=player.rate // 100)
     playback.close()
+
+
+def test_the_boards_vad_ends_the_request_without_waiting_for_home_assistant():
+    """With a segmenter, ``audio-stop`` goes out when the board's VAD closes the speech after the wake
+    (in audio time), not at max_request_s."""
+    from fakes import ScriptedSegmenter
+
+    cfg = config()
+    clock = FakeClock()
+    link = SatelliteLink(cfg, Playback(RecordingPlayer(cfg, clock), None, clock=clock), TimerTable(clock), clock)
+    link.running.set()
+    vad = ScriptedSegmenter([(0.5, 1.0), (2.0, 3.0)], silence_s=0.5)  # noise before the wake, the request
+    mic = SatelliteMic(MarkerWake([""]), link, link.playback, segmenter=vad)
+    frame = np.zeros(FRAME, np.float32)
+    marker = frame.copy()
+    marker[0] = 1
+    for _ in range(int(1.7 * RATE / FRAME)):
+        mic.accept(frame)
+    mic.accept(marker)  # the wake at ~1.7 s: speech before it is not the request
+    run = mic.run
+    assert run is not None
+    while not run.audio_stopped and mic.now_s < 10:
+        mic.accept(frame)
+    assert run.audio_stopped and 3.5 <= mic.now_s < 3.5 + 2 * FRAME / RATE  # the request's end + 0.5 s silence
+    assert not run.over.is_set()  # still waiting for HA's transcript

@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 
 
 def run_satellite(uri: str, args: argparse.Namespace, cfg: Config) -> int:
-    from rkvoice.satellite.run import Satellite, serve_file
+    from rkvoice.satellite.run import Satellite, board_vad, serve_file
     from rkvoice.stages import Hear, Speak
 
     cfg = replace(cfg, satellite=replace(cfg.satellite, uri=uri))  # checked as satellite.uri is
@@ -34,7 +34,7 @@ def run_satellite(uri: str, args: argparse.Namespace, cfg: Config) -> int:
     hear, speak = Hear(cfg), Speak(cfg, player=daemon_player)
     hear.load()
     speak.load()
-    sat = Satellite(cfg, hear, speak, uri=uri)
+    sat = Satellite(cfg, hear, speak, uri=uri, segmenter=board_vad(cfg))
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("%s: stopping the satellite", signal.Signals(signum).name)

@@ -3,8 +3,10 @@
 Frames (16 kHz float32, already echo-cancelled) go to the configured wake engine (the daemon's own,
 rkvoice.stages.Hear). On a wake, ``SatelliteLink.begin_run`` asks HA's pipeline and the audio heard
 since the wake phrase ended is sent first (a request may start while the wake is being decided);
-then every frame, until HA has heard the request (``transcript``), failed it, paused or left. A
-request said in the same breath as the phrase ("小智小智，打开客厅灯") is complete when the wake is
+then every frame, until HA has heard the request (``transcript``), failed it, paused or left. With
+a ``segmenter`` (the board's VAD, ``hear.trailing_silence_ms``) the satellite also ends the request
+itself: ``audio-stop`` once the VAD closes the speech after the wake, so HA's speech-to-text starts
+without waiting for HA's own VAD (bench/satellite_latency.py compares the two). A request said in the same breath as the phrase ("小智小智，打开客厅灯") is complete when the wake is
 decided: its segment is sent whole and ``audio-stop`` ends it. A wake while HA's reply plays is a
 barge-in: the reply is cut and a new run starts. All in audio time (sample counts): the same loop
 runs on the live microphone and on a recording.
@@ -20,7 +22,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from rkvoice.hear.sources import AudioSource
-from rkvoice.hear.vad import Segment
+from rkvoice.hear.vad import Segment, Segmenter
 from rkvoice.hear.wake import WakeEngine, WakeHit
 
 from .link import RATE, Run, SatelliteLink
@@ -45,8 +47,9 @@ class SatelliteMic:
 
     def __init__(self, wake: WakeEngine, link: SatelliteLink, playback: Playback,
                  on_run: Callable[[Run], None] | None = None, max_request_s: float = MAX_REQUEST_S,
-                 answer_wait_s: float = ANSWER_WAIT_S) -> None:
+                 answer_wait_s: float = ANSWER_WAIT_S, segmenter: Segmenter | None = None) -> None:
         self.wake = wake
+        self.segmenter = segmenter
         self.link = link
         self.playback = playback
         self.on_run = on_run
@@ -126,6 +129,17 @@ class SatelliteMic:
             self._listen()
         else:
             self.link.audio(run, frame)
+            self._heard(run, frame)
+
+    def _heard(self, run: Run, audio: np.ndarray) -> None:
+        """The board's VAD on the request's audio: ``audio-stop`` when it closes the speech."""
+        if self.segmenter is None or run.audio_stopped:
+            return
+        segments = self.segmenter.accept(audio)
+        if segments:
+            log.info("satellite: run %d: end of speech at %.2f s (the board's VAD); audio-stop", run.id,
+                     segments[0].end_s)
+            self.link.stop_audio(run)
 
     def _listen(self) -> None:
         if self.run is not None and not self.run.audio_stopped:
@@ -153,6 +167,9 @@ class SatelliteMic:
         if hit.request:
             self.link.audio(run, np.zeros(RATE // 4, np.float32))  # a little silence: HA's VAD sees the end
             self.link.stop_audio(run)
+        elif self.segmenter is not None:
+            self.segmenter.restart(self.samples - len(head))
+            self._heard(run, head)
         if self.on_run is not None:
             self.on_run(run)
 

@@ -19,6 +19,7 @@ from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.gate import PriorityGate
 from rkvoice.hear.echo import EchoCancelledSource, echo_filter
 from rkvoice.hear.sources import FRAME_SAMPLES, SAMPLE_RATE, AudioSource, WavFileSource
+from rkvoice.hear.vad import Segmenter
 from rkvoice.stages import Hear, Speak
 
 from .link import Run, SatelliteLink
@@ -36,11 +37,12 @@ REPLY_WAIT_S = 60.0
 
 class Satellite:
     """The satellite over loaded stages: ``hear`` (its wake engine) and ``speak`` (its player, wrapped
-    in the echo reference tap, and its Speaker for the board's own words). ``start()`` serves the
+    in the echo reference tap, and its Speaker for the board's own words). ``segmenter`` (loaded; see
+    ``board_vad``) ends requests on the board; without it HA's VAD alone does. ``start()`` serves the
     protocol on a thread; ``run(source)`` listens on the calling thread; ``close()`` ends both."""
 
     def __init__(self, cfg: Config, hear: Hear, speak: Speak, uri: str = "", clock: Clock | None = None,
-                 on_run: Callable[[Run], None] | None = None) -> None:
+                 on_run: Callable[[Run], None] | None = None, segmenter: Segmenter | None = None) -> None:
         assert hear.wake is not None and speak.player is not None, "load the hear and speak stages first"
         self.cfg = cfg
         self.clock = clock or MonotonicClock()
@@ -48,7 +50,7 @@ class Satellite:
         self.timers = TimerTable(self.clock)
         self.playback = Playback(speak.player, speak.speaker, cfg.audio.block_ms, self.clock)
         self.link = SatelliteLink(cfg, self.playback, self.timers, self.clock, uri=uri)
-        self.mic = SatelliteMic(hear.wake, self.link, self.playback, on_run=on_run)
+        self.mic = SatelliteMic(hear.wake, self.link, self.playback, on_run=on_run, segmenter=segmenter)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failed: BaseException | None = None
@@ -91,6 +93,13 @@ class Satellite:
             self._thread.join(3.0)
 
 
+def board_vad(cfg: Config) -> Segmenter:
+    """The board's end-of-request VAD for the satellite (``hear.trailing_silence_ms``), loaded."""
+    segmenter = Segmenter(cfg)
+    segmenter.load()
+    return segmenter
+
+
 class LoadedStages(Protocol):
     @property
     def hear(self) -> Hear: ...
@@ -109,7 +118,7 @@ class SatelliteListener:
         self.cfg = cfg
         self.source = source
         self.answer_gate = PriorityGate("answer")
-        self.satellite = Satellite(cfg, stages.hear, stages.speak, clock=clock)
+        self.satellite = Satellite(cfg, stages.hear, stages.speak, clock=clock, segmenter=board_vad(cfg))
         self.satellite.start()
 
     def run(self) -> None:
@@ -181,7 +190,7 @@ def serve_file(cfg: Config, uri: str, wav: str, out: str | None, pipeline_wait_s
         hear.load()
         speak.load()
     runs: list[Run] = []
-    sat = Satellite(cfg, hear, speak, uri=uri, on_run=runs.append)
+    sat = Satellite(cfg, hear, speak, uri=uri, on_run=runs.append, segmenter=board_vad(cfg) if own else None)
     ok = False
     try:
         sat.start()

@@ -96,6 +96,7 @@ class SatelliteHome:
     mic: LiveMic
     speak: Any
     voice: Any
+    asr: Any
     entities: dict[str, str]
     """The satellite entry's {domain: entity_id} (assist_satellite, ...)."""
 
@@ -121,16 +122,17 @@ class SatelliteHome:
 
 
 @contextlib.contextmanager
-def satellite_home(work: Path, asr: Any, voice: Any, player: Any = None, ha: HomeHa | None = None
-                   ) -> Iterator[SatelliteHome]:
+def satellite_home(work: Path, asr: Any, voice: Any, player: Any = None, ha: HomeHa | None = None,
+                   board_vad: bool = True) -> Iterator[SatelliteHome]:
     """HA (``ha``, else one started here with ``home_ha``) with rkvoice's services in its preferred pipeline
     and the satellite added and running on ``asr`` (loaded; the wake engine transcribes with it) and
     ``voice`` (loaded TtsEngine). ``player`` makes the board's player (default: a RecordingPlayer,
-    real-time paced)."""
+    real-time paced). ``board_vad``: the satellite ends requests with the board's VAD too (as the product
+    does), else HA's VAD alone."""
     from rkvoice.answer.assistant import Assistant
     from rkvoice.config import WyomingConfig, load_config
     from rkvoice.hear.wake_registry import create_wake
-    from rkvoice.satellite.run import Satellite
+    from rkvoice.satellite.run import Satellite, board_vad as make_vad
     from rkvoice.stages import Speak, wake_factory
     from rkvoice.state import StateStore
     from rkvoice.wyoming.engines import Engines
@@ -155,7 +157,7 @@ def satellite_home(work: Path, asr: Any, voice: Any, player: Any = None, ha: Hom
     wake.load()
     speak = Speak(cfg, player=player or (lambda c: RecordingPlayer(c)), tts=lambda c: voice, cue=False)
     speak.load()
-    satellite = Satellite(cfg, WakeOnly(wake), speak)
+    satellite = Satellite(cfg, WakeOnly(wake), speak, segmenter=make_vad(cfg) if board_vad else None)
     mic = LiveMic()
     listening = threading.Thread(target=satellite.run, args=(mic,), name="satellite-mic", daemon=True)
     try:
@@ -169,7 +171,7 @@ def satellite_home(work: Path, asr: Any, voice: Any, player: Any = None, ha: Hom
             added = ha.add_wyoming("127.0.0.1", satellite.link.port)
             sat_ents = ha.wyoming_entities(added["entry_id"], 1)
             assert satellite.link.running.wait(30), f"HA did not run the satellite\n{ha.log()}"
-            yield SatelliteHome(ha, satellite, mic, speak, voice, sat_ents)
+            yield SatelliteHome(ha, satellite, mic, speak, voice, asr, sat_ents)
     finally:
         mic.close()
         satellite.close()
