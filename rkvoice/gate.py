@@ -5,28 +5,40 @@ deadlines. Each engine therefore sits behind a ``PriorityGate``: one holder at a
 local caller waiting for the gate always goes before every waiting Wyoming request.
 
 - ASR and TTS: a Wyoming request takes the gate for one engine call only (one transcription, one
-  synthesised piece), so a local turn waits at most for the piece being synthesised (about a second).
+  synthesised piece or one part of a streamed piece), so a local turn waits at most for that call.
 - Answers: a Wyoming request holds the assistant gate for its whole reply; a local turn that wants
   the assistant aborts that reply (the client gets ``not-handled``) and takes over at once.
-- Wake decodes: a detect stream's decode goes on the ASR worker before every queued transcription.
 
-The local loop calls through ``Local``/``LocalAssistant`` views (local priority), remote callers
-through ``Engines``; the server alone (``--wyoming`` without the daemon) has no local caller.
+Callers reach an engine through a gated view that implements the engine's own protocol
+(``GatedAsr``/``GatedPrimedAsr`` for ``AsrEngine``/``PrimedAsr``, ``GatedTts`` for ``TtsEngine`` and
+``StreamingTts``): every call of the protocol runs through the view's ``Runner`` (the gate at local
+or remote priority, or a Wyoming worker), written out method by method, so a method added to a
+protocol is a type error here until it is gated (tests/test_gate.py checks every one). The local
+loop's assistant goes through ``LocalAssistant``. The Wyoming server's shared engines and worker
+threads are rkvoice.wyoming.engines.
 """
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol, TypeVar, cast
+
+import numpy as np
+
+from rkvoice.answer.assistant import Reply
+from rkvoice.answer.respond import Replier
+from rkvoice.hear.asr import AsrEngine
+from rkvoice.hear.wake import PrimedAsr, can_prime
+from rkvoice.tts.base import StreamingTts, TtsEngine, streams
+from rkvoice.turn import Turn
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class PriorityGate:
@@ -72,30 +84,118 @@ class PriorityGate:
                 self._cond.notify_all()
 
 
-ASR_CALLS = ("transcribe", "transcribe_primed", "phrase_logprob")
-"""The ASR's decoding calls (the last two: the wake engine's second look, where the engine has them)."""
-TTS_CALLS = ("generate",)
+class Runner(Protocol):
+    """Runs one engine call where it may run (behind a gate, on a worker) and returns its result."""
+
+    def __call__(self, call: Callable[[], T]) -> T: ...
 
 
 class Local:
-    """An engine as the local turn sees it: its ``calls`` (ASR_CALLS, TTS_CALLS) take the gate at
-    local priority, the rest passes through."""
+    """A Runner taking ``gate`` at local priority for each call."""
 
-    def __init__(self, engine: Any, gate: PriorityGate, calls: tuple[str, ...]) -> None:
-        self._engine = engine
-        self._gate = gate
-        self._calls = calls
+    def __init__(self, gate: PriorityGate) -> None:
+        self.gate = gate
 
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._engine, name)
-        if name not in self._calls:
-            return value
+    def __call__(self, call: Callable[[], T]) -> T:
+        with self.gate.local():
+            return call()
 
-        def gated(*args: Any, **kwargs: Any) -> Any:
-            with self._gate.local():
-                return value(*args, **kwargs)
 
-        return gated
+class Remote:
+    """A Runner taking ``gate`` at Wyoming priority for each call."""
+
+    def __init__(self, gate: PriorityGate) -> None:
+        self.gate = gate
+
+    def __call__(self, call: Callable[[], T]) -> T:
+        with self.gate.remote():
+            return call()
+
+
+class GatedAsr:
+    """An AsrEngine whose every call runs through ``run``."""
+
+    def __init__(self, engine: AsrEngine, run: Runner) -> None:
+        self.engine = engine
+        self.run = run
+        self.name = engine.name
+        self.languages = engine.languages
+
+    def load(self) -> None:
+        self.run(self.engine.load)
+
+    def transcribe(self, samples: np.ndarray) -> str:
+        return self.run(lambda: self.engine.transcribe(samples))
+
+
+class _PrimedEngine(AsrEngine, PrimedAsr, Protocol):
+    """An ASR engine with the wake engine's second look."""
+
+
+class GatedPrimedAsr(GatedAsr):
+    """A GatedAsr of an engine that has the PrimedAsr calls: those run through ``run`` too."""
+
+    engine: _PrimedEngine
+
+    def __init__(self, engine: _PrimedEngine, run: Runner) -> None:
+        super().__init__(engine, run)
+
+    def transcribe_primed(self, samples: np.ndarray, phrase: str) -> str:
+        return self.run(lambda: self.engine.transcribe_primed(samples, phrase))
+
+    def phrase_logprob(self, samples: np.ndarray, phrase: str) -> float:
+        return self.run(lambda: self.engine.phrase_logprob(samples, phrase))
+
+
+def gated_asr(engine: AsrEngine, run: Runner) -> GatedAsr:
+    """``engine`` behind ``run``: with the PrimedAsr calls when the engine has them (rkvoice.hear.wake
+    asks ``can_prime`` whether a second look can be had)."""
+    if can_prime(engine):
+        return GatedPrimedAsr(engine, run)  # type: ignore[arg-type]  # can_prime checked the calls
+    return GatedAsr(engine, run)
+
+
+class GatedTts:
+    """A TtsEngine (and StreamingTts) whose every synthesis call runs through ``run``: ``generate``
+    whole, ``stream`` one part at a time (a local turn waits at most for one part, not a piece)."""
+
+    def __init__(self, engine: TtsEngine, run: Runner) -> None:
+        self.engine = engine
+        self.run = run
+        self.name = engine.name
+        self.languages = engine.languages
+
+    @property
+    def sample_rate(self) -> int:
+        return self.engine.sample_rate
+
+    @property
+    def piece_chars(self) -> tuple[int, int] | None:
+        """The engine's own piece sizes (rkvoice.pieces.piece_chars), None when it has none."""
+        own: tuple[int, int] | None = getattr(self.engine, "piece_chars", None)
+        return own
+
+    @property
+    def streaming(self) -> bool:
+        return streams(self.engine)
+
+    def load(self) -> None:
+        self.run(self.engine.load)
+
+    def generate(self, text: str, sid: int = 0, speed: float = 1.0) -> tuple[np.ndarray, int]:
+        return self.run(lambda: self.engine.generate(text, sid, speed))
+
+    def stream(self, text: str, sid: int = 0, speed: float = 1.0) -> Iterator[tuple[np.ndarray, bool]]:
+        if not streams(self.engine):
+            raise TypeError(f"{self.name} does not stream now")
+        engine = cast(StreamingTts, self.engine)
+        parts = self.run(lambda: engine.stream(text, sid, speed))
+        end = (np.zeros(0, dtype=np.float32), True)
+        while True:
+            part = self.run(lambda: next(parts, end))
+            yield part
+            if part is end or part[1]:
+                return
 
 
 class LocalAssistant:
@@ -103,33 +203,30 @@ class LocalAssistant:
     while the LLM answers: until the reply's text stream is consumed or closed, or its turn is
     cancelled (a wedged model must not hold the next turn back). A tool's answer lets go at once."""
 
-    def __init__(self, assistant: Any, gate: PriorityGate) -> None:
-        self._assistant = assistant
-        self._gate = gate
+    def __init__(self, assistant: Replier, gate: PriorityGate) -> None:
+        self.assistant = assistant
+        self.gate = gate
 
-    def reply(self, text: str, turn: Any) -> Any:
-        held = self._gate.local()
+    def reply(self, text: str, turn: Turn) -> Reply:
+        held = self.gate.local()
         held.__enter__()
         once = threading.Lock()
 
-        def release(*_: Any) -> None:
+        def release(*_: object) -> None:
             if once.acquire(blocking=False):
                 held.__exit__(None, None, None)
 
         try:
-            result = self._assistant.reply(text, turn)
+            result = self.assistant.reply(text, turn)
         except BaseException:
             release()
             raise
-        if getattr(result, "llm", None) is None:
+        if result.llm is None:
             release()
             return result
         turn.on_cancel(release)
         result.deltas = _then_release(result.deltas, release)
         return result
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._assistant, name)
 
 
 def _then_release(deltas: Iterator[str], release: Callable[[], None]) -> Iterator[str]:
@@ -137,130 +234,3 @@ def _then_release(deltas: Iterator[str], release: Callable[[], None]) -> Iterato
         yield from deltas
     finally:
         release()
-
-
-WAKE, REMOTE = 0, 1
-"""Ranks on a Worker: a wake decode before every other queued remote call."""
-
-
-class Worker:
-    """One thread running submitted calls by rank, then in the order they came (one thread per engine
-    kind keeps the engines' per-thread caches and arenas few). Started on the first call."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self._cond = threading.Condition()
-        self._queue: list[tuple[int, int, Callable[[], Any], Future[Any]]] = []
-        self._order = itertools.count()
-        self._thread: threading.Thread | None = None
-        self._closed = False
-
-    def submit(self, call: Callable[[], Any], rank: int = REMOTE) -> Future[Any]:
-        done: Future[Any] = Future()
-        with self._cond:
-            if self._closed:
-                raise RuntimeError(f"{self.name} is shut down")
-            heapq.heappush(self._queue, (rank, next(self._order), call, done))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-                self._thread.start()
-            self._cond.notify()
-        return done
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._queue and not self._closed:
-                    self._cond.wait()
-                if not self._queue:
-                    return
-                _, _, call, done = heapq.heappop(self._queue)
-            if done.set_running_or_notify_cancel():  # skipped when its caller has given up
-                try:
-                    done.set_result(call())
-                except BaseException as exc:
-                    done.set_exception(exc)
-
-    def shutdown(self) -> None:
-        """Cancel the queued calls, let the running one finish, stop the thread."""
-        with self._cond:
-            self._closed = True
-            for *_, done in self._queue:
-                done.cancel()
-            self._queue.clear()
-            self._cond.notify_all()
-            thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
-
-
-@dataclass
-class Engines:
-    """Loaded engines shared by every connection, each behind its own gate: ``asr``, ``tts`` (the
-    default voice; further voices are loaded on first use and kept), ``assistant`` and ``wake_factory``
-    (makes a loaded wake engine from an ASR engine: a wake engine keeps stream state, so each detect
-    stream borrows its own, transcribing through a ``WakeAsr``). Wyoming calls run on one ``Worker``
-    per engine kind; ``close()`` stops them (``serve_wyoming`` calls it only for engines it loaded)."""
-
-    asr: Any
-    tts: Any
-    assistant: Any
-    wake_factory: Callable[[Any], Any]
-    voices: dict[str, Any] = field(default_factory=dict)
-    """Voice name -> loaded engine (the default voice included once it is known)."""
-    asr_gate: PriorityGate = field(default_factory=lambda: PriorityGate("asr"))
-    tts_gate: PriorityGate = field(default_factory=lambda: PriorityGate("tts"))
-    answer_gate: PriorityGate = field(default_factory=lambda: PriorityGate("answer"))
-    voices_lock: threading.Lock = field(default_factory=threading.Lock)
-    asr_worker: Worker = field(default_factory=lambda: Worker("wyoming-asr"))
-    tts_worker: Worker = field(default_factory=lambda: Worker("wyoming-tts"))
-    _idle_wakes: list[Any] = field(default_factory=list)
-    _wake_lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def decode(self, call: str, *args: Any, rank: int = REMOTE) -> Future[Any]:
-        """The ASR's ``call`` (one of ASR_CALLS) on the ASR worker at Wyoming priority, ``rank``
-        saying where it queues on the worker (WAKE: before the queued transcriptions)."""
-
-        def run() -> Any:
-            with self.asr_gate.remote():
-                return getattr(self.asr, call)(*args)
-
-        return self.asr_worker.submit(run, rank)
-
-    def borrow_wake(self) -> Any:
-        """A loaded wake engine for one detect stream (blocking: builds one when none is idle).
-        The server bounds how many are out at once (wyoming.max_wake_streams)."""
-        with self._wake_lock:
-            if self._idle_wakes:
-                return self._idle_wakes.pop()
-        return self.wake_factory(WakeAsr(self))
-
-    def return_wake(self, engine: Any) -> None:
-        with self._wake_lock:
-            self._idle_wakes.append(engine)
-
-    def close(self) -> None:
-        """Stop the worker threads (the engines themselves belong to whoever loaded them)."""
-        self.asr_worker.shutdown()
-        self.tts_worker.shutdown()
-        with self._wake_lock:
-            self._idle_wakes.clear()
-
-
-class WakeAsr:
-    """The ASR engine as a detect stream's wake engine sees it: Wyoming priority at the gate, but its
-    decodes go on the ASR worker before every queued transcription."""
-
-    name = "remote-asr"
-
-    def __init__(self, engines: Engines) -> None:
-        self._engines = engines
-
-    def load(self) -> None:
-        """Already loaded: the shared engine was loaded once at start."""
-
-    def __getattr__(self, name: str) -> Any:
-        """The engine's decoding calls (ASR_CALLS), as the class says."""
-        if name not in ASR_CALLS or not hasattr(self._engines.asr, name):
-            raise AttributeError(name)
-        return lambda *args: self._engines.decode(name, *args, rank=WAKE).result()

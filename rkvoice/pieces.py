@@ -7,8 +7,8 @@ speaker's TTS worker (the previous piece plays meanwhile), the Wyoming TTS worke
 sent as soon as it is ready), a bench's loop. Each piece is marked on the turn's timeline (chunk,
 synth_start, synth_end); a cancelled turn synthesises nothing more.
 
-An engine that streams (``engine.streaming``: the Piper voice, rkvoice.tts.piper_stream) gives a
-piece's audio in parts; each part goes out post-processed (``StreamPost``) as one ``Piece`` of the
+An engine that streams (a StreamingTts whose ``streaming`` is true: the Piper voice,
+rkvoice.tts.piper_stream; also a gated view of one, as the Wyoming server's) gives a piece's audio in parts; each part goes out post-processed (``StreamPost``) as one ``Piece`` of the
 same index as soon as it is made, so the first sound waits for the first part only. synth_end then
 comes after the piece's last part.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
 import numpy as np
 
@@ -27,6 +27,7 @@ from rkvoice.config import Config
 from rkvoice.text.normalize import speakable
 from rkvoice.text.split import split_for_tts
 from rkvoice.timeline import Ev
+from rkvoice.tts.base import StreamingTts, TtsEngine, streams
 from rkvoice.turn import Turn
 
 FIRST_AHEAD_MS = 40
@@ -34,10 +35,6 @@ FIRST_AHEAD_MS = 40
 after the lead trim is 20-80 ms (the voice's onset varies); 20 ms left a 40 ms gap while the next
 window was made (2 of 12 idle runs, Piper voice, 2-core x86_64); holding below 40 ms left none in
 12 runs (60 ms: none either, first audio p50 +4 ms)."""
-
-Synth = Callable[[str], tuple[np.ndarray, int]]
-"""Speakable text -> (float32 mono samples, their rate): one engine call."""
-
 
 def piece_chars(cfg: Config, engine: object) -> tuple[int, int]:
     """(first, later) piece lengths in characters: the engine's own when it has them (the Matcha
@@ -59,28 +56,29 @@ class Piece:
 
 
 class Pieces:
-    """One turn's speech through ``engine``: ``pieces(text)`` yields its pieces, synthesised one by one.
+    """One turn's speech through ``engine`` (a loaded voice, or a gated view of one): ``pieces(text)``
+    yields its pieces, synthesised one by one, streamed when the engine streams (``streams``).
 
-    ``out_rate`` None keeps the voice's rate; blocks are ``block_ms`` long (at least one sample).
-    ``synth`` replaces the plain engine call (the Wyoming server takes the engine's gate in it);
-    ``normalize`` and ``split`` replace ``speakable`` and ``split_for_tts``; synthesis time is taken on
-    ``clock`` (default: the turn's).
+    ``out_rate`` None keeps the voice's rate; blocks are ``block_ms`` long (at least one sample);
+    ``sid`` (default ``tts.sid``) is the speaker; ``normalize`` and ``split`` replace ``speakable`` and
+    ``split_for_tts``; synthesis time is taken on ``clock`` (default: the turn's).
     """
 
-    def __init__(self, engine: Any, cfg: Config, turn: Turn, *, out_rate: int | None = None,
-                 block_ms: int | None = None, fade_ms: float | None = None, synth: Synth | None = None,
+    def __init__(self, engine: TtsEngine, cfg: Config, turn: Turn, *, out_rate: int | None = None,
+                 block_ms: int | None = None, fade_ms: float | None = None, sid: int | None = None,
                  normalize: Callable[[str], str] | None = None,
                  split: Callable[[str, int, int], list[str]] | None = None, clock: Clock | None = None) -> None:
+        self.engine = engine
         self.turn = turn
         self.clock = clock or turn.clock
         self.first, self.later = piece_chars(cfg, engine)
         self.out_rate = out_rate
         self.block_ms = cfg.audio.block_ms if block_ms is None else block_ms
         self.fade_ms = cfg.audio.crossfade_ms if fade_ms is None else fade_ms
-        self._synth = synth or (lambda text: engine.generate(text, sid=cfg.tts.sid, speed=cfg.tts.speed))
-        self._stream = None if synth or not getattr(engine, "streaming", False) else (
-            lambda text: engine.stream(text, sid=cfg.tts.sid, speed=cfg.tts.speed))
-        self._stream_rate = int(engine.sample_rate) if self._stream else 0
+        self.sid = cfg.tts.sid if sid is None else sid
+        self.speed = cfg.tts.speed
+        self.streaming = streams(engine)
+        """Whether each piece's audio goes out in parts as it is made (else whole, from ``generate``)."""
         self._normalize = normalize or speakable
         self._split = split or split_for_tts
         self.count = 0
@@ -102,7 +100,7 @@ class Pieces:
         for chunk in self.cut(text, limit):
             if self.turn.cancelled:
                 return
-            if self._stream is not None:
+            if self.streaming:
                 yield from self.streamed(chunk)
                 continue
             piece = self.synthesise(chunk)
@@ -112,14 +110,15 @@ class Pieces:
 
     def streamed(self, text: str) -> Iterator[Piece]:
         """One piece made in parts (the engine's stream), each part a Piece as soon as it is made."""
-        assert self._stream is not None
+        engine = cast(StreamingTts, self.engine)  # self.streaming: streams(engine)
         index, tl, tid = self.count, self.turn.timeline, self.turn.id
         self.count += 1
         tl.mark(Ev.CHUNK, turn=tid, index=index, text=text)
         tl.mark(Ev.SYNTH_START, turn=tid, index=index)
-        rate, out_rate = self._stream_rate, self.out_rate or self._stream_rate
+        rate = int(engine.sample_rate)
+        out_rate = self.out_rate or rate
         post = StreamPost(rate, out_rate, max(1, out_rate * self.block_ms // 1000), self.fade_ms)
-        parts, synth_ms, samples, last = iter(self._stream(text)), 0.0, 0, False
+        parts, synth_ms, samples, last = iter(engine.stream(text, self.sid, self.speed)), 0.0, 0, False
         held = np.zeros((0, post.block), dtype=np.int16) if index == 0 else None
         while not last and not self.turn.cancelled:
             t0 = self.clock.now()
@@ -142,7 +141,7 @@ class Pieces:
         tl.mark(Ev.CHUNK, turn=tid, index=index, text=text)
         t0 = self.clock.now()
         tl.mark(Ev.SYNTH_START, turn=tid, index=index)
-        samples, rate = self._synth(text)
+        samples, rate = self.engine.generate(text, self.sid, self.speed)
         synth_ms = (self.clock.now() - t0) * 1000.0
         samples = np.asarray(samples, dtype=np.float32).reshape(-1)
         tl.mark(Ev.SYNTH_END, turn=tid, index=index, synth_ms=round(synth_ms, 3), audio_s=round(len(samples) / rate, 4))

@@ -1,11 +1,12 @@
 """The composition root: every mode's engines are built here, from the registries, and nowhere else.
 
 Three stages (``hear``, ``answer``, ``speak``), each built unloaded (``StageSpec.build``), then
-``load()``-ed and ``close()``-d, and reloaded on SIGHUP when its part of the config (``StageSpec.key``)
-changed. ``Hear`` and ``Speak`` keep their engines behind priority gates (rkvoice.gate): the local
-turn reaches them through ``Local`` views, a Wyoming server through ``shared()``, so the local turn
-always goes first. The daemon runs ``product_plan``, the Wyoming server alone ``serving_stages``,
-through a ``StageSet``; the CLI modes build the same stages.
+``load()``-ed and ``close()``-d, and reloaded on SIGHUP when a field of a config section it reads
+(``StageSpec.reads``) changed. ``Hear`` and ``Speak`` keep their engines behind priority gates
+(rkvoice.gate): the local turn reaches them through gated views at local priority, a Wyoming server
+(rkvoice.wyoming.engines) through the same gates at remote priority, so the local turn always goes
+first. The daemon runs ``product_plan``, the Wyoming server alone ``serving_stages``, through a
+``StageSet`` whose loaded ``Stages`` it hands on; the CLI modes build the same stages.
 """
 
 from __future__ import annotations
@@ -13,17 +14,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any
+from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
 from rkvoice.answer.assistant import Assistant
+from rkvoice.answer.llm.base import LlmEngine
 from rkvoice.audio.players import PLAYERS, Player, choose_player
 from rkvoice.clock import Clock
 from rkvoice.config import Config, zone
-from rkvoice.gate import ASR_CALLS, TTS_CALLS, Engines, Local, PriorityGate
+from rkvoice.gate import GatedAsr, GatedTts, Local, PriorityGate, gated_asr
 from rkvoice.hear.ahead import TranscribeAhead
 from rkvoice.hear.asr import AsrEngine, create_asr
 from rkvoice.hear.cue import ack_cue
@@ -53,17 +55,19 @@ def installed_voice(cfg: Config, spec: VoiceSpec) -> TtsEngine:
     return engine
 
 
-def assistant(cfg: Config, clock: Clock | None = None, time_zone: str | None = None, **kwargs: Any) -> Assistant:
+def assistant(cfg: Config, clock: Clock | None = None, time_zone: str | None = None,
+              llm: LlmEngine | None = None) -> Assistant:
     """The assistant (unloaded), answering on the clock of ``time_zone`` (default ``wyoming.time_zone``;
-    empty = the system's): the server and its clients may not share one."""
+    empty = the system's): the server and its clients may not share one. ``llm`` replaces the
+    configured model (a test's scripted one)."""
     name = cfg.wyoming.time_zone if time_zone is None else time_zone
     tz = zone(name) if name else None
-    return Assistant(cfg, clock, now=lambda: datetime.now(tz).astimezone(tz), **kwargs)  # tz None: the system's zone
+    return Assistant(cfg, clock, llm=llm, now=lambda: datetime.now(tz).astimezone(tz))  # tz None: the system's zone
 
 
-def wake_factory(cfg: Config) -> Callable[[Any], Any]:
+def wake_factory(cfg: Config) -> Callable[[AsrEngine], WakeEngine]:
     """A maker of loaded wake engines for detect streams (asr-match transcribes through ``asr``)."""
-    def build(asr: Any) -> Any:
+    def build(asr: AsrEngine) -> WakeEngine:
         engine = create_wake(cfg, asr)
         engine.load()
         return engine
@@ -81,7 +85,8 @@ class Hear:
         self.asr: AsrEngine | None = None
         self.wake: WakeEngine | None = None
         self.segmenter: Segmenter | None = None
-        self.heard: Any = None  # the ASR as the wake and the session call it (gated, maybe ahead)
+        self.heard: GatedAsr | TranscribeAhead | None = None
+        """The ASR as the wake engine and the session call it: gated, maybe transcribing ahead."""
         self.gate = PriorityGate("asr")
 
     def load(self) -> None:
@@ -89,7 +94,7 @@ class Hear:
         self.asr.load()
         if self.asr_only:
             return
-        local = Local(self.asr, self.gate, ASR_CALLS)
+        local = gated_asr(self.asr, Local(self.gate))
         ahead = self.cfg.hear.transcribe_ahead
         self.heard = TranscribeAhead(local) if ahead else local
         self.wake = wake_factory(self.cfg)(self.heard)
@@ -98,13 +103,15 @@ class Hear:
 
     def session(self) -> HearSession:
         assert self.asr is not None and self.wake is not None and self.segmenter is not None, "load() first"
-        return HearSession(self.cfg, self.heard, self.wake, self.segmenter)
+        return HearSession(self.cfg, self.heard or self.asr, self.wake, self.segmenter)
 
     def close(self) -> None:
         if isinstance(self.heard, TranscribeAhead):
             self.heard.close()
         for engine in (self.wake, self.asr):
-            getattr(engine, "close", lambda: None)()
+            close = getattr(engine, "close", None)  # not every engine holds something to free
+            if close is not None:
+                close()
 
 
 class Speak:
@@ -137,7 +144,7 @@ class Speak:
         if self._player_factory is None:
             return
         self.player = ReferenceTap(self._player_factory(self.cfg), self.played, self._clock)
-        self.speaker = Speaker(Local(self.tts, self.gate, TTS_CALLS), self.player, self.cfg, self._clock)
+        self.speaker = Speaker(GatedTts(self.tts, Local(self.gate)), self.player, self.cfg, self._clock)
         self.speaker.load()
         if self._cue:
             self.cue = ack_cue(self.cfg, self.tts, self.player.rate)
@@ -158,44 +165,81 @@ def daemon_player(cfg: Config) -> Player:
     return player
 
 
-def shared(cfg: Config, hear: Hear, answer: Assistant, speak: Speak,
-           answer_gate: PriorityGate | None = None) -> Engines:
-    """The loaded stages for remote (Wyoming) callers: the same engines behind the same gates."""
-    assert hear.asr is not None and speak.tts is not None, "load() first"
-    return Engines(asr=hear.asr, tts=speak.tts, assistant=answer, wake_factory=wake_factory(cfg),
-                   asr_gate=hear.gate, tts_gate=speak.gate, answer_gate=answer_gate or PriorityGate("answer"))
+class Stage(Protocol):
+    """What the composition root does with a stage: load it (the heavy work), close it."""
+
+    def load(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
-def hear_key(cfg: Config) -> object:
-    return (cfg.hear, cfg.models)
-
-
-def answer_key(cfg: Config) -> object:
-    return (cfg.llm, cfg.models, cfg.state, cfg.wyoming.time_zone)
-
-
-def speak_key(cfg: Config) -> object:
-    a = cfg.audio
-    return (cfg.tts, cfg.models, cfg.hear.ack, cfg.hear.ack_text, a.player, a.device, a.output_rate,
-            a.block_ms, a.crossfade_ms)
+S = TypeVar("S", bound=Stage)
+SECTIONS = tuple(f.name for f in fields(Config))
 
 
 @dataclass(frozen=True)
-class StageSpec:
-    """One resident stage: which config it depends on and how to build it (unloaded)."""
+class StageSpec(Generic[S]):
+    """One resident stage: the config sections it reads and how to build it (unloaded)."""
 
     name: str
-    key: Callable[[Config], Any]
-    """The part of the config the stage depends on; a change reloads it on SIGHUP."""
-    build: Callable[[Config], Any]
+    reads: tuple[str, ...]
+    """The config sections the stage reads (attributes of Config): a change in any of their fields
+    reloads it on SIGHUP."""
+    build: Callable[[Config], S]
     """Returns the stage, not yet loaded (``load()`` does the heavy work)."""
+
+    def __post_init__(self) -> None:
+        unknown = [r for r in self.reads if r not in SECTIONS]
+        if unknown:
+            raise ValueError(f"stage {self.name} reads unknown config sections {unknown}; sections: {SECTIONS}")
+
+    def key(self, cfg: Config) -> tuple[object, ...]:
+        """The sections it reads, as they are in ``cfg`` (frozen dataclasses: equal when every field is)."""
+        return tuple(getattr(cfg, section) for section in self.reads)
+
+
+HEAR_READS = ("hear", "models")
+ANSWER_READS = ("llm", "models", "state", "home_assistant", "hear", "wyoming")
+"""The assistant's name comes from hear.wake_phrase, its clock from wyoming.time_zone."""
+SPEAK_READS = ("tts", "audio", "models", "hear")
+"""The wake cue is hear.ack / hear.ack_text."""
+
+
+def hear_spec(build: Callable[[Config], Hear]) -> StageSpec[Hear]:
+    return StageSpec("hear", HEAR_READS, build)
+
+
+def answer_spec(build: Callable[[Config], Assistant]) -> StageSpec[Assistant]:
+    return StageSpec("answer", ANSWER_READS, build)
+
+
+def speak_spec(build: Callable[[Config], Speak]) -> StageSpec[Speak]:
+    return StageSpec("speak", SPEAK_READS, build)
+
+
+@dataclass(frozen=True)
+class StageSpecs:
+    """How to build the three stages."""
+
+    hear: StageSpec[Hear]
+    answer: StageSpec[Assistant]
+    speak: StageSpec[Speak]
+
+
+@dataclass(frozen=True)
+class Stages:
+    """The three loaded stages."""
+
+    hear: Hear
+    answer: Assistant
+    speak: Speak
 
 
 @dataclass(frozen=True)
 class Plan:
-    """Everything the daemon runs: the "hear", "answer" and "speak" stages and the audio source."""
+    """Everything the daemon runs: the stages and the audio source."""
 
-    stages: tuple[StageSpec, ...]
+    stages: StageSpecs
     source: Callable[[Config], AudioSource]
     """Opens the microphone (or a scripted stand-in); raises RkvoiceError("audio", "device-...")."""
 
@@ -204,73 +248,104 @@ def product_plan(cfg: Config, source: Callable[[Config], AudioSource] | None = N
                  player: Callable[[Config], Player] | None = None) -> Plan:
     """The daemon's real stages; ``source``/``player`` replace the microphone/player (the soak)."""
     return Plan(
-        stages=(
-            StageSpec("hear", hear_key, Hear),
-            StageSpec("answer", answer_key, assistant),
-            StageSpec("speak", speak_key, lambda c: Speak(c, player or daemon_player)),
-        ),
+        stages=StageSpecs(hear_spec(Hear), answer_spec(assistant),
+                          speak_spec(lambda c: Speak(c, player or daemon_player))),
         source=source or microphone,
     )
 
 
-def serving_stages(time_zone: str) -> tuple[StageSpec, ...]:
+def serving_stages(time_zone: str) -> StageSpecs:
     """The Wyoming server's stages when it runs alone: the ASR, the assistant answering in
     ``time_zone``, the default voice."""
-    return (
-        StageSpec("hear", hear_key, lambda c: Hear(c, asr_only=True)),
-        StageSpec("answer", answer_key, lambda c: assistant(c, time_zone=time_zone)),
-        StageSpec("speak", speak_key, Speak),
-    )
+    return StageSpecs(hear_spec(lambda c: Hear(c, asr_only=True)),
+                      answer_spec(lambda c: assistant(c, time_zone=time_zone)), speak_spec(Speak))
+
+
+class _Slot(Generic[S]):
+    """One stage of a StageSet: its spec, the loaded stage (None while there is none) and its key."""
+
+    def __init__(self, spec: StageSpec[S]) -> None:
+        self.spec = spec
+        self.stage: S | None = None
+        self.key: tuple[object, ...] = ()
+
+    def get(self) -> S:
+        if self.stage is None:
+            raise RuntimeError(f"the {self.spec.name} stage is not loaded")
+        return self.stage
+
+    def load(self, cfg: Config) -> None:
+        t0 = time.monotonic()
+        stage = self.spec.build(cfg)
+        stage.load()
+        log.info("loaded %s (%s) in %.2f s", self.spec.name, type(stage).__name__, time.monotonic() - t0)
+        self.stage, self.key = stage, self.spec.key(cfg)
+
+    def close(self) -> None:
+        stage, self.stage = self.stage, None
+        if stage is None:
+            return
+        try:
+            stage.close()
+        except Exception as exc:
+            log.error("closing %s failed: %s", self.spec.name, exc)
+
+
+_AnySlot = _Slot[Hear] | _Slot[Assistant] | _Slot[Speak]
 
 
 class StageSet:
-    """Holds one loaded stage per StageSpec, with the config key it was loaded for."""
+    """Holds the loaded stages of ``specs``, each with the config key it was loaded for."""
 
-    def __init__(self, specs: tuple[StageSpec, ...], on_progress: Callable[[str], None] | None = None):
+    def __init__(self, specs: StageSpecs, on_progress: Callable[[str], None] | None = None):
         self.specs = specs
-        self.engines: dict[str, Any] = {}
-        self._keys: dict[str, Any] = {}
+        self._hear, self._answer, self._speak = _Slot(specs.hear), _Slot(specs.answer), _Slot(specs.speak)
         self._progress = on_progress or (lambda _msg: None)
 
-    def _load(self, spec: StageSpec, cfg: Config) -> Any:
-        self._progress(f"loading {spec.name}")
-        t0 = time.monotonic()
-        engine = spec.build(cfg)
-        engine.load()
-        log.info("loaded %s (%s) in %.2f s", spec.name, type(engine).__name__, time.monotonic() - t0)
-        return engine
+    def _slots(self) -> tuple[_AnySlot, ...]:
+        return self._hear, self._answer, self._speak
+
+    @property
+    def stages(self) -> Stages:
+        """The loaded stages (RuntimeError when one is not loaded: see ``complete``)."""
+        return Stages(self._hear.get(), self._answer.get(), self._speak.get())
+
+    @property
+    def complete(self) -> bool:
+        """Whether every stage is loaded (a failed reload whose restore failed too leaves one out)."""
+        return all(slot.stage is not None for slot in self._slots())
+
+    @property
+    def loaded(self) -> list[str]:
+        """The names of the loaded stages."""
+        return [slot.spec.name for slot in self._slots() if slot.stage is not None]
+
+    def _load(self, slot: _AnySlot, cfg: Config) -> None:
+        self._progress(f"loading {slot.spec.name}")
+        slot.load(cfg)
 
     def load_all(self, cfg: Config) -> None:
-        for spec in self.specs:
-            self.engines[spec.name] = self._load(spec, cfg)
-            self._keys[spec.name] = spec.key(cfg)
+        for slot in self._slots():
+            self._load(slot, cfg)
 
     def reload(self, old_cfg: Config, new_cfg: Config) -> list[str]:
         """Reload the stages whose config key changed; returns their names. The old stage is closed before
         the new one loads (the board has no RAM for two LLMs); if that fails, the old config is loaded
         back and the error re-raised (fatal to the process if even that fails)."""
-        changed = [s for s in self.specs if s.key(new_cfg) != self._keys.get(s.name)]
-        for spec in changed:
-            _close(spec.name, self.engines.pop(spec.name, None))
+        changed = [slot for slot in self._slots() if slot.spec.key(new_cfg) != slot.key]
+        for slot in changed:
+            slot.close()
             try:
-                self.engines[spec.name] = self._load(spec, new_cfg)
+                self._load(slot, new_cfg)
             except Exception as exc:
-                log.error("reloading %s failed (%s); restoring the previous config", spec.name, exc)
+                log.error("reloading %s failed (%s); restoring the previous config", slot.spec.name, exc)
                 try:
-                    self.engines[spec.name] = self._load(spec, old_cfg)
+                    self._load(slot, old_cfg)
                 except Exception as again:
-                    log.critical("restoring %s failed too: %s", spec.name, again)
+                    log.critical("restoring %s failed too: %s", slot.spec.name, again)
                 raise
-            self._keys[spec.name] = spec.key(new_cfg)
-        return [s.name for s in changed]
+        return [slot.spec.name for slot in changed]
 
     def close_all(self) -> None:
-        for spec in reversed(self.specs):
-            _close(spec.name, self.engines.pop(spec.name, None))
-
-
-def _close(name: str, engine: Any) -> None:
-    try:
-        getattr(engine, "close", lambda: None)()  # None (never loaded) has no close either
-    except Exception as exc:
-        log.error("closing %s failed: %s", name, exc)
+        for slot in reversed(self._slots()):
+            slot.close()

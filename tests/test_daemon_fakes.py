@@ -12,6 +12,7 @@ import logging
 import os
 import queue
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from rkvoice.daemon.service import EXIT_OK, EXIT_REPEATED_FAILURES, Daemon
 from rkvoice.errors import Code, RkvoiceError, Stage
 from rkvoice.hear.session import Mode
 from rkvoice.hear.sources import AudioSource
-from rkvoice.stages import Hear, Plan, Speak, StageSpec, answer_key, hear_key, speak_key
+from rkvoice.stages import Hear, Plan, Speak, StageSpecs, answer_spec, hear_spec, speak_spec
 from rkvoice.turn import Turn
 from tests.support import FakeClock
 
@@ -77,8 +78,7 @@ class Rig:
             self.speak = Speak(c, player=lambda cc: NullPlayer(cc), tts=lambda cc: self.voice)
             return self.speak
 
-        return Plan(stages=(StageSpec("hear", hear_key, hear), StageSpec("answer", answer_key, answer),
-                            StageSpec("speak", speak_key, speak)), source=self.source)
+        return Plan(stages=StageSpecs(hear_spec(hear), answer_spec(answer), speak_spec(speak)), source=self.source)
 
     def source(self, cfg: Config) -> AudioSource:
         self.mic_opened += 1
@@ -278,7 +278,7 @@ def test_watchdog_pings_stop_while_hearing_is_wedged(tmp_path: Path) -> None:
     sock.settimeout(5)
     cfg = _cfg(tmp_path, stall_s=60.0)
     plan = rig.plan()
-    wedged = Plan(stages=(StageSpec("hear", hear_key, lambda c: WedgedHear(c, rig.script)), *plan.stages[1:]),
+    wedged = Plan(stages=replace(plan.stages, hear=hear_spec(lambda c: WedgedHear(c, rig.script))),
                   source=lambda c: ScriptedMic(1, lambda done: True))
     d = Daemon(cfg, wedged, lambda: cfg, notifier=Notifier(socket_name=str(path), watchdog_usec="20000"),
                clock=clock)
@@ -323,13 +323,13 @@ def test_reload_reaches_the_running_loop_and_swaps_only_the_changed_engine(tmp_p
     rig = Rig([])
     builds: list[float] = []
     plan = rig.plan()
-    speak_build = plan.stages[2].build
+    speak_build = plan.stages.speak.build
 
-    def counted(c: Config) -> Any:
+    def counted(c: Config) -> Speak:
         builds.append(c.tts.speed)
         return speak_build(c)
 
-    plan = Plan(stages=(*plan.stages[:2], StageSpec("speak", speak_key, counted)), source=plan.source)
+    plan = Plan(stages=replace(plan.stages, speak=speak_spec(counted)), source=plan.source)
     cfgs = [_cfg(tmp_path)]
     d = rig.daemon = Daemon(cfgs[0], plan, lambda: cfgs[-1], notifier=Notifier(socket_name=""))
     t = threading.Thread(target=d.run, kwargs={"handle_signals": False}, daemon=True)
@@ -343,7 +343,7 @@ def test_reload_reaches_the_running_loop_and_swaps_only_the_changed_engine(tmp_p
         assert wait_until(lambda: len(builds) == 2 and rig.mic_opened == 2)
         assert builds == [1.0, 1.3]
         assert d.listener is not first_loop  # the loop runs again, on the new engine
-        assert d.stages.engines["hear"] is rig.hear and not rig.hear.closed  # hear was not reloaded
+        assert d.stages.stages.hear is rig.hear and not rig.hear.closed  # hear was not reloaded
     finally:
         d.request_stop()
         t.join(5)
@@ -452,10 +452,10 @@ def subprocess_plan(cfg: Config) -> Plan:
         return build
 
     return Plan(
-        stages=(
-            StageSpec("hear", hear_key, built("hear", lambda c: FakeHear(c, script))),
-            StageSpec("answer", answer_key, built("answer", lambda c: Assistant(c, llm=EchoLlm(events, hold)))),
-            StageSpec("speak", speak_key, built("speak", lambda c: Speak(
+        stages=StageSpecs(
+            hear_spec(built("hear", lambda c: FakeHear(c, script))),
+            answer_spec(built("answer", lambda c: Assistant(c, llm=EchoLlm(events, hold)))),
+            speak_spec(built("speak", lambda c: Speak(
                 c, player=lambda cc: NullPlayer(cc), tts=lambda cc: LoggedVoice(events)))),
         ),
         source=lambda c: SpoolMic(script, events),

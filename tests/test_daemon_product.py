@@ -17,7 +17,7 @@ from rkvoice.audio.sinks import NullPlayer
 from rkvoice.config import Config, load_config
 from rkvoice.daemon.listener import Listener
 from rkvoice.errors import RkvoiceError
-from rkvoice.stages import Hear, Speak
+from rkvoice.stages import Hear, Speak, Stages
 from rkvoice.turn import Turn
 
 
@@ -53,13 +53,13 @@ def live(tmp_path: Path, script: list[Any], llm: ScriptedLlm | None = None, **ac
     speak = Speak(cfg, player=lambda c: NullPlayer(c), tts=lambda c: voice)
     speak.load()
     host = FakeHost()
-    engines = {"hear": ScriptedHear(cfg, script), "answer": Assistant(cfg, llm=llm or ScriptedLlm()), "speak": speak}
-    wake = engines["hear"].wake
+    stages = Stages(ScriptedHear(cfg, script), Assistant(cfg, llm=llm or ScriptedLlm()), speak)
+    wake = stages.hear.wake
 
     def ready(done: int) -> bool:
         return wake.seen >= done and (not done or bool(host.reports))
 
-    return Listener(engines, cfg, host.report, host.busy, source=lambda c: ScriptedMic(len(script), ready)), host, voice
+    return Listener(stages, cfg, host.report, host.busy, source=lambda c: ScriptedMic(len(script), ready)), host, voice
 
 
 def run(h: Listener, until: Any) -> None:

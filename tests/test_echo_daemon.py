@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from rkvoice.daemon.service import Daemon
 from rkvoice.hear import echo as echo_module
 from rkvoice.hear.echo import EchoFilter, PlayedAudio
 from rkvoice.hear.vad import vad_model_path
-from rkvoice.stages import Speak, StageSpec, assistant, product_plan
+from rkvoice.stages import Speak, answer_spec, assistant, product_plan, speak_spec
 from tests.support import ManualClock, SteppedSource
 from tests.support.echo import USER_DBFS, Voices, rms, room_ir
 
@@ -138,10 +139,9 @@ class Run:
         self.room = EchoRoom(lambda: self.speak.played, script, room_ir(DELAY_MS, seed=3), gain, self.clock,
                              self._settle, lambda tick: until(self, tick))
         plan = product_plan(self.cfg, source=lambda c: self.room)
-        hear, answer, speak = plan.stages
-        answer = StageSpec("answer", answer.key, lambda c: assistant(c, llm=self.llm))
-        speak = StageSpec("speak", speak.key, lambda c: Speak(c, self._player, clock=self.clock))
-        plan = type(plan)(stages=(hear, answer, speak), source=plan.source)
+        stages = replace(plan.stages, answer=answer_spec(lambda c: assistant(c, llm=self.llm)),
+                         speak=speak_spec(lambda c: Speak(c, self._player, clock=self.clock)))
+        plan = replace(plan, stages=stages)
         self.daemon = CountingDaemon(self.cfg, plan, lambda: self.cfg, notifier=Notifier(socket_name=""),
                                      clock=self.clock, still=self.still)
 
@@ -150,9 +150,9 @@ class Run:
         return self.player
 
     @property
-    def speak(self) -> Any:
+    def speak(self) -> Speak:
         assert self.daemon is not None
-        return self.daemon.stages.engines["speak"]
+        return self.daemon.stages.stages.speak
 
     @property
     def loop(self) -> Any:

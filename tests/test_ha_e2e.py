@@ -323,9 +323,9 @@ def ha(hear_asr, hear_voice, hear_fixtures, tmp_path_factory) -> Iterator[dict[s
 
     from rkvoice.answer.assistant import Assistant
     from rkvoice.config import WyomingConfig, load_config
-    from rkvoice.gate import Engines
     from rkvoice.stages import wake_factory
     from rkvoice.state import StateStore
+    from rkvoice.wyoming.engines import Engines
     from rkvoice.wyoming.server import serve_wyoming
 
     work = tmp_path_factory.mktemp("ha_e2e")

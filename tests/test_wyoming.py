@@ -34,8 +34,8 @@ from wyoming.tts import (  # noqa: E402
 from wyoming.wake import Detect, Detection, NotDetected  # noqa: E402
 
 from rkvoice.config import WyomingConfig  # noqa: E402
-from rkvoice.gate import Engines  # noqa: E402
 from rkvoice.stages import wake_factory  # noqa: E402
+from rkvoice.wyoming.engines import Engines  # noqa: E402
 from rkvoice.wyoming.server import serve_wyoming  # noqa: E402
 from tests.support import cer  # noqa: E402
 

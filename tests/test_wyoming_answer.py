@@ -20,8 +20,9 @@ from wyoming.event import Event  # noqa: E402
 from wyoming.handle import Handled, HandledChunk, NotHandled  # noqa: E402
 
 from rkvoice.config import WyomingConfig, load_config  # noqa: E402
-from rkvoice.gate import Engines, LocalAssistant  # noqa: E402
+from rkvoice.gate import LocalAssistant  # noqa: E402
 from rkvoice.turn import Turn  # noqa: E402
+from rkvoice.wyoming.engines import Engines  # noqa: E402
 from rkvoice.wyoming.server import serve_wyoming  # noqa: E402
 
 QUESTION = "用一句话介绍一下月亮"

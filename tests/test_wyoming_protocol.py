@@ -40,9 +40,9 @@ from wyoming.tts import (  # noqa: E402
 
 from rkvoice.config import WyomingConfig, load_config  # noqa: E402
 from rkvoice.errors import RkvoiceError  # noqa: E402
-from rkvoice.gate import Engines  # noqa: E402
 from rkvoice.tts.registry import VoiceSpec  # noqa: E402
 from rkvoice.turn import Turn  # noqa: E402
+from rkvoice.wyoming.engines import Engines  # noqa: E402
 from rkvoice.wyoming.server import serve_wyoming  # noqa: E402
 
 BOUND = 30.0
@@ -74,8 +74,9 @@ class FakeVoice:
 
     sample_rate = 16000
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, languages: tuple[str, ...] = ("zh",)) -> None:
         self.name = name
+        self.languages = languages
         self.texts: list[str] = []
 
     def generate(self, text: str, sid: int = 0, speed: float = 1.0) -> tuple[np.ndarray, int]:
@@ -125,7 +126,7 @@ def fakes(tmp_path, monkeypatch):
              "piper-joe": VoiceSpec("piper-joe", "vits", (("voice", "piper-joe"),), ("en",))}
     monkeypatch.setattr("rkvoice.wyoming.tts.installed_voices", lambda cfg: dict(specs))
     llm = FakeLlm()
-    zh, en = FakeVoice("fastspeech2"), FakeVoice("piper-joe")
+    zh, en = FakeVoice("fastspeech2"), FakeVoice("piper-joe", ("en",))
     engines = Engines(asr=FakeAsr(), tts=zh, assistant=Assistant(load_config(), llm=llm,
                                                                  store=StateStore(tmp_path / "state")),
                       wake_factory=lambda asr: None, voices={"piper-joe": en})
@@ -416,19 +417,19 @@ def test_the_server_loads_its_assistant_on_the_configured_time_zone(fakes, monke
     """serve_wyoming without engines builds its stages with the wyoming.time_zone of its settings."""
     from types import SimpleNamespace
 
-    from rkvoice.stages import StageSpec
+    from rkvoice.stages import StageSpecs, answer_spec, hear_spec, speak_spec
     from rkvoice.wyoming import server
 
     engines, *_ = fakes
     asked: list[str] = []
 
-    def stages(time_zone: str) -> tuple[StageSpec, ...]:
+    def stages(time_zone: str) -> StageSpecs:
         asked.append(time_zone)
         idle = {"load": lambda: None, "close": lambda: None}
-        loaded = {"hear": SimpleNamespace(asr=engines.asr, gate=engines.asr_gate, **idle),
-                  "answer": SimpleNamespace(**idle),
-                  "speak": SimpleNamespace(tts=engines.tts, gate=engines.tts_gate, **idle)}
-        return tuple(StageSpec(name, lambda c: None, lambda c, s=stage: s) for name, stage in loaded.items())
+        hear = SimpleNamespace(asr=engines.asr, gate=engines.asr_gate, **idle)
+        speak = SimpleNamespace(tts=engines.tts, gate=engines.tts_gate, **idle)
+        return StageSpecs(hear_spec(lambda c: hear), answer_spec(lambda c: SimpleNamespace(**idle)),
+                          speak_spec(lambda c: speak))
 
     monkeypatch.setattr(server, "serving_stages", stages)
     stop, ready = threading.Event(), threading.Event()

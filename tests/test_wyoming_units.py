@@ -56,7 +56,7 @@ def test_the_tape_goes_before_the_hosts_next_transcription_once_and_before_no_ot
     said = np.random.default_rng(1).integers(-30000, 30000, 4 * 16000)
     handoff = {"10.0.0.2": heard(said, 1.5)}
 
-    def decode(call: str, samples: np.ndarray) -> Future[str]:
+    def transcribe_on_worker(samples: np.ndarray) -> Future[str]:
         done: Future[str] = Future()
         done.set_result(str(len(samples)))
         return done
@@ -68,7 +68,7 @@ def test_the_tape_goes_before_the_hosts_next_transcription_once_and_before_no_ot
             sent.append(event)
 
         audio = AudioIn(*FMT, 30.0)
-        request = AsrRequest(SimpleNamespace(decode=decode), "zh", Requests("peer", SimpleNamespace(now=lambda: 10.2)),
+        request = AsrRequest(SimpleNamespace(transcribe=transcribe_on_worker), "zh", Requests("peer", SimpleNamespace(now=lambda: 10.2)),
                              handoff, host)
         await request.begin()
         await request.feed(audio, b"\x01\x02" * 800, send)
@@ -304,10 +304,13 @@ def test_the_announcement_can_be_resolved():
 
 
 def test_the_wake_engines_second_look_goes_through_the_asr_gate_too():
-    from rkvoice.gate import ASR_CALLS, Local
+    from rkvoice.gate import Local, gated_asr
     from rkvoice.hear.wake import can_prime
 
     class Plain:
+        name = "plain"
+        languages = ("zh",)
+
         def transcribe(self, samples):
             return "你好"
 
@@ -319,9 +322,9 @@ def test_the_wake_engines_second_look_goes_through_the_asr_gate_too():
             return -0.5
 
     gate = PriorityGate("asr")
-    assert not can_prime(Local(Plain(), gate, ASR_CALLS))  # no second look the engine cannot do
-    local = Local(Primed(), gate, ASR_CALLS)
-    assert can_prime(local)  # on every Python: 3.12's Protocol isinstance() missed __getattr__ calls
+    assert not can_prime(gated_asr(Plain(), Local(gate)))  # no second look the engine cannot do
+    local = gated_asr(Primed(), Local(gate))
+    assert can_prime(local)
     held, release = threading.Event(), threading.Event()
 
     def remote() -> None:
@@ -345,12 +348,15 @@ def test_the_wake_engines_second_look_goes_through_the_asr_gate_too():
 def test_a_wake_decode_goes_before_the_transcriptions_queued_for_other_clients():
     """Issue 24: nothing queued ahead of a wake decode. A transcription holds the ASR; two more are
     queued; a detect stream's wake engine then decodes: it runs next, the transcriptions after it."""
-    from rkvoice.gate import REMOTE, Engines
+    from rkvoice.wyoming.engines import Engines, Rank
 
     decoded: list[str] = []
     busy, release = threading.Event(), threading.Event()
 
     class Asr:
+        name = "asr"
+        languages = ("zh",)
+
         def transcribe(self, samples: str) -> str:
             decoded.append(samples)
             if samples == "client 1":
@@ -363,16 +369,16 @@ def test_a_wake_decode_goes_before_the_transcriptions_queued_for_other_clients()
     submitted = threading.Semaphore(0)
     submit = engines.asr_worker.submit
 
-    def counted(call: Any, rank: int = REMOTE) -> Any:
+    def counted(call: Any, rank: Rank = Rank.REMOTE) -> Any:
         done = submit(call, rank)
         submitted.release()
         return done
 
     engines.asr_worker.submit = counted  # type: ignore[method-assign]
     try:
-        first = engines.decode("transcribe", "client 1")
+        first = engines.transcribe("client 1")
         assert busy.wait(5)
-        queued = [engines.decode("transcribe", name) for name in ("client 2", "client 3")]
+        queued = [engines.transcribe(name) for name in ("client 2", "client 3")]
         engines.borrow_wake()
         heard: list[str] = []
         wake = threading.Thread(target=lambda: heard.append(wakes[0].transcribe("wake")), daemon=True)
@@ -390,7 +396,7 @@ def test_a_wake_decode_goes_before_the_transcriptions_queued_for_other_clients()
 
 
 def test_a_worker_shut_down_cancels_what_it_had_queued_and_takes_no_more():
-    from rkvoice.gate import Worker
+    from rkvoice.wyoming.engines import Worker
 
     worker = Worker("test")
     go = threading.Event()

@@ -9,7 +9,6 @@ with no piece waiting, the pending text is cut early at its last comma (a clause
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -28,8 +27,6 @@ log = logging.getLogger(__name__)
 
 STARVE_MARGIN_S = 0.6
 """Cut early when the audio handed to the player runs out within this time (synthesis + margin)."""
-MIN_EARLY_PIECE = 4
-_CLAUSE_END = re.compile(r"[，、；：,;:]")
 _END = object()
 
 
@@ -94,18 +91,6 @@ def deadline_deltas(deltas: Iterable[str], turn: Turn, first_timeout: float, gap
         wanted.set()
 
 
-def _cut_early(chunker: StreamChunker) -> list[str]:
-    """The chunker's pending text up to its last clause end (at least MIN_EARLY_PIECE in), then the rest."""
-    pending = chunker.pending
-    cuts = [m.end() for m in _CLAUSE_END.finditer(pending) if m.end() >= MIN_EARLY_PIECE]
-    if not cuts:
-        return []
-    piece, rest = pending[: cuts[-1]], pending[cuts[-1]:]
-    chunker.reset()
-    log.debug("player about to run dry: cutting %r early", piece)
-    return [piece, *chunker.feed(rest)]
-
-
 class Replier(Protocol):
     def reply(self, text: str, turn: Turn) -> Reply:
         """Route ``text`` (tools first, else the LLM); the answer streams from ``Reply.deltas``."""
@@ -145,7 +130,8 @@ class Answerer:
                 # everything said so far is with the player already, and it plays out within the margin
                 ahead = None if ready else self.speaker.audio_ahead_s(turn)
                 if ahead is not None and ahead < STARVE_MARGIN_S:
-                    ready = _cut_early(chunker)
+                    ready = chunker.cut_early()
+                    log.debug("turn %d: the player is about to run dry; cut early: %r", turn.id, ready)
                 for piece in ready:
                     self.speaker.say(turn, piece)
                 if ready and not spoken and reply.llm is not None:

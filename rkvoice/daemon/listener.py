@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any
 
 from rkvoice.answer.assistant import Assistant
 from rkvoice.answer.respond import Answerer
@@ -21,7 +20,7 @@ from rkvoice.hear.echo import EchoCancelledSource, echo_filter
 from rkvoice.hear.loop import TurnLoop, player_cue
 from rkvoice.hear.sources import AudioSource, microphone
 from rkvoice.speaker import Speaker
-from rkvoice.stages import Hear, Speak
+from rkvoice.stages import Hear, Speak, Stages
 from rkvoice.turn import Turn
 
 log = logging.getLogger(__name__)
@@ -33,24 +32,28 @@ class Listener:
     finish (stuck in it for ``daemon.stall_s``: no watchdog pings). ``clock`` places the microphone's
     frames on the played audio's timeline (the speak stage's clock) and times the turns."""
 
-    def __init__(self, engines: dict[str, Any], cfg: Config, report: Callable[[Turn | BaseException], None],
+    def __init__(self, stages: Stages, cfg: Config, report: Callable[[Turn | BaseException], None],
                  busy: Callable[[str], AbstractContextManager[None]],
                  source: Callable[[Config], AudioSource] = microphone, clock: Clock | None = None) -> None:
         self.cfg = cfg
         self.clock = clock or MonotonicClock()
-        self.hear: Hear = engines["hear"]
-        self.assistant: Assistant = engines["answer"]
-        self.speak: Speak = engines["speak"]
+        self.hear: Hear = stages.hear
+        self.assistant: Assistant = stages.answer
+        self.speak: Speak = stages.speak
         assert self.speak.speaker is not None and self.speak.player is not None, "speak stage not loaded"
         self.speaker: Speaker = self.speak.speaker
         self.source = source
         self.answer_gate = PriorityGate("answer")
         self.answerer = Answerer(LocalAssistant(self.assistant, self.answer_gate), self.speaker, cfg)
-        self.assistant.scheduler.on_due = self.speaker.speak  # the scheduler logs it
+        self.assistant.scheduler.on_due = self._remind
         self.turn_loop = TurnLoop(self.hear.session(), self.answerer, cue=self.speak.cue,
                                   cue_out=player_cue(self.speak.player), clock=self.clock, on_turn=report,
                                   on_error=report, busy=busy)
         self.echo = echo_filter(cfg, self.speak.played)  # lives as long as the listener: the room stays learnt
+
+    def _remind(self, text: str) -> None:
+        """A reminder that is due, spoken as a turn of its own (the scheduler logs it)."""
+        self.speaker.speak(text)
 
     def run(self) -> None:
         """Listen and answer until ``interrupt()`` (or the source ends)."""

@@ -25,7 +25,7 @@ from types import FrameType
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
 from rkvoice.errors import Code, RkvoiceError, is_device_error
-from rkvoice.stages import Plan, StageSet, product_plan, shared
+from rkvoice.stages import Plan, StageSet, product_plan
 from rkvoice.turn import Turn
 
 from .listener import Listener
@@ -76,7 +76,7 @@ class Daemon:
                 if self.stop.is_set():  # SIGTERM during start-up
                     return self._shutdown(None)
                 self.notifier.notify(READY=1, STATUS="listening")
-                log.info("ready: %s loaded", ", ".join(self.stages.engines))
+                log.info("ready: %s loaded", ", ".join(self.stages.loaded))
                 worker = threading.Thread(target=self._work, name="turn-loop", daemon=True)
                 worker.start()
                 self._supervise(worker)
@@ -90,12 +90,13 @@ class Daemon:
         """The turn loop over the loaded engines, and with ``wyoming.uri`` a Wyoming server for them on
         a thread of its own (both again after a reload, on the new engines). A server that fails is
         logged; the local loop goes on."""
-        self.listener = Listener(self.stages.engines, self.cfg, self.report, self.busy, self.plan.source, self.clock)
+        self.listener = Listener(self.stages.stages, self.cfg, self.report, self.busy, self.plan.source, self.clock)
         if not self.cfg.wyoming.uri:
             return
+        from rkvoice.wyoming.engines import Engines
         from rkvoice.wyoming.server import serve_wyoming
 
-        engines = shared(self.cfg, **self.stages.engines, answer_gate=self.listener.answer_gate)  # the loop's own gates
+        engines = Engines.of(self.cfg, self.stages.stages, self.listener.answer_gate)  # the loop's own gates
         stop = threading.Event()
 
         def serve() -> None:
@@ -282,7 +283,7 @@ class Daemon:
         else:
             self.cfg = new_cfg
             log.info("config reloaded; reloaded engines: %s", ", ".join(changed) or "none")
-        if set(self.stages.engines) != {s.name for s in self.plan.stages}:
+        if not self.stages.complete:
             log.critical("an engine could not be restored after a failed reload; exiting")
             self.request_stop(EXIT_FATAL)
             return

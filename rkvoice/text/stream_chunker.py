@@ -21,6 +21,10 @@ from rkvoice.text.split import CutPoints, pack
 
 log = logging.getLogger(__name__)
 
+MIN_EARLY_PIECE = 4
+"""Fewest characters a piece cut early (``cut_early``) has."""
+_CLAUSE_END = re.compile(r"[，、；：,;:]")
+
 _LATIN_WORD = re.compile(r"[A-Za-z]+")
 FORCED_WAIT = 3
 """Spoken characters past the limit to wait for before cutting inside a number, word or brackets."""
@@ -74,6 +78,18 @@ class StreamChunker:
     def pending(self) -> str:
         """Text received but not emitted yet."""
         return self._buf
+
+    def cut_early(self) -> list[str]:
+        """The pending text up to its last clause end (at least MIN_EARLY_PIECE characters in), then what
+        of the rest is complete; [] (nothing taken) when there is no such clause end. For a listener
+        about to hear silence: a clause now rather than a whole sentence later."""
+        cuts = [m.end() for m in _CLAUSE_END.finditer(self._buf) if m.end() >= MIN_EARLY_PIECE]
+        if not cuts:
+            return []
+        piece, rest = self._buf[: cuts[-1]], self._buf[cuts[-1]:]
+        self.reset()
+        log.debug("cutting %r early", piece)
+        return [piece, *self.feed(rest)]
 
     # -- deciding -----------------------------------------------------------------------------
 

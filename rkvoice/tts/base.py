@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Protocol
 
 import numpy as np
@@ -36,3 +37,22 @@ class TtsEngine(Protocol):
     def generate(self, text: str, sid: int = 0, speed: float = 1.0) -> tuple[np.ndarray, int]:
         """Synthesize already-speakable text; returns (float32 mono samples in [-1, 1], rate)."""
         ...
+
+
+class StreamingTts(TtsEngine, Protocol):
+    """A voice that can also give a piece's audio in parts as they are made (the Piper voice)."""
+
+    @property
+    def streaming(self) -> bool:
+        """Whether ``stream`` works now (loaded, with what streaming needs)."""
+        ...
+
+    def stream(self, text: str, sid: int = 0, speed: float = 1.0) -> Iterator[tuple[np.ndarray, bool]]:
+        """``text``'s audio at ``sample_rate`` in parts as they are made, each with "is it the last"."""
+        ...
+
+
+def streams(engine: TtsEngine) -> bool:
+    """Whether ``engine`` is a StreamingTts that streams now. Looked up as attributes (a composite voice
+    forwards them to its primary voice), not by isinstance()."""
+    return bool(getattr(engine, "streaming", False)) and callable(getattr(engine, "stream", None))

@@ -1,2 +1,2 @@
 """rkvoice as a Wyoming server: wake, ASR, TTS and answers for Home Assistant. ``server.serve_wyoming``
-is the entry; ``gate.Engines`` shares loaded engines with the local loop."""
+is the entry; ``engines.Engines`` shares loaded engines with the local loop."""

@@ -11,11 +11,11 @@ from typing import Any
 from wyoming.handle import Handled, HandledChunk, HandledStart, HandledStop, NotHandled
 
 from rkvoice.errors import RkvoiceError
-from rkvoice.gate import Engines
 from rkvoice.timeline import Ev
 from rkvoice.turn import Turn
 
 from .context import Send
+from .engines import Engines
 
 log = logging.getLogger(__name__)
 

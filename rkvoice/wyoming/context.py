@@ -15,10 +15,10 @@ from wyoming.info import Info
 
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import WyomingConfig
-from rkvoice.gate import Engines
 from rkvoice.timeline import Timeline
 from rkvoice.turn import Turn
 
+from .engines import Engines
 from .handoff import Heard
 from .tts import Voices
 

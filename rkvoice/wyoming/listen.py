@@ -15,11 +15,11 @@ from wyoming.event import Event
 from wyoming.wake import Detect, Detection, NotDetected
 
 from rkvoice.errors import RkvoiceError, Stage
-from rkvoice.gate import Engines
 from rkvoice.timeline import Ev
 
 from .audio import TARGET_RATE, AudioIn
 from .context import Context, Requests, Send
+from .engines import Engines
 from .handoff import KEEP_S, Heard
 from .languages import primary
 
@@ -62,7 +62,7 @@ class AsrRequest:
             tl = turn.timeline
             tl.mark(Ev.SPEECH_END, audio_s=round(len(samples) / TARGET_RATE, 3))
             t0 = tl.clock.now()
-            job = self.engines.decode("transcribe", samples)
+            job = self.engines.transcribe(samples)
             turn.on_cancel(lambda _: job.cancel())  # still queued behind another request: it never runs
             turn.text = await asyncio.wrap_future(job)
             tl.mark(Ev.ASR_DONE, text=turn.text, asr_ms=round((tl.clock.now() - t0) * 1000.0, 3))

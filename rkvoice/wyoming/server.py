@@ -1,6 +1,6 @@
 """Serving rkvoice over the Wyoming protocol: ``serve_wyoming(cfg, uri)`` blocks until ``stop`` is set.
 
-The engines are loaded once and shared by every connection (``Engines``; rkvoice/gate.py keeps the
+The engines are loaded once and shared by every connection (``Engines``, rkvoice/wyoming/engines.py; rkvoice/gate.py keeps the
 local turn's priority). The protocol has no authentication: a TCP address other than loopback is
 served, with a warning, because exposing the server is the user's choice.
 """
@@ -23,11 +23,11 @@ from rkvoice.answer.llm.registry import engine_name
 from rkvoice.config import Config, WyomingConfig
 from rkvoice.endpoint import Endpoint, parse_uri
 from rkvoice.errors import RkvoiceError, Stage
-from rkvoice.gate import Engines
-from rkvoice.stages import StageSet, serving_stages, shared
+from rkvoice.stages import StageSet, serving_stages
 
 from .context import Context
 from .discovery import Announcer
+from .engines import Engines
 from .handler import WyomingHandler
 from .info import build_info
 from .tts import Voices
@@ -107,7 +107,7 @@ def serve_wyoming(cfg: Config, uri: str = "", *, zeroconf: bool | None = None, e
     own = StageSet(serving_stages(wcfg.time_zone)) if engines is None else None
     if own is not None:
         own.load_all(cfg)
-        engines = shared(cfg, **own.engines)
+        engines = Engines.of(cfg, own.stages)
 
     async def main(engines: Engines) -> None:
         done = asyncio.Event()

@@ -11,15 +11,14 @@ import asyncio
 import logging
 from typing import Any
 
-import numpy as np
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.tts import Synthesize, SynthesizeStart, SynthesizeStopped
 
-from rkvoice.answer.respond import _cut_early
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.pieces import Pieces
 from rkvoice.text.stream_chunker import StreamChunker
 from rkvoice.timeline import Ev
+from rkvoice.tts.base import TtsEngine
 from rkvoice.turn import Turn
 
 from .context import Context, Requests, Send
@@ -29,7 +28,7 @@ log = logging.getLogger(__name__)
 CHUNK_MS = 100  # audio per audio-chunk event
 QUIET_S = 0.3
 """A streamed text quiet this long has its complete clauses spoken without waiting for more."""
-Voice = tuple[Any, int]
+Voice = tuple[TtsEngine, int]
 """A chosen voice: its loaded engine and the speaker id."""
 
 
@@ -38,16 +37,9 @@ class SpeechOut:
 
     def __init__(self, ctx: Context, voice: Voice, turn: Turn, send: Send) -> None:
         engine, sid = voice
-        gate, speed = ctx.engines.tts_gate, ctx.cfg.tts.speed
-
-        def synth(text: str) -> tuple[np.ndarray, int]:
-            with gate.remote():
-                samples, rate = engine.generate(text, sid, speed)
-            return samples, int(rate)
-
         self.engine = engine
         self.worker = ctx.engines.tts_worker
-        self.pieces = Pieces(engine, ctx.cfg, turn, block_ms=CHUNK_MS, fade_ms=10.0, synth=synth)
+        self.pieces = Pieces(ctx.engines.voice_view(engine), ctx.cfg, turn, block_ms=CHUNK_MS, fade_ms=10.0, sid=sid)
         self.turn = turn
         self.send = send
         self.rate = 0
@@ -75,7 +67,7 @@ class SpeechOut:
 class SpeechStream:
     """A streamed synthesis on a task of its own: text arrives by ``feed``, is cut by the StreamChunker
     and synthesised piece by piece, in order. With no voice named, the first text chooses it. Text
-    quiet for ``QUIET_S`` has its complete clauses spoken (the local answerer's ``_cut_early``)."""
+    quiet for ``QUIET_S`` has its complete clauses spoken (``StreamChunker.cut_early``, as the local answerer)."""
 
     def __init__(self, synthesis: Synthesis, request: SynthesizeStart, chosen: Voice | None) -> None:
         self.synthesis = synthesis
@@ -107,7 +99,7 @@ class SpeechStream:
                 try:
                     item = await asyncio.wait_for(self.texts.get(), wait)
                 except TimeoutError:  # the text has gone quiet: what is complete of it goes now
-                    ready, armed = _cut_early(cutter), False
+                    ready, armed = cutter.cut_early(), False
                     continue
                 armed, ended = True, item is None
                 turn.text += item or ""

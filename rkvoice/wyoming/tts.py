@@ -7,10 +7,10 @@ from typing import Any
 
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
-from rkvoice.gate import Engines
 from rkvoice.stages import installed_voice
 from rkvoice.tts.registry import installed_voices, text_language
 
+from .engines import Engines
 from .languages import primary
 
 log = logging.getLogger(__name__)
