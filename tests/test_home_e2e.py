@@ -123,6 +123,27 @@ def test_a_question_without_a_home_sentence_is_the_llms(ha: HomeHa, assistant: A
     assert route_event(turn)["home"] == "no_intent_match" and routed < 1.0, routed
 
 
+def test_a_spoken_command_from_a_recording(ha: HomeHa, hear_voice: Any, tmp_path: Path) -> None:
+    """--file: the request is heard (Whisper base), then goes the same way (the portable voice says it;
+    Whisper base hears its 客厅灯 as 客厅东 / 客厅等, so the thermostat is asked)."""
+    import numpy as np
+    import soundfile as sf
+
+    speech, rate = hear_voice.generate(f"{HOME.thermostat}调到二十五度")
+    pad = np.zeros(rate // 2, np.float32)
+    sf.write(tmp_path / "request.wav", np.concatenate([pad, speech, pad, pad]).astype(np.float32), rate)
+    metrics = tmp_path / "m.json"
+    done = subprocess.run([sys.executable, str(ROOT / "assistant.py"), "--file", str(tmp_path / "request.wav"),
+                           "--no-play", "--metrics", str(metrics), "--set", f"home_assistant.url={ha.base}",
+                           "--set", f"home_assistant.token_file={ha.token_file}", "--set", f"state.dir={tmp_path}"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(metrics.read_text())["summary"]
+    heard = (summary.get("transcript"), summary.get("answer"))
+    assert summary["route"] == "home", heard
+    assert ha.state(ha.thermostat)["attributes"]["temperature"] == 25, heard
+
+
 def test_check_says_reachable_with_the_version_and_the_exposed_count(ha: HomeHa) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "assistant.py"), "--check", "--set", f"home_assistant.url={ha.base}",
                            "--set", f"home_assistant.token_file={ha.token_file}"],
@@ -149,4 +170,5 @@ def test_home_assistant_stopped_mid_run_costs_the_next_questions_nothing(ha: Hom
     assert len(warnings) == 1 and "cannot reach Home Assistant" in warnings[0], warnings
     reply, text, _, _ = ask(assistant, f"打开{HOME.light}")  # a command: not the LLM pretending
     assert reply.route == "home" and text == APOLOGY
+
 

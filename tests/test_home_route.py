@@ -438,3 +438,15 @@ def test_home_assistant_is_asked_the_bare_command(tmp_path: Path, ha: FakeHa, sa
     a, _ = assistant(tmp_path, ha.url)
     a.reply(said, Turn())
     assert ha.requests[0]["body"]["text"] == sent
+
+
+def test_a_command_naming_an_exposed_device_that_ha_cannot_parse_is_not_the_llms(tmp_path: Path,
+                                                                                  ha: FakeHa) -> None:
+    token = token_file(tmp_path)
+    cfg = Config(state=StateConfig(dir=str(tmp_path / "state")), home_assistant=ha_cfg(ha.url, token_file=str(token)))
+    home = Exposing(cfg.home_assistant, token, FakeClock(), names=frozenset({"鱼缸加热器"}))
+    llm = ScriptedLlm(["好的，已经调好了。"])
+    a = Assistant(cfg, FakeClock(), llm=llm, store=StateStore(tmp_path / "s"), home=home)
+    reply = a.reply("鱼缸加热器慢慢调到二十六度", Turn())  # HA: no_intent_match
+    assert reply.route == "home" and reply.text == "抱歉，我不明白" and not llm.calls
+    assert a.reply("鱼缸加热器是什么牌子的", Turn()).route == "llm"  # not a command: the LLM's

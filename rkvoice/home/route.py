@@ -6,7 +6,8 @@ an answer that is not HA's) costs at most ``timeout_s`` and logs one warning nam
 fix; for ``retry_s`` after it, questions skip HA at once (the breaker is open), then one question tries
 it again. A question that clearly was a home command (a control verb and a name HA exposed, or, before
 HA was ever reached, a control verb leading the sentence) gets a short spoken apology instead of the
-LLM, which would only pretend to have done it.
+LLM, which would only pretend to have done it; for the same reason such a command that HA has no
+sentence for (``no_intent_match``) gets HA's own words, not the LLM.
 
 The names of the exposed entities (and their aliases) are read over HA's websocket when the route
 loads and every ``NAMES_EVERY_S`` after a successful answer; a question naming one of them is offered
@@ -43,7 +44,7 @@ CONTROL_VERBS = ("打开", "开启", "关闭", "关掉", "关上", "调到", "�
 POLITE = ("请你", "请", "麻烦你", "麻烦", "你帮我", "帮我", "帮忙", "给我", "能不能", "可不可以", "可以")
 """Polite openings HA's sentences do not have (帮我打开客厅灯 is no match, 打开客厅灯 is): taken off what HA
 is sent, with the assistant's name said first (小智，…), and the closing particles in ``CLOSINGS``."""
-CLOSINGS = ("好不好", "好吗", "可以吗", "行吗", "谢谢你", "谢谢", "吧", "呀", "啊", "哦")
+CLOSINGS = ("好不好", "好吗", "可以吗", "行吗", "谢谢你", "谢谢", "吧", "呀", "啊", "哦", "了")
 LEADS = (*POLITE, "把", "将", "让")
 """Words that may come before the verb of a command ("请把…打开", "帮我打开…")."""
 _EDGE = re.compile(r"^[\s，。！？、,.!?~～]+|[\s，。！？、,.!?~～]+$")
@@ -188,9 +189,12 @@ class HomeRoute:
         return self._answered(text, answer)
 
     def _answered(self, text: str, answer: Conversed) -> Asked:
-        if answer.kind is Kind.NO_MATCH:
+        if answer.kind is Kind.NO_MATCH and not (self._names and looks_like_command(text, self._names)):
             log.info("home: HA has no sentence for %r (%.0f ms); the LLM answers", text, answer.ms)
             return Asked(None, Kind.NO_MATCH, answer.ms)
+        if answer.kind is Kind.NO_MATCH:  # a command naming an exposed device: HA's words, not an LLM pretending
+            log.info("home: HA has no sentence for the command %r (%.0f ms); saying so", text, answer.ms)
+            return Asked(HomeAnswer(answer.speech or FAILED, Kind.NO_MATCH, answer.ms), Kind.NO_MATCH, answer.ms)
         outcome = answer.code or answer.kind.value
         log.info("home: %r -> %s %r (%.0f ms)", text, outcome, answer.speech, answer.ms)
         return Asked(HomeAnswer(answer.speech or FAILED, outcome, answer.ms), outcome, answer.ms)
