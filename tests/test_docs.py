@@ -28,7 +28,8 @@ README_MAX_LINES = 200
 SKIP_DIRS = {"py312", ".cache", ".git", ".pytest_cache", ".mypy_cache", ".ruff_cache", "node_modules"}
 GENERATED = ("models/portable", "models/board", ".cache", "py312")
 """Folders the install fills: paths under them are named in docs but not committed."""
-NOT_RUN_MARKERS = ("<!-- board-only -->", "<!-- needs-recording -->", "<!-- needs-home-assistant -->")
+NOT_RUN_MARKER = re.compile(r"^<!--\s*(board-only|needs-[a-z-]+)\s*-->$")
+"""Before a fenced block: its commands need the board, a recording, Home Assistant, ... (parsed, not run)."""
 ASSISTANT = "py312/bin/python assistant.py"
 CHEAP_MODES = ("--help", "--check", "--say", "--text")
 
@@ -196,7 +197,7 @@ class Shown:
     line: int
     argv: tuple[str, ...]
     run: bool
-    """False in a block marked board-only / needs-recording."""
+    """False in a block marked board-only / needs-... ."""
 
 
 def shown_commands(path: Path, prefix: str) -> list[Shown]:
@@ -207,7 +208,7 @@ def shown_commands(path: Path, prefix: str) -> list[Shown]:
         line = raw.strip()
         if FENCE.match(line):
             inside = not inside
-            marked = inside and previous in NOT_RUN_MARKERS
+            marked = inside and bool(NOT_RUN_MARKER.match(previous))
             continue
         if line:
             previous = line
@@ -252,7 +253,7 @@ def test_commands_that_are_not_cheap_are_marked() -> None:
     bad = [where(c) for c in all_shown(ASSISTANT) if c.run and (mode(c.argv) not in CHEAP_MODES
                                                                 or "config.board.yaml" in c.argv)]
     assert not bad, ("commands that cannot run on a test machine, in blocks without <!-- board-only --> or "
-                     "<!-- needs-recording -->:\n" + "\n".join(bad))
+                     "<!-- needs-... -->:\n" + "\n".join(bad))
 
 
 def runnable() -> list[Shown]:
