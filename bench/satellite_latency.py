@@ -13,12 +13,12 @@ player). Over ``--runs`` runs (at least 10, after one warm-up run):
   reply handed to the board's player, as the product runs: the board's VAD ends the request
   (``audio-stop`` after ``hear.trailing_silence_ms``) unless HA's VAD does first.
 - ``ha_vad_p50_ms``: the same with HA's VAD alone deciding the end (a satellite that streams until
-  HA says it heard enough: the naive way), on the same HA right after.
-- its parts: ``end_to_transcript_p50_ms`` (end of speech -> HA's ``transcript``: HA's VAD deciding the
-  end, then the ASR) and ``transcript_to_audio_p50_ms`` (HA's agent, the synthesis, the audio's way back).
-- ``local_asr_p50_ms``: the naive estimate of the same request answered on the board (the one Whisper
-  decode of the request a local turn needs after its own VAD closed it), timed on the same audio: what
-  HA's round trip is compared with.
+  HA says it heard enough: the naive way), on the same HA.
+- its parts: ``*_end_to_transcript_p50_ms`` (end of speech -> HA's ``transcript``: the VAD deciding
+  the end, then the ASR) and ``*_transcript_to_audio_p50_ms`` (HA's agent, the synthesis, the audio's
+  way back). The two ways take turns, request by request, so both see the same load.
+- ``local_asr_p50_ms``: one Whisper decode of the request alone, timed right after on the same
+  engine: the speech-to-text share of both figures (the rest is the end-of-speech wait and HA).
 """
 
 from __future__ import annotations
@@ -41,42 +41,48 @@ TEXT = "打开大灯"
 
 
 def measure(home: SatelliteHome, runs: int, text: str = TEXT) -> dict[str, Any]:
-    """``runs`` spoken requests after one warm-up: the figures of the module docstring."""
+    """``runs`` spoken requests each way after one warm-up, the two ways taking turns (the same load for
+    both): the figures of the module docstring."""
     home.ask(text)  # warm-up: the first decode, HA's first pipeline run
-    out = timed(home, runs, text)
     mic = home.satellite.mic
-    vad, mic.segmenter = mic.segmenter, None  # the naive satellite: HA's VAD alone ends the request
+    vad = mic.segmenter
+    ways: dict[str, list[tuple[float, float | None, float | None, str]]] = {"board": [], "ha": []}
     try:
-        naive = timed(home, runs, text)
+        for _ in range(runs):
+            for way in ways:
+                mic.segmenter = vad if way == "board" else None  # "ha": HA's VAD alone ends the request
+                ways[way].append(timed(home, text))
     finally:
         mic.segmenter = vad
-    out.update({f"ha_vad_{k}": v for k, v in naive.items() if k.endswith("p50_ms")})
-    out["ha_vad_p50_ms"] = out.pop("ha_vad_satellite_p50_ms")
     audio = spoken(home.voice, text)
     decodes = []
     for k in range(3):
         t0 = time.monotonic()
         home.asr.transcribe(audio + (k + 1) * 1e-5)  # its own input each: no kept encoding
         decodes.append((time.monotonic() - t0) * 1000.0)
+    out: dict[str, Any] = {}
+    for way, rows in ways.items():
+        prefix = "satellite" if way == "board" else "ha_vad"
+        out[f"{prefix}_p50_ms"] = median(r[0] for r in rows)
+        out[f"{prefix}_ms"] = [round(r[0], 1) for r in rows]
+        out[f"{prefix}_end_to_transcript_p50_ms"] = median(r[1] for r in rows if r[1] is not None)
+        out[f"{prefix}_transcript_to_audio_p50_ms"] = median(r[2] for r in rows if r[2] is not None)
+    out["transcripts"] = sorted({r[3] for rows in ways.values() for r in rows})
+    out["satellite_runs"] = runs
     out["local_asr_p50_ms"] = median(decodes)
     return out
 
 
-def timed(home: SatelliteHome, runs: int, text: str) -> dict[str, Any]:
-    total, heard, after, transcripts = [], [], [], []
-    for _ in range(runs):
-        run = home.ask(text)
-        end = home.mic.speech_end_at
-        assert end is not None and run.reply is not None and run.reply.first_audio_at is not None
-        total.append((run.reply.first_audio_at - end) * 1000.0)
-        if run.heard_at is not None:
-            heard.append((run.heard_at - end) * 1000.0)
-            after.append((run.reply.first_audio_at - run.heard_at) * 1000.0)
-        transcripts.append(run.transcript)
-        time.sleep(0.5)
-    return {"satellite_p50_ms": median(total), "satellite_ms": [round(x, 1) for x in total],
-            "end_to_transcript_p50_ms": median(heard), "transcript_to_audio_p50_ms": median(after),
-            "transcripts": sorted(set(map(str, transcripts))), "satellite_runs": runs}
+def timed(home: SatelliteHome, text: str) -> tuple[float, float | None, float | None, str]:
+    """One request: (end of speech -> first reply audio, -> transcript, transcript -> first audio) in ms,
+    and the transcript."""
+    run = home.ask(text)
+    end = home.mic.speech_end_at
+    assert end is not None and run.reply is not None and run.reply.first_audio_at is not None
+    heard = None if run.heard_at is None else (run.heard_at - end) * 1000.0
+    after = None if run.heard_at is None else (run.reply.first_audio_at - run.heard_at) * 1000.0
+    time.sleep(0.5)
+    return (run.reply.first_audio_at - end) * 1000.0, heard, after, str(run.transcript)
 
 
 def satellite_p50(ha: HomeHa, runs: int) -> float:

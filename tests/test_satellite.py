@@ -597,3 +597,19 @@ def test_the_boards_vad_ends_the_request_without_waiting_for_home_assistant():
         mic.accept(frame)
     assert run.audio_stopped and 3.5 <= mic.now_s < 3.5 + 2 * FRAME / RATE  # the request's end + 0.5 s silence
     assert not run.over.is_set()  # still waiting for HA's transcript
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--satellite", "http://x:1"], "error: config: satellite.uri 'http://x:1' is not tcp://HOST:PORT"),
+    (["--satellite", "tcp://127.0.0.1:1", "--file", "/nonexistent.wav"], "error: hear: audio file /nonexistent.wav"),
+])
+def test_bad_satellite_command_lines_are_one_line_and_a_non_zero_exit(argv, says):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(root / "assistant.py"), *argv], capture_output=True, text=True,
+                          timeout=120, cwd=root)
+    assert done.returncode == 1 and done.stderr.strip().splitlines() == [done.stderr.strip()], done.stderr
+    assert done.stderr.startswith(says) and done.stdout == ""

@@ -22,8 +22,9 @@ def run_satellite(uri: str, args: argparse.Namespace, cfg: Config) -> int:
     cfg = replace(cfg, satellite=replace(cfg.satellite, uri=uri))  # checked as satellite.uri is
     logging.getLogger("rkvoice").setLevel(logging.DEBUG if getattr(args, "verbose", False) else logging.INFO)
     if getattr(args, "file", None):
-        print(f"satellite on {uri}: waiting for Home Assistant to connect", flush=True)
-        run = serve_file(cfg, uri, args.file, getattr(args, "out", None))
+        run = serve_file(cfg, uri, args.file, getattr(args, "out", None), ready=lambda sat: print(
+            f"satellite on tcp://{sat.link.endpoint.host}:{sat.link.port}: waiting for Home Assistant to connect",
+            flush=True))
         reply_s = run.reply.audio_s if run.reply is not None else 0.0
         print(f"satellite: Home Assistant heard {run.transcript!r}; its reply ({reply_s:.2f} s) played"
               + (f" and was written to {args.out}" if getattr(args, "out", None) else ""), flush=True)
