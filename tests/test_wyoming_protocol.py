@@ -705,6 +705,45 @@ def test_a_field_of_the_wrong_type_is_a_bad_event_without_a_traceback(fakes, nam
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
 
 
+@pytest.mark.parametrize("fault", [AttributeError("'NoneType' object has no attribute 'languages'"),
+                                   KeyError("piper-joe")], ids=["AttributeError", "KeyError"])
+def test_a_fault_of_the_server_is_an_internal_error_logged_once_and_the_connection_goes_on(
+        fakes, monkeypatch, caplog, fault):
+    """A bug inside the server's own code (not a malformed event) is reported as ``internal``, not as
+    the client's ``bad-event``, with one logged traceback; the next request on the connection is served."""
+    from rkvoice.wyoming.tts import Voices
+
+    engines, *_ = fakes
+    choose = Voices.choose
+    calls: list[str] = []
+
+    def buggy(self: Voices, name: str | None, language: str | None, text: str) -> str:
+        calls.append(text)
+        if len(calls) == 1:
+            raise fault
+        return choose(self, name, language, text)
+
+    monkeypatch.setattr(Voices, "choose", buggy)
+
+    async def go(port: int) -> list[Event]:
+        async with AsyncTcpClient("127.0.0.1", port) as c:
+            await c.write_event(Synthesize(text="早上好。").event())
+            out = await read_until(c, lambda e: e.type in ("audio-stop", "error"))
+            await c.write_event(Synthesize(text="晚上好。").event())
+            out += await read_until(c, lambda e: e.type in ("audio-stop", "error"))
+            await c.write_event(Ping(text="still there").event())
+            return out + await read_until(c, lambda e: e.type == "pong")
+
+    with caplog.at_level(logging.INFO, logger="rkvoice.wyoming"), serving(engines) as port:
+        events = run(go(port))
+    types = [e.type for e in events]
+    assert types[0] == "error" and Error.from_event(events[0]).code == "internal"
+    assert type(fault).__name__ in Error.from_event(events[0]).text
+    assert types[1] == "audio-start" and types[-2:] == ["audio-stop", "pong"]  # the same connection goes on
+    tracebacks = [r for r in caplog.records if r.exc_info]
+    assert len(tracebacks) == 1 and tracebacks[0].exc_info[1] is fault
+
+
 def test_deeply_nested_json_is_malformed_without_a_traceback(fakes, caplog):
     engines, *_ = fakes
     nested = b'{"type": "transcript", "data": {"text": ' + b"[" * 20000 + b"]" * 20000 + b"}}\n"

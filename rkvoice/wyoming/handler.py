@@ -4,8 +4,10 @@ speech out: synthesis.py, answers: answer.py; each request a turn: context.py), 
 A malformed or oversized event, audio beyond ``max_audio_s``, or ``idle_timeout_s`` without an event
 (in every state) gets an ``error`` event and the connection is closed; a request the server cannot
 serve (an unknown event, voice or program, a bad audio format or field) gets an ``error`` and the
-connection stays open. Events are read by a task of their own, so a client that leaves is noticed
-(and its turn cancelled) while its request is worked on. Over ``max_clients`` a connection closes the
+connection stays open; a fault of the server's own code while serving an event gets an ``error`` with
+code ``internal`` (its traceback logged once) and the connection stays open too. Events are read by
+a task of their own, so a client that leaves is noticed (and its turn cancelled) while its request is
+worked on. Over ``max_clients`` a connection closes the
 one idle longest; when none is idle, a first ``describe`` is still answered (Home Assistant gives it
 one second), anything else is ``busy``.
 """
@@ -17,6 +19,7 @@ import inspect
 import logging
 from collections.abc import Callable
 from contextlib import suppress
+from dataclasses import dataclass
 from typing import Any
 
 from wyoming.asr import Transcribe, Transcript
@@ -53,6 +56,30 @@ reads it (an oversized line: tests/test_wyoming); half-closed first, the client 
 the end of the stream."""
 
 
+class BadEvent(Exception):
+    """An event whose data does not make its request (a missing or ill-typed field)."""
+
+
+@dataclass(frozen=True)
+class Route:
+    """How one event type is served: ``parse`` reads the client's event into the request (what it
+    raises is the client's fault: ``bad-event``), ``serve`` serves it (what it raises beyond an
+    RkvoiceError is the server's: ``internal``)."""
+
+    parse: Callable[[Event], Any]
+    serve: Callable[[Any], object]
+
+    def read(self, event: Event) -> Any:
+        try:
+            return self.parse(event)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise BadEvent(f"event {event.type!r} has missing or bad fields ({type(exc).__name__}: {exc})") from exc
+
+
+def _no_data(event: Event) -> None:
+    """An event served without reading its data (still checked by check_fields)."""
+
+
 class WyomingHandler(AsyncEventHandler):
     def __init__(self, ctx: Context, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         super().__init__(reader, writer)
@@ -68,20 +95,20 @@ class WyomingHandler(AsyncEventHandler):
         self.listening = Listening(ctx, self.requests, self.write_event,
                                    str(host[0]) if isinstance(host, tuple) and host else self.peer)
         self.synthesis = Synthesis(ctx, self.requests, self.write_event)
-        self._handlers: dict[str, Callable[[Event], Any]] = {
-            "audio-chunk": lambda e: self.listening.chunk(AudioChunk.from_event(e)),
-            "audio-start": lambda e: self.listening.start(AudioStart.from_event(e)),
-            "audio-stop": lambda e: self.listening.stop(),
-            "describe": lambda e: self.write_event(self.ctx.info.event()),
-            "transcribe": lambda e: self.listening.request(Transcribe.from_event(e)),
-            "detect": lambda e: self.listening.request(Detect.from_event(e)),
-            "transcript": lambda e: self._answer(Transcript.from_event(e).text),
-            "synthesize": lambda e: self.synthesis.synthesize(Synthesize.from_event(e)),
-            "synthesize-start": lambda e: self.synthesis.start(SynthesizeStart.from_event(e)),
-            "synthesize-chunk": lambda e: self.synthesis.chunk(SynthesizeChunk.from_event(e).text),
-            "synthesize-stop": lambda e: self.synthesis.stop(),
-            "select-program": lambda e: self._select(SelectProgram.from_event(e).name),
-            "ping": lambda e: self.write_event(Pong(text=Ping.from_event(e).text).event()),
+        self._routes: dict[str, Route] = {
+            "audio-chunk": Route(AudioChunk.from_event, self.listening.chunk),
+            "audio-start": Route(AudioStart.from_event, self.listening.start),
+            "audio-stop": Route(_no_data, lambda _: self.listening.stop()),
+            "describe": Route(_no_data, lambda _: self.write_event(self.ctx.info.event())),
+            "transcribe": Route(Transcribe.from_event, self.listening.request),
+            "detect": Route(Detect.from_event, self.listening.request),
+            "transcript": Route(lambda e: Transcript.from_event(e).text, self._answer),
+            "synthesize": Route(Synthesize.from_event, self.synthesis.synthesize),
+            "synthesize-start": Route(SynthesizeStart.from_event, self.synthesis.start),
+            "synthesize-chunk": Route(lambda e: SynthesizeChunk.from_event(e).text, self.synthesis.chunk),
+            "synthesize-stop": Route(_no_data, lambda _: self.synthesis.stop()),
+            "select-program": Route(lambda e: SelectProgram.from_event(e).name, self._select),
+            "ping": Route(lambda e: Pong(text=Ping.from_event(e).text).event(), self.write_event),
         }
 
     async def run(self) -> None:
@@ -215,21 +242,29 @@ class WyomingHandler(AsyncEventHandler):
         self.listening.close()
 
     async def handle_event(self, event: Event) -> bool:
+        """Read ``event`` into its request and serve it. What the client got wrong (an unknown event, a
+        missing or ill-typed field, a request the server refuses) is an ``error`` with its code; a fault
+        of this server's own code is an ``error`` with code ``internal``, logged with its traceback,
+        and the connection goes on. False: the connection ends (audio beyond max_audio_s)."""
         try:
             check_fields(str(event.type), event.data)
-            handle = self._handlers.get(event.type)
-            if handle is None:
+            route = self._routes.get(event.type)
+            if route is None:
                 raise RkvoiceError(Stage.WYOMING, "unknown-event",
-                                   f"unknown event type {event.type!r}; served: {', '.join(self._handlers)}")
-            if inspect.isawaitable(done := handle(event)):
+                                   f"unknown event type {event.type!r}; served: {', '.join(self._routes)}")
+            request = route.read(event)
+            if inspect.isawaitable(done := route.serve(request)):
                 await done
         except RkvoiceError as exc:
             log.info("wyoming %s: %s", self.peer, exc)
             await self.write_event(Error(text=exc.message, code=exc.code).event())
             return exc.code != Code.AUDIO_TOO_LONG
-        except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            message = f"event {event.type!r} has missing or bad fields ({type(exc).__name__}: {exc})"
-            await self.write_event(Error(text=message, code="bad-event").event())
+        except BadEvent as exc:
+            await self.write_event(Error(text=str(exc), code="bad-event").event())
+        except Exception as exc:  # a fault of this server, not of the client's event
+            log.exception("wyoming %s: serving %s failed", self.peer, event.type)
+            await self.write_event(Error(text=f"the server failed on this {event.type}: {type(exc).__name__}: {exc}",
+                                         code="internal").event())
         return True
 
     async def _answer(self, text: str) -> None:
