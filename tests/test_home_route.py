@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import socket
 import stat
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -62,6 +64,10 @@ class FakeHa(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that gave up (timeout, cancel)
+            super().handle_error(request, client_address)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -450,3 +456,110 @@ def test_a_command_naming_an_exposed_device_that_ha_cannot_parse_is_not_the_llms
     reply = a.reply("鱼缸加热器慢慢调到二十六度", Turn())  # HA: no_intent_match
     assert reply.route == "home" and reply.text == "抱歉，我不明白" and not llm.calls
     assert a.reply("鱼缸加热器是什么牌子的", Turn()).route == "llm"  # not a command: the LLM's
+
+
+# -- the websocket client against a scripted server -------------------------------------------------------
+
+
+def _frame(opcode: int, payload: bytes, fin: bool = True) -> bytes:
+    import struct
+
+    n = len(payload)
+    head = bytes([(0x80 if fin else 0) | opcode])
+    head += bytes([n]) if n < 126 else bytes([126]) + struct.pack("!H", n) if n < 65536 else \
+        bytes([127]) + struct.pack("!Q", n)
+    return head + payload
+
+
+def _read_client_frame(conn: socket.socket) -> dict[str, Any]:
+    import struct
+
+    b0, b1 = conn.recv(2, socket.MSG_WAITALL)
+    n = b1 & 0x7F
+    if n == 126:
+        n = struct.unpack("!H", conn.recv(2, socket.MSG_WAITALL))[0]
+    elif n == 127:
+        n = struct.unpack("!Q", conn.recv(8, socket.MSG_WAITALL))[0]
+    assert b1 & 0x80, "client frames must be masked"
+    mask = conn.recv(4, socket.MSG_WAITALL)
+    data = conn.recv(n, socket.MSG_WAITALL) if n else b""
+    return dict(json.loads(bytes(b ^ mask[i % 4] for i, b in enumerate(data))))
+
+
+def scripted_ws(script: Callable[[socket.socket], None]) -> tuple[str, threading.Thread]:
+    """A server on loopback answering the websocket upgrade, then running ``script`` on the connection."""
+    import base64
+    import hashlib
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn, server:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += conn.recv(1024)
+            key = next(line.split(":", 1)[1].strip() for line in head.decode().split("\r\n")
+                       if line.lower().startswith("sec-websocket-key"))
+            accept = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest())
+            hello = _frame(1, json.dumps({"type": "auth_required", "ha_version": "2026.2.3"}).encode())
+            conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                         b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n" + hello)  # the hello in the same packet
+            script(conn)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return f"http://127.0.0.1:{server.getsockname()[1]}", thread
+
+
+def test_the_websocket_client_reads_fragments_pings_and_long_messages() -> None:
+    from rkvoice.home.ws import HaSocket
+
+    pongs: list[bytes] = []
+
+    def script(conn: socket.socket) -> None:
+        assert _read_client_frame(conn) == {"type": "auth", "access_token": TOKEN}
+        conn.sendall(_frame(1, b'{"type": "auth_ok"}'))
+        call = _read_client_frame(conn)
+        assert call["type"] == "get_states" and call["id"] == 1
+        result = json.dumps({"id": 1, "type": "result", "success": True, "result": ["x" * 70000]}).encode()
+        conn.sendall(_frame(1, b'{"id": 9, "type": "event"}')  # another subscription's event: skipped
+                     + _frame(1, result[:100], fin=False) + _frame(9, b"hi") + _frame(0, result[100:]))
+        b0, _ = conn.recv(2, socket.MSG_WAITALL)
+        pongs.append(bytes([b0]))
+        conn.recv(6, socket.MSG_WAITALL)  # mask + "hi"
+
+    url, thread = scripted_ws(script)
+    with HaSocket(url, TOKEN, 5.0) as sock:
+        assert sock.ha_version == "2026.2.3"
+        assert sock.call("get_states") == ["x" * 70000]
+    thread.join(5)
+    assert pongs == [bytes([0x8A])]
+
+
+@pytest.mark.parametrize(("reply", "words"), [
+    (_frame(1, b'{"type": "auth_invalid", "message": "Invalid access token"}'), "refused the token"),
+    (_frame(1, b"not json"), "not JSON"),
+    (_frame(8, b"\x03\xe8bye"), "closed the websocket (code 1000 bye)"),
+    (b"", "closed the websocket connection"),
+])
+def test_the_websocket_client_names_what_went_wrong(reply: bytes, words: str) -> None:
+    from rkvoice.home.ws import HaSocket, WsError
+
+    def script(conn: socket.socket) -> None:
+        _read_client_frame(conn)
+        conn.sendall(reply)
+
+    url, thread = scripted_ws(script)
+    with pytest.raises(WsError, match=re.escape(words)):
+        HaSocket(url, TOKEN, 5.0)
+    thread.join(5)
+
+
+def test_a_site_that_is_not_home_assistant_refuses_the_websocket(ha: FakeHa) -> None:
+    from rkvoice.home.ws import HaSocket, WsError
+
+    with pytest.raises(WsError, match="not Home Assistant's API"):
+        HaSocket(ha.url, TOKEN, 5.0)

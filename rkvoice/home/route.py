@@ -234,6 +234,7 @@ class HomeRoute:
             log.debug("home: %d names exposed to Assist", len(names))
         except (HomeFailure, WsError, OSError, ValueError, AttributeError) as exc:
             log.debug("home: could not read the exposed names (%s)", exc)
+            self._names_at = self.clock.now() - NAMES_EVERY_S + self.cfg.retry_s  # next try after retry_s
         finally:
             with self._lock:
                 self._names_busy = False
