@@ -65,3 +65,44 @@ def test_an_announcement_plays_on_the_board(home):
     assert [s.kind for s in streams] == ["announce"], streams
     assert streams[0].ended.is_set() and streams[0].audio_s > 0.5
     assert took >= streams[0].audio_s - 0.1  # HA waited for ``played``, sent once it had played
+
+
+def test_the_command_line_plays_a_recording_to_home_assistant_and_writes_its_answer(home, tmp_path):
+    """``assistant.py --satellite URI --file rec.wav --out reply.wav``: a process of its own, added to HA."""
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import soundfile as sf
+
+    from tests.ha_home import free_port
+    from tests.support.satellite_home import RATE, request
+
+    root = Path(__file__).resolve().parents[1]
+    rec, reply = tmp_path / "rec.wav", tmp_path / "reply.wav"
+    sf.write(rec, request(home.voice, "打开大灯"), RATE)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(root / "assistant.py"), "--satellite", f"tcp://127.0.0.1:{port}",
+                             "--file", str(rec), "--out", str(reply), "--set", "satellite.name=rkvoice-cli"],
+                            cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    entry = None
+    try:
+        def listening() -> bool:
+            with socket.socket() as sock:
+                return sock.connect_ex(("127.0.0.1", port)) == 0
+
+        assert wait_until(lambda: listening() or proc.poll() is not None, 120) and proc.poll() is None, \
+            proc.communicate()[1][-2000:]
+        entry = home.ha.add_wyoming("127.0.0.1", port)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        if entry is not None:  # HA would keep reconnecting to the finished process
+            home.ha.rest("DELETE", f"/api/config/config_entries/entry/{entry['entry_id']}")
+    assert proc.returncode == 0, err[-2000:]
+    assert "Home Assistant heard '打开大灯" in out, out
+    audio, rate = sf.read(reply)
+    assert len(audio) / rate > 0.5  # HA's answer (大灯已打开), as played
