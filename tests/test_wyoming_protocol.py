@@ -384,6 +384,47 @@ def test_a_streamed_synthesis_without_a_voice_takes_the_voice_of_its_first_text(
     assert zh.texts == ["今天天气不错。"]
 
 
+class StreamingVoice(FakeVoice):
+    """A voice that streams (as the Piper voice): each piece in three parts of 0.5 s; the second part
+    is made only once ``go`` is set."""
+
+    streaming = True
+
+    def __init__(self) -> None:
+        super().__init__("piper-zh")
+        self.go = threading.Event()
+        self.parts = 0
+
+    def stream(self, text: str, sid: int = 0, speed: float = 1.0) -> Iterator[tuple[np.ndarray, bool]]:
+        for i in range(3):
+            if i == 1:
+                assert self.go.wait(BOUND)
+            self.parts += 1
+            yield (0.1 * np.sin(np.arange(8000) * 0.3)).astype(np.float32), i == 2
+
+
+def test_a_streaming_voice_is_streamed_to_the_client_part_by_part(fakes):
+    """The Wyoming synthesis streams a voice that streams: the first part's audio reaches the client
+    while the rest of the piece is still to be made (before, the server's gated call turned it off)."""
+    engines, *_ = fakes
+    voice = StreamingVoice()
+    engines = replace(engines, tts=voice, voices={})
+
+    async def go(port: int) -> tuple[list[str], list[str]]:
+        async with AsyncTcpClient("127.0.0.1", port) as c:
+            await c.write_event(Synthesize(text="早上好。").event())
+            first = [e.type for e in await read_until(c, lambda e: e.type == "audio-chunk")]
+            made = voice.parts
+            voice.go.set()
+            rest = [e.type for e in await read_until(c, lambda e: e.type == "audio-stop")]
+            return first + [f"parts made: {made}"], rest
+
+    with serving(engines) as port:
+        first, rest = run(go(port))
+    assert first == ["audio-start", "audio-chunk", "parts made: 1"]
+    assert rest[-1] == "audio-stop" and voice.parts == 3 and voice.texts == []  # stream(), never generate()
+
+
 def test_a_named_voice_is_checked_at_synthesize_start(fakes):
     engines, *_ = fakes
 
