@@ -1,394 +1,451 @@
-"""Soak: N consecutive turns through the real daemon in one process; prints JSON.
+"""Soak: N mixed requests through the real daemon in one process (local tool questions, local LLM
+questions, Wyoming transcribe / synthesize / handle); prints JSON.
 
-The daemon runs exactly as under systemd (supervisor, product plan, live hear loop,
-Assistant, Speaker) except for its two ends: the microphone is a feeder that "speaks"
-request WAVs made by the portable FastSpeech2 voice (wake phrase + request in one breath,
-then silence until the turn is over), and the player is the null sink consuming audio at
-real-time pace -- or ``--pace`` times faster (stated in the JSON as ``pace``).
+The daemon runs as under systemd (supervisor, product plan, live turn loop, Assistant, Speaker, and
+the Wyoming server it starts for ``wyoming.uri`` on a free loopback port) except for its two ends:
+the microphone is a scripted feeder (tests.support.daemon) that "speaks" request WAVs made by the
+portable FastSpeech2 voice (wake phrase + request in one breath), ``--pace`` times faster than real
+time, and the player is a null sink that takes the audio at once. The requests run one after
+another in a fixed cycle of 25 (so the first 50 and the last 50 hold the same mix): after a local
+turn, the Wyoming requests that follow it in the cycle are made by a client on their own
+connections (as Home Assistant makes them) while the microphone stays silent.
 
-After ``--warmup`` turns it samples, at the end of every turn, the process's resident set
-(VmRSS), native thread count and open file descriptors. Pass: no crash, every turn
-answered, RSS growth after warm-up < 5 %, threads and fds flat.
+Every ``--sample-every`` requests it reads the process's resident set (VmRSS), native threads and
+open fds. Per request: the latency (local turn: end of speech -> first audio; transcribe: audio-stop
+-> transcript; synthesize: request -> first audio chunk; handle: request -> handled) and the process
+CPU time it cost. Goals: every request answered, RSS growth from the end of the warm-up to the last
+sample < 5 %, threads and fds flat, p90 latency of the last 50 requests within 10 % of the first 50.
 
-    py312/bin/python bench/soak.py --turns 500 --pace 8
+    py312/bin/python -m bench.soak --turns 500 --pace 8 --set llm.max_tokens=24
+
+``--resident`` only loads the daemon's stages one by one and prints the resident set after each.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
-import json
+import asyncio
 import logging
-import os
+import socket
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from wyoming.asr import Transcribe, Transcript
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.client import AsyncTcpClient
+from wyoming.event import Event
+from wyoming.handle import Handled
+from wyoming.tts import Synthesize
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests.support import paced
-from rkvoice.clock import MonotonicClock
-from rkvoice.config import Config, load_config
-from rkvoice.daemon.sdnotify import Notifier
-from rkvoice.daemon.service import Daemon
-from rkvoice.stages import Plan, StageSet, StageSpec, product_plan
+from rkvoice.config import Config, parse_override
+from rkvoice.errors import RkvoiceError
+from rkvoice.stages import StageSet, product_plan
 from rkvoice.turn import Turn
+from tests.support import RATE, Footprint, Run, ScaledClock, footprint, load_avg_1m, percentile, spread
+from tests.support.daemon import isolated_config, isolated_workdir, scripted_daemon, synth_requests
 
 log = logging.getLogger("soak")
 
-# tool-routed requests (exact answers), one LLM question every --llm-every turns
-# (chosen so Whisper base hears them right after the wake phrase: "内存还剩多少" came back as
-# "妹存还剩多少" and "九乘以九" as "九成已九", which the tools then don't recognise)
-REQUESTS = ["小智小智，现在几点了", "小智小智，二加三等于多少", "小智小智，现在是什么时间",
-            "小智小智，现在几点钟"]
-LLM_REQUEST = "小智小智，用一句话介绍一下月亮"
-FRAME = 512
-RATE = 16000
+WAKE = "小智小智，"
+# Local tool questions Whisper base hears right after the wake phrase in the portable voice ("二加三等于多少"
+# came back as "二家分等于多少", "今天几号" as "今天几后", "一百除以四" as "100厨以四": no tool recognises those).
+TOOL_REQUESTS = ("现在几点了", "今天是星期几", "现在是什么时间", "现在几点钟")
+LLM_REQUESTS = ("用一句话介绍一下月亮", "用一句话说说春天")
+TRANSCRIBE = "现在几点了"
+"""What the Wyoming client sends as speech (the portable voice's, no wake phrase)."""
+SYNTHESIZE = "今天天气不错，我们一起去公园散步吧。"
+HANDLE = ("二加三等于多少", "现在几点")
+HANDLED = {"二加三等于多少": "五", "现在几点": "点"}
+"""A word the handled answer must contain."""
+
+KINDS = ("tool", "llm", "transcribe", "synthesize", "handle")
+WYOMING = ("transcribe", "synthesize", "handle")
+CYCLE_LEN = 25
+WINDOW = 50
+GOALS = {"rss_growth_pct_below": 5.0, "p90_ratio_at_most": 1.10}
 
 
-def proc_status() -> dict[str, int]:
-    """VmRSS (kB), native threads and open fds of this process, from /proc."""
-    out: dict[str, int] = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "Threads"):
-            out[key] = int(value.split()[0])
-    out["fds"] = len(os.listdir("/proc/self/fd"))
+def cycle() -> list[str]:
+    """25 requests: the local ones at even positions (one of them the LLM), Wyoming ones between them."""
+    out: list[str] = []
+    wy = 0
+    for i in range(CYCLE_LEN):
+        if i % 2 == 0:
+            out.append("llm" if i == 12 else "tool")
+        else:
+            out.append(WYOMING[wy % len(WYOMING)])
+            wy += 1
     return out
 
 
-class ScaledClock(MonotonicClock):
-    """Real time running ``pace`` times faster (pace 1 = real time)."""
-
-    def __init__(self, pace: float) -> None:
-        self.pace = pace
-
-    def now(self) -> float:
-        return time.monotonic() * self.pace
-
-    def sleep(self, seconds: float) -> None:
-        if seconds > 0:
-            time.sleep(seconds / self.pace)
+def schedule(n: int) -> list[str]:
+    """The kinds of the ``n`` requests, in order (starts with a local turn)."""
+    one = cycle()
+    return [one[i % CYCLE_LEN] for i in range(n)]
 
 
-def synth_requests(cfg: Config, texts: list[str], out_dir: Path) -> dict[str, np.ndarray]:
-    """16 kHz float32 speech for each text, by the portable FastSpeech2 voice (also saved as WAVs)."""
-    import soundfile as sf
-
-    from rkvoice.hear.sources import to_mono_16k
-    from rkvoice.text.normalize import speakable
-    from rkvoice.tts.registry import create_tts
-
-    tts = create_tts(cfg, "fastspeech2")
-    tts.load()
-    audio = {}
-    for i, text in enumerate(texts):
-        samples, rate = tts.generate(speakable(text))
-        sf.write(out_dir / f"request_{i}.wav", samples, rate)
-        audio[text] = to_mono_16k(samples, rate, "request")
-    return audio
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
-class TurnFeeder:
-    """A microphone stand-in: request i, then silence until the daemon finished turn i."""
+@dataclass
+class Step:
+    """One request's record."""
 
-    sample_rate = RATE
+    index: int
+    kind: str
+    latency_ms: float | None = None
+    cpu_ms: float = 0.0
+    wall_ms: float = 0.0
+    ok: bool = False
+    detail: str = ""
+    route: str = ""
 
-    def __init__(self, script: list[np.ndarray], turns_done: Any, clock: ScaledClock) -> None:
-        self.script = script
-        self.turns_done = turns_done  # () -> number of turns the daemon has finished
-        self.clock = clock
-        self._closed = threading.Event()
-        self.fed = 0
 
-    def _silence(self) -> Iterator[np.ndarray]:
-        while True:
-            yield np.zeros(FRAME, dtype=np.float32)
+@dataclass
+class Sample:
+    step: int
+    fp: Footprint
+    load: float
 
-    def frames(self) -> Iterator[np.ndarray]:
-        # a failed turn may restart the hear loop (and this generator): resume, don't replay
-        yield from paced(self._unpaced(), self.clock, self.clock.now(), FRAME / RATE, self._closed)
 
-    def _unpaced(self) -> Iterator[np.ndarray]:
-        silence = self._silence()
-        for i, speech in enumerate(self.script):
-            if i < self.turns_done():
-                continue
-            padded = np.concatenate([np.zeros(RATE // 4, np.float32), speech, np.zeros(RATE, np.float32)])
-            n = len(padded) // FRAME * FRAME
-            self.fed = i + 1
-            yield from padded[:n].reshape(-1, FRAME)
-            # keep the microphone "open" (silence) until the turn is over
-            for frame in silence:
-                yield frame
-                if self.turns_done() >= i + 1:
+@dataclass
+class Record:
+    steps: list[Step] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+
+
+def pcm16(audio: np.ndarray) -> bytes:
+    pad = np.zeros(RATE // 4, np.float32)
+    return (np.clip(np.concatenate([pad, audio, pad]), -1, 1) * 32767).astype("<i2").tobytes()
+
+
+async def wyoming_request(port: int, kind: str, n: int, speech: bytes) -> tuple[float, str]:
+    """One request on its own connection; (latency ms, what came back). Raises on a wrong answer."""
+    async with AsyncTcpClient("127.0.0.1", port) as c:
+        if kind == "transcribe":
+            await c.write_event(Transcribe(language="zh").event())
+            await c.write_event(AudioStart(rate=RATE, width=2, channels=1).event())
+            step = RATE // 10 * 2
+            for i in range(0, len(speech), step):
+                await c.write_event(AudioChunk(rate=RATE, width=2, channels=1, audio=speech[i:i + step]).event())
+            sent = time.monotonic()
+            await c.write_event(AudioStop().event())
+            event = await _until(c, "transcript")
+            text = Transcript.from_event(event).text
+            if "几点" not in text:
+                raise RuntimeError(f"transcript {text!r}")
+            return (time.monotonic() - sent) * 1000, text
+        if kind == "synthesize":
+            sent = time.monotonic()
+            await c.write_event(Synthesize(text=SYNTHESIZE).event())
+            await _until(c, "audio-chunk")
+            first = (time.monotonic() - sent) * 1000
+            await _until(c, "audio-stop")
+            return first, "audio"
+        question = HANDLE[n % len(HANDLE)]
+        sent = time.monotonic()
+        await c.write_event(Transcript(text=question).event())
+        answer = Handled.from_event(await _until(c, "handled")).text or ""
+        if HANDLED[question] not in answer:
+            raise RuntimeError(f"{question!r} handled as {answer!r}")
+        return (time.monotonic() - sent) * 1000, answer
+
+
+async def _until(c: AsyncTcpClient, kind: str) -> Event:
+    while True:
+        event = await c.read_event()
+        if event is None:
+            raise RuntimeError(f"connection closed before {kind}")
+        if event.type == "error":
+            raise RuntimeError(f"error {event.data.get('code')}: {event.data.get('text')}")
+        if event.type == kind:
+            return event
+
+
+class Driver:
+    """Walks the schedule: after local turn m it makes the Wyoming requests that follow it, then lets
+    the microphone go on (``released``). Samples the footprint every ``every`` requests."""
+
+    def __init__(self, kinds: list[str], port: int, speech: bytes, every: int, timeout_s: float) -> None:
+        self.kinds = kinds
+        self.port = port
+        self.speech = speech
+        self.every = every
+        self.timeout_s = timeout_s
+        self.record = Record()
+        self.released = 0
+        """Local turns after which the following Wyoming requests are done (the feeder's turns_done)."""
+        self.error = ""
+        self._turns: list[Turn | None] = []  # each local turn's report (None: failed)
+        self._cond = threading.Condition()
+        self._cpu = time.process_time()
+        self._wall = time.monotonic()
+
+    def on_done(self, turn: Turn) -> None:
+        with self._cond:
+            self._turns.append(turn)
+            self._cond.notify_all()
+
+    def on_failed(self) -> None:
+        with self._cond:
+            self._turns.append(None)
+            self._cond.notify_all()
+
+    def _local(self, index: int, kind: str, m: int, stop: threading.Event) -> Step:
+        deadline = time.monotonic() + self.timeout_s
+        with self._cond:
+            while len(self._turns) <= m:
+                if stop.is_set():
+                    raise RuntimeError(f"the daemon stopped before local turn {m + 1}")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"local turn {m + 1} ({kind}) not over after {self.timeout_s:.0f} s")
+                self._cond.wait(1.0)
+            turn = self._turns[m]
+        step = Step(index, kind)
+        if turn is None:
+            step.detail = "turn failed"
+            return step
+        summary = turn.timeline.summary()
+        e2fa = summary.get("end_to_first_audio_ms")
+        step.latency_ms = float(e2fa) if isinstance(e2fa, (int, float)) else None
+        step.route, step.detail = turn.route or "-", turn.text
+        step.ok = step.latency_ms is not None and (turn.route == "llm") == (kind == "llm")
+        return step
+
+    def run(self, stop: threading.Event, request_stop: Any) -> None:
+        loop = asyncio.new_event_loop()
+        m = 0
+        try:
+            for index, kind in enumerate(self.kinds):
+                if stop.is_set():
                     break
-        yield from silence  # the mic never ends: paced() stops at close
+                if kind in WYOMING:
+                    step = Step(index, kind)
+                    try:
+                        step.latency_ms, step.detail = loop.run_until_complete(asyncio.wait_for(
+                            self._connect_and(kind, index), self.timeout_s))
+                        step.ok = True
+                    except Exception as exc:  # counted as a failed request
+                        step.detail = f"{type(exc).__name__}: {exc}"
+                else:
+                    if m > 0:
+                        self.released = m  # the microphone may say the next request now
+                    step = self._local(index, kind, m, stop)
+                    m += 1
+                self._account(step)
+            self.released = m
+        except Exception as exc:
+            self.error = f"{type(exc).__name__}: {exc}"
+            log.error("soak driver: %s", self.error)
+        finally:
+            loop.close()
+            request_stop()
 
-    def close(self) -> None:
-        self._closed.set()
+    async def _connect_and(self, kind: str, index: int) -> tuple[float, str]:
+        for attempt in range(60):  # the server starts beside the turn loop; give it time on the first request
+            try:
+                return await wyoming_request(self.port, kind, index, self.speech)
+            except ConnectionRefusedError:
+                if attempt == 59:
+                    raise
+                await asyncio.sleep(0.5)
+        raise AssertionError("unreachable")
 
-
-class _NoLlm:
-    """--no-llm: a request the tools can't answer fails its turn (counted) instead of loading the LLM."""
-
-    name = "none"
-
-    def load(self) -> None:
-        pass
-
-    def stream(self, messages: Any) -> Any:
-        from rkvoice.errors import RkvoiceError, Stage
-
-        raise RkvoiceError(Stage.LLM, "disabled", "soak --no-llm: this request needed the LLM")
-
-    def abort(self) -> None:
-        pass
-
-
-class NoLlmAssistant:
-    """--no-llm: the real Assistant with tools only (the LLM is not loaded)."""
-
-    def __init__(self, cfg: Config) -> None:
-        from rkvoice.answer.assistant import Assistant
-
-        self.inner = Assistant(cfg, llm=_NoLlm())
-
-    def load(self) -> None:
-        self.inner.scheduler.start()  # the tools' reminders; no LLM to load
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
-def watch_turns(daemon: Daemon, done: Callable[[Turn], None], failed: Callable[[], None]) -> None:
-    """``done(turn)`` after each turn the daemon reports answered, ``failed()`` after each failure it
-    counts (one reported once stopping is not), each after the daemon's own report."""
-    report = daemon.report
-
-    def on_report(result: Turn | BaseException) -> None:
-        stopping = daemon.stop.is_set()
-        report(result)
-        if isinstance(result, Turn) and result.exception is None:
-            done(result)
-        elif not stopping:
-            failed()
-
-    daemon.report = on_report  # type: ignore[method-assign]
+    def _account(self, step: Step) -> None:
+        cpu, wall = time.process_time(), time.monotonic()
+        step.cpu_ms, step.wall_ms = (cpu - self._cpu) * 1000, (wall - self._wall) * 1000
+        self._cpu, self._wall = cpu, wall
+        self.record.steps.append(step)
+        n = len(self.record.steps)
+        if not step.ok:
+            log.warning("request %d (%s) failed: %s", n, step.kind, step.detail)
+        if n % self.every == 0 or n == len(self.kinds):
+            sample = Sample(n, footprint(), load_avg_1m())
+            self.record.samples.append(sample)
+            print(f"soak: {n}/{len(self.kinds)} requests, {sum(not s.ok for s in self.record.steps)} failed, "
+                  f"rss {sample.fp.rss_mb:.0f} MB, threads {sample.fp.threads}, fds {sample.fp.fds}, "
+                  f"load {sample.load}", file=sys.stderr, flush=True)
 
 
-def pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    return round(float(np.percentile(values, q)), 1)
+def summarise(record: Record, kinds: list[str], warmup: int) -> dict[str, Any]:
+    """The figures and the verdict (see the module docstring)."""
+    steps = record.steps
+    failed = [s for s in steps if not s.ok]
+    by_kind = {k: [s for s in steps if s.kind == k] for k in KINDS}
+    after = [s for s in record.samples if s.step >= warmup] or record.samples[-1:]
+    base, last = after[0], after[-1]
+    growth = 100.0 * (last.fp.rss_kb - base.fp.rss_kb) / base.fp.rss_kb
+    quarter = max(1, len(after) // 4)
 
+    def trend(values: list[int]) -> int:
+        """The busiest sample of the last quarter minus the busiest of the first (short-lived threads
+        such as the wake cue's may be alive at one sample)."""
+        return max(values[-quarter:]) - max(values[:quarter])
 
-def resident(args: argparse.Namespace) -> int:
-    """VmRSS after loading each of the daemon's engines (the portable profile's resident set)."""
-
-    work = Path(tempfile.mkdtemp(prefix="rkvoice-rss-"))
-    cfg = load_config([{"state": {"dir": str(work / "state")}, "audio": {"player": "null"}}])
-    plan = product_plan(cfg)
-    if args.no_llm:
-        plan = Plan(stages=tuple(StageSpec(s.name, s.key, NoLlmAssistant) if s.name == "answer" else s
-                                 for s in plan.stages), source=plan.source)
-    steps = [{"step": "python + rkvoice imports", "rss_mb": round(proc_status()["VmRSS"] / 1024, 1)}]
-    stages = StageSet(plan.stages)
-    for spec in plan.stages:
-        t0 = time.monotonic()
-        engine = spec.build(cfg)
-        engine.load()
-        stages.engines[spec.name] = engine
-        st = proc_status()
-        steps.append({"step": f"+ {spec.name} ({type(engine).__name__})", "load_s": round(time.monotonic() - t0, 2),
-                      "rss_mb": round(st["VmRSS"] / 1024, 1), "threads": st["Threads"]})
-    for prev, cur in itertools.pairwise(steps):
-        cur["delta_mb"] = round(cur["rss_mb"] - prev["rss_mb"], 1)
-    hear = stages.engines["hear"]
-    result = {
-        "bench": "resident",
-        "profile": cfg.models.profile,
-        "engines": {"asr": type(hear.asr).__name__, "wake": type(hear.wake).__name__,
-                    "tts": getattr(stages.engines["speak"].tts, "name", "?"),
-                    "llm": "not loaded" if args.no_llm else cfg.llm.engine},
-        "steps": steps,
-        "total_rss_mb": steps[-1]["rss_mb"],
+    threads = [s.fp.threads for s in after]
+    fds = [s.fp.fds for s in after]
+    first = [s.latency_ms for s in steps[:WINDOW] if s.latency_ms is not None]
+    lastw = [s.latency_ms for s in steps[-WINDOW:] if s.latency_ms is not None]
+    p90_first, p90_last = percentile(first, 90), percentile(lastw, 90)
+    ratio = round(p90_last / p90_first, 3) if p90_first and p90_last else None
+    cpu_first = percentile([s.cpu_ms for s in steps[:WINDOW]], 50)
+    cpu_last = percentile([s.cpu_ms for s in steps[-WINDOW:]], 50)
+    checks = {
+        "all_answered": len(steps) == len(kinds) and not failed,
+        "rss_growth": growth < GOALS["rss_growth_pct_below"],
+        "threads_flat": trend(threads) <= 0,
+        "fds_flat": trend(fds) <= 0,
+        "p90_drift": ratio is not None and ratio <= GOALS["p90_ratio_at_most"],
     }
+    return {
+        "requests": {"asked": len(kinds), "done": len(steps), "failed": len(failed),
+                     "by_kind": {k: len(v) for k, v in by_kind.items()},
+                     "failures": [{"index": s.index, "kind": s.kind, "detail": s.detail} for s in failed[:20]]},
+        "latency_ms": {k: spread(s.latency_ms for s in v if s.latency_ms is not None)
+                       for k, v in by_kind.items() if v},
+        "latency_note": "local turns: end of speech -> first audio; transcribe: audio-stop -> transcript; "
+                        "synthesize: request -> first audio chunk; handle: request -> handled",
+        "drift": {"window": WINDOW, "p90_first_ms": p90_first, "p90_last_ms": p90_last, "p90_ratio": ratio,
+                  "cpu_ms_p50_first": cpu_first, "cpu_ms_p50_last": cpu_last,
+                  "cpu_ratio": round(cpu_last / cpu_first, 3) if cpu_first and cpu_last else None},
+        "rss_mb": {"after_warmup": base.fp.rss_mb, "last": last.fp.rss_mb,
+                   "max": max(s.fp.rss_mb for s in after), "warmup_requests": warmup},
+        "rss_growth_pct": round(growth, 2),
+        "threads": {"after_warmup": base.fp.threads, "last": last.fp.threads, "min": min(threads),
+                    "max": max(threads), "trend": trend(threads)},
+        "fds": {"after_warmup": base.fp.fds, "last": last.fp.fds, "min": min(fds), "max": max(fds),
+                "trend": trend(fds)},
+        "series": [{"request": s.step, "rss_mb": s.fp.rss_mb, "threads": s.fp.threads, "fds": s.fp.fds,
+                    "load": s.load} for s in record.samples],
+        "goals": GOALS,
+        "checks": checks,
+        "pass": all(checks.values()),
+    }
+
+
+def overrides(args: argparse.Namespace, work: Path, port: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [{"wyoming": {"uri": f"tcp://127.0.0.1:{port}"}}]
+    try:
+        out += [parse_override(item) for item in args.set]
+    except RkvoiceError as exc:
+        raise SystemExit(f"soak: {exc}") from exc
+    return out
+
+
+def resident(cfg: Config, out: str | None) -> int:
+    """VmRSS after loading each of the daemon's stages (the profile's resident set)."""
+    bench = Run("resident")
+    steps: list[dict[str, Any]] = [{"step": "python + rkvoice imports", "rss_mb": footprint().rss_mb}]
+    marks: list[tuple[str, float]] = []
+
+    def progress(msg: str) -> None:
+        if marks:
+            close_step(marks[-1])
+        marks.append((msg.removeprefix("loading "), time.monotonic()))
+
+    def close_step(mark: tuple[str, float]) -> None:
+        fp = footprint()
+        steps.append({"step": f"+ {mark[0]}", "load_s": round(time.monotonic() - mark[1], 2), "rss_mb": fp.rss_mb,
+                      "threads": fp.threads, "delta_mb": round(fp.rss_mb - steps[-1]["rss_mb"], 1)})
+
+    plan = product_plan(cfg, player=lambda c: _null_player(c))
+    stages = StageSet(plan.stages, on_progress=progress)
+    stages.load_all(cfg)
+    close_step(marks[-1])
+    loaded = stages.stages
+    engines = {"asr": type(loaded.hear.asr).__name__, "wake": type(loaded.hear.wake).__name__,
+               "tts": getattr(loaded.speak.tts, "name", "?"), "llm": cfg.llm.engine}
     stages.close_all()
-    text = json.dumps(result, ensure_ascii=False, indent=1)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n", encoding="utf-8")
+    bench.emit({"profile": cfg.models.profile, "engines": engines, "steps": steps,
+                "total_rss_mb": steps[-1]["rss_mb"]}, out)
     return 0
 
 
+def _null_player(cfg: Config) -> Any:
+    from tests.support.sink import draining_player
+
+    return draining_player(cfg)
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--turns", type=int, default=500)
-    ap.add_argument("--warmup", type=int, default=30,
-                    help="turns before the baseline sample (include at least one LLM turn)")
-    ap.add_argument("--pace", type=float, default=1.0,
-                    help="microphone feed and null player run this many times faster than real time")
-    ap.add_argument("--llm-every", type=int, default=25, help="every Nth request goes to the LLM (0: never)")
-    ap.add_argument("--no-llm", action="store_true", help="don't load the LLM (tools only)")
-    ap.add_argument("--resident", action="store_true",
-                    help="only load the engines one by one and print the resident set after each")
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("--turns", type=int, default=500, help="requests in all (local and Wyoming)")
+    ap.add_argument("--warmup", type=int, default=50, help="requests before the RSS baseline sample")
+    ap.add_argument("--pace", type=float, default=8.0, help="the microphone feeds this many times real time")
+    ap.add_argument("--sample-every", type=int, default=10, help="read RSS/threads/fds every N requests")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds one request may take before the soak fails")
+    ap.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], help="override a config value")
+    ap.add_argument("--resident", action="store_true", help="only load the stages, printing the RSS after each")
     ap.add_argument("--out", help="also write the JSON here")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    if args.no_llm:
-        args.llm_every = 0
-
+    if args.turns < 2 * WINDOW and not args.resident:
+        print(f"soak: --turns {args.turns} is too few to compare the first {WINDOW} with the last {WINDOW}; "
+              f"give at least {2 * WINDOW}", file=sys.stderr)
+        return 2
+    work = isolated_workdir("soak")
+    port = free_port()
+    try:
+        cfg = isolated_config(work, *overrides(args, work, port))
+    except RkvoiceError as exc:
+        print(f"soak: {exc}", file=sys.stderr)
+        return 2
     if args.resident:
-        return resident(args)
-    work = Path(tempfile.mkdtemp(prefix="rkvoice-soak-"))
-    cfg = load_config([{"state": {"dir": str(work / "state")},
-                        "daemon": {"lock_file": str(work / "rkvoice.lock")},
-                        "models": {"profile": "portable"}}], files=None)
-    texts = REQUESTS + ([LLM_REQUEST] if args.llm_every else [])
+        return resident(replace(cfg, wyoming=replace(cfg.wyoming, uri="")), args.out)
+
+    bench = Run("soak")
+    kinds = schedule(args.turns)
+    local_kinds = [k for k in kinds if k in ("tool", "llm")]
+    texts = [WAKE + t for t in TOOL_REQUESTS + LLM_REQUESTS] + [TRANSCRIBE]
     t0 = time.monotonic()
     audio = synth_requests(cfg, texts, work)
-    script = []
-    for i in range(args.turns):
-        if args.llm_every and (i + 1) % args.llm_every == 0:
-            script.append(audio[LLM_REQUEST])
+    script, n_tool, n_llm = [], 0, 0
+    for kind in local_kinds:
+        if kind == "llm":
+            script.append(audio[WAKE + LLM_REQUESTS[n_llm % len(LLM_REQUESTS)]])
+            n_llm += 1
         else:
-            script.append(audio[REQUESTS[i % len(REQUESTS)]])
-
-    clock = ScaledClock(args.pace)
-    reports: list[Turn] = []
-    samples: list[dict[str, int]] = []
-    daemon_ref: list[Daemon] = []
-
-    def turns_done() -> int:
-        return daemon_ref[0].turns if daemon_ref else 0
-
-    feeder = TurnFeeder(script, turns_done, clock)
-
-    def player(c: Config) -> Any:
-        from rkvoice.audio.sinks import NullPlayer
-
-        opened = NullPlayer(c, clock)
-        opened.open()
-        return opened
-
-    plan = product_plan(cfg, source=lambda c: feeder, player=player)
-    if args.no_llm:
-        plan = Plan(stages=tuple(StageSpec(s.name, s.key, NoLlmAssistant) if s.name == "answer" else s
-                                 for s in plan.stages), source=plan.source)
-    daemon = Daemon(cfg, plan, lambda: cfg, notifier=Notifier(socket_name=""))
-    daemon_ref.append(daemon)
-    lock = threading.Lock()
-
-    names: dict[str, Any] = {}
-
-    def on_turn(report: Turn) -> None:
-        with lock:
-            if not names:  # the engines are closed by the time the JSON is written
-                hear, speak = daemon.stages.engines["hear"], daemon.stages.engines["speak"]
-                names["hear"] = [type(getattr(hear, k)).__name__ for k in ("asr", "wake", "segmenter")]
-                names["tts"] = getattr(speak.tts, "name", type(speak.tts).__name__)
-            reports.append(report)
-            samples.append(proc_status())
-            if daemon.turns % 25 == 0:
-                print(f"soak: {daemon.turns} turns, {len(reports)} answered, "
-                      f"rss {samples[-1]['VmRSS'] / 1024:.0f} MB, threads {samples[-1]['Threads']}, "
-                      f"fds {samples[-1]['fds']}", file=sys.stderr, flush=True)
-            if daemon.turns >= args.turns:
-                daemon.request_stop()
-
-    def on_failure() -> None:
-        with lock:
-            samples.append(proc_status())
-            if daemon.turns >= args.turns:
-                daemon.request_stop()
-
-    watch_turns(daemon, on_turn, on_failure)
+            script.append(audio[WAKE + TOOL_REQUESTS[n_tool % len(TOOL_REQUESTS)]])
+            n_tool += 1
+    driver = Driver(kinds, port, pcm16(audio[TRANSCRIBE]), args.sample_every, args.timeout)
+    run = scripted_daemon(cfg, script, ScaledClock(args.pace))
+    daemon = run.daemon
+    run.feeder.turns_done = lambda: driver.released  # silent while the Wyoming requests after a turn run
+    run.on_turns(driver.on_done, driver.on_failed)
+    thread = threading.Thread(target=driver.run, args=(daemon.stop, daemon.request_stop), name="soak-driver",
+                              daemon=True)
+    thread.start()
     t_start = time.monotonic()
     code = daemon.run()
     wall = time.monotonic() - t_start
-
-    base = samples[args.warmup - 1] if len(samples) >= args.warmup else (samples[0] if samples else {})
-    after = samples[args.warmup:] if len(samples) > args.warmup else []
-    rss = [s["VmRSS"] for s in after]
-    threads = [s["Threads"] for s in after]
-    fds = [s["fds"] for s in after]
-    summaries = [r.timeline.summary() for r in reports]
-    e2fa = [s["end_to_first_audio_ms"] for s in summaries if "end_to_first_audio_ms" in s]
-    asr = [s["asr_ms"] for s in summaries if isinstance(s.get("asr_ms"), (int, float))]
-    expected = {t.split("，", 1)[1] for t in texts}
-    growth = (100.0 * (rss[-1] - base["VmRSS"]) / base["VmRSS"]) if rss and base else None
-    routes: dict[str, int] = {}
-    for r in reports:
-        routes[r.route or "-"] = routes.get(r.route or "-", 0) + 1
-    tts_name = names.get("tts", "?")
-    hear_names = names.get("hear", [])
-    heard: dict[str, int] = {}
-    for r in reports:
-        heard[r.text] = heard.get(r.text, 0) + 1
+    thread.join(5.0)
+    run.feeder.close()
+    if not driver.record.samples:
+        print(f"soak: no request finished (exit {code}; {driver.error or 'see the log above'})", file=sys.stderr)
+        return 1
     result = {
-        "bench": "soak",
-        "turns_requested": args.turns,
-        "turns_finished": daemon.turns,
-        "turns_answered": len(reports),
-        "turns_failed": daemon.turns - len(reports),
-        "exit_code": code,
-        "pace": args.pace,
-        "pace_note": "microphone feed and null player run `pace` times faster than real time",
-        "parts": {
-            "hear": "live hear loop (rkvoice.hear.loop): " + " + ".join(hear_names),
-            "answer": "Assistant: tools" + ("" if args.no_llm else f" + LLM (every {args.llm_every}th request)"),
-            "speak": f"Speaker + {tts_name} TTS + null player",
-        },
-        "routes": routes,
-        "transcripts_exact": sum(1 for r in reports if r.text.rstrip("。？?") in expected),
-        "transcripts": heard,
-        "warmup_turns": args.warmup,
-        "rss_mb": {
-            "after_warmup": round(base.get("VmRSS", 0) / 1024, 1),
-            "final": round(rss[-1] / 1024, 1) if rss else None,
-            "max": round(max(rss) / 1024, 1) if rss else None,
-        },
-        "rss_growth_pct": round(growth, 2) if growth is not None else None,
-        "rss_growth_limit_pct": 5.0,
-        "threads": {"after_warmup": base.get("Threads"), "min": min(threads, default=None),
-                    "max": max(threads, default=None), "final": threads[-1] if threads else None},
-        "fds": {"after_warmup": base.get("fds"), "min": min(fds, default=None),
-                "max": max(fds, default=None), "final": fds[-1] if fds else None},
-        "end_to_first_audio_ms": {"p50": pct(e2fa, 50), "p90": pct(e2fa, 90), "max": pct(e2fa, 100)},
-        "asr_ms": {"p50": pct(asr, 50), "p90": pct(asr, 90)},
-        "wall_s": round(wall, 1),
-        "setup_s": round(t_start - t0, 1),
-        "s_per_turn": round(wall / max(1, daemon.turns), 2),
+        "turns": args.turns, "pace": args.pace,
+        "set": args.set,
+        "mix": {"cycle": cycle(), "note": "the first and the last 50 requests hold the same mix"},
+        "parts": {"local": "daemon: live turn loop on a scripted microphone, Assistant (tools + LLM), Speaker on "
+                           "a null sink", "wyoming": "the daemon's own Wyoming server, one connection a request"},
+        **summarise(driver.record, kinds, args.warmup),
+        "exit_code": code, "driver_error": driver.error or None,
+        "wall_s": round(wall, 1), "setup_s": round(t_start - t0, 1),
+        "s_per_request": round(wall / max(1, len(driver.record.steps)), 2),
     }
-    # flat: the busiest moment late in the run is no busier than early on (a few short-lived
-    # threads -- the wake cue, an answer stream -- may be alive when a sample is taken)
-    window = max(1, len(after) // 4)
-
-    def trend(series: list[int]) -> int | None:
-        return max(series[-window:]) - max(series[:window]) if series else None
-
-    result["threads"]["trend"] = trend(threads)
-    result["fds"]["trend"] = trend(fds)
-    flat = bool(threads) and trend(threads) <= 0 and bool(fds) and trend(fds) <= 0
-    result["pass"] = bool(
-        code == 0 and daemon.turns >= args.turns and result["turns_failed"] == 0
-        and growth is not None and growth < 5.0 and flat
-    )
-    result["rss_series_mb"] = [round(s["VmRSS"] / 1024, 1) for s in samples[:: max(1, len(samples) // 25)]]
-    text = json.dumps(result, ensure_ascii=False, indent=1)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n", encoding="utf-8")
+    result["pass"] = bool(result["pass"] and code == 0 and not driver.error)
+    bench.emit(result, args.out)
     return 0 if result["pass"] else 1
 
 
