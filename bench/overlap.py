@@ -22,7 +22,6 @@ from typing import Any
 
 from rkvoice.answer.assistant import Assistant
 from rkvoice.answer.respond import Answerer
-from rkvoice.audio.sinks import NullPlayer
 from rkvoice.clock import MonotonicClock
 from rkvoice.config import load_config, parse_override
 from rkvoice.errors import RkvoiceError, Stage
@@ -31,6 +30,7 @@ from rkvoice.timeline import Event, Timeline
 from rkvoice.tts.registry import create_tts
 from rkvoice.turn import Turn
 from tests.support import bench_run
+from tests.support.sink import sink_speaker
 
 
 def forget_prompt(engine: Any) -> None:
@@ -232,22 +232,15 @@ def main() -> int:
     t = time.monotonic()
     llm.load()
     load_s = time.monotonic() - t
-    player = NullPlayer(cfg, clock)
-    player.open()
-    speaker = Speaker(tts, player, cfg, clock)
-    speaker.load()
-    answerer = Answerer(assistant, speaker, cfg)
     forget_prompt(llm.engine)
-    try:
+    with sink_speaker(tts, cfg, clock, drain=False) as speaker:  # played at the listener's pace
+        answerer = Answerer(assistant, speaker, cfg)
         tl_o, over = run_overlapped(answerer, args.question, clock)
         deltas_o = list(llm.deltas)
         assistant.conversation.history.clear()  # same prompt for the second run
         forget_prompt(llm.engine)  # computed from scratch like the first run: same seed -> same answer
         tl_w, wait = run_wait_full(assistant, speaker, args.question, clock)
         deltas_w = list(llm.deltas)
-    finally:
-        speaker.close()
-        player.close()
     for fig_, deltas in ((over, deltas_o), (wait, deltas_w)):
         gen_s = deltas[-1][0] - deltas[0][0] if len(deltas) > 1 else 0.0
         fig_["llm_chars_per_s"] = round(len(fig_["answer"]) / gen_s, 2) if gen_s > 0 else None

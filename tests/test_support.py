@@ -115,3 +115,16 @@ def test_a_speaker_on_a_sink_speaks_at_synthesis_speed_and_names_a_failure() -> 
             speak_through(speaker, "这一句会失败 BOOM。", timeout=10)
     assert time.monotonic() - t0 < 3.0 and summary["first_audio_ms"] is not None
     assert voice.said and summary["chunks"] >= 1
+
+
+def test_a_paced_sink_plays_out_in_the_clock_s_time_a_draining_one_does_not() -> None:
+    cfg = load_config([{"audio": {"player": "null"}}])
+    text = "今天天气很好，我们一起出去走走吧。"  # 15 characters of 0.2 s: about 3 s of audio
+    took = {}
+    for drain in (True, False):
+        clock = ScaledClock(20.0)  # 3 s of audio play in 0.15 s
+        with sink_speaker(FakeVoice(clock=clock, char_s=0.2), cfg, clock, drain=drain) as speaker:
+            t0 = clock.now()
+            speak_through(speaker, text, timeout=60)
+            took[drain] = clock.now() - t0
+    assert took[False] > 2.5 > 1.0 > took[True], took

@@ -1,6 +1,6 @@
 """A Speaker on a sink: the product's Speaker (both its threads, its chunking and crossfades) playing
-into a null player on a controlled clock, so a piece counts as heard as soon as it is handed over and a
-bench times synthesis, not playback."""
+into a null player, by default on a controlled clock, so a piece counts as heard as soon as it is handed
+over and a bench times synthesis, not playback."""
 
 from __future__ import annotations
 
@@ -25,15 +25,20 @@ def draining_player(cfg: Config) -> NullPlayer:
 
 
 @contextmanager
-def sink_speaker(engine: TtsEngine, cfg: Config, clock: Clock | None = None) -> Iterator[Speaker]:
-    """A loaded Speaker on ``engine`` (loaded by the caller) into a draining player, its marks on
-    ``clock`` (the real clock by default); closed on exit."""
-    speaker = Speaker(engine, draining_player(cfg), cfg, clock or MonotonicClock())
+def sink_speaker(engine: TtsEngine, cfg: Config, clock: Clock | None = None, drain: bool = True) -> Iterator[Speaker]:
+    """A loaded Speaker on ``engine`` (loaded by the caller) into a null player, its marks on ``clock``
+    (the real clock by default); closed on exit. The player drains at once, or with ``drain=False``
+    plays at ``clock``'s pace (a listener's time: a turn ends when its audio has played)."""
+    clock = clock or MonotonicClock()
+    player = draining_player(cfg) if drain else NullPlayer(cfg, clock)
+    player.open()
+    speaker = Speaker(engine, player, cfg, clock)
     speaker.load()
     try:
         yield speaker
     finally:
         speaker.close()
+        player.close()
 
 
 def speak_through(speaker: Speaker, text: str, timeout: float = 600.0) -> Timeline:
