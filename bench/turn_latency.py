@@ -163,7 +163,7 @@ def run(cfg: Config, variants: dict[str, Config], rounds: int, warmup: int) -> d
     def ready_next(n: int) -> None:
         """Turn ``n`` (0-based) comes next: its variant's LLM configuration."""
         if n < len(script.turns):
-            assistant = daemon.stages.engines["answer"]
+            assistant = daemon.stages.stages.answer
             assistant.llm.cfg = variants.get(script.turns[n][0], cfg)
             from_system_prompt(assistant)
         else:
@@ -173,7 +173,7 @@ def run(cfg: Config, variants: dict[str, Config], rounds: int, warmup: int) -> d
         with lock:
             i = len(done)
             done.append((script.turns[i][0], turn))
-            llm = daemon.stages.engines["answer"].llm
+            llm = daemon.stages.stages.answer.llm
             stats = getattr(llm, "last_stats", {}) if turn is not None and turn.route == "llm" else {}
             threads.append(llm_record(stats))
             load_avg.append(load_avg_1m())
