@@ -37,7 +37,7 @@ from rkvoice.hear.wake import PHRASE_SILENCE_S, WakeEngine
 from rkvoice.hear.wake_registry import create_wake
 from rkvoice.speaker import Speaker
 from rkvoice.tts.base import TtsEngine
-from rkvoice.tts.registry import CHINESE, TTS, VoiceSpec, create_tts
+from rkvoice.tts.registry import CHINESE, TTS, VoiceSpec, create_tts, with_other_language
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +49,9 @@ def default_voice(cfg: Config, name: str | None = None, text: str = CHINESE) -> 
 
 
 def installed_voice(cfg: Config, spec: VoiceSpec) -> TtsEngine:
-    """An installed voice a Wyoming client names (rkvoice.tts.registry.installed_voices), loaded."""
-    engine: TtsEngine = TTS.create(spec.engine, cfg, **dict(spec.kwargs))
+    """An installed voice a Wyoming client names (rkvoice.tts.registry.installed_voices), loaded; the
+    other language's spans go to its voice, as for ``create_tts``."""
+    engine = with_other_language(cfg, TTS.create(spec.engine, cfg, **dict(spec.kwargs)))
     engine.load()
     return engine
 

@@ -353,3 +353,16 @@ def test_matcha_on_the_portable_profile_is_refused_naming_the_board_install(
     err = capsys.readouterr().err
     assert code != 0 and "matcha" in err and "--profile board" in err, err
     assert not (tmp_path / "m.wav").exists()
+
+
+def test_a_voice_a_wyoming_client_names_gives_the_other_languages_spans_to_their_voice() -> None:
+    from rkvoice.stages import installed_voice
+
+    cfg = load_config()
+    specs = registry.installed_voices(cfg)
+    if "piper-joe" not in specs or "fastspeech2" not in specs:
+        pytest.skip("the portable voices (fastspeech2, piper-joe) are not installed: run ./install.sh")
+    engine = installed_voice(cfg, specs["piper-joe"])  # the English voice, named, asked for Chinese text
+    assert isinstance(engine, MixedTts) and span_voices(engine) == {"zh": "fastspeech2", "en": "piper-joe"}
+    assert engine.preload is None  # which language a named voice will be given is not known: lazy
+    engine.close()
