@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from rkvoice.answer.assistant import Assistant
+from rkvoice.answer.llm.base import LlmEngine
 from rkvoice.answer.respond import Answerer
 from rkvoice.config import Config, load_config
 from rkvoice.hear.ahead import TranscribeAhead
@@ -138,7 +139,7 @@ class BoardVoice:
         return (0.2 * np.sin(np.arange(int(audio_s * RATE), dtype=np.float32) * 0.05)).astype(np.float32), RATE
 
 
-class BoardLlm:
+class BoardLlm(LlmEngine):
     """RKLLM times: the first token after the prompt, then 33 tokens a second."""
 
     name = "rkllm-board-times"

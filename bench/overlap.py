@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rkvoice.answer.assistant import Assistant
+from rkvoice.answer.llm.base import LlmEngine
 from rkvoice.answer.respond import Answerer
 from rkvoice.clock import MonotonicClock
 from rkvoice.config import load_config, parse_override
@@ -41,7 +42,7 @@ def forget_prompt(engine: Any) -> None:
         reset_cache(engine)
 
 
-class RecordingLlm:
+class RecordingLlm(LlmEngine):
     """Wraps an engine and records the clock time of every delta (for the plot)."""
 
     def __init__(self, engine: Any, clock: MonotonicClock) -> None:

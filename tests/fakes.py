@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rkvoice.answer.llm.base import LlmEngine
 from rkvoice.audio.sinks import NullPlayer
 from rkvoice.clock import Clock
 from rkvoice.config import Config
@@ -238,7 +239,7 @@ class FakeVoice:
         return (0.2 * np.sin(np.arange(n, dtype=np.float32) * 0.05)).astype(np.float32), self.rate
 
 
-class ScriptedLlm:
+class ScriptedLlm(LlmEngine):
     """An LlmEngine: answers with ``pieces`` (one delta each, ``delta_s`` of clock time apart); a
     question containing "hang" blocks like a wedged native call until ``release`` or ``abort()``.
     With ``until_aborted`` the answer stays open after its pieces (a model still generating) until

@@ -16,6 +16,7 @@ from fakes import SeenTimeline, SteppedSpeaker
 from rkvoice.answer.assistant import Assistant
 from rkvoice.answer.conversation import spoken_now
 from rkvoice.answer.generate import TIMEOUT_TEXT, LlmStream
+from rkvoice.answer.llm.base import LlmEngine
 from rkvoice.answer.llm.registry import LLM, engine_name
 from rkvoice.answer.respond import Answerer
 from rkvoice.audio.sinks import NullPlayer
@@ -34,7 +35,7 @@ NOW = datetime(2026, 10, 21, 22, 5, tzinfo=TZ)
 RATE = 16000
 
 
-class FakeLlm:
+class FakeLlm(LlmEngine):
     """Yields scripted deltas, each after ``token_s`` of fake-clock time.
 
     ``gate``: (index, event) -> before yielding delta ``index`` wait for the event (lets a test

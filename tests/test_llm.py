@@ -150,16 +150,14 @@ def test_close_frees_and_load_again_works() -> None:
 def test_every_decode_runs_on_the_engines_one_thread(engine: LlamaEngine, monkeypatch: pytest.MonkeyPatch) -> None:
     """The prime on this thread and answers streamed from two others all decode on one thread: libgomp
     keeps a team per calling thread, and more threads than cores throttle every barrier's spin."""
-    from rkvoice.answer.llm import llama as llama_module
-
     seen: set[str] = set()
-    real = llama_module.llama_batch_get_one
+    real = engine.ll.llama_batch_get_one
 
     def batch(tokens: list[int], pos: int) -> object:
         seen.add(threading.current_thread().name)
         return real(tokens, pos)
 
-    monkeypatch.setattr(llama_module, "llama_batch_get_one", batch)
+    monkeypatch.setattr(engine.ll, "llama_batch_get_one", batch)  # the bindings' module, restored after
     engine.prime(MESSAGES[:1])
     for _ in range(2):
         answer: list[str] = []
@@ -399,6 +397,17 @@ def test_llama_threads_spin_briefly_at_their_barriers_unless_the_environment_say
     env["OMP_DISPLAY_ENV"] = "VERBOSE"
     env.update(preset)
     root = Path(__file__).resolve().parent.parent
-    run = subprocess.run([sys.executable, "-c", "import rkvoice.answer.llm.llama"], cwd=root, env=env,
-                         capture_output=True, text=True, timeout=120, check=True)
+    run = subprocess.run([sys.executable, "-c", "import rkvoice.answer.llm.llama as m; m.native()"], cwd=root,
+                         env=env, capture_output=True, text=True, timeout=120, check=True)
     assert f"GOMP_SPINCOUNT = '{spin}'" in run.stderr
+
+
+def test_importing_the_llm_engines_changes_no_environment_and_loads_no_libgomp() -> None:
+    """GOMP_SPINCOUNT is set when the llama engine loads its bindings (native()), not on import."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_"))}
+    env["OMP_DISPLAY_ENV"] = "VERBOSE"
+    code = ("import os, rkvoice.answer.llm, rkvoice.answer.llm.llama, rkvoice.answer.llm.registry; "
+            "print(sorted(k for k in os.environ if k.startswith('GOMP_')))")
+    run = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent, env=env,
+                         capture_output=True, text=True, timeout=120, check=True)
+    assert run.stdout.strip() == "[]" and "GOMP_SPINCOUNT" not in run.stderr  # libgomp did not load either

@@ -19,6 +19,7 @@ from wyoming.client import AsyncTcpClient  # noqa: E402
 from wyoming.event import Event  # noqa: E402
 from wyoming.handle import Handled, HandledChunk, NotHandled  # noqa: E402
 
+from rkvoice.answer.llm.base import LlmEngine  # noqa: E402
 from rkvoice.config import WyomingConfig, load_config  # noqa: E402
 from rkvoice.gate import LocalAssistant  # noqa: E402
 from rkvoice.turn import Turn  # noqa: E402
@@ -29,7 +30,7 @@ QUESTION = "用一句话介绍一下月亮"
 PIECES = ["月亮是", "地球唯一的", "天然卫星。"]
 
 
-class ScriptedLlm:
+class ScriptedLlm(LlmEngine):
     """Streams PIECES, waiting for ``go`` before each one; ``abort()`` ends the stream."""
 
     name = "scripted"

@@ -38,6 +38,7 @@ from wyoming.tts import (  # noqa: E402
     SynthesizeVoice,
 )
 
+from rkvoice.answer.llm.base import LlmEngine  # noqa: E402
 from rkvoice.config import WyomingConfig, load_config  # noqa: E402
 from rkvoice.errors import RkvoiceError  # noqa: E402
 from rkvoice.tts.registry import VoiceSpec  # noqa: E402
@@ -85,7 +86,7 @@ class FakeVoice:
         return (0.1 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 16000
 
 
-class FakeLlm:
+class FakeLlm(LlmEngine):
     """Streams ANSWER, each piece after ``go`` is released (``free=True``: at once); ``fail`` raises after
     the first piece; ``aborted`` is set when the stream is aborted."""
 

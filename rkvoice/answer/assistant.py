@@ -77,16 +77,16 @@ class Assistant:
         if self.home is not None:
             self.home.load()
         self.llm.load()
-        prime = getattr(self.llm, "prime", None)
-        if prime is not None:  # the system prompt's cache is ready before the first question
-            prime([{"role": "system", "content": self.conversation.system_prompt()}])
+        # the system prompt's cache is ready before the first question (engines that keep one)
+        self.llm.prime([{"role": "system", "content": self.conversation.system_prompt()}])
         self.scheduler.start()
 
     def close(self) -> None:
         self.scheduler.stop()
         if self.home is not None:
             self.home.close()
-        getattr(self._llm, "close", lambda: None)()
+        if self._llm is not None:  # never asked for: never loaded
+            self._llm.close()
 
     def reply(self, text: str, turn: Turn) -> Reply:
         """Route ``text``; the LLM's generation stops when ``turn`` is cancelled. Home Assistant is asked

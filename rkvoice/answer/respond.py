@@ -136,7 +136,7 @@ class Answerer:
                     self.speaker.say(turn, piece)
                 if ready and not spoken and reply.llm is not None:
                     spoken = True
-                    getattr(reply.llm.engine, "speaking", lambda: None)()  # llama: now leave the voice a core
+                    reply.llm.engine.speaking()  # the engine may now leave the voice a core
             if not turn.cancelled:
                 for piece in chunker.flush():
                     self.speaker.say(turn, piece)

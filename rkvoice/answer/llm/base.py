@@ -18,6 +18,9 @@ DEFAULT_MODELS = {
 
 
 class LlmEngine(Protocol):
+    """An LLM runtime. ``prime``, ``speaking`` and ``close`` have default no-ops here: an engine that
+    subclasses the protocol gets them and overrides those it has a use for (llama.cpp all three)."""
+
     name: str
 
     def load(self) -> None:
@@ -29,6 +32,20 @@ class LlmEngine(Protocol):
 
     def abort(self) -> None:
         """Stop the running generation soon; safe from any thread, a no-op when idle."""
+
+    def prime(self, messages: list[Message]) -> None:
+        """Get ready for prompts that start with ``messages`` (the system prompt) before the first
+        question, e.g. by computing their cache. Default: nothing to prepare."""
+        return None
+
+    def speaking(self) -> None:
+        """The current answer's first piece went to the voice (the engine may leave it a core). Safe
+        from any thread. Default: nothing changes."""
+        return None
+
+    def close(self) -> None:
+        """Free the model. Default: nothing held beyond what the garbage collector frees."""
+        return None
 
 
 def model_path(cfg: Config, engine: str) -> Path:

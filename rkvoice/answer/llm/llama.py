@@ -11,34 +11,39 @@ long as one, against 29 ms from one calling thread (2 cores).
 
 from __future__ import annotations
 
+import importlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Generator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-from cyllama.llama.llama_cpp import (
-    LlamaChatMessage,
-    LlamaContext,
-    LlamaContextParams,
-    LlamaModel,
-    LlamaModelParams,
-    LlamaSampler,
-    LlamaSamplerChainParams,
-    disable_logging,
-    ggml_backend_load_all,
-    llama_batch_get_one,
-)
-
 from rkvoice.answer.llm import cores
-from rkvoice.answer.llm.base import Message, chatml, model_path
+from rkvoice.answer.llm.base import LlmEngine, Message, chatml, model_path
 from rkvoice.answer.llm.cores import FreeCores, Threads, thread_counts
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
 
 log = logging.getLogger(__name__)
+
+SPIN_COUNT = "20000"
+"""How many times llama.cpp's OpenMP threads (libgomp) spin at a barrier before sleeping. Its default,
+300000, is right on an idle machine only: beside 2 busy processes two threads took 2.35x one on the
+prompt and 4.5x per token; with 20000, 1.17x / 1.18x, and the default's speed when idle."""
+
+
+def native() -> ModuleType:
+    """cyllama's llama.cpp bindings, imported on first use (``LlamaEngine.load``). libgomp reads
+    GOMP_SPINCOUNT once, when it is loaded with them, so SPIN_COUNT is put into this process's
+    environment just before (unless the environment sets a wait policy or a count): set when the
+    engine loads, not as a side effect of importing a module."""
+    if "OMP_WAIT_POLICY" not in os.environ:
+        os.environ.setdefault("GOMP_SPINCOUNT", SPIN_COUNT)
+    return importlib.import_module("cyllama.llama.llama_cpp")
 
 N_BATCH = 256
 PENALTY_LAST_N = 64
@@ -46,12 +51,13 @@ MAX_PENDING_TOKENS = 6
 """Tokens held back waiting for a character to complete before giving up on it."""
 
 
-class LlamaEngine:
+class LlamaEngine(LlmEngine):
     name = "llama"
 
     def __init__(self, cfg: Config, model: Path | None = None) -> None:
         self.cfg = cfg
         self.model_file = model or model_path(cfg, "llama")
+        self.ll: Any = None  # the bindings (native()), from load()
         self.model: Any = None
         self.vocab: Any = None
         self.ctx: Any = None
@@ -72,16 +78,17 @@ class LlamaEngine:
             raise RkvoiceError(Stage.LLM, "model-missing",
                                f"GGUF model {self.model_file} not found; run ./install.sh or set llm.model")
         t0 = time.monotonic()
-        disable_logging()
-        ggml_backend_load_all()
-        params = LlamaModelParams()
+        ll = self.ll = native()
+        ll.disable_logging()
+        ll.ggml_backend_load_all()
+        params = ll.LlamaModelParams()
         params.n_gpu_layers = 0
         try:
-            self.model = LlamaModel(str(self.model_file), params)
+            self.model = ll.LlamaModel(str(self.model_file), params)
         except Exception as exc:
             raise RkvoiceError(Stage.LLM, "model-bad", f"llama.cpp cannot load {self.model_file}: {exc}") from exc
         self.vocab = self.model.get_vocab()
-        cparams = LlamaContextParams()
+        cparams = ll.LlamaContextParams()
         cparams.n_ctx = self.cfg.llm.context
         cparams.n_batch = N_BATCH
         cores.WINDOW.watch()  # the last second's CPU use by other processes, for auto thread counts
@@ -90,7 +97,7 @@ class LlamaEngine:
         cparams.n_threads = self.threads  # llama.cpp: batches of one token (generation)
         cparams.n_threads_batch = self.threads_batch  # batches of more (the prompt)
         cparams.no_perf = True
-        self.ctx = LlamaContext(self.model, cparams)
+        self.ctx = ll.LlamaContext(self.model, cparams)
         self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rkvoice-llama")
         self.ctx.install_cancel_callback()
         self._template = self.model.get_default_chat_template() or None
@@ -101,7 +108,7 @@ class LlamaEngine:
     def prompt(self, messages: list[Message]) -> str:
         if self._template:
             try:
-                msgs = [LlamaChatMessage(role=m["role"], content=m["content"]) for m in messages]
+                msgs = [self.ll.LlamaChatMessage(role=m["role"], content=m["content"]) for m in messages]
                 return str(self.model.chat_apply_template(self._template, msgs, True))
             except Exception:
                 log.debug("model chat template failed; using ChatML", exc_info=True)
@@ -109,9 +116,9 @@ class LlamaEngine:
 
     def _sampler(self) -> Any:
         llm = self.cfg.llm
-        sp = LlamaSamplerChainParams()
+        sp = self.ll.LlamaSamplerChainParams()
         sp.no_perf = True
-        s = LlamaSampler(sp)
+        s = self.ll.LlamaSampler(sp)
         if llm.repeat_penalty != 1.0:
             s.add_penalties(PENALTY_LAST_N, llm.repeat_penalty, 0.0, 0.0)
         if llm.temperature <= 0:
@@ -218,9 +225,9 @@ class LlamaEngine:
     def _decode(self, tokens: list[int], pos: int) -> None:
         """``tokens`` into the cache from position ``pos``, on the engine's one decoding thread (the
         module's docstring says why); an abort raises InterruptedError here as in the decode."""
-        ctx, decoder = self.ctx, self._decoder
+        ctx, decoder, batch = self.ctx, self._decoder, self.ll.llama_batch_get_one
         assert decoder is not None  # set by load(), as ctx
-        decoder.submit(lambda: ctx.decode(llama_batch_get_one(tokens, pos))).result()
+        decoder.submit(lambda: ctx.decode(batch(tokens, pos))).result()
 
     def prime(self, messages: list[Message]) -> None:
         """Compute the cache for the start of a prompt (the system prompt) ahead of the first question."""

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rkvoice.answer.llm import rkllm_abi as abi_mod
-from rkvoice.answer.llm.base import Message, chatml, model_path
+from rkvoice.answer.llm.base import LlmEngine, Message, chatml, model_path
 from rkvoice.board import versions
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
@@ -51,7 +51,7 @@ def loaded_path(lib: ctypes.CDLL, symbol: str) -> Path | None:
     return None
 
 
-class RkllmEngine:
+class RkllmEngine(LlmEngine):
     name = "rkllm"
 
     def __init__(self, cfg: Config, lib_path: str | None = None, model: Path | None = None) -> None:
