@@ -16,7 +16,9 @@ player). Over ``--runs`` runs (at least 10, after one warm-up run):
   HA says it heard enough: the naive way), on the same HA.
 - its parts: ``*_end_to_transcript_p50_ms`` (end of speech -> HA's ``transcript``: the VAD deciding
   the end, then the ASR) and ``*_transcript_to_audio_p50_ms`` (HA's agent, the synthesis, the audio's
-  way back). The two ways take turns, request by request, so both see the same load.
+  way back), ``*_end_decided_p50_ms`` (end of speech -> the end decided: the satellite's ``audio-stop``,
+  or HA's ``voice-stopped``, whichever came first). The two ways take turns, request by request, so
+  both see the same load.
 - ``local_asr_p50_ms``: one Whisper decode of the request alone, timed right after on the same
   engine: the speech-to-text share of both figures (the rest is the end-of-speech wait and HA).
 """
@@ -46,7 +48,7 @@ def measure(home: SatelliteHome, runs: int, text: str = TEXT) -> dict[str, Any]:
     home.ask(text)  # warm-up: the first decode, HA's first pipeline run
     mic = home.satellite.mic
     vad = mic.segmenter
-    ways: dict[str, list[tuple[float, float | None, float | None, str]]] = {"board": [], "ha": []}
+    ways: dict[str, list[tuple[float, float | None, float | None, str, float | None]]] = {"board": [], "ha": []}
     try:
         for _ in range(runs):
             for way in ways:
@@ -67,22 +69,24 @@ def measure(home: SatelliteHome, runs: int, text: str = TEXT) -> dict[str, Any]:
         out[f"{prefix}_ms"] = [round(r[0], 1) for r in rows]
         out[f"{prefix}_end_to_transcript_p50_ms"] = median(r[1] for r in rows if r[1] is not None)
         out[f"{prefix}_transcript_to_audio_p50_ms"] = median(r[2] for r in rows if r[2] is not None)
+        out[f"{prefix}_end_decided_p50_ms"] = median(r[4] for r in rows if r[4] is not None)
     out["transcripts"] = sorted({r[3] for rows in ways.values() for r in rows})
     out["satellite_runs"] = runs
     out["local_asr_p50_ms"] = median(decodes)
     return out
 
 
-def timed(home: SatelliteHome, text: str) -> tuple[float, float | None, float | None, str]:
+def timed(home: SatelliteHome, text: str) -> tuple[float, float | None, float | None, str, float | None]:
     """One request: (end of speech -> first reply audio, -> transcript, transcript -> first audio) in ms,
-    and the transcript."""
+    the transcript, and end of speech -> the end decided (``audio-stop`` sent, or HA's ``voice-stopped``)."""
     run = home.ask(text)
     end = home.mic.speech_end_at
     assert end is not None and run.reply is not None and run.reply.first_audio_at is not None
     heard = None if run.heard_at is None else (run.heard_at - end) * 1000.0
     after = None if run.heard_at is None else (run.reply.first_audio_at - run.heard_at) * 1000.0
+    decided = None if run.speech_end_at is None else (run.speech_end_at - end) * 1000.0
     time.sleep(0.5)
-    return (run.reply.first_audio_at - end) * 1000.0, heard, after, str(run.transcript)
+    return (run.reply.first_audio_at - end) * 1000.0, heard, after, str(run.transcript), decided
 
 
 def satellite_p50(ha: HomeHa, runs: int) -> float:
