@@ -613,3 +613,23 @@ def test_bad_satellite_command_lines_are_one_line_and_a_non_zero_exit(argv, says
                           timeout=120, cwd=root)
     assert done.returncode == 1 and done.stderr.strip().splitlines() == [done.stderr.strip()], done.stderr
     assert done.stderr.startswith(says) and done.stdout == ""
+
+
+def test_a_wake_home_assistant_will_hear_plays_the_acknowledgement():
+    cfg = config()
+    player = RecordingPlayer(cfg)
+    playback = Playback(player, None)
+    playback.start()
+    link = SatelliteLink(cfg, playback, TimerTable())
+    cue = np.full(player.rate // 10, 0.1, np.float32)
+    mic = SatelliteMic(MarkerWake(["", ""]), link, playback, cue=cue)
+    marker = np.zeros(FRAME, np.float32)
+    marker[0] = 1
+    mic.accept(marker)  # HA not running the satellite: dropped, no cue
+    assert mic.run is None and player.samples == 0
+    link.running.set()
+    marker[0] = 2
+    mic.accept(marker)
+    assert mic.run is not None
+    assert wait_until(lambda: player.samples == len(cue))
+    playback.close()

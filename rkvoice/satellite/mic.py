@@ -47,8 +47,11 @@ class SatelliteMic:
 
     def __init__(self, wake: WakeEngine, link: SatelliteLink, playback: Playback,
                  on_run: Callable[[Run], None] | None = None, max_request_s: float = MAX_REQUEST_S,
-                 answer_wait_s: float = ANSWER_WAIT_S, segmenter: Segmenter | None = None) -> None:
+                 answer_wait_s: float = ANSWER_WAIT_S, segmenter: Segmenter | None = None,
+                 cue: np.ndarray | None = None) -> None:
         self.wake = wake
+        self.cue = cue if cue is not None else np.zeros(0, np.float32)
+        """Played on a wake HA will hear (``hear.ack``, at the player's rate)."""
         self.segmenter = segmenter
         self.link = link
         self.playback = playback
@@ -164,6 +167,7 @@ class SatelliteMic:
             self.wake.restart(self.samples)
             return
         self.run, self._run_from = run, self.samples
+        self.playback.cue(self.cue)
         if hit.request:
             self.link.audio(run, np.zeros(RATE // 4, np.float32))  # a little silence: HA's VAD sees the end
             self.link.stop_audio(run)

@@ -1,6 +1,7 @@
 """What the satellite plays, one thing after another on the board's player: Home Assistant's audio
-streams (a reply, a timer alarm, an announcement: ``audio-start`` / ``audio-chunk`` / ``audio-stop``)
-and the board's own words (a finished timer, said by rkvoice's voice through the Speaker).
+streams (a reply, a timer alarm, an announcement: ``audio-start`` / ``audio-chunk`` / ``audio-stop``),
+the board's own words (a finished timer, said by rkvoice's voice through the Speaker) and the wake
+acknowledgement (``hear.ack``).
 
 The player is the speak stage's, wrapped in the echo reference tap (rkvoice.hear.echo.ReferenceTap),
 so what HA's voice says is cancelled from the microphone like a local answer. One thread plays; the
@@ -112,6 +113,11 @@ class Playback:
         """The board's own words, after what is queued (a finished timer)."""
         self._put("say", text)
 
+    def cue(self, samples: np.ndarray) -> None:
+        """A sound at the player's rate (float32), after what is queued: the wake acknowledgement."""
+        if len(samples):
+            self._put("cue", samples)
+
     def clear(self, reason: str = "barge-in") -> None:
         """Drop everything queued and silence the player now; the streams not ended yet are cut (their
         audio still to come is dropped too) and still get ``on_played``."""
@@ -175,6 +181,9 @@ class Playback:
             self._finish(item, generation)
         elif kind == "say" and not stale:
             self._speak(item)
+        elif kind == "cue" and not stale:
+            for i in range(0, len(item), self.block):
+                self.player.write(np.clip(np.round(item[i : i + self.block] * 32767.0), -32768, 32767).astype(np.int16))
 
     def _write(self, stream: Stream, data: np.ndarray) -> None:
         x = data.astype(np.float32).reshape(-1, stream.channels).mean(axis=1) / 32768.0

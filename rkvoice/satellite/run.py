@@ -50,7 +50,8 @@ class Satellite:
         self.timers = TimerTable(self.clock)
         self.playback = Playback(speak.player, speak.speaker, cfg.audio.block_ms, self.clock)
         self.link = SatelliteLink(cfg, self.playback, self.timers, self.clock, uri=uri)
-        self.mic = SatelliteMic(hear.wake, self.link, self.playback, on_run=on_run, segmenter=segmenter)
+        self.mic = SatelliteMic(hear.wake, self.link, self.playback, on_run=on_run, segmenter=segmenter,
+                                cue=speak.cue)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failed: BaseException | None = None
