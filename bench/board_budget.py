@@ -3,7 +3,7 @@ measured times.
 
     py312/bin/python -m bench.board_budget [--turns 3]      (also inside bench/turn_latency.py)
 
-What runs is the product's code: TurnLoop.run_live (rkvoice.hear.loop) over a HearSession, the
+What runs is the product's code: TurnLoop.run_live (rkvoice.turn_loop) over a HearSession, the
 Assistant (its real tools; the LLM below), the Answerer (StreamChunker, first-piece rules, deadlines)
 and the Speaker (piece splitting, synthesis thread, post-processing, player thread) on the real clock.
 Only the engines are stand-ins that *sleep* for the board's figures (each with its source in
@@ -44,11 +44,11 @@ from rkvoice.answer.llm.base import LlmEngine
 from rkvoice.answer.respond import Answerer
 from rkvoice.config import Config, load_config
 from rkvoice.hear.ahead import TranscribeAhead
-from rkvoice.hear.loop import TurnLoop
 from rkvoice.hear.session import HearSession
 from rkvoice.hear.vad import SAMPLE_RATE, Segment, on_grid
 from rkvoice.hear.wake import PHRASE_SILENCE_S
 from rkvoice.turn import Turn
+from rkvoice.turn_loop import TurnLoop
 from tests.fakes import ScriptedWake
 from tests.support import SleepingClock, bench_run, median
 from tests.support.sink import sink_speaker

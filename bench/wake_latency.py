@@ -219,9 +219,9 @@ def portable(cfg: Config, asr: FreshWhisper, recs: list[Recording], before: bool
 
 def daemon_ack(cfg: Config, asr: FreshWhisper, recs: list[Recording]) -> dict[str, Any]:
     """The daemon's loop on a real-time source: phrase end -> the acknowledgement handed to the player."""
-    from rkvoice.hear.loop import TurnLoop
     from rkvoice.hear.session import HearSession
     from rkvoice.turn import Turn
+    from rkvoice.turn_loop import TurnLoop
     from tests.support import RealtimeSource
 
     class Started(RealtimeSource):

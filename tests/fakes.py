@@ -31,7 +31,7 @@ from rkvoice.turn import Turn
 from tests.support.clock import SleepingClock
 
 if TYPE_CHECKING:
-    from rkvoice.hear.loop import TurnLoop
+    from rkvoice.turn_loop import TurnLoop
     from tests.support.clock import ManualClock
 
 FRAME = 512
@@ -360,7 +360,7 @@ class RecordingPlayer(NullPlayer):
         super().clear()
 
 
-CUE_THREAD = "rkvoice-cue"  # rkvoice.hear.loop.player_cue's thread
+CUE_THREAD = "rkvoice-cue"  # rkvoice.turn_loop.player_cue's thread
 
 
 @dataclass

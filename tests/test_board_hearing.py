@@ -32,7 +32,6 @@ from rkvoice.cli import entry as cli
 from rkvoice.config import ROOT, load_config, parse_override
 from rkvoice.errors import RkvoiceError
 from rkvoice.hear.kws import KwsWake, check_kws, model_files
-from rkvoice.hear.loop import TurnLoop
 from rkvoice.hear.paraformer_asr import ParaformerAsr, check_paraformer
 from rkvoice.hear.session import HearSession
 from rkvoice.hear.sources import WavFileSource
@@ -40,6 +39,7 @@ from rkvoice.hear.vad import Segmenter, vad_model_path
 from rkvoice.timeline import Ev
 from rkvoice.tts.vits import read_onnx_metadata
 from rkvoice.turn import Turn
+from rkvoice.turn_loop import TurnLoop
 from tests.support import ManualClock, SteppedSource
 
 FIXTURES = ROOT / "tests" / "fixtures"

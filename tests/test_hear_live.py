@@ -14,13 +14,13 @@ from fakes import RecordingPlayer, Stillness
 
 from rkvoice.cli.entry import main
 from rkvoice.config import load_config
-from rkvoice.hear.loop import TurnLoop, player_cue
 from rkvoice.hear.session import HearSession
 from rkvoice.hear.sources import to_mono_16k
 from rkvoice.hear.vad import Segmenter, vad_model_path
 from rkvoice.hear.wake import AsrMatchWake
 from rkvoice.timeline import Ev
 from rkvoice.turn import Turn
+from rkvoice.turn_loop import TurnLoop, player_cue
 from tests.support import ManualClock, SteppedSource, cer
 
 

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from rkvoice.config import load_config, parse_override
-from rkvoice.hear.loop import TurnLoop
 from rkvoice.hear.session import HearSession
 from rkvoice.hear.sources import WavFileSource, read_wav
 from rkvoice.hear.vad import Segmenter, vad_model_path
 from rkvoice.hear.wake import AsrMatchWake
 from rkvoice.timeline import Ev
 from rkvoice.turn import Turn
+from rkvoice.turn_loop import TurnLoop
 from tests.support import cer
 
 

@@ -221,7 +221,7 @@ def test_chime_and_no_cue_do_not_use_the_voice():
 def test_player_cue_hands_int16_blocks_to_the_player():
     import threading
 
-    from rkvoice.hear.loop import player_cue
+    from rkvoice.turn_loop import player_cue
 
     class Recorder:
         name = "recorder"

@@ -23,11 +23,11 @@ from rkvoice.answer.assistant import Assistant
 from rkvoice.answer.respond import Answerer
 from rkvoice.audio.sinks import NullPlayer
 from rkvoice.config import load_config, parse_override
-from rkvoice.hear.loop import TurnLoop
 from rkvoice.hear.session import HearSession, Mode
 from rkvoice.hear.vad import SAMPLE_RATE
 from rkvoice.timeline import Ev
 from rkvoice.turn import Turn
+from rkvoice.turn_loop import TurnLoop
 from tests.support import FakeClock
 
 
@@ -176,6 +176,29 @@ def test_failed_synthesis_mid_answer_fails_the_turn_and_returns_to_idle(rig) -> 
     assert len(errors) == 1 and "cannot synthesise" in errors[0].get("message")
     assert "第三句。" not in r.voice.said
     assert s.mode is Mode.IDLE  # back to waiting for the wake, no follow-up window
+
+
+@pytest.mark.parametrize("answer", [["好的。"], ["第一句话说完了。", "BOOM 第二句话说不出来。"]],
+                         ids=["answered", "failed"])
+def test_a_turn_is_finished_once_with_its_answer_or_none(rig, monkeypatch: pytest.MonkeyPatch,
+                                                         answer: list[str]) -> None:
+    """The loop finishes each turn once: with the answer's text, or with no result when it failed
+    (the old loop finished it, then finished it again without a result)."""
+    finished: list[tuple[int, str | None]] = []
+    finish = Turn.finish
+
+    def counted(self: Turn, result: str | None = None) -> None:
+        finished.append((self.id, result))
+        finish(self, result)
+
+    monkeypatch.setattr(Turn, "finish", counted)
+    r = rig(llm=ScriptedLlm(answer))
+    s = HearSession(r.cfg, ScriptedAsr(["讲个故事吧"]), ScriptedWake(), ScriptedSegmenter([(0.5, 1.5)]))
+    (turn,) = r.loop(s).run_file(ListSource(3.0))
+    mine = [result for tid, result in finished if tid == turn.id]
+    failed = turn.exception is not None
+    assert failed == (len(answer) > 1)
+    assert mine == [None if failed else turn.result] and (failed or turn.result == "好的。")
 
 
 def test_answer_deadline_cancels_a_wedged_llm_turn(rig, tmp_path: Path) -> None:

@@ -22,12 +22,12 @@ from rkvoice.clock import MonotonicClock
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.hear.echo import EchoCancelledSource, PlayedAudio, echo_filter
-from rkvoice.hear.loop import TurnLoop, player_cue
 from rkvoice.hear.sources import AudioSource, WavFileSource, read_wav
 from rkvoice.stages import Hear, assistant, default_voice
 from rkvoice.text.normalize import speakable
 from rkvoice.timeline import Ev, Timeline, write_json_atomic
 from rkvoice.turn import Turn
+from rkvoice.turn_loop import TurnLoop, player_cue
 
 log = logging.getLogger(__name__)
 

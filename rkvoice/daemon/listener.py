@@ -1,4 +1,4 @@
-"""The daemon's listener: the product's one turn loop (rkvoice.hear.loop.TurnLoop) on the microphone.
+"""The daemon's listener: the product's one turn loop (rkvoice.turn_loop.TurnLoop) on the microphone.
 
 It reaches the engines through the stages' priority gates (rkvoice.gate) at local priority, so beside
 a Wyoming server on the same stages the local turn waits at most for one transcription or synthesised
@@ -17,11 +17,11 @@ from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
 from rkvoice.gate import LocalAssistant, PriorityGate
 from rkvoice.hear.echo import EchoCancelledSource, echo_filter
-from rkvoice.hear.loop import TurnLoop, player_cue
 from rkvoice.hear.sources import AudioSource, microphone
 from rkvoice.speaker import Speaker
 from rkvoice.stages import Hear, Speak, Stages
 from rkvoice.turn import Turn
+from rkvoice.turn_loop import TurnLoop, player_cue
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,6 @@
 """The turn loop: frames -> HearSession -> (cue, answer, speak). The one loop the product runs,
-for ``--file`` replay, the live microphone and the daemon (which wraps it with its supervision).
+for ``--file`` replay, the live microphone and the daemon (which wraps it with its supervision). It
+drives hearing, answering and speaking, so it sits above those stages, not inside rkvoice.hear.
 
 Each request becomes a rkvoice.turn.Turn whose timeline holds ``speech_end`` (marked when the VAD
 closed the request, before ASR), ``wake``, ``cue``, ``asr_done`` and then the answer's and the
@@ -7,7 +8,10 @@ speaker's marks. A wake during a turn cancels it (barge-in) through the turn han
 
 Live mode runs three kinds of threads: the source thread (frames into the inbox), the hear thread
 (this loop: VAD, wake, ASR) and one worker per turn (answer + speak). ``interrupt()`` (shutdown,
-reload) puts a message in the same inbox, so the loop never waits with a timeout.
+reload) puts a message in the same inbox, so the loop never waits with a timeout. The inbox holds
+small frozen records (``Frame``, ``TurnOver``, ``SourceFailed``, ``SourceEnded``, ``Stop``); the turn in
+progress (``current``) is read and written under the loop's lock, since the hear thread, the turn's
+worker and ``interrupt()`` all reach it.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -36,6 +41,40 @@ from rkvoice.turn import Turn
 log = logging.getLogger(__name__)
 
 KEEP = 64  # turns and wakes remembered (a daemon runs for weeks)
+
+
+@dataclass(frozen=True)
+class Frame:
+    """Audio from the source."""
+
+    samples: np.ndarray
+
+
+@dataclass(frozen=True)
+class TurnOver:
+    """A turn's worker is done with it."""
+
+    turn: Turn
+
+
+@dataclass(frozen=True)
+class SourceFailed:
+    """The source broke (a lost microphone): raised on the hear thread."""
+
+    error: BaseException
+
+
+@dataclass(frozen=True)
+class SourceEnded:
+    """The source has no more audio."""
+
+
+@dataclass(frozen=True)
+class Stop:
+    """``interrupt()``: stop listening."""
+
+
+Message = Frame | TurnOver | SourceFailed | SourceEnded | Stop
 
 
 class Responder(Protocol):
@@ -98,22 +137,34 @@ class TurnLoop:
         self.turns: deque[Turn] = deque(maxlen=KEEP)
         self.wakes: deque[Wake] = deque(maxlen=KEEP)
         self._pending: Timeline | None = None
-        self.current: Turn | None = None  # the turn in progress
+        self._current: Turn | None = None  # the turn in progress, under _lock
         self._lock = threading.Lock()
-        self._inbox: queue.Queue[tuple[str, Any]] | None = None  # the running run_live's
+        self._inbox: queue.Queue[Message] | None = None  # the running run_live's
         self._stop_asked = False
         session.on_speech_end = self._speech_end
 
+    @property
+    def current(self) -> Turn | None:
+        """The turn in progress (None between turns)."""
+        with self._lock:
+            return self._current
+
+    def _set_current(self, turn: Turn | None) -> Turn | None:
+        """Make ``turn`` the one in progress; returns the one that was."""
+        with self._lock:
+            old, self._current = self._current, turn
+        return old
+
     def interrupt(self, reason: str = "shutdown") -> None:
         """From any thread: cancel the running turn and make ``run_live`` return."""
-        turn = self.current
-        if turn is not None:
-            turn.cancel(reason)
         with self._lock:
+            turn = self._current
             self._stop_asked = True  # also stops a run_live that is only about to start
             inbox = self._inbox
+        if turn is not None:
+            turn.cancel(reason)
         if inbox is not None:
-            inbox.put(("stop", None))
+            inbox.put(Stop())
 
     # -- shared event handling ------------------------------------------------------------
 
@@ -142,7 +193,7 @@ class TurnLoop:
             self._pending.mark(Ev.CUE, delay_ms=round((self.clock.now() - t0) * 1000.0, 3))
 
     def _barge_in(self) -> None:
-        turn, self.current = self.current, None
+        turn = self._set_current(None)
         if turn is None:
             return
         t0 = self.clock.now()
@@ -158,20 +209,22 @@ class TurnLoop:
         log.info("request: %r", ev.text)
         turn = Turn(tl, text=ev.text)
         self.turns.append(turn)
-        self.current = turn
+        self._set_current(turn)
         return turn
 
     def _run_turn(self, turn: Turn) -> None:
+        """Answer and speak ``turn``, then finish it (once: with the answer, or none when it failed)."""
+        result: str | None = None
         try:
             with self.busy("turn"):
-                turn.finish(self.responder.respond(turn))
+                result = self.responder.respond(turn)
         except Exception as exc:
             log.error("turn %d failed: %s", turn.id, exc, exc_info=not isinstance(exc, RkvoiceError))
             if not any(e.get("message") == str(exc) for e in turn.timeline.find(Ev.ERROR)):
                 turn.timeline.mark(Ev.ERROR, message=str(exc))  # the speaker may have marked it
             turn.fail(exc)
         finally:
-            turn.finish()
+            turn.finish(result)
             if self.on_turn is not None:
                 self.on_turn(turn)
 
@@ -200,15 +253,16 @@ class TurnLoop:
             elif isinstance(ev, ListenTimeout):
                 self._pending = None
 
-    def _worker(self, turn: Turn, inbox: queue.Queue[tuple[str, Any]] | None) -> None:
+    def _worker(self, turn: Turn, inbox: queue.Queue[Message] | None) -> None:
         self._run_turn(turn)
         if inbox is not None:
-            inbox.put(("done", turn))
+            inbox.put(TurnOver(turn))
 
     def _finished(self, turn: Turn) -> None:
-        if turn is not self.current:
-            return  # an old, barged-in turn
-        self.current = None
+        with self._lock:
+            if turn is not self._current:
+                return  # an old, barged-in turn
+            self._current = None
         self.session.turn_done(cancelled=turn.cancelled)
 
     # -- drivers ----------------------------------------------------------------------------
@@ -224,7 +278,7 @@ class TurnLoop:
 
     def run_live(self, source: AudioSource) -> list[Turn]:
         """Microphone loop: runs until ``interrupt()`` or the source ends (then the last turn finishes)."""
-        inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
+        inbox: queue.Queue[Message] = queue.Queue()
         with self._lock:
             if self._stop_asked:
                 self._stop_asked = False
@@ -236,29 +290,30 @@ class TurnLoop:
         def pump() -> None:
             try:
                 for frame in source.frames():
-                    inbox.put(("frame", frame))
+                    inbox.put(Frame(frame))
             except BaseException as exc:  # a lost microphone: raised on the hear thread
-                inbox.put(("raise", exc))
+                inbox.put(SourceFailed(exc))
             finally:
-                inbox.put(("end", None))
+                inbox.put(SourceEnded())
 
         threading.Thread(target=pump, name="rkvoice-mic", daemon=True).start()
         ended = False
         try:
             while True:
-                kind, item = inbox.get()
-                if kind == "stop":
+                message = inbox.get()
+                if isinstance(message, Stop):
                     break
                 with self.busy("hear"):  # one message, handled whole (a barge-in, a turn's end too)
-                    if kind == "frame":
-                        self._handle(self._accept(item), sync=False)
-                    elif kind == "done":
-                        self._finished(item)
-                    elif kind == "raise":
-                        raise item
-                    elif kind == "end":
-                        ended = True
-                        self._handle(self._accept(None), sync=False)
+                    match message:
+                        case Frame(samples):
+                            self._handle(self._accept(samples), sync=False)
+                        case TurnOver(turn):
+                            self._finished(turn)
+                        case SourceFailed(error):
+                            raise error
+                        case SourceEnded():
+                            ended = True
+                            self._handle(self._accept(None), sync=False)
                 if ended and self.current is None:
                     break
         finally:
@@ -266,7 +321,7 @@ class TurnLoop:
                 self._inbox = None
                 self._stop_asked = False
             source.close()
-            turn, self.current = self.current, None
-            if turn is not None and not turn.done.is_set():
-                turn.cancel("shutdown")
+            last = self._set_current(None)
+            if last is not None and not last.done.is_set():
+                last.cancel("shutdown")
         return list(self.turns)
