@@ -633,3 +633,28 @@ def test_a_wake_home_assistant_will_hear_plays_the_acknowledgement():
     assert mic.run is not None
     assert wait_until(lambda: player.samples == len(cue))
     playback.close()
+
+
+def test_an_answer_streamed_before_its_synthesize_is_still_the_runs_reply(sat):
+    """HA starts streaming TTS at intent-progress (an agent streaming its text): audio-start comes before
+    synthesize; it is the run's reply, and the CLI's --file mode waits for it."""
+    satellite, mic, _speak = sat
+
+    async def scenario() -> None:
+        async with Ha(satellite.link.port) as ha:
+            await ha.send("run-satellite")
+            assert wait_until(satellite.link.running.is_set)
+            mic.put(marker=1)
+            await ha.expect("run-pipeline")
+            await ha.send("transcribe", {"language": "zh-CN"})
+            await ha.send("transcript", {"text": "讲个故事"})
+            await ha.reply(0.2, synthesize=None)  # the streamed answer
+            await ha.send("synthesize", {"text": "从前有座山"})  # what it was, told afterwards
+            await ha.expect("played")
+            await ha.reply(0.2, synthesize=None)  # later audio with no run waiting: an announcement
+            await ha.expect("played")
+
+    asyncio.run(scenario())
+    run = satellite.link.runs[0]
+    assert run.reply is not None and run.reply.kind == "reply"
+    assert [s.kind for s in satellite.playback.streams] == ["reply", "announce"]

@@ -299,13 +299,18 @@ class SatelliteLink:
 
     def _synthesize(self, event: Event) -> None:
         log.info("satellite: Home Assistant answers %r", Synthesize.from_event(event).text)
-        self._reply_due = True
+        last = self.runs[-1] if self.runs else None
+        self._reply_due = last is None or last.reply is None  # else it names the answer already streaming
 
     def _audio_start(self, event: Event) -> None:
         start = AudioStart.from_event(event)
         if self._stream is not None:  # a new stream without the old one's stop: end the old one
             self.playback.end(self._stream)
-        kind = "reply" if self._reply_due else "announce"
+        last = self.runs[-1] if self.runs else None
+        answering = last is not None and last.transcribing and last.error is None and last.reply is None
+        # a synthesize came, or HA streams its answer before saying what it synthesises (an agent that
+        # streams its text): the run's reply; audio with neither is an announcement (or a timer's sound)
+        kind = "reply" if self._reply_due or answering else "announce"
         self._reply_due = False
         self._stream = self.playback.begin(start.rate, start.width, start.channels, kind)
         self._stray = self._stream is None  # an unplayable stream: its chunks are ignored without more lines
