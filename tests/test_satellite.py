@@ -532,8 +532,19 @@ def test_the_daemon_hands_the_microphones_requests_to_home_assistant(tmp_path):
             await ha.reply(0.2)
             await ha.expect("played")
 
+    async def describe(port: int) -> None:
+        async with Ha(port) as ha:
+            await ha.send("describe")
+            await ha.expect("info")
+
     try:
         asyncio.run(scenario())
+        first = daemon.listener
+        daemon.request_reload()  # SIGHUP: the satellite is closed and served again on the new stages
+        assert wait_until(lambda: daemon.listener is not first and getattr(daemon.listener, "satellite", None)
+                          and daemon.listener.satellite.link.port)  # type: ignore[union-attr]
+        second = daemon.listener.satellite.link.port  # type: ignore[union-attr]
+        asyncio.run(describe(second))
     finally:
         daemon.request_stop()
         thread.join(10)
@@ -541,9 +552,10 @@ def test_the_daemon_hands_the_microphones_requests_to_home_assistant(tmp_path):
     assert llm.calls == [] and daemon.turns == 0  # nothing was answered locally
     import socket
 
-    with socket.socket() as sock, pytest.raises(OSError):
-        sock.settimeout(2)
-        sock.connect(("127.0.0.1", port))  # the satellite's port was closed with the daemon
+    for closed in (port, second):  # the first satellite's port closed at the reload, the second's at the exit
+        with socket.socket() as sock, pytest.raises(OSError):
+            sock.settimeout(2)
+            sock.connect(("127.0.0.1", closed))
 
 
 def test_a_barge_in_also_drops_the_audio_of_the_cut_stream_still_to_come():
