@@ -144,6 +144,30 @@ def test_a_spoken_command_from_a_recording(ha: HomeHa, hear_voice: Any, tmp_path
     assert ha.state(ha.thermostat)["attributes"]["temperature"] == 25, heard
 
 
+def test_the_daemon_hands_a_spoken_command_to_home_assistant(ha: HomeHa, tmp_path: Path) -> None:
+    """The resident daemon on a scripted microphone: wake phrase + command -> route home, the thermostat set."""
+    from tests.support import ScaledClock
+    from tests.support.daemon import isolated_config, scripted_daemon, synth_requests
+
+    said = f"小智小智，{HOME.thermostat}调到二十八度"  # Whisper base hears 二十三度 as 23顿, 调 often as 掉
+    ha.rest("POST", "/api/services/climate/set_temperature", {"entity_id": ha.thermostat, "temperature": 22})
+    cfg = isolated_config(tmp_path, {"home_assistant": {"url": ha.base, "token_file": str(ha.token_file)}})
+    scripted = scripted_daemon(cfg, [synth_requests(cfg, [said])[said]], ScaledClock(1.0), drain=True)
+    turns: list[Turn | None] = []
+
+    def finished(turn: Turn | None) -> None:
+        turns.append(turn)
+        scripted.daemon.request_stop()
+
+    scripted.on_turns(finished, lambda: finished(None))
+    scripted.daemon.run()
+    assert turns and turns[0] is not None, "the daemon's turn failed"
+    summary = turns[0].timeline.summary()
+    heard = (summary.get("transcript"), summary.get("answer"))
+    assert turns[0].route == "home" and summary["route"] == "home", heard
+    assert ha.state(ha.thermostat)["attributes"]["temperature"] == 28, heard
+
+
 def test_check_says_reachable_with_the_version_and_the_exposed_count(ha: HomeHa) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "assistant.py"), "--check", "--set", f"home_assistant.url={ha.base}",
                            "--set", f"home_assistant.token_file={ha.token_file}"],
@@ -170,5 +194,6 @@ def test_home_assistant_stopped_mid_run_costs_the_next_questions_nothing(ha: Hom
     assert len(warnings) == 1 and "cannot reach Home Assistant" in warnings[0], warnings
     reply, text, _, _ = ask(assistant, f"打开{HOME.light}")  # a command: not the LLM pretending
     assert reply.route == "home" and text == APOLOGY
+
 
 

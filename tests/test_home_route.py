@@ -439,6 +439,8 @@ def test_check_names_a_url_that_is_not_home_assistant(tmp_path: Path, ha: FakeHa
     ("小智小智 帮我把书房台灯关掉好吗？", "把书房台灯关掉"),
     ("书房台灯开着吗", "书房台灯开着吗"),
     ("谢谢", "谢谢"),  # nothing would be left: sent as said
+    ("鱼缸加热器掉到28°。", "鱼缸加热器调到28度"),  # as Whisper base wrote 调到二十八度
+    ("鱼缸加热器调到26℃了", "鱼缸加热器调到26度"),
 ])
 def test_home_assistant_is_asked_the_bare_command(tmp_path: Path, ha: FakeHa, said: str, sent: str) -> None:
     a, _ = assistant(tmp_path, ha.url)

@@ -40,7 +40,10 @@ NAMES_EVERY_S = 600.0
 WS_TIMEOUT_S = 5.0
 """The websocket reads (names, --check) run beside the turns, never inside one."""
 CONTROL_VERBS = ("打开", "开启", "关闭", "关掉", "关上", "调到", "调成", "调为", "调高", "调低", "调亮", "调暗",
-                 "设为", "设成", "设置为", "设定为", "拉开", "拉上", "开一下", "关一下")
+                 "设为", "设成", "设置为", "设定为", "拉开", "拉上", "开一下", "关一下", "升到", "降到", "掉到")
+HEARD = (("°C", "度"), ("℃", "度"), ("°", "度"), ("掉到", "调到"), ("官掉", "关掉"))
+"""How speech recognition writes what HA's sentences spell otherwise: Whisper writes 二十八度 as 28°, and
+hears 调到 as 掉到 (HA's sentences say {temperature}度 and 调到)."""
 POLITE = ("请你", "请", "麻烦你", "麻烦", "你帮我", "帮我", "帮忙", "给我", "能不能", "可不可以", "可以")
 """Polite openings HA's sentences do not have (帮我打开客厅灯 is no match, 打开客厅灯 is): taken off what HA
 is sent, with the assistant's name said first (小智，…), and the closing particles in ``CLOSINGS``."""
@@ -80,8 +83,11 @@ class Asked:
 
 def for_ha(text: str, name: str = "") -> str:
     """``text`` as HA is asked it: without the assistant's name said first, polite openings and closing
-    particles (HA's sentences are bare commands); everything else as heard."""
+    particles (HA's sentences are bare commands), with ``HEARD`` spelled as HA's sentences spell it;
+    everything else as heard."""
     s = _EDGE.sub("", text)
+    for heard, meant in HEARD:
+        s = s.replace(heard, meant)
     while True:
         before = s
         if name:
@@ -91,7 +97,7 @@ def for_ha(text: str, name: str = "") -> str:
         for tail in CLOSINGS:
             s = _EDGE.sub("", s.removesuffix(tail))
         if s == before:
-            return s or _EDGE.sub("", text)
+            return s or _EDGE.sub("", text)  # nothing left: as said
 
 
 def looks_like_command(text: str, names: frozenset[str]) -> bool:
