@@ -23,7 +23,6 @@ import queue
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -40,7 +39,6 @@ from rkvoice.turn import Turn
 
 log = logging.getLogger(__name__)
 
-_STOP = object()
 WRITE_WAIT_S = 1.0
 """Longest a cancel waits for the player to hand back the block it was writing (a clear() wakes it at once)."""
 
@@ -62,6 +60,43 @@ class _Queue:
     dry_at: float | None = None  # clock time the player runs out of this turn's audio (None: none played yet)
 
 
+@dataclass(frozen=True)
+class _Audio:
+    """A piece's audio for the player thread."""
+
+    q: _Queue
+    index: int
+    blocks: np.ndarray
+
+
+@dataclass(frozen=True)
+class _End:
+    """A turn's end for the player thread: played out once its audio has, or failed with ``error``."""
+
+    q: _Queue
+    error: RkvoiceError | None = None
+
+
+@dataclass(frozen=True)
+class _Closed:
+    """The speaker is closed and every started turn was served: the player thread ends."""
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What the speaker still has to do, at one moment."""
+
+    text: int
+    """Text pieces said and waiting for the TTS worker (turns not cancelled)."""
+    synthesising: int
+    """Pieces the TTS worker has taken and not yet queued for the player (turns not cancelled)."""
+    audio: int
+    """Audio and turn ends queued for the player thread that it has not finished handing on."""
+    synthesis_due: bool
+    """Whether the TTS worker has something to do now (a piece, a turn's end, a turn to pass by),
+    rather than waiting for text."""
+
+
 class Speaker:
     """Speaks turns through ``engine`` (a loaded TtsEngine) into ``player`` (opened). The caller loads/opens
     and closes both; the speaker owns its two threads, started by ``load()`` and stopped by ``close()``."""
@@ -75,27 +110,27 @@ class Speaker:
         self._cond = threading.Condition()
         self._order: deque[_Queue] = deque()  # started turns not yet passed by the worker, in order
         self._queues: dict[int, _Queue] = {}
-        self._audio_q: queue.Queue[Any] = queue.Queue()
+        self._audio_q: queue.Queue[_Audio | _End | _Closed] = queue.Queue()
+        self._audio_unhanded = 0  # items put on _audio_q that the player thread has not finished with
         self._closed = False
-        self._threads: list[threading.Thread] = []
+        self._synth_thread: threading.Thread | None = None
+        self._player_thread: threading.Thread | None = None
         self._writing: tuple[_Queue, threading.Event] | None = None  # the player thread's block in player.write
 
     # -- lifecycle -----------------------------------------------------------------------
 
     def load(self) -> None:
         """Warm up (lazy imports, resampler) and start the TTS worker and the player thread."""
-        if self._threads:
+        if self._synth_thread is not None:
             return
         speakable("今天是1月2日。")
         rate = getattr(self.engine, "sample_rate", self.player.rate)
         tone = (0.3 * np.sin(np.arange(rate // 2, dtype=np.float32) * 0.1)).astype(np.float32)
         prepare_piece(tone, rate, self.player.rate, self.block, fade_ms=self.cfg.audio.crossfade_ms)
-        self._threads = [
-            threading.Thread(target=self._synth_loop, name="rkvoice-tts", daemon=True),
-            threading.Thread(target=self._play_loop, name="rkvoice-player", daemon=True),
-        ]
-        for t in self._threads:
-            t.start()
+        self._synth_thread = threading.Thread(target=self._synth_loop, name="rkvoice-tts", daemon=True)
+        self._player_thread = threading.Thread(target=self._play_loop, name="rkvoice-player", daemon=True)
+        self._synth_thread.start()
+        self._player_thread.start()
 
     def close(self, timeout: float = 5.0) -> None:
         """Let started turns finish, then stop both threads (cancel the turns first to stop at once)."""
@@ -104,14 +139,15 @@ class Speaker:
                 return
             self._closed = True
             self._cond.notify_all()
-        for t in self._threads:
-            t.join(timeout)
+        for t in (self._synth_thread, self._player_thread):
+            if t is not None:
+                t.join(timeout)
 
     # -- the caller's side -------------------------------------------------------------
 
     def start(self, turn: Turn) -> None:
         """Queue ``turn`` for speaking (after every turn started before it)."""
-        if not self._threads:
+        if self._synth_thread is None:
             raise RkvoiceError(Stage.SPEAK, "not-loaded", "the speaker was not loaded (call load() first)")
         q = _Queue(turn, self._pieces(turn))
         with self._cond:
@@ -166,6 +202,17 @@ class Speaker:
                 return None
             return max(0.0, q.dry_at - self.clock.now()) + q.queued_s
 
+    @property
+    def backlog(self) -> Backlog:
+        """What is still to synthesise and to hand to the player now."""
+        with self._cond:
+            live = [q for q in self._order if not q.turn.cancelled]
+            head = self._order[0] if self._order else None
+            due = head is not None and bool(head.turn.cancelled or head.synth_done or head.ended or head.inbox
+                                            or head.in_flight)
+            return Backlog(sum(len(q.inbox) for q in live), sum(q.in_flight for q in live),
+                           self._audio_unhanded, due)
+
     def cancel_all(self, reason: str = "stop") -> None:
         """Cancel every turn started so far (the user said "stop"; shutdown)."""
         with self._cond:
@@ -196,7 +243,7 @@ class Speaker:
             with self._cond:  # the player thread's write of this turn now (later ones see the cancel)
                 writing = self._writing if self._writing and self._writing[0] is q else None
             self.player.clear()  # only while its audio may be playing: a played turn leaves the next alone
-            if writing is not None and threading.current_thread() is not self._threads[1]:
+            if writing is not None and threading.current_thread() is not self._player_thread:
                 self._clear_late_block(q, writing[1])
         q.played.set()
 
@@ -241,15 +288,21 @@ class Speaker:
                     return q, None, False
                 self._cond.wait()
 
+    def _hand(self, item: _Audio | _End) -> None:
+        """Queue ``item`` for the player thread."""
+        with self._cond:
+            self._audio_unhanded += 1
+        self._audio_q.put(item)
+
     def _synth_loop(self) -> None:
         while True:
             work = self._next_item()
             if work is None:
-                self._audio_q.put(_STOP)
+                self._audio_q.put(_Closed())
                 return
             q, text, merged = work
             if text is None:
-                self._audio_q.put((q, "end", None))
+                self._hand(_End(q))
                 continue
             limit = max(q.pieces.later, self.cfg.tts.coalesce_chars) if merged else None
             try:
@@ -257,13 +310,13 @@ class Speaker:
                     if len(piece.blocks):
                         with self._cond:
                             q.queued_s += piece.audio_s
-                        self._audio_q.put((q, "audio", (piece.index, piece.blocks)))
+                        self._hand(_Audio(q, piece.index, piece.blocks))
             except Exception as exc:  # an engine failure fails this turn, never the thread
                 name = getattr(self.engine, "name", "tts")
                 err = _failed(q.turn, exc, RkvoiceError(Stage.TTS, "synthesis-failed", f"{name} failed: {exc}"))
                 with self._cond:
                     q.synth_done = True
-                self._audio_q.put((q, "end", err))
+                self._hand(_End(q, err))
             finally:
                 with self._cond:
                     q.in_flight -= 1
@@ -272,16 +325,16 @@ class Speaker:
     def _play_loop(self) -> None:
         while True:
             item = self._audio_q.get()
-            if item is _STOP:
+            if isinstance(item, _Closed):
                 return
-            q, kind, payload = item
+            q = item.q
             try:
                 if q.turn.cancelled:
                     continue
-                if kind == "audio":
-                    self._play_chunk(q, *payload)
-                elif payload is not None:  # the turn's synthesis failed
-                    q.turn.fail(payload)
+                if isinstance(item, _Audio):
+                    self._play_chunk(q, item.index, item.blocks)
+                elif item.error is not None:  # the turn's synthesis failed
+                    q.turn.fail(item.error)
                 else:
                     self.player.drain()
                     if not q.turn.cancelled:
@@ -290,7 +343,9 @@ class Speaker:
             except Exception as exc:  # a broken player fails the turn, never the thread
                 q.turn.fail(_failed(q.turn, exc, RkvoiceError(Stage.PLAYER, "failed", str(exc))))
             finally:
-                self._audio_q.task_done()  # SteppedSpeaker (tests/fakes.py) joins the queue
+                with self._cond:
+                    self._audio_unhanded -= 1
+                    self._cond.notify_all()
 
     def _play_chunk(self, q: _Queue, index: int, blocks: np.ndarray) -> None:
         audio_s = blocks.size / self.player.rate

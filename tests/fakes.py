@@ -302,15 +302,21 @@ class SteppedSpeaker(RuledSpeaker):
 
     def wait_handed(self) -> None:
         """Block until every chunk queued so far has been handed to the player."""
-        self._audio_q.join()
+        _until(lambda: self.backlog.audio == 0)
 
     def wait_synthesised(self) -> None:
         """Block until every piece said so far (of every turn) has been synthesised and handed to
         the player (for callers other than the TTS worker: a scripted LLM)."""
-        with self._cond:
-            self._cond.wait_for(lambda: all(
-                q.turn.cancelled or not (q.in_flight or q.inbox) for q in self._order))
-        self._audio_q.join()
+        _until(lambda: (b := self.backlog).text == b.synthesising == b.audio == 0)
+
+
+def _until(done: Callable[[], bool], limit_s: float = 10.0) -> None:
+    """Poll ``done`` in real time (the speaker's threads move on their own; the clock is the test's)."""
+    end = time.monotonic() + limit_s
+    while not done():
+        if time.monotonic() > end:
+            raise TimeoutError(f"still waiting after {limit_s:g} s")
+        time.sleep(0.0005)
 
 
 class SeenTimeline(Timeline):
@@ -414,10 +420,8 @@ class Stillness:
                 return f"turn {turn.id}"
         if speaker is None:
             return None
-        with speaker._cond:  # the speaker's TTS worker waits for text (SteppedSpeaker reads it too)
-            q = speaker._order[0] if speaker._order else None
-            if q is not None and (q.turn.cancelled or q.synth_done or q.ended or q.inbox or q.in_flight):
-                return "synthesis"
+        if speaker.backlog.synthesis_due:  # else the speaker's TTS worker waits for text
+            return "synthesis"
         if self.player_working():
             return "the player thread"
         if self.cue_playing():
@@ -427,8 +431,7 @@ class Stillness:
     def player_working(self) -> bool:
         """Whether the speaker's player thread hands audio over (or its wait for audio to play out is over)."""
         speaker = self.speaker()
-        return bool(speaker is not None and speaker._audio_q.unfinished_tasks
-                    and not self.clock.blocked("rkvoice-player"))
+        return bool(speaker is not None and speaker.backlog.audio and not self.clock.blocked("rkvoice-player"))
 
     def progress(self) -> tuple[int, ...]:
         turns = list(self.loop().turns)

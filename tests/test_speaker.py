@@ -570,3 +570,31 @@ def test_a_cue_written_after_the_cancel_is_not_cleared_by_the_turns_last_block()
     sp.close()                                       # the player thread is done with the turn
     played = np.concatenate(player.buffer) if player.buffer else np.zeros(0, np.int16)
     assert played.size == 960 and np.all(played == 7), f"{played.size} samples left of the 960 of the cue"
+
+
+def test_the_backlog_says_what_is_left_to_synthesise_and_to_hand_on() -> None:
+    """Speaker.backlog, the public view of its queues: a piece in synthesis, the pieces said after it,
+    then nothing once the turn has played out (and nothing of a cancelled turn)."""
+    script = {"a": (0.1, 0.2), "b": (0.1, 0.2), "c": (0.1, 0.2)}
+    clock, engine, player, tl, sp, _ = make(script)
+    assert (sp.backlog.text, sp.backlog.synthesising, sp.backlog.audio, sp.backlog.synthesis_due) == (0, 0, 0, False)
+    engine.gates["a"] = threading.Event()
+    turn = started(sp, tl)
+    for piece in ("a", "b", "c"):
+        sp.say(turn, piece)
+    assert engine.entered.setdefault("a", threading.Event()).wait(WAIT)
+    held = sp.backlog
+    assert (held.text, held.synthesising, held.synthesis_due) == (2, 1, True)
+    engine.gates["a"].set()
+    sp.end(turn)
+    assert finished(sp, turn) and spoke(turn)
+    assert wait_until(lambda: sp.backlog == type(held)(0, 0, 0, False), WAIT)
+    second = started(sp, Timeline(clock))
+    engine.gates["b"] = threading.Event()
+    sp.say(second, "b")
+    sp.say(second, "c")
+    assert wait_until(lambda: sp.backlog.synthesising == 1, WAIT)
+    second.cancel("stop")
+    assert (sp.backlog.text, sp.backlog.synthesising) == (0, 0)  # a cancelled turn's pieces count for nothing
+    engine.gates["b"].set()
+    sp.close()
