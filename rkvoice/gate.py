@@ -39,6 +39,8 @@ from rkvoice.turn import Turn
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+Samples = np.ndarray[tuple[int], np.dtype[np.float32]]
+"""Mono float32 audio, as the engines take and give it."""
 
 
 class PriorityGate:
@@ -124,7 +126,7 @@ class GatedAsr:
     def load(self) -> None:
         self.run(self.engine.load)
 
-    def transcribe(self, samples: np.ndarray) -> str:
+    def transcribe(self, samples: Samples) -> str:
         return self.run(lambda: self.engine.transcribe(samples))
 
 
@@ -140,10 +142,10 @@ class GatedPrimedAsr(GatedAsr):
     def __init__(self, engine: _PrimedEngine, run: Runner) -> None:
         super().__init__(engine, run)
 
-    def transcribe_primed(self, samples: np.ndarray, phrase: str) -> str:
+    def transcribe_primed(self, samples: Samples, phrase: str) -> str:
         return self.run(lambda: self.engine.transcribe_primed(samples, phrase))
 
-    def phrase_logprob(self, samples: np.ndarray, phrase: str) -> float:
+    def phrase_logprob(self, samples: Samples, phrase: str) -> float:
         return self.run(lambda: self.engine.phrase_logprob(samples, phrase))
 
 
@@ -182,10 +184,10 @@ class GatedTts:
     def load(self) -> None:
         self.run(self.engine.load)
 
-    def generate(self, text: str, sid: int = 0, speed: float = 1.0) -> tuple[np.ndarray, int]:
+    def generate(self, text: str, sid: int = 0, speed: float = 1.0) -> tuple[Samples, int]:
         return self.run(lambda: self.engine.generate(text, sid, speed))
 
-    def stream(self, text: str, sid: int = 0, speed: float = 1.0) -> Iterator[tuple[np.ndarray, bool]]:
+    def stream(self, text: str, sid: int = 0, speed: float = 1.0) -> Iterator[tuple[Samples, bool]]:
         if not streams(self.engine):
             raise TypeError(f"{self.name} does not stream now")
         engine = cast(StreamingTts, self.engine)

@@ -292,7 +292,7 @@ class _Slot(Generic[S]):
             log.error("closing %s failed: %s", self.spec.name, exc)
 
 
-_AnySlot = _Slot[Hear] | _Slot[Assistant] | _Slot[Speak]
+_StageSlot = _Slot[Hear] | _Slot[Assistant] | _Slot[Speak]
 
 
 class StageSet:
@@ -303,7 +303,7 @@ class StageSet:
         self._hear, self._answer, self._speak = _Slot(specs.hear), _Slot(specs.answer), _Slot(specs.speak)
         self._progress = on_progress or (lambda _msg: None)
 
-    def _slots(self) -> tuple[_AnySlot, ...]:
+    def _slots(self) -> tuple[_StageSlot, ...]:
         return self._hear, self._answer, self._speak
 
     @property
@@ -321,7 +321,7 @@ class StageSet:
         """The names of the loaded stages."""
         return [slot.spec.name for slot in self._slots() if slot.stage is not None]
 
-    def _load(self, slot: _AnySlot, cfg: Config) -> None:
+    def _load(self, slot: _StageSlot, cfg: Config) -> None:
         self._progress(f"loading {slot.spec.name}")
         slot.load(cfg)
 
