@@ -470,7 +470,7 @@ def test_check_says_whether_the_satellite_port_is_free():
     import socket
 
     from rkvoice.cli.check import check_pipeline
-    from rkvoice.satellite.link import port_note
+    from rkvoice.satellite.info import port_note
 
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))

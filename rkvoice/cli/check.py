@@ -204,7 +204,7 @@ def check_pipeline(cfg: Config, manifest: Path = MANIFEST, probe: Probe = PROBE)
         version = f" (Home Assistant {ha.version})" if ha.version else ""
         out.append(StageCheck("home_assistant", ha.where + version, problems=ha.problems, notes=ha.notes))
     if cfg.satellite.uri:  # the board as Home Assistant's satellite
-        from rkvoice.satellite.link import port_note
+        from rkvoice.satellite.info import port_note
 
         out.append(StageCheck("satellite", cfg.satellite.uri, notes=[port_note(cfg)]))
     return out

@@ -29,7 +29,6 @@ from wyoming.asr import Transcript
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
 from wyoming.event import Event, async_read_event, async_write_event
-from wyoming.info import Attribution, Info, Satellite
 from wyoming.ping import Ping, Pong
 from wyoming.pipeline import PipelineStage, RunPipeline
 from wyoming.snd import Played
@@ -37,12 +36,12 @@ from wyoming.timer import TimerCancelled, TimerFinished, TimerStarted, TimerUpda
 from wyoming.tts import Synthesize
 from wyoming.wake import Detection
 
-from rkvoice import __version__
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
 from rkvoice.endpoint import parse_uri
 from rkvoice.errors import RkvoiceError, Stage
 
+from .info import satellite_info, wake_word
 from .playback import Playback, Stream
 from .timers import TimerTable
 
@@ -51,37 +50,6 @@ log = logging.getLogger(__name__)
 RATE = 16000
 KEEP_EVENTS = 256  # event types remembered (``seen``)
 KEEP_RUNS = 64  # runs remembered (a daemon runs for weeks)
-
-
-def satellite_info(cfg: Config) -> Info:
-    """The ``info`` answer: the satellite alone (HA reads its name, area and ``installed``)."""
-    s = cfg.satellite
-    return Info(satellite=Satellite(
-        name=s.name, area=s.area or None, attribution=Attribution(name="rkvoice", url=""), installed=True,
-        description=f"rkvoice satellite (wake phrase {cfg.hear.wake_phrase})", version=__version__,
-        has_vad=False, active_wake_words=[wake_word(cfg)], max_active_wake_words=1, supports_trigger=False))
-
-
-def wake_word(cfg: Config) -> str:
-    """The wake phrase's name in ``detection``: its pinyin, no spaces or tones (as the Wyoming server's)."""
-    from pypinyin import lazy_pinyin
-
-    return "".join(lazy_pinyin(cfg.hear.wake_phrase)) or "wake"
-
-
-def port_note(cfg: Config) -> str:
-    """``--check``'s line on ``satellite.uri``: whether its port can be bound now."""
-    import socket
-
-    ep = parse_uri(cfg.satellite.uri)
-    with socket.socket() as sock:
-        try:
-            sock.bind((ep.host, ep.port))
-        except OSError as exc:
-            return (f"tcp://{ep.host}:{ep.port} cannot be bound now ({exc.strerror or exc}): the running daemon "
-                    "holds it, or another program does (then pick a free port)")
-    return (f"tcp://{ep.host}:{ep.port} is free; add it in Home Assistant (Wyoming Protocol, this host and port) "
-            f"as satellite {cfg.satellite.name!r}" + (f" in area {cfg.satellite.area!r}" if cfg.satellite.area else ""))
 
 
 @dataclass
