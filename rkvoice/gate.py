@@ -12,8 +12,9 @@ local caller waiting for the gate always goes before every waiting Wyoming reque
 Callers reach an engine through a gated view that implements the engine's own protocol
 (``GatedAsr``/``GatedPrimedAsr`` for ``AsrEngine``/``PrimedAsr``, ``GatedTts`` for ``TtsEngine`` and
 ``StreamingTts``): every call of the protocol runs through the view's ``Runner`` (the gate at local
-or remote priority, or a Wyoming worker), written out method by method, so a method added to a
-protocol is a type error here until it is gated (tests/test_gate.py checks every one). The local
+or remote priority, or a Wyoming worker), written out method by method. A call added to a protocol
+is a mypy error where a view stands for that protocol, and tests/test_gate.py (which finds every call
+of each protocol by introspection and checks it runs through the Runner) fails, until it is gated. The local
 loop's assistant goes through ``LocalAssistant``. The Wyoming server's shared engines and worker
 threads are rkvoice.wyoming.engines.
 """

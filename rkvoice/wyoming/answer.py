@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import Any
+from dataclasses import dataclass
 
 from wyoming.handle import Handled, HandledChunk, HandledStart, HandledStop, NotHandled
 
@@ -18,6 +18,42 @@ from .context import Send
 from .engines import Engines
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Routed:
+    """The assistant chose the answer's route ("tool:<name>" or "llm")."""
+
+    route: str
+
+
+@dataclass(frozen=True)
+class Delta:
+    """The next piece of the answer's text."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Ended:
+    """The answer's text is complete; ``stopped`` says why it stopped early ("" when it did not)."""
+
+    stopped: str
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The answer failed."""
+
+    error: Exception
+
+
+@dataclass(frozen=True)
+class WorkerDone:
+    """The worker let go of the assistant (after any of the others, or before reaching the model)."""
+
+
+Progress = Routed | Delta | Ended | Failed | WorkerDone
 
 
 async def answer(engines: Engines, turn: Turn, send: Send, max_chars: int) -> None:
@@ -33,11 +69,11 @@ async def answer(engines: Engines, turn: Turn, send: Send, max_chars: int) -> No
                                    "answered (wyoming.max_text_chars)").event())
         return
     loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+    queue: asyncio.Queue[Progress] = asyncio.Queue()
     preempted = threading.Event()
 
-    def put(kind: str, value: Any) -> None:
-        loop.call_soon_threadsafe(queue.put_nowait, (kind, value))
+    def put(progress: Progress) -> None:
+        loop.call_soon_threadsafe(queue.put_nowait, progress)
 
     def preempt() -> None:
         preempted.set()
@@ -49,16 +85,16 @@ async def answer(engines: Engines, turn: Turn, send: Send, max_chars: int) -> No
                 if turn.cancelled:
                     return
                 reply = engines.assistant.reply(text, turn)
-                put("route", reply.route)
+                put(Routed(reply.route))
                 for delta in reply.deltas:
-                    put("delta", delta)
+                    put(Delta(delta))
                 llm = reply.llm  # a timed-out answer ends with the apology it streamed: still an answer
-                put("end", "cancelled" if llm is not None and llm.cancelled else "")
+                put(Ended("cancelled" if llm is not None and llm.cancelled else ""))
         except Exception as exc:  # reported to the client as not-handled, logged here
             log.warning("wyoming answer to %r failed: %s", text, exc)
-            put("error", exc)
+            put(Failed(exc))
         finally:
-            put("done", None)
+            put(WorkerDone())
 
     worker = loop.run_in_executor(None, work)
     try:
@@ -71,31 +107,32 @@ async def answer(engines: Engines, turn: Turn, send: Send, max_chars: int) -> No
         await asyncio.shield(worker)
 
 
-async def _relay(queue: asyncio.Queue[tuple[str, Any]], send: Send, preempted: threading.Event, turn: Turn) -> None:
+async def _relay(queue: asyncio.Queue[Progress], send: Send, preempted: threading.Event, turn: Turn) -> None:
     route = ""
     parts: list[str] = []
     streaming = False
     while True:
-        kind, value = await queue.get()
-        if kind == "route":
-            route = turn.route = value
+        progress = await queue.get()
+        if isinstance(progress, Routed):
+            route = turn.route = progress.route
             if route == "llm":
                 streaming = True
                 await send(HandledStart().event())
-        elif kind == "delta":
-            parts.append(value)
+        elif isinstance(progress, Delta):
+            parts.append(progress.text)
             if streaming:
-                await send(HandledChunk(text=value).event())
-        elif kind in ("error", "end"):
+                await send(HandledChunk(text=progress.text).event())
+        elif isinstance(progress, (Failed, Ended)):
             if streaming:
                 await send(HandledStop().event())
             text = "".join(parts)
-            if kind == "error":
-                reason = value.message if isinstance(value, RkvoiceError) else f"the answer failed: {value}"
+            if isinstance(progress, Failed):
+                err = progress.error
+                reason = err.message if isinstance(err, RkvoiceError) else f"the answer failed: {err}"
                 await send(NotHandled(text=reason).event())
                 return
             turn.timeline.mark(Ev.ANSWER, text=text, route=route)
-            reason = "the local assistant needed the model" if preempted.is_set() else value
+            reason = "the local assistant needed the model" if preempted.is_set() else progress.stopped
             if reason:
                 await send(NotHandled(text=f"the answer stopped early: {reason}").event())
             elif text.strip():
@@ -103,7 +140,7 @@ async def _relay(queue: asyncio.Queue[tuple[str, Any]], send: Send, preempted: t
             else:
                 await send(NotHandled(text=f"no answer for {turn.text!r}").event())
             return
-        elif kind == "done":  # the worker ended before reaching the model (preempted while waiting)
+        else:  # WorkerDone first: the worker ended before reaching the model (preempted while waiting)
             await send(NotHandled(text="the local assistant needed the model; ask again").event())
             return
 

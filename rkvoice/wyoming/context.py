@@ -14,7 +14,7 @@ from wyoming.event import Event
 from wyoming.info import Info
 
 from rkvoice.clock import Clock, MonotonicClock
-from rkvoice.config import WyomingConfig
+from rkvoice.config import Config, WyomingConfig
 from rkvoice.timeline import Timeline
 from rkvoice.turn import Turn
 
@@ -44,7 +44,7 @@ def figures(summary: dict[str, Any]) -> str:
 class Context:
     """What every connection shares: settings, engines, voices, the info answer, the client count."""
 
-    def __init__(self, cfg: Any, wcfg: WyomingConfig, engines: Engines, voices: Voices,
+    def __init__(self, cfg: Config, wcfg: WyomingConfig, engines: Engines, voices: Voices,
                  info: Info, clock: Clock | None = None) -> None:
         self.cfg = cfg
         self.wcfg = wcfg

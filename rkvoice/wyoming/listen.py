@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 from wyoming.asr import Transcribe, Transcript
@@ -15,6 +14,7 @@ from wyoming.event import Event
 from wyoming.wake import Detect, Detection, NotDetected
 
 from rkvoice.errors import RkvoiceError, Stage
+from rkvoice.hear.wake import WakeEngine, WakeHit
 from rkvoice.timeline import Ev
 
 from .audio import TARGET_RATE, AudioIn
@@ -81,7 +81,7 @@ class WakeStream:
         """Bounds the wake engines out at once (each about 12 MB for asr-match); a stream waits for one."""
         self.on_detected = on_detected
         """Called with the detection's phrase end (seconds into the stream) before it is sent."""
-        self.engine: Any = None
+        self.engine: WakeEngine | None = None
         self.fed = 0
         self.detections = 0
 
@@ -95,35 +95,39 @@ class WakeStream:
             except BaseException:
                 self.slots.release()
                 raise
-        self.engine.restart(0)
+        self._engine().restart(0)
+
+    def _engine(self) -> WakeEngine:
+        assert self.engine is not None, "begin() first"
+        return self.engine
 
     async def feed(self, audio: AudioIn, data: bytes, send: Send) -> None:
         await self._accept(audio.convert(data), send)
 
     async def _accept(self, frame: np.ndarray, send: Send) -> bool:
         """Feed ``frame`` to the wake engine; True when it heard the phrase."""
-        hit = await asyncio.to_thread(self.engine.accept, frame) if len(frame) else None
+        hit = await asyncio.to_thread(self._engine().accept, frame) if len(frame) else None
         self.fed += len(frame)
         if hit is not None:
             await self._detected(hit, send)
         return hit is not None
 
-    async def _detected(self, hit: Any, send: Send) -> None:
+    async def _detected(self, hit: WakeHit, send: Send) -> None:
         self.detections += 1
         log.info("wyoming wake: %r at %.2f s", getattr(hit, "text", ""), hit.at_s)
         self.on_detected(hit.end_s)
         await send(Detection(name=self.name, timestamp=int(round(hit.end_s * 1000))).event())
-        self.engine.restart(self.fed)
+        self._engine().restart(self.fed)
 
     def skip(self, frame: np.ndarray) -> None:
         """Audio that is not listened to (it came while the last detection was decided): the stream's
         clock moves on."""
         self.fed += len(frame)
-        self.engine.restart(self.fed)
+        self._engine().restart(self.fed)
 
     async def end(self, audio: AudioIn, send: Send) -> None:
         if not await self._accept(audio.finish(), send):
-            hit = await asyncio.to_thread(self.engine.flush)
+            hit = await asyncio.to_thread(self._engine().flush)
             if hit is not None:
                 await self._detected(hit, send)
         if self.detections == 0:
