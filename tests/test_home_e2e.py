@@ -179,6 +179,25 @@ def test_check_says_reachable_with_the_version_and_the_exposed_count(ha: HomeHa)
     assert exposed >= 2, lines[at + 1]  # the light and the thermostat (and whatever HA exposes by default)
 
 
+def test_a_wrong_token_is_one_clear_warning_and_the_llm_answers(ha: HomeHa, tmp_path: Path,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    from rkvoice.home.route import HomeRoute
+
+    wrong = tmp_path / "token"
+    wrong.write_text("not-a-token\n")
+    wrong.chmod(0o600)
+    cfg = home_config(ha, tmp_path / "state")
+    route = HomeRoute(replace(cfg.home_assistant, token_file=str(wrong)), wrong)
+    t0 = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="rkvoice.home"):
+        first = route.ask(f"打开{HOME.light}", Turn())
+        second = route.ask("讲个笑话", Turn())
+    assert first.outcome == "token" and first.answer is not None and first.answer.outcome == "apology"
+    assert second.outcome == "skipped" and second.answer is None and time.monotonic() - t0 < 2.0
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "refused the token" in warnings[0] and "not-a-token" not in caplog.text, warnings
+
+
 def test_home_assistant_stopped_mid_run_costs_the_next_questions_nothing(ha: HomeHa, assistant: Assistant,
                                                                          caplog: pytest.LogCaptureFixture) -> None:
     _, _, _, up = ask(assistant, QUESTION)
@@ -194,6 +213,7 @@ def test_home_assistant_stopped_mid_run_costs_the_next_questions_nothing(ha: Hom
     assert len(warnings) == 1 and "cannot reach Home Assistant" in warnings[0], warnings
     reply, text, _, _ = ask(assistant, f"打开{HOME.light}")  # a command: not the LLM pretending
     assert reply.route == "home" and text == APOLOGY
+
 
 
 
