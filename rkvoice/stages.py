@@ -141,7 +141,7 @@ class Speak:
         self.tts = self._tts_factory(self.cfg)
         t0 = time.monotonic()
         self.tts.load()
-        log.info("loaded %s in %.0f ms", getattr(self.tts, "name", "tts"), (time.monotonic() - t0) * 1000)
+        log.info("loaded %s in %.0f ms", self.tts.name, (time.monotonic() - t0) * 1000)
         if self._player_factory is None:
             return
         self.player = ReferenceTap(self._player_factory(self.cfg), self.played, self._clock)

@@ -114,7 +114,7 @@ class WakeStream:
 
     async def _detected(self, hit: WakeHit, send: Send) -> None:
         self.detections += 1
-        log.info("wyoming wake: %r at %.2f s", getattr(hit, "text", ""), hit.at_s)
+        log.info("wyoming wake: %r at %.2f s", hit.text, hit.at_s)
         self.on_detected(hit.end_s)
         await send(Detection(name=self.name, timestamp=int(round(hit.end_s * 1000))).event())
         self._engine().restart(self.fed)

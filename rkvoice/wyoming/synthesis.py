@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
-from wyoming.tts import Synthesize, SynthesizeStart, SynthesizeStopped
+from wyoming.tts import Synthesize, SynthesizeStart, SynthesizeStopped, SynthesizeVoice
 
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.pieces import Pieces
@@ -124,12 +123,13 @@ class Synthesis:
         self.stream: SpeechStream | None = None
         self.max_chars = ctx.wcfg.max_text_chars
 
-    async def voice(self, voice: Any, text: str) -> Voice:
+    async def voice(self, voice: SynthesizeVoice | None, text: str) -> Voice:
         """The requested voice (loaded off the event loop the first time) and speaker id."""
         voices = self.ctx.voices
-        name = voices.choose(getattr(voice, "name", None), getattr(voice, "language", None), text)
+        asked = voice or SynthesizeVoice()
+        name = voices.choose(asked.name, asked.language, text)
         engine = await asyncio.to_thread(voices.engine, name)
-        return engine, voices.sid(engine, getattr(voice, "speaker", None))
+        return engine, voices.sid(engine, asked.speaker)
 
     async def synthesize(self, request: Synthesize) -> None:
         if self.stream is not None:  # while streaming, synthesize repeats the streamed text: skipped
