@@ -144,7 +144,8 @@ def test_a_spoken_command_from_a_recording(ha: HomeHa, hear_voice: Any, tmp_path
     assert ha.state(ha.thermostat)["attributes"]["temperature"] == 25, heard
 
 
-def test_the_daemon_hands_a_spoken_command_to_home_assistant(ha: HomeHa, tmp_path: Path) -> None:
+def test_the_daemon_hands_a_spoken_command_to_home_assistant(ha: HomeHa, tmp_path: Path,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
     """The resident daemon on a scripted microphone: wake phrase + command -> route home, the thermostat set."""
     from tests.support import ScaledClock
     from tests.support.daemon import isolated_config, scripted_daemon, synth_requests
@@ -160,12 +161,14 @@ def test_the_daemon_hands_a_spoken_command_to_home_assistant(ha: HomeHa, tmp_pat
         scripted.daemon.request_stop()
 
     scripted.on_turns(finished, lambda: finished(None))
-    scripted.daemon.run()
+    with caplog.at_level(logging.INFO, logger="rkvoice.daemon"):
+        scripted.daemon.run()
     assert turns and turns[0] is not None, "the daemon's turn failed"
     summary = turns[0].timeline.summary()
     heard = (summary.get("transcript"), summary.get("answer"))
     assert turns[0].route == "home" and summary["route"] == "home", heard
     assert ha.state(ha.thermostat)["attributes"]["temperature"] == 28, heard
+    assert any("route=home" in r.getMessage() for r in caplog.records), caplog.text[-2000:]  # the journal's line
 
 
 def test_check_says_reachable_with_the_version_and_the_exposed_count(ha: HomeHa) -> None:
