@@ -24,7 +24,7 @@ from rkvoice.config import load_config
 from rkvoice.errors import RkvoiceError
 from rkvoice.satellite.link import RATE, SatelliteLink
 from rkvoice.satellite.mic import SatelliteMic
-from rkvoice.satellite.playback import Playback
+from rkvoice.satellite.playback import Playback, StreamKind
 from rkvoice.satellite.run import Satellite, file_player, serve_file
 from rkvoice.satellite.timers import FINISHED_WORDS, TimerTable
 from rkvoice.stages import Speak
@@ -565,7 +565,7 @@ def test_a_barge_in_also_drops_the_audio_of_the_cut_stream_still_to_come():
     done: list[Any] = []
     playback = Playback(player, None, on_played=done.append)
     playback.start()
-    stream = playback.begin(22050, 2, 1, "reply")
+    stream = playback.begin(22050, 2, 1, StreamKind.REPLY)
     assert stream is not None
     tone = (8000 * np.sin(np.arange(22050) * 0.05)).astype("<i2").tobytes()  # 1 s
     playback.chunk(stream, tone)
@@ -577,7 +577,7 @@ def test_a_barge_in_also_drops_the_audio_of_the_cut_stream_still_to_come():
     playback.end(stream)
     assert wait_until(lambda: done == [stream])
     assert stream.cut and player.samples == written
-    nxt = playback.begin(22050, 2, 1, "reply")  # the next reply plays whole
+    nxt = playback.begin(22050, 2, 1, StreamKind.REPLY)  # the next reply plays whole
     assert nxt is not None
     playback.chunk(nxt, tone[:4410])
     playback.end(nxt)

@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,13 +41,12 @@ from rkvoice.endpoint import parse_uri
 from rkvoice.errors import RkvoiceError, Stage
 
 from .info import satellite_info, wake_word
-from .playback import Playback, Stream
+from .playback import Playback, Stream, StreamKind
 from .timers import TimerTable
 
 log = logging.getLogger(__name__)
 
 RATE = 16000
-KEEP_EVENTS = 256  # event types remembered (``seen``)
 KEEP_RUNS = 64  # runs remembered (a daemon runs for weeks)
 
 
@@ -110,14 +108,11 @@ class SatelliteLink:
         self.running = threading.Event()
         """HA is connected and has sent ``run-satellite`` (not paused since)."""
         self.connected = threading.Event()
-        self.seen: deque[str] = deque(maxlen=KEEP_EVENTS)
-        """Types of the events HA sent, oldest first."""
         self.connections = 0
         self.run: Run | None = None
         self.runs: list[Run] = []
         """The last runs, oldest first."""
         self._run_ids = 1
-        self.on_event: Callable[[Event], None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._conn: _Connection | None = None
         self._stream: Stream | None = None  # the HA audio stream being received
@@ -214,7 +209,6 @@ class SatelliteLink:
     # -- events from HA ----------------------------------------------------------------------------
 
     def _handle(self, event: Event) -> None:
-        self.seen.append(event.type)
         handler = self._handlers.get(event.type)
         try:
             if handler is not None:
@@ -223,8 +217,6 @@ class SatelliteLink:
                 log.debug("satellite: ignored %s", event.type)
         except (KeyError, TypeError, ValueError) as exc:
             log.warning("satellite: a malformed %s event (%s: %s); ignored", event.type, type(exc).__name__, exc)
-        if self.on_event is not None:
-            self.on_event(event)
 
     def _run_satellite(self, _event: Event) -> None:
         self.running.set()
@@ -278,11 +270,11 @@ class SatelliteLink:
         answering = last is not None and last.transcribing and last.error is None and last.reply is None
         # a synthesize came, or HA streams its answer before saying what it synthesises (an agent that
         # streams its text): the run's reply; audio with neither is an announcement (or a timer's sound)
-        kind = "reply" if self._reply_due or answering else "announce"
+        kind = StreamKind.REPLY if self._reply_due or answering else StreamKind.ANNOUNCE
         self._reply_due = False
         self._stream = self.playback.begin(start.rate, start.width, start.channels, kind)
         self._stray = self._stream is None  # an unplayable stream: its chunks are ignored without more lines
-        if self._stream is not None and kind == "reply" and self.runs and self.runs[-1].reply is None:
+        if self._stream is not None and kind is StreamKind.REPLY and self.runs and self.runs[-1].reply is None:
             self.runs[-1].reply = self._stream
 
     def _audio_chunk(self, event: Event) -> None:

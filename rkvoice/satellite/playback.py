@@ -12,6 +12,7 @@ satellite then sends ``played``.
 
 from __future__ import annotations
 
+import enum
 import itertools
 import logging
 import queue
@@ -35,6 +36,13 @@ SPEECH_WAIT_S = 60.0
 """Longest the board's own words may take to play (a stuck speaker does not hold the queue)."""
 
 
+class StreamKind(enum.StrEnum):
+    REPLY = "reply"
+    """The answer of a run (after its ``synthesize``, or streamed before it)."""
+    ANNOUNCE = "announce"
+    """Audio with no run waiting for it: ``assist_satellite.announce``."""
+
+
 @dataclass
 class Stream:
     """One audio stream Home Assistant sent."""
@@ -42,9 +50,7 @@ class Stream:
     id: int
     rate: int
     channels: int
-    kind: str
-    """"reply" (after a ``synthesize``) or "announce" (audio with no synthesize: assist_satellite.announce,
-    a timer's sound)."""
+    kind: StreamKind
     samples: int = 0
     """Samples (per channel) received."""
     first_audio_at: float | None = None
@@ -88,7 +94,7 @@ class Playback:
             self._thread = threading.Thread(target=self._loop, name="rkvoice-satellite-play", daemon=True)
             self._thread.start()
 
-    def begin(self, rate: int, width: int, channels: int, kind: str) -> Stream | None:
+    def begin(self, rate: int, width: int, channels: int, kind: StreamKind) -> Stream | None:
         """A new stream, or None (with a warning) for a format the player cannot take."""
         if width != 2 or channels not in (1, 2) or not MIN_RATE <= rate <= MAX_RATE:
             log.warning("satellite: Home Assistant sent audio as %d Hz, %d bytes, %d channels; only 16-bit mono or "
