@@ -72,8 +72,9 @@ class PrimedAsr(Protocol):
 
 def can_prime(asr: object) -> bool:
     """Whether ``asr`` has the PrimedAsr calls. Looked up as the wake calls them (plain getattr), so a
-    gated view that forwards them through ``__getattr__`` counts: Python 3.12's isinstance() on a
-    runtime-checkable Protocol looks attributes up statically and would miss them."""
+    wrapper that forwards them through ``__getattr__`` (rkvoice.hear.ahead.TranscribeAhead) counts:
+    Python 3.12's isinstance() on a runtime-checkable Protocol looks attributes up statically and would
+    miss them. rkvoice.gate.gated_asr asks it to offer the calls only for an engine that has them."""
     return all(callable(getattr(asr, name, None)) for name in ("transcribe_primed", "phrase_logprob"))
 
 
