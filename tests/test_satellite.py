@@ -9,6 +9,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -670,3 +671,21 @@ def test_an_answer_streamed_before_its_synthesize_is_still_the_runs_reply(sat):
     run = satellite.link.runs[0]
     assert run.reply is not None and run.reply.kind == "reply"
     assert [s.kind for s in satellite.playback.streams] == ["reply", "announce"]
+
+
+def test_a_stream_whose_audio_is_all_with_the_player_is_still_playing():
+    """Everything HA sent so far was handed to the player (the queue is empty) but HA has not ended the
+    stream: a wake now is a barge-in (the race that let a reply play on, 1 run in 15)."""
+    cfg = config()
+    player = RecordingPlayer(cfg)
+    playback = Playback(player, None)
+    playback.start()
+    stream = playback.begin(22050, 2, 1, StreamKind.REPLY)
+    assert stream is not None
+    playback.chunk(stream, (8000 * np.sin(np.arange(22050) * 0.05)).astype("<i2").tobytes())
+    assert wait_until(lambda: player.samples > player.rate // 2)  # (soxr holds a little back until the end)
+    time.sleep(0.05)  # the chunk item is done: nothing is queued
+    assert playback.playing
+    playback.end(stream)
+    assert wait_until(stream.ended.is_set) and not playback.playing
+    playback.close()

@@ -139,9 +139,10 @@ class Playback:
 
     @property
     def playing(self) -> bool:
-        """Whether anything is queued or playing."""
+        """Whether anything is queued or playing: an item not played yet, or a stream HA has not ended
+        or that has not played out (its audio may all be with the player, the queue empty)."""
         with self._lock:
-            return self._busy > 0
+            return self._busy > 0 or any(not stream.ended.is_set() for stream in self.streams)
 
     def close(self) -> None:
         self.clear("shutdown")
