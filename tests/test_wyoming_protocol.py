@@ -58,6 +58,7 @@ class FakeAsr:
     languages = ("zh",)
 
     def __init__(self) -> None:
+        self.text = "你好"
         self.calls: list[int] = []
         self.hold = threading.Event()
         self.hold.set()
@@ -67,7 +68,7 @@ class FakeAsr:
         self.entered.set()
         assert self.hold.wait(BOUND)
         self.calls.append(len(samples))
-        return "你好"
+        return self.text
 
 
 class FakeVoice:
@@ -276,6 +277,17 @@ def test_transcription_accepts_any_region_or_script_of_chinese(fakes, language):
         events = transcribe(port, language, pcm(0.5))
     transcript = Transcript.from_event(events[-1])
     assert transcript.text == "你好" and transcript.language == (language or "zh")
+
+
+@pytest.mark.parametrize(("heard", "sent"), [("小智小智，打开客厅灯。", "打开客厅灯。"), ("小智小智把空调调到26度", "把空调调到26度"),
+                                             ("小智小智。", "小智小智。"), ("打开小智的灯", "打开小智的灯")])
+def test_a_wake_phrase_in_front_of_a_request_is_taken_off_the_transcript(fakes, heard, sent):
+    # a satellite that woke on its own microphone sends a one-breath request with the phrase in it
+    engines, *_ = fakes
+    engines.asr.text = heard
+    with serving(engines) as port:
+        events = transcribe(port, "zh-CN", pcm(0.5))
+    assert Transcript.from_event(events[-1]).text == sent
 
 
 def test_transcription_in_a_language_not_served_is_an_error(fakes):

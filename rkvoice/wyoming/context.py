@@ -15,6 +15,7 @@ from wyoming.info import Info
 
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config, WyomingConfig
+from rkvoice.hear.pinyin_match import PhraseMatcher
 from rkvoice.timeline import Timeline
 from rkvoice.turn import Turn
 
@@ -58,6 +59,9 @@ class Context:
         self.clients = 0
         self.wake_slots = asyncio.Semaphore(wcfg.max_wake_streams)
         self.handoff: dict[str, Heard] = {}
+        self.phrase = PhraseMatcher(cfg.hear.wake_phrase, tolerance=cfg.hear.wake_tolerance)
+        """The wake phrase, taken off the front of a transcript (a satellite that woke on its own
+        sends the request said in one breath with the phrase still in the audio)."""
         """Host -> the tape of its last detection (still taped while its client sends), until the
         transcription that follows takes the audio after the phrase (handoff.py)."""
         self.idle_since: dict[Any, float] = {}

@@ -14,6 +14,7 @@ from wyoming.event import Event
 from wyoming.wake import Detect, Detection, NotDetected
 
 from rkvoice.errors import RkvoiceError, Stage
+from rkvoice.hear.pinyin_match import PhraseMatcher
 from rkvoice.hear.wake import WakeEngine, WakeHit
 from rkvoice.timeline import Ev
 
@@ -26,12 +27,26 @@ from .languages import primary
 log = logging.getLogger(__name__)
 
 
+def without_phrase(text: str, phrase: PhraseMatcher, host: str = "") -> str:
+    """``text`` without a leading wake phrase, when a request follows it ("小智小智，打开客厅灯" ->
+    "打开客厅灯"). A satellite that wakes on its own microphone streams from the phrase's segment, so a
+    request said in one breath reaches the transcription with the phrase in front, and Home
+    Assistant's sentences match only the command. The phrase alone is left as it is."""
+    found = phrase.match(text.strip())
+    if found is None or not any(ch.isalnum() for ch in found.remainder):
+        return text
+    log.info("wyoming %s: the wake phrase in front of %r taken off the transcript", host, found.remainder)
+    return found.remainder
+
+
 class AsrRequest:
     """transcribe + audio -> one transcript at audio-stop (the engine does not stream text). The audio
     the host's detect stream heard after the wake phrase goes in front (handoff.py)."""
 
-    def __init__(self, engines: Engines, language: str, requests: Requests, handoff: dict[str, Heard], host: str) -> None:
+    def __init__(self, engines: Engines, language: str, requests: Requests, handoff: dict[str, Heard], host: str,
+                 phrase: PhraseMatcher) -> None:
         self.engines = engines
+        self.phrase = phrase
         self.language = language
         self.requests = requests
         self.handoff = handoff
@@ -64,7 +79,7 @@ class AsrRequest:
             t0 = tl.clock.now()
             job = self.engines.transcribe(samples)
             turn.on_cancel(lambda _: job.cancel())  # still queued behind another request: it never runs
-            turn.text = await asyncio.wrap_future(job)
+            turn.text = without_phrase(await asyncio.wrap_future(job), self.phrase, self.host)
             tl.mark(Ev.ASR_DONE, text=turn.text, asr_ms=round((tl.clock.now() - t0) * 1000.0, 3))
         await send(Transcript(text=turn.text, language=self.language).event())
 
@@ -171,7 +186,7 @@ class Listening:
     def request(self, request: Transcribe | Detect) -> None:
         self.listener, self.refused = None, True  # a refused request's audio is not transcribed
         self.listener = (AsrRequest(self.ctx.engines, self._asr_language(request), self.requests,
-                                    self.ctx.handoff, self.host)
+                                    self.ctx.handoff, self.host, self.ctx.phrase)
                          if isinstance(request, Transcribe) else self._wake_stream(request))
         self.refused = False
 
@@ -182,7 +197,8 @@ class Listening:
         self._handled = self._skip_to = 0
         self.audio, self.discard = None, True  # until the format is known to be good
         if self.listener is None:
-            self.listener = AsrRequest(self.ctx.engines, "zh", self.requests, self.ctx.handoff, self.host)
+            self.listener = AsrRequest(self.ctx.engines, "zh", self.requests, self.ctx.handoff, self.host,
+                                       self.ctx.phrase)
         self.audio, self.discard = AudioIn(fmt.rate, fmt.width, fmt.channels, self.ctx.wcfg.max_audio_s), False
         await self.listener.begin()
 
