@@ -34,7 +34,7 @@ class Ev(enum.StrEnum):
     CUE = "cue"  # the acknowledgement was handed to the player (delay_ms)
     ASR_DONE = "asr_done"  # the request's transcript (text, heard, asr_ms, woke)
     BARGE_IN = "barge_in"  # a wake cancelled this turn (cancel_ms)
-    ROUTE = "route"  # "tool:<name>" or "llm", as Reply.route spells it
+    ROUTE = "route"  # "tool:<name>", "home" or "llm", as Reply.route spells it
     LLM_START = "llm_start"
     LLM_FIRST_TOKEN = "llm_first_token"
     LLM_TIMEOUT = "llm_timeout"  # (timeout_s)

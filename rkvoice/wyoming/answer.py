@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Routed:
-    """The assistant chose the answer's route ("tool:<name>" or "llm")."""
+    """The assistant chose the answer's route ("tool:<name>", "home" or "llm")."""
 
     route: str
 
