@@ -42,11 +42,12 @@ from wyoming.event import Event
 from wyoming.handle import Handled
 from wyoming.tts import Synthesize
 
+from rkvoice.answer.llm.registry import engine_name
 from rkvoice.config import Config, parse_override
 from rkvoice.errors import RkvoiceError
 from rkvoice.stages import StageSet, product_plan
 from rkvoice.turn import Turn
-from tests.support import RATE, Footprint, Run, ScaledClock, footprint, load_avg_1m, percentile, spread
+from tests.support import RATE, Footprint, Run, ScaledClock, bench_run, footprint, load_avg_1m, percentile, spread
 from tests.support.daemon import isolated_config, isolated_workdir, scripted_daemon, synth_requests
 
 log = logging.getLogger("soak")
@@ -184,6 +185,8 @@ class Driver:
         self.released = 0
         """Local turns after which the following Wyoming requests are done (the feeder's turns_done)."""
         self.error = ""
+        self.missed = 0
+        """Local requests that brought no turn."""
         self._turns: list[Turn | None] = []  # each local turn's report (None: failed)
         self._cond = threading.Condition()
         self._cpu = time.process_time()
@@ -200,16 +203,23 @@ class Driver:
             self._cond.notify_all()
 
     def _local(self, index: int, kind: str, m: int, stop: threading.Event) -> Step:
+        """Local request ``m``'s turn: the daemon's next report. A request that brings no turn within the
+        timeout (not heard: a missed wake phrase) is a failed step, and the microphone goes on."""
+        t = m - self.missed  # reports come in request order, without the unheard ones
         deadline = time.monotonic() + self.timeout_s
-        with self._cond:
-            while len(self._turns) <= m:
-                if stop.is_set():
-                    raise RuntimeError(f"the daemon stopped before local turn {m + 1}")
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"local turn {m + 1} ({kind}) not over after {self.timeout_s:.0f} s")
-                self._cond.wait(1.0)
-            turn = self._turns[m]
         step = Step(index, kind)
+        with self._cond:
+            while len(self._turns) <= t:
+                if stop.is_set():
+                    raise RuntimeError(f"the daemon stopped before local request {m + 1}")
+                if time.monotonic() > deadline:
+                    self.missed += 1
+                    if self.missed_in_a_row() >= 3:
+                        raise TimeoutError(f"3 local requests in a row brought no turn ({self.timeout_s:.0f} s each)")
+                    step.detail = f"no turn within {self.timeout_s:.0f} s (not heard)"
+                    return step
+                self._cond.wait(1.0)
+            turn = self._turns[t]
         if turn is None:
             step.detail = "turn failed"
             return step
@@ -219,6 +229,16 @@ class Driver:
         step.route, step.detail = turn.route or "-", turn.text
         step.ok = step.latency_ms is not None and (turn.route == "llm") == (kind == "llm")
         return step
+
+    def missed_in_a_row(self) -> int:
+        n = 0
+        for step in reversed(self.record.steps):
+            if step.kind in WYOMING:
+                continue
+            if not step.detail.startswith("no turn"):
+                break
+            n += 1
+        return n + 1  # the one being decided
 
     def run(self, stop: threading.Event, request_stop: Any) -> None:
         loop = asyncio.new_event_loop()
@@ -340,9 +360,8 @@ def overrides(args: argparse.Namespace, work: Path, port: int) -> list[dict[str,
     return out
 
 
-def resident(cfg: Config, out: str | None) -> int:
+def resident(cfg: Config, bench: Run, out: Path | None) -> int:
     """VmRSS after loading each of the daemon's stages (the profile's resident set)."""
-    bench = Run("resident")
     steps: list[dict[str, Any]] = [{"step": "python + rkvoice imports", "rss_mb": footprint().rss_mb}]
     marks: list[tuple[str, float]] = []
 
@@ -362,9 +381,9 @@ def resident(cfg: Config, out: str | None) -> int:
     close_step(marks[-1])
     loaded = stages.stages
     engines = {"asr": type(loaded.hear.asr).__name__, "wake": type(loaded.hear.wake).__name__,
-               "tts": getattr(loaded.speak.tts, "name", "?"), "llm": cfg.llm.engine}
+               "tts": getattr(loaded.speak.tts, "name", "?"), "llm": engine_name(cfg)}
     stages.close_all()
-    bench.emit({"profile": cfg.models.profile, "engines": engines, "steps": steps,
+    bench.emit({"mode": "resident", "profile": cfg.models.profile, "engines": engines, "steps": steps,
                 "total_rss_mb": steps[-1]["rss_mb"]}, out)
     return 0
 
@@ -381,14 +400,11 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=50, help="requests before the RSS baseline sample")
     ap.add_argument("--pace", type=float, default=8.0, help="the microphone feeds this many times real time")
     ap.add_argument("--sample-every", type=int, default=10, help="read RSS/threads/fds every N requests")
-    ap.add_argument("--timeout", type=float, default=300.0, help="seconds one request may take before the soak fails")
+    ap.add_argument("--timeout", type=float, default=120.0,
+                    help="seconds one request may take (a local one without a turn by then was not heard)")
     ap.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], help="override a config value")
     ap.add_argument("--resident", action="store_true", help="only load the stages, printing the RSS after each")
-    ap.add_argument("--out", help="also write the JSON here")
-    ap.add_argument("-v", "--verbose", action="store_true")
-    args = ap.parse_args()
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    args, bench = bench_run("soak", ap)
     if args.turns < 2 * WINDOW and not args.resident:
         print(f"soak: --turns {args.turns} is too few to compare the first {WINDOW} with the last {WINDOW}; "
               f"give at least {2 * WINDOW}", file=sys.stderr)
@@ -401,9 +417,8 @@ def main() -> int:
         print(f"soak: {exc}", file=sys.stderr)
         return 2
     if args.resident:
-        return resident(replace(cfg, wyoming=replace(cfg.wyoming, uri="")), args.out)
+        return resident(replace(cfg, wyoming=replace(cfg.wyoming, uri="")), bench, args.out)
 
-    bench = Run("soak")
     kinds = schedule(args.turns)
     local_kinds = [k for k in kinds if k in ("tool", "llm")]
     texts = [WAKE + t for t in TOOL_REQUESTS + LLM_REQUESTS] + [TRANSCRIBE]
@@ -440,7 +455,7 @@ def main() -> int:
         "parts": {"local": "daemon: live turn loop on a scripted microphone, Assistant (tools + LLM), Speaker on "
                            "a null sink", "wyoming": "the daemon's own Wyoming server, one connection a request"},
         **summarise(driver.record, kinds, args.warmup),
-        "exit_code": code, "driver_error": driver.error or None,
+        "not_heard": driver.missed, "exit_code": code, "driver_error": driver.error or None,
         "wall_s": round(wall, 1), "setup_s": round(t_start - t0, 1),
         "s_per_request": round(wall / max(1, len(driver.record.steps)), 2),
     }
