@@ -50,6 +50,7 @@ def test_the_tape_goes_before_the_hosts_next_transcription_once_and_before_no_ot
 
     from wyoming.asr import Transcript
 
+    from rkvoice.hear.pinyin_match import PhraseMatcher
     from rkvoice.wyoming.context import Requests
     from rkvoice.wyoming.listen import AsrRequest
 
@@ -69,7 +70,7 @@ def test_the_tape_goes_before_the_hosts_next_transcription_once_and_before_no_ot
 
         audio = AudioIn(*FMT, 30.0)
         request = AsrRequest(SimpleNamespace(transcribe=transcribe_on_worker), "zh", Requests("peer", SimpleNamespace(now=lambda: 10.2)),
-                             handoff, host)
+                             handoff, host, PhraseMatcher("小智小智"))
         await request.begin()
         await request.feed(audio, b"\x01\x02" * 800, send)
         await request.end(audio, send)
