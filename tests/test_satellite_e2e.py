@@ -2,10 +2,10 @@
 area 客厅 with alias 大灯, a thermostat 空调). HA's wyoming config flow adds (1) rkvoice's Wyoming services
 server as the pipeline's speech-to-text and text-to-speech and (2) the satellite (tests/support/
 satellite_home.py). Requests are SPOKEN by the portable voice into the satellite's microphone in real time
-and woken on the board by the real portable wake engine (asr-match on Whisper base): the light turns on, a
-10 s timer set through the satellite finishes and is said on the board, ``assist_satellite.announce`` plays
+and woken on the board by the real portable wake engine (asr-match on Whisper base): the light turns on and
+off, the thermostat goes to 26, a 10 s timer set through the satellite finishes and is said on the board, ``assist_satellite.announce`` plays
 there. The sentences are ones HA's zh-CN intents match and Whisper base hears right from the portable
-voice: 打开大灯 (the alias; 客厅灯 is heard as 客厅东), 设置定时十秒 (heard as 设置定时10秒; 计时器 is
+voice: 打开大灯 (the alias; 客厅灯 is heard as 客厅东), 关闭客厅的灯 (area + lights), 空调调到26度, 设置定时十秒 (heard as 设置定时10秒; 计时器 is
 heard as 记时期). With the satellite off, HA's config flow cannot add it and every test here fails.
 Skips (saying why) without the HA venv or the models.
 """
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 from fakes import wait_until
 
-from tests.ha_home import require_ha_venv
+from tests.ha_home import HOME, require_ha_venv
 from tests.support.satellite_home import SatelliteHome, satellite_home
 
 
@@ -32,11 +32,26 @@ def home(hear_asr, hear_voice, tmp_path_factory) -> Iterator[SatelliteHome]:
 def test_a_spoken_request_through_the_satellite_turns_the_light_on(home):
     ha = home.ha
     assert ha.state(ha.light)["state"] == "off"
-    run = home.ask("打开大灯")
-    assert "大灯" in (run.transcript or ""), run.transcript
+    run = home.ask(f"打开{HOME.alias}")
+    assert HOME.alias in (run.transcript or ""), run.transcript
     ha.wait_state(ha.light, "on")
     assert run.reply.kind == "reply" and run.reply.audio_s > 0.3 and not run.reply.cut
     assert home.player.samples / home.player.rate >= run.reply.audio_s - 0.05  # played on the board's player
+
+
+def test_spoken_requests_turn_the_light_off_and_set_the_thermostat(home):
+    ha = home.ha
+    ha.rest("POST", "/api/services/light/turn_on", {"entity_id": ha.light})
+    ha.wait_state(ha.light, "on")
+    run = home.ask(f"关闭{HOME.area}的灯")  # HassTurnOff by area and domain
+    assert ha.wait_state(ha.light, "off")["state"] == "off", (run.transcript, ha.log())
+    assert run.reply.kind == "reply" and run.reply.audio_s > 0.3
+    run = home.ask(f"{HOME.thermostat}调到26度")  # HassClimateSetTemperature
+    deadline = time.monotonic() + 10
+    while ha.state(ha.thermostat)["attributes"].get("temperature") != 26 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert ha.state(ha.thermostat)["attributes"]["temperature"] == 26, (run.transcript, ha.log())
+    assert run.reply.kind == "reply" and run.reply.audio_s > 0.3
 
 
 def test_a_timer_set_through_the_satellite_finishes_and_is_said_on_the_board(home):
