@@ -20,6 +20,9 @@ import yaml
 
 from rkvoice.errors import RkvoiceError, Stage
 
+ROOT = Path(__file__).resolve().parent.parent
+"""The install directory: relative paths in config files are under it."""
+
 
 def _fmt(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(float(x))

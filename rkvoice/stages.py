@@ -24,7 +24,8 @@ from rkvoice.answer.assistant import Assistant
 from rkvoice.answer.llm.base import LlmEngine
 from rkvoice.audio.players import PLAYERS, Player, choose_player
 from rkvoice.clock import Clock
-from rkvoice.config import Config, zone
+from rkvoice.config import Config
+from rkvoice.config_ha import zone
 from rkvoice.gate import GatedAsr, GatedTts, Local, PriorityGate, gated_asr
 from rkvoice.hear.ahead import TranscribeAhead
 from rkvoice.hear.asr import AsrEngine, create_asr

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rkvoice.clock import Clock, MonotonicClock
-from rkvoice.config import HomeAssistantConfig
+from rkvoice.config_ha import HomeAssistantConfig
 from rkvoice.home.client import Conversed, HaClient, HomeFailure, Kind
 from rkvoice.home.ws import HaSocket, WsError
 from rkvoice.turn import Turn

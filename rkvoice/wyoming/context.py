@@ -14,7 +14,8 @@ from wyoming.event import Event
 from wyoming.info import Info
 
 from rkvoice.clock import Clock, MonotonicClock
-from rkvoice.config import Config, WyomingConfig
+from rkvoice.config import Config
+from rkvoice.config_ha import WyomingConfig
 from rkvoice.hear.pinyin_match import PhraseMatcher
 from rkvoice.timeline import Timeline
 from rkvoice.turn import Turn

@@ -20,7 +20,8 @@ from typing import Any
 from wyoming.server import AsyncServer, AsyncTcpServer, AsyncUnixServer
 
 from rkvoice.answer.llm.registry import engine_name
-from rkvoice.config import Config, WyomingConfig
+from rkvoice.config import Config
+from rkvoice.config_ha import WyomingConfig
 from rkvoice.endpoint import Endpoint, parse_uri
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.stages import StageSet, serving_stages
