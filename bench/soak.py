@@ -26,29 +26,28 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from wyoming.asr import Transcribe, Transcript
-from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.audio import AudioStop
 from wyoming.client import AsyncTcpClient
-from wyoming.event import Event
 from wyoming.handle import Handled
 from wyoming.tts import Synthesize
 
+from bench.soak_report import WINDOW, Record, Sample, Step, summarise
 from rkvoice.answer.llm.registry import engine_name
 from rkvoice.config import Config, parse_override
 from rkvoice.errors import RkvoiceError
 from rkvoice.stages import StageSet, product_plan
 from rkvoice.turn import Turn
-from tests.support import RATE, Footprint, Run, ScaledClock, bench_run, footprint, load_avg_1m, percentile, spread
+from tests.support import Run, ScaledClock, bench_run, footprint, load_avg_1m
 from tests.support.daemon import isolated_config, isolated_workdir, scripted_daemon, synth_requests
+from tests.support.net import free_port, pcm16, read_until, send_pcm
 
 log = logging.getLogger("soak")
 
@@ -64,11 +63,8 @@ HANDLE = ("二加三等于多少", "现在几点")
 HANDLED = {"二加三等于多少": "五", "现在几点": "点"}
 """A word the handled answer must contain."""
 
-KINDS = ("tool", "llm", "transcribe", "synthesize", "handle")
 WYOMING = ("transcribe", "synthesize", "handle")
 CYCLE_LEN = 25
-WINDOW = 50
-GOALS = {"rss_growth_pct_below": 5.0, "p90_ratio_at_most": 1.10}
 
 
 def cycle() -> list[str]:
@@ -90,56 +86,15 @@ def schedule(n: int) -> list[str]:
     return [one[i % CYCLE_LEN] for i in range(n)]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Step:
-    """One request's record."""
-
-    index: int
-    kind: str
-    latency_ms: float | None = None
-    cpu_ms: float = 0.0
-    wall_ms: float = 0.0
-    ok: bool = False
-    detail: str = ""
-    route: str = ""
-
-
-@dataclass
-class Sample:
-    step: int
-    fp: Footprint
-    load: float
-
-
-@dataclass
-class Record:
-    steps: list[Step] = field(default_factory=list)
-    samples: list[Sample] = field(default_factory=list)
-
-
-def pcm16(audio: np.ndarray) -> bytes:
-    pad = np.zeros(RATE // 4, np.float32)
-    return (np.clip(np.concatenate([pad, audio, pad]), -1, 1) * 32767).astype("<i2").tobytes()
-
-
 async def wyoming_request(port: int, kind: str, n: int, speech: bytes) -> tuple[float, str]:
     """One request on its own connection; (latency ms, what came back). Raises on a wrong answer."""
     async with AsyncTcpClient("127.0.0.1", port) as c:
         if kind == "transcribe":
             await c.write_event(Transcribe(language="zh").event())
-            await c.write_event(AudioStart(rate=RATE, width=2, channels=1).event())
-            step = RATE // 10 * 2
-            for i in range(0, len(speech), step):
-                await c.write_event(AudioChunk(rate=RATE, width=2, channels=1, audio=speech[i:i + step]).event())
+            await send_pcm(c, speech, stop=False)
             sent = time.monotonic()
             await c.write_event(AudioStop().event())
-            event = await _until(c, "transcript")
+            event = await read_until(c, "transcript")
             text = Transcript.from_event(event).text
             if "几点" not in text:
                 raise RuntimeError(f"transcript {text!r}")
@@ -147,28 +102,17 @@ async def wyoming_request(port: int, kind: str, n: int, speech: bytes) -> tuple[
         if kind == "synthesize":
             sent = time.monotonic()
             await c.write_event(Synthesize(text=SYNTHESIZE).event())
-            await _until(c, "audio-chunk")
+            await read_until(c, "audio-chunk")
             first = (time.monotonic() - sent) * 1000
-            await _until(c, "audio-stop")
+            await read_until(c, "audio-stop")
             return first, "audio"
         question = HANDLE[n % len(HANDLE)]
         sent = time.monotonic()
         await c.write_event(Transcript(text=question).event())
-        answer = Handled.from_event(await _until(c, "handled")).text or ""
+        answer = Handled.from_event(await read_until(c, "handled")).text or ""
         if HANDLED[question] not in answer:
             raise RuntimeError(f"{question!r} handled as {answer!r}")
         return (time.monotonic() - sent) * 1000, answer
-
-
-async def _until(c: AsyncTcpClient, kind: str) -> Event:
-    while True:
-        event = await c.read_event()
-        if event is None:
-            raise RuntimeError(f"connection closed before {kind}")
-        if event.type == "error":
-            raise RuntimeError(f"error {event.data.get('code')}: {event.data.get('text')}")
-        if event.type == kind:
-            return event
 
 
 class Driver:
@@ -293,62 +237,6 @@ class Driver:
             print(f"soak: {n}/{len(self.kinds)} requests, {sum(not s.ok for s in self.record.steps)} failed, "
                   f"rss {sample.fp.rss_mb:.0f} MB, threads {sample.fp.threads}, fds {sample.fp.fds}, "
                   f"load {sample.load}", file=sys.stderr, flush=True)
-
-
-def summarise(record: Record, kinds: list[str], warmup: int) -> dict[str, Any]:
-    """The figures and the verdict (see the module docstring)."""
-    steps = record.steps
-    failed = [s for s in steps if not s.ok]
-    by_kind = {k: [s for s in steps if s.kind == k] for k in KINDS}
-    after = [s for s in record.samples if s.step >= warmup] or record.samples[-1:]
-    base, last = after[0], after[-1]
-    growth = 100.0 * (last.fp.rss_kb - base.fp.rss_kb) / base.fp.rss_kb
-    quarter = max(1, len(after) // 4)
-
-    def trend(values: list[int]) -> int:
-        """The busiest sample of the last quarter minus the busiest of the first (short-lived threads
-        such as the wake cue's may be alive at one sample)."""
-        return max(values[-quarter:]) - max(values[:quarter])
-
-    threads = [s.fp.threads for s in after]
-    fds = [s.fp.fds for s in after]
-    first = [s.latency_ms for s in steps[:WINDOW] if s.latency_ms is not None]
-    lastw = [s.latency_ms for s in steps[-WINDOW:] if s.latency_ms is not None]
-    p90_first, p90_last = percentile(first, 90), percentile(lastw, 90)
-    ratio = round(p90_last / p90_first, 3) if p90_first and p90_last else None
-    cpu_first = percentile([s.cpu_ms for s in steps[:WINDOW]], 50)
-    cpu_last = percentile([s.cpu_ms for s in steps[-WINDOW:]], 50)
-    checks = {
-        "all_answered": len(steps) == len(kinds) and not failed,
-        "rss_growth": growth < GOALS["rss_growth_pct_below"],
-        "threads_flat": trend(threads) <= 0,
-        "fds_flat": trend(fds) <= 0,
-        "p90_drift": ratio is not None and ratio <= GOALS["p90_ratio_at_most"],
-    }
-    return {
-        "requests": {"asked": len(kinds), "done": len(steps), "failed": len(failed),
-                     "by_kind": {k: len(v) for k, v in by_kind.items()},
-                     "failures": [{"index": s.index, "kind": s.kind, "detail": s.detail} for s in failed[:20]]},
-        "latency_ms": {k: spread(s.latency_ms for s in v if s.latency_ms is not None)
-                       for k, v in by_kind.items() if v},
-        "latency_note": "local turns: end of speech -> first audio; transcribe: audio-stop -> transcript; "
-                        "synthesize: request -> first audio chunk; handle: request -> handled",
-        "drift": {"window": WINDOW, "p90_first_ms": p90_first, "p90_last_ms": p90_last, "p90_ratio": ratio,
-                  "cpu_ms_p50_first": cpu_first, "cpu_ms_p50_last": cpu_last,
-                  "cpu_ratio": round(cpu_last / cpu_first, 3) if cpu_first and cpu_last else None},
-        "rss_mb": {"after_warmup": base.fp.rss_mb, "last": last.fp.rss_mb,
-                   "max": max(s.fp.rss_mb for s in after), "warmup_requests": warmup},
-        "rss_growth_pct": round(growth, 2),
-        "threads": {"after_warmup": base.fp.threads, "last": last.fp.threads, "min": min(threads),
-                    "max": max(threads), "trend": trend(threads)},
-        "fds": {"after_warmup": base.fp.fds, "last": last.fp.fds, "min": min(fds), "max": max(fds),
-                "trend": trend(fds)},
-        "series": [{"request": s.step, "rss_mb": s.fp.rss_mb, "threads": s.fp.threads, "fds": s.fp.fds,
-                    "load": s.load} for s in record.samples],
-        "goals": GOALS,
-        "checks": checks,
-        "pass": all(checks.values()),
-    }
 
 
 def overrides(args: argparse.Namespace, work: Path, port: int) -> list[dict[str, Any]]:

@@ -44,7 +44,6 @@ from typing import Any
 
 import numpy as np
 from wyoming.asr import Transcribe, Transcript
-from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
 from wyoming.event import Event
 from wyoming.handle import Handled
@@ -58,10 +57,10 @@ from rkvoice.stages import wake_factory
 from rkvoice.wyoming.engines import Engines
 from rkvoice.wyoming.server import serve_wyoming
 from tests.support import bench_run, footprint, percentile
+from tests.support.net import RATE, pcm16, send_pcm
 
 KINDS = ("transcribe", "synthesize", "stream", "detect", "handle", "describe")
 SAY = "今天天气不错，我们一起去公园散步吧。"
-RATE = 16000
 END = {"transcribe": "transcript", "synthesize": "audio-stop", "stream": "synthesize-stopped",
        "detect": "detection", "handle": "handled", "describe": "info"}
 
@@ -70,18 +69,7 @@ def speech(voice: Any, text: str) -> bytes:
     import soxr
 
     audio, rate = voice.generate(text)
-    audio = soxr.resample(np.asarray(audio, np.float32), rate, RATE)
-    pad = np.zeros(RATE // 2, np.float32)
-    audio = np.concatenate([pad, audio, pad, pad])
-    return (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes()
-
-
-async def send_pcm(c: AsyncTcpClient, pcm: bytes) -> None:
-    await c.write_event(AudioStart(rate=RATE, width=2, channels=1).event())
-    step = RATE // 10 * 2
-    for i in range(0, len(pcm), step):
-        await c.write_event(AudioChunk(rate=RATE, width=2, channels=1, audio=pcm[i:i + step]).event())
-    await c.write_event(AudioStop().event())
+    return pcm16(soxr.resample(np.asarray(audio, np.float32), rate, RATE), pad_s=0.5, tail_s=1.0)
 
 
 async def one(port: int, kind: str, audio: dict[str, bytes]) -> dict[str, Any]:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import time
 import urllib.error
@@ -45,6 +44,7 @@ from typing import Any
 import pytest
 
 from rkvoice.home.ws import HaSocket
+from tests.support.net import free_port
 from tests.test_ha_e2e import HA_VENV, HA_VERSION, LAUNCH, venv_ready
 
 
@@ -130,12 +130,6 @@ def require_ha_venv() -> None:
     if not venv_ready():
         pytest.skip(f"no Home Assistant {HA_VERSION} venv at {HA_VENV}: build it once with "
                     "`py312/bin/python tests/test_ha_e2e.py --build-venv` (about 2 minutes, needs PyPI)")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

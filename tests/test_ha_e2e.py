@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -298,12 +297,6 @@ def stage_times(evs: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def pcm16k(audio: Any, rate: int) -> bytes:
     import numpy as np
     import soxr
@@ -327,6 +320,7 @@ def ha(hear_asr, hear_voice, hear_fixtures, tmp_path_factory) -> Iterator[dict[s
     from rkvoice.state import StateStore
     from rkvoice.wyoming.engines import Engines
     from rkvoice.wyoming.server import serve_wyoming
+    from tests.support.net import free_port
 
     work = tmp_path_factory.mktemp("ha_e2e")
     cfg = load_config()

@@ -91,7 +91,7 @@ def test_the_command_line_plays_a_recording_to_home_assistant_and_writes_its_ans
 
     import soundfile as sf
 
-    from tests.ha_home import free_port
+    from tests.support.net import free_port
     from tests.support.satellite_home import RATE, request
 
     root = Path(__file__).resolve().parents[1]
