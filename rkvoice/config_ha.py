@@ -30,7 +30,8 @@ class WyomingConfig(Section):
 
     PATH = "wyoming"
     uri: str = ""
-    """tcp://HOST:PORT or unix:///path; empty = no server. No authentication: keep it on loopback."""
+    """tcp://HOST:PORT or unix:///path, e.g. tcp://0.0.0.0:10300; empty = no server. The protocol has no
+    authentication: anyone who can reach the port can use every service."""
     zeroconf: bool = False
     """Announce the TCP server as _wyoming._tcp on the local network (mDNS)."""
     max_audio_s: float = num(60.0, 0.0, 3600.0, lo_open=True)
@@ -107,8 +108,8 @@ class SatelliteConfig(Section):
 
     PATH = "satellite"
     uri: str = ""
-    """tcp://HOST:PORT Home Assistant connects to (its own port, not wyoming.uri's: HA loads only the
-    satellite role for an entry that announces one); empty = off."""
+    """tcp://HOST:PORT Home Assistant connects to, e.g. tcp://0.0.0.0:10700 (its own port, not wyoming.uri's:
+    HA loads only the satellite role for an entry that announces one); empty = off."""
     name: str = "rkvoice"
     """The satellite device's name in Home Assistant."""
     area: str = ""

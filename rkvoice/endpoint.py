@@ -30,7 +30,7 @@ class Endpoint:
 
 def parse_uri(uri: str) -> Endpoint:
     """tcp://HOST:PORT or unix:///path -> Endpoint; anything else is an RkvoiceError showing the forms."""
-    forms = "use tcp://127.0.0.1:10700 or unix:///run/rkvoice/wyoming.sock"
+    forms = "use e.g. tcp://0.0.0.0:10300 or unix:///run/rkvoice/wyoming.sock"
     parsed = urlparse(uri)
     if parsed.scheme == "unix":
         path = parsed.path or parsed.netloc

@@ -105,12 +105,12 @@ def test_silence_is_not_taken_for_a_resent_buffer_and_the_tape_is_bounded():
 
 
 def test_uri_forms():
-    assert parse_uri("tcp://127.0.0.1:10700").loopback
+    assert parse_uri("tcp://127.0.0.1:10300").loopback
     assert parse_uri("unix:///run/rkvoice/w.sock").path == "/run/rkvoice/w.sock"
-    assert not parse_uri("tcp://0.0.0.0:10700").loopback
-    assert not parse_uri("tcp://192.168.1.5:10700").loopback
-    for bad in ("http://x:1", "tcp://127.0.0.1", "tcp://:10700", "unix://", "10700"):
-        with pytest.raises(RkvoiceError, match="tcp://127.0.0.1:10700"):
+    assert not parse_uri("tcp://0.0.0.0:10300").loopback
+    assert not parse_uri("tcp://192.168.1.5:10300").loopback
+    for bad in ("http://x:1", "tcp://127.0.0.1", "tcp://:10300", "unix://", "10300"):
+        with pytest.raises(RkvoiceError, match=r"tcp://0\.0\.0\.0:10300"):
             parse_uri(bad)
 
 
@@ -278,7 +278,7 @@ def test_local_assistant_lets_go_for_a_tool_answer_and_for_a_cancelled_turn():
 
 
 def test_a_failed_announcement_is_a_warning(caplog):
-    announcer = Announcer("rkvoice-test", "not-an-address", 10700)
+    announcer = Announcer("rkvoice-test", "not-an-address", 10300)
     with caplog.at_level(logging.WARNING, logger="rkvoice.wyoming.discovery"):
         assert asyncio.run(announcer.start()) is False
     assert "could not announce" in caplog.text

@@ -43,9 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="report whether each stage of the configured pipeline can run here (exit 1 if not)")
     mode.add_argument("--wyoming", metavar="URI",
                       help="serve wake, ASR, TTS and answers over the Wyoming protocol at URI "
-                           "(tcp://127.0.0.1:10700 or unix:///path); no authentication: keep it on loopback")
+                           "(tcp://0.0.0.0:10300 or unix:///path); no authentication: anyone who reaches the "
+                           "port can use it")
     mode.add_argument("--satellite", metavar="URI",
-                      help="be a Home Assistant Assist satellite listening on URI (tcp://0.0.0.0:10700): wake here, "
+                      help="be a Home Assistant Assist satellite listening on URI (tcp://0.0.0.0:10700, not the services' port): wake here, "
                            "HA's pipeline answers; with --file WAV [--out WAV]: one request from a recording")
     mode.add_argument("--zeroconf", action="store_true",
                       help="with --wyoming: announce the server as _wyoming._tcp on the local network")

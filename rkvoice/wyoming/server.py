@@ -42,7 +42,7 @@ class WyomingServer:
     def __init__(self, cfg: Config, wcfg: WyomingConfig, engines: Engines) -> None:
         if not wcfg.uri:
             raise RkvoiceError(Stage.WYOMING, "no-uri", "no Wyoming address given; set wyoming.uri or pass "
-                                                    "--wyoming tcp://127.0.0.1:10700")
+                                                    "--wyoming tcp://0.0.0.0:10300")
         self.wcfg = wcfg
         self.endpoint: Endpoint = parse_uri(wcfg.uri)
         voices = Voices(cfg, engines)
