@@ -24,7 +24,8 @@ from rkvoice.answer.assistant import Assistant
 from rkvoice.config import Config, HomeAssistantConfig, StateConfig, load_config
 from rkvoice.errors import RkvoiceError
 from rkvoice.home.client import Failure, HaClient, HomeFailure, read_token
-from rkvoice.home.route import APOLOGY, ROUTE, HomeRoute, exposed_names, looks_like_command
+from rkvoice.home.route import APOLOGY, ROUTE, HomeRoute, looks_like_command
+from rkvoice.home.vocab import Vocabulary, fetch_vocabulary
 from rkvoice.state import StateStore
 from rkvoice.turn import Turn
 from tests.fakes import ScriptedLlm
@@ -359,7 +360,7 @@ class Exposing(HomeRoute):
 
     def __init__(self, *args: Any, names: frozenset[str], **kw: Any) -> None:
         super().__init__(*args, **kw)
-        self._names = names
+        self.vocab.use(Vocabulary({"entity": tuple(names)}, len(names), 0.0, self.cfg.url))
 
 
 def test_a_question_naming_an_exposed_entity_goes_to_home_assistant_before_the_tools(tmp_path: Path,
@@ -388,8 +389,15 @@ def test_exposed_names_are_the_exposed_entities_names_and_aliases() -> None:
         "get_states": [{"entity_id": "light.a", "attributes": {"friendly_name": "书房 台灯"}},
                        {"entity_id": "switch.b", "attributes": {"friendly_name": "隐藏开关"}}],
         "config/entity_registry/get_entries": {"light.a": {"aliases": ["小灯", None], "name": None}},
+        "config/area_registry/list": [{"area_id": "study", "name": "书房", "aliases": ["工作间"]}],
+        "config/floor_registry/list": [{"floor_id": "up", "name": "二楼", "aliases": []}],
     })
-    assert exposed_names(sock) == frozenset({"书房台灯", "小灯"})  # type: ignore[arg-type]
+    vocab = fetch_vocabulary(sock, "http://ha")  # type: ignore[arg-type]
+    assert vocab.entities == 1 and vocab.names == {"entity": ("书房 台灯",), "alias": ("小灯",),
+                                                   "area": ("书房", "工作间"), "floor": ("二楼",)}
+    route = HomeRoute(ha_cfg("http://ha"), Path("/nonexistent"))
+    route.vocab.use(vocab)
+    assert route.names == frozenset({"书房台灯", "小灯", "书房", "工作间", "二楼"})
 
 
 @pytest.mark.parametrize(("override", "words"), [

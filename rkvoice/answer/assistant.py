@@ -19,6 +19,7 @@ from rkvoice.answer.tools.scheduler import ReminderScheduler
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
 from rkvoice.home.route import ROUTE as HOME, HomeAnswer, HomeRoute
+from rkvoice.home.vocab import CACHE_FILE
 from rkvoice.state import StateStore
 from rkvoice.timeline import Ev
 from rkvoice.turn import Turn
@@ -64,7 +65,8 @@ class Assistant:
         self.conversation = Conversation(cfg, now)
         ha = cfg.home_assistant
         self.home = home if home is not None or not ha.url else HomeRoute(ha, ha.token_path(cfg.state.path), self.clock,
-                                                                          name=cfg.hear.name)
+                                                                          name=cfg.hear.name,
+                                                                          cache=cfg.state.path / CACHE_FILE)
 
     @property
     def llm(self) -> LlmEngine:

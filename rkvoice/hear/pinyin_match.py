@@ -32,17 +32,20 @@ class Syllable:
     """Index of the character in the original text."""
 
 
-def syllables(text: str) -> list[Syllable]:
-    """One fuzzy-normalised syllable per Han character of ``text``."""
+def toneless(text: str) -> list[Syllable]:
+    """One toneless syllable per Han character of ``text``, as pypinyin reads it in context (nothing folded)."""
     positions = [m.start() for m in _HAN.finditer(text)]
     chars = "".join(text[i] for i in positions)  # none: lazy_pinyin gives [] for ""
     # errors=list (typed str, a list works): a run without a reading (䷘䷠ are in _HAN) gives one entry a character
     initials = lazy_pinyin(chars, style=Style.INITIALS, strict=False, errors=list)  # type: ignore[arg-type]
     finals = lazy_pinyin(chars, style=Style.FINALS, strict=False, errors=list)  # type: ignore[arg-type]
-    return [
-        Syllable(_FUZZY_INITIALS.get(i, i), _FUZZY_FINALS.get(f, f), pos)
-        for i, f, pos in zip(initials, finals, positions)
-    ]
+    return [Syllable(i, f, pos) for i, f, pos in zip(initials, finals, positions)]
+
+
+def syllables(text: str) -> list[Syllable]:
+    """One fuzzy-normalised syllable per Han character of ``text``."""
+    return [Syllable(_FUZZY_INITIALS.get(s.initial, s.initial), _FUZZY_FINALS.get(s.final, s.final), s.pos)
+            for s in toneless(text)]
 
 
 def edit_distance(a: Sequence[T], b: Sequence[T], sub: Callable[[T, T], float] = operator.ne) -> float:

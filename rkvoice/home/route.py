@@ -9,9 +9,10 @@ HA was ever reached, a control verb leading the sentence) gets a short spoken ap
 LLM, which would only pretend to have done it; for the same reason such a command that HA has no
 sentence for (``no_intent_match``) gets HA's own words, not the LLM.
 
-The names of the exposed entities (and their aliases) are read over HA's websocket when the route
-loads and every ``NAMES_EVERY_S`` after a successful answer; a question naming one of them is offered
-to HA before the local tools too (``claims``), so a thermostat's 温度 is not the board's temperature.
+The home's names (``vocab.HomeNames``: the exposed entities' names and aliases, the areas and floors)
+are read over HA's websocket when the route loads and kept current; a command is asked with a name it
+misheard put right (``correct``), and a question naming one of them is offered to HA before the local
+tools too (``claims``), so a thermostat's 温度 is not the board's temperature.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from pathlib import Path
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config_ha import HomeAssistantConfig
 from rkvoice.home.client import Conversed, HaClient, HomeFailure, Kind
-from rkvoice.home.ws import HaSocket, WsError
+from rkvoice.home.correct import CUES as CONTROL_VERBS, clean
+from rkvoice.home.vocab import HomeNames
 from rkvoice.turn import Turn
 
 log = logging.getLogger(__name__)
@@ -36,11 +38,10 @@ APOLOGY = "抱歉，现在连不上智能家居，这个操作没有完成。"
 """Spoken for a home command while HA cannot be asked (the log line says why)."""
 FAILED = "抱歉，智能家居没能完成这个操作。"
 """Spoken when HA answers an error without words of its own."""
-NAMES_EVERY_S = 600.0
 WS_TIMEOUT_S = 5.0
 """The websocket reads (names, --check) run beside the turns, never inside one."""
-CONTROL_VERBS = ("打开", "开启", "关闭", "关掉", "关上", "调到", "调成", "调为", "调高", "调低", "调亮", "调暗",
-                 "设为", "设成", "设置为", "设定为", "拉开", "拉上", "开一下", "关一下", "升到", "降到", "掉到")
+NAMES_RETRY_S = 10.0
+"""Shortest wait before the names are read again after HA failed (``retry_s`` may be 0)."""
 HEARD = (("°C", "度"), ("℃", "度"), ("°", "度"), ("掉到", "调到"), ("官掉", "关掉"))
 """How speech recognition writes what HA's sentences spell otherwise: Whisper writes 二十八度 as 28°, and
 hears 调到 as 掉到 (HA's sentences say {temperature}度 and 调到)."""
@@ -51,14 +52,6 @@ CLOSINGS = ("好不好", "好吗", "可以吗", "行吗", "谢谢你", "谢谢",
 LEADS = (*POLITE, "把", "将", "让")
 """Words that may come before the verb of a command ("请把…打开", "帮我打开…")."""
 _EDGE = re.compile(r"^[\s，。！？、,.!?~～]+|[\s，。！？、,.!?~～]+$")
-
-
-_PUNCT = re.compile(r"[\s，。！？、；：“”‘’\"'!?,;:（）()《》【】\[\]…~～·-]+")
-
-
-def clean(text: str) -> str:
-    """``text`` as names are compared: no spaces or punctuation, lower case."""
-    return _PUNCT.sub("", text).lower()
 
 
 @dataclass(frozen=True)
@@ -112,28 +105,11 @@ def looks_like_command(text: str, names: frozenset[str]) -> bool:
     return s.startswith(CONTROL_VERBS)
 
 
-def exposed_names(sock: HaSocket) -> frozenset[str]:
-    """The names and aliases of the entities exposed to Assist (as ``clean`` spells them)."""
-    exposed = sock.call("homeassistant/expose_entity/list").get("exposed_entities", {})
-    ids = {eid for eid, assistants in exposed.items() if isinstance(assistants, dict) and assistants.get("conversation")}
-    names: set[str] = set()
-    for state in sock.call("get_states"):
-        if state.get("entity_id") in ids:
-            names.add(str(state.get("attributes", {}).get("friendly_name") or ""))
-    if ids:
-        entries = sock.call("config/entity_registry/get_entries", entity_ids=sorted(ids))
-        for entry in (entries or {}).values():
-            if isinstance(entry, dict):
-                names.update(str(a) for a in entry.get("aliases") or () if a)
-                names.add(str(entry.get("name") or ""))
-    return frozenset(c for c in (clean(n) for n in names) if len(c) >= 2)
-
-
 class HomeRoute:
     """Asks HA's conversation agent for one turn at a time; the breaker and the names are shared."""
 
     def __init__(self, cfg: HomeAssistantConfig, token_file: Path, clock: Clock | None = None,
-                 client: HaClient | None = None, name: str = "") -> None:
+                 client: HaClient | None = None, name: str = "", cache: Path | None = None) -> None:
         self.cfg = cfg
         self.name = name
         """The assistant's name (``hear.name``): said before a command, it is not sent to HA."""
@@ -144,29 +120,31 @@ class HomeRoute:
         """While the clock is before this, questions skip HA; None: HA answered last time."""
         self._failure: HomeFailure | None = None
         self._probing = False
-        self._names: frozenset[str] = frozenset()
-        self._names_at: float | None = None
-        self._names_busy = False
         self._inflight = 0
+        self.vocab = HomeNames(cfg.url, self.client.token, cache, max(WS_TIMEOUT_S, cfg.timeout_s),
+                               retry_s=max(NAMES_RETRY_S, cfg.retry_s))
+        """The home's names (``cache``: their file in the state directory; None: not kept on disk)."""
 
     @property
     def names(self) -> frozenset[str]:
-        return self._names
+        return self.vocab.names
 
     def load(self) -> None:
-        """Read the exposed names in the background (the first question does not wait for them)."""
-        self._refresh_names_later()
+        """The cached names at once; HA's in the background (the first question does not wait for them)."""
+        self.vocab.start()
 
     def close(self) -> None:
+        self.vocab.stop()
         self.client.close()
 
     def claims(self, text: str) -> bool:
-        """``text`` names something HA exposed: ask HA before the local tools."""
-        s = clean(text)
-        return any(n in s for n in self._names)
+        """``text`` names something HA exposed (once a misheard name is put right): ask HA before the tools."""
+        s = clean(self.vocab.matcher.correct(text))
+        return any(n in s for n in self.names)
 
     def ask(self, text: str, turn: Turn) -> Asked:
-        """HA's answer to ``text``; ``Asked.answer`` None means the LLM answers."""
+        """HA's answer to ``text`` (a name it misheard put right); ``Asked.answer`` None means the LLM answers."""
+        text = self.vocab.correct(text)
         with self._lock:
             now = self.clock.now()
             if self._open_until is not None and (now < self._open_until or self._probing):
@@ -191,11 +169,10 @@ class HomeRoute:
             if self._open_until is not None:
                 log.info("Home Assistant at %s answers again", self.client.where)
             self._open_until = self._failure = None
-        self._refresh_names_later()
         return self._answered(text, answer)
 
     def _answered(self, text: str, answer: Conversed) -> Asked:
-        if answer.kind is Kind.NO_MATCH and not (self._names and looks_like_command(text, self._names)):
+        if answer.kind is Kind.NO_MATCH and not (self.names and looks_like_command(text, self.names)):
             log.info("home: HA has no sentence for %r (%.0f ms); the LLM answers", text, answer.ms)
             return Asked(None, Kind.NO_MATCH, answer.ms)
         if answer.kind is Kind.NO_MATCH:  # a command naming an exposed device: HA's words, not an LLM pretending
@@ -206,7 +183,7 @@ class HomeRoute:
         return Asked(HomeAnswer(answer.speech or FAILED, outcome, answer.ms), outcome, answer.ms)
 
     def _skip(self, text: str, outcome: str, ms: float = 0.0) -> Asked:
-        if looks_like_command(text, self._names):
+        if looks_like_command(text, self.names):
             log.info("home: %r looks like a home command and HA cannot be asked: apologising", text)
             return Asked(HomeAnswer(APOLOGY, "apology", ms), outcome, ms)
         return Asked(None, outcome, ms)
@@ -221,26 +198,3 @@ class HomeRoute:
         else:
             log.warning("home: %s (questions go to the LLM; HA is tried again in %g s)", failure.message,
                         self.cfg.retry_s)
-
-    def _refresh_names_later(self) -> None:
-        now = self.clock.now()
-        with self._lock:
-            if self._names_busy or (self._names_at is not None and now - self._names_at < NAMES_EVERY_S):
-                return
-            self._names_busy = True
-        threading.Thread(target=self._refresh_names, name="home-names", daemon=True).start()
-
-    def _refresh_names(self) -> None:
-        try:
-            token = self.client.token()
-            with HaSocket(self.cfg.url, token, max(WS_TIMEOUT_S, self.cfg.timeout_s)) as sock:
-                names = exposed_names(sock)
-            self._names = names
-            self._names_at = self.clock.now()
-            log.debug("home: %d names exposed to Assist", len(names))
-        except (HomeFailure, WsError, OSError, ValueError, AttributeError) as exc:
-            log.debug("home: could not read the exposed names (%s)", exc)
-            self._names_at = self.clock.now() - NAMES_EVERY_S + self.cfg.retry_s  # next try after retry_s
-        finally:
-            with self._lock:
-                self._names_busy = False

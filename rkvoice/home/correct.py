@@ -1,0 +1,183 @@
+"""The home's names put back into a transcript: a span whose toneless syllables are close enough to a
+name the home exposes is replaced by that name (卧室 heard as 我是, 客厅灯 as 客厅东).
+
+Syllables come from pypinyin without tones (``rkvoice.hear.pinyin_match.toneless``). A syllable pair
+costs 0 when equal; its initial and its final each add 0.25 when they differ by one of the usual
+confusions (zh/z, ch/c, sh/s, n/l, f/h; in/ing, en/eng, an/ang, ian/iang, uan/uang) and 0.5 when
+they differ otherwise, so a wholly different syllable costs 1. A span of a name's length matches the
+name when its cost is at most ``threshold`` per syllable (docs/decisions/0011-home-names.md).
+
+What is never rewritten:
+
+- a transcript without a control cue (打开, 关闭, 调到, ...: ``CUES``); the assistant's other questions;
+- a span that partly covers a name already said right, or a control cue (打开台灯 never becomes
+  打白台灯); a span is only widened over a right name (客厅东 -> 客厅灯 over 客厅);
+- a span where two different names fit equally well (HA's own disambiguation is for the same name
+  in two areas, which needs no rewrite);
+- a span that changes a character at a cost above 0 without keeping at least one of the name's own
+  characters (a near-homophone alone is too weak a clue);
+- names of one character (门, 灯), or with anything but Han characters (English, digits): those are
+  left to Home Assistant as they are.
+
+Candidates come from an index of the names' syllables (folded over the confusions), not from a
+scan of every name at every position: about a millisecond per transcript with 2,000 names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from rkvoice.hear.pinyin_match import Syllable, toneless
+
+THRESHOLD = 0.2
+"""Largest cost per syllable of a match (chosen on bench/home_names.py's measured set, decision 0011)."""
+MAX_NAME = 8
+"""Longest name (syllables) matched by sound; a longer one is matched only as written."""
+CUES = ("打开", "开启", "关闭", "关掉", "关上", "调到", "调成", "调为", "调高", "调低", "调亮", "调暗", "设为", "设成",
+        "设置为", "设定为", "拉开", "拉上", "开一下", "关一下", "升到", "降到", "掉到")
+"""The control verbs of a home command (the home route's too): only a transcript with one is corrected."""
+CONFUSED_INITIALS = {"zh": "z", "ch": "c", "sh": "s", "l": "n", "f": "h"}
+CONFUSED_FINALS = {"ing": "in", "eng": "en", "ang": "an", "iang": "ian", "uang": "uan"}
+_HAN_ONLY = re.compile(r"^[\u3400-\u9fff]+$")
+_PUNCT = re.compile(r"[\s，。！？、；：“”‘’\"'!?,;:（）()《》【】\[\]…~～·-]+")
+
+
+def clean(text: str) -> str:
+    """``text`` as names are compared: no spaces or punctuation, lower case."""
+    return _PUNCT.sub("", text).lower()
+
+
+def _fold(s: Syllable) -> str:
+    return CONFUSED_INITIALS.get(s.initial, s.initial) + "|" + CONFUSED_FINALS.get(s.final, s.final)
+
+
+def _part(a: str, b: str, folded: dict[str, str]) -> float:
+    if a == b:
+        return 0.0
+    return 0.25 if folded.get(a, a) == folded.get(b, b) else 0.5
+
+
+def syllable_cost(a: Syllable, b: Syllable) -> float:
+    """0 equal, 0.25 per confused part, 0.5 per other differing part (1: another syllable)."""
+    return _part(a.initial, b.initial, CONFUSED_INITIALS) + _part(a.final, b.final, CONFUSED_FINALS)
+
+
+@dataclass(frozen=True)
+class Fix:
+    """One span replaced: ``text[start:end]`` was ``heard``, is now ``name``."""
+
+    start: int
+    end: int
+    heard: str
+    name: str
+    cost: float
+
+
+@dataclass(frozen=True)
+class _Name:
+    text: str
+    syl: tuple[Syllable, ...]
+
+
+class NameMatcher:
+    """The names of one home, indexed by folded syllable; ``correct`` is thread-safe (read-only)."""
+
+    def __init__(self, names: Iterable[str], threshold: float = THRESHOLD) -> None:
+        self.threshold = threshold
+        self.literal = frozenset(n for n in names if len(n) >= 2)
+        """Every name of two characters or more: said right, it is kept as it is."""
+        self._names: list[_Name] = []
+        self._index: dict[str, list[tuple[int, int]]] = {}
+        for text in sorted(self.literal):
+            if not _HAN_ONLY.match(text) or len(text) > MAX_NAME:
+                continue
+            syl = tuple(toneless(text))
+            if len(syl) != len(text):
+                continue
+            nid = len(self._names)
+            self._names.append(_Name(text, syl))
+            for offset, s in enumerate(syl):
+                self._index.setdefault(_fold(s), []).append((nid, offset))
+
+    def __len__(self) -> int:
+        return len(self.literal)
+
+    def correct(self, text: str) -> str:
+        """``text`` with the spans that match a name replaced; exactly ``text`` when none does."""
+        fixes = self.fixes(text)
+        for fix in reversed(fixes):
+            text = text[:fix.start] + fix.name + text[fix.end:]
+        return text
+
+    def fixes(self, text: str) -> list[Fix]:
+        """The replacements ``correct`` makes, in text order."""
+        if not self._names or not any(c in text for c in CUES):
+            return []
+        said, cues = _spans(text, self.literal), _spans(text, CUES)
+        tokens = toneless(text)
+        keys = [_fold(s) for s in tokens]
+        seen: set[tuple[int, int]] = set()
+        found: dict[tuple[int, int], list[tuple[float, str]]] = {}
+        for i, key in enumerate(keys):
+            for nid, offset in self._index.get(key, ()):
+                start = i - offset
+                if start < 0 or (nid, start) in seen:
+                    continue
+                seen.add((nid, start))
+                match = self._match(self._names[nid], tokens, start, text)
+                if match is not None:
+                    found.setdefault((tokens[start].pos, tokens[start].pos + len(self._names[nid].text)), []).append(
+                        (match, self._names[nid].text))
+        return _choose(text, found, said, cues)
+
+    def _match(self, name: _Name, tokens: list[Syllable], start: int, text: str) -> float | None:
+        n = len(name.syl)
+        if start + n > len(tokens):
+            return None
+        first = tokens[start].pos
+        if tokens[start + n - 1].pos != first + n - 1:
+            return None  # the span crosses punctuation, a digit or a space
+        heard = text[first:first + n]
+        if heard == name.text:
+            return None
+        cost = 0.0
+        limit = self.threshold * n
+        for a, b in zip(name.syl, tokens[start:start + n]):
+            cost += syllable_cost(a, b)
+            if cost > limit:
+                return None
+        if cost > 0 and not any(x == y for x, y in zip(heard, name.text)):
+            return None
+        return cost
+
+
+def _spans(text: str, words: Iterable[str]) -> list[tuple[int, int]]:
+    out = []
+    for w in words:
+        at = text.find(w)
+        while at >= 0:
+            out.append((at, at + len(w)))
+            at = text.find(w, at + 1)
+    return out
+
+
+def _choose(text: str, found: dict[tuple[int, int], list[tuple[float, str]]], said: list[tuple[int, int]],
+            cues: list[tuple[int, int]]) -> list[Fix]:
+    """Longest names first, then cheapest; none across the edge of a name said right, none over a cue,
+    none ambiguous."""
+    taken: list[tuple[int, int]] = []
+    fixes = []
+    for (start, end), options in sorted(found.items(), key=lambda kv: (kv[0][0] - kv[0][1], min(kv[1])[0], kv[0][0])):
+        options.sort()
+        cost, name = options[0]
+        if len(options) > 1 and options[1][0] == cost and options[1][1] != name:
+            continue  # two names fit as well: leave it
+        if any(s < end and start < e and not (start <= s and e <= end) for s, e in said):
+            continue  # would cut a name said right
+        if any(s < end and start < e for s, e in (*cues, *taken)):
+            continue
+        taken.append((start, end))
+        fixes.append(Fix(start, end, text[start:end], name, cost))
+    return sorted(fixes, key=lambda f: f.start)
