@@ -13,10 +13,12 @@ from typing import Any
 from wyoming.event import Event
 from wyoming.info import Info
 
+from rkvoice.answer.assistant import Assistant
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
 from rkvoice.config_ha import WyomingConfig
 from rkvoice.hear.pinyin_match import PhraseMatcher
+from rkvoice.home.vocab import HomeNames
 from rkvoice.timeline import Timeline
 from rkvoice.turn import Turn
 
@@ -60,11 +62,17 @@ class Context:
         self.clients = 0
         self.wake_slots = asyncio.Semaphore(wcfg.max_wake_streams)
         self.handoff: dict[str, Heard] = {}
+        """Host -> the tape of its last detection (still taped while its client sends), until the
+        transcription that follows takes the audio after the phrase (handoff.py)."""
         self.phrase = PhraseMatcher(cfg.hear.wake_phrase, tolerance=cfg.hear.wake_tolerance)
         """The wake phrase, taken off the front of a transcript (a satellite that woke on its own
         sends the request said in one breath with the phrase still in the audio)."""
-        """Host -> the tape of its last detection (still taped while its client sends), until the
-        transcription that follows takes the audio after the phrase (handoff.py)."""
+        home = engines.assistant.home if isinstance(engines.assistant, Assistant) else None
+        self.names: HomeNames | None = home.vocab if home is not None else None
+        """The home's names (``home_assistant.url`` set): a transcript's misheard names are put right
+        before Home Assistant's agent reads it; read from HA from now on (the daemon's already are)."""
+        if self.names is not None:
+            self.names.start()
         self.idle_since: dict[Any, float] = {}
         """Connections waiting for their next event with no request in progress -> since when (loop time)."""
 

@@ -16,6 +16,7 @@ from wyoming.wake import Detect, Detection, NotDetected
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.hear.pinyin_match import PhraseMatcher
 from rkvoice.hear.wake import WakeEngine, WakeHit
+from rkvoice.home.vocab import HomeNames
 from rkvoice.timeline import Ev
 
 from .audio import TARGET_RATE, AudioIn
@@ -41,12 +42,15 @@ def without_phrase(text: str, phrase: PhraseMatcher, host: str = "") -> str:
 
 class AsrRequest:
     """transcribe + audio -> one transcript at audio-stop (the engine does not stream text). The audio
-    the host's detect stream heard after the wake phrase goes in front (handoff.py)."""
+    the host's detect stream heard after the wake phrase goes in front (handoff.py). With the home's
+    names (``home_assistant.url`` set), a home command's misheard names are put right: Home
+    Assistant's agent matches names exactly."""
 
     def __init__(self, engines: Engines, language: str, requests: Requests, handoff: dict[str, Heard], host: str,
-                 phrase: PhraseMatcher) -> None:
+                 phrase: PhraseMatcher, names: HomeNames | None = None) -> None:
         self.engines = engines
         self.phrase = phrase
+        self.names = names
         self.language = language
         self.requests = requests
         self.handoff = handoff
@@ -80,6 +84,8 @@ class AsrRequest:
             job = self.engines.transcribe(samples)
             turn.on_cancel(lambda _: job.cancel())  # still queued behind another request: it never runs
             turn.text = without_phrase(await asyncio.wrap_future(job), self.phrase, self.host)
+            if self.names is not None:
+                turn.text = self.names.correct(turn.text)
             tl.mark(Ev.ASR_DONE, text=turn.text, asr_ms=round((tl.clock.now() - t0) * 1000.0, 3))
         await send(Transcript(text=turn.text, language=self.language).event())
 
@@ -186,7 +192,7 @@ class Listening:
     def request(self, request: Transcribe | Detect) -> None:
         self.listener, self.refused = None, True  # a refused request's audio is not transcribed
         self.listener = (AsrRequest(self.ctx.engines, self._asr_language(request), self.requests,
-                                    self.ctx.handoff, self.host, self.ctx.phrase)
+                                    self.ctx.handoff, self.host, self.ctx.phrase, self.ctx.names)
                          if isinstance(request, Transcribe) else self._wake_stream(request))
         self.refused = False
 
@@ -198,7 +204,7 @@ class Listening:
         self.audio, self.discard = None, True  # until the format is known to be good
         if self.listener is None:
             self.listener = AsrRequest(self.ctx.engines, "zh", self.requests, self.ctx.handoff, self.host,
-                                       self.ctx.phrase)
+                                       self.ctx.phrase, self.ctx.names)
         self.audio, self.discard = AudioIn(fmt.rate, fmt.width, fmt.channels, self.ctx.wcfg.max_audio_s), False
         await self.listener.begin()
 

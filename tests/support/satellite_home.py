@@ -126,7 +126,8 @@ def satellite_home(work: Path, asr: Any, voice: Any, player: Any = None, ha: Hom
                    board_vad: bool = True) -> Iterator[SatelliteHome]:
     """HA (``ha``, else one started here with ``home_ha``) with rkvoice's services in its preferred pipeline
     and the satellite added and running on ``asr`` (loaded; the wake engine transcribes with it) and
-    ``voice`` (loaded TtsEngine). ``player`` makes the board's player (default: a RecordingPlayer,
+    ``voice`` (loaded TtsEngine); rkvoice-asr corrects the home's names (home_assistant.url is HA's).
+    ``player`` makes the board's player (default: a RecordingPlayer,
     real-time paced). ``board_vad``: the satellite ends requests with the board's VAD too (as the product
     does), else HA's VAD alone."""
     from rkvoice.answer.assistant import Assistant
@@ -139,29 +140,34 @@ def satellite_home(work: Path, asr: Any, voice: Any, player: Any = None, ha: Hom
     from rkvoice.wyoming.server import serve_wyoming
     from tests.fakes import RecordingPlayer
 
-    base = load_config()
-    cfg = replace(base, satellite=replace(base.satellite, uri="tcp://127.0.0.1:0", name="rkvoice", area="客厅"))
-    engines = Engines(asr=asr, tts=voice, assistant=Assistant(cfg, store=StateStore(work / "state")),
-                      wake_factory=wake_factory(cfg))
-    stop, ready, servers = threading.Event(), threading.Event(), []
+    with contextlib.ExitStack() as started:
+        if ha is None:
+            ha = started.enter_context(home_ha(work / "ha"))
+        base = load_config()
+        cfg = replace(base, satellite=replace(base.satellite, uri="tcp://127.0.0.1:0", name="rkvoice", area="客厅"),
+                      home_assistant=replace(base.home_assistant, url=ha.base, token_file=str(ha.token_file)),
+                      state=replace(base.state, dir=str(work / "state")))  # the home's names: rkvoice-asr corrects
+        engines = Engines(asr=asr, tts=voice, assistant=Assistant(cfg, store=StateStore(work / "state")),
+                          wake_factory=wake_factory(cfg))
+        stop, ready, servers = threading.Event(), threading.Event(), []
 
-    def on_ready(server: Any) -> None:
-        servers.append(server)
-        ready.set()
+        def on_ready(server: Any) -> None:
+            servers.append(server)
+            ready.set()
 
-    server = threading.Thread(target=serve_wyoming, args=(replace(cfg, wyoming=WyomingConfig()), "tcp://127.0.0.1:0"),
-                              kwargs={"engines": engines, "stop": stop, "ready": on_ready}, daemon=True)
-    server.start()
-    assert ready.wait(60), "the Wyoming services server did not start"
-    wake = create_wake(cfg, asr)  # the configured (portable: asr-match) wake engine on the real ASR
-    wake.load()
-    speak = Speak(cfg, player=player or (lambda c: RecordingPlayer(c)), tts=lambda c: voice, cue=False)
-    speak.load()
-    satellite = Satellite(cfg, WakeOnly(wake), speak, segmenter=make_vad(cfg) if board_vad else None)
-    mic = LiveMic()
-    listening = threading.Thread(target=satellite.run, args=(mic,), name="satellite-mic", daemon=True)
-    try:
-        with contextlib.nullcontext(ha) if ha is not None else home_ha(work / "ha") as ha:
+        server = threading.Thread(target=serve_wyoming, args=(replace(cfg, wyoming=WyomingConfig()),
+                                                              "tcp://127.0.0.1:0"),
+                                  kwargs={"engines": engines, "stop": stop, "ready": on_ready}, daemon=True)
+        server.start()
+        assert ready.wait(60), "the Wyoming services server did not start"
+        wake = create_wake(cfg, asr)  # the configured (portable: asr-match) wake engine on the real ASR
+        wake.load()
+        speak = Speak(cfg, player=player or (lambda c: RecordingPlayer(c)), tts=lambda c: voice, cue=False)
+        speak.load()
+        satellite = Satellite(cfg, WakeOnly(wake), speak, segmenter=make_vad(cfg) if board_vad else None)
+        mic = LiveMic()
+        listening = threading.Thread(target=satellite.run, args=(mic,), name="satellite-mic", daemon=True)
+        try:
             services = ha.add_wyoming("127.0.0.1", servers[0].port)
             ents = ha.wyoming_entities(services["entry_id"], 4)
             ha.set_pipeline(stt_engine=ents["stt"], stt_language="zh-CN", tts_engine=ents["tts"],
@@ -172,10 +178,12 @@ def satellite_home(work: Path, asr: Any, voice: Any, player: Any = None, ha: Hom
             sat_ents = ha.wyoming_entities(added["entry_id"], 1)
             assert satellite.link.running.wait(30), f"HA did not run the satellite\n{ha.log()}"
             yield SatelliteHome(ha, satellite, mic, speak, voice, asr, sat_ents)
-    finally:
-        mic.close()
-        satellite.close()
-        listening.join(5)
-        speak.close()
-        stop.set()
-        server.join(30)
+        finally:
+            mic.close()
+            satellite.close()
+            listening.join(5)
+            speak.close()
+            stop.set()
+            server.join(30)
+            if engines.assistant.home is not None:
+                engines.assistant.home.close()
