@@ -3,6 +3,8 @@
 #
 #   ./install.sh                      portable profile (any Linux; no root)
 #   ./install.sh --profile board      RK3576 board: every model attempted, NPU files converted on the board
+#   ./install.sh --profile board --rkllm FILE_OR_HTTPS_URL [--rkllm-sha256 HEX]
+#                                     ... and the user's converted RKLLM model (the LLM; optional)
 #   ./install.sh --check              verify the installed models only; changes nothing
 #
 # Everything is written inside this directory (py312/, models/, .cache/) unless --service is given.
@@ -25,6 +27,7 @@ usage() {
 usage: ./install.sh [--profile portable|board] [--python PATH | --python-tarball FILE]
                     [--check] [--allow-unverified] [--keep-downloads] [--service]
                     [--toolkit-version V] [--toolkit-python PATH]
+                    [--rkllm FILE_OR_HTTPS_URL [--rkllm-sha256 HEX]]
 
   --profile P          portable (default; any Linux) or board (RK3576)
   --python PATH        build py312/ as a venv of this interpreter (>= 3.11)
@@ -36,12 +39,18 @@ usage: ./install.sh [--profile portable|board] [--python PATH | --python-tarball
   --toolkit-version V  board: build the NPU files with rknn-toolkit2 V (default: the version of the
                        board's librknnrt.so; give it on a PC to build for a board with that runtime)
   --toolkit-python P   board: interpreter for the throw-away converter venv (default: py312/bin/python)
+  --rkllm F            board: install the RKLLM model converted by models/convert_rkllm.py (a file, or
+                       an https URL to download); checked, then renamed into models/board/llm/
+  --rkllm-sha256 HEX   the sha256 the --rkllm file must have (sha256sum FILE)
 Interpreter choice, first that applies: --python-tarball, --python, python3.12 on PATH (if it runs),
 an installed CPython 3.12 in pyenv's versions directory, /usr/local/bin or /usr/bin,
 on an aarch64 board the pinned python-build-standalone CPython 3.12 (downloaded, sha256-checked),
 python3 >= 3.11 (with a warning; the pinned packages have no 3.10 builds).
-The board profile attempts every model and ends with a table (ok / missing / corrupt / mismatch,
-and the fix); it exits non-zero only when a required model is missing.
+The board profile first reports the board's prerequisites (SoC, kernel, NPU driver, NPU runtimes,
+sound devices, memory, disk; each missing piece with its fix), then attempts every model and ends
+with a table (ok / missing / corrupt / mismatch, and the fix); it exits non-zero only when a required
+model is missing. The RKLLM model is optional: without it the board answers with its local tools,
+Home Assistant and the satellite, and --service still installs the unit.
 EOF
 }
 
@@ -60,6 +69,10 @@ while [ $# -gt 0 ]; do
     --toolkit-version=*) MODEL_ARGS+=(--toolkit-version "${1#*=}"); shift ;;
     --toolkit-python) MODEL_ARGS+=(--toolkit-python "${2:?--toolkit-python needs a path}"); shift 2 ;;
     --toolkit-python=*) MODEL_ARGS+=(--toolkit-python "${1#*=}"); shift ;;
+    --rkllm) MODEL_ARGS+=(--rkllm "${2:?--rkllm needs a file or an https URL}"); shift 2 ;;
+    --rkllm=*) MODEL_ARGS+=(--rkllm "${1#*=}"); shift ;;
+    --rkllm-sha256) MODEL_ARGS+=(--rkllm-sha256 "${2:?--rkllm-sha256 needs 64 hex digits}"); shift 2 ;;
+    --rkllm-sha256=*) MODEL_ARGS+=(--rkllm-sha256 "${1#*=}"); shift ;;
     --service) SERVICE=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "install.sh: unknown option '$1' (see ./install.sh --help)" >&2; exit 2 ;;
@@ -87,6 +100,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 if [ "$CHECK_ONLY" = 1 ]; then
   step check "verifying the $PROFILE models (nothing is changed)"
   [ -x "$PY" ] || fail "py312/ does not exist yet; run ./install.sh${PROFILE:+ --profile $PROFILE} first"
+  [ "$PROFILE" != board ] || "$PY" -m rkvoice.board.prereqs --root "$DIR" || true
   "$PY" -m rkvoice.installer check --profile "$PROFILE" ${MODEL_ARGS[@]+"${MODEL_ARGS[@]}"} || fail "some model files are missing or corrupt (listed above); run ./install.sh --profile $PROFILE to repair"
   exit 0
 fi
@@ -242,6 +256,13 @@ if [ "$PROFILE" = board ]; then
   # the echo canceller prefers the system's libspeexdsp (floating point) to pyaec's fixed-point build
   "$PY" -c 'from rkvoice.hear.speexdsp import system_speexdsp as s; raise SystemExit(not s())' \
     || echo "    note: sudo apt-get install libspeexdsp1 (optional): the echo canceller then keeps the user's words better"
+fi
+
+# ---------------------------------------------------------------- prerequisites (board)
+if [ "$PROFILE" = board ]; then
+  step prerequisites "what the board has (each missing piece with its fix; nothing is changed)"
+  "$PY" -m rkvoice.board.prereqs --root "$DIR" \
+    || echo "    (the pieces marked MISSING above are not installed by this script; the models step goes on)"
 fi
 
 # ---------------------------------------------------------------- models

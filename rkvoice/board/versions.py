@@ -14,8 +14,15 @@ log = logging.getLogger(__name__)
 _LIB_DIRS = ("/usr/lib", "/usr/lib64", "/usr/local/lib", "/usr/lib/aarch64-linux-gnu")
 LIBRKNNRT_PATHS = tuple(Path(d, "librknnrt.so") for d in _LIB_DIRS)
 LIBRKLLMRT_PATHS = tuple(Path(d, "librkllmrt.so") for d in _LIB_DIRS)
-NPU_DRIVER_PATHS = (Path("/sys/kernel/debug/rknpu/version"), Path("/proc/debug/rknpu/version"),
-                    Path("/sys/module/rknpu/version"))
+
+
+def npu_driver_paths(proc: Path = Path("/proc"), sys: Path = Path("/sys")) -> tuple[Path, ...]:
+    """Where kernels expose the RKNPU driver's version (``RKNPU driver: v0.9.8``): debugfs (readable by root
+    only), the procfs debug node of older vendor kernels, the module's own version."""
+    return sys / "kernel/debug/rknpu/version", proc / "debug/rknpu/version", sys / "module/rknpu/version"
+
+
+NPU_DRIVER_PATHS = npu_driver_paths()
 
 _VERSION = rb"(\d+\.\d+\.\d+(?:[a-z]+\d*)?)"
 _STAMPED = re.compile(_VERSION + rb" \([0-9a-f]{6,16}@\d{4}-\d\d-\d\dT[\d:]+\)")
@@ -52,9 +59,10 @@ def package_version(dist: str) -> str | None:
         return None
 
 
-def npu_driver_version() -> tuple[Path | None, str | None]:
-    """RKNPU kernel driver version (``RKNPU driver: v0.9.8``); debugfs may need root to read."""
-    for p in NPU_DRIVER_PATHS:
+def npu_driver_version(paths: tuple[Path, ...] | None = None) -> tuple[Path | None, str | None]:
+    """RKNPU kernel driver version (``RKNPU driver: v0.9.8``) from the first readable of ``paths`` (default
+    ``NPU_DRIVER_PATHS``); debugfs may need root to read."""
+    for p in NPU_DRIVER_PATHS if paths is None else paths:
         try:
             text = p.read_text(errors="replace")
         except OSError:

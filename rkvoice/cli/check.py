@@ -10,11 +10,11 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from rkvoice.board import runtimes
+from rkvoice.board import prereqs, runtimes
 from rkvoice.config import ROOT, Config
 from rkvoice.errors import Code, RkvoiceError
 from rkvoice.needs import Needs, Probe, missing, module_found, present_file
@@ -31,16 +31,25 @@ REGISTRIES = {"wake": "rkvoice.hear.wake_registry:WAKE", "asr": "rkvoice.hear.as
 """Each stage's registry (``module:attribute``), imported when first asked."""
 PROBE = Probe(module=lambda name: module_found(name))  # looked up per call: tests replace it
 """How this machine is asked; tests pass ``probe=`` with their own devices."""
+ROOTS = prereqs.Roots(install=ROOT)
+"""Where the board's prerequisites are read; tests pass ``roots=`` with fake trees."""
 
 
 @dataclass
 class StageCheck(runtimes.Findings):
     stage: str
     engine: str
+    absent: list[str] = field(default_factory=list)
+    """What is not installed but the pipeline runs without (the RKLLM model, a board prerequisite),
+    each with its next step."""
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    @property
+    def mark(self) -> str:
+        return "FAIL" if self.problems else "MISS" if self.absent else "ok  "
 
 
 def _players(cfg: Config, probe: Probe) -> tuple[str, str]:
@@ -183,11 +192,42 @@ def _check_tts(cfg: Config, name: str, why: str | None, manifest: Path, probe: P
     return st
 
 
-def check_pipeline(cfg: Config, manifest: Path = MANIFEST, probe: Probe = PROBE) -> list[StageCheck]:
-    """Every stage with the engine the daemon would run (audio: the daemon's and the CLI's player)."""
-    out = []
+def _llm_absent(cfg: Config, engine: str, lack: str) -> StageCheck:
+    """An optional LLM without its model: missing, with the next step (its runtime is in the board's
+    prerequisites)."""
+    from rkvoice.answer.llm.absent import RECIPE
+
+    shown = lack.replace(str(cfg.models.path.parent) + "/", "")
+    return StageCheck("llm", engine, absent=[
+        f"not installed ({shown}): a question for the language model gets one sentence saying so; the local "
+        "tools, Home Assistant and the satellite answer as usual", f"next step: {RECIPE}"])
+
+
+def _board(cfg: Config, roots: prereqs.Roots) -> StageCheck:
+    """The board's prerequisites (rkvoice.board.prereqs): facts as notes, missing pieces with their fix."""
+    items = prereqs.report(roots, input_device=cfg.audio.input_device, output_device=cfg.audio.device,
+                           rkllm_abi=cfg.llm.rkllm_abi)
+    st = StageCheck("board", items[0].found)
+    for it in items[1:]:
+        (st.notes if it.ok else st.absent).append(str(it))
+        st.notes += list(it.lines)
+    if not items[0].ok:
+        st.absent.insert(0, str(items[0]))
+    return st
+
+
+def check_pipeline(cfg: Config, manifest: Path = MANIFEST, probe: Probe = PROBE,
+                   roots: prereqs.Roots | None = None) -> list[StageCheck]:
+    """Every stage with the engine the daemon would run (audio: the daemon's and the CLI's player); on
+    the board profile first the board's prerequisites."""
+    from rkvoice.answer.llm.registry import not_installed
+
+    out = [_board(cfg, roots or ROOTS)] if cfg.models.profile == "board" else []
     for stage, (engine, why) in _choices(cfg, probe).items():
-        if stage == "tts":
+        lack = not_installed(cfg, engine) if stage == "llm" and why is None else None
+        if lack is not None:
+            out.append(_llm_absent(cfg, engine, lack))
+        elif stage == "tts":
             out.append(_check_tts(cfg, engine, why, manifest, probe))
         elif why is not None:
             out.append(StageCheck(stage, engine, problems=[why]))
@@ -213,18 +253,22 @@ def check_pipeline(cfg: Config, manifest: Path = MANIFEST, probe: Probe = PROBE)
 def render(checks: list[StageCheck]) -> str:
     lines = []
     for st in checks:
-        mark = "ok  " if st.ok else "FAIL"
-        lines.append(f"[{mark}] {st.stage:<5} {st.engine}")
-        lines += [f"         - {p}" for p in st.problems]
+        lines.append(f"[{st.mark}] {st.stage:<5} {st.engine}")
+        lines += [f"         - {p}" for p in st.problems + st.absent]
         lines += [f"         . {n}" for n in st.notes]
     bad = [st.stage for st in checks if not st.ok]
-    lines.append("pipeline can run" if not bad else f"pipeline cannot run: {', '.join(bad)} not usable")
+    without = [st.stage for st in checks if st.ok and st.absent]
+    if bad:
+        lines.append(f"pipeline cannot run: {', '.join(bad)} not usable")
+    else:
+        lines.append("pipeline can run" + (f" (missing, see above: {', '.join(without)})" if without else ""))
     return "\n".join(lines) + "\n"
 
 
-def run_check(cfg: Config, out: TextIO, manifest: Path = MANIFEST, probe: Probe = PROBE) -> int:
+def run_check(cfg: Config, out: TextIO, manifest: Path = MANIFEST, probe: Probe = PROBE,
+              roots: prereqs.Roots | None = None) -> int:
     """Print the report; 0 when the configured pipeline can run, 1 otherwise."""
-    checks = check_pipeline(cfg, manifest, probe)
+    checks = check_pipeline(cfg, manifest, probe, roots)
     out.write(f"profile {cfg.models.profile}, models in {cfg.models.path}\n")
     out.write(render(checks))
     return 0 if all(st.ok for st in checks) else 1

@@ -16,9 +16,11 @@ import sys
 import time
 from pathlib import Path
 
-from rkvoice.errors import RkvoiceError
+from rkvoice.answer.llm.absent import RECIPE
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.installer.install import format_table, install_profile, rerun_command
 from rkvoice.installer.manifest import PROFILES, Manifest, load_manifest
+from rkvoice.installer.rkllm import RkllmSource, parse_sha256
 from rkvoice.installer.rknn import resolve_toolkit
 from rkvoice.installer.verify import verify_profile
 
@@ -42,16 +44,32 @@ def _parser() -> argparse.ArgumentParser:
                         "give it on a PC to build for a board with that runtime)")
     p.add_argument("--toolkit-python", default=None, metavar="PATH",
                    help="interpreter for the throw-away converter venv (default: this one)")
+    p.add_argument("--rkllm", default=None, metavar="FILE_OR_URL",
+                   help="board: install this converted RKLLM model (a file, or an https URL to download)")
+    p.add_argument("--rkllm-sha256", default=None, metavar="HEX", help="the sha256 the --rkllm file must have")
     p.add_argument("--report", type=Path, default=None, metavar="FILE",
                    help="install: also write the table as JSON (one object per model) to FILE")
     return p
+
+
+def _rkllm_source(args: argparse.Namespace) -> RkllmSource | None:
+    """``--rkllm``/``--rkllm-sha256`` checked as options (exit 2 when they make no sense)."""
+    if args.rkllm is None:
+        if args.rkllm_sha256 is not None:
+            raise RkvoiceError(Stage.MODELS, "bad-option", "--rkllm-sha256 needs --rkllm FILE_OR_HTTPS_URL")
+        return None
+    if args.profile != "board":
+        raise RkvoiceError(Stage.MODELS, "bad-option", "--rkllm is for the board profile: ./install.sh --profile "
+                           "board --rkllm FILE_OR_HTTPS_URL")
+    sha = parse_sha256(args.rkllm_sha256) if args.rkllm_sha256 is not None else None
+    return RkllmSource(args.rkllm, sha)
 
 
 def _install(args: argparse.Namespace, manifest: Manifest, root: Path, t0: float) -> int:
     log = logging.getLogger("rkvoice.installer")
     report = install_profile(manifest, root, args.profile, only=args.only, allow_unverified=args.allow_unverified,
                              keep_downloads=args.keep_downloads, toolkit_version=args.toolkit_version,
-                             toolkit_python=args.toolkit_python)
+                             toolkit_python=args.toolkit_python, rkllm=_rkllm_source(args))
     changed = report.changed
     log.info("models (%s): %s in %.1f s", args.profile,
              f"installed {', '.join(changed)}" if changed else "nothing installed", time.monotonic() - t0)
@@ -60,6 +78,10 @@ def _install(args: argparse.Namespace, manifest: Manifest, root: Path, t0: float
         args.report.parent.mkdir(parents=True, exist_ok=True)
         args.report.write_text(json.dumps([dataclasses.asdict(o) | {"fails": o.fails} for o in report.outcomes],
                                           ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    llm = [o for o in report.outcomes if o.model in {m.id for m in manifest.models if m.engine == "rkllm"}]
+    if any(o.status != "ok" for o in llm):
+        print("no RKLLM model: the board answers with its local tools, Home Assistant and the satellite, and "
+              f"says so when a question needs the language model; to add it: {RECIPE}", file=sys.stderr)
     failed = [o for o in report.outcomes if o.fails]
     if failed:
         print(f"rkvoice.installer: required model(s) not installed: {', '.join(o.model for o in failed)} "

@@ -15,11 +15,13 @@ from pathlib import Path
 
 from pooch import file_hash
 
+from rkvoice.answer.llm.absent import RECIPE
 from rkvoice.errors import Code, RkvoiceError, Stage
 from rkvoice.installer.assemble import run_step
 from rkvoice.installer.context import DOWNLOADS, Context, Toolkit
 from rkvoice.installer.fetch import fetch
 from rkvoice.installer.manifest import Manifest, Model, Source
+from rkvoice.installer.rkllm import LoadCheck, RkllmSource, bring, runtime_load_check
 from rkvoice.installer.rknn import drop_ins_present, resolve_toolkit, rknn_files
 from rkvoice.installer.verify import applies_here, verify_model
 
@@ -46,6 +48,10 @@ class Outcome:
     fix: str = ""
     optional: bool = False
     changed: bool = False
+    source: str = ""
+    """Where a file the user named came from (``--rkllm``), for the install report."""
+    sha256: str = ""
+    """Its sha256 as installed."""
 
     @property
     def fails(self) -> bool:
@@ -135,6 +141,8 @@ def _source_fix(model: Model, err: SourceError, rerun: str, root: Path | None) -
     if err.code in (Code.BAD_SHA256, Code.BAD_SIZE):
         where = src.url or src.pip or dest
         return "corrupt", f"{rerun} (the bad copy was deleted; if it repeats, {where} changed: report it)"
+    if src.kind == "local" and model.engine == "rkllm":
+        return "missing", RECIPE
     if src.kind == "local":
         return "missing", f"copy your {src.filename} to {dest} (how to build it: {model.id} in models/manifest.yaml)"
     if src.kind == "pip":
@@ -184,8 +192,11 @@ def classify(model: Model, err: RkvoiceError, profile: str, toolkit: Toolkit | N
 
 def install_profile(manifest: Manifest, root: Path, profile: str, *, only: list[str] | None = None,
                     allow_unverified: bool = False, keep_downloads: bool = False, toolkit_version: str | None = None,
-                    toolkit_python: str | None = None, lib_paths: tuple[Path, ...] | None = None) -> Report:
-    """Attempt every model of ``profile`` (or just ``only``); one Outcome per model, never stops early."""
+                    toolkit_python: str | None = None, lib_paths: tuple[Path, ...] | None = None,
+                    rkllm: RkllmSource | None = None, rkllm_check: LoadCheck = runtime_load_check) -> Report:
+    """Attempt every model of ``profile`` (or just ``only``); one Outcome per model, never stops early.
+    ``rkllm``: the user's converted model for the ``rkllm`` engine's entry, installed even off the
+    board (an install directory prepared on a PC), checked by ``rkllm_check``."""
     models = manifest.profile(profile)
     if only:
         unknown = sorted(set(only) - {m.id for m in models})
@@ -201,7 +212,10 @@ def install_profile(manifest: Manifest, root: Path, profile: str, *, only: list[
     report = Report(profile)
     dead_hosts: set[str] = set()
     for n, model in enumerate(models, 1):
-        if not applies_here(model):
+        if rkllm is not None and model.engine == "rkllm":
+            log.info("[%d/%d] %s (%s, from --rkllm %s)", n, len(models), model.id, model.stage, rkllm.where)
+            outcome = _bring_rkllm(model, root, rkllm, rkllm_check, keep_downloads)
+        elif not applies_here(model):
             log.info("[%d/%d] %s: skipped (only installed on %s)", n, len(models), model.id, model.platform)
             outcome = Outcome(model.id, "skipped", f"only installed on {model.platform}", "", model.optional)
         else:
@@ -236,6 +250,21 @@ def _attempt(model: Model, root: Path, profile: str, status: dict[str, str], too
         log.warning("%s: %s%s: %s", model.id, outcome.status, " (optional)" if model.optional else "", err.message)
         return outcome
     return Outcome(model.id, "ok", "installed" if changed else "already installed", "", model.optional, changed)
+
+
+def _bring_rkllm(model: Model, root: Path, src: RkllmSource, check: LoadCheck, keep_downloads: bool) -> Outcome:
+    """The ``--rkllm`` row: installed, or refused in one line (the file installed before, if any, is kept)."""
+    try:
+        got = bring(model, src, root, load_check=check, keep_downloads=keep_downloads)
+    except RkvoiceError as err:
+        kept = not verify_model(model, root)
+        log.warning("%s: %s%s", model.id, err.message, "; the model installed before is kept" if kept else "")
+        status = "ok" if kept else "missing"
+        fix = "" if kept else f"fix the file or URL, then {rerun_command(model.profile)} --rkllm FILE_OR_HTTPS_URL"
+        return Outcome(model.id, status, err.message + ("; the model installed before is kept" if kept else ""),
+                       fix, model.optional, source=src.where)
+    return Outcome(model.id, "ok", f"installed from {src.where} ({got.size} bytes; {got.header}; {got.load})", "",
+                   model.optional, changed=True, source=src.where, sha256=got.sha256)
 
 
 def format_table(report: Report) -> str:

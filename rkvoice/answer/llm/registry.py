@@ -3,13 +3,17 @@ each with what it needs."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from rkvoice.answer.llm.absent import NotInstalledLlm
 from rkvoice.answer.llm.base import LlmEngine, model_path
 from rkvoice.config import Config
 from rkvoice.errors import Stage
-from rkvoice.needs import FileNeed, Needs, PackageNeed, RuntimeNeed
+from rkvoice.needs import FileNeed, Needs, PackageNeed, RuntimeNeed, missing
 from rkvoice.registry import Registry
+
+log = logging.getLogger(__name__)
 
 
 def llama_needs(cfg: Config, **_: Any) -> Needs:
@@ -31,11 +35,30 @@ LLM.register("rkllm", "rkvoice.answer.llm.rkllm:RkllmEngine", "RKLLM runtime (li
              "the board image provides librkllmrt.so", needs=rkllm_needs)
 
 
+RUNS_WITHOUT = ("rkllm",)
+"""Engines whose model the install does not provide (``optional`` in models/manifest.yaml: the user
+converts it and brings it in with ``install.sh --rkllm``): without it the assistant runs and says so."""
+
+
+def not_installed(cfg: Config, name: str) -> str | None:
+    """What of optional engine ``name``'s model is missing (one line), None when it is there or the
+    engine is not optional."""
+    if name not in RUNS_WITHOUT:
+        return None
+    lacks = [lack for lack in missing(LLM.needs(name, cfg), devices=False) if lack.kind == "file"]
+    return "; ".join(lack.what for lack in lacks) or None
+
+
 def engine_name(cfg: Config) -> str:
     """``llm.engine`` with ``auto`` resolved: rkllm on the board profile, llama elsewhere."""
     return LLM.resolve(cfg.llm.engine, cfg.models.profile)
 
 
 def create_llm(cfg: Config) -> LlmEngine:
-    """The configured engine, not loaded yet."""
-    return LLM.create(engine_name(cfg), cfg)
+    """The configured engine, not loaded yet; an optional engine without its model: ``NotInstalledLlm``."""
+    name = engine_name(cfg)
+    lack = not_installed(cfg, name)
+    if lack is not None:
+        log.warning("no language model (%s): questions for it get one sentence saying so", lack)
+        return NotInstalledLlm(cfg, name, lack)
+    return LLM.create(name, cfg)
