@@ -32,13 +32,15 @@ class Syllable:
     """Index of the character in the original text."""
 
 
-def toneless(text: str) -> list[Syllable]:
-    """One toneless syllable per Han character of ``text``, as pypinyin reads it in context (nothing folded)."""
+def toneless(text: str, strict: bool = False) -> list[Syllable]:
+    """One toneless syllable per Han character of ``text``, as pypinyin reads it in context (nothing folded).
+    ``strict``: the initials and finals of the pinyin scheme (卧 "" + "uo", not "w" + "o"), so 若 and 卧
+    share their final."""
     positions = [m.start() for m in _HAN.finditer(text)]
     chars = "".join(text[i] for i in positions)  # none: lazy_pinyin gives [] for ""
     # errors=list (typed str, a list works): a run without a reading (䷘䷠ are in _HAN) gives one entry a character
-    initials = lazy_pinyin(chars, style=Style.INITIALS, strict=False, errors=list)  # type: ignore[arg-type]
-    finals = lazy_pinyin(chars, style=Style.FINALS, strict=False, errors=list)  # type: ignore[arg-type]
+    initials = lazy_pinyin(chars, style=Style.INITIALS, strict=strict, errors=list)  # type: ignore[arg-type]
+    finals = lazy_pinyin(chars, style=Style.FINALS, strict=strict, errors=list)  # type: ignore[arg-type]
     return [Syllable(i, f, pos) for i, f, pos in zip(initials, finals, positions)]
 
 

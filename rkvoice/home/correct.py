@@ -1,7 +1,8 @@
 """The home's names put back into a transcript: a span whose toneless syllables are close enough to a
 name the home exposes is replaced by that name (卧室 heard as 我是, 客厅灯 as 客厅东).
 
-Syllables come from pypinyin without tones (``rkvoice.hear.pinyin_match.toneless``). A syllable pair
+Syllables come from pypinyin without tones, in the pinyin scheme's strict initials and finals
+(``rkvoice.hear.pinyin_match.toneless``: 卧 is "" + "uo", so 若 is one initial off). A syllable pair
 costs 0 when equal; its initial and its final each add 0.25 when they differ by one of the usual
 confusions (zh/z, ch/c, sh/s, n/l, f/h; in/ing, en/eng, an/ang, ian/iang, uan/uang) and 0.5 when
 they differ otherwise, so a wholly different syllable costs 1. A span of a name's length matches the
@@ -14,8 +15,10 @@ What is never rewritten:
   打白台灯); a span is only widened over a right name (客厅东 -> 客厅灯 over 客厅);
 - a span where two different names fit equally well (HA's own disambiguation is for the same name
   in two areas, which needs no rewrite);
-- a span that changes a character at a cost above 0 without keeping at least one of the name's own
-  characters (a near-homophone alone is too weak a clue);
+- a span that keeps none of the name's own characters, unless it sounds exactly like the name and
+  stands next to a control verb, 把/将/的 or another name (卧室 for 我是 in 关闭我是的灯, not in
+  我是小明，打开音乐);
+- a span that would turn a particle (的, 把, 了, ...) into a name's character (把客厅的灯关掉 stays);
 - names of one character (门, 灯), or with anything but Han characters (English, digits): those are
   left to Home Assistant as they are.
 
@@ -38,6 +41,11 @@ MAX_NAME = 8
 CUES = ("打开", "开启", "关闭", "关掉", "关上", "调到", "调成", "调为", "调高", "调低", "调亮", "调暗", "设为", "设成",
         "设置为", "设定为", "拉开", "拉上", "开一下", "关一下", "升到", "降到", "掉到")
 """The control verbs of a home command (the home route's too): only a transcript with one is corrected."""
+PARTICLES = frozenset("的地得了把将和跟与在吧呢啊呀吗")
+"""Characters of a command's grammar: a span never turns one into a name's other character."""
+ANCHORS = (*CUES, "把", "将", "的", "让", "请")
+"""Words next to which a name is said: a span that keeps none of a name's characters must touch one
+(or a name) to be replaced (关闭我是的灯 -> 卧室, not 我是小明，打开音乐)."""
 CONFUSED_INITIALS = {"zh": "z", "ch": "c", "sh": "s", "l": "n", "f": "h"}
 CONFUSED_FINALS = {"ing": "in", "eng": "en", "ang": "an", "iang": "ian", "uang": "uan"}
 _HAN_ONLY = re.compile(r"^[\u3400-\u9fff]+$")
@@ -93,7 +101,7 @@ class NameMatcher:
         for text in sorted(self.literal):
             if not _HAN_ONLY.match(text) or len(text) > MAX_NAME:
                 continue
-            syl = tuple(toneless(text))
+            syl = tuple(toneless(text, strict=True))
             if len(syl) != len(text):
                 continue
             nid = len(self._names)
@@ -116,7 +124,7 @@ class NameMatcher:
         if not self._names or not any(c in text for c in CUES):
             return []
         said, cues = _spans(text, self.literal), _spans(text, CUES)
-        tokens = toneless(text)
+        tokens = toneless(text, strict=True)
         keys = [_fold(s) for s in tokens]
         seen: set[tuple[int, int]] = set()
         found: dict[tuple[int, int], list[tuple[float, str]]] = {}
@@ -148,9 +156,19 @@ class NameMatcher:
             cost += syllable_cost(a, b)
             if cost > limit:
                 return None
-        if cost > 0 and not any(x == y for x, y in zip(heard, name.text)):
+        kept = sum(x == y for x, y in zip(heard, name.text))
+        if any(x != y and x in PARTICLES for x, y in zip(heard, name.text)):
+            return None
+        if not kept and (cost > 0 or not _touches(text, first, first + n, self.literal)):
             return None
         return cost
+
+
+def _touches(text: str, start: int, end: int, names: frozenset[str]) -> bool:
+    """``text[start:end]`` is next to an anchor word or a name."""
+    before, after = text[:start], text[end:]
+    return any(before.endswith(w) or after.startswith(w) for w in ANCHORS) or \
+        any(before.endswith(n) or after.startswith(n) for n in names)
 
 
 def _spans(text: str, words: Iterable[str]) -> list[tuple[int, int]]:

@@ -1,0 +1,233 @@
+"""The home's names: the syllable matcher (rkvoice.home.correct) and the vocabulary read from Home
+Assistant, cached and refreshed (rkvoice.home.vocab) against a fake websocket. The real HA's
+registries: tests/test_home_e2e.py. The matcher's cost with 2,000 names: bench/home_names.py."""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rkvoice.hear.pinyin_match import toneless
+from rkvoice.home.correct import NameMatcher, syllable_cost
+from rkvoice.home.status import names_note
+from rkvoice.home.vocab import MAX_NAMES, HomeNames, Vocabulary, fetch_vocabulary, read_cache
+from rkvoice.home.ws import WsError
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT = ("客厅灯", "大灯", "客厅", "空调")
+"""tests/ha_home.py's default home, and the one the issue's failures came from (RKVOICE_HA_*)."""
+OTHER = ("卧室台灯", "台灯", "卧室", "卧室空调")
+BENCH = ("书房", "书房台灯", "厨房灯", "餐厅吊灯", "阳台窗帘", "主卧空调", "次卧风扇", "儿童房夜灯", "卫生间排气扇",
+         "走廊灯", "玄关灯", "电视", "加湿器", "热水器", "门", "灯", "二楼", "一楼")
+
+
+def syl(text: str) -> Any:
+    (s,) = toneless(text, strict=True)
+    return s
+
+
+@pytest.mark.parametrize(("a", "b", "cost"), [
+    ("是", "是", 0.0), ("是", "事", 0.0),  # tones do not count
+    ("是", "四", 0.25), ("知", "资", 0.25), ("吃", "此", 0.25), ("能", "棱", 0.25),  # sh/s, zh/z, ch/c, n/l
+    ("冷", "嫩", 0.5), ("发", "哈", 0.25), ("饭", "换", 0.75),  # n/l + en/eng; f/h; f/h + another final
+    ("金", "京", 0.25), ("门", "蒙", 0.25), ("分", "风", 0.25),  # in/ing, en/eng
+    ("灯", "东", 0.5), ("灯", "他", 1.0),  # another final; another syllable
+])
+def test_a_confusion_costs_less_than_another_syllable(a: str, b: str, cost: float) -> None:
+    assert syllable_cost(syl(a), syl(b)) == cost
+
+
+@pytest.mark.parametrize(("names", "heard", "meant"), [
+    (OTHER, "我试空调调到25度。", "卧室空调调到25度。"),  # the issue's three failures
+    (OTHER, "我是空调调到28度了。", "卧室空调调到28度了。"),
+    (OTHER, "若是空调调到25度。", "卧室空调调到25度。"),  # heard so in a later run
+    (OTHER, "关闭我是的灯", "关闭卧室的灯"),
+    (OTHER, "打开我是台灯", "打开卧室台灯"),
+    (DEFAULT, "打开客厅东", "打开客厅灯"),  # Whisper base's 客厅灯; widened over 客厅, said right
+    (DEFAULT, "把客厅等关掉", "把客厅灯关掉"),
+    (DEFAULT, "打开大等", "打开大灯"),
+    (BENCH, "打开苏房台灯", "打开书房台灯"),  # sh/s
+    (BENCH, "关闭阳台窗连", "关闭阳台窗帘"),  # l/n-free: one final off
+    (BENCH, "把住卧空调调到24度", "把主卧空调调到24度"),
+])
+def test_a_misheard_name_is_put_right(names: tuple[str, ...], heard: str, meant: str) -> None:
+    assert NameMatcher(names).correct(heard) == meant
+
+
+@pytest.mark.parametrize(("names", "heard"), [
+    (OTHER, "我是谁"),  # no control verb: not a home command
+    (OTHER, "我是小明，打开音乐"),  # 我是 sounds like 卧室 but stands where no name goes
+    (DEFAULT, "把客厅的灯关掉"),  # 客厅的 is one final off 客厅灯, but 的 is the command's
+    (DEFAULT, "打开台灯"),  # nothing of this home
+    (OTHER, "打开台灯"),  # said right
+    (("白台灯", "台灯"), "打开台灯"),  # 开台灯 ~ 白台灯 would cut the verb
+    (BENCH, "打开门"), (BENCH, "关灯"), (BENCH, "把灯打开"),  # one-character names are HA's to match
+    (("tv", "1号灯"), "打开TV"), (("tv", "1号灯"), "打开1号等"),  # English and digits: as said
+    (("卧室灯", "握室灯"), "打开我是灯"),  # two names fit as well: left to HA
+    (BENCH, "打开窗户"), (BENCH, "把音量调到五十"), (BENCH, "关掉闹钟"),
+])
+def test_what_names_nothing_of_the_home_is_left_as_it_was(names: tuple[str, ...], heard: str) -> None:
+    assert NameMatcher(names).correct(heard) == heard
+
+
+def test_two_entities_of_one_name_in_two_areas_need_no_choice() -> None:
+    m = NameMatcher(["台灯", "台灯", "卧室", "书房"])  # HA lists the name twice: HA asks which one
+    assert m.correct("打开太灯") == "打开台灯"
+
+
+def corpus() -> list[str]:
+    """The assistant's own questions: every Chinese string in the tool tests and the benches' question lists."""
+    files = [ROOT / "tests" / "test_tools.py", ROOT / "tests" / "test_answer.py", ROOT / "tests" / "support" / "wake_set.py",
+             *(ROOT / "bench" / f for f in ("first_piece.py", "turn_latency.py", "soak.py", "board_budget.py"))]
+    out = set()
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and 2 <= len(node.value) <= 60 \
+                    and any("\u4e00" <= c <= "\u9fff" for c in node.value):
+                out.add(node.value)
+    return sorted(out)
+
+
+def test_the_assistants_own_questions_are_never_rewritten() -> None:
+    questions = corpus()
+    assert len(questions) > 150, len(questions)
+    for names in (DEFAULT, OTHER, BENCH, DEFAULT + OTHER + BENCH):
+        m = NameMatcher(names)
+        changed = [(q, m.correct(q)) for q in questions if m.correct(q) != q]
+        assert changed == [], changed
+
+
+# -- the vocabulary --------------------------------------------------------------------------------------
+
+
+class FakeHaSocket:
+    """HA's websocket commands answered from ``home`` (names by entity id, aliases, areas, floors)."""
+
+    def __init__(self, home: dict[str, Any]) -> None:
+        self.home = home
+        self.calls: list[str] = []
+
+    def __enter__(self) -> FakeHaSocket:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        pass
+
+    def call(self, kind: str, **fields: Any) -> Any:
+        self.calls.append(kind)
+        ents = self.home["entities"]
+        if kind == "homeassistant/expose_entity/list":
+            return {"exposed_entities": {e: {"conversation": True} for e in ents}}
+        if kind == "get_states":
+            return [{"entity_id": e, "attributes": {"friendly_name": v["name"]}} for e, v in ents.items()]
+        if kind == "config/entity_registry/get_entries":
+            return {e: {"name": None, "aliases": ents[e].get("aliases", [])} for e in fields["entity_ids"]}
+        if kind == "config/area_registry/list":
+            return [{"area_id": a, "name": a, "aliases": []} for a in self.home.get("areas", ())]
+        if kind == "config/floor_registry/list":
+            if "floors" not in self.home:
+                raise WsError("config/floor_registry/list: unknown_command: Unknown command.")
+            return [{"floor_id": f, "name": f, "aliases": []} for f in self.home["floors"]]
+        raise AssertionError(kind)
+
+
+HOME = {"entities": {"light.a": {"name": "卧室台灯", "aliases": ["台灯"]}, "climate.b": {"name": "卧室空调"}},
+        "areas": ["卧室"], "floors": ["二楼"]}
+
+
+def names_for(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, home: dict[str, Any] | None, **kw: Any) -> HomeNames:
+    """HomeNames whose HA is ``home`` (None: unreachable)."""
+    def connect(url: str, token: str, timeout: float) -> FakeHaSocket:
+        if home is None:
+            raise WsError(f"cannot connect to {url}: Connection refused")
+        return FakeHaSocket(home)
+
+    monkeypatch.setattr("rkvoice.home.vocab.HaSocket", connect)
+    return HomeNames("http://ha:8123", lambda: "token", tmp_path / "home_names.json", **kw)
+
+
+def test_the_names_are_read_cached_and_kept_after_a_restart_without_ha(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    names = names_for(monkeypatch, tmp_path, HOME)
+    assert names.refresh()
+    assert names.names == {"卧室台灯", "台灯", "卧室空调", "卧室", "二楼"} and names.vocabulary is not None
+    assert names.correct("关闭我是的灯") == "关闭卧室的灯"
+    cached = json.loads((tmp_path / "home_names.json").read_text())
+    assert cached["url"] == "http://ha:8123" and cached["entities"] == 2 and cached["names"]["area"] == ["卧室"]
+    assert not list(tmp_path.glob(".*tmp"))  # written atomically: no temp file left
+    restarted = names_for(monkeypatch, tmp_path, None, retry_s=60)
+    restarted.start()
+    try:
+        assert restarted.names == names.names and restarted.correct("我试空调调到25度") == "卧室空调调到25度"
+    finally:
+        restarted.stop()
+    assert "5 home names cached from" in names_note(None, tmp_path / "home_names.json", "http://ha:8123")
+
+
+def test_a_cache_of_another_home_or_a_broken_one_is_not_used(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "home_names.json"
+    path.write_text(json.dumps(Vocabulary({"area": ("卧室",)}, 1, 0.0, "http://other:8123").to_json()))
+    assert read_cache(path, "http://ha:8123") is None
+    path.write_text("{not json")
+    with caplog.at_level(logging.WARNING, logger="rkvoice.home"):
+        assert read_cache(path, "http://ha:8123") is None
+    assert "unreadable" in caplog.text
+    assert "no home names" in names_note(None, tmp_path / "none.json", "http://ha:8123")
+
+
+def test_the_names_follow_a_renamed_entity_within_the_period(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    home = json.loads(json.dumps(HOME))
+    names = names_for(monkeypatch, tmp_path, home, every_s=0.05)
+    names.start()
+    try:
+        deadline = time.monotonic() + 5
+        while "卧室台灯" not in names.names and time.monotonic() < deadline:
+            time.sleep(0.01)
+        home["entities"]["light.a"]["name"] = "书房台灯"
+        while "书房台灯" not in names.names and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        names.stop()
+    assert "书房台灯" in names.names and "卧室台灯" not in names.names
+
+
+def test_ha_unreachable_at_start_leaves_no_names_and_commands_uncorrected(monkeypatch: pytest.MonkeyPatch,
+                                                                          tmp_path: Path) -> None:
+    names = names_for(monkeypatch, tmp_path, None)
+    assert not names.refresh() and names.names == frozenset()
+    assert names.correct("关闭我是的灯") == "关闭我是的灯"
+
+
+def test_an_ha_before_floors_still_gives_its_names() -> None:
+    sock = FakeHaSocket({k: v for k, v in HOME.items() if k != "floors"})
+    assert fetch_vocabulary(sock, "http://ha").names["floor"] == ()  # type: ignore[arg-type]
+
+
+def test_thousands_of_entities_are_bounded_in_memory_and_time() -> None:
+    many = {"entities": {f"light.l{i}": {"name": f"灯{i}号", "aliases": [f"别名{i}"]} for i in range(MAX_NAMES)},
+            "areas": [f"房间{i}" for i in range(500)]}
+    t0 = time.monotonic()
+    vocab = fetch_vocabulary(FakeHaSocket(many), "http://ha")  # type: ignore[arg-type]
+    names = HomeNames("http://ha", lambda: "t", None)
+    names.use(vocab)
+    took = time.monotonic() - t0
+    assert vocab.count() <= MAX_NAMES and vocab.entities == MAX_NAMES and took < 20, took
+    assert names.correct("打开我是的灯") == "打开我是的灯"
+
+
+def test_the_matcher_is_safe_to_share_between_threads() -> None:
+    m = NameMatcher(OTHER + BENCH)
+    out: list[str] = []
+    threads = [threading.Thread(target=lambda: out.append(m.correct("关闭我是的灯"))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert out == ["关闭卧室的灯"] * 8
