@@ -278,7 +278,7 @@ class LlmConfig(Section):
         "一般两三句话；讲故事时讲五六句。不要用列表、表格、表情符号、代码或英文缩写。"
     )
     """The stable instructions, first in every prompt (their cache is kept between turns); ``{name}``
-    becomes the assistant's name (``hear.name``, from the wake phrase)."""
+    becomes the assistant's name, taken from ``hear.wake_phrase`` (小智小智 -> 小智)."""
     rkllm_abi: str = "1.2"
     """librkllmrt.so ABI on the board: 1.2 (1.2.1-1.2.3) or 1.3 (1.3.0)."""
     rkllm_lib: str = "librkllmrt.so"
