@@ -169,6 +169,16 @@ def test_the_toolkit_refusing_the_type_fails_the_build_and_leaves_nothing(tmp_pa
     assert leftovers(tmp_path) == []
 
 
+def test_an_export_cut_short_leaves_the_installed_file_as_it_was(tmp_path, model):
+    (tmp_path / PRODUCT_FILE).write_bytes(b"the model converted before")
+    run = Run(tmp_path, model.name, env={"RKLLM_STANDIN_DISK_BYTES": "20"})
+    assert run.code == 1
+    assert run.one_line() == (f"convert_rkllm: rkllm-toolkit export_rkllm returned -1: writing {PRODUCT_FILE} "
+                              "failed (disk full or not writable?)")
+    assert (tmp_path / PRODUCT_FILE).read_bytes() == b"the model converted before"
+    assert leftovers(tmp_path) == [PRODUCT_FILE]
+
+
 def test_a_load_failure_is_named_and_nothing_is_written(tmp_path):
     broken = qwen_folder(tmp_path / "broken", weights=b"\x00\x01 truncated download")
     run = Run(tmp_path, broken.name)
