@@ -262,7 +262,7 @@ fi
 if [ "$PROFILE" = board ]; then
   step prerequisites "what the board has (each missing piece with its fix; nothing is changed)"
   "$PY" -m rkvoice.board.prereqs --root "$DIR" \
-    || echo "    (the pieces marked MISSING above are not installed by this script; the models step goes on)"
+    || echo "    (the pieces marked MISS above are not installed by this script; the models step goes on)"
 fi
 
 # ---------------------------------------------------------------- models

@@ -497,3 +497,120 @@ def test_a_toolkit_option_contradicting_the_board_marks_only_the_npu_model(serve
     assert npu.status == "mismatch" and "--toolkit-version 2.5.0" in npu.detail and "is 2.3.2" in npu.detail
     assert npu.fix == "./install.sh --profile board without --toolkit-version (the board's runtime decides)"
     assert not (tmp_path / "converter-ran").exists()
+
+
+# ---------------------------------------------------------------- the rehearsal: install.sh end to end
+
+def _rkllm_entry(platform_line: bool) -> str:
+    """The real manifest's RKLLM entry as written there (without ``platform: aarch64`` it is attempted
+    on this x86 machine too, as on a board)."""
+    text = (ROOT / "models" / "manifest.yaml").read_text()
+    start = text.index("  - id: board-llm-qwen-0.5b-rkllm")
+    entry = text[start:text.index("\n  - id:", start + 1)].rstrip() + "\n"
+    assert "optional: true" in entry
+    return textwrap.dedent(entry if platform_line else entry.replace("    platform: aarch64\n", ""))
+
+
+def _rehearsal_checkout(tmp_path: Path, base: str) -> Path:
+    """A checkout of install.sh, a copy of the package (the installer writes beside it), the requirement
+    files, a board manifest of one served model and the real RKLLM entry, a py312/ that sees this
+    interpreter's packages (so pip has nothing to fetch), and a stand-in systemd/install-service.sh
+    that records its call."""
+    import shutil
+    import sysconfig
+
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / "install.sh").write_bytes((ROOT / "install.sh").read_bytes())
+    shutil.copytree(ROOT / "rkvoice", checkout / "rkvoice", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "requirements", checkout / "requirements")
+    _write_manifest(checkout, _url_model("m-ok", f"{base}/good.bin", _sha(GOOD)) + _rkllm_entry(False))
+    venv = checkout / "py312"
+    import subprocess
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (next(venv.glob("lib/python3*/site-packages")) / "this-checkout.pth").write_text(
+        sysconfig.get_paths()["purelib"] + "\n")
+    service = checkout / "systemd" / "install-service.sh"
+    service.parent.mkdir()
+    service.write_text('#!/bin/sh\necho "$@" > "$(dirname "$0")/called"\necho "stand-in unit installed"\n')
+    return checkout
+
+
+def _run_install(checkout: Path, tmp_path: Path, *args: str):
+    import os
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    if not (bin_dir / "python3.12").exists():
+        (bin_dir / "python3.12").symlink_to(sys._base_executable)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "PIP_NO_INDEX": "1",
+           "PIP_CONFIG_FILE": os.devnull}
+    return subprocess.run(["bash", str(checkout / "install.sh"), "--profile", "board", *args], env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+def test_board_install_rehearsal_finishes_without_an_rkllm_file_and_goes_on_to_the_service(server, tmp_path):
+    """install.sh --profile board --service, downloads served here: the prerequisites are reported,
+    the RKLLM model is missing (optional) with the recipe, and the service step runs."""
+    import os
+
+    base, _ = server
+    checkout = _rehearsal_checkout(tmp_path, base)
+    r = _run_install(checkout, tmp_path, "--service")
+    out, err = r.stdout, r.stderr
+    assert "==> [prerequisites]" in out and "board prerequisites:" in out
+    assert "[MISS] board" in out and "fix: the board profile is built for the RK3576" in out  # this is no board
+    assert "librkllmrt" in out and "memory" in out and "disk" in out
+    rows = _rows(out)
+    assert rows["m-ok"][0] == "ok"
+    assert rows["board-llm-qwen-0.5b-rkllm"] == ("missing (optional)", (
+        "make it on an x86_64 PC with models/convert_rkllm.py (docs/rkllm-model.md), then ./install.sh "
+        "--profile board --rkllm FILE_OR_HTTPS_URL [--rkllm-sha256 HEX]"))
+    assert "no RKLLM model: the board answers with its local tools" in err
+    assert "skipped: the install is incomplete" not in out
+    assert "==> [service] systemd unit" in out, (out, err)
+    if os.geteuid() == 0:
+        assert r.returncode == 0, err
+        assert (checkout / "systemd" / "called").read_text().split() == ["--install-dir", str(checkout)]
+        assert "==> [done]" in out
+    else:
+        assert r.returncode == 1 and "--service installs a system unit and needs root" in err
+    report = {o["model"]: o for o in json.loads((checkout / ".cache/models/install-report.json").read_text())}
+    assert report["board-llm-qwen-0.5b-rkllm"]["status"] == "missing" and not report["board-llm-qwen-0.5b-rkllm"]["fails"]
+
+
+def test_board_install_rehearsal_brings_the_rkllm_model_from_a_url(server, tmp_path):
+    """The same install with --rkllm URL --rkllm-sha256: downloaded, checked, installed, in the report."""
+    import struct
+
+    from rkvoice.installer.rkllm import MIN_BYTES, RKLLM_MAGIC
+
+    base, _ = server
+    checkout = _rehearsal_checkout(tmp_path, base)
+    model_bytes = (RKLLM_MAGIC + struct.pack("<I", 3)).ljust(MIN_BYTES, b"\0")
+    (tmp_path / "served").mkdir()
+    converted = tmp_path / "served" / "qwen.rkllm"
+    converted.write_bytes(model_bytes)
+    import functools
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(converted.parent))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/qwen.rkllm"
+    try:
+        r = _run_install(checkout, tmp_path, "--rkllm", url, "--rkllm-sha256", _sha(model_bytes))
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert r.returncode == 0, r.stderr
+    installed = checkout / "models/board/llm/qwen2.5-0.5b-instruct-w4a16.rkllm"
+    assert installed.read_bytes() == model_bytes
+    rows = _rows(r.stdout)
+    assert rows["board-llm-qwen-0.5b-rkllm"][0] == "ok" and "no RKLLM model" not in r.stderr
+    report = {o["model"]: o for o in json.loads((checkout / ".cache/models/install-report.json").read_text())}
+    assert report["board-llm-qwen-0.5b-rkllm"]["sha256"] == _sha(model_bytes)
+    assert report["board-llm-qwen-0.5b-rkllm"]["source"] == url
+    assert [p.name for p in installed.parent.iterdir()] == [installed.name]
+    assert not (checkout / ".cache/models/downloads/qwen.rkllm").exists()  # one copy, in its place

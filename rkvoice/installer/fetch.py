@@ -137,6 +137,6 @@ def fetch(source: Source, cache: Path) -> Path:
         return download(source.url, target, sha256=source.sha256, size=source.size)
     if not target.is_file():  # a file the user builds elsewhere and drops into the cache: no public download
         raise RkvoiceError(Stage.MODELS, "local-missing", f"{source.filename} has no public download; {source.note} "
-                           f"Then copy it to {target} and rerun")
+                           f"(Or copy it to {target} and rerun.)")
     check_file(target, source.sha256, source.size, f"local file {target}")
     return target

@@ -124,7 +124,8 @@ def _obtain(src: RkllmSource, root: Path) -> tuple[Path, bool]:
     """(the file to copy from, whether it is a download of ours to move rather than copy)."""
     if src.is_url:
         name = Path(urllib.parse.urlsplit(src.where).path).name or "model.rkllm"
-        return download(src.where, root / DOWNLOADS / name, sha256=src.sha256, retries=2), True
+        # checked once it is here (_check_file): a wrong sha256 is not fetched again and again
+        return download(src.where, root / DOWNLOADS / name, retries=2), True
     path = Path(src.where).expanduser()
     if not path.is_file():
         raise _fail("local-missing", f"--rkllm {src.where}: no such file (give the path of the .rkllm "
