@@ -76,7 +76,7 @@ install -d -m 0755 /etc/rkvoice
 
 # the service user must be able to read the code, the interpreter and the models
 if command -v runuser >/dev/null && ! runuser -u "$user" -- test -r "$install_dir/assistant.py" -a -x "$install_dir/py312/bin/python"; then
-  die "user '$user' cannot read $install_dir (check the permissions of it and its parents, e.g. install under /opt)"
+  die "user '$user' cannot read $install_dir (a home directory of mode 0700/0750 is closed to other users): clone rkvoice into /opt/rkvoice (README.md, Getting the code), or open the permissions of $install_dir and its parents"
 fi
 
 tmpdir=$(mktemp -d)
