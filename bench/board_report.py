@@ -219,7 +219,7 @@ def voices(cfg: Config) -> dict[str, Any]:
 
 
 def report(cfg: Config, runs: int, with_llm: bool) -> dict[str, Any]:
-    from rkvoice.answer.llm.registry import create_llm
+    from rkvoice.answer.llm.registry import LLM
     from rkvoice.hear.asr import create_asr
     from rkvoice.hear.vad import Segmenter
     from rkvoice.hear.wake_registry import create_wake
@@ -244,7 +244,9 @@ def report(cfg: Config, runs: int, with_llm: bool) -> dict[str, Any]:
         wake, engines["wake"] = load_engine("wake", names["wake"], lambda: create_wake(cfg, asr))
     llm = None
     if with_llm:
-        llm, engines["llm"] = load_engine("llm", names["llm"], lambda: create_llm(cfg))
+        # the engine itself, not create_llm's stand-in for a missing optional model: a missing model is
+        # reported missing, not measured
+        llm, engines["llm"] = load_engine("llm", names["llm"], lambda: LLM.create(names["llm"], cfg))
     else:
         engines["llm"] = {"status": "skipped", "why": "--no-llm"}
     out["memory"].update({"mem_available_mb_after": mem_available_mb(), "rss_mb_loaded": rss_mb()})
