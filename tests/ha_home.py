@@ -29,6 +29,7 @@ entity registry (unique_id) with area and alias, exposed to Assist.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import subprocess
@@ -141,6 +142,7 @@ class HomeHa:
     token_file: Path = field(default_factory=Path)
     light: str = ""
     thermostat: str = ""
+    devices: dict[str, str] = field(default_factory=dict)
 
     # -- REST --------------------------------------------------------------------------------------------
     def rest(self, method: str, path: str, body: Any = None, token: str | None = None, form: bool = False) -> Any:
@@ -242,9 +244,75 @@ def _build_home(ha: HomeHa) -> None:
                   should_expose=True)
 
 
+@dataclass(frozen=True)
+class Device:
+    """One entity of a generated home (``home_ha(work, devices)``): a template light, switch, fan or cover
+    (each on an input_boolean of its own) or a generic_thermostat climate, in ``area`` with ``aliases``."""
+
+    domain: str
+    name: str
+    area: str
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return "d" + hashlib.blake2b(f"{self.domain}.{self.name}".encode(), digest_size=4).hexdigest()
+
+
+def devices_configuration(devices: list[Device]) -> str:
+    """The YAML (after ``homeassistant:`` ... ``logger:``) of ``devices``."""
+    lines = ["input_boolean:"]
+    lines += [f"  {d.key}:\n    name: {d.key}" for d in devices]
+    lines += ["input_number:", "  room_temperature:", "    name: room temperature", "    min: 0", "    max: 40",
+              "    initial: 20", "template:", "  - sensor:", "      - name: room temperature sensor",
+              "        unique_id: rkvoice_bench_temperature", '        unit_of_measurement: "°C"',
+              "        device_class: temperature", '        state: "{{ states(\'input_number.room_temperature\') }}"']
+    actions = {"light": ("turn_on", "turn_off"), "switch": ("turn_on", "turn_off"), "fan": ("turn_on", "turn_off"),
+               "cover": ("open_cover", "close_cover")}
+    for domain, (on, off) in actions.items():
+        mine = [d for d in devices if d.domain == domain]
+        if not mine:
+            continue
+        lines.append(f"  - {domain}:")
+        for d in mine:
+            lines += [f"      - name: {d.name}", f"        unique_id: rkvoice_{d.key}",
+                      f"        state: \"{{{{ is_state('input_boolean.{d.key}', 'on') }}}}\""]
+            for action, service in ((on, "turn_on"), (off, "turn_off")):
+                lines += [f"        {action}:", f"          action: input_boolean.{service}", "          target:",
+                          f"            entity_id: input_boolean.{d.key}"]
+    climates = [d for d in devices if d.domain == "climate"]
+    if climates:
+        lines.append("climate:")
+    for d in climates:
+        lines += ["  - platform: generic_thermostat", f"    name: {d.name}", f"    unique_id: rkvoice_{d.key}",
+                  f"    heater: input_boolean.{d.key}", "    target_sensor: sensor.room_temperature_sensor",
+                  "    min_temp: 16", "    max_temp: 30", "    target_temp: 22", "    precision: 1.0"]
+    return "\n".join(lines) + "\n"
+
+
+def _build_devices(ha: HomeHa, devices: list[Device]) -> dict[str, str]:
+    """Areas, aliases, exposure of ``devices``; {name: entity_id}."""
+    found: dict[str, str] = {}
+    with ha.ws() as sock:
+        states = {s["entity_id"]: s for s in sock.call("get_states")}
+        named = {(eid.split(".")[0], s["attributes"].get("friendly_name")): eid for eid, s in states.items()}
+        areas = {a["name"]: a["area_id"] for a in sock.call("config/area_registry/list")}
+        for d in devices:
+            eid = named.get((d.domain, d.name), "")
+            assert eid, f"no {d.domain} {d.name} in HA\n{ha.log()}"
+            if d.area not in areas:
+                areas[d.area] = sock.call("config/area_registry/create", name=d.area)["area_id"]
+            sock.call("config/entity_registry/update", entity_id=eid, area_id=areas[d.area], aliases=list(d.aliases))
+            found[d.name] = eid
+        sock.call("homeassistant/expose_entity", assistants=["conversation"], entity_ids=sorted(found.values()),
+                  should_expose=True)
+    return found
+
+
 @contextlib.contextmanager
-def home_ha(work: Path) -> Iterator[HomeHa]:
-    """Start HA in ``work`` with the home of ``HOME``; stop it on exit."""
+def home_ha(work: Path, devices: list[Device] | None = None) -> Iterator[HomeHa]:
+    """Start HA in ``work`` with the home of ``HOME`` (or of ``devices``: ``ha.devices`` maps their names to
+    entity ids); stop it on exit."""
     require_ha_venv()
     work.mkdir(parents=True, exist_ok=True)
     config = work / "config"
@@ -254,8 +322,10 @@ def home_ha(work: Path) -> Iterator[HomeHa]:
                             check=True, capture_output=True, text=True).stdout.strip()
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    (config / "configuration.yaml").write_text(CONFIGURATION.format(
-        base=base, port=port, ffmpeg=ffmpeg, light=HOME.light, thermostat=HOME.thermostat), encoding="utf-8")
+    text = CONFIGURATION.format(base=base, port=port, ffmpeg=ffmpeg, light=HOME.light, thermostat=HOME.thermostat)
+    if devices is not None:
+        text = text[:text.index("input_boolean:")] + devices_configuration(devices)
+    (config / "configuration.yaml").write_text(text, encoding="utf-8")
     (work / "launch.py").write_text(LAUNCH)
     with (work / "ha.log").open("wb") as log:
         process = subprocess.Popen([python, str(work / "launch.py"), "-c", str(config), "--skip-pip"], stdout=log,
@@ -276,7 +346,10 @@ def home_ha(work: Path) -> Iterator[HomeHa]:
         ha.token_file = work / "ha_token"
         ha.token_file.write_text(ha.token + "\n")
         ha.token_file.chmod(0o600)
-        _build_home(ha)
+        if devices is None:
+            _build_home(ha)
+        else:
+            ha.devices = _build_devices(ha, devices)
         yield ha
     finally:
         ha.stop()

@@ -231,3 +231,22 @@ def test_the_matcher_is_safe_to_share_between_threads() -> None:
     for t in threads:
         t.join()
     assert out == ["关闭卧室的灯"] * 8
+
+
+def test_a_one_shot_route_reads_the_names_before_its_question(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """--text / --file never load the assistant: the route's first question waits (once, bounded) for the names."""
+    from rkvoice.config import HomeAssistantConfig
+    from rkvoice.home.route import HomeRoute
+
+    names_for(monkeypatch, tmp_path, HOME)  # HA's websocket, as the route's names read it
+    route = HomeRoute(HomeAssistantConfig(url="http://ha:8123"), tmp_path / "token")
+    route.vocab.token = lambda: "token"
+    assert route.claims("关闭我是的灯") and route.names  # corrected to 卧室, which HA exposes
+    route.close()
+    names_for(monkeypatch, tmp_path, None)
+    down = HomeRoute(HomeAssistantConfig(url="http://ha:8123"), tmp_path / "token")
+    down.vocab.token = lambda: "token"
+    t0 = time.monotonic()
+    assert not down.claims("关闭我是的灯") and not down.claims("关闭我是的灯")
+    assert time.monotonic() - t0 < 1.5
+    down.close()

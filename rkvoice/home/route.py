@@ -40,6 +40,8 @@ FAILED = "抱歉，智能家居没能完成这个操作。"
 """Spoken when HA answers an error without words of its own."""
 WS_TIMEOUT_S = 5.0
 """The websocket reads (names, --check) run beside the turns, never inside one."""
+FIRST_NAMES_S = 1.0
+"""Longest wait for the names before a one-shot run's question (``--text``, ``--file``): once per run."""
 NAMES_RETRY_S = 10.0
 """Shortest wait before the names are read again after HA failed (``retry_s`` may be 0)."""
 HEARD = (("°C", "度"), ("℃", "度"), ("°", "度"), ("掉到", "调到"), ("官掉", "关掉"))
@@ -138,12 +140,15 @@ class HomeRoute:
         self.client.close()
 
     def claims(self, text: str) -> bool:
-        """``text`` names something HA exposed (once a misheard name is put right): ask HA before the tools."""
+        """``text`` names something HA exposed (once a misheard name is put right): ask HA before the tools.
+        Unloaded (a one-shot run), the names are read first, waiting once at most ``FIRST_NAMES_S``."""
+        self.vocab.wait_first(min(self.cfg.timeout_s, FIRST_NAMES_S))
         s = clean(self.vocab.matcher.correct(text))
         return any(n in s for n in self.names)
 
     def ask(self, text: str, turn: Turn) -> Asked:
         """HA's answer to ``text`` (a name it misheard put right); ``Asked.answer`` None means the LLM answers."""
+        self.vocab.wait_first(min(self.cfg.timeout_s, FIRST_NAMES_S))
         text = self.vocab.correct(text)
         with self._lock:
             now = self.clock.now()

@@ -165,6 +165,8 @@ class HomeNames:
     _thread: threading.Thread | None = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _written: float = field(default=0.0, init=False, repr=False)
+    _tried: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    _waited: bool = field(default=False, init=False, repr=False)
 
     def start(self) -> None:
         """Load the cache now; read HA in the background at once and every ``every_s``. Idempotent."""
@@ -181,6 +183,15 @@ class HomeNames:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def wait_first(self, timeout: float) -> None:
+        """``start``, and with no names yet (none cached) wait once up to ``timeout`` for the first
+        reading: a one-shot run (``--text``, ``--file``) asks its one question before a background
+        reading would end."""
+        self.start()
+        if self.vocabulary is None and not self._waited:
+            self._waited = True  # once: a wedged HA costs one wait, not one per question
+            self._tried.wait(timeout)
 
     def use(self, vocab: Vocabulary) -> None:
         """Make ``vocab`` the current names (readers switch at once, whole)."""
@@ -225,5 +236,6 @@ class HomeNames:
     def _keep(self) -> None:
         while not self._stop.is_set():
             wait = self.every_s if self.refresh() else self.retry_s
+            self._tried.set()
             if self.clock.wait(self._stop, wait):
                 return
