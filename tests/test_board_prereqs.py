@@ -33,7 +33,8 @@ MEMINFO = "MemTotal:        3982012 kB\nMemFree:          812345 kB\nMemAvailabl
 
 def fake_board(tmp: Path, *, soc: str = "rockchip,rk3576", driver: str | None = "RKNPU driver: v0.9.8\n",
                rknnrt: str | None = "2.3.2", rkllmrt: str | None = "1.2.1", cards: str = CARDS, pcm: str = PCM,
-               meminfo: str = MEMINFO, free_mb: int = 20_000, sidecar: str | None = "2.3.2") -> Roots:
+               meminfo: str = MEMINFO, free_mb: int = 20_000, sidecar: str | None = "2.3.2",
+               libraries: tuple[str, ...] = ("portaudio",), programs: tuple[str, ...] = ("arecord", "aplay")) -> Roots:
     proc, sys_, libs, install = tmp / "proc", tmp / "sys", tmp / "lib", tmp / "install"
     for d in (proc / "device-tree", proc / "sys/kernel", proc / "asound", sys_, libs, install):
         d.mkdir(parents=True, exist_ok=True)
@@ -55,7 +56,8 @@ def fake_board(tmp: Path, *, soc: str = "rockchip,rk3576", driver: str | None = 
         d.mkdir(parents=True)
         (d / "matcha-t32.rknn").write_bytes(b"RKNN")
         (d / "matcha-t32.json").write_text(json.dumps({"toolkit_version": sidecar}))
-    return Roots(proc=proc, sys=sys_, lib_dirs=(libs,), install=install, free_bytes=lambda _p: free_mb << 20)
+    return Roots(proc=proc, sys=sys_, lib_dirs=(libs,), install=install, free_bytes=lambda _p: free_mb << 20,
+                 library=lambda name: name in libraries, program=lambda name: name in programs)
 
 
 def by_name(items: list[prereqs.Item]) -> dict[str, prereqs.Item]:
@@ -72,10 +74,11 @@ def test_a_complete_board_reports_every_fact_and_nothing_missing(tmp_path):
     assert "convert the RKLLM model with rkllm-toolkit 1.2.1" in items["librkllmrt"].found
     assert items["memory"].found == "2746 MB free of 3888 MB (the install needs 1500 MB)"
     mic = items["input"]
-    assert mic.found.startswith("hw:0,0 rockchipes8388 (audio.input_device: default, marked *)")
+    assert mic.found.startswith("hw:0,0 rockchipes8388 via sounddevice (audio.input_device: default, marked *)")
     assert mic.lines[0].startswith("* hw:0,0 rockchipes8388") and mic.lines[1].startswith("  hw:1,0 Device")
     assert "choose another with audio.input_device: hw:CARD,DEV" in mic.lines[-1]
     out = items["output"]
+    assert out.found.startswith("hw:0,0 rockchipes8388 via aplay (audio.device: default")
     assert [line[:9] for line in out.lines[:3]] == ["* hw:0,0 ", "  hw:1,0 ", "  hw:2,0 "]  # HDMI plays only
 
 
@@ -103,6 +106,8 @@ MISSING = {
     "little memory": (dict(meminfo="MemTotal: 3982012 kB\nMemAvailable: 512000 kB\n"), "memory",
                       "sudo systemctl stop rkvoice"),
     "little disk": (dict(free_mb=900), "disk", "free space there"),
+    "no PortAudio": (dict(libraries=()), "input", "sudo apt-get install libportaudio2"),
+    "no aplay, no PortAudio": (dict(libraries=(), programs=("arecord",)), "input", "libportaudio2"),
 }
 
 
@@ -111,11 +116,23 @@ def test_each_missing_piece_is_one_line_naming_its_fix(tmp_path, case):
     kwargs, what, fix = MISSING[case]
     items = prereqs.report(fake_board(tmp_path, **kwargs))
     bad = [it for it in items if not it.ok]
+    if case == "no aplay, no PortAudio":  # the microphone and the speaker both lack their backend
+        assert [it.what for it in bad] == ["input", "output"]
+        assert bad[1].fix == ("sudo apt-get install alsa-utils (arecord, aplay) or sudo apt-get install "
+                              "libportaudio2 (sounddevice plays and records through PortAudio)")
+        bad = bad[:1]
     assert [it.what for it in bad] == [what], [str(it) for it in bad]
     assert fix in bad[0].fix
     text = prereqs.render(items)
-    (line,) = [x for x in text.splitlines() if x.startswith("  [MISS]")]
-    assert what in line and fix in line  # the piece and its fix, on one line
+    line = next(x for x in text.splitlines() if x.startswith(f"  [MISS] {what}"))
+    assert fix in line  # the piece and its fix, on one line
+
+
+def test_the_input_backend_decides_what_the_microphone_needs(tmp_path):
+    roots = fake_board(tmp_path, libraries=(), programs=())
+    assert "or set audio.input: arecord" in prereqs.microphone(roots, "default", "sounddevice").fix
+    assert prereqs.microphone(roots, "default", "arecord").fix == "sudo apt-get install alsa-utils (arecord, aplay)"
+    assert prereqs.microphone(replace(roots, program=lambda n: True), "default", "arecord").ok
 
 
 def test_the_rkllm_abi_setting_is_judged_against_the_runtime(tmp_path):

@@ -299,3 +299,21 @@ def test_unknown_engine_names_fail_their_stage_with_the_choices():
         assert checks[stage].engine == name and not checks[stage].ok
         assert "choose one of" in checks[stage].problems[0], checks[stage].problems
     assert checks["vad"].ok
+
+
+def test_check_with_the_board_config_names_the_llm_missing_with_the_recipe(tmp_path, capsys):
+    """``assistant.py --check --config config.board.yaml`` without the RKLLM model: the LLM is missing (not
+    failing) with the exact next step, and the board's prerequisites come first."""
+    from rkvoice.cli.entry import main
+
+    main(["--check", "--config", str(check.ROOT / "config.board.yaml"), "--set", f"models.dir={tmp_path / 'models'}"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("[MISS] board") or lines[1].startswith("[ok  ] board")
+    at = lines.index("[MISS] llm   rkllm")
+    assert lines[at + 1] == ("         - not installed (missing models/board/llm/qwen2.5-0.5b-instruct-w4a16.rkllm): a "
+                             "question for the language model gets one sentence saying so; the local tools, Home "
+                             "Assistant and the satellite answer as usual")
+    assert lines[at + 2] == ("         - next step: make it on an x86_64 PC with models/convert_rkllm.py "
+                             "(docs/rkllm-model.md), then ./install.sh --profile board --rkllm FILE_OR_HTTPS_URL "
+                             "[--rkllm-sha256 HEX]")
+    assert "llm" not in lines[-1]  # whatever else is missing here, the LLM does not stop the pipeline

@@ -10,14 +10,19 @@ directory, the free-space probe), so tests run on fake trees. ``install.sh --pro
 
 from __future__ import annotations
 
+import ctypes.util
 import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rkvoice.board import runtimes, versions
 from rkvoice.errors import RkvoiceError
+
+if TYPE_CHECKING:
+    from rkvoice.config import Config
 
 NPU_DRIVER_MIN = (0, 9, 8)
 """librkllmrt's floor (Rockchip's RKLLM notes; rknn-llm ships rknpu_driver_0.9.8)."""
@@ -29,8 +34,14 @@ BOARD_DISK_MB = 4000
 downloads, deleted after), the throw-away converter venv (~1.5 GB with torch while it runs), the RKLLM
 model (~0.5 GB)."""
 SOC = "rockchip,rk3576"
-LIBRKLLMRT_FROM = ("copy rkllm-runtime/Linux/librkllm_api/aarch64/librkllmrt.so of an airockchip/rknn-llm release "
-                   f"({versions.RKLLM_RUNTIMES}) to /usr/lib (only the LLM needs it)")
+
+
+def _has_library(name: str) -> bool:
+    return ctypes.util.find_library(name) is not None
+
+
+def _has_program(name: str) -> bool:
+    return shutil.which(name) is not None
 
 
 def _free_bytes(path: Path) -> int:
@@ -48,6 +59,10 @@ class Roots:
     lib_dirs: tuple[Path, ...] | None = None
     install: Path = Path(".")
     free_bytes: Callable[[Path], int] = _free_bytes
+    library: Callable[[str], bool] = _has_library
+    """Is a shared library (``portaudio``) installed?"""
+    program: Callable[[str], bool] = _has_program
+    """Is a program (``arecord``, ``aplay``) on the PATH?"""
 
     def libs(self, name: str, default: tuple[Path, ...]) -> tuple[Path, ...]:
         return default if self.lib_dirs is None else tuple(d / name for d in self.lib_dirs)
@@ -149,7 +164,7 @@ def librkllmrt(roots: Roots, abi: str | None = None) -> Item:
     """librkllmrt.so and its version, against the binding (``llm.rkllm_abi`` = ``abi`` when given)."""
     path = versions.first_existing(roots.libs("librkllmrt.so", versions.LIBRKLLMRT_PATHS))
     if path is None:
-        return Item("librkllmrt", "not found", LIBRKLLMRT_FROM)
+        return Item("librkllmrt", "not found", versions.LIBRKLLMRT_FIX)
     version = versions.so_version(path, "rkllm")
     if version is None:
         return Item("librkllmrt", f"{path}, version unreadable", f"strings {path} | grep 'rkllm-runtime version'; "
@@ -208,7 +223,12 @@ def chosen(devices: list[Pcm], setting: str) -> Pcm | None:
     return next((d for d in devices if low in d.card_id.lower() or low in d.name.lower()), None)
 
 
-def _sound(what: str, devices: list[Pcm], key: str, setting: str, lister: str, none_fix: str) -> Item:
+PORTAUDIO_FIX = "sudo apt-get install libportaudio2 (sounddevice plays and records through PortAudio)"
+ALSA_UTILS_FIX = "sudo apt-get install alsa-utils (arecord, aplay)"
+
+
+def _sound(what: str, devices: list[Pcm], key: str, setting: str, lister: str, none_fix: str,
+           backend: str, backend_fix: str) -> Item:
     used = chosen(devices, setting)
     lines = tuple(f"{'*' if d is used else ' '} {d.hw} {d.card_id}: {d.name}" for d in devices)
     how = f"choose another with {key}: hw:CARD,DEV (config.yaml, or --set {key}=...; {lister} lists them)"
@@ -217,17 +237,37 @@ def _sound(what: str, devices: list[Pcm], key: str, setting: str, lister: str, n
     if used is None:
         return Item(what, f"{len(devices)} device(s)", f"{key} {setting!r} matches none of them: set {key} to one "
                     f"listed ({lister})", lines)
-    return Item(what, f"{used.hw} {used.card_id} ({key}: {setting}, marked *)", "", lines + (how,))
+    return Item(what, f"{used.hw} {used.card_id} via {backend} ({key}: {setting}, marked *)", backend_fix,
+                lines + (how,))
 
 
-def microphone(roots: Roots, setting: str = "default") -> Item:
+def microphone(roots: Roots, setting: str = "default", backend: str = "sounddevice") -> Item:
+    """Capture devices, the one ``audio.input_device`` = ``setting`` picks, and what ``audio.input`` =
+    ``backend`` needs (sounddevice: PortAudio; arecord: alsa-utils)."""
+    fix = ""
+    if backend == "sounddevice" and not roots.library("portaudio"):
+        fix = f"{PORTAUDIO_FIX}; or set audio.input: arecord"
+    elif backend == "arecord" and not roots.program("arecord"):
+        fix = ALSA_UTILS_FIX
     return _sound("input", [d for d in sound_devices(roots.proc) if d.capture], "audio.input_device", setting,
-                  "arecord -l", "no capture device: plug in a microphone (USB or the board's codec), then arecord -l")
+                  "arecord -l", "no capture device: plug in a microphone (USB or the board's codec), then arecord -l",
+                  backend, fix)
 
 
-def speaker(roots: Roots, setting: str = "default") -> Item:
+def speaker(roots: Roots, setting: str = "default", player: str = "auto") -> Item:
+    """Playback devices, the one ``audio.device`` = ``setting`` picks, and what ``audio.player`` needs
+    (auto: aplay, else sounddevice)."""
+    aplay, portaudio = roots.program("aplay"), roots.library("portaudio")
+    backend = "aplay" if player == "aplay" or (player == "auto" and aplay) else player if player != "auto" \
+        else "sounddevice"
+    fix = ""
+    if backend == "aplay" and not aplay:
+        fix = ALSA_UTILS_FIX
+    elif backend == "sounddevice" and not portaudio:
+        fix = f"{ALSA_UTILS_FIX} or {PORTAUDIO_FIX}" if player == "auto" else PORTAUDIO_FIX
     return _sound("output", [d for d in sound_devices(roots.proc) if d.playback], "audio.device", setting,
-                  "aplay -l", "no playback device: connect a speaker (USB, HDMI or the board's codec), then aplay -l")
+                  "aplay -l", "no playback device: connect a speaker (USB, HDMI or the board's codec), then aplay -l",
+                  backend, fix)
 
 
 def memory(roots: Roots, need_mb: int = BOARD_MEMORY_MB) -> Item:
@@ -250,11 +290,26 @@ def disk(roots: Roots, need_mb: int = BOARD_DISK_MB) -> Item:
     return Item("disk", found)
 
 
-def report(roots: Roots, *, input_device: str = "default", output_device: str = "default",
-           rkllm_abi: str | None = None) -> list[Item]:
+@dataclass(frozen=True)
+class Audio:
+    """The config keys that choose the sound devices (``audio.*``)."""
+
+    input: str = "sounddevice"
+    input_device: str = "default"
+    player: str = "auto"
+    device: str = "default"
+
+
+def report(roots: Roots, audio: Audio = Audio(), rkllm_abi: str | None = None) -> list[Item]:
     """Every prerequisite of the board profile, in the order a newcomer fixes them."""
     return [board(roots), kernel(roots), npu_driver(roots), librknnrt(roots), librkllmrt(roots, rkllm_abi),
-            microphone(roots, input_device), speaker(roots, output_device), memory(roots), disk(roots)]
+            microphone(roots, audio.input_device, audio.input), speaker(roots, audio.device, audio.player),
+            memory(roots), disk(roots)]
+
+
+def audio_of(cfg: Config) -> Audio:
+    a = cfg.audio
+    return Audio(a.input, a.input_device, a.player, a.device)
 
 
 def render(items: list[Item]) -> str:
@@ -282,8 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     except RkvoiceError as err:
         print(f"rkvoice.board.prereqs: {err.message}", file=sys.stderr)
         return 2
-    items = report(Roots(install=args.root.resolve()), input_device=cfg.audio.input_device,
-                   output_device=cfg.audio.device, rkllm_abi=cfg.llm.rkllm_abi)
+    items = report(Roots(install=args.root.resolve()), audio_of(cfg), cfg.llm.rkllm_abi)
     sys.stdout.write("board prerequisites:\n" + render(items))
     missing = [it.what for it in items if not it.ok]
     if missing:

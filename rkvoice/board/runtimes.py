@@ -105,8 +105,7 @@ def check_librkllmrt(need: RuntimeNeed, out: Findings) -> None:
     named = Path(need.library_path or "librkllmrt.so")
     lib = named if named.is_absolute() and named.exists() else versions.first_existing(versions.LIBRKLLMRT_PATHS)
     if lib is None:
-        out.problems.append(f"{need.library_path or 'librkllmrt.so'} not found "
-                            "(the board image ships /usr/lib/librkllmrt.so)")
+        out.problems.append(f"{need.library_path or 'librkllmrt.so'} not found ({versions.LIBRKLLMRT_FIX})")
         return
     ver = versions.so_version(lib, "rkllm")
     if ver is None:

@@ -76,6 +76,9 @@ def npu_driver_version(paths: tuple[Path, ...] | None = None) -> tuple[Path | No
 RKLLM_RUNTIMES = "1.2.1-1.2.3 (llm.rkllm_abi 1.2) or 1.3.x (llm.rkllm_abi 1.3)"
 """librkllmrt releases a layout of the binding (rkvoice.answer.llm.rkllm_abi) matches (docs/rkllm-abi.md);
 not 1.2.0 (another RKLLMInput and callback: see ``rkllm_runtime_problem``)."""
+LIBRKLLMRT_FIX = ("copy rkllm-runtime/Linux/librkllm_api/aarch64/librkllmrt.so of an airockchip/rknn-llm release "
+                  f"({RKLLM_RUNTIMES}) to /usr/lib (only the LLM needs it)")
+"""Where librkllmrt.so comes from when the board image lacks it."""
 
 
 def rkllm_runtime_abi(version: str) -> str | None:

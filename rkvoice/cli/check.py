@@ -205,8 +205,7 @@ def _llm_absent(cfg: Config, engine: str, lack: str) -> StageCheck:
 
 def _board(cfg: Config, roots: prereqs.Roots) -> StageCheck:
     """The board's prerequisites (rkvoice.board.prereqs): facts as notes, missing pieces with their fix."""
-    items = prereqs.report(roots, input_device=cfg.audio.input_device, output_device=cfg.audio.device,
-                           rkllm_abi=cfg.llm.rkllm_abi)
+    items = prereqs.report(roots, prereqs.audio_of(cfg), cfg.llm.rkllm_abi)
     st = StageCheck("board", items[0].found)
     for it in items[1:]:
         (st.notes if it.ok else st.absent).append(str(it))
