@@ -9,6 +9,7 @@ drop-ins with sidecars, and a fake converter run in a real throw-away venv holdi
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.server
 import importlib.util
@@ -17,6 +18,7 @@ import sys
 import textwrap
 import threading
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,9 +39,9 @@ def _sha(b: bytes) -> str:
     return hashlib.sha256(b).hexdigest()
 
 
-@pytest.fixture
-def server():
-    files = {"/good.bin": GOOD, "/bad.bin": BAD, "/graph.onnx": ONNX}
+@contextlib.contextmanager
+def serve(files: dict[str, bytes]) -> Iterator[tuple[str, list[str]]]:
+    """A local HTTP server of ``files`` (path -> body; anything else is a 404): (base URL, paths asked)."""
     hits: list[str] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -65,6 +67,12 @@ def server():
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+@pytest.fixture
+def server():
+    with serve({"/good.bin": GOOD, "/bad.bin": BAD, "/graph.onnx": ONNX}) as site:
+        yield site
 
 
 def _url_model(mid: str, url: str, sha: str, optional: bool = False) -> str:
@@ -590,20 +598,9 @@ def test_board_install_rehearsal_brings_the_rkllm_model_from_a_url(server, tmp_p
     base, _ = server
     checkout = _rehearsal_checkout(tmp_path, base)
     model_bytes = (RKLLM_MAGIC + struct.pack("<I", 3)).ljust(MIN_BYTES, b"\0")
-    (tmp_path / "served").mkdir()
-    converted = tmp_path / "served" / "qwen.rkllm"
-    converted.write_bytes(model_bytes)
-    import functools
-
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(converted.parent))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
-    url = f"http://127.0.0.1:{httpd.server_address[1]}/qwen.rkllm"
-    try:
+    with serve({"/qwen.rkllm": model_bytes}) as (site, _):
+        url = f"{site}/qwen.rkllm"
         r = _run_install(checkout, tmp_path, "--rkllm", url, "--rkllm-sha256", _sha(model_bytes))
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
     assert r.returncode == 0, r.stderr
     installed = checkout / "models/board/llm/qwen2.5-0.5b-instruct-w4a16.rkllm"
     assert installed.read_bytes() == model_bytes

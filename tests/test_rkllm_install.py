@@ -6,14 +6,13 @@ nothing is left half-written (no temp file, no partial model, the model installe
 from __future__ import annotations
 
 import hashlib
-import http.server
 import json
 import socket
 import struct
-import threading
 from pathlib import Path
 
 import pytest
+from test_board_install import serve
 
 from rkvoice.installer import __main__ as cli
 from rkvoice.installer.install import install_profile
@@ -38,31 +37,8 @@ GOOD_SHA = hashlib.sha256(GOOD).hexdigest()
 
 @pytest.fixture(scope="module")
 def site():
-    files = {"/qwen.rkllm": GOOD, "/page.rkllm": b"<!DOCTYPE html><html>sign in first</html>"}
-    hits: list[str] = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def do_GET(self):
-            hits.append(self.path)
-            body = files.get(self.path)
-            if body is None:
-                self.send_error(404, "Not Found")
-                return
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}", hits
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serve({"/qwen.rkllm": GOOD, "/page.rkllm": b"<!DOCTYPE html><html>sign in first</html>"}) as served:
+        yield served
 
 
 def run(root: Path, *extra: str) -> tuple[int, dict, str]:
@@ -93,7 +69,7 @@ def test_a_local_file_is_copied_checked_and_recorded(tmp_path, capsys):
     assert row["status"] == "ok" and row["changed"] and row["source"] == str(src) and row["sha256"] == GOOD_SHA
     assert "RKLLM header, container version 3" in row["detail"]
     assert "runtime load check skipped" in row["detail"]  # no librkllmrt on this machine
-    assert "no RKLLM model" not in err
+    assert "no RKLLM model" not in err and "sudo systemctl restart rkvoice" in err
     assert leftovers(root) == []
 
 

@@ -79,6 +79,9 @@ def _install(args: argparse.Namespace, manifest: Manifest, root: Path, t0: float
         args.report.write_text(json.dumps([dataclasses.asdict(o) | {"fails": o.fails} for o in report.outcomes],
                                           ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     llm = [o for o in report.outcomes if o.model in {m.id for m in manifest.models if m.engine == "rkllm"}]
+    if any(o.changed for o in llm):
+        print("the RKLLM model is installed; a running service picks it up after: sudo systemctl restart rkvoice",
+              file=sys.stderr)
     if any(o.status != "ok" for o in llm):
         print("no RKLLM model: the board answers with its local tools, Home Assistant and the satellite, and "
               f"says so when a question needs the language model; to add it: {RECIPE}", file=sys.stderr)

@@ -173,7 +173,8 @@ def runtime_load_check(path: Path, lib_paths: tuple[Path, ...] | None = None) ->
                       f"does not drive (supported: {versions.RKLLM_RUNTIMES})")
     cmd = [sys.executable, "-m", "rkvoice.installer.rkllm", str(path), "--lib", str(lib), "--abi", abi]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=LOAD_TIMEOUT_S, check=False)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=LOAD_TIMEOUT_S, check=False,
+                              cwd=Path(__file__).resolve().parents[2])  # where the rkvoice package is
     except subprocess.TimeoutExpired:
         return False, f"librkllmrt {version} did not load it within {LOAD_TIMEOUT_S:.0f} s"
     if proc.returncode != 0:
