@@ -174,3 +174,23 @@ def test_what_the_first_bytes_say():
     assert refusal(unknown, MIN_BYTES) is None and "not recognised" in header_note(unknown)
     assert "safetensors" in (refusal(struct.pack("<Q", 1234) + b'{"__metadata__"', MIN_BYTES) or "")
     assert "too small" in (refusal(GOOD[:64], MIN_BYTES - 1) or "")
+
+
+def test_the_runtime_load_check_runs_rkllm_init_in_a_child_and_reports_its_refusal(tmp_path, monkeypatch):
+    """On an aarch64 board with librkllmrt the check is the runtime itself, in a child process; here the
+    library is a stand-in file with the version stamp, which the dynamic linker refuses."""
+    import platform
+
+    from rkvoice.installer.rkllm import runtime_load_check
+
+    model = Path(_write(tmp_path / "m.rkllm", GOOD))
+    lib = tmp_path / "librkllmrt.so"
+    lib.write_bytes(b"\0rkllm-runtime version: 1.2.1 (0123456@2025-01-01T00:00:00)\0")
+    assert runtime_load_check(model, (lib,))[1].startswith("runtime load check skipped") or \
+        platform.machine() == "aarch64"
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    passed, said = runtime_load_check(model, (lib,))
+    assert not passed and said.startswith(f"librkllmrt 1.2.1 ({lib}) refused it: cannot load {lib}")
+    lib.write_bytes(b"\0rkllm-runtime version: 1.2.0 (0123456@2025-01-01T00:00:00)\0")
+    passed, said = runtime_load_check(model, (lib,))
+    assert passed and "which the binding does not drive" in said  # never driven through a wrong ABI
