@@ -180,6 +180,21 @@ def test_check_says_reachable_with_the_version_and_the_exposed_count(ha: HomeHa)
     assert lines[at].startswith("[ok  ] home_assistant") and "(Home Assistant 2026.2.3)" in lines[at], lines[at]
     exposed = int(lines[at + 1].split(".", 1)[1].split()[0])
     assert exposed >= 2, lines[at + 1]  # the light and the thermostat (and whatever HA exposes by default)
+    assert any("home names read now" in line for line in lines[at + 1:at + 4]), lines[at:at + 4]
+
+
+def test_the_homes_names_are_read_from_home_assistant_and_cached(ha: HomeHa, tmp_path: Path) -> None:
+    """The websocket commands vocab.py sends, against the real HA: names, alias, areas; the cache is HA's."""
+    from rkvoice.home.vocab import HomeNames, fetch_vocabulary, read_cache
+
+    with ha.ws() as sock:
+        vocab = fetch_vocabulary(sock, ha.base)
+    assert {HOME.light, HOME.thermostat} <= set(vocab.names["entity"]) and vocab.names["alias"] == (HOME.alias,)
+    assert HOME.area in vocab.names["area"] and vocab.entities >= 2 and vocab.names["floor"] == ()
+    names = HomeNames(ha.base, lambda: ha.token, tmp_path / "home_names.json")
+    assert names.refresh() and HOME.area in names.names
+    cached = read_cache(tmp_path / "home_names.json", ha.base)
+    assert cached is not None and cached.names == vocab.names
 
 
 def test_a_wrong_token_is_one_clear_warning_and_the_llm_answers(ha: HomeHa, tmp_path: Path,

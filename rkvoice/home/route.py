@@ -111,7 +111,8 @@ class HomeRoute:
     """Asks HA's conversation agent for one turn at a time; the breaker and the names are shared."""
 
     def __init__(self, cfg: HomeAssistantConfig, token_file: Path, clock: Clock | None = None,
-                 client: HaClient | None = None, name: str = "", cache: Path | None = None) -> None:
+                 client: HaClient | None = None, name: str = "", cache: Path | None = None,
+                 names: HomeNames | None = None) -> None:
         self.cfg = cfg
         self.name = name
         """The assistant's name (``hear.name``): said before a command, it is not sent to HA."""
@@ -123,8 +124,8 @@ class HomeRoute:
         self._failure: HomeFailure | None = None
         self._probing = False
         self._inflight = 0
-        self.vocab = HomeNames(cfg.url, self.client.token, cache, max(WS_TIMEOUT_S, cfg.timeout_s),
-                               retry_s=max(NAMES_RETRY_S, cfg.retry_s))
+        self.vocab = names or HomeNames(cfg.url, self.client.token, cache, max(WS_TIMEOUT_S, cfg.timeout_s),
+                                        retry_s=max(NAMES_RETRY_S, cfg.retry_s))
         """The home's names (``cache``: their file in the state directory; None: not kept on disk)."""
 
     @property
