@@ -56,6 +56,9 @@ def test_a_confusion_costs_less_than_another_syllable(a: str, b: str, cost: floa
     (BENCH, "打开苏房台灯", "打开书房台灯"),  # sh/s
     (BENCH, "关闭阳台窗连", "关闭阳台窗帘"),  # l/n-free: one final off
     (BENCH, "把住卧空调调到24度", "把主卧空调调到24度"),
+    (BENCH, "关比热水器", "关闭热水器"),  # the verb by its sound, in a command naming the home
+    (BENCH, "官闭走廊东", "关闭走廊灯"),
+    (OTHER, "关闭我是的登", "关闭卧室的登"),
 ])
 def test_a_misheard_name_is_put_right(names: tuple[str, ...], heard: str, meant: str) -> None:
     assert NameMatcher(names).correct(heard) == meant
@@ -72,6 +75,10 @@ def test_a_misheard_name_is_put_right(names: tuple[str, ...], heard: str, meant:
     (("tv", "1号灯"), "打开TV"), (("tv", "1号灯"), "打开1号等"),  # English and digits: as said
     (("卧室灯", "握室灯"), "打开我是灯"),  # two names fit as well: left to HA
     (BENCH, "打开窗户"), (BENCH, "把音量调到五十"), (BENCH, "关掉闹钟"),
+    (BENCH, "关比一下"), (BENCH, "我想官闭它"),  # a verb by its sound, nothing of the home
+    (("次卧灯", "次卧"), "打开次卧吊灯"), (("厨房灯", "厨房"), "打开厨房电脑"),  # 吊/电 go on as another word
+    (("书房台灯", "主卧台灯", "书房"), "打开书房台灯"),  # a name said right is never changed
+    (("客厅吊灯", "客厅"), "打开客厅台灯"),  # a device the home does not have: one syllable off is too far
 ])
 def test_what_names_nothing_of_the_home_is_left_as_it_was(names: tuple[str, ...], heard: str) -> None:
     assert NameMatcher(names).correct(heard) == heard
@@ -250,3 +257,24 @@ def test_a_one_shot_route_reads_the_names_before_its_question(monkeypatch: pytes
     assert not down.claims("关闭我是的灯") and not down.claims("关闭我是的灯")
     assert time.monotonic() - t0 < 1.5
     down.close()
+
+
+def test_whisper_hears_the_names_of_the_names_file_as_hotwords(tmp_path: Path) -> None:
+    """The portable ASR's bias: the names file the assistant writes, looked at by itself (no model loaded)."""
+    from rkvoice.config import load_config
+    from rkvoice.hear.whisper_asr import MAX_BIAS_CHARS, WhisperAsr
+
+    cfg = load_config([{"home_assistant": {"url": "http://ha:8123"}, "state": {"dir": str(tmp_path)}}])
+    asr = WhisperAsr(cfg)
+    asr._follow_names()
+    assert asr._hotwords is None  # no file yet
+    many = tuple(f"房间{i}灯" for i in range(100))
+    vocab = Vocabulary({"entity": ("卧室台灯", "TV", *many), "area": ("卧室",)}, 2, time.time(), "http://ha:8123")
+    (tmp_path / "home_names.json").write_text(json.dumps(vocab.to_json()))
+    asr._names_seen = (0.0, -1.0)
+    asr._follow_names()
+    assert asr._hotwords is not None and asr._hotwords.startswith("卧室台灯，房间0灯") and "TV" not in asr._hotwords
+    assert len(asr._hotwords) <= MAX_BIAS_CHARS
+    other = WhisperAsr(load_config([{"state": {"dir": str(tmp_path)}}]))  # home_assistant.url unset: no bias
+    other._follow_names()
+    assert other._hotwords is None

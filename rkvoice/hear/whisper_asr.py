@@ -12,7 +12,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import re
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ import numpy as np
 
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
+from rkvoice.home.vocab import CACHE_FILE, read_cache
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +31,9 @@ PROMPT = "以下是普通话的句子。"
 MAX_BIAS_CHARS = 120
 """Most characters of names given as hotwords (faster-whisper keeps under half the 448-token context
 for them; each name costs one to three tokens a character)."""
+BIAS_CHECK_S = 5.0
+"""How often the home's names file is looked at (one stat) for new names."""
+_HAN = re.compile(r"[\u3400-\u9fff]")
 FILES = ("model.bin", "config.json", "tokenizer.json", "vocabulary.json")
 
 
@@ -47,13 +53,18 @@ class WhisperAsr:
         self._encoded: tuple[bytes, Any] | None = None  # (digest of the features, encoder output)
         self._encode_lock = threading.Lock()
         self._hotwords: str | None = None
+        ha = cfg.home_assistant
+        self._names = (cfg.state.path / CACHE_FILE, ha.url) if ha.url else None
+        """The home's names file (rkvoice.home.vocab, written by whoever reads Home Assistant) and HA's url."""
+        self._names_seen: tuple[float, float] = (0.0, -1.0)  # (monotonic time looked, the file's mtime)
 
     def bias(self, names: list[str]) -> None:
         """Hear ``names`` (the home's) more readily: they go to the decoder as hotwords in every
-        transcription but the wake check's (which has the phrase); the first names up to
-        ``MAX_BIAS_CHARS`` characters. An empty list ends the bias."""
+        transcription but the wake check's (which has the phrase); the first Chinese names up to
+        ``MAX_BIAS_CHARS`` characters. An empty list ends the bias. With ``home_assistant.url`` set the
+        names come from the home's names file by themselves (``_follow_names``)."""
         kept: list[str] = []
-        for name in names:
+        for name in (n for n in names if _HAN.search(n)):
             if sum(map(len, kept)) + len(kept) + len(name) > MAX_BIAS_CHARS:
                 break
             kept.append(name)
@@ -121,6 +132,7 @@ class WhisperAsr:
         audio = np.asarray(samples, dtype=np.float32)
         if len(audio) < 1600:  # under 0.1 s: nothing to decode
             return ""
+        self._follow_names()
         if self._hotwords is not None:
             options.setdefault("hotwords", self._hotwords)
         try:
@@ -145,9 +157,29 @@ class WhisperAsr:
         return simplify(text)
 
 
+    def _follow_names(self) -> None:
+        """Take the home's names from its file when it changed (looked at every ``BIAS_CHECK_S``)."""
+        if self._names is None:
+            return
+        now = time.monotonic()
+        if now - self._names_seen[0] < BIAS_CHECK_S:
+            return
+        path, url = self._names
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:
+            mtime = -1.0
+        if mtime != self._names_seen[1]:
+            vocab = read_cache(path, url) if mtime >= 0 else None
+            self.bias(vocab.all() if vocab is not None else [])
+            log.info("whisper: the home's names as hotwords: %s", self._hotwords or "(none)")
+        self._names_seen = (now, mtime)
+
+
 def simplify(text: str) -> str:
-    """Drop Whisper's prompt echo and convert any traditional characters it still emits."""
-    return _t2s().convert(text.removeprefix(PROMPT)).strip()
+    """Drop Whisper's prompt echo and the replacement characters of a character's bytes cut between two
+    tokens (hotwords bring them: '打开客厅窗帘\ufffd'), and convert any traditional characters it still emits."""
+    return _t2s().convert(text.removeprefix(PROMPT).replace("\ufffd", "")).strip()
 
 
 def _strip_echo(text: str) -> str:

@@ -6,18 +6,22 @@ Syllables come from pypinyin without tones, in the pinyin scheme's strict initia
 costs 0 when equal; its initial and its final each add 0.25 when they differ by one of the usual
 confusions (zh/z, ch/c, sh/s, n/l, f/h; in/ing, en/eng, an/ang, ian/iang, uan/uang) and 0.5 when
 they differ otherwise, so a wholly different syllable costs 1. A span of a name's length matches the
-name when its cost is at most ``threshold`` per syllable (docs/decisions/0011-home-names.md).
+name when its cost is at most ``threshold`` per syllable (docs/decisions/0012-home-names.md).
 
 What is never rewritten:
 
-- a transcript without a control cue (打开, 关闭, 调到, ...: ``CUES``); the assistant's other questions;
-- a span that partly covers a name already said right, or a control cue (打开台灯 never becomes
-  打白台灯); a span is only widened over a right name (客厅东 -> 客厅灯 over 客厅);
+- a transcript without a control verb (打开, 关闭, 调到, ...: ``CUES``; 打开 and 关闭 also by their
+  sound alone, 关比 -> 关闭, where the transcript names the home): the assistant's other questions;
+- a span that partly covers a name already said right, or changes one, or touches a control verb
+  (打开台灯 never becomes 打白台灯); a span is only widened over a right name, keeping it (客厅东 ->
+  客厅灯 over 客厅; 书房台灯 never becomes 主卧台灯);
 - a span where two different names fit equally well (HA's own disambiguation is for the same name
   in two areas, which needs no rewrite);
 - a span that keeps none of the name's own characters, unless it sounds exactly like the name and
   stands next to a control verb, 把/将/的 or another name (卧室 for 我是 in 关闭我是的灯, not in
   我是小明，打开音乐);
+- a span whose first or last syllable is off when more of a word goes on beyond it (次卧吊灯 is not
+  次卧灯 + 灯; 客厅东 at the end, or before 的, 关掉, a name, is 客厅灯);
 - a span that would turn a particle (的, 把, 了, ...) into a name's character (把客厅的灯关掉 stays);
 - names of one character (门, 灯), or with anything but Han characters (English, digits): those are
   left to Home Assistant as they are.
@@ -35,12 +39,14 @@ from dataclasses import dataclass
 from rkvoice.hear.pinyin_match import Syllable, toneless
 
 THRESHOLD = 0.2
-"""Largest cost per syllable of a match (chosen on bench/home_names.py's measured set, decision 0011)."""
+"""Largest cost per syllable of a match (chosen on bench/home_names.py's measured set, decision 0012)."""
 MAX_NAME = 8
 """Longest name (syllables) matched by sound; a longer one is matched only as written."""
 CUES = ("打开", "开启", "关闭", "关掉", "关上", "调到", "调成", "调为", "调高", "调低", "调亮", "调暗", "设为", "设成",
         "设置为", "设定为", "拉开", "拉上", "开一下", "关一下", "升到", "降到", "掉到")
 """The control verbs of a home command (the home route's too): only a transcript with one is corrected."""
+SPOKEN_CUES = ("打开", "关闭", "关掉", "开启", "关上")
+"""Control verbs also recognised by their sound alone (关比, 官闭 -> 关闭), in a transcript naming the home."""
 PARTICLES = frozenset("的地得了把将和跟与在吧呢啊呀吗")
 """Characters of a command's grammar: a span never turns one into a name's other character."""
 ANCHORS = (*CUES, "把", "将", "的", "让", "请")
@@ -49,6 +55,7 @@ ANCHORS = (*CUES, "把", "将", "的", "让", "请")
 CONFUSED_INITIALS = {"zh": "z", "ch": "c", "sh": "s", "l": "n", "f": "h"}
 CONFUSED_FINALS = {"ing": "in", "eng": "en", "ang": "an", "iang": "ian", "uang": "uan"}
 _HAN_ONLY = re.compile(r"^[\u3400-\u9fff]+$")
+_HAN = re.compile(r"[\u3400-\u9fff]")
 _PUNCT = re.compile(r"[\s，。！？、；：“”‘’\"'!?,;:（）()《》【】\[\]…~～·-]+")
 
 
@@ -98,6 +105,7 @@ class NameMatcher:
         """Every name of two characters or more: said right, it is kept as it is."""
         self._names: list[_Name] = []
         self._index: dict[str, list[tuple[int, int]]] = {}
+        self._cues = [(cue, [(x.initial, x.final) for x in toneless(cue, strict=True)]) for cue in SPOKEN_CUES]
         for text in sorted(self.literal):
             if not _HAN_ONLY.match(text) or len(text) > MAX_NAME:
                 continue
@@ -121,10 +129,13 @@ class NameMatcher:
 
     def fixes(self, text: str) -> list[Fix]:
         """The replacements ``correct`` makes, in text order."""
-        if not self._names or not any(c in text for c in CUES):
+        if not self._names:
             return []
-        said, cues = _spans(text, self.literal), _spans(text, CUES)
         tokens = toneless(text, strict=True)
+        heard_cues = [] if any(c in text for c in CUES) else self._heard_cues(text, tokens)
+        if not heard_cues and not any(c in text for c in CUES):
+            return []
+        said, cues = _spans(text, self.literal), _spans(text, CUES) + [(f.start, f.end) for f in heard_cues]
         keys = [_fold(s) for s in tokens]
         seen: set[tuple[int, int]] = set()
         found: dict[tuple[int, int], list[tuple[float, str]]] = {}
@@ -138,7 +149,32 @@ class NameMatcher:
                 if match is not None:
                     found.setdefault((tokens[start].pos, tokens[start].pos + len(self._names[nid].text)), []).append(
                         (match, self._names[nid].text))
-        return _choose(text, found, said, cues)
+        fixes = _choose(text, found, said, cues)
+        if heard_cues and not fixes and not said:
+            return []  # a verb by its sound alone and nothing of the home: not a home command
+        return sorted(fixes + heard_cues, key=lambda f: f.start)
+
+    def _edges_hold(self, name: _Name, tokens: list[Syllable], start: int, text: str) -> bool:
+        """A span whose first or last syllable is not the name's must end there: at the text's edge,
+        punctuation, an anchor word or a name (次卧吊灯 is not 次卧灯 + 灯)."""
+        n = len(name.syl)
+        first, last = tokens[start].pos, tokens[start + n - 1].pos
+        if syllable_cost(name.syl[0], tokens[start]) > 0 and not _edge_free(text, first, False, self.literal):
+            return False
+        return syllable_cost(name.syl[-1], tokens[start + n - 1]) == 0 or \
+            _edge_free(text, last + 1, True, self.literal)
+
+    def _heard_cues(self, text: str, tokens: list[Syllable]) -> list[Fix]:
+        """Spans that sound exactly like a control verb of ``SPOKEN_CUES`` (tones aside)."""
+        out = []
+        for i in range(len(tokens)):
+            for cue, sound in self._cues:
+                span = tokens[i:i + len(sound)]
+                if len(span) == len(sound) and span[-1].pos == span[0].pos + len(sound) - 1 and \
+                        [(x.initial, x.final) for x in span] == sound:
+                    out.append(Fix(span[0].pos, span[-1].pos + 1, text[span[0].pos:span[-1].pos + 1], cue, 0.0))
+                    break
+        return out
 
     def _match(self, name: _Name, tokens: list[Syllable], start: int, text: str) -> float | None:
         n = len(name.syl)
@@ -156,12 +192,23 @@ class NameMatcher:
             cost += syllable_cost(a, b)
             if cost > limit:
                 return None
+        if not self._edges_hold(name, tokens, start, text):
+            return None
         kept = sum(x == y for x, y in zip(heard, name.text))
         if any(x != y and x in PARTICLES for x, y in zip(heard, name.text)):
             return None
         if not kept and (cost > 0 or not _touches(text, first, first + n, self.literal)):
             return None
         return cost
+
+
+def _edge_free(text: str, at: int, after: bool, names: frozenset[str]) -> bool:
+    """``text`` ends at ``at`` on that side (or goes on with punctuation, a digit, an anchor word or a name)."""
+    rest = text[at:] if after else text[:at]
+    if not rest or not _HAN.match(rest[0] if after else rest[-1]):
+        return True
+    words = (*ANCHORS, *names)
+    return any(rest.startswith(w) for w in words) if after else any(rest.endswith(w) for w in words)
 
 
 def _touches(text: str, start: int, end: int, names: frozenset[str]) -> bool:
@@ -192,8 +239,9 @@ def _choose(text: str, found: dict[tuple[int, int], list[tuple[float, str]]], sa
         cost, name = options[0]
         if len(options) > 1 and options[1][0] == cost and options[1][1] != name:
             continue  # two names fit as well: leave it
-        if any(s < end and start < e and not (start <= s and e <= end) for s, e in said):
-            continue  # would cut a name said right
+        if any(s < end and start < e and not (start <= s and e <= end and name[s - start:e - start] == text[s:e])
+               for s, e in said):
+            continue  # would cut or change a name said right
         if any(s < end and start < e for s, e in (*cues, *taken)):
             continue
         taken.append((start, end))
