@@ -32,6 +32,7 @@ from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.pieces import Pieces
+from rkvoice.text import words
 from rkvoice.text.normalize import speakable
 from rkvoice.timeline import Ev, Timeline
 from rkvoice.tts.base import TtsEngine
@@ -124,6 +125,7 @@ class Speaker:
         if self._synth_thread is not None:
             return
         speakable("今天是1月2日。")
+        words.warm()
         rate = getattr(self.engine, "sample_rate", self.player.rate)
         tone = (0.3 * np.sin(np.arange(rate // 2, dtype=np.float32) * 0.1)).astype(np.float32)
         prepare_piece(tone, rate, self.player.rate, self.block, fade_ms=self.cfg.audio.crossfade_ms)

@@ -37,6 +37,7 @@ from rkvoice.hear.vad import Segmenter
 from rkvoice.hear.wake import PHRASE_SILENCE_S, WakeEngine
 from rkvoice.hear.wake_registry import create_wake
 from rkvoice.speaker import Speaker
+from rkvoice.text import words
 from rkvoice.tts.base import TtsEngine
 from rkvoice.tts.registry import CHINESE, TTS, VoiceSpec, create_tts, with_other_language
 
@@ -142,6 +143,7 @@ class Speak:
         self.tts = self._tts_factory(self.cfg)
         t0 = time.monotonic()
         self.tts.load()
+        words.warm()  # the piece cutter's word boundaries: loaded now, not in the first answer
         log.info("loaded %s in %.0f ms", self.tts.name, (time.monotonic() - t0) * 1000)
         if self._player_factory is None:
             return

@@ -1,8 +1,8 @@
 """Cut text into size-bounded pieces for TTS, in any language, keeping every character.
 
 Cut points come from ``CutPoints``, which the streaming chunker shares: a number (2026-10-21, 3.14,
-1,000, 22:05), a Latin word or a bracketed stretch is cut only when it alone is longer than the
-limit, a URL never.
+1,000, 22:05), a Latin or Chinese word (``rkvoice.text.words``) or a bracketed stretch is cut only
+when it alone is longer than the limit, a URL never.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from itertools import accumulate, pairwise
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.text.clean import LINK, LINK_TAIL, URL, dropped as _dropped, starts_with_list_number
 from rkvoice.text.script_spans import HAN
+from rkvoice.text.words import WORD_LOOKAHEAD, inside_words, script_changes
 
 log = logging.getLogger(__name__)
 
@@ -83,14 +84,16 @@ def spoken_mask(text: str) -> bytearray:
 
 class CutPoints:
     """Where a text may be cut (at ``k``: ``text[:k]`` | ``text[k:]``), at six levels of preference:
-    0 sentence ends, 1 adds clause marks, 2 word gaps, 3 every safe position (not inside a number,
-    word, URL or brackets); for a stretch longer than any limit, 4 its clause marks and word gaps,
+    0 sentence ends, 1 adds clause marks, 2 word gaps (whitespace, and where Chinese meets a Latin
+    letter), 3 every safe position (not inside a number, a Latin or Chinese word, a URL or
+    brackets: ``rkvoice.text.words``); for a stretch longer than any limit, 4 its clause marks and word gaps,
     5 every position (never before a combining mark, a closing quote or whitespace, which stays
     with the piece before it). ``size`` counts spoken characters only.
 
     ``final=False`` is for a stream whose end is not known yet: an unclosed bracket blocks all
     cuts after it (unless ``open_brackets_block`` is False) and a word-gap or plain cut (levels 2
-    and 3) needs FINE_LOOKAHEAD characters after it to be decided.
+    and 3) needs FINE_LOOKAHEAD characters after it to be decided, and one between two Chinese
+    characters WORD_LOOKAHEAD.
     """
 
     def __init__(self, text: str, final: bool = True, open_brackets_block: bool = True) -> None:
@@ -125,6 +128,13 @@ class CutPoints:
         for pattern in (_ATOM, _CN_COMPOUND):  # soft blocks: a cut here only when nothing else fits
             for m in pattern.finditer(text):
                 blocked[m.start() + 1 : m.end()] = b"\x01" * (m.end() - m.start() - 1)
+        for k in inside_words(text):  # nor inside a Chinese word (写代|码)
+            blocked[k] = 1
+        if not final:  # the last Chinese words may still join what comes next
+            for k in range(max(1, n - WORD_LOOKAHEAD + 1), n):
+                if HAN.match(text[k - 1]) and HAN.match(text[k]):
+                    blocked[k] = 1
+        self._script_changes = set(script_changes(text))
         self._block_brackets(blocked, open_brackets_block and not final)
         self._spoken = list(accumulate(spoken_mask(text), initial=0))
         fine_end = n - FINE_LOOKAHEAD if not final else n
@@ -178,7 +188,8 @@ class CutPoints:
             if p >= n or blocked[p]:
                 continue
             (sent if ch in SENTENCE_MARKS else clause).append(p)
-        words = [k for k in range(1, fine_end + 1) if not blocked[k] and text[k - 1].isspace()]
+        words = [k for k in range(1, fine_end + 1)
+                 if not blocked[k] and (text[k - 1].isspace() or k in self._script_changes)]
         safe = [k for k in range(1, fine_end + 1) if not blocked[k]]
         clauses = set(sent) | set(clause)
         return [sorted(set(sent)), sorted(clauses), sorted(clauses | set(words)), safe]

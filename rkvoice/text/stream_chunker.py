@@ -7,7 +7,7 @@ words (English) or a safe cut (Chinese). No piece has more than ``first`` (the f
 (later) spoken characters (``CutPoints.size``). Nothing is decided on the last character seen
 when the next could change it: "3." may become "3.14", "$29." "$29.99", "。" may take a closing
 quote. Pieces joined give the stream back; none ends inside a number, a Latin word, a URL or
-brackets unless that stretch alone is longer than the limit.
+brackets, nor inside a Chinese word, unless that stretch alone is longer than the limit.
 """
 
 from __future__ import annotations
