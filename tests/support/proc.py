@@ -3,6 +3,7 @@ bench (resident set, native threads, open file descriptors, available memory, 1-
 
 from __future__ import annotations
 
+import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,19 @@ def footprint() -> Footprint:
     """VmRSS, Threads and the open fds of this process, now."""
     st = _status_fields(Path("/proc/self/status"), "VmRSS", "Threads")
     return Footprint(rss_kb=st["VmRSS"], threads=st["Threads"], fds=len(os.listdir("/proc/self/fd")))
+
+
+TOUCHED_MB = 64
+
+
+def touch_fresh_memory(mb: int = TOUCHED_MB) -> mmap.mmap:
+    """``mb`` MB of new anonymous pages, each written once: resident now, whatever the allocator
+    holds. (A numpy array of the same size may be carved out of memory earlier code freed and the
+    allocator kept resident: RSS then does not move; seen after the whole suite, 4 kB for 64 MB.)"""
+    block = mmap.mmap(-1, mb * 1024 * 1024)
+    for i in range(0, len(block), mmap.PAGESIZE):
+        block[i] = 1
+    return block
 
 
 def rss_mb() -> float:
