@@ -228,11 +228,22 @@ def _onboard(ha: HomeHa) -> str:
         return str(sock.call("auth/long_lived_access_token", client_name="rkvoice-tests", lifespan=1))
 
 
+def _named(sock: HaSocket, wanted: set[tuple[str, str]], timeout: float = 60.0) -> dict[tuple[str, str], str]:
+    """{(domain, friendly name): entity_id} of HA's states, once every ``wanted`` one exists (its
+    platforms, the thermostat's among them, may still be setting up after onboarding)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        named = {(s["entity_id"].split(".")[0], s["attributes"].get("friendly_name")): s["entity_id"]
+                 for s in sock.call("get_states")}
+        if wanted <= named.keys() or time.monotonic() > deadline:
+            return named
+        time.sleep(0.2)
+
+
 def _build_home(ha: HomeHa) -> None:
     """Area and alias on the light, both entities exposed to Assist (by the names in HOME)."""
     with ha.ws() as sock:
-        states = {s["entity_id"]: s for s in sock.call("get_states")}
-        named = {(eid.split(".")[0], s["attributes"].get("friendly_name")): eid for eid, s in states.items()}
+        named = _named(sock, {("light", HOME.light), ("climate", HOME.thermostat)})
         ha.light = named.get(("light", HOME.light), "")
         ha.thermostat = named.get(("climate", HOME.thermostat), "")
         assert ha.light and ha.thermostat, f"no light {HOME.light} / climate {HOME.thermostat} in {sorted(named)}\n" \
@@ -294,8 +305,7 @@ def _build_devices(ha: HomeHa, devices: list[Device]) -> dict[str, str]:
     """Areas, aliases, exposure of ``devices``; {name: entity_id}."""
     found: dict[str, str] = {}
     with ha.ws() as sock:
-        states = {s["entity_id"]: s for s in sock.call("get_states")}
-        named = {(eid.split(".")[0], s["attributes"].get("friendly_name")): eid for eid, s in states.items()}
+        named = _named(sock, {(d.domain, d.name) for d in devices})
         areas = {a["name"]: a["area_id"] for a in sock.call("config/area_registry/list")}
         for d in devices:
             eid = named.get((d.domain, d.name), "")
