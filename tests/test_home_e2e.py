@@ -185,7 +185,8 @@ def test_check_says_reachable_with_the_version_and_the_exposed_count(ha: HomeHa)
 
 def test_the_homes_names_are_read_from_home_assistant_and_cached(ha: HomeHa, tmp_path: Path) -> None:
     """The websocket commands vocab.py sends, against the real HA: names, alias, areas; the cache is HA's."""
-    from rkvoice.home.vocab import HomeNames, fetch_vocabulary, read_cache
+    from rkvoice.home.vocab import HomeNames, fetch_vocabulary
+    from rkvoice.home_names import read_cache
 
     with ha.ws() as sock:
         vocab = fetch_vocabulary(sock, ha.base)

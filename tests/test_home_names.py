@@ -17,8 +17,9 @@ import pytest
 from rkvoice.hear.pinyin_match import toneless
 from rkvoice.home.correct import NameMatcher, syllable_cost
 from rkvoice.home.status import names_note
-from rkvoice.home.vocab import MAX_NAMES, HomeNames, Vocabulary, fetch_vocabulary, read_cache
+from rkvoice.home.vocab import HomeNames, fetch_vocabulary
 from rkvoice.home.ws import WsError
+from rkvoice.home_names import MAX_NAMES, Vocabulary, read_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ("客厅灯", "大灯", "客厅", "空调")

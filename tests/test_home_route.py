@@ -25,7 +25,8 @@ from rkvoice.config import Config, HomeAssistantConfig, StateConfig, load_config
 from rkvoice.errors import RkvoiceError
 from rkvoice.home.client import Failure, HaClient, HomeFailure, read_token
 from rkvoice.home.route import APOLOGY, ROUTE, HomeRoute, looks_like_command
-from rkvoice.home.vocab import Vocabulary, fetch_vocabulary
+from rkvoice.home.vocab import fetch_vocabulary
+from rkvoice.home_names import Vocabulary
 from rkvoice.state import StateStore
 from rkvoice.turn import Turn
 from tests.fakes import ScriptedLlm

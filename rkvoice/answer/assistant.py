@@ -19,7 +19,7 @@ from rkvoice.answer.tools.scheduler import ReminderScheduler
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
 from rkvoice.home.route import ROUTE as HOME, HomeAnswer, HomeRoute
-from rkvoice.home.vocab import CACHE_FILE
+from rkvoice.home_names import CACHE_FILE
 from rkvoice.state import StateStore
 from rkvoice.timeline import Ev
 from rkvoice.turn import Turn

@@ -22,7 +22,7 @@ import numpy as np
 
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
-from rkvoice.home.vocab import CACHE_FILE, read_cache
+from rkvoice.home_names import CACHE_FILE, read_cache
 
 log = logging.getLogger(__name__)
 

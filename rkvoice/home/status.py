@@ -11,8 +11,9 @@ from pathlib import Path
 from rkvoice.config import Config
 from rkvoice.home.client import HaClient, HomeFailure
 from rkvoice.home.route import WS_TIMEOUT_S
-from rkvoice.home.vocab import CACHE_FILE, Vocabulary, fetch_vocabulary, read_cache
+from rkvoice.home.vocab import fetch_vocabulary
 from rkvoice.home.ws import HaSocket, WsError
+from rkvoice.home_names import CACHE_FILE, Vocabulary, read_cache
 
 log = logging.getLogger(__name__)
 

@@ -17,77 +17,23 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from rkvoice.atomic import write_atomic
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.home.client import HomeFailure
 from rkvoice.home.correct import NameMatcher, clean
 from rkvoice.home.ws import HaSocket, WsError
+from rkvoice.home_names import KINDS, MAX_NAMES, Vocabulary, bounded, read_cache
 
 log = logging.getLogger(__name__)
 
-CACHE_FILE = "home_names.json"
-MAX_NAMES = 20000
-MAX_LEN = 40
 EVERY_S = 300.0
 """How often the names are read again (HA's registries change when the user renames or exposes)."""
-KINDS = ("entity", "alias", "area", "floor")
 REWRITE_S = 3600.0
 """The cache is rewritten when the names changed, else at most this often (flash storage on a board)."""
-
-
-@dataclass(frozen=True)
-class Vocabulary:
-    """One reading of HA's names: ``names[kind]`` as HA spells them, for kind in ``KINDS``."""
-
-    names: dict[str, tuple[str, ...]]
-    entities: int
-    """Entities exposed to Assist."""
-    fetched_at: float
-    """Unix time of the reading."""
-    url: str
-    """The HA it was read from (a cache of another HA is not used)."""
-
-    def all(self) -> list[str]:
-        """Every name, each once, in kind order."""
-        return list(dict.fromkeys(n for kind in KINDS for n in self.names.get(kind, ())))
-
-    def count(self) -> int:
-        return len(self.all())
-
-    def when(self) -> str:
-        return datetime.fromtimestamp(self.fetched_at).strftime("%Y-%m-%d %H:%M")
-
-    def to_json(self) -> dict[str, Any]:
-        return {"url": self.url, "fetched_at": self.fetched_at, "entities": self.entities,
-                "names": {k: list(self.names.get(k, ())) for k in KINDS}}
-
-    @classmethod
-    def from_json(cls, data: Any) -> Vocabulary:
-        """A cache file's content; ValueError naming what is wrong."""
-        if not isinstance(data, dict) or not isinstance(data.get("names"), dict):
-            raise ValueError("not a names cache (no 'names' object)")
-        names = {k: _bounded(data["names"].get(k) or ()) for k in KINDS}
-        fetched, entities, url = data.get("fetched_at"), data.get("entities"), data.get("url")
-        if not isinstance(fetched, (int, float)) or not isinstance(entities, int) or not isinstance(url, str):
-            raise ValueError("fetched_at, entities or url missing")
-        return cls(names, entities, float(fetched), url)
-
-
-def _bounded(names: Iterable[Any], room: int = MAX_NAMES) -> tuple[str, ...]:
-    out: dict[str, None] = {}
-    for n in names:
-        s = str(n).strip() if isinstance(n, str) else ""
-        if s and len(s) <= MAX_LEN:
-            out[s] = None
-            if len(out) >= room:
-                break
-    return tuple(out)
 
 
 def fetch_vocabulary(sock: HaSocket, url: str, now: Callable[[], float] = time.time) -> Vocabulary:
@@ -124,25 +70,9 @@ def fetch_vocabulary(sock: HaSocket, url: str, now: Callable[[], float] = time.t
     room = MAX_NAMES
     names: dict[str, tuple[str, ...]] = {}
     for kind, found in zip(KINDS, (entity, alias, area, floor)):
-        names[kind] = _bounded(found, max(room, 0)) if room > 0 else ()
+        names[kind] = bounded(found, max(room, 0)) if room > 0 else ()
         room -= len(names[kind])
     return Vocabulary(names, len(ids), now(), url)
-
-
-def read_cache(path: Path, url: str) -> Vocabulary | None:
-    """The cached names of the HA at ``url``; None (and one log line) when there are none usable."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        vocab = Vocabulary.from_json(data)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        log.warning("home: the names cache %s is unreadable (%s); it is rewritten at the next reading", path, exc)
-        return None
-    if vocab.url != url:
-        log.info("home: the names cache %s is of %s, not %s; not used", path, vocab.url, url)
-        return None
-    return vocab
 
 
 @dataclass
