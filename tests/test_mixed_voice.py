@@ -95,8 +95,12 @@ def test_composite_is_lazy_level_matched_and_gap_bounded() -> None:
     assert rate == 24000 and en.loads == 0 and en.calls == [] and id(eng.voices["en"]) not in eng._loaded
     assert np.array_equal(out, zh.generate("今天天气不错。")[0])  # the primary's own samples
     out, rate = eng.generate("我用Python写。")
-    assert en.loads == 1 and en.calls == ["Python"] and id(eng.voices["en"]) in eng._loaded
-    assert zh.calls[-2:] == ["我用", "写。"]
+    # the English voice says its reference sentence once (its pitch, to move it toward the Chinese
+    # voice's), then the span; the Chinese voice's reference is said once too
+    assert en.loads == 1 and en.calls == [mixed.LEVEL_TEXT["en"], "Python"] and id(eng.voices["en"]) in eng._loaded
+    assert [c for c in zh.calls[-3:] if c != mixed.LEVEL_TEXT["zh"]] == ["我用", "写。"]
+    eng.generate("我用Python写。")
+    assert en.calls[2:] == ["Python"] and zh.calls.count(mixed.LEVEL_TEXT["zh"]) == 1
     w = mixed.window_rms(out, rate // 100)
     voiced = np.flatnonzero(w >= 0.01)
     longest, run = 0, 0
@@ -156,21 +160,23 @@ def test_registry_wraps_single_language_voices_and_leaves_matcha_alone() -> None
 
 
 @needs_voices
-def test_mixed_sentence_is_heard_with_its_english_words(asr) -> None:  # noqa: ANN001
+def test_english_spans_are_said_the_same_every_time_nearer_the_chinese_voice_s_pitch() -> None:
+    """Heard over ten sentences in tests/test_voice_routes.py; here the signal itself: the English
+    voice (Joe, ~110 Hz) inside Chinese (Baker, ~260 Hz) is raised by MAX_PITCH_SHIFT, and a text is
+    said the same way every time (no sampling noise, SPAN_NOISE)."""
     from rkvoice.tts.registry import create_tts
-    from tests.support import cer
 
     engine = create_tts(CFG, "fastspeech2", MIXED)
     engine.load()
     assert id(engine.voices["en"]) not in engine._loaded  # loaded when a span needs it
     first, rate = engine.generate(MIXED)
     again, _ = engine.generate(MIXED)
-    # The English spans are said without sampling noise (SPAN_NOISE): the same sentence every time.
     assert np.array_equal(first, again)
-    heard = _hear(asr, first, rate)
-    squeezed = heard.lower().replace(" ", "")
-    assert "python" in squeezed and "github" in squeezed, heard
-    assert cer(MIXED, heard, read_digits=False) <= 0.2, heard
+    alone, alone_rate = engine.voices["en"].generate("Python, GitHub, Linux.")
+    routed, _ = engine.generate("Python, GitHub, Linux.")  # English only, through the Chinese primary
+    ratio = mixed.speech_f0(routed, rate) / mixed.speech_f0(np.asarray(alone, np.float32), alone_rate)
+    # (1.19 measured for 1.3: said slower, the voice's own intonation moves a little too)
+    assert 1.1 < ratio < 1.5, ratio
 
 
 @needs_voices

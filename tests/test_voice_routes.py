@@ -272,7 +272,8 @@ def test_the_voice_for_the_texts_language_loads_with_the_primary_and_sets_the_pi
     assert zh.loads == 1 and en.said == [LEVEL_TEXT["en"]]  # the Chinese voice and the level, before any text
     assert eager.piece_chars is None  # the Chinese voice's (none of its own: tts.first_chars / chunk_chars)
     eager.generate(TEXTS["zh"])
-    assert zh.loads == 1 and zh.said == [TEXTS["zh"]] and en.said == [LEVEL_TEXT["en"]]
+    # each voice said its reference sentence once, at load (level, pitch), and then the text
+    assert zh.loads == 1 and zh.said == [LEVEL_TEXT["zh"], TEXTS["zh"]] and en.said == [LEVEL_TEXT["en"]]
     zh.piece_chars = (24, 40)  # a voice with its own sizes (the board's Matcha) ...
     assert eager.piece_chars == (24, 40)
     streaming_partner = MixedTts(zh, {"en": en}, preload="en")
@@ -318,7 +319,7 @@ def _lacks(route: Route) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.id)
+@pytest.mark.parametrize("route", [r for r in ROUTES if r.kind != "mixed"], ids=lambda r: r.id)
 def test_each_route_is_heard_saying_its_words(route: Route, request: pytest.FixtureRequest, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     from rkvoice.audio.post import resample
@@ -366,3 +367,33 @@ def test_a_voice_a_wyoming_client_names_gives_the_other_languages_spans_to_their
     assert isinstance(engine, MixedTts) and span_voices(engine) == {"zh": "fastspeech2", "en": "piper-joe"}
     assert engine.preload is None  # which language a named voice will be given is not known: lazy
     engine.close()
+
+
+MIXED_SET_CER = 0.15
+"""The bound on the mean CER over MIXED_SET (mixed speech heard on every route). Measured on AMD EPYC
+(AVX2; the listener's CTranslate2 also forced to its AVX and generic kernels: the same transcripts):
+0.145 (auto, fastspeech2) and 0.134 (vits) with the English voice's pitch moved toward the Chinese
+voice's (MAX_PITCH_SHIFT), 0.385 and 0.346 without it (bench/mixed_heard.py). The single mixed
+sentence of TEXTS is one of the ten: alone it swings with the listener (GitHub heard or not)."""
+
+
+@pytest.mark.parametrize("route", [r for r in ROUTES if r.kind == "mixed"], ids=lambda r: r.id)
+def test_ten_mixed_sentences_are_heard_whole_on_every_route(route: Route, hear_asr: Any) -> None:
+    """Product names, acronyms and code words inside Chinese, said the way the speaker says them
+    (cut into pieces, made speakable, each piece synthesised), heard by the installed Whisper."""
+    from rkvoice.audio.post import resample
+    from tests.support.spoken import MIXED_SET, spoken
+
+    if lacks := _lacks(route):
+        pytest.skip(f"{route.profile} voices not installed here: " + "; ".join(lacks))
+    cfg = profile_config(route.profile)
+    engine = registry.create_tts(cfg, route.choice, MIXED_SET[0])
+    engine.load()
+    scores, heard = [], []
+    for text in MIXED_SET:
+        samples, rate = spoken(engine, cfg, text)
+        heard.append(hear_asr.transcribe(resample(samples, rate, 16000)))
+        scores.append(cer(text, heard[-1], read_digits=False))
+    mean = sum(scores) / len(scores)
+    logging.getLogger(__name__).info("route %s: mean CER %.3f, heard %r", route.id, mean, heard)
+    assert mean <= MIXED_SET_CER, (round(mean, 3), list(zip(MIXED_SET, heard, scores)))

@@ -10,8 +10,10 @@ routed whole for any other, so a streaming primary (the Piper voice) never reads
 spans itself. Otherwise ``rkvoice.text.script_spans`` cuts it into spans, each synthesised by the voice
 for its language (acronyms spelled: USB -> "you ess bee"); at every join the silence is trimmed to
 a short faded pre/post-roll and a pause of known length put in. The other voice's spans are
-resampled to the primary rate and brought to the primary voice's speech level (never past PEAK).
-``rkvoice.tts.registry.with_other_language`` builds it.
+resampled to the primary rate, brought to the main voice's speech level (never past PEAK) and
+their pitch moved toward the main voice's (``pitch_ratio``): the main voice is the one for the
+text's own language (``preload``), else the primary. ``rkvoice.tts.registry.with_other_language``
+builds it.
 """
 
 from __future__ import annotations
@@ -42,7 +44,16 @@ QUIET = 0.02
 PEAK = 0.95
 GAIN_RANGE = (0.25, 4.0)
 LEVEL_TEXT = {"zh": "今天天气不错，我们出去走走吧。", "en": "The weather is nice today."}
-"""Reference sentences for a voice's speech level when no span of it was heard yet."""
+"""Reference sentences for a voice's speech level and pitch."""
+MAX_PITCH_SHIFT = 1.3
+"""Most a span's pitch is moved toward the main voice's (a ratio, either way). The shift is a
+resampling, so the formants move with it: a male English voice said up a full octave to meet a
+female Chinese one sounds like a toy. Whisper, hearing ten mixed sentences (bench/mixed_tts.py
+--set), lost most English words and the Chinese after them when the voice changed from Baker's
+~260 Hz to Joe's ~110 Hz mid-sentence (CER 0.32); moved x1.3 it heard them (0.13); x1.4 0.15,
+x1.5 0.24, x1.7 0.40 (docs/decisions/0008-english-spans.md)."""
+MIN_PITCH_SHIFT = 1.05
+"""Voices closer than this are left as they are."""
 
 
 def _voiced(x: np.ndarray, rate: int) -> tuple[int, np.ndarray]:
@@ -57,6 +68,36 @@ def speech_rms(x: np.ndarray, rate: int) -> float:
     """RMS over the voiced windows; 0.0 for silence."""
     w = _voiced(x, rate)[1]
     return float(np.sqrt(np.mean(w[w > 0] ** 2))) if w.any() else 0.0
+
+
+def speech_f0(x: np.ndarray, rate: int) -> float:
+    """Median fundamental frequency (Hz) of the voiced 40 ms frames (autocorrelation, 70-400 Hz);
+    0.0 when nothing is voiced."""
+    x = np.asarray(x, dtype=np.float64)
+    n = round(0.04 * rate)
+    if len(x) < n:
+        return 0.0
+    frames = np.lib.stride_tricks.sliding_window_view(x, n)[:: n // 2] * np.hanning(n)
+    loud = frames[np.sqrt((frames**2).mean(axis=1)) >= 0.2 * speech_rms(x, rate)]
+    lo, hi = int(rate / 400), int(rate / 70)
+    found = []
+    for frame in loud:
+        ac = np.correlate(frame, frame, "full")[n - 1 :]
+        lag = lo + int(np.argmax(ac[lo:hi]))
+        if ac[0] > 0 and ac[lag] > 0.5 * ac[0]:  # periodic enough to be voiced
+            found.append(rate / lag)
+    return float(np.median(found)) if found else 0.0
+
+
+def pitch_ratio(main_f0: float, other_f0: float) -> float:
+    """How much to raise (>1) or lower (<1) a voice at ``other_f0`` toward ``main_f0``: their ratio,
+    capped at MAX_PITCH_SHIFT either way; 1.0 when they are within MIN_PITCH_SHIFT or unknown."""
+    if main_f0 <= 0.0 or other_f0 <= 0.0:
+        return 1.0
+    ratio = main_f0 / other_f0
+    if 1.0 / MIN_PITCH_SHIFT < ratio < MIN_PITCH_SHIFT:
+        return 1.0
+    return float(min(max(ratio, 1.0 / MAX_PITCH_SHIFT), MAX_PITCH_SHIFT))
 
 
 def trim_joins(x: np.ndarray, rate: int, head: bool, tail: bool) -> np.ndarray:
@@ -100,7 +141,7 @@ class MixedTts:
         """The primary voice's name: the engine that was asked for (``voices`` lists all)."""
         self.languages = tuple(lang for lang in LANGS if lang in self.voices)
         self._loaded: set[int] = set()
-        self._level: float | None = None  # the primary voice's speech RMS on LEVEL_TEXT
+        self._refs: dict[int, tuple[float, float]] = {}  # each voice's (level, pitch) on LEVEL_TEXT, by id()
 
     # What the primary voice says of itself, named one by one: a capability passed through
     # wholesale (as __getattr__ did) would bypass the routing, as the Piper voice's stream() did.
@@ -146,6 +187,7 @@ class MixedTts:
         if self.preload is not None:
             self._voice(self.voices[self.preload])
             self._reference_level(0)
+            self._pitch_shift(self.primary)
 
     @property
     def sample_rate(self) -> int:
@@ -189,8 +231,10 @@ class MixedTts:
             engine = self.voices.get(span.lang, self.primary)
             said = english_reading(span.text) if span.lang == "en" else span.text
             own = engine is self.primary
-            samples, src = self._voice(engine).generate(said, sid=sid if own else 0, speed=speed)
-            samples = resample(np.asarray(samples, dtype=np.float32).reshape(-1), src, rate)
+            shift = self._pitch_shift(self._voice(engine))
+            # said slower by ``shift`` and played back faster by it: the pitch moves, the length stays
+            samples, src = engine.generate(said, sid=sid if own else 0, speed=speed / shift)
+            samples = resample(np.asarray(samples, dtype=np.float32).reshape(-1), round(src * shift), rate)
             if own:
                 target = target or speech_rms(samples, rate)
             audio_by_span.append((samples, own))
@@ -220,11 +264,30 @@ class MixedTts:
             self._loaded.add(id(engine))
         return engine
 
+    def _main_voice(self) -> TtsEngine:
+        return self.voices[self.preload] if self.preload is not None else self.primary
+
+    def _reference(self, engine: TtsEngine, sid: int = 0) -> tuple[float, float]:
+        """(speech RMS, pitch in Hz) of ``engine`` saying its LEVEL_TEXT: one synthesis per voice, made
+        when first needed (``sid`` counts for the primary voice's first measurement only)."""
+        if id(engine) not in self._refs:
+            lang = next(lang for lang in LANGS if self.voices.get(lang) is engine)
+            samples, rate = engine.generate(LEVEL_TEXT[lang], sid=sid if engine is self.primary else 0)
+            x = np.asarray(samples, dtype=np.float32)
+            self._refs[id(engine)] = (speech_rms(x, rate), speech_f0(x, rate))
+            log.debug("%s: speech level %.3f, pitch %.0f Hz", engine.name, *self._refs[id(engine)])
+        return self._refs[id(engine)]
+
+    def _pitch_shift(self, engine: TtsEngine) -> float:
+        """The ratio ``engine``'s spans are moved by toward the main voice's pitch (1.0 for the main
+        voice itself)."""
+        main = self._main_voice()
+        if engine is main:
+            return 1.0
+        return pitch_ratio(self._reference(self._voice(main))[1], self._reference(engine)[1])
+
     def _reference_level(self, sid: int) -> float:
-        if self._level is None:
-            samples, rate = self.primary.generate(LEVEL_TEXT[self.primary_lang], sid=sid)
-            self._level = speech_rms(np.asarray(samples, dtype=np.float32), rate)
-        return self._level
+        return self._reference(self.primary, sid)[0]
 
     @staticmethod
     def _match_level(samples: np.ndarray, rate: int, target: float) -> np.ndarray:
