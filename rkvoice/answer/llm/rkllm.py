@@ -73,7 +73,8 @@ class RkllmEngine(LlmEngine):
             return
         if not self.model.is_file():
             raise RkvoiceError(Stage.LLM, "model-missing",
-                               f"RKLLM model {self.model} not found; run ./install.sh --profile board or set llm.model")
+                               f"RKLLM model {self.model} not found; convert it (docs/rkllm-model.md) and install it "
+                               "with ./install.sh --profile board --rkllm FILE, or set llm.model")
         try:
             lib = ctypes.CDLL(self.lib_path)
         except OSError as exc:
