@@ -206,6 +206,17 @@ def test_the_names_follow_a_renamed_entity_within_the_period(monkeypatch: pytest
     assert "书房台灯" in names.names and "卧室台灯" not in names.names
 
 
+def test_a_reading_of_the_same_names_keeps_the_matcher(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The matcher of 20,000 names takes seconds to build: a refresh that finds no change keeps it."""
+    home = json.loads(json.dumps(HOME))
+    names = names_for(monkeypatch, tmp_path, home)
+    assert names.refresh()
+    first, read = names.matcher, names.vocabulary
+    assert names.refresh() and names.matcher is first and names.vocabulary is not read  # read again, same names
+    home["entities"]["light.a"]["name"] = "书房台灯"
+    assert names.refresh() and names.matcher is not first and names.correct("打开苏房台灯") == "打开书房台灯"
+
+
 def test_ha_unreachable_at_start_leaves_no_names_and_commands_uncorrected(monkeypatch: pytest.MonkeyPatch,
                                                                           tmp_path: Path) -> None:
     names = names_for(monkeypatch, tmp_path, None)

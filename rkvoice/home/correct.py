@@ -122,10 +122,7 @@ class NameMatcher:
 
     def correct(self, text: str) -> str:
         """``text`` with the spans that match a name replaced; exactly ``text`` when none does."""
-        fixes = self.fixes(text)
-        for fix in reversed(fixes):
-            text = text[:fix.start] + fix.name + text[fix.end:]
-        return text
+        return apply(text, self.fixes(text))
 
     def fixes(self, text: str) -> list[Fix]:
         """The replacements ``correct`` makes, in text order."""
@@ -200,6 +197,13 @@ class NameMatcher:
         if not kept and (cost > 0 or not _touches(text, first, first + n, self.literal)):
             return None
         return cost
+
+
+def apply(text: str, fixes: list[Fix]) -> str:
+    """``text`` with ``fixes`` (``NameMatcher.fixes`` of it) made."""
+    for fix in reversed(fixes):
+        text = text[:fix.start] + fix.name + text[fix.end:]
+    return text
 
 
 def _edge_free(text: str, at: int, after: bool, names: frozenset[str]) -> bool:

@@ -24,7 +24,7 @@ from pathlib import Path
 from rkvoice.atomic import write_atomic
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.home.client import HomeFailure
-from rkvoice.home.correct import NameMatcher, clean
+from rkvoice.home.correct import NameMatcher, apply, clean
 from rkvoice.home.ws import HaSocket, WsError
 from rkvoice.home_names import KINDS, MAX_NAMES, Vocabulary, bounded, read_cache
 
@@ -132,11 +132,10 @@ class HomeNames:
 
     def correct(self, text: str) -> str:
         """``text`` with misheard names put right (``rkvoice.home.correct``); as it was when none is."""
-        matcher = self.matcher
-        fixes = matcher.fixes(text)
+        fixes = self.matcher.fixes(text)
         if not fixes:
             return text
-        out = matcher.correct(text)
+        out = apply(text, fixes)
         log.info("home: heard %r, corrected to %r (%s)", text, out,
                  ", ".join(f"{f.heard}->{f.name} {f.cost:g}" for f in fixes))
         return out
@@ -151,7 +150,10 @@ class HomeNames:
             return False
         last = self.vocabulary
         changed = last is None or last.names != vocab.names
-        self.use(vocab)
+        if changed:
+            self.use(vocab)
+        else:
+            self.vocabulary = vocab  # the same names: the matcher is kept (built anew, 20,000 names cost seconds)
         log.debug("home: %d names of %d exposed entities read", vocab.count(), vocab.entities)
         if self.cache is not None and (changed or vocab.fetched_at - self._written >= REWRITE_S):
             self._written = vocab.fetched_at
