@@ -290,3 +290,59 @@ def test_whisper_hears_the_names_of_the_names_file_as_hotwords(tmp_path: Path) -
     other = WhisperAsr(load_config([{"state": {"dir": str(tmp_path)}}]))  # home_assistant.url unset: no bias
     other._follow_names()
     assert other._hotwords is None
+
+
+@pytest.mark.parametrize("url", ["http://ha:8123", ""])
+def test_the_wyoming_transcript_is_corrected_only_with_home_assistant_set(monkeypatch: pytest.MonkeyPatch,
+                                                                         tmp_path: Path, url: str) -> None:
+    """rkvoice-asr (the satellite's and HA's own pipelines' ASR): the transcript HA's agent reads has the
+    home's names put right when home_assistant.url is set (read from HA by the service), never otherwise."""
+    import asyncio
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from wyoming.asr import Transcript
+
+    from rkvoice.answer.assistant import Assistant
+    from rkvoice.config import load_config
+    from rkvoice.wyoming.audio import AudioIn
+    from rkvoice.wyoming.context import Context, Requests
+    from rkvoice.wyoming.listen import AsrRequest
+
+    names_for(monkeypatch, tmp_path, HOME)  # HA's websocket, as the service's names read it
+    (tmp_path / "token").write_text("token")
+    cfg = load_config([{"home_assistant": {"url": url, "token_file": str(tmp_path / "token")},
+                        "state": {"dir": str(tmp_path)}}])
+
+    def heard(samples: Any) -> Future[str]:
+        done: Future[str] = Future()
+        done.set_result("我试空调调到25度。")
+        return done
+
+    engines = SimpleNamespace(asr=None, assistant=Assistant(cfg), transcribe=heard)
+    info = SimpleNamespace(wake=[SimpleNamespace(models=[SimpleNamespace(name="xiaozhi")])])
+    ctx = Context(cfg, cfg.wyoming, engines, None, info)  # type: ignore[arg-type]
+    try:
+        assert (ctx.names is not None) == bool(url)
+        deadline = time.monotonic() + 5
+        while ctx.names is not None and not ctx.names.names and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+        async def transcribe() -> str:
+            sent: list[Any] = []
+
+            async def send(event: Any) -> None:
+                sent.append(event)
+
+            audio = AudioIn(16000, 2, 1, 30.0)
+            requests = Requests("peer", SimpleNamespace(now=time.monotonic))
+            request = AsrRequest(engines, "zh", requests, {}, "10.0.0.9", ctx.phrase, ctx.names)  # type: ignore[arg-type]
+            await request.begin()
+            await request.feed(audio, b"\x01\x02" * 800, send)
+            await request.end(audio, send)
+            return Transcript.from_event(sent[0]).text
+
+        assert asyncio.run(transcribe()) == ("卧室空调调到25度。" if url else "我试空调调到25度。")
+    finally:
+        if ctx.names is not None:
+            ctx.names.stop()
