@@ -56,7 +56,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("model", type=Path, help="the Hugging Face folder of Qwen2.5-0.5B-Instruct")
     p.add_argument("--dtype", default="w4a16", help=f"quantized type: {', '.join(RK3576_TYPES)} (default w4a16)")
     p.add_argument("--librkllmrt", metavar="VERSION",
-                   help="the board's librkllmrt version (assistant.py --check prints it): refuse a toolkit of another")
+                   help="the board's librkllmrt version (assistant.py --check prints it): refuse a toolkit of another version")
     p.add_argument("--dataset", type=Path, help="calibration data for the quantization: JSON list of {input, target}")
     p.add_argument("--out", type=Path, help="the .rkllm to write (default: the file name the board looks for)")
     p.add_argument("--config", type=Path, default=ROOT / "config.board.yaml",
