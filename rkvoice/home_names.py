@@ -20,6 +20,8 @@ CACHE_FILE = "home_names.json"
 MAX_NAMES = 20000
 MAX_LEN = 40
 KINDS = ("entity", "alias", "area", "floor")
+MAX_CACHE_BYTES = 16 << 20
+"""Largest names file read (``MAX_NAMES`` names of ``MAX_LEN`` characters are under 4 MB)."""
 
 
 @dataclass(frozen=True)
@@ -53,11 +55,17 @@ class Vocabulary:
         """A cache file's content; ValueError naming what is wrong."""
         if not isinstance(data, dict) or not isinstance(data.get("names"), dict):
             raise ValueError("not a names cache (no 'names' object)")
-        names = {k: bounded(data["names"].get(k) or ()) for k in KINDS}
+        lists = {k: data["names"].get(k) or [] for k in KINDS}
+        if not all(isinstance(v, list) for v in lists.values()):
+            raise ValueError("a kind of names that is not a list")
         fetched, entities, url = data.get("fetched_at"), data.get("entities"), data.get("url")
         if not isinstance(fetched, (int, float)) or not isinstance(entities, int) or not isinstance(url, str):
             raise ValueError("fetched_at, entities or url missing")
-        return cls(names, entities, float(fetched), url)
+        try:
+            datetime.fromtimestamp(fetched)
+        except (OverflowError, OSError, ValueError) as exc:
+            raise ValueError(f"fetched_at {fetched!r} is not a time") from exc
+        return cls({k: bounded(v) for k, v in lists.items()}, entities, float(fetched), url)
 
 
 def bounded(names: Iterable[Any], room: int = MAX_NAMES) -> tuple[str, ...]:
@@ -74,6 +82,8 @@ def bounded(names: Iterable[Any], room: int = MAX_NAMES) -> tuple[str, ...]:
 def read_cache(path: Path, url: str) -> Vocabulary | None:
     """The cached names of the HA at ``url``; None (and one log line) when there are none usable."""
     try:
+        if path.stat().st_size > MAX_CACHE_BYTES:
+            raise ValueError(f"over {MAX_CACHE_BYTES} bytes")
         data = json.loads(path.read_text(encoding="utf-8"))
         vocab = Vocabulary.from_json(data)
     except FileNotFoundError:

@@ -19,7 +19,7 @@ from rkvoice.home.correct import NameMatcher, syllable_cost
 from rkvoice.home.status import names_note
 from rkvoice.home.vocab import HomeNames, fetch_vocabulary
 from rkvoice.home.ws import WsError
-from rkvoice.home_names import MAX_NAMES, Vocabulary, read_cache
+from rkvoice.home_names import MAX_CACHE_BYTES, MAX_NAMES, Vocabulary, read_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ("客厅灯", "大灯", "客厅", "空调")
@@ -188,6 +188,35 @@ def test_a_cache_of_another_home_or_a_broken_one_is_not_used(tmp_path: Path, cap
         assert read_cache(path, "http://ha:8123") is None
     assert "unreadable" in caplog.text
     assert "no home names" in names_note(None, tmp_path / "none.json", "http://ha:8123")
+
+
+@pytest.mark.parametrize("content", [
+    '{"url": "http://ha:8123", "fetched_at": 1, "entities": 1, "names": {"entity": 5}}',  # another program's file
+    '{"url": "http://ha:8123", "fetched_at": 1, "entities": 1, "names": {"area": "卧室"}}',  # not a list of names
+    '{"url": "http://ha:8123", "fetched_at": 1e400, "entities": 1, "names": {"area": ["卧室"]}}',  # no time
+    '{"url": "http://ha:8123", "fetched_at": 1e30, "entities": 1, "names": {"area": ["卧室"]}}',
+    '[1, 2]', 'null', '\udcff'])
+def test_a_foreign_or_corrupt_cache_is_one_warning_and_no_names(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                               caplog: pytest.LogCaptureFixture, content: str) -> None:
+    path = tmp_path / "home_names.json"
+    path.write_text(content, errors="surrogateescape")
+    with caplog.at_level(logging.WARNING, logger="rkvoice.home_names"):
+        assert read_cache(path, "http://ha:8123") is None
+    assert "unreadable" in caplog.text
+    assert "no home names" in names_note(None, path, "http://ha:8123")
+    names = names_for(monkeypatch, tmp_path, None, retry_s=60)
+    names.start()  # HA unreachable too: no names, no crash
+    names.stop()
+    assert names.names == frozenset() and names.correct("关闭我是的灯") == "关闭我是的灯"
+
+
+def test_a_names_file_too_big_is_not_read(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "home_names.json"
+    with path.open("wb") as f:
+        f.truncate(MAX_CACHE_BYTES + 1)
+    with caplog.at_level(logging.WARNING, logger="rkvoice.home_names"):
+        assert read_cache(path, "http://ha:8123") is None
+    assert f"over {MAX_CACHE_BYTES} bytes" in caplog.text
 
 
 def test_the_names_follow_a_renamed_entity_within_the_period(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
