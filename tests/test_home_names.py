@@ -375,3 +375,26 @@ def test_the_wyoming_transcript_is_corrected_only_with_home_assistant_set(monkey
     finally:
         if ctx.names is not None:
             ctx.names.stop()
+
+
+def test_check_with_ha_down_says_in_one_line_which_names_it_has(tmp_path: Path) -> None:
+    """--check with HA unreachable: the problem, and one line on the names (cached, or none)."""
+    import socket
+
+    from rkvoice.config import load_config
+    from rkvoice.home.status import home_status
+
+    closed = socket.create_server(("127.0.0.1", 0))  # a port nobody listens on once closed
+    url = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    closed.close()
+    (tmp_path / "token").write_text("token")
+    cfg = load_config([{"home_assistant": {"url": url, "token_file": str(tmp_path / "token")},
+                        "state": {"dir": str(tmp_path)}}])
+    status = home_status(cfg)
+    assert "cannot reach Home Assistant" in status.problems[0]
+    assert [n for n in status.notes if "home names" in n] == [
+        f"no home names: none read from Home Assistant and none cached in {tmp_path / 'home_names.json'}; "
+        "spoken names go uncorrected"]
+    (tmp_path / "home_names.json").write_text(json.dumps(Vocabulary(dict(area=("卧室", "书房")), 1, time.time(), url).to_json()))
+    notes = [n for n in home_status(cfg).notes if "home names" in n]
+    assert len(notes) == 1 and notes[0].startswith("2 home names cached from ") and "\n" not in notes[0]
