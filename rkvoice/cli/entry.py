@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="assistant.py", description="rkvoice: an offline Chinese voice assistant.")
     mode = p.add_argument_group("modes")
     mode.add_argument("--say", metavar="TEXT", help="speak TEXT verbatim")
-    mode.add_argument("--text", metavar="TEXT", help="ask the assistant TEXT (local tools or the LLM) and speak the answer")
+    mode.add_argument("--text", metavar="TEXT", help="ask the assistant TEXT (local tools, Home Assistant or the LLM) and speak the answer")
     mode.add_argument("--file", metavar="WAV",
                       help="replay a recording as if spoken into the microphone: VAD -> ASR -> answer -> speak")
     mode.add_argument("--require-wake", action="store_true",
@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--compare-whole", action="store_true",
                      help="after the run, synthesise the whole text in one call (whole_text_synth_ms)")
     gen = p.add_argument_group("general")
-    gen.add_argument("--config", metavar="FILE", help="config file layered over the defaults (instead of /etc/rkvoice)")
+    gen.add_argument("--config", metavar="FILE", help="config file layered over the defaults (instead of /etc/rkvoice/config.yaml)")
     gen.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], help="override a config value")
     gen.add_argument("-v", "--verbose", action="store_true", help="debug logging and tracebacks")
     return p
