@@ -398,3 +398,20 @@ def test_check_with_ha_down_says_in_one_line_which_names_it_has(tmp_path: Path) 
     (tmp_path / "home_names.json").write_text(json.dumps(Vocabulary(dict(area=("卧室", "书房")), 1, time.time(), url).to_json()))
     notes = [n for n in home_status(cfg).notes if "home names" in n]
     assert len(notes) == 1 and notes[0].startswith("2 home names cached from ") and "\n" not in notes[0]
+
+
+def test_with_thousands_of_names_only_near_ones_are_costed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A name is costed only when enough of its syllables are the heard ones (20,000 names share 灯, 台, 房:
+    costing each one sharing a syllable took 76 ms per command, 1.6 s for a long transcript)."""
+    parts = BENCH + OTHER + DEFAULT
+    m = NameMatcher({a + b for a in parts for b in parts if len(a + b) <= 8})  # 600-odd names, 灯 in many
+    costed: list[str] = []
+    match = NameMatcher._match
+
+    def counted(self: NameMatcher, name: Any, *args: Any) -> float | None:
+        costed.append(name.text)
+        return match(self, name, *args)
+
+    monkeypatch.setattr(NameMatcher, "_match", counted)
+    assert m.correct("打开苏房台灯") == "打开书房台灯" and "书房台灯" in costed
+    assert len(costed) < 60, costed  # the names near 苏房台灯 (33); all of them sharing a syllable: 575
