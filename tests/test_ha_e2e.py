@@ -323,7 +323,9 @@ def ha(hear_asr, hear_voice, hear_fixtures, tmp_path_factory) -> Iterator[dict[s
     from tests.support.net import free_port
 
     work = tmp_path_factory.mktemp("ha_e2e")
-    cfg = load_config()
+    # Greedy answers: the test is of the path to HA, and a sampled answer is sometimes a line of verse
+    # the listener cannot follow (月儿圆圆满满，像盘中月饼 heard 要言言满满, CER 0.73, 1 CI run in 3).
+    cfg = load_config([{"llm": {"temperature": 0.0}}])
     engines = Engines(asr=hear_asr, tts=hear_voice, assistant=Assistant(cfg, store=StateStore(work / "state")),
                       wake_factory=wake_factory(cfg))
 
