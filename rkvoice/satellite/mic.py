@@ -7,7 +7,9 @@ then every frame, until HA has heard the request (``transcript``), failed it, pa
 a ``segmenter`` (the board's VAD, ``hear.trailing_silence_ms``) the satellite also ends the request
 itself: ``audio-stop`` once the VAD closes the speech after the wake, so HA's speech-to-text starts
 without waiting for HA's own VAD (bench/satellite_latency.py compares the two). A request said in the same breath as the phrase ("小智小智，打开客厅灯") is complete when the wake is
-decided: its segment is sent whole and ``audio-stop`` ends it. A wake while HA's reply plays is a
+decided: its segment is sent whole and ``audio-stop`` ends it. A request never sends audio from before
+the wake phrase's segment, nor more than ``max_request_s`` of it; when the segments do not line up
+with the wake, it starts at the phrase's end. A wake while HA's reply plays is a
 barge-in: the reply is cut and a new run starts. All in audio time (sample counts): the same loop
 runs on the live microphone and on a recording.
 """
@@ -31,7 +33,11 @@ from .playback import Playback
 log = logging.getLogger(__name__)
 
 KEEP_S = 30.0
-"""Microphone audio kept behind the newest frame (a wake decided late still finds its segment)."""
+"""Microphone audio kept behind the newest frame (a wake decided late still finds the audio since its end)."""
+KEEP_SEGMENTS = 4
+"""Closed segments remembered (the wake's is the one that ends where the hit ends)."""
+ALIGN_S = 0.05
+"""How near a segment's end must be to the hit's end to be the wake phrase's segment."""
 MAX_REQUEST_S = 15.0
 """Longest a request is streamed before the satellite sends ``audio-stop`` itself (HA's VAD normally
 ends it first)."""
@@ -62,7 +68,7 @@ class SatelliteMic:
         self.run: Run | None = None
         self._run_from = 0  # sample where the current run's streaming began
         self._kept: deque[tuple[int, np.ndarray]] = deque()
-        self._segment: Segment | None = None
+        self._segments: deque[Segment] = deque(maxlen=KEEP_SEGMENTS)
         self._stop = threading.Event()
         self._source: AudioSource | None = None
         self.wakes: list[WakeHit] = []
@@ -113,7 +119,7 @@ class SatelliteMic:
             self._woke(hit)
 
     def _segment_closed(self, seg: Segment) -> None:
-        self._segment = seg
+        self._segments.append(seg)
 
     def _stream(self, frame: np.ndarray) -> None:
         run = self.run
@@ -155,12 +161,7 @@ class SatelliteMic:
         del self.wakes[:-KEEP_WAKES]
         if self.playback.playing:
             self.playback.clear("barge-in")
-        if hit.request:  # said in one breath: the segment holds the whole request
-            seg = self._segment
-            head = seg.samples if seg is not None and abs(seg.end_s - hit.end_s) < 0.05 else self._since(
-                hit.end_s - KEEP_S)
-        else:
-            head = self._since(hit.end_s)
+        head, one_breath = self._head(hit)
         log.info("satellite: wake %r at %.2f s%s", hit.text, hit.at_s, f", request {hit.request!r}" if hit.request else "")
         run = self.link.begin_run(head)
         if run is None:
@@ -168,7 +169,7 @@ class SatelliteMic:
             return
         self.run, self._run_from = run, self.samples
         self.playback.cue(self.cue)
-        if hit.request:
+        if one_breath:
             self.link.audio(run, np.zeros(RATE // 4, np.float32))  # a little silence: HA's VAD sees the end
             self.link.stop_audio(run)
         elif self.segmenter is not None:
@@ -176,6 +177,21 @@ class SatelliteMic:
             self._heard(run, head)
         if self.on_run is not None:
             self.on_run(run)
+
+    def _head(self, hit: WakeHit) -> tuple[np.ndarray, bool]:
+        """The audio a new request starts with, and whether it is the whole request (said in one breath
+        with the phrase: ``audio-stop`` follows at once). Never audio from before the wake phrase's
+        segment, and at most ``max_request_s`` of it: a one-breath request sends its segment (the phrase
+        and the request); a phrase alone, or a request whose segment is not found (the segments do not
+        line up with the hit), starts at the phrase's end."""
+        cap = round(self.max_request_s * RATE)
+        if hit.request:
+            seg = next((s for s in reversed(self._segments) if abs(s.end_s - hit.end_s) < ALIGN_S), None)
+            if seg is not None:
+                return seg.samples[:cap].astype(np.float32, copy=False), True
+            log.warning("satellite: the segment of the request said with the wake phrase (%r) was not found; "
+                        "only the audio after the phrase is sent", hit.request)
+        return self._since(max(hit.end_s, self.now_s - self.max_request_s))[:cap], bool(hit.request)
 
     def _since(self, t_s: float) -> np.ndarray:
         """Microphone audio kept from stream time ``t_s`` on."""
