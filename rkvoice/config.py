@@ -159,6 +159,29 @@ GREETINGS = ("你好", "您好", "嗨", "嘿", "哈喽")
 
 
 @dataclass(frozen=True)
+class EndpointConfig(Section):
+    """When a request ends: Smart Turn v3 judges the speech so far at a short pause (rkvoice.hear.turn_end)."""
+
+    PATH = "hear.endpoint"
+    mode: str = one_of("smart", "silence")
+    """smart: after short_silence_ms the end-of-turn model judges whether the request is complete and
+    it ends at once if so, else at the latest after max_silence_ms; silence: every request ends after
+    hear.trailing_silence_ms (also the fallback when the model is missing or fails)."""
+    short_silence_ms: int = num(200, 100, 2000)
+    """The pause after which the model first judges the request."""
+    max_silence_ms: int = num(1500, 200, 10000)
+    """A request judged unfinished ends after this much silence all the same."""
+    recheck_ms: int = num(300, 50, 5000)
+    """While the silence grows, the model judges again this often."""
+    threshold: float = num(0.5, 0.0, 1.0, lo_open=True, hi_open=True)
+    """The model's probability of a finished request at or above which the request ends."""
+    threads: int = num(1, 1, 64)
+    """CPU threads of the model's onnxruntime session."""
+    budget_ms: int = num(400, 10, 10000)
+    """A judgement slower than this counts as failed: that request ends by silence (one warning)."""
+
+
+@dataclass(frozen=True)
 class HearConfig(Section):
     PATH = "hear"
     asr: str = "auto"
@@ -188,7 +211,8 @@ class HearConfig(Section):
     vad_threshold: float = num(0.5, 0.0, 1.0, lo_open=True, hi_open=True)
     """Silero speech probability above which a window counts as speech."""
     trailing_silence_ms: int = num(500, 100, 5000)
-    """A request ends after this much silence."""
+    """A request ends after this much silence (with hear.endpoint.mode silence, or when its model
+    is missing or fails)."""
     transcribe_ahead: bool = True
     """Start the ASR when speech pauses for 150 ms, before the request ends (rkvoice.hear.ahead)."""
     min_speech_ms: int = num(250, 0, 2000)
@@ -210,6 +234,7 @@ class HearConfig(Section):
     """Wake acknowledgement: chime, voice (ack_text synthesised once at start-up) or none."""
     ack_text: str = "我在"
     """What the voice acknowledgement says (``ack: voice``)."""
+    endpoint: EndpointConfig = field(default_factory=EndpointConfig)
 
     @property
     def name(self) -> str:

@@ -33,7 +33,7 @@ def model(manifest: Manifest, model_id: str) -> Model:
 
 # The files each portable engine opens (COMMON.md's layout, and the engines' own lookups:
 # rkvoice/tts/fastspeech2.py FILES, rkvoice/tts/vits.py piper-joe, rkvoice/hear/whisper_asr.py FILES,
-# rkvoice/hear/vad.py, rkvoice/answer/llm/base.py "llama").
+# rkvoice/hear/vad.py, rkvoice/hear/turn_end.py, rkvoice/answer/llm/base.py "llama").
 PORTABLE_EXPECTED = {
     "models/portable/fastspeech2/fastspeech2.onnx",
     "models/portable/fastspeech2/mb_melgan.onnx",
@@ -48,6 +48,7 @@ PORTABLE_EXPECTED = {
     "models/portable/whisper-base/tokenizer.json",
     "models/portable/whisper-base/vocabulary.json",
     "models/portable/vad/silero_vad.onnx",
+    "models/portable/turn/smart-turn-v3.2-cpu.onnx",
     "models/portable/llm/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
 }
 

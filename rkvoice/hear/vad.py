@@ -1,5 +1,7 @@
 """Speech segmentation with silero VAD (sherpa-onnx ``VoiceActivityDetector``), in audio time.
 
+Requests end through ``Segmenter.for_requests`` (the end-of-turn decision, rkvoice.hear.turn_end).
+
 The segmenter counts samples, never reads a clock: ``Segment.end_s`` is where speech stopped in the
 stream, ``Segment.decided_s`` where the segmenter knew it (after the trailing silence, or at the
 maximum request length). Tests feed audio and get exact times.
@@ -12,6 +14,7 @@ it ends is a pause (``on_pause``: rkvoice.hear.ahead starts its transcript).
 
 from __future__ import annotations
 
+import enum
 import logging
 import math
 from collections.abc import Callable
@@ -31,6 +34,33 @@ WINDOW = 512  # silero's window at 16 kHz
 SAME_END = 2 * WINDOW  # a main segment ending this close after an early one holds no more speech
 
 
+class Verdict(enum.StrEnum):
+    """How the end-of-turn decision (rkvoice.hear.turn_end) saw a request at one moment."""
+
+    COMPLETE = "complete"  # the model judged it finished: it ends now
+    WAIT = "wait"  # the model judged it unfinished: keep listening
+    MAX_SILENCE = "max-silence"  # judged unfinished, but silent for hear.endpoint.max_silence_ms
+    SILENCE = "silence"  # ended by hear.trailing_silence_ms (no model, or its judgement failed)
+    SLOW = "slow"  # the judgement took longer than hear.endpoint.budget_ms
+    FAILED = "failed"  # the judgement raised
+    CUT = "cut"  # the request reached hear.max_request_s
+    END_OF_STREAM = "end-of-stream"
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One look at a request: the silence after it so far, the model's probability that it is
+    finished (None when no model answered), how long the model took, and the verdict."""
+
+    silence_ms: float
+    probability: float | None
+    ms: float
+    verdict: Verdict
+
+    def to_dict(self) -> dict[str, object]:
+        return {"silence_ms": self.silence_ms, "p": self.probability, "ms": self.ms, "verdict": str(self.verdict)}
+
+
 @dataclass(frozen=True)
 class Segment:
     samples: np.ndarray
@@ -45,6 +75,8 @@ class Segment:
     """True when the segment was cut at the maximum request length."""
     early: bool = False
     """True when closed after the short end-of-phrase silence (the speech may still go on)."""
+    judgements: tuple[Judgement, ...] = ()
+    """The end-of-turn decision's looks at it, the last one ending it (empty: ended by the VAD alone)."""
 
     @property
     def duration_s(self) -> float:
@@ -92,10 +124,11 @@ def silero_vad(cfg: Config, min_silence_s: float, max_s: float) -> Any:
 class Segmenter:
     """Turns a stream of frames into speech segments. ``load()`` builds the VAD."""
 
-    def __init__(self, cfg: Config, early_silence_s: float = 0.0, early_max_s: float = 0.0) -> None:
+    def __init__(self, cfg: Config, early_silence_s: float = 0.0, early_max_s: float = 0.0,
+                 trailing_silence_s: float | None = None) -> None:
         self.cfg = cfg
         h = cfg.hear
-        self.trailing_silence_s = h.trailing_silence_ms / 1000.0
+        self.trailing_silence_s = h.trailing_silence_ms / 1000.0 if trailing_silence_s is None else trailing_silence_s
         # early close of phrase-length speech (early_max_s > 0), and pauses (on_pause): only with a
         # silence shorter than the trailing one
         self.early_silence_s = self.early_max_s = 0.0
@@ -115,6 +148,15 @@ class Segmenter:
         self._fed = 0  # samples given to the VAD
         self._speech_from: int | None = None  # sample index where the VAD first reported speech
         self._base = 0  # sample index of the VAD's own zero (it restarts counting on reset)
+
+    @staticmethod
+    def for_requests(cfg: Config, early_silence_s: float = 0.0) -> Segmenter:
+        """The segmenter that ends requests, unloaded: with ``hear.endpoint.mode: smart`` the
+        end-of-turn decision (rkvoice.hear.turn_end.TurnEnd, itself a Segmenter), else one that ends
+        them after ``hear.trailing_silence_ms`` (with its early pauses, ``early_silence_s``)."""
+        from rkvoice.hear.turn_end import request_end
+
+        return request_end(cfg, early_silence_s)
 
     def load(self) -> None:
         self._vad = silero_vad(self.cfg, self.trailing_silence_s, self.cfg.hear.max_request_s + 30.0)

@@ -1,0 +1,375 @@
+"""End of turn: a request ends when Smart Turn v3 judges it finished, not after a fixed silence.
+
+Pipecat's Smart Turn v3.2 (int8, CPU; a Whisper-tiny encoder with a classifier, BSD-2-Clause,
+installed from the pipecat-ai wheel: models/manifest.yaml ``smart-turn``) reads the Whisper log-mel
+features of the last 8 s of audio and gives the probability that the speaker has finished.
+
+``TurnEnd`` is a ``Segmenter`` (the same calls), so it stands wherever one ends requests: its own silero
+VAD closes speech after ``hear.endpoint.short_silence_ms``; the speech so far is then held and judged.
+Judged finished (probability >= ``threshold``), the request ends now; else it waits, judged again every
+``recheck_ms`` as the silence grows, and ends after ``max_silence_ms`` all the same. Speech that
+resumes joins the held speech (the pause kept in it) and the whole is judged when it pauses again.
+Without a usable model (missing, corrupt, another shape), or after a judgement that raised or took
+longer than ``budget_ms``, a request ends after ``hear.trailing_silence_ms`` of silence, as in
+``mode: silence``; one warning says so. Every judgement is on the closed ``Segment``
+(``judgements``: silence, probability, ms, verdict) and in the log.
+
+While the model judges, the speech so far is handed to ``on_pause`` (rkvoice.hear.ahead starts its
+transcript); the transcript is used only for a request that ends on exactly that speech.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from rkvoice.clock import Clock, MonotonicClock
+from rkvoice.config import Config
+from rkvoice.errors import RkvoiceError, Stage
+from rkvoice.hear.vad import SAMPLE_RATE, Judgement, Segment, Segmenter, Verdict
+
+log = logging.getLogger(__name__)
+
+MODEL_FILE = "smart-turn-v3.2-cpu.onnx"
+WINDOW_S = 8  # the model reads the last 8 s (zero-padded in front when shorter)
+N_FFT = 400  # Whisper's STFT: 25 ms windows, 10 ms hop, 80 mel bands
+HOP = 160
+N_MELS = 80
+FRAMES = WINDOW_S * SAMPLE_RATE // HOP  # 800
+MAX_FAULTS = 3  # judgements failed or slow in a row before the model is left out for good
+
+
+def turn_model_path(cfg: Config) -> Path:
+    """The profile's copy: models/<profile>/turn/smart-turn-v3.2-cpu.onnx (both profiles install one)."""
+    return cfg.models.path / cfg.models.profile / "turn" / MODEL_FILE
+
+
+# ---------------------------------------------------------------------------------------- features
+
+def _slaney_mel(hz: np.ndarray) -> np.ndarray:
+    """Hz -> mel on the Slaney scale (linear to 1 kHz, logarithmic above), as Whisper's filters use."""
+    hz = np.asarray(hz, dtype=np.float64)
+    linear = hz * 3.0 / 200.0
+    log_part = 15.0 + np.log(np.maximum(hz, 1e-9) / 1000.0) * (27.0 / np.log(6.4))
+    return np.where(hz >= 1000.0, log_part, linear)
+
+
+def _slaney_hz(mel: np.ndarray) -> np.ndarray:
+    mel = np.asarray(mel, dtype=np.float64)
+    return np.where(mel >= 15.0, 1000.0 * np.exp((mel - 15.0) * (np.log(6.4) / 27.0)), mel * 200.0 / 3.0)
+
+
+def mel_filters() -> np.ndarray:
+    """(80, 201): triangular filters evenly spaced in Slaney mels over 0-8 kHz, each scaled to unit
+    area (librosa's ``norm="slaney"``), the bank Whisper's features are made with."""
+    edges = _slaney_hz(np.linspace(_slaney_mel(np.array(0.0)), _slaney_mel(np.array(SAMPLE_RATE / 2)), N_MELS + 2))
+    bins = np.linspace(0.0, SAMPLE_RATE / 2, N_FFT // 2 + 1)
+    lo, mid, hi = edges[:-2, None], edges[1:-1, None], edges[2:, None]
+    rising = (bins[None, :] - lo) / (mid - lo)
+    falling = (hi - bins[None, :]) / (hi - mid)
+    bank = np.clip(np.minimum(rising, falling), 0.0, None)
+    return bank * (2.0 / (hi - lo))
+
+
+_FILTERS = mel_filters()
+_HANN = 0.5 - 0.5 * np.cos(2.0 * np.pi * np.arange(N_FFT) / N_FFT)  # periodic, as torch.hann_window
+
+
+def last_window(samples: np.ndarray) -> np.ndarray:
+    """The last 8 s of ``samples`` (float32), zero-padded in front when shorter."""
+    x = np.asarray(samples, dtype=np.float32)[-WINDOW_S * SAMPLE_RATE:]
+    return np.pad(x, (WINDOW_S * SAMPLE_RATE - len(x), 0))
+
+
+def log_mel(samples: np.ndarray) -> np.ndarray:
+    """(80, 800) float32: Whisper's log-mel features of the last 8 s, the way the model was trained
+    (transformers' WhisperFeatureExtractor with chunk_length 8 and do_normalize): the 8 s waveform
+    scaled to zero mean and unit variance, a centred 400-point STFT (reflect padding, hop 160),
+    power through the mel bank, log10 floored at 1e-10 and at 8 below its peak, then (x + 4) / 4."""
+    x = last_window(samples)
+    x = (x - x.mean()) / np.sqrt(x.var() + 1e-7)
+    padded = np.pad(x.astype(np.float64), N_FFT // 2, mode="reflect")
+    frames = np.lib.stride_tricks.sliding_window_view(padded, N_FFT)[::HOP][:FRAMES]  # the last frame is dropped
+    power = np.abs(np.fft.rfft(frames * _HANN, axis=-1)) ** 2
+    mel = np.log10(np.maximum(_FILTERS @ power.T, 1e-10))
+    mel = np.maximum(mel, mel.max() - 8.0)
+    return ((mel + 4.0) / 4.0).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------------- the model
+
+class TurnJudge(Protocol):
+    def load(self) -> None: ...
+
+    def probability(self, samples: np.ndarray) -> float:
+        """How likely the speaker has finished, from the speech so far and the silence after it."""
+
+
+class SmartTurn:
+    """Smart Turn v3 on onnxruntime (``threads`` intra-op threads, sequential)."""
+
+    def __init__(self, path: Path, threads: int = 1) -> None:
+        self.path = path
+        self.threads = threads
+        self._session: Any = None
+        self._input = "input_features"
+
+    def load(self) -> None:
+        import onnxruntime as ort
+
+        if not self.path.is_file():
+            raise RkvoiceError(Stage.VAD, "missing-model", f"end-of-turn model {self.path} is missing; run ./install.sh")
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = self.threads
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        try:
+            session = ort.InferenceSession(str(self.path), sess_options=opts, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime's own error types: a corrupt or foreign file
+            raise RkvoiceError(Stage.VAD, "bad-model", f"end-of-turn model {self.path} does not load ({exc}); "
+                               "run ./install.sh to fetch it again") from exc
+        inputs, outputs = session.get_inputs(), session.get_outputs()
+        if len(inputs) != 1 or list(inputs[0].shape[1:]) != [N_MELS, FRAMES] or len(outputs) != 1:
+            shape = [list(i.shape) for i in inputs]
+            raise RkvoiceError(Stage.VAD, "bad-model", f"end-of-turn model {self.path} takes {shape}, not "
+                               f"[batch, {N_MELS}, {FRAMES}] log-mel features; run ./install.sh to fetch it again")
+        self._session, self._input = session, inputs[0].name
+
+    def probability(self, samples: np.ndarray) -> float:
+        if self._session is None:
+            raise RuntimeError("SmartTurn.load() was not called")
+        out = self._session.run(None, {self._input: log_mel(samples)[None]})
+        return float(np.asarray(out[0]).reshape(-1)[0])  # the graph ends in a sigmoid
+
+
+# ---------------------------------------------------------------------------------------- the decision
+
+class RecentAudio:
+    """The last ``keep_s`` of the stream, by stream sample (the pauses inside a held request)."""
+
+    def __init__(self, keep_s: float) -> None:
+        self.keep = int(keep_s * SAMPLE_RATE)
+        self._frames: deque[tuple[int, np.ndarray]] = deque()
+        self._n = 0
+        self.end = 0
+
+    def restart(self, at_sample: int) -> None:
+        self._frames.clear()
+        self._n = 0
+        self.end = at_sample
+
+    def add(self, frame: np.ndarray) -> None:
+        self._frames.append((self.end, np.asarray(frame, dtype=np.float32)))
+        self.end += len(frame)
+        self._n += len(frame)
+        while self._frames and self._n - len(self._frames[0][1]) >= self.keep:
+            self._n -= len(self._frames.popleft()[1])
+
+    def slice(self, a: int, b: int) -> np.ndarray:
+        """Stream samples a..b (what is still kept of them)."""
+        parts = [f[max(0, a - s): max(0, b - s)] for s, f in self._frames if s < b and s + len(f) > a]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+
+
+@dataclass
+class _Held:
+    """The request so far: speech the VAD closed at the short silence, not yet judged finished."""
+
+    samples: np.ndarray
+    start_s: float
+    end_s: float
+    next_ms: float
+    """The silence at which it is judged next."""
+    judgements: list[Judgement] = field(default_factory=list)
+    by_silence: bool = False
+    """No verdict to wait for (no model, or its judgement failed): ends at the fallback silence."""
+
+
+class TurnEnd(Segmenter):
+    """A Segmenter whose requests end by the end-of-turn decision (see the module). ``vad``: the
+    segmenter that closes speech at the short silence (default: silero with that silence); ``judge``:
+    the model (default: Smart Turn v3, from the install); ``clock`` times the judgements."""
+
+    def __init__(self, cfg: Config, vad: Segmenter | None = None, judge: TurnJudge | None = None,
+                 clock: Clock | None = None) -> None:
+        super().__init__(cfg)
+        ep = cfg.hear.endpoint
+        self.short_ms = float(ep.short_silence_ms)
+        self.max_ms = float(max(ep.max_silence_ms, ep.short_silence_ms))
+        self.recheck_ms = float(ep.recheck_ms)
+        self.fallback_ms = float(cfg.hear.trailing_silence_ms)
+        self.threshold = ep.threshold
+        self.budget_ms = float(ep.budget_ms)
+        self.vad = vad if vad is not None else Segmenter(cfg, trailing_silence_s=self.short_ms / 1000.0)
+        self.judge: TurnJudge | None = judge or SmartTurn(turn_model_path(cfg), ep.threads)
+        self.clock = clock or MonotonicClock()
+        self.recent = RecentAudio((max(self.max_ms, self.fallback_ms) + 1000.0) / 1000.0)
+        self._held: _Held | None = None
+        self._now = 0  # stream samples seen
+        self._warned = False
+        self._faults = 0
+
+    # -- the Segmenter's calls ----------------------------------------------------------------
+
+    def load(self) -> None:
+        self.vad.load()
+        if self.judge is None:
+            return
+        try:
+            self.judge.load()
+        except Exception as exc:  # missing, corrupt, another shape: requests end by silence
+            self._give_up(f"{exc}" if isinstance(exc, RkvoiceError) else f"the end-of-turn model does not load ({exc})")
+
+    @property
+    def in_speech(self) -> bool:
+        return self._held is not None or self.vad.in_speech
+
+    def reset(self) -> None:
+        self.vad.reset()
+        self._held = None
+
+    def restart(self, at_sample: int) -> None:
+        self.vad.restart(at_sample)
+        self.recent.restart(at_sample)
+        self._now = at_sample
+        self._held = None
+
+    def accept(self, frame: np.ndarray) -> list[Segment]:
+        self.recent.add(frame)
+        self._now += len(frame)
+        out = self._closed(self.vad.accept(frame))
+        held = self._held
+        if held is not None and not self.vad.in_speech:
+            ended = self._wait(held)
+            if ended is not None:
+                out.append(ended)
+        return out
+
+    def flush(self) -> list[Segment]:
+        """End of stream: what is held or open ends now."""
+        out = self._closed(self.vad.flush(), judge=False)
+        if self._held is not None:
+            out.append(self._end(self._held, Verdict.END_OF_STREAM))
+        return out
+
+    # -- the decision -----------------------------------------------------------------------
+
+    @property
+    def now_s(self) -> float:
+        return self._now / SAMPLE_RATE
+
+    def _silence_ms(self, held: _Held) -> float:
+        return max(0.0, (self.now_s - held.end_s) * 1000.0)
+
+    def _closed(self, segments: list[Segment], judge: bool = True) -> list[Segment]:
+        """Speech the VAD closed: joins the held request; judged now (a cut one ends at once)."""
+        out: list[Segment] = []
+        for seg in segments:
+            held = self._join(seg)
+            if seg.truncated or held.end_s - held.start_s >= self.max_request_s:
+                out.append(self._end(held, Verdict.CUT, truncated=True))
+                continue
+            self._held = held
+            if not judge:
+                continue
+            if self.on_pause is not None:  # its transcript, while the model judges
+                self.on_pause(held.samples)
+            ended = self._wait(held)
+            if ended is not None:
+                out.append(ended)
+        return out
+
+    def _join(self, seg: Segment) -> _Held:
+        held = self._held
+        if held is None:
+            return _Held(seg.samples, seg.start_s, seg.end_s, self.short_ms)
+        a, b = round(held.end_s * SAMPLE_RATE), round(seg.start_s * SAMPLE_RATE)
+        pause = self.recent.slice(a, b)
+        if len(pause) < b - a:  # the pause is no longer kept (cannot happen within max_silence_ms): silence
+            pause = np.zeros(b - a, dtype=np.float32)
+        samples = np.concatenate([held.samples, pause, seg.samples[max(0, a - b):]])
+        return _Held(samples, held.start_s, seg.end_s, self.short_ms, held.judgements, held.by_silence)
+
+    def _wait(self, held: _Held) -> Segment | None:
+        """The held request at the current silence: ended (a Segment) or still waited for (None)."""
+        silence = self._silence_ms(held)
+        if held.by_silence or self.judge is None:
+            held.by_silence = True
+            return self._end(held, Verdict.SILENCE) if silence >= self.fallback_ms else None
+        if silence >= self.max_ms:
+            return self._end(held, Verdict.MAX_SILENCE)
+        if silence < held.next_ms:
+            return None
+        judged = self._judge(held, silence)
+        if judged is Verdict.COMPLETE:
+            return self._end(held, Verdict.COMPLETE)
+        if judged is Verdict.WAIT:
+            held.next_ms = silence + self.recheck_ms
+            return None
+        return self._wait(held)  # the judgement failed: by silence from now on
+
+    def _judge(self, held: _Held, silence: float) -> Verdict:
+        judge = self.judge
+        assert judge is not None
+        a = round(held.end_s * SAMPLE_RATE)
+        audio = np.concatenate([held.samples, self.recent.slice(a, self._now)])
+        t0 = self.clock.now()
+        try:
+            p = judge.probability(audio)
+        except Exception as exc:
+            return self._fault(held, silence, (self.clock.now() - t0) * 1000.0, None, Verdict.FAILED,
+                               f"the end-of-turn model failed ({exc})")
+        ms = (self.clock.now() - t0) * 1000.0
+        if ms > self.budget_ms:
+            return self._fault(held, silence, ms, p, Verdict.SLOW, f"the end-of-turn model took {ms:.0f} ms, "
+                               f"over hear.endpoint.budget_ms ({self.budget_ms:.0f})")
+        self._faults = 0
+        verdict = Verdict.COMPLETE if p >= self.threshold else Verdict.WAIT
+        held.judgements.append(Judgement(round(silence, 1), round(p, 4), round(ms, 1), verdict))
+        log.info("end of turn: p=%.3f after %.0f ms of silence (%.0f ms): %s", p, silence, ms, verdict)
+        return verdict
+
+    def _fault(self, held: _Held, silence: float, ms: float, p: float | None, verdict: Verdict, why: str) -> Verdict:
+        held.judgements.append(Judgement(round(silence, 1), None if p is None else round(p, 4), round(ms, 1), verdict))
+        held.by_silence = True
+        self._faults += 1
+        if self._faults >= MAX_FAULTS:
+            self._give_up(f"{why}, {MAX_FAULTS} times in a row")
+        elif not self._warned:
+            self._warned = True
+            log.warning("%s: this request ends after %.0f ms of silence (hear.trailing_silence_ms)", why, self.fallback_ms)
+        else:
+            log.info("%s: this request ends by silence", why)
+        return verdict
+
+    def _give_up(self, why: str) -> None:
+        self.judge = None
+        if not self._warned:
+            self._warned = True
+            log.warning("%s; requests end after %.0f ms of silence (hear.trailing_silence_ms), as with "
+                        "hear.endpoint.mode: silence", why, self.fallback_ms)
+        else:
+            log.info("%s; the end-of-turn model is left out", why)
+
+    def _end(self, held: _Held, verdict: Verdict, truncated: bool = False) -> Segment:
+        self._held = None
+        judged = list(held.judgements)
+        if verdict is not Verdict.COMPLETE:
+            judged.append(Judgement(round(self._silence_ms(held), 1), None, 0.0, verdict))
+            log.info("end of turn after %.0f ms of silence: %s", self._silence_ms(held), verdict)
+        return Segment(held.samples, held.start_s, held.end_s, self.now_s, truncated=truncated,
+                       judgements=tuple(judged))
+
+
+def request_end(cfg: Config, early_silence_s: float = 0.0, clock: Clock | None = None) -> Segmenter:
+    """The segmenter that ends requests (unloaded): ``TurnEnd`` with ``hear.endpoint.mode: smart``,
+    else a plain Segmenter after ``hear.trailing_silence_ms`` (with its early pauses, ``early_silence_s``)."""
+    if cfg.hear.endpoint.mode == "smart":
+        return TurnEnd(cfg, clock=clock)
+    return Segmenter(cfg, early_silence_s=early_silence_s)
+
