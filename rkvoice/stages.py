@@ -79,8 +79,8 @@ def wake_factory(cfg: Config) -> Callable[[AsrEngine], WakeEngine]:
 
 
 class Hear:
-    """ASR + wake + VAD, loaded once (opening the microphone is not part of loading); ``asr_only``:
-    the ASR alone."""
+    """ASR + wake + VAD with the end-of-turn decision (``Segmenter.for_requests``), loaded once
+    (opening the microphone is not part of loading); ``asr_only``: the ASR alone."""
 
     def __init__(self, cfg: Config, asr_only: bool = False) -> None:
         self.cfg = cfg
@@ -101,7 +101,7 @@ class Hear:
         ahead = self.cfg.hear.transcribe_ahead
         self.heard = TranscribeAhead(local) if ahead else local
         self.wake = wake_factory(self.cfg)(self.heard)
-        self.segmenter = Segmenter(self.cfg, early_silence_s=PHRASE_SILENCE_S if ahead else 0.0)
+        self.segmenter = Segmenter.for_requests(self.cfg, early_silence_s=PHRASE_SILENCE_S if ahead else 0.0)
         self.segmenter.load()
 
     def session(self) -> HearSession:

@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 class Ev(enum.StrEnum):
     """Event names, in the order a turn usually produces them."""
 
-    SPEECH_END = "speech_end"  # the VAD closed the request (audio_s, silence_ms, truncated)
+    SPEECH_END = "speech_end"  # the VAD closed the request (audio_s, silence_ms, truncated; ended_by, judged)
     WAKE = "wake"  # the wake phrase was heard (text, barge_in, audio_s)
     CUE = "cue"  # the acknowledgement was handed to the player (delay_ms)
     ASR_DONE = "asr_done"  # the request's transcript (text, heard, asr_ms, woke)

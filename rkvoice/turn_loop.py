@@ -2,9 +2,9 @@
 for ``--file`` replay, the live microphone and the daemon (which wraps it with its supervision). It
 drives hearing, answering and speaking, so it sits above those stages, not inside rkvoice.hear.
 
-Each request becomes a rkvoice.turn.Turn whose timeline holds ``speech_end`` (marked when the VAD
-closed the request, before ASR), ``wake``, ``cue``, ``asr_done`` and then the answer's and the
-speaker's marks. A wake during a turn cancels it (barge-in) through the turn handle.
+Each request becomes a rkvoice.turn.Turn whose timeline holds ``speech_end`` (marked when the VAD or
+the end-of-turn decision closed the request, before ASR; with each of the decision's judgements),
+``wake``, ``cue``, ``asr_done`` and then the answer's and the speaker's marks. A wake during a turn cancels it (barge-in) through the turn handle.
 
 Live mode runs three kinds of threads: the source thread (frames into the inbox), the hear thread
 (this loop: VAD, wake, ASR) and one worker per turn (answer + speak). ``interrupt()`` (shutdown,
@@ -177,8 +177,10 @@ class TurnLoop:
         if mode is not Mode.LISTENING or self._pending is None:  # listening: the wake is already marked
             self._pending = self._timeline()
         silence_ms = round((seg.decided_s - seg.end_s) * 1000.0, 1)
+        judged = {"ended_by": str(seg.judgements[-1].verdict), "judged": [j.to_dict() for j in seg.judgements]
+                  } if seg.judgements else {}
         self._pending.mark(Ev.SPEECH_END, audio_s=round(seg.end_s, 3), silence_ms=silence_ms,
-                           truncated=seg.truncated)
+                           truncated=seg.truncated, **judged)
 
     def _on_wake(self, ev: Wake) -> None:
         self.wakes.append(ev)

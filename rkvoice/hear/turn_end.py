@@ -309,7 +309,8 @@ class TurnEnd(Segmenter):
         if judged is Verdict.COMPLETE:
             return self._end(held, Verdict.COMPLETE)
         if judged is Verdict.WAIT:
-            held.next_ms = silence + self.recheck_ms
+            while held.next_ms <= silence:  # on the grid short, short + recheck, ... (frames are coarser)
+                held.next_ms += self.recheck_ms
             return None
         return self._wait(held)  # the judgement failed: by silence from now on
 

@@ -1,0 +1,214 @@
+"""The end-of-turn decision (rkvoice.hear.turn_end.TurnEnd) on scripted engines in audio time: a
+scripted VAD closes speech at the short silence, a scripted model answers (and takes time on a
+FakeClock). Ends at the short silence when judged finished, waits through a pause when not (the
+speech that resumes joins the request), ends after max_silence_ms all the same, falls back to
+hear.trailing_silence_ms when the model fails or is slow (one warning), and the loop's --file replay
+and live paths end requests through it, with each judgement on the timeline."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fakes import FRAME, ListSource, ScriptedAsr, ScriptedSegmenter, ScriptedWake
+
+from rkvoice.config import Config, load_config, parse_override
+from rkvoice.hear.ahead import same_speech
+from rkvoice.hear.session import HearSession
+from rkvoice.hear.turn_end import RecentAudio, TurnEnd
+from rkvoice.hear.vad import SAMPLE_RATE, Segment, Segmenter, Verdict
+from rkvoice.timeline import Ev
+from rkvoice.turn import Turn
+from rkvoice.turn_loop import TurnLoop
+from tests.support import FakeClock
+
+FRAME_S = FRAME / SAMPLE_RATE
+
+
+def config(**endpoint: object) -> Config:
+    return load_config([parse_override(f"hear.endpoint.{k}={v}") for k, v in endpoint.items()])
+
+
+class ScriptedJudge:
+    """Answers ``script[utterance]`` in turn for each look at the utterance the held speech starts with
+    (the scripted VAD's samples carry its index), the last answer repeated; each look takes ``ms`` on
+    the clock. An answer of None raises."""
+
+    def __init__(self, script: dict[int, list[float | None]], clock: FakeClock, ms: float = 50.0) -> None:
+        self.script = script
+        self.clock = clock
+        self.ms = ms
+        self.calls: list[tuple[int, int]] = []  # (utterance, samples judged)
+
+    def load(self) -> None:
+        pass
+
+    def probability(self, samples: np.ndarray) -> float:
+        first = int(samples[0])
+        answers = self.script[first]
+        n = sum(1 for u, _ in self.calls if u == first)
+        self.calls.append((first, len(samples)))
+        self.clock.sleep(self.ms / 1000.0)
+        p = answers[min(n, len(answers) - 1)]
+        if p is None:
+            raise RuntimeError("scripted failure")
+        return p
+
+
+def decision(spans: list[tuple[float, float]], script: dict[int, list[float | None]], ms: float = 50.0,
+             **endpoint: object) -> tuple[TurnEnd, ScriptedJudge]:
+    clock = FakeClock()
+    judge = ScriptedJudge(script, clock, ms)
+    vad = ScriptedSegmenter(spans, silence_s=config(**endpoint).hear.endpoint.short_silence_ms / 1000.0)
+    dec = TurnEnd(config(**endpoint), vad=vad, judge=judge, clock=clock)  # type: ignore[arg-type]
+    dec.load()
+    dec.restart(0)
+    return dec, judge
+
+
+def run(dec: TurnEnd, seconds: float) -> list[Segment]:
+    out: list[Segment] = []
+    for _ in range(int(seconds * SAMPLE_RATE / FRAME)):
+        out += dec.accept(np.zeros(FRAME, np.float32))
+    return out
+
+
+def test_a_request_judged_finished_ends_at_the_short_silence():
+    dec, judge = decision([(1.0, 2.0)], {0: [0.9]})
+    (seg,) = run(dec, 4.0)
+    assert (seg.start_s, seg.end_s) == (1.0, 2.0)
+    assert 0.2 <= seg.decided_s - seg.end_s < 0.2 + FRAME_S
+    (j,) = seg.judgements
+    assert j.verdict is Verdict.COMPLETE and j.probability == 0.9 and j.ms == 50.0 and 200 <= j.silence_ms < 233
+    assert len(judge.calls) == 1
+
+
+def test_a_request_judged_unfinished_waits_through_the_pause_and_joins_what_follows():
+    # "帮我把" ... 0.6 s ... "客厅灯打开": judged unfinished at 200 ms and at 500 ms, the speech resumes
+    dec, judge = decision([(1.0, 2.0), (2.6, 3.5)], {0: [0.1, 0.2, 0.95]})
+    (seg,) = run(dec, 6.0)
+    assert (seg.start_s, seg.end_s) == (1.0, 3.5)
+    assert abs(len(seg.samples) - 2.5 * SAMPLE_RATE) <= 1  # the pause is kept inside the request
+    assert np.all(seg.samples[: SAMPLE_RATE] == 0) and np.all(seg.samples[-int(0.89 * SAMPLE_RATE):] == 1)
+    assert [j.verdict for j in seg.judgements] == [Verdict.WAIT, Verdict.WAIT, Verdict.COMPLETE]
+    assert [round(j.silence_ms / 100) for j in seg.judgements] == [2, 5, 2]
+    assert 0.2 <= seg.decided_s - 3.5 < 0.2 + FRAME_S
+
+
+def test_an_unfinished_request_ends_after_max_silence_all_the_same():
+    dec, judge = decision([(1.0, 2.0)], {0: [0.1]}, max_silence_ms=1500, recheck_ms=300)
+    (seg,) = run(dec, 5.0)
+    assert 1.5 <= seg.decided_s - seg.end_s < 1.5 + FRAME_S
+    verdicts = [j.verdict for j in seg.judgements]
+    assert verdicts == [Verdict.WAIT] * 5 + [Verdict.MAX_SILENCE]
+    assert [round(j.silence_ms / 100) for j in seg.judgements[:5]] == [2, 5, 8, 11, 14]
+
+
+def test_in_speech_holds_while_a_request_is_waited_for():
+    dec, _ = decision([(1.0, 2.0)], {0: [0.1]}, max_silence_ms=1000)
+    run(dec, 2.5)
+    assert dec.in_speech  # the session's listen timeout must not fire on a held request
+    run(dec, 1.0)
+    assert not dec.in_speech
+
+
+@pytest.mark.parametrize("ms, answer, verdict", [(600.0, 0.99, Verdict.SLOW), (50.0, None, Verdict.FAILED)])
+def test_a_slow_or_failing_model_ends_requests_by_silence_with_one_warning(caplog, ms, answer, verdict):
+    spans = [(1.0 + 3 * i, 2.0 + 3 * i) for i in range(5)]
+    dec, judge = decision(spans, {i: [answer] for i in range(5)}, ms=ms, budget_ms=400)
+    with caplog.at_level(logging.INFO, logger="rkvoice.hear.turn_end"):
+        segs = run(dec, 16.0)
+    assert len(segs) == 5
+    for seg in segs:
+        assert 0.5 <= seg.decided_s - seg.end_s < 0.5 + FRAME_S  # hear.trailing_silence_ms, as mode: silence
+        assert seg.judgements[-1].verdict is Verdict.SILENCE
+    assert [s.judgements[0].verdict for s in segs[:3]] == [verdict] * 3
+    assert len(judge.calls) == 3  # three faults in a row: the model is left out
+    assert [[j.verdict for j in s.judgements] for s in segs[3:]] == [[Verdict.SILENCE]] * 2  # not judged
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
+
+
+def test_one_slow_judgement_is_that_request_only():
+    dec, judge = decision([(1.0, 2.0), (4.0, 5.0)], {0: [0.9], 1: [0.9]}, budget_ms=400)
+    judge.ms = 500.0
+    first = run(dec, 3.0)
+    judge.ms = 50.0
+    second = run(dec, 3.0)
+    assert first[0].judgements[0].verdict is Verdict.SLOW and 0.5 <= first[0].decided_s - 2.0 < 0.55
+    assert second[0].judgements[-1].verdict is Verdict.COMPLETE and second[0].decided_s - 5.0 < 0.25
+
+
+def test_the_speech_so_far_is_handed_on_before_the_judgement_and_is_the_request():
+    dec, judge = decision([(1.0, 2.0), (2.5, 3.0)], {0: [0.1, 0.9]})
+    paused: list[np.ndarray] = []
+    dec.on_pause = lambda samples: paused.append(samples) or None  # type: ignore[func-returns-value]
+    (seg,) = run(dec, 5.0)
+    assert len(paused) == 2  # at each pause: the first (1 s) and the joined request (2 s)
+    assert not same_speech(paused[0], seg.samples)  # the speaker went on: the early transcript is not used
+    assert same_speech(paused[1], seg.samples)
+
+
+def test_a_request_held_past_the_longest_request_is_cut():
+    dec, _ = decision([(1.0, 7.0), (7.5, 13.5)], {0: [0.1]}, max_silence_ms=2000)
+    (seg,) = run(dec, 15.0)
+    assert seg.truncated and seg.judgements[-1].verdict is Verdict.CUT
+
+
+def test_the_end_of_the_stream_ends_what_is_held():
+    dec, _ = decision([(1.0, 2.0)], {0: [0.1]})
+    assert run(dec, 2.5) == []
+    (seg,) = dec.flush()
+    assert seg.judgements[-1].verdict is Verdict.END_OF_STREAM
+
+
+def test_recent_audio_is_bounded():
+    recent = RecentAudio(1.0)
+    for i in range(200):
+        recent.add(np.full(FRAME, i, np.float32))
+    assert recent._n <= SAMPLE_RATE + FRAME
+    assert np.all(recent.slice(recent.end - FRAME, recent.end) == 199)
+    assert len(recent.slice(0, 10)) == 0
+
+
+def test_the_mode_picks_the_segmenter_that_ends_requests():
+    assert isinstance(Segmenter.for_requests(config(mode="smart")), TurnEnd)
+    plain = Segmenter.for_requests(config(mode="silence"), early_silence_s=0.15)
+    assert type(plain) is Segmenter and plain.trailing_silence_s == 0.5 and plain.early_silence_s > 0
+
+
+# ------------------------------------------------------------------ through the loop
+
+
+class Echo:
+    def respond(self, turn: Turn) -> str:
+        return turn.text
+
+
+def file_turns(tmp_path: Path, dec: TurnEnd, texts: list[str], seconds: float) -> list[Turn]:
+    session = HearSession(dec.cfg, ScriptedAsr(texts), ScriptedWake(), dec, clock=dec.clock)  # type: ignore[arg-type]
+    loop = TurnLoop(session, Echo(), clock=dec.clock)
+    return loop.run_file(ListSource(seconds))
+
+
+def test_file_replay_ends_requests_through_the_decision_and_records_each_judgement(tmp_path):
+    # a complete request, then one with a pause the model judges unfinished
+    dec, _ = decision([(0.5, 1.5), (3.0, 3.8), (4.4, 5.2)], {0: [0.97], 1: [0.05, 0.05, 0.9]})
+    turns = file_turns(tmp_path, dec, ["现在几点", "帮我把客厅灯打开", "客厅灯打开"], 8.0)
+    assert [t.text for t in turns] == ["现在几点", "帮我把客厅灯打开"]
+    first, second = (t.timeline.find(Ev.SPEECH_END)[0] for t in turns)
+    assert first.get("ended_by") == "complete" and 200 <= first.get("silence_ms") < 233
+    assert [j["verdict"] for j in first.get("judged")] == ["complete"]
+    assert first.get("judged")[0]["p"] == 0.97 and first.get("judged")[0]["ms"] == 50.0
+    assert [j["verdict"] for j in second.get("judged")] == ["wait", "wait", "complete"]
+    assert second.get("audio_s") == 5.2
+
+
+def test_silence_mode_keeps_the_plain_segmenter_and_its_timeline(tmp_path):
+    cfg = config(mode="silence")
+    session = HearSession(cfg, ScriptedAsr(["现在几点"]), ScriptedWake(), ScriptedSegmenter([(0.5, 1.5)]))  # type: ignore[arg-type]
+    loop = TurnLoop(session, Echo(), clock=FakeClock())
+    (turn,) = loop.run_file(ListSource(3.0))
+    ev = turn.timeline.find(Ev.SPEECH_END)[0]
+    assert ev.get("silence_ms") == 500.0 and ev.get("judged") is None
