@@ -4,20 +4,30 @@ order), and the faults on the link's edge (a disconnect, our own errors against 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import sys
+import threading
+import time
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import pytest
-from fakes import RecordingPlayer
+from fakes import RecordingPlayer, wait_until
+from test_satellite import FeedMic, Ha, StubHear, speak_stage
 from wyoming.event import Event
 
 from rkvoice.config import load_config
 from rkvoice.hear.vad import Segment
 from rkvoice.hear.wake import WakeHit
+from rkvoice.satellite import link as link_module
 from rkvoice.satellite.link import RATE, SatelliteLink
 from rkvoice.satellite.mic import SatelliteMic
 from rkvoice.satellite.playback import Playback
+from rkvoice.satellite.run import LINK_DOWN
 from rkvoice.satellite.timers import TimerTable
 from tests.support.clock import FakeClock
 
@@ -138,3 +148,282 @@ def test_the_head_of_a_request_is_capped_in_seconds():
     sent = np.concatenate(link.chunks())
     assert sent[0] == pcm(level(RATE // FRAME))
     assert len(sent) <= 5.0 * RATE + RATE // 4  # the cap, and the quarter second of silence after it
+
+
+# -- the run bookkeeping: HA's events go to their own run, in any order ------------------------------------
+
+
+def ha(link: SatelliteLink, kind: str, **data: Any) -> None:
+    """An event from HA, handled as the link's event loop handles it."""
+    link._handle(Event(kind, data))
+
+
+def test_a_late_transcript_is_credited_to_its_own_run_never_the_next():
+    """Run 1 was given up on (no transcript in time) and run 2 begun; HA's transcript of run 1 then comes:
+    it is run 1's, and run 2 streams on until HA hears it."""
+    link = SentLink()
+    first = link.begin_run(np.zeros(0, np.float32))
+    assert first is not None
+    ha(link, "transcribe", language="zh-CN")
+    first.finish("no transcript")  # as the microphone side does after answer_wait_s
+    second = link.begin_run(np.zeros(0, np.float32))
+    assert second is not None
+    ha(link, "transcript", text="打开客厅灯")  # late: run 1's
+    assert first.transcript == "打开客厅灯" and first.ended == "no transcript"
+    assert not second.over.is_set() and second.transcript is None
+    ha(link, "transcribe", language="zh-CN")  # HA starts run 2's pipeline
+    ha(link, "transcript", text="关灯")
+    assert second.over.is_set() and second.ended == "transcript" and second.transcript == "关灯"
+
+
+def test_an_error_before_speech_to_text_ends_the_oldest_run_asked():
+    link = SentLink()
+    first = link.begin_run(np.zeros(0, np.float32))
+    second = link.begin_run(np.zeros(0, np.float32))
+    assert first is not None and second is not None
+    assert first.ended == "replaced" and not second.over.is_set()
+    ha(link, "error", text="no pipeline", code="pipeline-not-found")  # HA failed run 1 before its transcribe
+    assert first.error == "no pipeline (pipeline-not-found)" and first.ended == "replaced"  # its own, recorded
+    assert not second.over.is_set()
+    ha(link, "transcribe", language="zh-CN")
+    ha(link, "transcript", text="关灯")
+    assert second.transcript == "关灯"
+
+
+def test_a_transcript_for_no_run_is_one_line(caplog):
+    link = SentLink()
+    caplog.set_level(logging.INFO, logger="rkvoice.satellite")
+    ha(link, "transcript", text="打开客厅灯")
+    ha(link, "transcribe", language="zh-CN")
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 2 and all(r.exc_info is None for r in warnings)
+    assert link.runs == []
+
+
+@pytest.fixture
+def racing() -> Iterator[None]:
+    """Threads switch as often as the interpreter lets them (the races below need no luck)."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(before)
+
+
+def both(a: Any, b: Any) -> None:
+    """``a()`` and ``b()`` at once, on two threads."""
+    start = threading.Barrier(2)
+
+    def go(fn: Any) -> None:
+        start.wait()
+        fn()
+
+    other = threading.Thread(target=go, args=(b,))
+    other.start()
+    go(a)
+    other.join()
+
+
+def test_a_run_begun_while_the_last_one_ends_is_never_orphaned(racing):
+    """HA's transcript ends run 1 on the event loop while the microphone thread begins run 2, 300 times:
+    run 1 is heard, run 2 streams on and HA's next pipeline is run 2's."""
+    link = SentLink()
+    for i in range(300):
+        old = link.begin_run(np.zeros(0, np.float32))
+        assert old is not None
+        ha(link, "transcribe", language="zh-CN")
+        new: list[Any] = []
+        both(lambda new=new: new.append(link.begin_run(np.zeros(0, np.float32))),
+             lambda i=i: ha(link, "transcript", text=f"第{i}次"))
+        run = new[0]
+        assert run is not None and old.transcript == f"第{i}次" and old.ended in ("transcript", "replaced")
+        assert not run.over.is_set() and run.transcript is None, (i, run)
+        ha(link, "transcribe", language="zh-CN")
+        ha(link, "transcript", text="下一次")
+        assert run.over.is_set() and run.transcript == "下一次", (i, run)
+
+
+def test_a_run_begun_while_home_assistant_pauses_is_refused_or_ended(racing):
+    """pause-satellite on the event loop while the microphone thread begins a run, 300 times: the run is
+    refused or ended as paused, never left streaming while HA no longer runs the satellite."""
+    link = SentLink()
+    for i in range(300):
+        ha(link, "run-satellite")
+        got: list[Any] = []
+        both(lambda got=got: got.append(link.begin_run(np.zeros(0, np.float32))), lambda: ha(link, "pause-satellite"))
+        run = got[0]
+        assert not link.running.is_set()
+        assert run is None or (run.over.is_set() and run.ended == "paused"), (i, run)
+
+
+# -- the connection's edge: a disconnect, the writer's fault, our faults against HA's bad input ------------
+
+
+@pytest.fixture
+def sat() -> Iterator[tuple[Any, FeedMic, Any]]:
+    """A satellite serving on a free port, its microphone fed by the test."""
+    from fakes import MarkerWake
+
+    from rkvoice.satellite.run import Satellite
+
+    cfg = config()
+    speak = speak_stage(cfg)
+    satellite = Satellite(cfg, StubHear(MarkerWake(["", "打开客厅灯"])), speak)  # type: ignore[arg-type]
+    satellite.start()
+    mic = FeedMic()
+    thread = threading.Thread(target=satellite.run, args=(mic, False), daemon=True)
+    thread.start()
+    yield satellite, mic, speak
+    mic.close()
+    satellite.close()
+    thread.join(5)
+    speak.close()
+
+
+def test_a_disconnect_mid_announcement_ends_the_stream(sat):
+    satellite, _mic, _speak = sat
+
+    async def scenario() -> None:
+        async with Ha(satellite.link.port) as home:
+            await home.send("run-satellite")
+            fmt = {"rate": 22050, "width": 2, "channels": 1}
+            await home.send("audio-start", {**fmt, "timestamp": 0})
+            await home.send("audio-chunk", fmt, bytes(2 * 22050 // 5))  # 0.2 s, then HA goes (no audio-stop)
+            assert wait_until(lambda: satellite.playback.streams and satellite.playback.streams[0].samples > 0)
+
+    asyncio.run(scenario())
+    stream = satellite.playback.streams[0]
+    assert wait_until(lambda: not satellite.link.connected.is_set())
+    assert wait_until(lambda: stream.ended.is_set() and not satellite.playback.playing, 5.0)
+    assert stream.audio_s == pytest.approx(0.2)
+
+
+def test_a_writer_fault_closes_the_connection_and_is_logged_with_its_traceback(sat, monkeypatch, caplog):
+    satellite, _mic, _speak = sat
+    caplog.set_level(logging.INFO, logger="rkvoice.satellite")
+    write = link_module.async_write_event
+
+    async def broken(event: Event, writer: Any) -> None:
+        if event.type == "pong":
+            raise RuntimeError("the writer broke")
+        await write(event, writer)
+
+    monkeypatch.setattr(link_module, "async_write_event", broken)
+
+    async def scenario() -> None:
+        async with Ha(satellite.link.port) as home:
+            await home.send("run-satellite")
+            await home.send("ping", {"text": "p"})
+            async with asyncio.timeout(5):
+                while await home.client.read_event() is not None:
+                    pass  # the satellite closes the connection
+
+    asyncio.run(scenario())
+    assert wait_until(lambda: any(r.exc_info for r in caplog.records))
+    fault = [r for r in caplog.records if r.exc_info]
+    assert len(fault) == 1 and fault[0].levelno == logging.ERROR and "writing" in fault[0].getMessage()
+    assert isinstance(fault[0].exc_info[1], RuntimeError)  # type: ignore[index]
+
+
+def test_our_own_fault_is_a_traceback_and_the_peers_bad_input_one_line(sat, monkeypatch, caplog):
+    satellite, _mic, _speak = sat
+    caplog.set_level(logging.WARNING, logger="rkvoice.satellite")
+
+    def broken_begin(*_args: Any) -> None:
+        raise KeyError("a bug in playback")
+
+    monkeypatch.setattr(satellite.playback, "begin", broken_begin)
+
+    async def scenario() -> None:
+        async with Ha(satellite.link.port) as home:
+            await home.send("run-satellite")
+            await home.send("audio-start", {"rate": 22050, "width": 2, "channels": 1})  # good input, our fault
+            await home.send("timer-started", {"total_seconds": 5})  # HA's bad input: no id
+            await home.send("ping", {"text": "still here"})
+            assert (await home.expect("pong")).data["text"] == "still here"
+
+    asyncio.run(scenario())
+    ours = [r for r in caplog.records if r.exc_info]
+    peers = [r for r in caplog.records if "malformed" in r.getMessage()]
+    assert len(ours) == 1 and ours[0].levelno == logging.ERROR and "audio-start" in ours[0].getMessage()
+    assert "malformed" not in ours[0].getMessage() and isinstance(ours[0].exc_info[1], KeyError)  # type: ignore[index]
+    assert len(peers) == 1 and peers[0].exc_info is None and "timer-started" in peers[0].getMessage()
+
+
+# -- supervised: the daemon's watchdog starves when the satellite hears nothing or its link stopped -------
+
+
+class DyingLink(SatelliteLink):
+    """A link whose event loop fails 0.3 s after it bound its port (and was reported ready)."""
+
+    async def _serve(self, stop: Any, ready: Any) -> None:
+        serving = asyncio.create_task(super()._serve(stop, ready))
+        await asyncio.sleep(0.3)
+        serving.cancel()
+        raise RuntimeError("the link's loop broke")
+
+
+@contextlib.contextmanager
+def satellite_daemon(tmp_path: Any) -> Iterator[tuple[Any, FeedMic]]:
+    """The daemon with satellite.uri set, on scripted engines, its microphone fed by the test."""
+    from fakes import FakeVoice, MarkerWake, ScriptedLlm
+
+    from rkvoice.answer.assistant import Assistant
+    from rkvoice.daemon.sdnotify import Notifier
+    from rkvoice.daemon.service import Daemon
+    from rkvoice.stages import Hear, Plan, Speak, StageSpecs, answer_spec, hear_spec, speak_spec
+
+    class MarkerHear(Hear):
+        def load(self) -> None:
+            self.wake = MarkerWake(["", ""])
+
+        def close(self) -> None:
+            pass
+
+    cfg = load_config([{"daemon": {"lock_file": str(tmp_path / "lock")}, "state": {"dir": str(tmp_path / "state")},
+                        "hear": {"ack": "none"}, "satellite": {"uri": "tcp://127.0.0.1:0"}}])
+    mic = FeedMic()
+    plan = Plan(stages=StageSpecs(hear_spec(MarkerHear), answer_spec(lambda c: Assistant(c, llm=ScriptedLlm())),
+                                  speak_spec(lambda c: Speak(c, player=lambda cc: RecordingPlayer(cc),
+                                                             tts=lambda cc: FakeVoice(char_s=0.005)))),
+                source=lambda c: mic)
+    daemon = Daemon(cfg, plan, lambda: cfg, notifier=Notifier(socket_name=""))
+    thread = threading.Thread(target=lambda: daemon.run(handle_signals=False), daemon=True)
+    thread.start()
+    try:
+        assert wait_until(lambda: getattr(daemon.listener, "satellite", None) is not None)
+        yield daemon, mic
+    finally:
+        daemon.request_stop()
+        mic.close()
+        thread.join(10)
+    assert not thread.is_alive()
+
+
+def test_a_satellite_that_hears_nothing_stops_feeding_the_watchdog(tmp_path):
+    with satellite_daemon(tmp_path) as (daemon, mic):
+        mic.put(n=5)
+        assert wait_until(lambda: daemon.stalled(0.5) is not None)  # no frame for 0.5 s
+        assert daemon.stalled(0.5)[0] == "hear"
+        mic.put(n=1)
+        assert wait_until(lambda: daemon.stalled(0.5) is None)  # hearing again: fed again
+
+
+def test_a_link_that_stops_after_binding_is_logged_with_its_traceback_and_starves_the_watchdog(
+        tmp_path, monkeypatch, caplog):
+    from rkvoice.satellite import run as run_module
+
+    caplog.set_level(logging.INFO)
+    monkeypatch.setattr(run_module, "SatelliteLink", DyingLink)
+    with satellite_daemon(tmp_path) as (daemon, mic):
+        for _ in range(40):
+            mic.put(n=1)  # the microphone delivers: only the link is down
+            if daemon.stalled(0.5) is not None:
+                break
+            time.sleep(0.05)
+        stuck = daemon.stalled(0.5)
+        assert stuck is not None and stuck[0] == LINK_DOWN
+        traced = [r for r in caplog.records if r.exc_info and isinstance(r.exc_info[1], RuntimeError)]
+        assert len(traced) == 1 and "link to Home Assistant stopped" in traced[0].getMessage()
+        assert wait_until(lambda: daemon.turns == 1)  # reported once (not once per frame or per retry)
+        time.sleep(0.3)
+        assert daemon.turns == 1

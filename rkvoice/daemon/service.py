@@ -101,8 +101,8 @@ class Daemon:
         if self.cfg.satellite.uri:  # the microphone's requests go to Home Assistant's pipeline
             from rkvoice.satellite.run import SatelliteListener
 
-            self.listener = self._satellite = SatelliteListener(self.stages.stages, self.cfg, self.plan.source,
-                                                                self.clock)
+            self.listener = self._satellite = SatelliteListener(self.stages.stages, self.cfg, self.report, self.busy,
+                                                                self.plan.source, self.clock)
         else:
             self.listener = Listener(self.stages.stages, self.cfg, self.report, self.busy, self.plan.source,
                                      self.clock)

@@ -10,7 +10,14 @@ sends ``detection`` and ``run-pipeline`` (asr -> tts), then the request's audio,
 (rkvoice.satellite.playback) and acknowledged with ``played``; timer events keep the timer table.
 
 Events are written by one task per connection from an outbox, so the microphone thread never waits
-on the network. A malformed event or audio HA never announced gets one warning line and is ignored.
+on the network. A malformed event or audio HA never announced gets one warning line and is ignored;
+a fault of our own while handling an event (playback, timers) is logged with its traceback.
+
+HA's events carry no run id: they belong to the pipeline HA runs now, and HA starts its pipelines in
+the order they were asked (each with ``transcribe``). So the runs asked wait in a queue; ``transcribe``
+makes the oldest one HA's current run, and its ``transcript``, ``error`` and reply go to that run only
+(a late transcript is never credited to a run asked after it). The run bookkeeping is kept under one
+lock: the microphone thread begins runs while the event loop ends them, in any order.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,11 +80,16 @@ class Run:
     heard_at: float | None = None
     """Clock time the transcript came."""
     reply: Stream | None = None
+    _ending: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def finish(self, why: str) -> None:
-        if not self.over.is_set():
+    def finish(self, why: str) -> bool:
+        """End the run (from any thread; the first reason stays); False if it was over already."""
+        with self._ending:
+            if self.over.is_set():
+                return False
             self.ended = why
             self.over.set()
+            return True
 
 
 class _Connection:
@@ -87,8 +100,14 @@ class _Connection:
         self.peer = str(writer.get_extra_info("peername") or "?")
 
     async def write_loop(self) -> None:
-        while (event := await self.outbox.get()) is not None:
-            await async_write_event(event, self.writer)
+        """Writes the outbox until None; a failed write closes the connection (the reader ends) and is
+        raised to whoever awaits the task."""
+        try:
+            while (event := await self.outbox.get()) is not None:
+                await async_write_event(event, self.writer)
+        except BaseException:
+            self.writer.close()
+            raise
 
 
 class SatelliteLink:
@@ -109,10 +128,12 @@ class SatelliteLink:
         """HA is connected and has sent ``run-satellite`` (not paused since)."""
         self.connected = threading.Event()
         self.connections = 0
-        self.run: Run | None = None
         self.runs: list[Run] = []
         """The last runs, oldest first."""
         self._run_ids = 1
+        self._lock = threading.Lock()  # the run bookkeeping below, ``running`` with it, and each run's fields
+        self._asked: deque[Run] = deque()  # runs asked whose pipeline HA has not started (no ``transcribe`` yet)
+        self._ha_run: Run | None = None  # the run of the pipeline HA runs now: its events go to it
         self._loop: asyncio.AbstractEventLoop | None = None
         self._conn: _Connection | None = None
         self._stream: Stream | None = None  # the HA audio stream being received
@@ -198,87 +219,138 @@ class SatelliteLink:
             if self._conn is conn:
                 self._conn = None
                 self.connected.clear()
-                self.running.clear()
-                self._end_run("disconnected")
+                self._end_runs("disconnected", stop_running=True)
+                self._end_stream("Home Assistant disconnected")
                 log.info("satellite: Home Assistant disconnected")
             conn.outbox.put_nowait(None)
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(writing, 1.0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait({writing}, timeout=1.0)
+            if not writing.done():
+                writing.cancel()
+            elif not writing.cancelled() and (fault := writing.exception()) is not None:
+                if isinstance(fault, ConnectionError):
+                    log.info("satellite: writing to Home Assistant failed (%s); connection closed",
+                             type(fault).__name__)
+                else:
+                    log.error("satellite: writing to Home Assistant failed; connection closed", exc_info=fault)
             writer.close()
+
+    def _end_stream(self, why: str) -> None:
+        """The HA audio stream being received ends here (a disconnect mid-announcement): it plays out."""
+        stream, self._stream = self._stream, None
+        self._stray = False
+        if stream is not None:
+            log.info("satellite: %s during %s audio %d; it ends there", why, stream.kind, stream.id)
+            self.playback.end(stream)
 
     # -- events from HA ----------------------------------------------------------------------------
 
     def _handle(self, event: Event) -> None:
-        handler = self._handlers.get(event.type)
+        """Parse ``event`` (HA's bad input: one warning line), then act on it (our own fault: a traceback)."""
+        parse, act = self._handlers.get(event.type, (None, None))
+        if act is None:
+            log.debug("satellite: ignored %s", event.type)
+            return
         try:
-            if handler is not None:
-                handler(self, event)
-            else:
-                log.debug("satellite: ignored %s", event.type)
-        except (KeyError, TypeError, ValueError) as exc:
-            log.warning("satellite: a malformed %s event (%s: %s); ignored", event.type, type(exc).__name__, exc)
+            parsed = parse(event) if parse is not None else event
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            log.warning("satellite: a malformed %s event from Home Assistant (%s: %s); ignored", event.type,
+                        type(exc).__name__, exc)
+            return
+        try:
+            act(self, parsed)
+        except Exception:
+            log.exception("satellite: handling Home Assistant's %s failed (a fault of the satellite's own); "
+                          "event dropped", event.type)
 
     def _run_satellite(self, _event: Event) -> None:
-        self.running.set()
+        with self._lock:
+            self.running.set()
         log.info("satellite: Home Assistant runs the satellite")
 
     def _pause(self, _event: Event) -> None:
-        self.running.clear()
-        self._end_run("paused")
+        self._end_runs("paused", stop_running=True)
         log.info("satellite: paused by Home Assistant (muted): not streaming")
 
     def _describe(self, _event: Event) -> None:
         self.send(self.info.event())
 
-    def _ping(self, event: Event) -> None:
-        self.send(Pong(text=Ping.from_event(event).text).event())
+    def _ping(self, ping: Ping) -> None:
+        self.send(Pong(text=ping.text).event())
 
     def _transcribe(self, _event: Event) -> None:
-        if self.run is not None:
-            self.run.transcribing = True
+        """HA started the pipeline of the oldest run asked: its events go to that run from now on."""
+        with self._lock:
+            run = self._asked.popleft() if self._asked else None
+            self._ha_run = run
+            if run is not None:
+                run.transcribing = True
+        if run is None:
+            log.warning("satellite: Home Assistant started a pipeline the satellite did not ask for; its events "
+                        "are ignored")
 
     def _voice_stopped(self, _event: Event) -> None:
-        if self.run is not None and self.run.speech_end_at is None:
-            self.run.speech_end_at = self.clock.now()
+        with self._lock:
+            run = self._ha_run
+            if run is not None and run.speech_end_at is None:
+                run.speech_end_at = self.clock.now()
 
-    def _transcript(self, event: Event) -> None:
-        text = Transcript.from_event(event).text
-        log.info("satellite: Home Assistant heard %r", text)
-        if self.run is not None:
-            self.run.transcript = text
-            self.run.transcribing = True
-            self.run.heard_at = self.clock.now()
-        self._end_run("transcript")
+    def _pipeline_run(self) -> Run | None:
+        """The run HA's ``transcript`` or ``error`` is of: HA's current run, else (HA failed before it
+        started its speech-to-text) the oldest asked; under the lock."""
+        if self._ha_run is None and self._asked:
+            self._ha_run = self._asked.popleft()
+        return self._ha_run
 
-    def _error(self, event: Event) -> None:
-        err = Error.from_event(event)
+    def _transcript(self, transcript: Transcript) -> None:
+        text = transcript.text
+        with self._lock:
+            run = self._pipeline_run()
+            late = run is not None and run.over.is_set()
+            if run is not None and run.transcript is None:
+                run.transcript, run.transcribing, run.heard_at = text, True, self.clock.now()
+        if run is None:
+            log.warning("satellite: Home Assistant heard %r for no run the satellite asked; ignored", text)
+        elif late:
+            log.info("satellite: Home Assistant heard %r for run %d, which had ended (%s); credited to it alone",
+                     text, run.id, run.ended)
+        else:
+            log.info("satellite: Home Assistant heard %r", text)
+            run.finish("transcript")
+
+    def _error(self, err: Error) -> None:
         log.warning("satellite: Home Assistant's pipeline failed: %s (%s)", err.text, err.code)
-        if self.run is not None:
-            self.run.error = f"{err.text} ({err.code})"
-        self._end_run("error")
+        with self._lock:
+            run = self._pipeline_run()
+            if run is not None and run.error is None:
+                run.error = f"{err.text} ({err.code})"
+        if run is not None:
+            run.finish("error")
 
-    def _synthesize(self, event: Event) -> None:
-        log.info("satellite: Home Assistant answers %r", Synthesize.from_event(event).text)
-        last = self.runs[-1] if self.runs else None
-        self._reply_due = last is None or last.reply is None  # else it names the answer already streaming
+    def _synthesize(self, synthesize: Synthesize) -> None:
+        log.info("satellite: Home Assistant answers %r", synthesize.text)
+        with self._lock:
+            run = self._ha_run
+            self._reply_due = run is None or run.reply is None  # else it names the answer already streaming
 
-    def _audio_start(self, event: Event) -> None:
-        start = AudioStart.from_event(event)
+    def _audio_start(self, start: AudioStart) -> None:
         if self._stream is not None:  # a new stream without the old one's stop: end the old one
             self.playback.end(self._stream)
-        last = self.runs[-1] if self.runs else None
-        answering = last is not None and last.transcribing and last.error is None and last.reply is None
-        # a synthesize came, or HA streams its answer before saying what it synthesises (an agent that
-        # streams its text): the run's reply; audio with neither is an announcement (or a timer's sound)
-        kind = StreamKind.REPLY if self._reply_due or answering else StreamKind.ANNOUNCE
-        self._reply_due = False
+        with self._lock:
+            run = self._ha_run
+            answering = run is not None and run.transcribing and run.error is None and run.reply is None
+            # a synthesize came, or HA streams its answer before saying what it synthesises (an agent that
+            # streams its text): the run's reply; audio with neither is an announcement (or a timer's sound)
+            kind = StreamKind.REPLY if self._reply_due or answering else StreamKind.ANNOUNCE
+            self._reply_due = False
         self._stream = self.playback.begin(start.rate, start.width, start.channels, kind)
         self._stray = self._stream is None  # an unplayable stream: its chunks are ignored without more lines
-        if self._stream is not None and kind is StreamKind.REPLY and self.runs and self.runs[-1].reply is None:
-            self.runs[-1].reply = self._stream
+        if self._stream is not None and kind is StreamKind.REPLY and run is not None:
+            with self._lock:
+                if run.reply is None:
+                    run.reply = self._stream
 
-    def _audio_chunk(self, event: Event) -> None:
-        chunk = AudioChunk.from_event(event)
+    def _audio_chunk(self, chunk: AudioChunk) -> None:
         stream = self._stream
         if stream is None:
             if not self._stray:
@@ -302,35 +374,45 @@ class SatelliteLink:
         self._stray = False
         self.playback.end(stream)
 
-    def _timer_started(self, event: Event) -> None:
-        t = TimerStarted.from_event(event)
+    def _timer_started(self, t: TimerStarted) -> None:
         self.timers.started(t.id, t.total_seconds, t.name)
 
-    def _timer_updated(self, event: Event) -> None:
-        t = TimerUpdated.from_event(event)
+    def _timer_updated(self, t: TimerUpdated) -> None:
         self.timers.updated(t.id, t.is_active, t.total_seconds)
 
-    def _timer_cancelled(self, event: Event) -> None:
-        self.timers.cancelled(TimerCancelled.from_event(event).id)
+    def _timer_cancelled(self, t: TimerCancelled) -> None:
+        self.timers.cancelled(t.id)
 
-    def _timer_finished(self, event: Event) -> None:
-        self.playback.say(self.timers.finished(TimerFinished.from_event(event).id))
+    def _timer_finished(self, t: TimerFinished) -> None:
+        self.playback.say(self.timers.finished(t.id))
 
-    _handlers: dict[str, Callable[[SatelliteLink, Event], None]] = {
-        "run-satellite": _run_satellite, "pause-satellite": _pause, "describe": _describe, "ping": _ping,
-        "transcribe": _transcribe, "voice-stopped": _voice_stopped, "transcript": _transcript, "error": _error,
-        "synthesize": _synthesize, "audio-start": _audio_start, "audio-chunk": _audio_chunk,
-        "audio-stop": _audio_stop, "timer-started": _timer_started, "timer-updated": _timer_updated,
-        "timer-cancelled": _timer_cancelled, "timer-finished": _timer_finished,
+    _handlers: dict[str, tuple[Callable[[Event], Any] | None, Callable[[SatelliteLink, Any], None]]] = {
+        "run-satellite": (None, _run_satellite), "pause-satellite": (None, _pause), "describe": (None, _describe),
+        "ping": (Ping.from_event, _ping), "transcribe": (None, _transcribe), "voice-stopped": (None, _voice_stopped),
+        "transcript": (Transcript.from_event, _transcript), "error": (Error.from_event, _error),
+        "synthesize": (Synthesize.from_event, _synthesize), "audio-start": (AudioStart.from_event, _audio_start),
+        "audio-chunk": (AudioChunk.from_event, _audio_chunk), "audio-stop": (None, _audio_stop),
+        "timer-started": (TimerStarted.from_event, _timer_started),
+        "timer-updated": (TimerUpdated.from_event, _timer_updated),
+        "timer-cancelled": (TimerCancelled.from_event, _timer_cancelled),
+        "timer-finished": (TimerFinished.from_event, _timer_finished),
     }
 
     def _played(self, stream: Stream) -> None:
         """Playback's callback (its thread): the stream has played out."""
         self.send(Played().event())
 
-    def _end_run(self, why: str) -> None:
-        run, self.run = self.run, None
-        if run is not None:
+    def _end_runs(self, why: str, stop_running: bool = False) -> None:
+        """Every run not over ends (HA paused or left: its pipelines are gone); with ``stop_running`` HA no
+        longer runs the satellite, in the same step (a run begun meanwhile is refused or ended, never
+        left streaming)."""
+        with self._lock:
+            if stop_running:
+                self.running.clear()
+            ending = [run for run in self.runs if not run.over.is_set()]
+            self._asked.clear()
+            self._ha_run = None
+        for run in ending:
             run.finish(why)
 
     # -- the microphone side (any thread) ----------------------------------------------------------
@@ -339,16 +421,20 @@ class SatelliteLink:
         """After a wake on the board: ``detection``, ``run-pipeline`` (asr -> tts), ``audio-start`` and
         ``head`` (16 kHz float32 heard since the wake phrase). None (with a warning) when HA is not
         running the satellite."""
-        if not self.running.is_set():
+        with self._lock:
+            running, connected = self.running.is_set(), self.connected.is_set()
+            if running:
+                run = Run(self._run_ids, self.clock.now())
+                self._run_ids += 1
+                replaced = [old for old in self.runs if not old.over.is_set()]
+                self.runs.append(run)
+                del self.runs[:-KEEP_RUNS]
+                self._asked.append(run)
+        if not running:
             log.warning("satellite: heard the wake phrase, but Home Assistant is %s; request dropped",
-                        "not connected" if not self.connected.is_set() else "not running the satellite (paused)")
+                        "not connected" if not connected else "not running the satellite (paused)")
             return None
-        run = Run(self._run_ids, self.clock.now())
-        self._run_ids += 1
-        self.runs.append(run)
-        del self.runs[:-KEEP_RUNS]
-        old, self.run = self.run, run
-        if old is not None:
+        for old in replaced:
             old.finish("replaced")
         self.send(Detection(name=self.wake_word, timestamp=None).event())
         self.send(RunPipeline(start_stage=PipelineStage.ASR, end_stage=PipelineStage.TTS,
@@ -364,15 +450,17 @@ class SatelliteLink:
         if run.over.is_set() or run.audio_stopped or not len(samples):
             return
         pcm = np.clip(np.round(np.asarray(samples, np.float32) * 32767.0), -32768, 32767).astype("<i2").tobytes()
-        self.send(AudioChunk(rate=RATE, width=2, channels=1, audio=pcm,
-                             timestamp=round(run.sent_s * 1000)).event())
-        run.sent_s += len(samples) / RATE
+        with self._lock:
+            at = run.sent_s
+            run.sent_s += len(samples) / RATE
+        self.send(AudioChunk(rate=RATE, width=2, channels=1, audio=pcm, timestamp=round(at * 1000)).event())
 
     def stop_audio(self, run: Run) -> None:
         """The request's audio is complete: ``audio-stop`` (HA's speech-to-text ends)."""
-        if run.audio_stopped:
-            return
-        run.audio_stopped = True
-        if run.speech_end_at is None:
-            run.speech_end_at = self.clock.now()
+        with self._lock:
+            if run.audio_stopped:
+                return
+            run.audio_stopped = True
+            if run.speech_end_at is None:
+                run.speech_end_at = self.clock.now()
         self.send(AudioStop().event())

@@ -16,10 +16,12 @@ runs on the live microphone and on a recording.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 
 import numpy as np
 
@@ -54,8 +56,12 @@ class SatelliteMic:
     def __init__(self, wake: WakeEngine, link: SatelliteLink, playback: Playback,
                  on_run: Callable[[Run], None] | None = None, max_request_s: float = MAX_REQUEST_S,
                  answer_wait_s: float = ANSWER_WAIT_S, segmenter: Segmenter | None = None,
-                 cue: np.ndarray | None = None) -> None:
+                 cue: np.ndarray | None = None,
+                 busy: Callable[[str], AbstractContextManager[None]] = lambda _what: contextlib.nullcontext()) -> None:
         self.wake = wake
+        self.busy = busy
+        """Marks hearing one frame, its wait included (the daemon's watchdog: a microphone that delivers
+        nothing, or a wake engine that hangs, is stuck)."""
         self.cue = cue if cue is not None else np.zeros(0, np.float32)
         """Played on a wake HA will hear (``hear.ack``, at the player's rate)."""
         self.segmenter = segmenter
@@ -90,9 +96,14 @@ class SatelliteMic:
         self._stop.clear()
         self._source = source
         self.wake.restart(self.samples)
+        frames = self._frames(source)
         try:
-            for frame in self._frames(source):
-                self.accept(frame)
+            while True:
+                with self.busy("hear"):
+                    frame = next(frames, None)
+                    if frame is None:
+                        break
+                    self.accept(frame)
         finally:
             source.close()
             if self.run is not None:

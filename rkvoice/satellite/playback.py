@@ -43,6 +43,43 @@ class StreamKind(enum.StrEnum):
     """Audio with no run waiting for it: ``assist_satellite.announce``."""
 
 
+@dataclass(frozen=True)
+class Begin:
+    stream: Stream
+
+
+@dataclass(frozen=True)
+class Chunk:
+    stream: Stream
+    data: np.ndarray
+    """int16 samples, channels interleaved."""
+
+
+@dataclass(frozen=True)
+class End:
+    stream: Stream
+
+
+@dataclass(frozen=True)
+class Say:
+    text: str
+
+
+@dataclass(frozen=True)
+class Cue:
+    samples: np.ndarray
+    """float32 at the player's rate."""
+
+
+@dataclass(frozen=True)
+class Stop:
+    pass
+
+
+Command = Begin | Chunk | End | Say | Cue | Stop
+"""What the playing thread is told, in order."""
+
+
 @dataclass
 class Stream:
     """One audio stream Home Assistant sent."""
@@ -79,7 +116,7 @@ class Playback:
         self.streams: list[Stream] = []
         self.said: list[str] = []
         self._ids = itertools.count(1)
-        self._q: queue.Queue[tuple[int, str, Any]] = queue.Queue()
+        self._q: queue.Queue[tuple[int, Command]] = queue.Queue()
         self._generation = 0  # bumped by clear(): queued items of an older generation are dropped
         self._lock = threading.Lock()
         self._busy = 0  # items queued and not yet done
@@ -101,28 +138,29 @@ class Playback:
                         "stereo at %d-%d Hz is played: ignored", rate, width, channels, MIN_RATE, MAX_RATE)
             return None
         stream = Stream(next(self._ids), rate, channels, kind)
-        self.streams.append(stream)
-        del self.streams[:-KEEP]
-        self._put("begin", stream)
+        with self._lock:
+            self.streams.append(stream)
+            del self.streams[:-KEEP]
+        self._put(Begin(stream))
         return stream
 
     def chunk(self, stream: Stream, pcm: bytes) -> None:
         data = np.frombuffer(pcm[: len(pcm) - len(pcm) % (2 * stream.channels)], "<i2")
         stream.samples += len(data) // stream.channels
-        self._put("chunk", (stream, data))
+        self._put(Chunk(stream, data))
 
     def end(self, stream: Stream) -> None:
         """No more audio in ``stream``: once it has played, ``on_played(stream)``."""
-        self._put("end", stream)
+        self._put(End(stream))
 
     def say(self, text: str) -> None:
         """The board's own words, after what is queued (a finished timer)."""
-        self._put("say", text)
+        self._put(Say(text))
 
     def cue(self, samples: np.ndarray) -> None:
         """A sound at the player's rate (float32), after what is queued: the wake acknowledgement."""
         if len(samples):
-            self._put("cue", samples)
+            self._put(Cue(samples))
 
     def clear(self, reason: str = "barge-in") -> None:
         """Drop everything queued and silence the player now; the streams not ended yet are cut (their
@@ -147,27 +185,27 @@ class Playback:
     def close(self) -> None:
         self.clear("shutdown")
         if self._thread is not None:
-            self._q.put((-1, "stop", None))
+            self._q.put((-1, Stop()))
             self._thread.join(2.0)
             self._thread = None
 
     # -- the playing thread --------------------------------------------------------------------
 
-    def _put(self, kind: str, item: Any) -> None:
+    def _put(self, command: Command) -> None:
         with self._lock:
             self._busy += 1
             generation = self._generation
-        self._q.put((generation, kind, item))
+        self._q.put((generation, command))
 
     def _loop(self) -> None:
         while True:
-            generation, kind, item = self._q.get()
-            if kind == "stop":
+            generation, command = self._q.get()
+            if isinstance(command, Stop):
                 return
             try:
-                self._play(kind, item, generation)
+                self._play(command, generation)
             except Exception:  # a broken player or voice fails this item, never the thread
-                log.exception("satellite: playing %s failed", kind)
+                log.exception("satellite: playing %s failed", type(command).__name__)
             finally:
                 with self._lock:
                     self._busy -= 1
@@ -176,21 +214,22 @@ class Playback:
         with self._lock:
             return generation != self._generation
 
-    def _play(self, kind: str, item: Any, generation: int) -> None:
+    def _play(self, command: Command, generation: int) -> None:
         stale = self._stale(generation)
-        if kind == "begin":
-            self._resampler, self._pending = None, np.zeros(0, np.float32)
-        elif kind == "chunk":
-            stream, data = item
-            if not (stale or stream.cut):
-                self._write(stream, data)
-        elif kind == "end":
-            self._finish(item, generation)
-        elif kind == "say" and not stale:
-            self._speak(item)
-        elif kind == "cue" and not stale:
-            for i in range(0, len(item), self.block):
-                self.player.write(np.clip(np.round(item[i : i + self.block] * 32767.0), -32768, 32767).astype(np.int16))
+        match command:
+            case Begin():
+                self._resampler, self._pending = None, np.zeros(0, np.float32)
+            case Chunk(stream, data):
+                if not (stale or stream.cut):
+                    self._write(stream, data)
+            case End(stream):
+                self._finish(stream, generation)
+            case Say(text) if not stale:
+                self._speak(text)
+            case Cue(samples) if not stale:
+                for i in range(0, len(samples), self.block):
+                    block = samples[i : i + self.block]
+                    self.player.write(np.clip(np.round(block * 32767.0), -32768, 32767).astype(np.int16))
 
     def _write(self, stream: Stream, data: np.ndarray) -> None:
         x = data.astype(np.float32).reshape(-1, stream.channels).mean(axis=1) / 32768.0

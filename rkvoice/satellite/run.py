@@ -4,10 +4,12 @@ hear and speak stages), the daemon's ``SatelliteListener`` (in place of the loca
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -33,16 +35,29 @@ PIPELINE_WAIT_S = 30.0
 """``--file``: how long after Home Assistant connected the satellite waits for its pipeline to run."""
 REPLY_WAIT_S = 60.0
 """``--file``: how long after the request was heard the satellite waits for the reply to play."""
+LINK_DOWN = "the satellite's link to Home Assistant (stopped)"
+"""What a link that stopped after binding holds busy (the daemon's watchdog stops: systemd restarts)."""
+
+Busy = Callable[[str], AbstractContextManager[None]]
+
+
+def no_watch(_what: str) -> AbstractContextManager[None]:
+    return contextlib.nullcontext()
 
 
 class Satellite:
     """The satellite over loaded stages: ``hear`` (its wake engine) and ``speak`` (its player, wrapped
     in the echo reference tap, and its Speaker for the board's own words). ``segmenter`` (loaded; see
     ``board_vad``) ends requests on the board; without it HA's VAD alone does. ``start()`` serves the
-    protocol on a thread; ``run(source)`` listens on the calling thread; ``close()`` ends both."""
+    protocol on a thread; ``run(source)`` listens on the calling thread; ``close()`` ends both.
+
+    ``busy(what)`` marks work that must finish (the daemon's watchdog): hearing one frame (waiting for it
+    too: a microphone that delivers nothing is stuck), and, from the moment the protocol thread stops
+    after binding (logged with its traceback), the link itself: ``run`` then returns and raises."""
 
     def __init__(self, cfg: Config, hear: Hear, speak: Speak, uri: str = "", clock: Clock | None = None,
-                 on_run: Callable[[Run], None] | None = None, segmenter: Segmenter | None = None) -> None:
+                 on_run: Callable[[Run], None] | None = None, segmenter: Segmenter | None = None,
+                 busy: Busy = no_watch) -> None:
         assert hear.wake is not None and speak.player is not None, "load the hear and speak stages first"
         self.cfg = cfg
         self.clock = clock or MonotonicClock()
@@ -50,11 +65,18 @@ class Satellite:
         self.timers = TimerTable(self.clock)
         self.playback = Playback(speak.player, speak.speaker, cfg.audio.block_ms, self.clock)
         self.link = SatelliteLink(cfg, self.playback, self.timers, self.clock, uri=uri)
+        self.busy = busy
         self.mic = SatelliteMic(hear.wake, self.link, self.playback, on_run=on_run, segmenter=segmenter,
-                                cue=speak.cue)
+                                cue=speak.cue, busy=busy)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failed: BaseException | None = None
+        self._down = contextlib.ExitStack()  # holds LINK_DOWN busy once the link stopped
+
+    @property
+    def failed(self) -> BaseException | None:
+        """Why the protocol thread stopped (a bind error, or a fault after binding), else None."""
+        return self._failed
 
     def start(self, timeout_s: float = 10.0) -> None:
         """Listen for Home Assistant (a thread); raises the bind error here."""
@@ -66,7 +88,17 @@ class Satellite:
                 self.link.serve(self._stop, ready=lambda _link: bound.set())
             except BaseException as exc:
                 self._failed = exc
-                log.error("%s", exc)
+                if not bound.is_set():  # the bind error: raised by start() as one line
+                    return
+                log.error("satellite: the link to Home Assistant stopped; the satellite no longer hears "
+                          "Home Assistant (restart rkvoice)", exc_info=exc)
+                self._down.enter_context(self.busy(LINK_DOWN))
+                self.mic.interrupt()
+            else:
+                if not self._stop.is_set():
+                    self._failed = RkvoiceError(Stage.WYOMING, "link-stopped", "satellite: the link to Home "
+                                                "Assistant stopped by itself")
+                    log.error("%s", self._failed)
             finally:
                 bound.set()
 
@@ -81,7 +113,13 @@ class Satellite:
         flt = echo_filter(self.cfg, self.speak.played) if echo else None
         if flt is not None and not getattr(source, "markers", False):
             source = EchoCancelledSource(source, flt, self.clock)
-        self.mic.run_source(source)
+        if self._failed is None:
+            self.mic.run_source(source)
+        else:
+            source.close()
+        if self._failed is not None:
+            raise RkvoiceError(Stage.WYOMING, "link-failed", f"satellite: the link to Home Assistant stopped "
+                               f"({type(self._failed).__name__}: {self._failed}); restart rkvoice") from self._failed
 
     def interrupt(self) -> None:
         self.mic.interrupt()
@@ -92,6 +130,7 @@ class Satellite:
         self.playback.close()
         if self._thread is not None:
             self._thread.join(3.0)
+        self._down.close()
 
 
 def board_vad(cfg: Config) -> Segmenter:
@@ -111,22 +150,37 @@ class LoadedStages(Protocol):
 
 class SatelliteListener:
     """The daemon's listener with ``satellite.uri`` set: the microphone's requests go to Home Assistant's
-    pipeline instead of the local turn loop (the shape of rkvoice.daemon.listener.Listener). It serves
-    from construction to ``close()``."""
+    pipeline instead of the local turn loop (built as rkvoice.daemon.listener.Listener is: ``report``
+    gets hearing failures, ``busy`` marks work that must finish). It serves from construction to
+    ``close()``; once its link to HA has stopped (logged with its traceback), ``run`` reports it once
+    and then waits to be interrupted while the link holds busy, so the watchdog starves."""
 
-    def __init__(self, stages: LoadedStages, cfg: Config, source: Callable[[Config], AudioSource],
-                 clock: Clock | None = None) -> None:
+    def __init__(self, stages: LoadedStages, cfg: Config, report: Callable[[BaseException], None], busy: Busy,
+                 source: Callable[[Config], AudioSource], clock: Clock | None = None) -> None:
         self.cfg = cfg
         self.source = source
+        self.report = report
         self.answer_gate = PriorityGate("answer")
-        self.satellite = Satellite(cfg, stages.hear, stages.speak, clock=clock, segmenter=board_vad(cfg))
+        self._interrupted = threading.Event()
+        self._reported = False
+        self.satellite = Satellite(cfg, stages.hear, stages.speak, clock=clock, segmenter=board_vad(cfg), busy=busy)
         self.satellite.start()
 
     def run(self) -> None:
+        if self.satellite.failed is not None and self._reported:
+            self._interrupted.wait()  # the link is down: nothing to hear for; the watchdog decides
+            return
         log.info("satellite: listening for %r; requests go to Home Assistant", self.cfg.hear.wake_phrase)
-        self.satellite.run(self.source(self.cfg))
+        try:
+            self.satellite.run(self.source(self.cfg))
+        except RkvoiceError as exc:
+            if exc.code != "link-failed":
+                raise
+            self._reported = True
+            self.report(exc)
 
     def interrupt(self, reason: str) -> None:
+        self._interrupted.set()
         self.satellite.interrupt()
         self.satellite.playback.clear(reason)
 
@@ -134,6 +188,7 @@ class SatelliteListener:
         self.satellite.playback.say(text)
 
     def close(self) -> None:
+        self._interrupted.set()
         self.satellite.close()
 
 
