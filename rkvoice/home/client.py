@@ -4,6 +4,10 @@ HTTP connection, and the facts ``--check`` prints. Stdlib only (http.client, jso
 Every way HA can fail is a ``HomeFailure`` whose ``kind`` the route keys its breaker and its apology on
 and whose ``message`` is the one warning line: what went wrong, and what fixes it. The token is read
 from ``home_assistant.token_file`` and never logged.
+
+A cancel belongs to one request (a ``Call``, the turn's), never to the shared client: cancelled before
+the request takes the connection, while it waits for it, or mid-read, that request ends at once
+(``Failure.CANCELLED``), is never retried on a new connection, and no other request is touched.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import ssl
 import stat
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +44,7 @@ class Failure(enum.StrEnum):
     NOT_HA = "not-ha"  # 404 on the API, or an answer in another shape
     SERVER = "server"  # 5xx
     GARBAGE = "garbage"  # not JSON
+    CANCELLED = "cancelled"  # the request's Call was cancelled: not HA's failure
 
 
 class HomeFailure(Exception):
@@ -52,6 +58,7 @@ class Kind(enum.StrEnum):
     """HA's ``response_type``, with an error split by its ``data.code``."""
 
     ACTION_DONE = "action_done"
+    PARTIAL_ACTION_DONE = "partial_action_done"  # some targets done, some failed: spoken as HA words it
     QUERY_ANSWER = "query_answer"
     NO_MATCH = "no_intent_match"  # the one answer that goes on to the LLM
     ERROR = "error"  # no_valid_targets, failed_to_handle, unknown: spoken as HA words them
@@ -84,7 +91,7 @@ def parse_conversation(body: Any) -> Conversed:
         data = response.get("data")
         code = str(data.get("code", "")) if isinstance(data, dict) else ""
         return Conversed(Kind.NO_MATCH if code == Kind.NO_MATCH else Kind.ERROR, text, code)
-    if kind in (Kind.ACTION_DONE, Kind.QUERY_ANSWER):
+    if kind in (Kind.ACTION_DONE, Kind.PARTIAL_ACTION_DONE, Kind.QUERY_ANSWER):
         return Conversed(Kind(kind), text)
     raise HomeFailure(Failure.NOT_HA, f"unknown response_type {kind!r}")
 
@@ -108,9 +115,45 @@ def read_token(path: Path) -> str:
     return text
 
 
+class Call:
+    """One request's cancel: ``cancel()`` from any thread; whoever waits for the request is woken."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cancelled = False
+        self._wakers: list[Callable[[], None]] = []
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def cancel(self) -> None:
+        with self._lock:
+            if self._cancelled:
+                return
+            self._cancelled = True
+            wakers, self._wakers = self._wakers, []
+        for wake in wakers:
+            wake()
+
+    def on_cancel(self, wake: Callable[[], None]) -> Callable[[], None]:
+        """Run ``wake()`` once when cancelled (at once if it was); returns the function that forgets it."""
+        with self._lock:
+            if not self._cancelled:
+                self._wakers.append(wake)
+                return lambda: self._forget(wake)
+        wake()
+        return lambda: None
+
+    def _forget(self, wake: Callable[[], None]) -> None:
+        with self._lock:
+            if wake in self._wakers:
+                self._wakers.remove(wake)
+
+
 @dataclass
 class HaClient:
-    """One kept-alive HTTP connection to HA; ``converse`` and ``get`` are serialised by a lock."""
+    """One kept-alive HTTP connection to HA; ``converse`` and ``get`` take it one request at a time."""
 
     url: str
     token_file: Path
@@ -119,8 +162,9 @@ class HaClient:
     _conn: http.client.HTTPConnection | None = field(default=None, init=False, repr=False)
     _used: float = field(default=0.0, init=False, repr=False)
     _token: tuple[float, str] | None = field(default=None, init=False, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
-    _aborted: bool = field(default=False, init=False, repr=False)
+    _turns: threading.Condition = field(default_factory=threading.Condition, init=False, repr=False)
+    _holder: Call | None = field(default=None, init=False, repr=False)
+    """The request that has the connection (under ``_turns``)."""
 
     def __post_init__(self) -> None:
         parsed = urlparse(self.url)
@@ -140,13 +184,14 @@ class HaClient:
             self._token = (mtime, read_token(self.token_file))
         return self._token[1]
 
-    def converse(self, text: str, conversation_id: str | None = None) -> tuple[Conversed, str | None]:
+    def converse(self, text: str, conversation_id: str | None = None,
+                 call: Call | None = None) -> tuple[Conversed, str | None]:
         """Ask HA's conversation agent; its answer and the conversation id to send next time."""
         body: dict[str, Any] = {"text": text, "language": self.language}
         if conversation_id:
             body["conversation_id"] = conversation_id
         t0 = time.monotonic()
-        data = self.request("POST", CONVERSE_PATH, body)
+        data = self.request("POST", CONVERSE_PATH, body, call)
         answer = parse_conversation(data)
         cid = data.get("conversation_id") if isinstance(data, dict) else None
         answer = Conversed(answer.kind, answer.speech, answer.code, round((time.monotonic() - t0) * 1000, 1))
@@ -155,55 +200,103 @@ class HaClient:
     def get(self, path: str) -> Any:
         return self.request("GET", path)
 
-    def abort(self) -> None:
-        """Unblock a request in flight (its turn was cancelled): it fails at once as UNREACHABLE."""
-        self._aborted = True
-        conn = self._conn
-        sock = getattr(conn, "sock", None)
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
     def close(self) -> None:
-        with self._lock:
+        call = Call()
+        self._take(call)
+        try:
             self._drop()
+        finally:
+            self._give(call)
 
-    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        """One API call within ``timeout_s``, the answer's JSON; every failure a HomeFailure."""
+    def _take(self, call: Call) -> None:
+        """Wait for the connection; HomeFailure(CANCELLED) at once when ``call`` is cancelled meanwhile."""
+        forget = call.on_cancel(self._wake_waiters)
+        try:
+            with self._turns:
+                while self._holder is not None and not call.cancelled:
+                    self._turns.wait()
+                if call.cancelled:
+                    raise self._cancelled()
+                self._holder = call
+        finally:
+            forget()
+
+    def _give(self, call: Call) -> None:
+        with self._turns:
+            if self._holder is call:
+                self._holder = None
+                self._turns.notify_all()
+
+    def _wake_waiters(self) -> None:
+        with self._turns:
+            self._turns.notify_all()
+
+    def _cut(self, call: Call) -> None:
+        """``call`` was cancelled: if it has the connection now, shut its socket (its read ends at once)."""
+        with self._turns:
+            sock = getattr(self._conn, "sock", None) if self._holder is call else None
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def _cancelled(self) -> HomeFailure:
+        return HomeFailure(Failure.CANCELLED, f"the request to Home Assistant at {self.where} was cancelled")
+
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None, call: Call | None = None) -> Any:
+        """One API call within ``timeout_s``, the answer's JSON; every failure a HomeFailure. ``call``
+        cancels it (Failure.CANCELLED) wherever it is."""
+        call = call or Call()
+        if call.cancelled:
+            raise self._cancelled()
         token = self.token()
         payload = json.dumps(body, ensure_ascii=False).encode() if body is not None else None
         headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json", "Accept": "application/json"}
-        with self._lock:
-            self._aborted = False
-            deadline = time.monotonic() + self.timeout_s
-            for attempt in (0, 1):
-                reused = self._conn is not None and time.monotonic() - self._used < IDLE_RECONNECT_S
-                if not reused:
-                    self._drop()
-                try:
-                    status, raw = self._exchange(method, self._prefix + path, payload, headers, deadline)
-                    break
-                except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
-                    self._drop()
-                    if reused and attempt == 0 and not self._aborted and time.monotonic() < deadline:
+        deadline = time.monotonic() + self.timeout_s
+        self._take(call)
+        forget = call.on_cancel(lambda: self._cut(call))
+        try:
+            status, raw = self._attempts(method, self._prefix + path, payload, headers, deadline, call)
+            self._used = time.monotonic()
+        finally:
+            forget()
+            self._give(call)
+        return self._judge(status, raw, path)
+
+    def _attempts(self, method: str, path: str, payload: bytes | None, headers: dict[str, str], deadline: float,
+                  call: Call) -> tuple[int, bytes]:
+        """The exchange on the kept-alive connection, once more on a new one when HA had closed it idle."""
+        for attempt in (0, 1):
+            reused = self._conn is not None and time.monotonic() - self._used < IDLE_RECONNECT_S
+            if not reused:
+                self._drop()
+            try:
+                if call.cancelled:
+                    raise self._cancelled()
+                return self._exchange(method, path, payload, headers, deadline, call)
+            except HomeFailure:
+                raise
+            except Exception as exc:
+                self._drop()
+                if call.cancelled:
+                    raise self._cancelled() from None
+                if isinstance(exc, (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)):
+                    if reused and attempt == 0 and time.monotonic() < deadline:
                         log.debug("kept-alive connection to %s was closed (%s); reconnecting", self.where, exc)
                         continue  # HA closed the idle connection before reading our request
                     raise self._unreachable(exc) from None
-                except TimeoutError:
-                    self._drop()
+                if isinstance(exc, TimeoutError):
                     raise HomeFailure(Failure.TIMEOUT, f"Home Assistant at {self.where} did not answer within "
                                       f"{self.timeout_s:g} s; raise home_assistant.timeout_s if it is just slow, "
                                       "or check that it is running") from None
-                except (OSError, http.client.HTTPException) as exc:
-                    self._drop()
+                if isinstance(exc, (OSError, http.client.HTTPException)):
                     raise self._unreachable(exc) from None
-            self._used = time.monotonic()
-        return self._judge(status, raw, path)
+                raise
+        raise AssertionError("unreachable")  # the second attempt returns or raises
 
     def _exchange(self, method: str, path: str, payload: bytes | None, headers: dict[str, str],
-                  deadline: float) -> tuple[int, bytes]:
+                  deadline: float, call: Call) -> tuple[int, bytes]:
         if self._conn is None:
             left = max(0.001, deadline - time.monotonic())
             if self._secure:
@@ -214,6 +307,8 @@ class HaClient:
             self._conn.connect()
             assert self._conn.sock is not None
             self._conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if call.cancelled:  # cancelled while connecting: its cut found no socket yet
+                raise self._cancelled()
         conn = self._conn
         self._settimeout(deadline)
         conn.request(method, path, body=payload, headers=headers)

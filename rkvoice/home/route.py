@@ -25,7 +25,7 @@ from pathlib import Path
 
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config_ha import HomeAssistantConfig
-from rkvoice.home.client import Conversed, HaClient, HomeFailure, Kind
+from rkvoice.home.client import Call, Conversed, Failure, HaClient, HomeFailure, Kind
 from rkvoice.home.correct import CUES as CONTROL_VERBS, clean
 from rkvoice.home.vocab import HomeNames
 from rkvoice.turn import Turn
@@ -123,7 +123,6 @@ class HomeRoute:
         """While the clock is before this, questions skip HA; None: HA answered last time."""
         self._failure: HomeFailure | None = None
         self._probing = False
-        self._inflight = 0
         self.vocab = names or HomeNames(cfg.url, self.client.token, cache, max(WS_TIMEOUT_S, cfg.timeout_s),
                                         retry_s=max(NAMES_RETRY_S, cfg.retry_s))
         """The home's names (``cache``: their file in the state directory; None: not kept on disk)."""
@@ -148,7 +147,10 @@ class HomeRoute:
         return any(n in s for n in self.names)
 
     def ask(self, text: str, turn: Turn) -> Asked:
-        """HA's answer to ``text`` (a name it misheard put right); ``Asked.answer`` None means the LLM answers."""
+        """HA's answer to ``text`` (a name it misheard put right); ``Asked.answer`` None means the LLM answers.
+        A turn cancelled before or during the question ends it at once ("cancelled", not HA's failure)."""
+        if turn.cancelled:
+            return Asked(None, "cancelled")
         self.vocab.wait_first(min(self.cfg.timeout_s, FIRST_NAMES_S))
         text = self.vocab.correct(text)
         with self._lock:
@@ -156,21 +158,19 @@ class HomeRoute:
             if self._open_until is not None and (now < self._open_until or self._probing):
                 return self._skip(text, "skipped")
             self._probing = self._open_until is not None
-            self._inflight = turn.id
-        turn.on_cancel(lambda t: self.client.abort() if self._inflight == t.id else None)
+        call = Call()  # this question's cancel: the turn's, not the shared client's
+        turn.on_cancel(lambda _turn: call.cancel())
         t0 = self.clock.now()
         try:
-            answer, _ = self.client.converse(for_ha(text, self.name))
+            answer, _ = self.client.converse(for_ha(text, self.name), call=call)
         except HomeFailure as failure:
             with self._lock:
                 self._probing = False
-                self._inflight = 0
-            if turn.cancelled:
+            if turn.cancelled or failure.kind is Failure.CANCELLED:
                 return Asked(None, "cancelled")
             self._trip(failure)
             return self._skip(text, failure.kind, round((self.clock.now() - t0) * 1000, 1))
         with self._lock:
-            self._inflight = 0
             self._probing = False
             if self._open_until is not None:
                 log.info("Home Assistant at %s answers again", self.client.where)

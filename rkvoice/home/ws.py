@@ -167,13 +167,18 @@ def _open(url: str, timeout: float) -> tuple[socket.socket, bytes]:
         sock = socket.create_connection((host, port), timeout=timeout)
     except OSError as exc:
         raise WsError(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from exc
-    if secure:
-        sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
     key = base64.b64encode(os.urandom(16)).decode()
     request = (f"GET {path} HTTP/1.1\r\nHost: {parsed.netloc}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n")
     head = b""
     try:
+        if secure:
+            try:
+                sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+            except ssl.SSLError as exc:  # an OSError: closed below
+                raise WsError(f"the TLS handshake with {host}:{port} failed ({exc.reason or exc}); check that "
+                              "home_assistant.url's https matches Home Assistant's and that its certificate is "
+                              "trusted here") from exc
         sock.sendall(request.encode())
         while b"\r\n\r\n" not in head:
             chunk = sock.recv(4096)
@@ -183,7 +188,7 @@ def _open(url: str, timeout: float) -> tuple[socket.socket, bytes]:
     except OSError as exc:
         sock.close()
         raise WsError(f"{url} did not answer the websocket upgrade: {exc}") from exc
-    except WsError:
+    except BaseException:
         sock.close()
         raise
     head, _, rest = head.partition(b"\r\n\r\n")
