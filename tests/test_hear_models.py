@@ -140,3 +140,26 @@ def test_follow_up_window_in_audio_time(vad_ok, hear_asr, hear_voice, hear_fixtu
     assert turns[0].timeline.find(Ev.ASR_DONE)[0].get("woke") and cer("现在几点", turns[0].text) <= 0.15
     assert not turns[1].timeline.find(Ev.ASR_DONE)[0].get("woke") and cer("明天天气怎么样", turns[1].text) <= 0.15
     assert len(loop.wakes) == 1
+
+
+def test_settle_keeps_the_loud_part_between_fixed_quiet_edges():
+    from rkvoice.hear.whisper_asr import QUIET_PAD_S, settle
+
+    pad = round(QUIET_PAD_S * 16000)
+    speech = np.where(np.arange(4000) % 2, 0.5, -0.5).astype(np.float32)
+    for lead, trail in [(0, 0), (100, 50), (pad, pad), (3 * pad, 20000)]:
+        clip = settle(np.concatenate([np.zeros(lead, np.float32), speech, np.full(trail, 1e-4, np.float32)]))
+        loud = np.flatnonzero(np.abs(clip) > 0.015)
+        assert (len(clip), loud[0], loud[-1]) == (2 * pad + len(speech), pad, pad + len(speech) - 1), (lead, trail)
+    assert len(settle(np.zeros(20000, np.float32))) == 20000  # nothing loud: as it was
+
+
+def test_the_same_speech_is_heard_alike_after_any_leading_silence(hear_asr, hear_voice):
+    """Whisper's transcript moved with the sample offset of the speech (空调调到26度 heard 空调调到二六冬 at
+    3 of these 22 leading silences before ``settle``): a streamed request must not depend on it."""
+    from tests.support.satellite_home import spoken
+
+    speech = spoken(hear_voice, "空调调到26度")
+    heard = {hear_asr.transcribe(np.concatenate([np.zeros(lead, np.float32), speech, np.zeros(16000, np.float32)]))
+             for lead in range(0, 16000, 733)}
+    assert len(heard) == 1, heard

@@ -5,7 +5,7 @@ satellite_home.py). Requests are SPOKEN by the portable voice into the satellite
 and woken on the board by the real portable wake engine (asr-match on Whisper base): the light turns on and
 off, the thermostat goes to 26, a 10 s timer set through the satellite finishes and is said on the board, ``assist_satellite.announce`` plays
 there. The sentences are ones HA's zh-CN intents match and Whisper base hears right from the portable
-voice: 打开大灯 (the alias; 客厅灯 is heard as 客厅东), 关闭客厅的灯 (area + lights), 空调调到26度, 设置定时十秒 (heard as 设置定时10秒; 计时器 is
+voice: 打开大灯 (the alias; 客厅灯 is heard as 客厅东), 关闭客厅的灯 (area + lights), 空调温度调到26度 (空调调到26度 is heard 二六度 after a 1 % gain change), 设置定时十秒 (heard as 设置定时10秒; 计时器 is
 heard as 记时期). With the satellite off, HA's config flow cannot add it and every test here fails.
 Skips (saying why) without the HA venv or the models.
 """
@@ -46,7 +46,7 @@ def test_spoken_requests_turn_the_light_off_and_set_the_thermostat(home):
     run = home.ask(f"关闭{HOME.area}的灯")  # HassTurnOff by area and domain
     assert ha.wait_state(ha.light, "off")["state"] == "off", (run.transcript, ha.log())
     assert run.reply.kind == "reply" and run.reply.audio_s > 0.3
-    run = home.ask(f"{HOME.thermostat}调到26度")  # HassClimateSetTemperature
+    run = home.ask(f"{HOME.thermostat}温度调到26度")  # HassClimateSetTemperature
     deadline = time.monotonic() + 10
     while ha.state(ha.thermostat)["attributes"].get("temperature") != 26 and time.monotonic() < deadline:
         time.sleep(0.1)

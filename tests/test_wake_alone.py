@@ -135,13 +135,13 @@ def test_wake_set_subset_wakes_on_every_positive_and_never_on_a_negative(wake_cl
     assert sum(c.wake for c, _p in wake_clips.values()) >= 6 and sum(not c.wake for c, _p in wake_clips.values()) >= 6
 
 
-def test_a_quiet_phrase_alone_wakes_only_through_the_primed_look(wake_clips, hear_asr):
-    """At -20 dB Whisper's no-speech filter drops the plain decode (the issue's empty transcript)."""
+def test_a_quiet_phrase_alone_wakes_with_and_without_the_primed_look(wake_clips, hear_asr):
+    """At -20 dB Whisper's no-speech filter once dropped the plain decode (the issue's empty transcript);
+    the primed look woke it. Settled to fixed quiet edges (whisper_asr.settle) the plain decode hears it
+    too, and the wake stays a wake on either look."""
     _clip, path = wake_clips["pos_gain-20_sp1.0_st+0"]
-    plain_hit, plain_heard = replay(path, hear_asr, short_s=0.0)
-    assert plain_hit is None and plain_heard == ""
-    hit, _heard = replay(path, hear_asr)
-    assert hit is not None and hit.request == ""
+    for hit, heard in (replay(path, hear_asr, short_s=0.0), replay(path, hear_asr)):
+        assert hit is not None and hit.request == "", heard
 
 
 def test_phrase_alone_pause_then_request_is_one_woken_request(wake_clips, hear_voice, hear_asr):

@@ -35,6 +35,10 @@ BIAS_CHECK_S = 5.0
 """How often the home's names file is looked at (one stat) for new names."""
 _HAN = re.compile(r"[\u3400-\u9fff]")
 FILES = ("model.bin", "config.json", "tokenizer.json", "vocabulary.json")
+QUIET_PAD_S = 0.5
+"""Quiet audio kept before the first and after the last loud sample (``settle``)."""
+QUIET_REL = 0.03
+"""A sample is loud above this fraction of the clip's peak (-30 dB)."""
 
 
 def whisper_dir(cfg: Config) -> Path:
@@ -116,7 +120,7 @@ class WhisperAsr:
 
             model = self._model
             tokenizer = Tokenizer(model.hf_tokenizer, True, task="transcribe", language="zh")
-            features = model.feature_extractor(np.asarray(samples, dtype=np.float32))[..., :-1]
+            features = model.feature_extractor(settle(np.asarray(samples, dtype=np.float32)))[..., :-1]
             encoded = model.encode(pad_or_trim(features))
             ids = tokenizer.encode(phrase)
             (result,) = model.model.align(encoded, tokenizer.sot_sequence, [ids], features.shape[-1])
@@ -132,6 +136,7 @@ class WhisperAsr:
         audio = np.asarray(samples, dtype=np.float32)
         if len(audio) < 1600:  # under 0.1 s: nothing to decode
             return ""
+        audio = settle(audio)
         self._follow_names()
         if self._hotwords is not None:
             options.setdefault("hotwords", self._hotwords)
@@ -174,6 +179,26 @@ class WhisperAsr:
             self.bias(vocab.all() if vocab is not None else [])
             log.info("whisper: the home's names as hotwords: %s", self._hotwords or "(none)")
         self._names_seen = (now, mtime)
+
+
+def settle(audio: np.ndarray, pad_s: float = QUIET_PAD_S) -> np.ndarray:
+    """``audio`` with its quiet head and tail cut to ``pad_s`` around the loud part (to the sample).
+    Whisper's transcript depends on where the speech sits in its 10 ms frames: the same 空调调到26度
+    was heard 空调调到二六冬 at 3 of 22 leading silences here, so a request streamed with whatever
+    silence preceded it (a satellite's, a replayed file's) was heard differently run to run. Settled,
+    the same speech is always the same clip: an edge with less quiet than ``pad_s`` is made up with
+    zeros."""
+    if not len(audio):
+        return audio
+    peak = float(np.max(np.abs(audio)))
+    loud = np.flatnonzero(np.abs(audio) > peak * QUIET_REL) if peak > 0 else np.zeros(0, np.int64)
+    if not len(loud):
+        return audio
+    pad = round(pad_s * 16000)
+    first, last = int(loud[0]), int(loud[-1]) + 1
+    head, tail = max(0, pad - first), max(0, last + pad - len(audio))  # too little quiet: zeros make it up
+    clip = audio[max(0, first - pad) : last + pad]
+    return np.concatenate([np.zeros(head, np.float32), clip, np.zeros(tail, np.float32)]) if head or tail else clip
 
 
 def simplify(text: str) -> str:
