@@ -24,6 +24,7 @@ from rkvoice.config import load_config
 from rkvoice.hear.vad import Segment
 from rkvoice.hear.wake import WakeHit
 from rkvoice.satellite import link as link_module
+from rkvoice.satellite.core import Heard, SatelliteCore, SatelliteState
 from rkvoice.satellite.link import RATE, SatelliteLink
 from rkvoice.satellite.mic import SatelliteMic
 from rkvoice.satellite.playback import Playback
@@ -162,11 +163,11 @@ def test_a_late_transcript_is_credited_to_its_own_run_never_the_next():
     """Run 1 was given up on (no transcript in time) and run 2 begun; HA's transcript of run 1 then comes:
     it is run 1's, and run 2 streams on until HA hears it."""
     link = SentLink()
-    first = link.begin_run(np.zeros(0, np.float32))
+    first = link.core.begin_run(np.zeros(0, np.float32))
     assert first is not None
     ha(link, "transcribe", language="zh-CN")
     first.finish("no transcript")  # as the microphone side does after answer_wait_s
-    second = link.begin_run(np.zeros(0, np.float32))
+    second = link.core.begin_run(np.zeros(0, np.float32))
     assert second is not None
     ha(link, "transcript", text="打开客厅灯")  # late: run 1's
     assert first.transcript == "打开客厅灯" and first.ended == "no transcript"
@@ -178,8 +179,8 @@ def test_a_late_transcript_is_credited_to_its_own_run_never_the_next():
 
 def test_an_error_before_speech_to_text_ends_the_oldest_run_asked():
     link = SentLink()
-    first = link.begin_run(np.zeros(0, np.float32))
-    second = link.begin_run(np.zeros(0, np.float32))
+    first = link.core.begin_run(np.zeros(0, np.float32))
+    second = link.core.begin_run(np.zeros(0, np.float32))
     assert first is not None and second is not None
     assert first.ended == "replaced" and not second.over.is_set()
     ha(link, "error", text="no pipeline", code="pipeline-not-found")  # HA failed run 1 before its transcribe
@@ -200,13 +201,81 @@ def test_a_transcript_for_no_run_is_one_line(caplog):
     assert link.runs == []
 
 
-@pytest.fixture
-def racing() -> Iterator[None]:
-    """Threads switch as often as the interpreter lets them (the races below need no luck)."""
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    yield
-    sys.setswitchinterval(before)
+def live_runs_are_the_current_one(core: SatelliteCore) -> None:
+    """No run is orphaned: the only run not over is the core's current one (if any)."""
+    live = [r for r in core.runs if not r.over.is_set()]
+    assert live == ([core.run] if core.run is not None else []), (live, core.run)
+
+
+async def settle(home: Ha, satellite: Any, mic: FeedMic, fed: int) -> None:
+    """Everything HA sent so far and the ``fed`` frames have been handled (a ping answered, the frames heard)."""
+    await home.send("ping", {"text": "settled"})
+    while (await home.expect("pong")).data.get("text") != "settled":
+        pass
+    assert wait_until(lambda: satellite.link.core.heard_to >= fed * FRAME)
+
+
+def test_a_wake_while_the_last_run_ends_never_orphans_a_run(sat, racing):
+    """HA's transcript ends run n while the microphone thread posts the next wake, 300 times, on the
+    real threads: run n is heard, and a wake begins a run only once it ended; HA's next pipeline is the
+    new run's."""
+    satellite, mic, _speak = sat
+    core = satellite.link.core
+
+    async def scenario() -> None:
+        fed = 0
+        async with Ha(satellite.link.port) as home:
+            await home.send("run-satellite")
+            mic.put(marker=1)
+            fed += 1
+            await home.expect("run-pipeline")
+            for i in range(300):
+                old = core.runs[-1]
+                await home.send("transcribe", {"language": "zh-CN"})
+                both(lambda: mic.put(marker=1), lambda: None)  # the wake on the microphone thread ...
+                await home.send("transcript", {"text": f"第{i}次"})  # ... while HA's transcript arrives
+                fed += 1
+                await settle(home, satellite, mic, fed)
+                assert old.transcript == f"第{i}次" and old.over.is_set()
+                if core.runs[-1] is old:  # the wake came while run n streamed: no new run; wake again
+                    mic.put(marker=1)
+                    fed += 1
+                    await settle(home, satellite, mic, fed)
+                new = core.runs[-1]
+                assert new is not old and not new.over.is_set() and core.run is new, (i, new)
+                live_runs_are_the_current_one(core)
+            await home.send("transcribe", {"language": "zh-CN"})
+            await home.send("transcript", {"text": "最后"})
+            await settle(home, satellite, mic, fed)
+            assert core.runs[-1].transcript == "最后" and core.run is None
+
+    asyncio.run(scenario())
+
+
+def test_a_wake_while_home_assistant_pauses_is_refused_or_ended(sat, racing, caplog):
+    """pause-satellite while the microphone thread posts a wake, 300 times: the run is refused or ended
+    as paused, never left streaming while HA no longer runs the satellite."""
+    satellite, mic, _speak = sat
+    core = satellite.link.core
+    caplog.set_level(logging.ERROR)
+
+    async def scenario() -> None:
+        fed = 0
+        async with Ha(satellite.link.port) as home:
+            for i in range(300):
+                await home.send("run-satellite")
+                await settle(home, satellite, mic, fed)
+                both(lambda: mic.put(marker=1), lambda: None)
+                await home.send("pause-satellite")
+                fed += 1
+                await settle(home, satellite, mic, fed)
+                assert not satellite.link.running.is_set() and core.state is SatelliteState.MUTED
+                assert core.run is None, (i, core.run)
+                assert all(r.over.is_set() for r in core.runs), i
+                assert all(r.ended in ("paused", "replaced") for r in core.runs), i
+
+    asyncio.run(scenario())
+    assert not caplog.records
 
 
 def both(a: Any, b: Any) -> None:
@@ -223,36 +292,13 @@ def both(a: Any, b: Any) -> None:
     other.join()
 
 
-def test_a_run_begun_while_the_last_one_ends_is_never_orphaned(racing):
-    """HA's transcript ends run 1 on the event loop while the microphone thread begins run 2, 300 times:
-    run 1 is heard, run 2 streams on and HA's next pipeline is run 2's."""
-    link = SentLink()
-    for i in range(300):
-        old = link.begin_run(np.zeros(0, np.float32))
-        assert old is not None
-        ha(link, "transcribe", language="zh-CN")
-        new: list[Any] = []
-        both(lambda new=new: new.append(link.begin_run(np.zeros(0, np.float32))),
-             lambda i=i: ha(link, "transcript", text=f"第{i}次"))
-        run = new[0]
-        assert run is not None and old.transcript == f"第{i}次" and old.ended in ("transcript", "replaced")
-        assert not run.over.is_set() and run.transcript is None, (i, run)
-        ha(link, "transcribe", language="zh-CN")
-        ha(link, "transcript", text="下一次")
-        assert run.over.is_set() and run.transcript == "下一次", (i, run)
-
-
-def test_a_run_begun_while_home_assistant_pauses_is_refused_or_ended(racing):
-    """pause-satellite on the event loop while the microphone thread begins a run, 300 times: the run is
-    refused or ended as paused, never left streaming while HA no longer runs the satellite."""
-    link = SentLink()
-    for i in range(300):
-        ha(link, "run-satellite")
-        got: list[Any] = []
-        both(lambda got=got: got.append(link.begin_run(np.zeros(0, np.float32))), lambda: ha(link, "pause-satellite"))
-        run = got[0]
-        assert not link.running.is_set()
-        assert run is None or (run.over.is_set() and run.ended == "paused"), (i, run)
+@pytest.fixture
+def racing() -> Iterator[None]:
+    """Threads switch as often as the interpreter lets them (the races need no luck)."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(before)
 
 
 # -- the connection's edge: a disconnect, the writer's fault, our faults against HA's bad input ------------
@@ -427,3 +473,113 @@ def test_a_link_that_stops_after_binding_is_logged_with_its_traceback_and_starve
         assert wait_until(lambda: daemon.turns == 1)  # reported once (not once per frame or per retry)
         time.sleep(0.3)
         assert daemon.turns == 1
+
+
+# -- the state machine, and HA's bad input: one line each, back to idle, nothing leaked ---------------------
+
+
+def test_the_state_follows_a_run_an_announcement_a_timer_and_a_pause(sat):
+    satellite, mic, _speak = sat
+    core = satellite.link.core
+    states: list[str] = []
+    core.on_state = lambda state: states.append(state.value)
+
+    async def scenario() -> None:
+        async with Ha(satellite.link.port) as home:
+            await home.send("run-satellite")
+            await settle(home, satellite, mic, 0)
+            mic.put(marker=1)
+            await home.expect("run-pipeline")
+            await home.send("transcribe", {"language": "zh-CN"})
+            mic.put(0.1, n=3)
+            await settle(home, satellite, mic, 4)
+            await home.send("voice-stopped", {"timestamp": 900})
+            await home.send("transcript", {"text": "打开客厅灯"})
+            await home.expect("audio-stop")
+            await home.reply(0.2)
+            await home.expect("played")
+            await home.reply(0.2, synthesize=None)  # an announcement
+            await home.expect("played")
+            await home.send("timer-finished", {"id": "t"})
+            await settle(home, satellite, mic, 4)
+            assert wait_until(lambda: core.state is SatelliteState.IDLE)
+            await home.send("pause-satellite")
+            await settle(home, satellite, mic, 4)
+
+    asyncio.run(scenario())
+    assert states == ["idle", "streaming", "idle", "responding", "idle", "announcing", "idle", "ringing", "idle",
+                      "muted"], states
+
+
+def test_a_request_stopped_by_the_board_awaits_its_reply():
+    link = SentLink()
+    core = link.core
+    run = core.begin_run(np.zeros(0, np.float32))
+    assert run is not None and core.state is SatelliteState.STREAMING
+    core.on_heard(Heard(0, np.zeros(FRAME, np.float32), speech_end_s=0.5))
+    assert run.audio_stopped and core.state is SatelliteState.AWAITING_REPLY
+    ha(link, "transcript", text="打开客厅灯")
+    assert core.state is SatelliteState.IDLE and core.run is None
+
+
+def open_fds() -> int:
+    import os
+
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_bad_input_is_one_line_each_and_nothing_leaks(caplog):
+    """HA out of order (transcript and error for no run, audio for a stream that ended), a mute during a
+    request, a disconnect mid-announcement, over three connections: one line each, the core back to
+    idle, and once closed, no thread or socket left."""
+    from fakes import MarkerWake
+
+    from rkvoice.satellite.run import Satellite
+
+    before_threads, before_fds = set(threading.enumerate()), open_fds()
+    cfg = config()
+    speak = speak_stage(cfg)
+    satellite = Satellite(cfg, StubHear(MarkerWake([""])), speak)  # type: ignore[arg-type]
+    satellite.start()
+    mic = FeedMic()
+    thread = threading.Thread(target=satellite.run, args=(mic, False), daemon=True)
+    thread.start()
+    caplog.set_level(logging.WARNING, logger="rkvoice.satellite")
+    fmt = {"rate": 16000, "width": 2, "channels": 1}
+
+    async def scenario() -> None:
+        async with Ha(satellite.link.port) as home:
+            await home.send("run-satellite")
+            await home.send("transcript", {"text": "没人问"})  # 1: for no run
+            await home.send("audio-start", fmt)
+            await home.send("audio-stop")
+            await home.send("audio-chunk", fmt, bytes(640))  # 2: audio for a stream that ended
+            await settle(home, satellite, mic, 0)
+            mic.put(marker=1)
+            await home.expect("run-pipeline")
+            await home.send("pause-satellite")  # the mute, mid-request: its audio stops
+            await home.expect("audio-stop")
+            await settle(home, satellite, mic, 1)
+            assert satellite.link.core.state is SatelliteState.MUTED and satellite.link.core.run is None
+        async with Ha(satellite.link.port) as home:
+            await home.send("run-satellite")
+            await home.send("error", {"text": "late", "code": "x"})  # 3: an error for no run (its line)
+            await home.send("audio-start", fmt)
+            await home.send("audio-chunk", fmt, bytes(3200))  # then HA leaves mid-announcement
+            await settle(home, satellite, mic, 1)
+        assert wait_until(lambda: not satellite.link.connected.is_set())
+        async with Ha(satellite.link.port) as home:
+            await home.send("run-satellite")
+            await settle(home, satellite, mic, 1)
+            assert wait_until(lambda: satellite.link.core.state is SatelliteState.IDLE)
+
+    asyncio.run(scenario())
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 3, lines
+    assert not [r for r in caplog.records if r.exc_info]
+    mic.close()
+    satellite.close()
+    thread.join(5)
+    speak.close()
+    assert wait_until(lambda: set(threading.enumerate()) <= before_threads), set(threading.enumerate()) - before_threads
+    assert open_fds() <= before_fds

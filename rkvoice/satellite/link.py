@@ -1,23 +1,19 @@
-"""The satellite's side of the Wyoming protocol: a TCP server Home Assistant connects to.
+"""The satellite's Wyoming adapter: a TCP server Home Assistant connects to, over the satellite's core
+(rkvoice.satellite.core), which it drives on its event loop.
 
 One HA connection at a time (a new one replaces the old: HA reconnects after 3-10 s of trouble).
 HA sends ``run-satellite`` (streaming allowed), ``describe`` (answered with ``info``, whose only
 program is ``satellite``, so HA adds the device as a satellite), ``ping`` every ~2 s (answered with
-``pong``: HA drops a satellite after 5 s without an event) and ``pause-satellite`` (mute). A run:
-the microphone side (rkvoice.satellite.mic) calls ``begin_run`` after a wake on the board, which
-sends ``detection`` and ``run-pipeline`` (asr -> tts), then the request's audio, until HA's
-``transcript`` or ``error`` ends it. What HA sends back (``audio-start/-chunk/-stop``) is played
-(rkvoice.satellite.playback) and acknowledged with ``played``; timer events keep the timer table.
+``pong``: HA drops a satellite after 5 s without an event) and ``pause-satellite`` (mute). A run: the
+core, after a wake on the board, asks for it (``detection``, ``run-pipeline`` asr -> tts,
+``audio-start``), then the request's audio, until HA's ``transcript`` or ``error`` ends it. What HA
+sends back (``audio-start/-chunk/-stop``) is played (rkvoice.satellite.playback) and acknowledged with
+``played``; timer events keep the timer table.
 
-Events are written by one task per connection from an outbox, so the microphone thread never waits
-on the network. A malformed event or audio HA never announced gets one warning line and is ignored;
-a fault of our own while handling an event (playback, timers) is logged with its traceback.
-
-HA's events carry no run id: they belong to the pipeline HA runs now, and HA starts its pipelines in
-the order they were asked (each with ``transcribe``). So the runs asked wait in a queue; ``transcribe``
-makes the oldest one HA's current run, and its ``transcript``, ``error`` and reply go to that run only
-(a late transcript is never credited to a run asked after it). The run bookkeeping is kept under one
-lock: the microphone thread begins runs while the event loop ends them, in any order.
+Events are written by one task per connection from an outbox. Each event is parsed first (HA's bad
+input: one warning line, ignored), then acted on (a fault of our own: logged with its traceback). A
+disconnect ends the audio stream being received; a writer that fails closes the connection and is
+logged with its traceback.
 """
 
 from __future__ import annotations
@@ -26,9 +22,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -48,48 +42,14 @@ from rkvoice.config import Config
 from rkvoice.endpoint import parse_uri
 from rkvoice.errors import RkvoiceError, Stage
 
+from .core import RATE, Run, SatelliteCore, SatelliteState
 from .info import satellite_info, wake_word
-from .playback import Playback, Stream, StreamKind
+from .playback import Playback, Stream
 from .timers import TimerTable
 
+__all__ = ["RATE", "Run", "SatelliteLink", "SatelliteState"]
+
 log = logging.getLogger(__name__)
-
-RATE = 16000
-KEEP_RUNS = 64  # runs remembered (a daemon runs for weeks)
-
-
-@dataclass
-class Run:
-    """One pipeline run the satellite asked HA for."""
-
-    id: int
-    started_at: float
-    over: threading.Event = field(default_factory=threading.Event)
-    """Set when HA has heard the request (``transcript``), failed it (``error``), paused or left."""
-    ended: str = ""
-    """Why the streaming ended: transcript, error, paused, disconnected."""
-    transcript: str | None = None
-    error: str | None = None
-    transcribing: bool = False
-    """HA's pipeline started its speech-to-text (``transcribe`` came)."""
-    audio_stopped: bool = False
-    sent_s: float = 0.0
-    """Seconds of audio sent."""
-    speech_end_at: float | None = None
-    """Clock time HA's VAD said the speech ended (``voice-stopped``) or the satellite sent ``audio-stop``."""
-    heard_at: float | None = None
-    """Clock time the transcript came."""
-    reply: Stream | None = None
-    _ending: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def finish(self, why: str) -> bool:
-        """End the run (from any thread; the first reason stays); False if it was over already."""
-        with self._ending:
-            if self.over.is_set():
-                return False
-            self.ended = why
-            self.over.set()
-            return True
 
 
 class _Connection:
@@ -111,8 +71,8 @@ class _Connection:
 
 
 class SatelliteLink:
-    """The protocol side. ``serve(stop)`` runs it on the calling thread (blocking); every other public
-    call is safe from any thread."""
+    """The Wyoming adapter over its ``core``. ``serve(stop)`` runs the loop on the calling thread
+    (blocking); ``send`` is safe from any thread."""
 
     def __init__(self, cfg: Config, playback: Playback, timers: TimerTable, clock: Clock | None = None,
                  uri: str = "") -> None:
@@ -123,23 +83,25 @@ class SatelliteLink:
         self.playback = playback
         self.timers = timers
         self.clock = clock or MonotonicClock()
+        self.core = SatelliteCore(self, playback, self.clock)
         self.port = self.endpoint.port
-        self.running = threading.Event()
+        self.running = self.core.running
         """HA is connected and has sent ``run-satellite`` (not paused since)."""
         self.connected = threading.Event()
         self.connections = 0
-        self.runs: list[Run] = []
-        """The last runs, oldest first."""
-        self._run_ids = 1
-        self._lock = threading.Lock()  # the run bookkeeping below, ``running`` with it, and each run's fields
-        self._asked: deque[Run] = deque()  # runs asked whose pipeline HA has not started (no ``transcribe`` yet)
-        self._ha_run: Run | None = None  # the run of the pipeline HA runs now: its events go to it
         self._loop: asyncio.AbstractEventLoop | None = None
         self._conn: _Connection | None = None
         self._stream: Stream | None = None  # the HA audio stream being received
         self._stray = False  # warned about audio outside a stream since the last good one
-        self._reply_due = False  # a synthesize came: the next stream is the run's reply
-        playback.on_played = self._played
+
+    @property
+    def runs(self) -> list[Run]:
+        """The last runs, oldest first."""
+        return self.core.runs
+
+    @property
+    def state(self) -> SatelliteState:
+        return self.core.state
 
     # -- serving ---------------------------------------------------------------------------------
 
@@ -168,11 +130,14 @@ class SatelliteLink:
             log.warning("satellite: listening on %s:%d, reachable from other machines (the Wyoming protocol has no "
                         "authentication)", ep.host, self.port)
         log.info("satellite: waiting for Home Assistant on tcp://%s:%d", ep.host, self.port)
+        hearing = self.core.attach(self._loop)
         try:
             if ready is not None:
                 ready(self)
             await done.wait()
         finally:
+            self.core.detach()
+            hearing.cancel()
             server.close()
             if self._conn is not None:
                 self._conn.writer.close()
@@ -187,12 +152,21 @@ class SatelliteLink:
                 loop.call_soon_threadsafe(fn, *args)
 
     def send(self, event: Event) -> None:
-        """Queue ``event`` for HA (dropped when no HA is connected)."""
+        """Queue ``event`` for HA (dropped when no HA is connected); from any thread."""
         def put() -> None:
             if self._conn is not None:
                 self._conn.outbox.put_nowait(event)
 
-        self._call(put)
+        if self._loop is not None and self._loop_thread_is_current():
+            put()
+        else:
+            self._call(put)
+
+    def _loop_thread_is_current(self) -> bool:
+        try:
+            return asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            return False
 
     async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = _Connection(reader, writer)
@@ -203,6 +177,7 @@ class SatelliteLink:
             old.writer.close()
         self.connections += 1
         self.connected.set()
+        self.core.connect()
         log.info("satellite: Home Assistant connected from %s", conn.peer)
         writing = asyncio.create_task(conn.write_loop(), name="satellite writer")
         try:
@@ -219,7 +194,7 @@ class SatelliteLink:
             if self._conn is conn:
                 self._conn = None
                 self.connected.clear()
-                self._end_runs("disconnected", stop_running=True)
+                self.core.disconnect()
                 self._end_stream("Home Assistant disconnected")
                 log.info("satellite: Home Assistant disconnected")
             conn.outbox.put_nowait(None)
@@ -243,6 +218,24 @@ class SatelliteLink:
             log.info("satellite: %s during %s audio %d; it ends there", why, stream.kind, stream.id)
             self.playback.end(stream)
 
+    # -- the core's port ---------------------------------------------------------------------------
+
+    def ask(self, run: Run) -> None:
+        self.send(Detection(name=self.wake_word, timestamp=None).event())
+        self.send(RunPipeline(start_stage=PipelineStage.ASR, end_stage=PipelineStage.TTS,
+                              restart_on_end=False).event())
+        self.send(AudioStart(rate=RATE, width=2, channels=1).event())
+
+    def audio(self, run: Run, samples: np.ndarray, at_s: float) -> None:
+        pcm = np.clip(np.round(np.asarray(samples, np.float32) * 32767.0), -32768, 32767).astype("<i2").tobytes()
+        self.send(AudioChunk(rate=RATE, width=2, channels=1, audio=pcm, timestamp=round(at_s * 1000)).event())
+
+    def stop_audio(self, run: Run) -> None:
+        self.send(AudioStop().event())
+
+    def played(self, stream: Stream) -> None:
+        self.send(Played().event())
+
     # -- events from HA ----------------------------------------------------------------------------
 
     def _handle(self, event: Event) -> None:
@@ -264,12 +257,11 @@ class SatelliteLink:
                           "event dropped", event.type)
 
     def _run_satellite(self, _event: Event) -> None:
-        with self._lock:
-            self.running.set()
+        self.core.run_satellite()
         log.info("satellite: Home Assistant runs the satellite")
 
     def _pause(self, _event: Event) -> None:
-        self._end_runs("paused", stop_running=True)
+        self.core.pause()
         log.info("satellite: paused by Home Assistant (muted): not streaming")
 
     def _describe(self, _event: Event) -> None:
@@ -279,76 +271,25 @@ class SatelliteLink:
         self.send(Pong(text=ping.text).event())
 
     def _transcribe(self, _event: Event) -> None:
-        """HA started the pipeline of the oldest run asked: its events go to that run from now on."""
-        with self._lock:
-            run = self._asked.popleft() if self._asked else None
-            self._ha_run = run
-            if run is not None:
-                run.transcribing = True
-        if run is None:
-            log.warning("satellite: Home Assistant started a pipeline the satellite did not ask for; its events "
-                        "are ignored")
+        self.core.pipeline_started()
 
     def _voice_stopped(self, _event: Event) -> None:
-        with self._lock:
-            run = self._ha_run
-            if run is not None and run.speech_end_at is None:
-                run.speech_end_at = self.clock.now()
-
-    def _pipeline_run(self) -> Run | None:
-        """The run HA's ``transcript`` or ``error`` is of: HA's current run, else (HA failed before it
-        started its speech-to-text) the oldest asked; under the lock."""
-        if self._ha_run is None and self._asked:
-            self._ha_run = self._asked.popleft()
-        return self._ha_run
+        self.core.speech_ended()
 
     def _transcript(self, transcript: Transcript) -> None:
-        text = transcript.text
-        with self._lock:
-            run = self._pipeline_run()
-            late = run is not None and run.over.is_set()
-            if run is not None and run.transcript is None:
-                run.transcript, run.transcribing, run.heard_at = text, True, self.clock.now()
-        if run is None:
-            log.warning("satellite: Home Assistant heard %r for no run the satellite asked; ignored", text)
-        elif late:
-            log.info("satellite: Home Assistant heard %r for run %d, which had ended (%s); credited to it alone",
-                     text, run.id, run.ended)
-        else:
-            log.info("satellite: Home Assistant heard %r", text)
-            run.finish("transcript")
+        self.core.heard(transcript.text)
 
     def _error(self, err: Error) -> None:
-        log.warning("satellite: Home Assistant's pipeline failed: %s (%s)", err.text, err.code)
-        with self._lock:
-            run = self._pipeline_run()
-            if run is not None and run.error is None:
-                run.error = f"{err.text} ({err.code})"
-        if run is not None:
-            run.finish("error")
+        self.core.failed(err.text, err.code or "")
 
     def _synthesize(self, synthesize: Synthesize) -> None:
-        log.info("satellite: Home Assistant answers %r", synthesize.text)
-        with self._lock:
-            run = self._ha_run
-            self._reply_due = run is None or run.reply is None  # else it names the answer already streaming
+        self.core.answering(synthesize.text)
 
     def _audio_start(self, start: AudioStart) -> None:
         if self._stream is not None:  # a new stream without the old one's stop: end the old one
             self.playback.end(self._stream)
-        with self._lock:
-            run = self._ha_run
-            answering = run is not None and run.transcribing and run.error is None and run.reply is None
-            # a synthesize came, or HA streams its answer before saying what it synthesises (an agent that
-            # streams its text): the run's reply; audio with neither is an announcement (or a timer's sound)
-            kind = StreamKind.REPLY if self._reply_due or answering else StreamKind.ANNOUNCE
-            self._reply_due = False
-        self._stream = self.playback.begin(start.rate, start.width, start.channels, kind)
+        self._stream = self.core.stream_start(start.rate, start.width, start.channels)
         self._stray = self._stream is None  # an unplayable stream: its chunks are ignored without more lines
-        if self._stream is not None and kind is StreamKind.REPLY and run is not None:
-            with self._lock:
-                if run.reply is None:
-                    run.reply = self._stream
 
     def _audio_chunk(self, chunk: AudioChunk) -> None:
         stream = self._stream
@@ -384,7 +325,7 @@ class SatelliteLink:
         self.timers.cancelled(t.id)
 
     def _timer_finished(self, t: TimerFinished) -> None:
-        self.playback.say(self.timers.finished(t.id))
+        self.core.ring(self.timers.finished(t.id))
 
     _handlers: dict[str, tuple[Callable[[Event], Any] | None, Callable[[SatelliteLink, Any], None]]] = {
         "run-satellite": (None, _run_satellite), "pause-satellite": (None, _pause), "describe": (None, _describe),
@@ -397,70 +338,3 @@ class SatelliteLink:
         "timer-cancelled": (TimerCancelled.from_event, _timer_cancelled),
         "timer-finished": (TimerFinished.from_event, _timer_finished),
     }
-
-    def _played(self, stream: Stream) -> None:
-        """Playback's callback (its thread): the stream has played out."""
-        self.send(Played().event())
-
-    def _end_runs(self, why: str, stop_running: bool = False) -> None:
-        """Every run not over ends (HA paused or left: its pipelines are gone); with ``stop_running`` HA no
-        longer runs the satellite, in the same step (a run begun meanwhile is refused or ended, never
-        left streaming)."""
-        with self._lock:
-            if stop_running:
-                self.running.clear()
-            ending = [run for run in self.runs if not run.over.is_set()]
-            self._asked.clear()
-            self._ha_run = None
-        for run in ending:
-            run.finish(why)
-
-    # -- the microphone side (any thread) ----------------------------------------------------------
-
-    def begin_run(self, head: np.ndarray) -> Run | None:
-        """After a wake on the board: ``detection``, ``run-pipeline`` (asr -> tts), ``audio-start`` and
-        ``head`` (16 kHz float32 heard since the wake phrase). None (with a warning) when HA is not
-        running the satellite."""
-        with self._lock:
-            running, connected = self.running.is_set(), self.connected.is_set()
-            if running:
-                run = Run(self._run_ids, self.clock.now())
-                self._run_ids += 1
-                replaced = [old for old in self.runs if not old.over.is_set()]
-                self.runs.append(run)
-                del self.runs[:-KEEP_RUNS]
-                self._asked.append(run)
-        if not running:
-            log.warning("satellite: heard the wake phrase, but Home Assistant is %s; request dropped",
-                        "not connected" if not connected else "not running the satellite (paused)")
-            return None
-        for old in replaced:
-            old.finish("replaced")
-        self.send(Detection(name=self.wake_word, timestamp=None).event())
-        self.send(RunPipeline(start_stage=PipelineStage.ASR, end_stage=PipelineStage.TTS,
-                              restart_on_end=False).event())
-        self.send(AudioStart(rate=RATE, width=2, channels=1).event())
-        log.info("satellite: run %d: asking Home Assistant's pipeline", run.id)
-        if len(head):
-            self.audio(run, head)
-        return run
-
-    def audio(self, run: Run, samples: np.ndarray) -> None:
-        """Microphone audio of the run (16 kHz float32); dropped once the run is over or stopped."""
-        if run.over.is_set() or run.audio_stopped or not len(samples):
-            return
-        pcm = np.clip(np.round(np.asarray(samples, np.float32) * 32767.0), -32768, 32767).astype("<i2").tobytes()
-        with self._lock:
-            at = run.sent_s
-            run.sent_s += len(samples) / RATE
-        self.send(AudioChunk(rate=RATE, width=2, channels=1, audio=pcm, timestamp=round(at * 1000)).event())
-
-    def stop_audio(self, run: Run) -> None:
-        """The request's audio is complete: ``audio-stop`` (HA's speech-to-text ends)."""
-        with self._lock:
-            if run.audio_stopped:
-                return
-            run.audio_stopped = True
-            if run.speech_end_at is None:
-                run.speech_end_at = self.clock.now()
-        self.send(AudioStop().event())

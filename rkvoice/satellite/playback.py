@@ -62,6 +62,7 @@ class End:
 
 @dataclass(frozen=True)
 class Say:
+    id: int
     text: str
 
 
@@ -107,12 +108,15 @@ class Playback:
     ``player.rate``); ``speaker`` (loaded, on the same player) says the board's own words."""
 
     def __init__(self, player: Player, speaker: Speaker | None, block_ms: int = 20, clock: Clock | None = None,
-                 on_played: Callable[[Stream], None] | None = None) -> None:
+                 on_played: Callable[[Stream], None] | None = None,
+                 on_said: Callable[[int], None] | None = None) -> None:
         self.player = player
         self.speaker = speaker
         self.block = max(1, player.rate * block_ms // 1000)
         self.clock = clock or MonotonicClock()
         self.on_played = on_played
+        self.on_said = on_said
+        """Called with ``say``'s id once the words were said (or dropped by a clear)."""
         self.streams: list[Stream] = []
         self.said: list[str] = []
         self._ids = itertools.count(1)
@@ -153,9 +157,11 @@ class Playback:
         """No more audio in ``stream``: once it has played, ``on_played(stream)``."""
         self._put(End(stream))
 
-    def say(self, text: str) -> None:
-        """The board's own words, after what is queued (a finished timer)."""
-        self._put(Say(text))
+    def say(self, text: str) -> int:
+        """The board's own words, after what is queued (a finished timer); their id for ``on_said``."""
+        sound_id = next(self._ids)
+        self._put(Say(sound_id, text))
+        return sound_id
 
     def cue(self, samples: np.ndarray) -> None:
         """A sound at the player's rate (float32), after what is queued: the wake acknowledgement."""
@@ -224,8 +230,13 @@ class Playback:
                     self._write(stream, data)
             case End(stream):
                 self._finish(stream, generation)
-            case Say(text) if not stale:
-                self._speak(text)
+            case Say(sound_id, text):
+                try:
+                    if not stale:
+                        self._speak(text)
+                finally:
+                    if self.on_said is not None:
+                        self.on_said(sound_id)
             case Cue(samples) if not stale:
                 for i in range(0, len(samples), self.block):
                     block = samples[i : i + self.block]
