@@ -171,10 +171,12 @@ class EndpointConfig(Section):
     """The pause after which the model first judges the request."""
     max_silence_ms: int = num(1500, 200, 10000)
     """A request judged unfinished ends after this much silence all the same."""
-    recheck_ms: int = num(300, 50, 5000)
-    """While the silence grows, the model judges again this often."""
-    threshold: float = num(0.5, 0.0, 1.0, lo_open=True, hi_open=True)
-    """The model's probability of a finished request at or above which the request ends."""
+    recheck_ms: int = num(0, 50, 5000, also=((0, "once"),))
+    """While the silence grows, the model judges again this often; 0: once per pause (then the request
+    ends at max_silence_ms unless the speech goes on)."""
+    threshold: float = num(0.9, 0.0, 1.0, lo_open=True, hi_open=True)
+    """The model's probability of a finished request at or above which the request ends (chosen on
+    the Chinese turn-end set: docs/decisions/0013-end-of-turn.md)."""
     threads: int = num(1, 1, 64)
     """CPU threads of the model's onnxruntime session."""
     budget_ms: int = num(400, 10, 10000)

@@ -59,6 +59,7 @@ class ScriptedJudge:
 
 def decision(spans: list[tuple[float, float]], script: dict[int, list[float | None]], ms: float = 50.0,
              **endpoint: object) -> tuple[TurnEnd, ScriptedJudge]:
+    endpoint = {"threshold": 0.5, "recheck_ms": 300, **endpoint}
     clock = FakeClock()
     judge = ScriptedJudge(script, clock, ms)
     vad = ScriptedSegmenter(spans, silence_s=config(**endpoint).hear.endpoint.short_silence_ms / 1000.0)
@@ -104,6 +105,14 @@ def test_an_unfinished_request_ends_after_max_silence_all_the_same():
     verdicts = [j.verdict for j in seg.judgements]
     assert verdicts == [Verdict.WAIT] * 5 + [Verdict.MAX_SILENCE]
     assert [round(j.silence_ms / 100) for j in seg.judgements[:5]] == [2, 5, 8, 11, 14]
+
+
+def test_judged_once_per_pause_with_recheck_0():
+    dec, judge = decision([(1.0, 2.0), (2.6, 3.5)], {0: [0.1, 0.1]}, recheck_ms=0, max_silence_ms=1200)
+    (seg,) = run(dec, 6.0)
+    assert [j.verdict for j in seg.judgements] == [Verdict.WAIT, Verdict.WAIT, Verdict.MAX_SILENCE]
+    assert len(judge.calls) == 2  # at each pause's short silence only
+    assert 1.2 <= seg.decided_s - 3.5 < 1.2 + FRAME_S
 
 
 def test_in_speech_holds_while_a_request_is_waited_for():

@@ -263,6 +263,12 @@ class TurnEnd(Segmenter):
     def now_s(self) -> float:
         return self._now / SAMPLE_RATE
 
+    @property
+    def waiting_ms(self) -> float:
+        """How long the request held now has been silent (0: none is held, or its speech went on)."""
+        held = self._held
+        return 0.0 if held is None or self.vad.in_speech else self._silence_ms(held)
+
     def _silence_ms(self, held: _Held) -> float:
         return max(0.0, (self.now_s - held.end_s) * 1000.0)
 
@@ -309,6 +315,8 @@ class TurnEnd(Segmenter):
         if judged is Verdict.COMPLETE:
             return self._end(held, Verdict.COMPLETE)
         if judged is Verdict.WAIT:
+            if not self.recheck_ms:  # once per pause
+                held.next_ms = float("inf")
             while held.next_ms <= silence:  # on the grid short, short + recheck, ... (frames are coarser)
                 held.next_ms += self.recheck_ms
             return None
