@@ -104,3 +104,64 @@ def test_without_a_usable_model_requests_end_by_silence_with_one_warning(tmp_pat
     for seg in ends:  # each ended after the silence of mode: silence (500 ms), within one frame
         assert 0.5 <= seg.decided_s - seg.end_s < 0.5 + 512 / 16000
         assert seg.judgements[-1].verdict is Verdict.SILENCE
+
+
+# ------------------------------------------------------------------ the real decision on real speech
+
+@pytest.fixture(scope="module")
+def voice():
+    from rkvoice.stages import installed_voice
+    from rkvoice.tts.registry import installed_voices
+    from tests.support.turn_set import Voice
+
+    cfg = load_config()
+    voices = installed_voices(cfg)
+    if "fastspeech2" not in voices:
+        pytest.skip("the portable voice is not installed (./install.sh)")
+    return Voice("fastspeech2", installed_voice(cfg, voices["fastspeech2"]))
+
+
+def ended(audio: np.ndarray, head_s: float = 0.0) -> list:
+    """``audio`` after 0.5 s of silence and before 2 s more through the shipped request segmenter; the
+    first ``head_s`` handed over in one piece (as the satellite hands the audio since the wake)."""
+    from rkvoice.hear.vad import Segmenter
+
+    # the model's budget is the fakes' to test (tests/test_turn_end.py): here the machine may be loaded
+    dec = Segmenter.for_requests(load_config([{"hear": {"endpoint": {"budget_ms": 10000}}}]))
+    assert isinstance(dec, TurnEnd)
+    dec.load()
+    dec.restart(16000)
+    stream = np.concatenate([np.zeros(8000, np.float32), audio, np.zeros(32000, np.float32)])
+    head = int(head_s * 16000)
+    out = dec.accept(stream[:head]) if head else []
+    for i in range(head, len(stream) - 511, 512):
+        out += dec.accept(stream[i:i + 512])
+    return out
+
+
+@needs_model
+def test_a_complete_request_ends_at_the_short_silence(voice):
+    from tests.support.turn_set import clips_for
+
+    (whole, *_) = clips_for(voice, "明天早上|七点叫我起床", "tool")
+    for head_s in (0.0, 1.5):  # frame by frame, and the satellite's way
+        (seg,) = ended(whole.audio, head_s)
+        (j,) = seg.judgements
+        assert j.verdict is Verdict.COMPLETE and j.probability >= 0.9
+        assert 0.2 <= seg.decided_s - seg.end_s < 0.27
+        assert abs(seg.end_s - (1.0 + 0.5 + whole.speech_s)) < 0.15
+
+
+@needs_model
+@pytest.mark.parametrize("text", ["帮我把|客厅灯打开", "空调调到|二十六度"])
+def test_a_request_that_goes_on_after_a_pause_is_one_request(voice, text):
+    """Two of the set's pauses the model holds on this voice (the whole set's rates: bench/turn_end.py)."""
+    from tests.support.turn_set import clips_for
+
+    paused = [c for c in clips_for(voice, text, "home") if c.shape == "paused"]
+    assert [c.pause_ms for c in paused] == [300, 500, 800]
+    for clip in paused:
+        (seg,) = ended(clip.audio)
+        assert seg.start_s < 1.5 + clip.pause_at_s - 0.3  # from the first words
+        assert abs(seg.end_s - (1.5 + clip.speech_s)) < 0.15  # to the last
+        assert seg.judgements[0].verdict is Verdict.WAIT

@@ -139,6 +139,7 @@ class SmartTurn:
             raise RkvoiceError(Stage.VAD, "bad-model", f"end-of-turn model {self.path} takes {shape}, not "
                                f"[batch, {N_MELS}, {FRAMES}] log-mel features; run ./install.sh to fetch it again")
         self._session, self._input = session, inputs[0].name
+        self.probability(np.zeros(SAMPLE_RATE, np.float32))  # warm up: the first run is the slowest
 
     def probability(self, samples: np.ndarray) -> float:
         if self._session is None:
