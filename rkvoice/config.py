@@ -179,8 +179,10 @@ class EndpointConfig(Section):
     the Chinese turn-end set: docs/decisions/0013-end-of-turn.md)."""
     threads: int = num(1, 1, 64)
     """CPU threads of the model's onnxruntime session."""
-    budget_ms: int = num(400, 10, 10000)
-    """A judgement slower than this counts as failed: that request ends by silence (one warning)."""
+    budget_ms: int = num(300, 10, 10000)
+    """The model runs on its own thread and is waited for this long: a slower judgement counts as
+    failed and that request ends by silence (one warning). 300: hear.trailing_silence_ms minus
+    short_silence_ms, so a slow model never ends a request much later than mode silence."""
 
 
 @dataclass(frozen=True)

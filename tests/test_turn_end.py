@@ -8,6 +8,8 @@ and live paths end requests through it, with each judgement on the timeline."""
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -137,6 +139,28 @@ def test_a_slow_or_failing_model_ends_requests_by_silence_with_one_warning(caplo
     assert len(judge.calls) == 3  # three faults in a row: the model is left out
     assert [[j.verdict for j in s.judgements] for s in segs[3:]] == [[Verdict.SILENCE]] * 2  # not judged
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
+
+
+def test_a_judgement_not_back_within_the_budget_is_not_waited_for(caplog):
+    dec, judge = decision([(1.0, 2.0), (4.0, 5.0)], {0: [0.99], 1: [0.99]}, budget_ms=50)
+    release = threading.Event()
+    real = judge.probability
+
+    def stuck(samples: np.ndarray) -> float:
+        release.wait(5.0)  # real time: the model's thread is wedged
+        return real(samples)
+
+    judge.probability = stuck  # type: ignore[method-assign]
+    t0 = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="rkvoice.hear.turn_end"):
+        (first,) = run(dec, 3.0)
+        (second,) = run(dec, 3.0)  # the first judgement still runs: none is started beside it
+    assert time.monotonic() - t0 < 2.0
+    release.set()
+    for seg in (first, second):
+        assert [j.verdict for j in seg.judgements] == [Verdict.SLOW, Verdict.SILENCE]
+        assert 0.5 <= seg.decided_s - seg.end_s < 0.5 + FRAME_S
+    assert len(caplog.records) == 1
 
 
 def test_one_slow_judgement_is_that_request_only():

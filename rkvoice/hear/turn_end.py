@@ -9,9 +9,10 @@ VAD closes speech after ``hear.endpoint.short_silence_ms``; the speech so far is
 Judged finished (probability >= ``threshold``), the request ends now; else it waits, judged again every
 ``recheck_ms`` as the silence grows, and ends after ``max_silence_ms`` all the same. Speech that
 resumes joins the held speech (the pause kept in it) and the whole is judged when it pauses again.
-Without a usable model (missing, corrupt, another shape), or after a judgement that raised or took
-longer than ``budget_ms``, a request ends after ``hear.trailing_silence_ms`` of silence, as in
-``mode: silence``; one warning says so. Every judgement is on the closed ``Segment``
+The model runs on its own thread, waited for at most ``budget_ms``. Without a usable model (missing,
+corrupt, another shape), or after a judgement that raised or was not back within ``budget_ms``, a
+request ends after ``hear.trailing_silence_ms`` of silence, as in ``mode: silence``; one warning says
+so (three such judgements in a row: the model is left out). Every judgement is on the closed ``Segment``
 (``judgements``: silence, probability, ms, verdict) and in the log.
 
 While the model judges, the speech so far is handed to ``on_pause`` (rkvoice.hear.ahead starts its
@@ -21,7 +22,9 @@ transcript); the transcript is used only for a request that ends on exactly that
 from __future__ import annotations
 
 import logging
+import threading
 from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -214,6 +217,7 @@ class TurnEnd(Segmenter):
         self._now = 0  # stream samples seen
         self._warned = False
         self._faults = 0
+        self._running: Future[float] | None = None  # the judgement on the model's thread
 
     # -- the Segmenter's calls ----------------------------------------------------------------
 
@@ -324,13 +328,14 @@ class TurnEnd(Segmenter):
         return self._wait(held)  # the judgement failed: by silence from now on
 
     def _judge(self, held: _Held, silence: float) -> Verdict:
-        judge = self.judge
-        assert judge is not None
         a = round(held.end_s * SAMPLE_RATE)
         audio = np.concatenate([held.samples, self.recent.slice(a, self._now)])
         t0 = self.clock.now()
         try:
-            p = judge.probability(audio)
+            p = self._probability(audio)
+        except TimeoutError:
+            return self._fault(held, silence, (self.clock.now() - t0) * 1000.0, None, Verdict.SLOW,
+                               f"the end-of-turn model took over hear.endpoint.budget_ms ({self.budget_ms:.0f} ms)")
         except Exception as exc:
             return self._fault(held, silence, (self.clock.now() - t0) * 1000.0, None, Verdict.FAILED,
                                f"the end-of-turn model failed ({exc})")
@@ -343,6 +348,25 @@ class TurnEnd(Segmenter):
         held.judgements.append(Judgement(round(silence, 1), round(p, 4), round(ms, 1), verdict))
         log.info("end of turn: p=%.3f after %.0f ms of silence (%.0f ms): %s", p, silence, ms, verdict)
         return verdict
+
+    def _probability(self, audio: np.ndarray) -> float:
+        """The model's answer, on its own thread, waited for at most ``budget_ms`` (TimeoutError): a
+        judgement left running is not waited for, and none starts while it runs."""
+        judge = self.judge
+        assert judge is not None
+        if self._running is not None and not self._running.done():
+            raise TimeoutError("the previous judgement is still running")
+        answer: Future[float] = Future()
+
+        def run() -> None:
+            try:
+                answer.set_result(judge.probability(audio))
+            except BaseException as exc:  # handed to the hear thread, raised there
+                answer.set_exception(exc)
+
+        self._running = answer
+        threading.Thread(target=run, name="rkvoice-turn-end", daemon=True).start()
+        return answer.result(timeout=self.budget_ms / 1000.0)
 
     def _fault(self, held: _Held, silence: float, ms: float, p: float | None, verdict: Verdict, why: str) -> Verdict:
         held.judgements.append(Judgement(round(silence, 1), None if p is None else round(p, 4), round(ms, 1), verdict))
