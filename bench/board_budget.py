@@ -21,7 +21,10 @@ times scripted:
   from the field figures by window size; ISTFT on the CPU scaled by frames.
 
 Prints end of speech (the VAD's decision, as the daemon measures it) -> first audio per route, the
-same from the user's last word (adding the trailing silence), and the longest gap between pieces.
+same from the user's last word (adding the trailing silence), the last word -> first sound with the
+end-of-turn model (``last_word_to_first_sound_smart_ms``: the short silence and the model's judgement,
+its dev-machine time scaled to the A72 by ``A72_SCALE``, an assumption; by silence when that is over
+``hear.endpoint.budget_ms``), and the longest gap between pieces.
 The NPU is shared by RKLLM and Matcha on the board; here they overlap freely (optimistic for the
 gaps; first audio is not affected: nothing else uses the NPU before the first piece).
 """
@@ -92,7 +95,14 @@ SOURCES = {
     "mel_frames_per_s": "Vocos 16 kHz, hop 256",
     "vad": "silero VAD windows of 512 samples (32 ms), hear.trailing_silence_ms of silence",
     "llm_tokens": "the Qwen2.5 tokenizer's split (1.67 characters a token) of answers the portable model gave",
+    "judge_s": "Smart Turn v3.2 int8 on one thread: 148.5 ms p50 on the dev machine (bench/turn_end.py, 1,926 "
+               "judgements, load 1.2-4.4) x A72_SCALE",
+    "a72_scale": "assumption, not measured: one 2.2 GHz Cortex-A72 core runs this int8 onnxruntime graph 3x "
+                 "slower than one core of the dev machine's EPYC (2x128-bit NEON against 2x256-bit AVX2 at a "
+                 "higher clock and IPC)",
 }
+A72_SCALE = 3.0
+JUDGE_DEV_S = 0.1485
 TOOL_QUESTIONS = ["现在几点", "二加三等于多少", "今天几号"]
 LLM_TOKENS = [
     "月亮|是|天空|中最|亮|的|天|体|，|就像|地球|的|夜晚|一样|，|静静地|挂在|空中|。",
@@ -290,11 +300,17 @@ def predict(turns_per_route: int = 3) -> dict[str, Any]:
             if isinstance(s.get(key), (int, float)):
                 per[route].setdefault(key, []).append(float(s[key]))
     silence_ms = float(cfg.hear.trailing_silence_ms)
+    ep = cfg.hear.endpoint
+    judge_ms = JUDGE_DEV_S * A72_SCALE * 1000.0
+    # a request the model judges finished ends at the short silence + the judgement; a judgement over
+    # its budget is not waited for: the request ends by silence as in mode silence
+    smart_ms = ep.short_silence_ms + judge_ms if judge_ms <= ep.budget_ms else silence_ms
     out: dict[str, Any] = {"turns": len(turns)}
     for route, figures in per.items():
         e2fa = median(figures.get("end_to_first_audio_ms", []))
         out[route] = {"end_to_first_audio_ms": e2fa,
                       "from_last_word_ms": round(e2fa + silence_ms, 1) if e2fa is not None else None,
+                      "last_word_to_first_sound_smart_ms": round(e2fa + smart_ms, 1) if e2fa is not None else None,
                       "first_piece_synth_ms": median(figures.get("first_audio_ms", [])),
                       "max_gap_ms": max(figures.get("max_gap_ms", [0.0]))}
     tool, llm = out["tool"]["end_to_first_audio_ms"], out["llm"]["end_to_first_audio_ms"]
@@ -304,6 +320,11 @@ def predict(turns_per_route: int = 3) -> dict[str, Any]:
                              and max(out["tool"]["max_gap_ms"], out["llm"]["max_gap_ms"]) == 0),
                measured_from="the VAD's decision (as the daemon's end_to_first_audio_ms); from_last_word_ms adds "
                              f"hear.trailing_silence_ms = {silence_ms:.0f}",
+               end_of_turn={"judge_ms": round(judge_ms, 1), "budget_ms": ep.budget_ms,
+                            "within_budget": judge_ms <= ep.budget_ms, "ends_after_ms": round(smart_ms, 1),
+                            "tool_if_waited_for_ms": round(tool + ep.short_silence_ms + judge_ms, 1) if tool else None,
+                            "goal_tool_ms": 500,
+                            "goal_met": bool(tool is not None and tool + smart_ms <= 500)},
                figures=asdict(BOARD), sources=SOURCES,
                first_pieces={t.text: next((str(e.get("text")) for e in t.timeline.events if e.name == "chunk"), None)
                              for t in turns})
