@@ -15,7 +15,7 @@ from fakes import FakeVoice, MarkerWake, ScriptedAsr, ScriptedLlm, ScriptedMic, 
 from rkvoice.answer.assistant import Assistant
 from rkvoice.audio.sinks import NullPlayer
 from rkvoice.config import Config, load_config
-from rkvoice.daemon.listener import Listener
+from rkvoice.daemon.listener import LocalListener
 from rkvoice.errors import RkvoiceError
 from rkvoice.stages import Hear, Speak, Stages
 from rkvoice.turn import Turn
@@ -46,7 +46,7 @@ class ScriptedHear(Hear):
         pass
 
 
-def live(tmp_path: Path, script: list[Any], llm: ScriptedLlm | None = None, **ack: Any) -> tuple[Listener, FakeHost, FakeVoice]:
+def live(tmp_path: Path, script: list[Any], llm: ScriptedLlm | None = None, **ack: Any) -> tuple[LocalListener, FakeHost, FakeVoice]:
     cfg = load_config([{"state": {"dir": str(tmp_path / "state")}, "hear": {"ack": "none", **ack},
                         "daemon": {"answer_first_timeout_s": 2.0}}])
     voice = FakeVoice(char_s=0.005)
@@ -59,10 +59,10 @@ def live(tmp_path: Path, script: list[Any], llm: ScriptedLlm | None = None, **ac
     def ready(done: int) -> bool:
         return wake.seen >= done and (not done or bool(host.reports))
 
-    return Listener(stages, cfg, host.report, host.busy, source=lambda c: ScriptedMic(len(script), ready)), host, voice
+    return LocalListener(stages, cfg, host.report, host.busy, source=lambda c: ScriptedMic(len(script), ready)), host, voice
 
 
-def run(h: Listener, until: Any) -> None:
+def run(h: LocalListener, until: Any) -> None:
     t = threading.Thread(target=h.run, daemon=True)
     t.start()
     try:

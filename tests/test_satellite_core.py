@@ -226,6 +226,7 @@ def test_a_wake_while_the_last_run_ends_never_orphans_a_run(sat, racing):
         fed = 0
         async with Ha(satellite.link.port) as home:
             await home.send("run-satellite")
+            await settle(home, satellite, mic, fed)
             mic.put(marker=1)
             fed += 1
             await home.expect("run-pipeline")
@@ -409,8 +410,9 @@ class DyingLink(SatelliteLink):
 
 
 @contextlib.contextmanager
-def satellite_daemon(tmp_path: Any) -> Iterator[tuple[Any, FeedMic]]:
-    """The daemon with satellite.uri set, on scripted engines, its microphone fed by the test."""
+def satellite_daemon(tmp_path: Any, script: list[Any] | None = None) -> Iterator[tuple[Any, FeedMic]]:
+    """The daemon with satellite.uri set, on scripted engines (the wake's ``script``), its microphone fed
+    by the test."""
     from fakes import FakeVoice, MarkerWake, ScriptedLlm
 
     from rkvoice.answer.assistant import Assistant
@@ -420,7 +422,7 @@ def satellite_daemon(tmp_path: Any) -> Iterator[tuple[Any, FeedMic]]:
 
     class MarkerHear(Hear):
         def load(self) -> None:
-            self.wake = MarkerWake(["", ""])
+            self.wake = MarkerWake(script or ["", ""])
 
         def close(self) -> None:
             pass
@@ -443,6 +445,25 @@ def satellite_daemon(tmp_path: Any) -> Iterator[tuple[Any, FeedMic]]:
         mic.close()
         thread.join(10)
     assert not thread.is_alive()
+
+
+def test_the_daemon_watches_the_satellite_through_one_listener_interface(tmp_path, caplog):
+    """The daemon builds the satellite as it builds the local loop (report, busy): a wake engine that
+    raises is reported as a failed turn with its traceback, and the satellite hears on."""
+    from rkvoice.daemon.listener import Listener
+    from rkvoice.satellite.run import SatelliteListener
+
+    caplog.set_level(logging.INFO)
+    with satellite_daemon(tmp_path, ["", RuntimeError("the wake model broke")]) as (daemon, mic):
+        listener: Listener = daemon.listener
+        assert isinstance(listener, SatelliteListener)
+        mic.put(marker=2)
+        assert wait_until(lambda: daemon.turns == 1)
+        failed = [r for r in caplog.records if r.name == "rkvoice.daemon.service" and r.exc_info]
+        assert len(failed) == 1 and isinstance(failed[0].exc_info[1], RuntimeError)  # type: ignore[index]
+        mic.put(n=3)
+        assert wait_until(lambda: listener.satellite.mic.now_s >= 4 * FRAME / RATE)  # still hearing
+        assert daemon.stalled(0.5) is None
 
 
 def test_a_satellite_that_hears_nothing_stops_feeding_the_watchdog(tmp_path):

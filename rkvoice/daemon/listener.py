@@ -1,8 +1,10 @@
-"""The daemon's listener: the product's one turn loop (rkvoice.turn_loop.TurnLoop) on the microphone.
+"""The daemon's listeners: what it supervises on the microphone, behind one ``Listener`` interface.
 
-It reaches the engines through the stages' priority gates (rkvoice.gate) at local priority, so beside
-a Wyoming server on the same stages the local turn waits at most for one transcription or synthesised
-piece, and a Wyoming answer holding the LLM is stopped.
+``LocalListener`` is the product's one turn loop (rkvoice.turn_loop.TurnLoop). It reaches the engines
+through the stages' priority gates (rkvoice.gate) at local priority, so beside a Wyoming server on the
+same stages the local turn waits at most for one transcription or synthesised piece, and a Wyoming
+answer holding the LLM is stopped. With ``satellite.uri`` the listener is the satellite's
+(rkvoice.satellite.run.SatelliteListener), built and watched the same way.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from typing import Protocol
 
 from rkvoice.answer.assistant import Assistant
 from rkvoice.answer.respond import Answerer
@@ -25,15 +28,42 @@ from rkvoice.turn_loop import TurnLoop, player_cue
 
 log = logging.getLogger(__name__)
 
+Report = Callable[[Turn | BaseException], None]
+"""The supervisor's ``report``: each turn that is over (the handle), or a failure (the exception)."""
+Busy = Callable[[str], AbstractContextManager[None]]
+"""The supervisor's ``busy(what)``: work that must finish (stuck in it for ``daemon.stall_s``: no
+watchdog pings, so systemd restarts the service)."""
 
-class Listener:
+
+class Listener(Protocol):
+    """What the daemon supervises, built from the loaded stages with its ``report`` and ``busy``
+    (``ListenerFactory``). ``run`` listens until ``interrupt``; ``close`` lets go of what it holds."""
+
+    @property
+    def answer_gate(self) -> PriorityGate:
+        """The gate its answers hold (a Wyoming server beside it shares it)."""
+
+    def run(self) -> None: ...
+
+    def interrupt(self, reason: str) -> None: ...
+
+    def apologise(self, text: str, wait_s: float = 0.0) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class ListenerFactory(Protocol):
+    def __call__(self, stages: Stages, cfg: Config, report: Report, busy: Busy,
+                 source: Callable[[Config], AudioSource], clock: Clock | None) -> Listener: ...
+
+
+class LocalListener:
     """The turn loop on the microphone, over loaded stages. The supervisor's ``report`` gets each turn
     that is over (the handle) or hearing failure (the exception); ``busy(what)`` marks work that must
     finish (stuck in it for ``daemon.stall_s``: no watchdog pings). ``clock`` places the microphone's
     frames on the played audio's timeline (the speak stage's clock) and times the turns."""
 
-    def __init__(self, stages: Stages, cfg: Config, report: Callable[[Turn | BaseException], None],
-                 busy: Callable[[str], AbstractContextManager[None]],
+    def __init__(self, stages: Stages, cfg: Config, report: Report, busy: Busy,
                  source: Callable[[Config], AudioSource] = microphone, clock: Clock | None = None) -> None:
         self.cfg = cfg
         self.clock = clock or MonotonicClock()
@@ -67,6 +97,9 @@ class Listener:
         """Shutdown or reload: stop speaking now and make ``run`` return."""
         self.turn_loop.interrupt(reason)
         self.speaker.cancel_all(reason)
+
+    def close(self) -> None:
+        """Nothing of its own to let go: the stages are the daemon's."""
 
     def apologise(self, text: str, wait_s: float = 0.0) -> None:
         """Say ``text`` as a turn of its own; with ``wait_s``, until it has played (at most that long)."""

@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import TYPE_CHECKING
 
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
@@ -29,12 +28,9 @@ from rkvoice.errors import Code, RkvoiceError, is_device_error
 from rkvoice.stages import Plan, StageSet, product_plan
 from rkvoice.turn import Turn
 
-from .listener import Listener
+from .listener import Listener, ListenerFactory, LocalListener
 from .lock import instance_lock
 from .sdnotify import Notifier
-
-if TYPE_CHECKING:
-    from rkvoice.satellite.run import SatelliteListener
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +48,7 @@ class Daemon:
         self.notifier = notifier or Notifier()
         self.clock = clock or MonotonicClock()
         self.stages = StageSet(plan.stages, on_progress=self._loading)
-        self.listener: Listener | SatelliteListener | None = None
-        self._satellite: SatelliteListener | None = None
+        self.listener: Listener | None = None
         self.stop = threading.Event()
         self._wake = threading.Event()  # wakes the main thread early
         self._reload = threading.Event()
@@ -95,17 +90,15 @@ class Daemon:
         """The turn loop over the loaded engines, and with ``wyoming.uri`` a Wyoming server for them on
         a thread of its own (both again after a reload, on the new engines). A server that fails is
         logged; the local loop goes on."""
-        if self._satellite is not None:  # a reload: the old satellite lets its port go first
-            self._satellite.close()
-            self._satellite = None
+        if self.listener is not None:  # a reload: the old listener lets go first (the satellite: its port)
+            self.listener.close()
+            self.listener = None
+        make: ListenerFactory = LocalListener
         if self.cfg.satellite.uri:  # the microphone's requests go to Home Assistant's pipeline
             from rkvoice.satellite.run import SatelliteListener
 
-            self.listener = self._satellite = SatelliteListener(self.stages.stages, self.cfg, self.report, self.busy,
-                                                                self.plan.source, self.clock)
-        else:
-            self.listener = Listener(self.stages.stages, self.cfg, self.report, self.busy, self.plan.source,
-                                     self.clock)
+            make = SatelliteListener
+        self.listener = make(self.stages.stages, self.cfg, self.report, self.busy, self.plan.source, self.clock)
         if not self.cfg.wyoming.uri:
             return
         from rkvoice.wyoming.engines import Engines
@@ -218,8 +211,8 @@ class Daemon:
             log.error("the turn did not stop within %.1f s; exiting without closing engines",
                       self.cfg.daemon.stop_timeout_s)
         else:
-            if self._satellite is not None:
-                self._satellite.close()
+            if self.listener is not None:
+                self.listener.close()
             self.stages.close_all()
         log.info("stopped after %d turns (shutdown %.2f s), exit %d",
                  self.turns, self.clock.now() - t0, self._exit_code)

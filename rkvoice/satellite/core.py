@@ -173,6 +173,9 @@ class SatelliteCore:
         self.max_request_s = MAX_REQUEST_S
         self.answer_wait_s = ANSWER_WAIT_S
         self.on_state: Callable[[SatelliteState], None] | None = None
+        self.on_error: Callable[[BaseException], None] | None = None
+        """Told of a frame that could not be heard (a model failure; the next frame is heard); without
+        it the failure is logged with its traceback."""
         self.heard_to = 0
         """Stream sample up to which the frames heard were acted on."""
         self._run_ids = 1
@@ -249,8 +252,11 @@ class SatelliteCore:
             job = self.job()
             try:
                 heard = await loop.run_in_executor(pool, self._hear_one, hearing, frame, job)
-            except Exception:  # a model failure: logged, the next frame is heard
-                log.exception("satellite: hearing a frame failed")
+            except Exception as exc:  # a model failure: reported, the next frame is heard
+                if self.on_error is not None:
+                    self.on_error(exc)
+                else:
+                    log.exception("satellite: hearing a frame failed")
                 self._restart_wake = True
                 continue
             self.on_heard(heard)
@@ -268,12 +274,12 @@ class SatelliteCore:
         return job
 
     def on_heard(self, heard: Heard) -> None:
-        self.heard_to = heard.end
         run = self.run
         if run is not None:
             self._stream(run, heard)
         elif heard.hit is not None:
             self._woke(heard)
+        self.heard_to = heard.end
 
     def _stream(self, run: Run, heard: Heard) -> None:
         streamed_s = (heard.end - self._run_from) / RATE

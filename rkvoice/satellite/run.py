@@ -23,6 +23,7 @@ from rkvoice.hear.echo import EchoCancelledSource, echo_filter
 from rkvoice.hear.sources import FRAME_SAMPLES, SAMPLE_RATE, AudioSource, WavFileSource
 from rkvoice.hear.vad import Segmenter
 from rkvoice.stages import Hear, Speak
+from rkvoice.turn import Turn
 
 from .link import Run, SatelliteLink
 from .mic import SatelliteMic
@@ -57,7 +58,7 @@ class Satellite:
 
     def __init__(self, cfg: Config, hear: Hear, speak: Speak, uri: str = "", clock: Clock | None = None,
                  on_run: Callable[[Run], None] | None = None, segmenter: Segmenter | None = None,
-                 busy: Busy = no_watch) -> None:
+                 busy: Busy = no_watch, on_error: Callable[[BaseException], None] | None = None) -> None:
         assert hear.wake is not None and speak.player is not None, "load the hear and speak stages first"
         self.cfg = cfg
         self.clock = clock or MonotonicClock()
@@ -68,6 +69,7 @@ class Satellite:
         self.busy = busy
         self.mic = SatelliteMic(hear.wake, self.link, self.playback, on_run=on_run, segmenter=segmenter,
                                 cue=speak.cue, busy=busy)
+        self.link.core.on_error = on_error
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failed: BaseException | None = None
@@ -149,21 +151,22 @@ class LoadedStages(Protocol):
 
 
 class SatelliteListener:
-    """The daemon's listener with ``satellite.uri`` set: the microphone's requests go to Home Assistant's
-    pipeline instead of the local turn loop (built as rkvoice.daemon.listener.Listener is: ``report``
-    gets hearing failures, ``busy`` marks work that must finish). It serves from construction to
+    """The daemon's listener with ``satellite.uri`` set (a rkvoice.daemon.listener.Listener): the
+    microphone's requests go to Home Assistant's pipeline instead of the local turn loop. ``report``
+    gets hearing failures (a wake engine that raised), ``busy`` marks work that must finish. It serves from construction to
     ``close()``; once its link to HA has stopped (logged with its traceback), ``run`` reports it once
     and then waits to be interrupted while the link holds busy, so the watchdog starves."""
 
-    def __init__(self, stages: LoadedStages, cfg: Config, report: Callable[[BaseException], None], busy: Busy,
-                 source: Callable[[Config], AudioSource], clock: Clock | None = None) -> None:
+    def __init__(self, stages: LoadedStages, cfg: Config, report: Callable[[Turn | BaseException], None],
+                 busy: Busy, source: Callable[[Config], AudioSource], clock: Clock | None = None) -> None:
         self.cfg = cfg
         self.source = source
         self.report = report
         self.answer_gate = PriorityGate("answer")
         self._interrupted = threading.Event()
         self._reported = False
-        self.satellite = Satellite(cfg, stages.hear, stages.speak, clock=clock, segmenter=board_vad(cfg), busy=busy)
+        self.satellite = Satellite(cfg, stages.hear, stages.speak, clock=clock, segmenter=board_vad(cfg), busy=busy,
+                                   on_error=report)
         self.satellite.start()
 
     def run(self) -> None:
