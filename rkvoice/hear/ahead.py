@@ -3,7 +3,9 @@
 A request ends after ``hear.trailing_silence_ms`` of silence (500 ms), but most of it is known after
 the first 150 ms: the segmenter's short-silence VAD calls ``on_pause`` with the speech so far, the
 ASR starts on it in the background, and when the segment closes on the same speech its transcript is
-that one, already done or finishing, instead of a decode begun 350 ms later. If the speaker goes on,
+that one, already done or finishing, instead of a decode begun 350 ms later. With the end-of-turn
+decision (rkvoice.hear.turn_end) ``on_pause`` comes at its short silence, as the model starts judging:
+the transcript is made while it judges, and used only if the request ends on that speech. If the speaker goes on,
 the closed segment is longer than the paused one and is decoded anew (the early decode was spare
 CPU: it ends before the longer segment can close, at least 500 ms of silence later).
 """
