@@ -37,6 +37,7 @@ from rkvoice.config import Config, load_config
 from rkvoice.hear.ahead import TranscribeAhead
 from rkvoice.hear.asr import create_asr
 from rkvoice.hear.session import HearSession, Mode
+from rkvoice.hear.turn_end import request_end
 from rkvoice.hear.vad import Segment, Segmenter
 from rkvoice.hear.wake import PHRASE_SILENCE_S, WakeHit
 from rkvoice.stages import installed_voice
@@ -193,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         asr = TranscribeAhead(raw)
         segmenters = {}
         for mode in MODES:
-            seg = Segmenter.for_requests(with_mode(base, mode), early_silence_s=PHRASE_SILENCE_S)
+            seg = request_end(with_mode(base, mode), early_silence_s=PHRASE_SILENCE_S)
             seg.load()
             segmenters[mode] = seg
         assistant = Assistant(base, MonotonicClock(), llm=ScriptedLlm(["我来回答。"]))

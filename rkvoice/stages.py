@@ -33,6 +33,7 @@ from rkvoice.hear.cue import ack_cue
 from rkvoice.hear.echo import PlayedAudio, ReferenceTap
 from rkvoice.hear.session import HearSession
 from rkvoice.hear.sources import AudioSource, microphone
+from rkvoice.hear.turn_end import request_end
 from rkvoice.hear.vad import Segmenter
 from rkvoice.hear.wake import PHRASE_SILENCE_S, WakeEngine
 from rkvoice.hear.wake_registry import create_wake
@@ -79,7 +80,7 @@ def wake_factory(cfg: Config) -> Callable[[AsrEngine], WakeEngine]:
 
 
 class Hear:
-    """ASR + wake + VAD with the end-of-turn decision (``Segmenter.for_requests``), loaded once
+    """ASR + wake + VAD with the end-of-turn decision (``rkvoice.hear.turn_end.request_end``), loaded once
     (opening the microphone is not part of loading); ``asr_only``: the ASR alone."""
 
     def __init__(self, cfg: Config, asr_only: bool = False) -> None:
@@ -101,7 +102,7 @@ class Hear:
         ahead = self.cfg.hear.transcribe_ahead
         self.heard = TranscribeAhead(local) if ahead else local
         self.wake = wake_factory(self.cfg)(self.heard)
-        self.segmenter = Segmenter.for_requests(self.cfg, early_silence_s=PHRASE_SILENCE_S if ahead else 0.0)
+        self.segmenter = request_end(self.cfg, early_silence_s=PHRASE_SILENCE_S if ahead else 0.0)
         self.segmenter.load()
 
     def session(self) -> HearSession:

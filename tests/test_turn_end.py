@@ -19,7 +19,7 @@ from fakes import FRAME, ListSource, ScriptedAsr, ScriptedSegmenter, ScriptedWak
 from rkvoice.config import Config, load_config, parse_override
 from rkvoice.hear.ahead import same_speech
 from rkvoice.hear.session import HearSession
-from rkvoice.hear.turn_end import RecentAudio, TurnEnd
+from rkvoice.hear.turn_end import RecentAudio, TurnEnd, request_end
 from rkvoice.hear.vad import SAMPLE_RATE, Segment, Segmenter, Verdict
 from rkvoice.timeline import Ev
 from rkvoice.turn import Turn
@@ -206,8 +206,8 @@ def test_recent_audio_is_bounded():
 
 
 def test_the_mode_picks_the_segmenter_that_ends_requests():
-    assert isinstance(Segmenter.for_requests(config(mode="smart")), TurnEnd)
-    plain = Segmenter.for_requests(config(mode="silence"), early_silence_s=0.15)
+    assert isinstance(request_end(config(mode="smart")), TurnEnd)
+    plain = request_end(config(mode="silence"), early_silence_s=0.15)
     assert type(plain) is Segmenter and plain.trailing_silence_s == 0.5 and plain.early_silence_s > 0
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from rkvoice.config import load_config
 from rkvoice.errors import RkvoiceError
-from rkvoice.hear.turn_end import FRAMES, N_MELS, SmartTurn, TurnEnd, last_window, log_mel, turn_model_path
+from rkvoice.hear.turn_end import FRAMES, N_MELS, SmartTurn, TurnEnd, last_window, log_mel, request_end, turn_model_path
 from rkvoice.hear.vad import Verdict
 from tests.fakes import ScriptedSegmenter
 
@@ -124,10 +124,8 @@ def voice():
 def ended(audio: np.ndarray, head_s: float = 0.0) -> list:
     """``audio`` after 0.5 s of silence and before 2 s more through the shipped request segmenter; the
     first ``head_s`` handed over in one piece (as the satellite hands the audio since the wake)."""
-    from rkvoice.hear.vad import Segmenter
-
     # the model's budget is the fakes' to test (tests/test_turn_end.py): here the machine may be loaded
-    dec = Segmenter.for_requests(load_config([{"hear": {"endpoint": {"budget_ms": 10000}}}]))
+    dec = request_end(load_config([{"hear": {"endpoint": {"budget_ms": 10000}}}]))
     assert isinstance(dec, TurnEnd)
     dec.load()
     dec.restart(16000)

@@ -1,6 +1,6 @@
 """Speech segmentation with silero VAD (sherpa-onnx ``VoiceActivityDetector``), in audio time.
 
-Requests end through ``Segmenter.for_requests`` (the end-of-turn decision, rkvoice.hear.turn_end).
+Requests end through rkvoice.hear.turn_end.request_end (the end-of-turn decision, itself a Segmenter).
 
 The segmenter counts samples, never reads a clock: ``Segment.end_s`` is where speech stopped in the
 stream, ``Segment.decided_s`` where the segmenter knew it (after the trailing silence, or at the
@@ -148,15 +148,6 @@ class Segmenter:
         self._fed = 0  # samples given to the VAD
         self._speech_from: int | None = None  # sample index where the VAD first reported speech
         self._base = 0  # sample index of the VAD's own zero (it restarts counting on reset)
-
-    @staticmethod
-    def for_requests(cfg: Config, early_silence_s: float = 0.0) -> Segmenter:
-        """The segmenter that ends requests, unloaded: with ``hear.endpoint.mode: smart`` the
-        end-of-turn decision (rkvoice.hear.turn_end.TurnEnd, itself a Segmenter), else one that ends
-        them after ``hear.trailing_silence_ms`` (with its early pauses, ``early_silence_s``)."""
-        from rkvoice.hear.turn_end import request_end
-
-        return request_end(cfg, early_silence_s)
 
     def load(self) -> None:
         self._vad = silero_vad(self.cfg, self.trailing_silence_s, self.cfg.hear.max_request_s + 30.0)
