@@ -245,3 +245,28 @@ def test_silence_mode_keeps_the_plain_segmenter_and_its_timeline(tmp_path):
     (turn,) = loop.run_file(ListSource(3.0))
     ev = turn.timeline.find(Ev.SPEECH_END)[0]
     assert ev.get("silence_ms") == 500.0 and ev.get("judged") is None
+
+
+def test_the_live_loop_ends_requests_after_a_wake_and_a_barge_in_through_the_decision():
+    # wake at 0.6 s; a request with a pause (judged unfinished, then finished); while it is answered
+    # the wake again (a barge-in) and a second request, judged finished at once
+    dec, judge = decision([(1.0, 1.8), (2.3, 3.0), (5.0, 6.0)], {0: [0.1, 0.95], 2: [0.97]})
+    release = threading.Event()
+
+    class Slow(Echo):
+        def respond(self, turn: Turn) -> str:
+            if turn.text == "帮我把客厅灯打开":  # still answering when the barge-in comes
+                release.wait(5.0)
+            return turn.text
+
+    wake = ScriptedWake([(0.6, ""), (4.5, "")], end_lag_s=0.0)
+    session = HearSession(dec.cfg, ScriptedAsr(["帮我把客厅灯打开", "", "现在几点"]), wake, dec,  # type: ignore[arg-type]
+                          clock=dec.clock)
+    loop = TurnLoop(session, Slow(), clock=dec.clock)
+    turns = loop.run_live(ListSource(8.0))
+    release.set()
+    assert [t.text for t in turns] == ["帮我把客厅灯打开", "现在几点"]
+    first, second = (t.timeline.find(Ev.SPEECH_END)[0] for t in turns)
+    assert [j["verdict"] for j in first.get("judged")] == ["wait", "complete"] and first.get("audio_s") == 3.0
+    assert [j["verdict"] for j in second.get("judged")] == ["complete"]
+    assert turns[0].cancelled and turns[1].timeline.find(Ev.WAKE)[0].get("barge_in") is True
