@@ -64,7 +64,8 @@ class LocalListener:
     frames on the played audio's timeline (the speak stage's clock) and times the turns."""
 
     def __init__(self, stages: Stages, cfg: Config, report: Report, busy: Busy,
-                 source: Callable[[Config], AudioSource] = microphone, clock: Clock | None = None) -> None:
+                 source: Callable[[Config], AudioSource] = microphone, clock: Clock | None = None,
+                 answer_gate: PriorityGate | None = None) -> None:
         self.cfg = cfg
         self.clock = clock or MonotonicClock()
         self.hear: Hear = stages.hear
@@ -73,7 +74,8 @@ class LocalListener:
         assert self.speak.speaker is not None and self.speak.player is not None, "speak stage not loaded"
         self.speaker: Speaker = self.speak.speaker
         self.source = source
-        self.answer_gate = PriorityGate("answer")
+        self.answer_gate = answer_gate or PriorityGate("answer")
+        """The gate its answers hold (given: another listener's, whose microphone it takes over)."""
         self.answerer = Answerer(LocalAssistant(self.assistant, self.answer_gate), self.speaker, cfg)
         self.assistant.scheduler.on_due = self._remind
         self.turn_loop = TurnLoop(self.hear.session(), self.answerer, cue=self.speak.cue,

@@ -25,10 +25,12 @@ from types import FrameType
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
 from rkvoice.errors import Code, RkvoiceError, is_device_error
-from rkvoice.stages import Plan, StageSet, product_plan
+from rkvoice.gate import PriorityGate
+from rkvoice.hear.sources import AudioSource
+from rkvoice.stages import Plan, Stages, StageSet, product_plan
 from rkvoice.turn import Turn
 
-from .listener import Listener, ListenerFactory, LocalListener
+from .listener import Busy, Listener, ListenerFactory, LocalListener, Report
 from .lock import instance_lock
 from .sdnotify import Notifier
 
@@ -95,9 +97,7 @@ class Daemon:
             self.listener = None
         make: ListenerFactory = LocalListener
         if self.cfg.satellite.uri:  # the microphone's requests go to Home Assistant's pipeline
-            from rkvoice.satellite.run import SatelliteListener
-
-            make = SatelliteListener
+            make = satellite_listener
         self.listener = make(self.stages.stages, self.cfg, self.report, self.busy, self.plan.source, self.clock)
         if not self.cfg.wyoming.uri:
             return
@@ -299,6 +299,17 @@ class Daemon:
             return
         self._host()  # always rebuilt: a partly failed reload may still have swapped some engines
         self.notifier.notify(READY=1, STATUS="listening")
+
+
+def satellite_listener(stages: Stages, cfg: Config, report: Report, busy: Busy,
+                       source: Callable[[Config], AudioSource], clock: Clock | None) -> Listener:
+    """The satellite as the daemon's listener; while Home Assistant is away, the local turn loop answers."""
+    from rkvoice.satellite.run import SatelliteListener
+
+    def local(gate: PriorityGate) -> LocalListener:
+        return LocalListener(stages, cfg, report, busy, source, clock, answer_gate=gate)
+
+    return SatelliteListener(stages, cfg, report, busy, source, clock, local=local)
 
 
 def setup_logging(verbose: bool = False) -> None:

@@ -173,6 +173,8 @@ class SatelliteCore:
         self.max_request_s = MAX_REQUEST_S
         self.answer_wait_s = ANSWER_WAIT_S
         self.on_state: Callable[[SatelliteState], None] | None = None
+        self.on_connection: Callable[[bool], None] | None = None
+        """Told when the peer connects (True) or leaves (False)."""
         self.on_error: Callable[[BaseException], None] | None = None
         """Told of a frame that could not be heard (a model failure; the next frame is heard); without
         it the failure is logged with its traceback."""
@@ -375,10 +377,14 @@ class SatelliteCore:
 
     def connect(self) -> None:
         self.connected = True
+        if self.on_connection is not None:
+            self.on_connection(True)
 
     def disconnect(self) -> None:
         self.connected = False
         self._stop_running("disconnected")
+        if self.on_connection is not None:
+            self.on_connection(False)
 
     def run_satellite(self) -> None:
         self.running.set()

@@ -60,8 +60,13 @@ class Hearing:
         self.wakes: list[WakeHit] = []
         self._kept: deque[tuple[int, np.ndarray]] = deque()
         self._segments: deque[Segment] = deque(maxlen=KEEP_SEGMENTS)
-        if hasattr(wake, "on_segment"):  # asr-match: the segment a one-breath request was said in
-            wake.on_segment = self._segments.append
+        self.attach()
+
+    def attach(self) -> None:
+        """Take the wake engine's segments (asr-match: the segment a one-breath request was said in); again
+        after another hearer of the same engine (the daemon's local loop) had them."""
+        if hasattr(self.wake, "on_segment"):
+            self.wake.on_segment = self._segments.append
 
     def hear(self, frame: np.ndarray, job: Job) -> Heard:
         start = self.samples
@@ -172,9 +177,17 @@ class SatelliteMic:
         if source is not None:
             source.close()
 
-    def run_source(self, source: AudioSource) -> None:
+    def resume(self) -> None:
+        """After ``interrupt()``: the next ``run_source`` listens again (an interrupt is never lost to a
+        ``run_source`` about to start)."""
         self._stop.clear()
+
+    def run_source(self, source: AudioSource) -> None:
         self._source = source
+        if self._stop.is_set():
+            source.close()
+            return
+        self.hearing.attach()
         self.core.post(self.core.listen_afresh)
         frames = self._frames(source)
         posted = False

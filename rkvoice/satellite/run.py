@@ -5,6 +5,7 @@ hear and speak stages), the daemon's ``SatelliteListener`` (in place of the loca
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
 import threading
 import time
@@ -150,48 +151,143 @@ class LoadedStages(Protocol):
     def speak(self) -> Speak: ...
 
 
+class LocalAnswers(Protocol):
+    """The daemon's local turn loop, as the satellite hands the microphone to it while HA is away."""
+
+    def run(self) -> None: ...
+
+    def interrupt(self, reason: str) -> None: ...
+
+
+class Mode(enum.Enum):
+    NONE = "none"
+    SATELLITE = "satellite"
+    LOCAL = "local"
+
+
 class SatelliteListener:
     """The daemon's listener with ``satellite.uri`` set (a rkvoice.daemon.listener.Listener): the
     microphone's requests go to Home Assistant's pipeline instead of the local turn loop. ``report``
-    gets hearing failures (a wake engine that raised), ``busy`` marks work that must finish. It serves from construction to
-    ``close()``; once its link to HA has stopped (logged with its traceback), ``run`` reports it once
-    and then waits to be interrupted while the link holds busy, so the watchdog starves."""
+    gets hearing failures (a wake engine that raised), ``busy`` marks work that must finish. It serves
+    from construction to ``close()``; once its link to HA has stopped (logged with its traceback),
+    ``run`` reports it once and then waits to be interrupted while the link holds busy, so the
+    watchdog starves.
+
+    With ``local`` (the daemon's local turn loop, made with this listener's answer gate), while HA is
+    not connected (restarting, updating, down) the microphone is the local loop's: a wake is answered
+    by the local assistant (one log line each time HA goes away), and once HA connects the requests go
+    to HA again. A satellite HA paused (muted) stays muted."""
 
     def __init__(self, stages: LoadedStages, cfg: Config, report: Callable[[Turn | BaseException], None],
-                 busy: Busy, source: Callable[[Config], AudioSource], clock: Clock | None = None) -> None:
+                 busy: Busy, source: Callable[[Config], AudioSource], clock: Clock | None = None,
+                 local: Callable[[PriorityGate], LocalAnswers] | None = None) -> None:
         self.cfg = cfg
         self.source = source
         self.report = report
         self.answer_gate = PriorityGate("answer")
+        self.local = local
         self._interrupted = threading.Event()
         self._reported = False
+        self._lock = threading.Lock()  # the mode, the local loop running, and HA's connection together
+        self._mode = Mode.NONE
+        self._running_local: LocalAnswers | None = None
+        self._away_said = False  # the log said HA is away (once per absence)
+        self._ha = threading.Event()
         self.satellite = Satellite(cfg, stages.hear, stages.speak, clock=clock, segmenter=board_vad(cfg), busy=busy,
                                    on_error=report)
+        self.satellite.link.core.on_connection = self._connection
         self.satellite.start()
 
+    @property
+    def mode(self) -> Mode:
+        with self._lock:
+            return self._mode
+
+    def _connection(self, connected: bool) -> None:
+        """On the link's loop: HA connected or left; the microphone goes to whichever answers now."""
+        with self._lock:
+            if connected:
+                self._ha.set()
+                self._away_said = False  # the next absence is said again
+            else:
+                self._ha.clear()
+            mode, local = self._mode, self._running_local
+            if connected and mode is Mode.LOCAL and local is not None:
+                log.info("satellite: Home Assistant connected; requests go to Home Assistant again")
+                local.interrupt("Home Assistant connected")
+            elif not connected and mode is Mode.SATELLITE and self.local is not None:
+                self.satellite.interrupt()
+
     def run(self) -> None:
+        """Listen until ``interrupt()``: for HA while it is connected, else (with ``local``) for the local
+        assistant."""
         if self.satellite.failed is not None and self._reported:
             self._interrupted.wait()  # the link is down: nothing to hear for; the watchdog decides
             return
-        log.info("satellite: listening for %r; requests go to Home Assistant", self.cfg.hear.wake_phrase)
+        while not self._interrupted.is_set():
+            if self.local is not None and not self._ha.is_set():
+                if self._answer_locally(self.local):
+                    return  # its source ended
+                continue
+            with self._lock:
+                if self._interrupted.is_set() or (self.local is not None and not self._ha.is_set()):
+                    continue
+                self._mode = Mode.SATELLITE
+                self.satellite.mic.resume()
+            log.info("satellite: listening for %r; requests go to Home Assistant", self.cfg.hear.wake_phrase)
+            try:
+                self.satellite.run(self.source(self.cfg))
+            except RkvoiceError as exc:
+                if exc.code != "link-failed":
+                    raise
+                self._reported = True
+                self.report(exc)
+                return
+            finally:
+                with self._lock:
+                    self._mode = Mode.NONE
+            if self.local is None:
+                return
+
+    def _answer_locally(self, make: Callable[[PriorityGate], LocalAnswers]) -> bool:
+        """The local loop on the microphone until HA connects or ``interrupt()``; True when it returned
+        for neither (its source ended)."""
         try:
-            self.satellite.run(self.source(self.cfg))
-        except RkvoiceError as exc:
-            if exc.code != "link-failed":
-                raise
-            self._reported = True
-            self.report(exc)
+            local = make(self.answer_gate)
+        except Exception:  # a hear stage without what the local loop needs: wakes wait for HA, as before
+            log.exception("satellite: the local assistant cannot answer while Home Assistant is away; wakes wait "
+                          "for Home Assistant")
+            self.local = None
+            return False
+        with self._lock:
+            if self._interrupted.is_set() or self._ha.is_set():
+                return False
+            self._mode, self._running_local = Mode.LOCAL, local
+            said, self._away_said = self._away_said, True
+        if not said:
+            log.warning("satellite: Home Assistant is not connected; the local assistant answers the wake phrase "
+                        "until it is")
+        try:
+            local.run()
+        finally:
+            with self._lock:
+                self._mode, self._running_local = Mode.NONE, None
+        return not (self._interrupted.is_set() or self._ha.is_set())
 
     def interrupt(self, reason: str) -> None:
-        self._interrupted.set()
+        with self._lock:
+            self._interrupted.set()
+            local = self._running_local
         self.satellite.interrupt()
         self.satellite.playback.clear(reason)
+        if local is not None:
+            local.interrupt(reason)
 
     def apologise(self, text: str, wait_s: float = 0.0) -> None:
         self.satellite.playback.say(text)
 
     def close(self) -> None:
-        self._interrupted.set()
+        self.interrupt("shutdown")
         self.satellite.close()
 
 
