@@ -55,6 +55,9 @@ class TurnOver:
     """A turn's worker is done with it."""
 
     turn: Turn
+    heard_to: int
+    """The stream sample the hear thread had reached when the answer was over (the follow-up hears
+    from there: the request a user begins then is heard whole however late this message comes)."""
 
 
 @dataclass(frozen=True)
@@ -214,8 +217,9 @@ class TurnLoop:
         self._set_current(turn)
         return turn
 
-    def _run_turn(self, turn: Turn) -> None:
-        """Answer and speak ``turn``, then finish it (once: with the answer, or none when it failed)."""
+    def _run_turn(self, turn: Turn) -> int:
+        """Answer and speak ``turn``, then finish it (once: with the answer, or none when it failed).
+        Returns the stream sample the hear thread had reached when the answer was over."""
         result: str | None = None
         try:
             with self.busy("turn"):
@@ -226,9 +230,11 @@ class TurnLoop:
                 turn.timeline.mark(Ev.ERROR, message=str(exc))  # the speaker may have marked it
             turn.fail(exc)
         finally:
+            heard_to = self.session.samples
             turn.finish(result)
             if self.on_turn is not None:
                 self.on_turn(turn)
+        return heard_to
 
     def _accept(self, frame: np.ndarray | None) -> list[HearEvent]:
         try:
@@ -256,16 +262,16 @@ class TurnLoop:
                 self._pending = None
 
     def _worker(self, turn: Turn, inbox: queue.Queue[Message] | None) -> None:
-        self._run_turn(turn)
+        heard_to = self._run_turn(turn)
         if inbox is not None:
-            inbox.put(TurnOver(turn))
+            inbox.put(TurnOver(turn, heard_to))
 
-    def _finished(self, turn: Turn) -> None:
+    def _finished(self, turn: Turn, heard_to: int | None = None) -> None:
         with self._lock:
             if turn is not self._current:
                 return  # an old, barged-in turn
             self._current = None
-        self.session.turn_done(cancelled=turn.cancelled)
+        self._handle(self.session.turn_done(cancelled=turn.cancelled, since=heard_to), sync=heard_to is None)
 
     # -- drivers ----------------------------------------------------------------------------
 
@@ -309,8 +315,8 @@ class TurnLoop:
                     match message:
                         case Frame(samples):
                             self._handle(self._accept(samples), sync=False)
-                        case TurnOver(turn):
-                            self._finished(turn)
+                        case TurnOver(turn, heard_to):
+                            self._finished(turn, heard_to)
                         case SourceFailed(error):
                             raise error
                         case SourceEnded():

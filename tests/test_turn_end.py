@@ -18,7 +18,7 @@ from fakes import FRAME, ListSource, ScriptedAsr, ScriptedSegmenter, ScriptedWak
 
 from rkvoice.config import Config, load_config, parse_override
 from rkvoice.hear.ahead import same_speech
-from rkvoice.hear.session import HearSession
+from rkvoice.hear.session import HearSession, Mode, Request
 from rkvoice.hear.turn_end import RecentAudio, TurnEnd, request_end
 from rkvoice.hear.vad import SAMPLE_RATE, Segment, Segmenter, Verdict
 from rkvoice.timeline import Ev
@@ -270,3 +270,50 @@ def test_the_live_loop_ends_requests_after_a_wake_and_a_barge_in_through_the_dec
     assert [j["verdict"] for j in first.get("judged")] == ["wait", "complete"] and first.get("audio_s") == 3.0
     assert [j["verdict"] for j in second.get("judged")] == ["complete"]
     assert turns[0].cancelled and turns[1].timeline.find(Ev.WAKE)[0].get("barge_in") is True
+
+
+def test_a_request_begun_before_the_loop_saw_the_last_turn_end_is_heard_whole():
+    """The soak's lost request (load 6-9): the answer is over and the next request starts, but the hear
+    thread takes the turn's end (TurnOver) only after the request's first words; those went to the
+    wake engine (busy: barge-in only), and the follow-up segmenter began after them: the request was
+    never heard. Here the worker is held after reporting the turn until the next request is under way."""
+    dec, _ = decision([(0.5, 1.0), (1.5, 2.5)], {0: [0.95], 1: [0.95]})
+    loop: TurnLoop
+
+    def late(turn: Turn) -> None:  # the worker descheduled between its report and TurnOver
+        if turn.text == "现在几点":
+            deadline = time.monotonic() + 5.0
+            while loop.session.samples < 2.0 * SAMPLE_RATE and time.monotonic() < deadline:
+                time.sleep(0.001)
+
+    asr, wake = ScriptedAsr(["现在几点", "今天几号"]), ScriptedWake([(0.3, "")], end_lag_s=0.0)
+    session = HearSession(dec.cfg, asr, wake, dec, clock=dec.clock)  # type: ignore[arg-type]
+    loop = TurnLoop(session, Echo(), clock=dec.clock, on_turn=late)
+    turns = loop.run_live(ListSource(5.0))
+    assert [t.text for t in turns] == ["现在几点", "今天几号"]
+    assert turns[1].timeline.find(Ev.SPEECH_END)[0].get("audio_s") == 2.5
+
+
+def test_a_turn_cancelled_without_a_barge_in_leaves_the_wake_engine_hearing():
+    dec, _ = decision([], {})
+    wake = ScriptedWake()
+    session = HearSession(dec.cfg, ScriptedAsr([]), wake, dec)  # type: ignore[arg-type]
+    session.start(Mode.BUSY)
+    restarts = wake.restarts
+    session.accept(np.zeros(FRAME, np.float32))
+    assert session.turn_done(cancelled=True) == []
+    assert session.mode is Mode.IDLE and wake.restarts == restarts  # what it was hearing is kept
+
+
+def test_the_follow_up_hears_from_where_the_answer_was_over():
+    dec, _ = decision([(0.2, 0.8)], {0: [0.95]})
+    session = HearSession(dec.cfg, ScriptedAsr(["今天几号"]), ScriptedWake(), dec, clock=dec.clock)  # type: ignore[arg-type]
+    session.start(Mode.BUSY)
+    for _ in range(int(0.5 * SAMPLE_RATE / FRAME)):  # the request begins while the loop thinks it busy
+        assert session.accept(np.zeros(FRAME, np.float32)) == []
+    assert session.turn_done(since=int(0.1 * SAMPLE_RATE)) == []
+    events = []
+    for _ in range(int(1.0 * SAMPLE_RATE / FRAME)):
+        events += session.accept(np.zeros(FRAME, np.float32))
+    (request,) = events
+    assert isinstance(request, Request) and request.text == "今天几号"

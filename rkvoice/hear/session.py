@@ -9,6 +9,8 @@ same machine drives ``--file`` replay, the live loop and pure tests (the clock o
   wake phrase is stripped. No speech for ``listen_timeout_s`` -> ``ListenTimeout`` (-> idle).
 - busy (answering/speaking): only the wake engine listens; a wake is a barge-in.
 - follow-up (after ``turn_done()``): like listening, without the wake phrase, for ``follow_up_s``.
+  It hears from where the answer was over (``since``), not from when the loop learnt it: the session
+  keeps the last ``max_request_s`` of audio, and a request begun in between is heard whole.
 """
 
 from __future__ import annotations
@@ -24,10 +26,13 @@ from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
 from rkvoice.hear.asr import AsrEngine
 from rkvoice.hear.pinyin_match import PhraseMatcher
+from rkvoice.hear.turn_end import RecentAudio
 from rkvoice.hear.vad import SAMPLE_RATE, Segment, Segmenter
 from rkvoice.hear.wake import WakeEngine, WakeHit
 
 log = logging.getLogger(__name__)
+
+FRAME = 512  # the replay's frames (turn_done(since=...)), as the microphone's
 
 
 class Mode(enum.Enum):
@@ -81,6 +86,8 @@ class HearSession:
         self.clock = clock or MonotonicClock()
         self.mode = Mode.IDLE
         self.samples = 0
+        self.recent = RecentAudio(h.max_request_s)
+        """The last ``max_request_s`` of the stream (what ``turn_done(since=...)`` hears again)."""
         self._deadline_s = 0.0
         if hasattr(wake, "on_segment"):
             wake.on_segment = self._speech_end
@@ -101,13 +108,31 @@ class HearSession:
             self._deadline_s = float("inf") if window_s is None else self.now_s + window_s
         log.debug("hear mode %s at %.2f s", mode.value, self.now_s)
 
-    def turn_done(self, cancelled: bool = False) -> None:
+    def turn_done(self, cancelled: bool = False, since: int | None = None) -> list[HearEvent]:
         """The answer has been spoken: open the follow-up window. ``cancelled``: it stopped without a
-        barge-in (e.g. an error): back to waiting for the wake."""
-        if self.mode is Mode.BUSY:  # start() ignores the window for idle
-            self.start(Mode.IDLE if cancelled else Mode.FOLLOW_UP, self.follow_up_s)
+        barge-in (e.g. an error): back to waiting for the wake, which has been listening all along.
+        ``since``: the stream sample when the answer was over, if the session has been fed past it
+        since (the loop learns of the end late under load): the follow-up hears from there, so a
+        request begun in between is heard whole; returns what that audio brought."""
+        if self.mode is not Mode.BUSY:
+            return []
+        if cancelled:  # busy -> idle: the wake engine keeps what it is hearing (no restart)
+            self.mode = Mode.IDLE
+            return []
+        if since is None or not self.recent.end - self.recent.keep <= since < self.samples:
+            self.start(Mode.FOLLOW_UP, self.follow_up_s)
+            return []
+        self.mode = Mode.FOLLOW_UP
+        self.segmenter.restart(since)
+        self._deadline_s = since / SAMPLE_RATE + self.follow_up_s
+        log.debug("hear mode follow-up from %.2f s (%.2f s ago)", since / SAMPLE_RATE, self.now_s - since / SAMPLE_RATE)
+        heard: list[Segment] = []
+        for at in range(since, self.samples, FRAME):
+            heard += self.segmenter.accept(self.recent.slice(at, min(at + FRAME, self.samples)))
+        return self._listen(heard)
 
     def accept(self, frame: np.ndarray) -> list[HearEvent]:
+        self.recent.add(frame)
         self.samples += len(frame)
         if self.mode in (Mode.IDLE, Mode.BUSY):
             hit = self.wake.accept(frame)
