@@ -15,7 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,9 @@ PAUSE_S = 1.0
 
 class LiveMic:
     """A microphone in real time: what ``say()`` queued, else silence, one frame every 32 ms.
-    ``speech_end_at`` is the time.monotonic() the last loud sample said was heard."""
+    ``speech_end_at`` is the time.monotonic() the last loud sample said was heard. ``open()`` gives a
+    source of its own over the same queue (closing it leaves the microphone to the next one), as
+    each call of the daemon's ``source(cfg)`` opens the device again."""
 
     sample_rate = RATE
 
@@ -50,16 +52,38 @@ class LiveMic:
             self._queued.extend((frame, i == last) for i, frame in enumerate(padded))
 
     def frames(self) -> Iterator[np.ndarray]:
+        return self._frames(self._closed)
+
+    def _frames(self, closed: threading.Event) -> Iterator[np.ndarray]:
         t0, n = time.monotonic(), 0
-        while not self._closed.is_set():
+        while not closed.is_set():
+            n += 1
+            if closed.wait(max(0.0, t0 + n * FRAME / RATE - time.monotonic())):
+                return  # (closed before taking the frame: the next source gets it)
             with self._lock:
                 frame, last = self._queued.popleft() if self._queued else (np.zeros(FRAME, np.float32), False)
-            n += 1
-            if self._closed.wait(max(0.0, t0 + n * FRAME / RATE - time.monotonic())):
-                return
             if last:
                 self.speech_end_at = time.monotonic()
             yield frame
+
+    def open(self) -> LiveSource:
+        return LiveSource(self)
+
+    def close(self) -> None:
+        self._closed.set()
+
+
+class LiveSource:
+    """One opening of a LiveMic."""
+
+    sample_rate = RATE
+
+    def __init__(self, mic: LiveMic) -> None:
+        self.mic = mic
+        self._closed = threading.Event()
+
+    def frames(self) -> Iterator[np.ndarray]:
+        return self.mic._frames(self._closed)
 
     def close(self) -> None:
         self._closed.set()
@@ -99,6 +123,10 @@ class SatelliteHome:
     asr: Any
     entities: dict[str, str]
     """The satellite entry's {domain: entity_id} (assist_satellite, ...)."""
+    listener: Any = None
+    """With ``local``: the daemon's SatelliteListener (the local loop answers while HA is away)."""
+    reports: list[Any] = field(default_factory=list)
+    """With ``local``: what the listeners reported (the local turns, failures)."""
 
     @property
     def player(self) -> Any:
@@ -123,13 +151,14 @@ class SatelliteHome:
 
 @contextlib.contextmanager
 def satellite_home(work: Path, asr: Any, voice: Any, player: Any = None, ha: HomeHa | None = None,
-                   board_vad: bool = True) -> Iterator[SatelliteHome]:
+                   board_vad: bool = True, local: bool = False) -> Iterator[SatelliteHome]:
     """HA (``ha``, else one started here with ``home_ha``) with rkvoice's services in its preferred pipeline
     and the satellite added and running on ``asr`` (loaded; the wake engine transcribes with it) and
     ``voice`` (loaded TtsEngine); rkvoice-asr corrects the home's names (home_assistant.url is HA's).
     ``player`` makes the board's player (default: a RecordingPlayer,
     real-time paced). ``board_vad``: the satellite ends requests with the board's VAD too (as the product
-    does), else HA's VAD alone."""
+    does), else HA's VAD alone. ``local``: the satellite as the daemon runs it (SatelliteListener), the
+    local loop answering (tools; a scripted LLM) while HA is not connected."""
     from rkvoice.answer.assistant import Assistant
     from rkvoice.config import WyomingConfig, load_config
     from rkvoice.hear.wake_registry import create_wake
@@ -164,26 +193,63 @@ def satellite_home(work: Path, asr: Any, voice: Any, player: Any = None, ha: Hom
         wake.load()
         speak = Speak(cfg, player=player or (lambda c: RecordingPlayer(c)), tts=lambda c: voice, cue=False)
         speak.load()
-        satellite = Satellite(cfg, WakeOnly(wake), speak, segmenter=make_vad(cfg) if board_vad else None)
         mic = LiveMic()
-        listening = threading.Thread(target=satellite.run, args=(mic,), name="satellite-mic", daemon=True)
+        listener: Any = None
+        reports: list[Any] = []
+        if not local:
+            satellite = Satellite(cfg, WakeOnly(wake), speak, segmenter=make_vad(cfg) if board_vad else None)
+            listening = threading.Thread(target=satellite.run, args=(mic,), name="satellite-mic", daemon=True)
         try:
             services = ha.add_wyoming("127.0.0.1", servers[0].port)
             ents = ha.wyoming_entities(services["entry_id"], 4)
             ha.set_pipeline(stt_engine=ents["stt"], stt_language="zh-CN", tts_engine=ents["tts"],
                             tts_language="zh-CN", tts_voice=None, conversation_language="zh-CN")
-            satellite.start()
+            if local:
+                listener = local_listener(cfg, work, asr, wake, speak, mic, reports)
+                satellite = listener.satellite
+                listening = threading.Thread(target=listener.run, name="satellite-listener", daemon=True)
+            else:
+                satellite.start()
             listening.start()
             added = ha.add_wyoming("127.0.0.1", satellite.link.port)
             sat_ents = ha.wyoming_entities(added["entry_id"], 1)
             assert satellite.link.running.wait(30), f"HA did not run the satellite\n{ha.log()}"
-            yield SatelliteHome(ha, satellite, mic, speak, voice, asr, sat_ents)
+            yield SatelliteHome(ha, satellite, mic, speak, voice, asr, sat_ents, listener, reports)
         finally:
             mic.close()
-            satellite.close()
+            if listener is not None:
+                listener.close()
+            else:
+                satellite.close()
             listening.join(5)
             speak.close()
             stop.set()
             server.join(30)
             if engines.assistant.home is not None:
                 engines.assistant.home.close()
+
+
+def local_listener(cfg: Any, work: Path, asr: Any, wake: Any, speak: Any, mic: LiveMic, reports: list[Any]) -> Any:
+    """The daemon's SatelliteListener over these engines; its local loop answers with the tools (and a
+    scripted LLM) while HA is away; both report into ``reports``."""
+    from rkvoice.answer.assistant import Assistant
+    from rkvoice.daemon.listener import LocalListener
+    from rkvoice.satellite.run import SatelliteListener, board_vad
+    from rkvoice.stages import Hear, Stages
+    from rkvoice.state import StateStore
+    from tests.fakes import ScriptedLlm
+
+    hear = Hear(cfg)
+    hear.asr, hear.wake, hear.segmenter = asr, wake, board_vad(cfg)
+    stages = Stages(hear, Assistant(cfg, llm=ScriptedLlm(), store=StateStore(work / "local")), speak)
+
+    def busy(_what: str) -> Any:
+        return contextlib.nullcontext()
+
+    def source(_cfg: Any) -> LiveSource:
+        return mic.open()
+
+    def local(gate: Any) -> LocalListener:
+        return LocalListener(stages, cfg, reports.append, busy, source, answer_gate=gate)
+
+    return SatelliteListener(stages, cfg, reports.append, busy, source, local=local)
