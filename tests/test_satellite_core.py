@@ -682,3 +682,33 @@ def test_while_home_assistant_is_away_the_local_assistant_answers(tmp_path, capl
         mic.put(marker=1)
         assert wait_until(lambda: daemon.turns == 3) and len(llm.calls) == 3
         assert absences() == 2
+
+
+def test_a_fault_of_ours_acting_on_a_frame_is_logged_and_hearing_goes_on(sat, monkeypatch, caplog):
+    satellite, mic, _speak = sat
+    link = satellite.link
+    send_audio = link.audio
+    failed: list[int] = []
+
+    def audio_once_broken(run: Any, samples: np.ndarray, at_s: float) -> None:
+        if not failed:
+            failed.append(1)
+            raise RuntimeError("the port broke")
+        send_audio(run, samples, at_s)
+
+    monkeypatch.setattr(link, "audio", audio_once_broken)
+    caplog.set_level(logging.ERROR, logger="rkvoice.satellite")
+
+    async def scenario() -> None:
+        async with Ha(link.port) as home:
+            await home.send("run-satellite")
+            await settle(home, satellite, mic, 0)
+            mic.put(marker=1)
+            await home.expect("run-pipeline")
+            mic.put(0.2, n=5)  # the first is lost to the fault, the rest are sent
+            await settle(home, satellite, mic, 6)
+            await home.expect("audio-chunk")
+
+    asyncio.run(scenario())
+    traced = [r for r in caplog.records if r.exc_info]
+    assert failed and len(traced) == 1 and isinstance(traced[0].exc_info[1], RuntimeError)  # type: ignore[index]

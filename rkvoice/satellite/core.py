@@ -58,7 +58,8 @@ class SatelliteState(enum.StrEnum):
     STREAMING = "streaming"
     """A request's audio goes to the peer."""
     AWAITING_REPLY = "awaiting the reply"
-    """The request is complete (its audio stopped, or the peer heard it); its reply has not begun."""
+    """The request's audio is complete (``audio-stop``); the peer has not said what it heard yet (the
+    wake engine listens again once it has, while the reply comes)."""
     RESPONDING = "responding"
     """The reply plays."""
     ANNOUNCING = "announcing"
@@ -261,7 +262,10 @@ class SatelliteCore:
                     log.exception("satellite: hearing a frame failed")
                 self._restart_wake = True
                 continue
-            self.on_heard(heard)
+            try:
+                self.on_heard(heard)
+            except Exception:  # a fault of ours acting on it: logged, the next frame is heard
+                log.exception("satellite: acting on a frame heard failed")
 
     def _hear_one(self, hearing: Hearing, frame: np.ndarray, job: Job) -> Heard:
         with self.busy("hear"):
