@@ -712,3 +712,47 @@ def test_a_fault_of_ours_acting_on_a_frame_is_logged_and_hearing_goes_on(sat, mo
     asyncio.run(scenario())
     traced = [r for r in caplog.records if r.exc_info]
     assert failed and len(traced) == 1 and isinstance(traced[0].exc_info[1], RuntimeError)  # type: ignore[index]
+
+
+def test_frames_queued_behind_a_slow_wake_are_the_requests_in_order(monkeypatch):
+    """The wake engine takes 0.4 s to decide (an ASR under load) while the request's frames queue up: they
+    are heard in one batch after it, for the request (none swallowed by the wake engine), and all sent."""
+    from fakes import MarkerWake
+
+    from rkvoice.satellite.run import Satellite
+
+    class SlowWake(MarkerWake):
+        def accept(self, frame: np.ndarray) -> Any:
+            hit = super().accept(frame)
+            if hit is not None:
+                time.sleep(0.4)
+            return hit
+
+    cfg = config()
+    speak = speak_stage(cfg)
+    satellite = Satellite(cfg, StubHear(SlowWake([""])), speak)  # type: ignore[arg-type]
+    satellite.start()
+    mic = FeedMic()
+    thread = threading.Thread(target=satellite.run, args=(mic, False), daemon=True)
+    thread.start()
+
+    async def scenario() -> None:
+        async with Ha(satellite.link.port) as home:
+            await home.send("run-satellite")
+            await settle(home, satellite, mic, 0)
+            mic.put(marker=1)
+            mic.put(0.25, n=20)  # said while the wake is decided
+            await home.expect("run-pipeline")
+            sent = 0
+            while sent < 20 * FRAME:
+                chunk = np.frombuffer((await home.expect("audio-chunk")).payload or b"", "<i2")
+                sent += int(np.sum(chunk == pcm(0.25)))
+            assert sent == 20 * FRAME
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        mic.close()
+        satellite.close()
+        thread.join(5)
+        speak.close()

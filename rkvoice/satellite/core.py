@@ -48,6 +48,8 @@ KEEP_RUNS = 64  # runs remembered (a daemon runs for weeks)
 MAX_REQUEST_S = 15.0
 """Longest a request is streamed before the satellite sends ``audio-stop`` itself (HA's VAD normally
 ends it first)."""
+MAX_BATCH = 64
+"""Most frames heard in one hand-off to the hear thread (2 s of audio)."""
 ANSWER_WAIT_S = 15.0
 """After ``audio-stop``: how long the satellite waits for HA's transcript before it listens for the wake again."""
 
@@ -241,35 +243,64 @@ class SatelliteCore:
         return self._drained.wait(timeout_s)
 
     async def _hear_frames(self) -> None:
+        """Hear the posted frames in order. Frames that queued up (behind a wake decision's ASR) are heard
+        in one batch on the hear thread, up to the first that changes what the next must be heard for
+        (a wake, the end of the request's speech): one hand-off per batch, not per frame, so a backlog
+        drains at once instead of at the pace of thread switches."""
         assert self._frames is not None
         loop = asyncio.get_running_loop()
+        pending: deque[np.ndarray | None] = deque()
         while True:
-            frame = await self._frames.get()
-            if frame is None:
+            if not pending:
+                pending.append(await self._frames.get())
+            while not self._frames.empty():
+                pending.append(self._frames.get_nowait())
+            if pending[0] is None:
+                pending.popleft()
                 self.source_ended()
                 self._drained.set()
                 continue
+            batch: list[np.ndarray] = []
+            for frame in pending:
+                if frame is None or len(batch) == MAX_BATCH:
+                    break
+                batch.append(frame)
             hearing, pool = self.hearing, self._hear_pool
             if hearing is None or pool is None:
+                for _ in batch:
+                    pending.popleft()
                 continue
             job = self.job()
             try:
-                heard = await loop.run_in_executor(pool, self._hear_one, hearing, frame, job)
-            except Exception as exc:  # a model failure: reported, the next frame is heard
+                heards = await loop.run_in_executor(pool, self._hear_batch, hearing, batch, job)
+            except Exception as exc:  # a model failure: reported, the frames after it are heard
+                for _ in batch:
+                    pending.popleft()
                 if self.on_error is not None:
                     self.on_error(exc)
                 else:
                     log.exception("satellite: hearing a frame failed")
                 self._restart_wake = True
                 continue
-            try:
-                self.on_heard(heard)
-            except Exception:  # a fault of ours acting on it: logged, the next frame is heard
-                log.exception("satellite: acting on a frame heard failed")
+            for heard in heards:
+                pending.popleft()
+                try:
+                    self.on_heard(heard)
+                except Exception:  # a fault of ours acting on it: logged, the next frame is heard
+                    log.exception("satellite: acting on a frame heard failed")
 
-    def _hear_one(self, hearing: Hearing, frame: np.ndarray, job: Job) -> Heard:
+    def _hear_batch(self, hearing: Hearing, frames: list[np.ndarray], job: Job) -> list[Heard]:
+        """On the hear thread: ``frames`` heard for ``job`` (its restarts with the first), up to and with the
+        first that woke or ended the request's speech."""
+        out: list[Heard] = []
         with self.busy("hear"):
-            return hearing.hear(frame, job)
+            for frame in frames:
+                heard = hearing.hear(frame, job)
+                out.append(heard)
+                if heard.hit is not None or heard.speech_end_s is not None:
+                    break
+                job = Job(wake=job.wake)
+        return out
 
     # -- hearing ---------------------------------------------------------------------------------
 
