@@ -31,7 +31,8 @@ PAUSE_S = 1.0
 
 class LiveMic:
     """A microphone in real time: what ``say()`` queued, else silence, one frame every 32 ms.
-    ``speech_end_at`` is the time.monotonic() the last loud sample said was heard. ``open()`` gives a
+    ``speech_end_at`` is the time.monotonic() the last loud sample said was heard (its frame's due time:
+    a reader that was busy, as a wake engine deciding, takes the frames late, the room heard them then). ``open()`` gives a
     source of its own over the same queue (closing it leaves the microphone to the next one), as
     each call of the daemon's ``source(cfg)`` opens the device again."""
 
@@ -58,12 +59,13 @@ class LiveMic:
         t0, n = time.monotonic(), 0
         while not closed.is_set():
             n += 1
-            if closed.wait(max(0.0, t0 + n * FRAME / RATE - time.monotonic())):
+            due = t0 + n * FRAME / RATE
+            if closed.wait(max(0.0, due - time.monotonic())):
                 return  # (closed before taking the frame: the next source gets it)
             with self._lock:
                 frame, last = self._queued.popleft() if self._queued else (np.zeros(FRAME, np.float32), False)
-            if last:
-                self.speech_end_at = time.monotonic()
+            if last:  # when a microphone hears it, however late its reader takes it
+                self.speech_end_at = due
             yield frame
 
     def open(self) -> LiveSource:
