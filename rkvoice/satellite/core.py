@@ -30,16 +30,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from rkvoice.clock import Clock, MonotonicClock
 
 from .playback import Playback, Stream, StreamKind
-
-if TYPE_CHECKING:
-    from .mic import Hearing
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +133,12 @@ class Heard:
     def end(self) -> int:
         return self.start + len(self.frame)
 
+
+
+class Hearing(Protocol):
+    """What hears the frames on the hear thread (rkvoice.satellite.mic.Hearing)."""
+
+    def hear(self, frame: np.ndarray, job: Job) -> Heard: ...
 
 class SatellitePort(Protocol):
     """What the core asks of its protocol adapter (on the loop)."""
