@@ -125,11 +125,12 @@ def test_a_question_without_a_home_sentence_is_the_llms(ha: HomeHa, assistant: A
 
 def test_a_spoken_command_from_a_recording(ha: HomeHa, hear_voice: Any, tmp_path: Path) -> None:
     """--file: the request is heard (Whisper base), then goes the same way (the portable voice says it;
-    Whisper base hears its 客厅灯 as 客厅东 / 客厅等, so the thermostat is asked)."""
+    Whisper base hears its 客厅灯 as 客厅东 / 客厅等, so the thermostat is asked; 空调 opening the request is
+    heard 空飘 at 14 of 18 gains x leads, 把空调调到二十五度 right at 18 of 18)."""
     import numpy as np
     import soundfile as sf
 
-    speech, rate = hear_voice.generate(f"{HOME.thermostat}调到二十五度")
+    speech, rate = hear_voice.generate(f"把{HOME.thermostat}调到二十五度")
     pad = np.zeros(rate // 2, np.float32)
     sf.write(tmp_path / "request.wav", np.concatenate([pad, speech, pad, pad]).astype(np.float32), rate)
     metrics = tmp_path / "m.json"
