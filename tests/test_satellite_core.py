@@ -491,7 +491,12 @@ def test_the_daemon_watches_the_satellite_through_one_listener_interface(tmp_pat
         mic.put(n=3)  # (the local loop's reader may take one more frame as it goes)
         mic.put(marker=2)
         assert wait_until(lambda: daemon.turns == 1)
-        failed = [r for r in caplog.records if r.name == "rkvoice.daemon.service" and r.exc_info]
+
+        def failed_lines() -> list[logging.LogRecord]:
+            return [r for r in caplog.records if r.name == "rkvoice.daemon.service" and r.exc_info]
+
+        assert wait_until(lambda: failed_lines())  # the turn is counted before its line is written
+        failed = failed_lines()
         assert len(failed) == 1 and isinstance(failed[0].exc_info[1], RuntimeError)  # type: ignore[index]
         mic.put(n=3)
         assert wait_until(lambda: listener.satellite.mic.now_s >= 6 * FRAME / RATE)  # still hearing
@@ -588,6 +593,8 @@ def test_bad_input_is_one_line_each_and_nothing_leaks(caplog):
 
     from rkvoice.satellite.run import Satellite
 
+    # before anything logs: an earlier test may have left the root logger at INFO (the daemon's own setup)
+    caplog.set_level(logging.WARNING, logger="rkvoice.satellite")
     before_threads, before_fds = set(threading.enumerate()), open_fds()
     cfg = config()
     speak = speak_stage(cfg)
@@ -596,7 +603,6 @@ def test_bad_input_is_one_line_each_and_nothing_leaks(caplog):
     mic = FeedMic()
     thread = threading.Thread(target=satellite.run, args=(mic, False), daemon=True)
     thread.start()
-    caplog.set_level(logging.WARNING, logger="rkvoice.satellite")
     fmt = {"rate": 16000, "width": 2, "channels": 1}
 
     async def scenario() -> None:
@@ -626,7 +632,7 @@ def test_bad_input_is_one_line_each_and_nothing_leaks(caplog):
             assert wait_until(lambda: satellite.link.core.state is SatelliteState.IDLE)
 
     asyncio.run(scenario())
-    lines = [r.getMessage() for r in caplog.records]
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(lines) == 3, lines
     assert not [r for r in caplog.records if r.exc_info]
     mic.close()
@@ -682,6 +688,58 @@ def test_while_home_assistant_is_away_the_local_assistant_answers(tmp_path, capl
         mic.put(marker=1)
         assert wait_until(lambda: daemon.turns == 3) and len(llm.calls) == 3
         assert absences() == 2
+
+
+def test_home_assistant_that_connects_and_leaves_while_the_local_loop_stops_still_gets_the_satellite(tmp_path):
+    """HA's setup connects, asks and leaves, then connects to run the satellite. When the local loop it
+    stopped returns only after HA has left again, the listener goes on (the loop did not end on its
+    own: its ``run`` does not return), and the next connection gets the satellite."""
+    from rkvoice.satellite.run import Mode
+
+    with satellite_daemon(tmp_path) as (daemon, mic):
+        listener = daemon.listener
+        assert wait_until(lambda: listener.mode is Mode.LOCAL)
+        made: list[Any] = []
+        returned: list[bool] = []
+        run = listener.run  # the call in progress is the daemon's first; a second means it returned
+
+        def counted_run() -> None:
+            returned.append(True)
+            run()
+
+        class LateLocal:
+            """The local loop (LocalAnswers) whose run returns only once HA has left again."""
+
+            def __init__(self, gate: Any) -> None:
+                self.stopped = threading.Event()
+                made.append(self)
+
+            def run(self) -> None:
+                self.stopped.wait()
+                wait_until(lambda: not listener._ha.is_set(), 2.0)  # (HA that stays: returns after 2 s)
+
+            def interrupt(self, reason: str) -> None:
+                self.stopped.set()
+
+        listener.run, listener.local = counted_run, LateLocal
+
+        async def probe() -> None:
+            async with Ha(listener.satellite.link.port) as home:
+                await home.send("describe")
+                await home.expect("info")
+
+        asyncio.run(probe())  # the daemon's own local loop is stopped; once HA left, a LateLocal listens
+        assert wait_until(lambda: listener.mode is Mode.LOCAL and len(made) == 1)
+        asyncio.run(probe())  # it is stopped, and returns after HA left
+        assert wait_until(lambda: listener.mode is Mode.LOCAL and len(made) == 2)  # local again
+
+        async def home_assistant_runs_the_satellite() -> None:
+            async with Ha(listener.satellite.link.port) as home:
+                await home.send("run-satellite")
+                assert wait_until(lambda: listener.mode is Mode.SATELLITE and listener.satellite.link.running.is_set())
+
+        asyncio.run(home_assistant_runs_the_satellite())
+        assert returned == []
 
 
 def test_a_fault_of_ours_acting_on_a_frame_is_logged_and_hearing_goes_on(sat, monkeypatch, caplog):

@@ -191,6 +191,7 @@ class SatelliteListener:
         self._lock = threading.Lock()  # the mode, the local loop running, and HA's connection together
         self._mode = Mode.NONE
         self._running_local: LocalAnswers | None = None
+        self._handed_back = False  # the running local loop was told HA connected (it did not end on its own)
         self._away_said = False  # the log said HA is away (once per absence)
         self._ha = threading.Event()
         self.satellite = Satellite(cfg, stages.hear, stages.speak, clock=clock, segmenter=board_vad(cfg), busy=busy,
@@ -214,6 +215,7 @@ class SatelliteListener:
             mode, local = self._mode, self._running_local
             if connected and mode is Mode.LOCAL and local is not None:
                 log.info("satellite: Home Assistant connected; requests go to Home Assistant again")
+                self._handed_back = True
                 local.interrupt("Home Assistant connected")
             elif not connected and mode is Mode.SATELLITE and self.local is not None:
                 self.satellite.interrupt()
@@ -262,7 +264,7 @@ class SatelliteListener:
         with self._lock:
             if self._interrupted.is_set() or self._ha.is_set():
                 return False
-            self._mode, self._running_local = Mode.LOCAL, local
+            self._mode, self._running_local, self._handed_back = Mode.LOCAL, local, False
             said, self._away_said = self._away_said, True
         if not said:
             log.warning("satellite: Home Assistant is not connected; the local assistant answers the wake phrase "
@@ -272,7 +274,10 @@ class SatelliteListener:
         finally:
             with self._lock:
                 self._mode, self._running_local = Mode.NONE, None
-        return not (self._interrupted.is_set() or self._ha.is_set())
+                handed_back = self._handed_back
+        # (not whether HA is connected now: it may have connected, stopped the loop and left again since,
+        # as HA's own probe does; the loop then starts again, it did not end)
+        return not (self._interrupted.is_set() or handed_back or self._ha.is_set())
 
     def interrupt(self, reason: str) -> None:
         with self._lock:
