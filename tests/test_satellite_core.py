@@ -24,11 +24,12 @@ from rkvoice.config import load_config
 from rkvoice.hear.vad import Segment
 from rkvoice.hear.wake import WakeHit
 from rkvoice.satellite import link as link_module
-from rkvoice.satellite.core import Heard, SatelliteCore, SatelliteState
+from rkvoice.satellite.core import SatelliteCore
 from rkvoice.satellite.link import RATE, SatelliteLink
 from rkvoice.satellite.mic import SatelliteMic
 from rkvoice.satellite.playback import Playback
 from rkvoice.satellite.run import LINK_DOWN
+from rkvoice.satellite.state import Heard, SatelliteState
 from rkvoice.satellite.timers import TimerTable
 from tests.support.clock import FakeClock
 

@@ -7,8 +7,8 @@ Who calls what, on which thread:
   peer said (``run_satellite``, ``pause``, ``pipeline_started``, ``heard``, ``failed``, ``stream_*``,
   ``ring``...) and the core asks it to send (``SatellitePort``: ask for a pipeline, audio, its end,
   ``played``);
-- the microphone thread only posts frames (``post_frame``); hearing them (the wake engine, the board's
-  VAD: blocking inference) runs on one hear thread, one frame at a time, as the loop tells it
+- the microphone thread only posts frames (``feed.post_frame``, rkvoice.satellite.feed); hearing them
+  (the wake engine, the board's VAD: blocking inference) runs on one hear thread, as the loop tells it
   (``Job``), and what it heard comes back to the loop (``on_heard``);
 - playback (its own thread) tells the loop when a sound has played (``post``).
 
@@ -20,145 +20,33 @@ credited to a run asked after it.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import enum
 import logging
 import threading
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from rkvoice.clock import Clock, MonotonicClock
 
+from .feed import FrameFeed
 from .playback import Playback, Stream, StreamKind
+from .state import RATE, Heard, Job, Run, SatellitePort, SatelliteState
 
 log = logging.getLogger(__name__)
 
-RATE = 16000
 KEEP_RUNS = 64  # runs remembered (a daemon runs for weeks)
 MAX_REQUEST_S = 15.0
 """Longest a request is streamed before the satellite sends ``audio-stop`` itself (HA's VAD normally
 ends it first)."""
-MAX_BATCH = 64
-"""Most frames heard in one hand-off to the hear thread (2 s of audio)."""
 ANSWER_WAIT_S = 15.0
 """After ``audio-stop``: how long the satellite waits for HA's transcript before it listens for the wake again."""
 
 
-class SatelliteState(enum.StrEnum):
-    IDLE = "idle"
-    """Listening for the wake phrase."""
-    STREAMING = "streaming"
-    """A request's audio goes to the peer."""
-    AWAITING_REPLY = "awaiting the reply"
-    """The request's audio is complete (``audio-stop``); the peer has not said what it heard yet (the
-    wake engine listens again once it has, while the reply comes)."""
-    RESPONDING = "responding"
-    """The reply plays."""
-    ANNOUNCING = "announcing"
-    """Audio no run waits for plays (an announcement)."""
-    RINGING = "ringing"
-    """A finished timer is said."""
-    MUTED = "muted"
-    """The peer does not run the satellite (paused, or not connected): a wake is dropped."""
-
-
-@dataclass
-class Run:
-    """One pipeline run the satellite asked for."""
-
-    id: int
-    started_at: float
-    over: threading.Event = field(default_factory=threading.Event)
-    """Set when the peer has heard the request (``transcript``), failed it (``error``), paused or left."""
-    ended: str = ""
-    """Why the streaming ended: transcript, error, paused, disconnected, replaced, no transcript."""
-    transcript: str | None = None
-    error: str | None = None
-    transcribing: bool = False
-    """The peer's pipeline started its speech-to-text (``transcribe`` came)."""
-    audio_stopped: bool = False
-    sent_s: float = 0.0
-    """Seconds of audio sent."""
-    speech_end_at: float | None = None
-    """Clock time the peer's VAD said the speech ended (``voice-stopped``) or the satellite stopped the audio."""
-    heard_at: float | None = None
-    """Clock time the transcript came."""
-    reply: Stream | None = None
-
-    def finish(self, why: str) -> bool:
-        """End the run (the first reason stays); False if it was over already."""
-        if self.over.is_set():
-            return False
-        self.ended = why
-        self.over.set()
-        return True
-
-
-@dataclass(frozen=True)
-class Job:
-    """What the hear thread does with the next frame (decided on the loop)."""
-
-    wake: bool
-    """Listen for the wake phrase (else the frame is the request's audio)."""
-    restart_wake: bool = False
-    """The wake engine starts afresh at this frame."""
-    vad_head: np.ndarray | None = None
-    """A request began: the board's VAD starts at its head (then hears this frame)."""
-
-
-@dataclass(frozen=True)
-class Heard:
-    """One frame heard."""
-
-    start: int
-    """Stream sample of the frame's first sample."""
-    frame: np.ndarray
-    hit: Any = None
-    """The WakeHit decided at this frame."""
-    head: np.ndarray | None = None
-    """With a hit: the audio the request starts with."""
-    one_breath: bool = False
-    """With a hit: the head is the whole request."""
-    speech_end_s: float | None = None
-    """The board's VAD closed the request's speech (audio time of its end)."""
-
-    @property
-    def end(self) -> int:
-        return self.start + len(self.frame)
-
-
-
-class Hearing(Protocol):
-    """What hears the frames on the hear thread (rkvoice.satellite.mic.Hearing)."""
-
-    def hear(self, frame: np.ndarray, job: Job) -> Heard: ...
-
-class SatellitePort(Protocol):
-    """What the core asks of its protocol adapter (on the loop)."""
-
-    def ask(self, run: Run) -> None:
-        """The peer's pipeline for ``run`` (Wyoming: detection, run-pipeline asr -> tts, audio-start)."""
-
-    def audio(self, run: Run, samples: np.ndarray, at_s: float) -> None:
-        """Request audio (16 kHz float32) at ``at_s`` seconds into the run."""
-
-    def stop_audio(self, run: Run) -> None:
-        """The request's audio is complete."""
-
-    def played(self, stream: Stream) -> None:
-        """A stream of the peer's has played out (or was cut)."""
-
-
 class SatelliteCore:
-    """The state machine. Every method but ``post``/``post_frame`` runs on the loop (or, without one,
-    on the one thread that drives the core)."""
+    """The state machine. Every method but ``post`` (and its ``feed``'s ``post_frame``) runs on the loop
+    (or, without one, on the one thread that drives the core)."""
 
     def __init__(self, port: SatellitePort, playback: Playback, clock: Clock | None = None) -> None:
         self.port = port
@@ -173,7 +61,6 @@ class SatelliteCore:
         """The run streaming or waiting for its transcript."""
         self.runs: list[Run] = []
         """The last runs, oldest first."""
-        self.hearing: Hearing | None = None
         self.on_run: Callable[[Run], None] | None = None
         self.cue = np.zeros(0, np.float32)
         self.max_request_s = MAX_REQUEST_S
@@ -181,9 +68,6 @@ class SatelliteCore:
         self.on_state: Callable[[SatelliteState], None] | None = None
         self.on_connection: Callable[[bool], None] | None = None
         """Told when the peer connects (True) or leaves (False)."""
-        self.on_error: Callable[[BaseException], None] | None = None
-        """Told of a frame that could not be heard (a model failure; the next frame is heard); without
-        it the failure is logged with its traceback."""
         self.heard_to = 0
         """Stream sample up to which the frames heard were acted on."""
         self._run_ids = 1
@@ -195,115 +79,14 @@ class SatelliteCore:
         self._reply_due = False  # a synthesize came: the next stream is the run's reply
         self._sounds: dict[int, SatelliteState] = {}  # sounds queued and not played out, by id
         self._sound_ids = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._frames: asyncio.Queue[np.ndarray | None] | None = None
-        self._hear_pool: ThreadPoolExecutor | None = None
-        self._drained = threading.Event()
-        self.busy: Callable[[str], AbstractContextManager[None]] = lambda _what: contextlib.nullcontext()
+        self.feed = FrameFeed(self)
+        """The loop, and the hear thread the microphone's frames go to (its ``hearing``, ``busy``, ``on_error``)."""
         playback.on_played = lambda stream: self.post(self._played, stream)
         playback.on_said = lambda sound_id: self.post(self._said, sound_id)
 
-    # -- the loop ------------------------------------------------------------------------------
-
-    def attach(self, loop: asyncio.AbstractEventLoop) -> asyncio.Task[None]:
-        """Run on ``loop`` from now on: the task that hears the posted frames, one at a time."""
-        self._loop = loop
-        self._frames = asyncio.Queue()
-        self._hear_pool = ThreadPoolExecutor(1, thread_name_prefix="rkvoice-satellite-hear")
-        return loop.create_task(self._hear_frames(), name="satellite hearing")
-
-    def detach(self) -> None:
-        self._loop = None
-        if self._hear_pool is not None:
-            self._hear_pool.shutdown(wait=False, cancel_futures=True)
-            self._hear_pool = None
-        self._drained.set()
-
     def post(self, fn: Callable[..., Any], *args: Any) -> None:
         """From any thread: ``fn(*args)`` on the loop (inline without one)."""
-        loop = self._loop
-        if loop is None:
-            fn(*args)
-            return
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            loop.call_soon_threadsafe(fn, *args)
-
-    def post_frame(self, frame: np.ndarray | None) -> bool:
-        """From the microphone thread: a frame to hear (None: the source ended). False without a loop."""
-        loop, frames = self._loop, self._frames
-        if loop is None or frames is None:
-            return False
-        if frame is None:
-            self._drained.clear()
-        try:
-            loop.call_soon_threadsafe(frames.put_nowait, frame)
-        except RuntimeError:
-            return False
-        return True
-
-    def wait_drained(self, timeout_s: float) -> bool:
-        """After ``post_frame(None)``: every frame before it has been heard."""
-        return self._drained.wait(timeout_s)
-
-    async def _hear_frames(self) -> None:
-        """Hear the posted frames in order. Frames that queued up (behind a wake decision's ASR) are heard
-        in one batch on the hear thread, up to the first that changes what the next must be heard for
-        (a wake, the end of the request's speech): one hand-off per batch, not per frame, so a backlog
-        drains at once instead of at the pace of thread switches."""
-        assert self._frames is not None
-        loop = asyncio.get_running_loop()
-        pending: deque[np.ndarray | None] = deque()
-        while True:
-            if not pending:
-                pending.append(await self._frames.get())
-            while not self._frames.empty():
-                pending.append(self._frames.get_nowait())
-            if pending[0] is None:
-                pending.popleft()
-                self.source_ended()
-                self._drained.set()
-                continue
-            batch: list[np.ndarray] = []
-            for frame in pending:
-                if frame is None or len(batch) == MAX_BATCH:
-                    break
-                batch.append(frame)
-            hearing, pool = self.hearing, self._hear_pool
-            if hearing is None or pool is None:
-                for _ in batch:
-                    pending.popleft()
-                continue
-            job = self.job()
-            try:
-                heards = await loop.run_in_executor(pool, self._hear_batch, hearing, batch, job)
-            except Exception as exc:  # a model failure: reported, the frames after it are heard
-                for _ in batch:
-                    pending.popleft()
-                if self.on_error is not None:
-                    self.on_error(exc)
-                else:
-                    log.exception("satellite: hearing a frame failed")
-                self._restart_wake = True
-                continue
-            for heard in heards:
-                pending.popleft()
-                try:
-                    self.on_heard(heard)
-                except Exception:  # a fault of ours acting on it: logged, the next frame is heard
-                    log.exception("satellite: acting on a frame heard failed")
-
-    def _hear_batch(self, hearing: Hearing, frames: list[np.ndarray], job: Job) -> list[Heard]:
-        """On the hear thread: ``frames`` heard for ``job`` (its restarts with the first), up to and with the
-        first that woke or ended the request's speech."""
-        out: list[Heard] = []
-        with self.busy("hear"):
-            for frame in frames:
-                heard = hearing.hear(frame, job)
-                out.append(heard)
-                if heard.hit is not None or heard.speech_end_s is not None:
-                    break
-                job = Job(wake=job.wake)
-        return out
+        self.feed.post(fn, *args)
 
     # -- hearing ---------------------------------------------------------------------------------
 
@@ -312,6 +95,10 @@ class SatelliteCore:
         job = Job(wake=self.run is None, restart_wake=self._restart_wake, vad_head=self._vad_head)
         self._restart_wake, self._vad_head = False, None
         return job
+
+    def hearing_failed(self) -> None:
+        """A frame could not be heard: the wake engine starts afresh at the next."""
+        self._restart_wake = True
 
     def on_heard(self, heard: Heard) -> None:
         run = self.run

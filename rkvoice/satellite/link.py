@@ -42,9 +42,10 @@ from rkvoice.config import Config
 from rkvoice.endpoint import parse_uri
 from rkvoice.errors import RkvoiceError, Stage
 
-from .core import RATE, Run, SatelliteCore, SatelliteState
+from .core import SatelliteCore
 from .info import satellite_info, wake_word
 from .playback import Playback, Stream
+from .state import RATE, Run, SatelliteState
 from .timers import TimerTable
 
 __all__ = ["RATE", "Run", "SatelliteLink", "SatelliteState"]
@@ -130,13 +131,13 @@ class SatelliteLink:
             log.warning("satellite: listening on %s:%d, reachable from other machines (the Wyoming protocol has no "
                         "authentication)", ep.host, self.port)
         log.info("satellite: waiting for Home Assistant on tcp://%s:%d", ep.host, self.port)
-        hearing = self.core.attach(self._loop)
+        hearing = self.core.feed.attach(self._loop)
         try:
             if ready is not None:
                 ready(self)
             await done.wait()
         finally:
-            self.core.detach()
+            self.core.feed.detach()
             hearing.cancel()
             server.close()
             if self._conn is not None:

@@ -31,8 +31,9 @@ from rkvoice.hear.sources import AudioSource
 from rkvoice.hear.vad import Segment, Segmenter
 from rkvoice.hear.wake import WakeEngine, WakeHit
 
-from .core import ANSWER_WAIT_S, MAX_REQUEST_S, RATE, Heard, Job, Run, SatelliteCore
+from .core import ANSWER_WAIT_S, MAX_REQUEST_S, SatelliteCore
 from .playback import Playback
+from .state import RATE, Heard, Job, Run
 
 log = logging.getLogger(__name__)
 
@@ -135,12 +136,12 @@ class SatelliteMic:
         self.hearing = Hearing(wake, segmenter, max_request_s)
         self.busy = busy
         """Marks waiting for one frame (the daemon's watchdog: a microphone that delivers nothing is stuck)."""
-        core.hearing = self.hearing
+        core.feed.hearing = self.hearing
         core.on_run = on_run
         core.max_request_s, core.answer_wait_s = max_request_s, answer_wait_s
         core.cue = cue if cue is not None else np.zeros(0, np.float32)
         """Played on a wake the peer will hear (``hear.ack``, at the player's rate)."""
-        core.busy = busy
+        core.feed.busy = busy
         self.wake = wake
         self._stop = threading.Event()
         self._source: AudioSource | None = None
@@ -197,14 +198,14 @@ class SatelliteMic:
                     frame = next(frames, None)
                 if frame is None:
                     break
-                if not self.core.post_frame(frame):
+                if not self.core.feed.post_frame(frame):
                     self.accept(frame)
                 else:
                     posted = True
         finally:
             source.close()
-            if posted and self.core.post_frame(None):
-                self.core.wait_drained(DRAIN_S)
+            if posted and self.core.feed.post_frame(None):
+                self.core.feed.wait_drained(DRAIN_S)
             else:
                 self.core.post(self.core.source_ended)
 

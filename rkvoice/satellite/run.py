@@ -70,7 +70,7 @@ class Satellite:
         self.busy = busy
         self.mic = SatelliteMic(hear.wake, self.link, self.playback, on_run=on_run, segmenter=segmenter,
                                 cue=speak.cue, busy=busy)
-        self.link.core.on_error = on_error
+        self.link.core.feed.on_error = on_error
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failed: BaseException | None = None
