@@ -317,3 +317,32 @@ def test_the_follow_up_hears_from_where_the_answer_was_over():
         events += session.accept(np.zeros(FRAME, np.float32))
     (request,) = events
     assert isinstance(request, Request) and request.text == "今天几号"
+
+
+def test_the_satellite_ends_the_request_home_assistant_receives_through_the_decision():
+    """On the satellite (the board's side of HA's pipeline): after the wake, "帮我把" … 0.5 s … "客厅灯打开".
+    The first pause is judged unfinished, so the audio goes on to HA; ``audio-stop`` follows the short
+    silence after the second part, when the request is judged finished, and not a frame earlier."""
+    from test_satellite_core import SentLink
+
+    from rkvoice.satellite.mic import SatelliteMic
+
+    dec, judge = decision([(1.0, 1.8), (2.3, 3.0)], {0: [0.1, 0.95]})
+    link = SentLink()
+    mic = SatelliteMic(ScriptedWake([(0.6, "")], end_lag_s=0.0), link, link.playback, segmenter=dec)  # type: ignore[arg-type]
+    stopped_at: list[float] = []
+    for k in range(int(5.0 * SAMPLE_RATE / FRAME)):
+        mic.accept(np.zeros(FRAME, np.float32))
+        if not stopped_at and any(e.type == "audio-stop" for e in link.sent):
+            stopped_at.append((k + 1) * FRAME_S)
+    assert [e.type for e in link.sent].count("run-pipeline") == 1
+    assert len(stopped_at) == 1 and 3.2 <= stopped_at[0] < 3.2 + FRAME_S, stopped_at
+    assert [n for _, n in judge.calls] and len(judge.calls) == 2  # once at each pause
+
+
+def test_the_satellite_s_board_vad_is_the_one_decision():
+    from rkvoice.satellite.run import board_vad
+
+    assert isinstance(board_vad(config(mode="smart")), TurnEnd)
+    plain = board_vad(config(mode="silence"))
+    assert type(plain) is Segmenter and plain.trailing_silence_s == 0.5

@@ -5,8 +5,9 @@ Frames (16 kHz float32, already echo-cancelled) go to the configured wake engine
 rkvoice.stages.Hear). On a wake the core asks the peer's pipeline and the audio heard since the wake
 phrase ended is sent first (a request may start while the wake is being decided); then every frame,
 until the peer has heard the request (``transcript``), failed it, paused or left. With a
-``segmenter`` (the board's VAD, ``hear.trailing_silence_ms``) the satellite also ends the request
-itself: ``audio-stop`` once the VAD closes the speech after the wake, so HA's speech-to-text starts
+``segmenter`` (the board's end of turn, rkvoice.satellite.run.board_vad: the local loop's decision,
+``hear.endpoint``) the satellite also ends the request itself: ``audio-stop`` once it has decided the
+speech after the wake is over, so HA's speech-to-text starts
 without waiting for HA's own VAD (bench/satellite_latency.py compares the two). A request said in the
 same breath as the phrase ("小智小智，打开客厅灯") is complete when the wake is decided: its segment is
 sent whole and ``audio-stop`` ends it. A request never sends audio from before the wake phrase's

@@ -22,6 +22,7 @@ from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.gate import PriorityGate
 from rkvoice.hear.echo import EchoCancelledSource, echo_filter
 from rkvoice.hear.sources import FRAME_SAMPLES, SAMPLE_RATE, AudioSource, WavFileSource
+from rkvoice.hear.turn_end import request_end
 from rkvoice.hear.vad import Segmenter
 from rkvoice.stages import Hear, Speak
 from rkvoice.turn import Turn
@@ -137,8 +138,10 @@ class Satellite:
 
 
 def board_vad(cfg: Config) -> Segmenter:
-    """The board's end-of-request VAD for the satellite (``hear.trailing_silence_ms``), loaded."""
-    segmenter = Segmenter(cfg)
+    """The board's end of the request for the satellite, loaded: the one end-of-turn decision the local
+    loop uses (rkvoice.hear.turn_end.request_end: ``hear.endpoint.mode``), so the request HA receives
+    ends when the board decides."""
+    segmenter = request_end(cfg)
     segmenter.load()
     return segmenter
 
