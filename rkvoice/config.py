@@ -183,6 +183,11 @@ class EndpointConfig(Section):
     """The model runs on its own thread and is waited for this long: a slower judgement counts as
     failed and that request ends by silence (one warning). 300: hear.trailing_silence_ms minus
     short_silence_ms, so a slow model never ends a request much later than mode silence."""
+    words: bool = True
+    """With hear.transcribe_ahead: a request the model judged finished ends once its transcript (made
+    while the model judged; the answer needs it anyway) does not stop on a word that needs more
+    (帮我把, 空调调到, 设一个, 我想问一下: rkvoice.text.unfinished); if it does, the request waits for
+    the speech to go on, at most max_silence_ms."""
 
 
 @dataclass(frozen=True)

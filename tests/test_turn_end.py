@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -181,6 +182,66 @@ def test_the_speech_so_far_is_handed_on_before_the_judgement_and_is_the_request(
     assert len(paused) == 2  # at each pause: the first (1 s) and the joined request (2 s)
     assert not same_speech(paused[0], seg.samples)  # the speaker went on: the early transcript is not used
     assert same_speech(paused[1], seg.samples)
+
+
+class Transcripts:
+    """``on_pause`` as rkvoice.hear.ahead gives it: a Future per pause, its text set when the test says
+    (``ready``: at once), in the order of ``texts``; None: the decode failed."""
+
+    def __init__(self, texts: list[str | None], ready: bool = True) -> None:
+        self.texts, self.ready = list(texts), ready
+        self.made: list[Future[str]] = []
+
+    def __call__(self, samples: np.ndarray) -> Future[str]:
+        made: Future[str] = Future()
+        self.made.append(made)
+        if self.ready:
+            self.finish(len(self.made) - 1)
+        return made
+
+    def finish(self, i: int) -> None:
+        text = self.texts[i]
+        if text is None:
+            self.made[i].set_exception(RuntimeError("decode failed"))
+        else:
+            self.made[i].set_result(text)
+
+
+def test_a_request_judged_finished_whose_words_stop_on_a_coverb_waits_and_joins_what_follows():
+    # "帮我把" ... 0.6 s ... "客厅灯打开": the model says finished at the pause, the words say 把 needs more
+    dec, judge = decision([(1.0, 2.0), (2.6, 3.5)], {0: [0.95, 0.95]})
+    dec.on_pause = Transcripts(["帮我把。", "帮我把客厅灯打开。"])
+    (seg,) = run(dec, 6.0)
+    assert (seg.start_s, seg.end_s) == (1.0, 3.5)
+    assert [j.verdict for j in seg.judgements] == [Verdict.COMPLETE, Verdict.UNFINISHED, Verdict.COMPLETE]
+    assert 0.2 <= seg.decided_s - 3.5 < 0.2 + FRAME_S
+
+
+def test_a_request_that_stops_on_an_unfinished_word_ends_after_max_silence():
+    dec, judge = decision([(1.0, 2.0)], {0: [0.95]}, max_silence_ms=1200)
+    dec.on_pause = Transcripts(["空调调到"])
+    (seg,) = run(dec, 4.0)
+    assert [j.verdict for j in seg.judgements] == [Verdict.COMPLETE, Verdict.UNFINISHED, Verdict.MAX_SILENCE]
+    assert 1.2 <= seg.decided_s - 2.0 < 1.2 + FRAME_S
+    assert len(judge.calls) == 1  # the model is not asked again: the words decided
+
+
+def test_a_request_judged_finished_ends_when_its_transcript_is_known():
+    dec, _ = decision([(1.0, 2.0)], {0: [0.95]})
+    words = Transcripts(["打开客厅灯"], ready=False)
+    dec.on_pause = words
+    assert run(dec, 2.5) == [] and len(words.made) == 1  # judged at 2.2 s, its transcript not known yet
+    words.finish(0)
+    (seg,) = run(dec, FRAME_S)
+    assert [j.verdict for j in seg.judgements] == [Verdict.COMPLETE] and 0.45 <= seg.decided_s - 2.0 < 0.5 + FRAME_S
+
+
+@pytest.mark.parametrize("texts, endpoint", [([None], {}), (["帮我把"], {"words": "false"})])
+def test_a_failed_decode_or_words_off_end_the_request_as_judged(texts, endpoint):
+    dec, _ = decision([(1.0, 2.0)], {0: [0.95]}, **endpoint)
+    dec.on_pause = Transcripts(texts)
+    (seg,) = run(dec, 4.0)
+    assert [j.verdict for j in seg.judgements] == [Verdict.COMPLETE] and 0.2 <= seg.decided_s - 2.0 < 0.2 + FRAME_S
 
 
 def test_a_request_held_past_the_longest_request_is_cut():

@@ -45,11 +45,13 @@ class TranscribeAhead:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.asr, name)
 
-    def ahead(self, samples: np.ndarray) -> None:
+    def ahead(self, samples: np.ndarray) -> Future[str]:
+        """Start decoding ``samples``; the transcript to come."""
         with self._lock:
             if self._job is not None:
                 self._job[1].cancel()  # only if it has not started
             self._job = (samples, self._pool.submit(self.asr.transcribe, samples))
+            return self._job[1]
 
     def transcribe(self, samples: np.ndarray) -> str:
         with self._lock:

@@ -36,6 +36,7 @@ from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.hear.turn_features import FRAMES, N_MELS, last_window, log_mel  # noqa: F401 (re-exported)
 from rkvoice.hear.vad import SAMPLE_RATE, Judgement, Segment, Segmenter, Verdict
+from rkvoice.text.unfinished import unfinished
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +139,10 @@ class _Held:
     judgements: list[Judgement] = field(default_factory=list)
     by_silence: bool = False
     """No verdict to wait for (no model, or its judgement failed): ends at the fallback silence."""
+    transcript: Future[str] | None = None
+    """The transcript of ``samples`` being made (``on_pause``'s answer), for the words' second opinion."""
+    confirming: bool = False
+    """Judged finished: it ends once its transcript is known not to stop on an unfinished word."""
 
 
 class TurnEnd(Segmenter):
@@ -155,6 +160,7 @@ class TurnEnd(Segmenter):
         self.fallback_ms = float(cfg.hear.trailing_silence_ms)
         self.threshold = ep.threshold
         self.budget_ms = float(ep.budget_ms)
+        self.words = ep.words
         self.vad = vad if vad is not None else Segmenter(cfg, trailing_silence_s=self.short_ms / 1000.0)
         self.judge: TurnJudge | None = judge or SmartTurn(turn_model_path(cfg), ep.threads)
         self.clock = clock or MonotonicClock()
@@ -235,7 +241,8 @@ class TurnEnd(Segmenter):
             if not judge:
                 continue
             if self.on_pause is not None:  # its transcript, while the model judges
-                self.on_pause(held.samples)
+                made = self.on_pause(held.samples)
+                held.transcript = made if self.words and isinstance(made, Future) else None
             ended = self._wait(held)
             if ended is not None:
                 out.append(ended)
@@ -255,6 +262,8 @@ class TurnEnd(Segmenter):
     def _wait(self, held: _Held) -> Segment | None:
         """The held request at the current silence: ended (a Segment) or still waited for (None)."""
         silence = self._silence_ms(held)
+        if held.confirming:
+            return self._confirm(held, silence)
         if held.by_silence or self.judge is None:
             held.by_silence = True
             return self._end(held, Verdict.SILENCE) if silence >= self.fallback_ms else None
@@ -264,7 +273,10 @@ class TurnEnd(Segmenter):
             return None
         judged = self._judge(held, silence)
         if judged is Verdict.COMPLETE:
-            return self._end(held, Verdict.COMPLETE)
+            if held.transcript is None:
+                return self._end(held, Verdict.COMPLETE)
+            held.confirming = True
+            return self._confirm(held, silence)
         if judged is Verdict.WAIT:
             if not self.recheck_ms:  # once per pause
                 held.next_ms = float("inf")
@@ -272,6 +284,24 @@ class TurnEnd(Segmenter):
                 held.next_ms += self.recheck_ms
             return None
         return self._wait(held)  # the judgement failed: by silence from now on
+
+    def _confirm(self, held: _Held, silence: float) -> Segment | None:
+        """Judged finished: ends once its transcript is known (None until then; the answer waits for
+        the transcript anyway), unless the words stop where a request cannot end. Then it waits for
+        the speech to go on, at most max_silence_ms."""
+        transcript = held.transcript
+        if transcript is not None and not transcript.done() and silence < self.max_ms:
+            return None
+        text = None
+        if transcript is not None and transcript.done() and not transcript.cancelled() and transcript.exception() is None:
+            text = transcript.result()
+        word = unfinished(text) if text is not None else None
+        if word is None:
+            return self._end(held, Verdict.COMPLETE if silence < self.max_ms or text is not None else Verdict.MAX_SILENCE)
+        held.confirming, held.transcript, held.next_ms = False, None, float("inf")
+        held.judgements.append(Judgement(round(silence, 1), None, 0.0, Verdict.UNFINISHED))
+        log.info("end of turn: %r stops on %r; waiting for more (at most %.0f ms of silence)", text, word, self.max_ms)
+        return self._end(held, Verdict.MAX_SILENCE) if silence >= self.max_ms else None
 
     def _judge(self, held: _Held, silence: float) -> Verdict:
         a = round(held.end_s * SAMPLE_RATE)

@@ -43,6 +43,7 @@ class Verdict(enum.StrEnum):
     SILENCE = "silence"  # ended by hear.trailing_silence_ms (no model, or its judgement failed)
     SLOW = "slow"  # the judgement took longer than hear.endpoint.budget_ms
     FAILED = "failed"  # the judgement raised
+    UNFINISHED = "unfinished words"  # judged finished, but its transcript stops on a word that needs more
     CUT = "cut"  # the request reached hear.max_request_s
     END_OF_STREAM = "end-of-stream"
 
@@ -135,7 +136,9 @@ class Segmenter:
         if 0 < early_silence_s < self.trailing_silence_s:
             self.early_silence_s = on_grid(self.trailing_silence_s, early_silence_s)
             self.early_max_s = early_max_s if self.early_silence_s > 0 else 0.0
-        self.on_pause: Callable[[np.ndarray], None] | None = None
+        self.on_pause: Callable[[np.ndarray], object] | None = None
+        """Told the speech so far at each pause (rkvoice.hear.ahead starts its transcript; the Future it
+        gives back is the end-of-turn decision's second opinion)."""
         """Called with the speech so far when it paused for ``early_silence_s`` without closing
         (longer than ``early_max_s``); the segment that closes on it holds the same samples."""
         self._early: Any = None  # the short-silence VAD once loaded (early close on)

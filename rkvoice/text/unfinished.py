@@ -1,0 +1,60 @@
+"""Words a Chinese request cannot end with: the end-of-turn decision's second opinion.
+
+Smart Turn hears intonation; what the speaker said so far is a second, independent signal. A request
+whose transcript ends on a word that needs something after it has not ended, whatever its pitch did:
+
+- a coverb or conjunction with nothing after it: 帮我把, 空调和, 从, 或者, 然后, 还是 ...;
+- a verb that needs its target: 调到, 设成, 改为, 定在 ... (空调调到);
+- a numeral and measure word without their noun: 设一个, 讲一个, 来两杯 ... (帮我设一个);
+- only words that open a request: fillers, a time, a polite frame and at most a bare verb: 那个,
+  就是, 明天早上, 我想问一下, 帮我打开 ...
+
+``unfinished(text)`` names the word the request stops on, or gives None. The rules are about how
+Chinese sentences are built, not about the requests of any one home; they err toward waiting: a
+request wrongly judged unfinished waits until ``hear.endpoint.max_silence_ms``, one wrongly judged
+finished is cut off.
+"""
+
+from __future__ import annotations
+
+import re
+
+_PUNCT = re.compile(r"[\s，,。.！!？?、；;：:…—~～\"'“”‘’()（）]+")
+
+TRAILING_WORDS = (
+    # coverbs and conjunctions that take what follows them
+    "把", "将", "给", "跟", "和", "与", "同", "向", "往", "从", "被", "让", "及", "或", "并",
+    "或者", "还是", "还有", "然后", "而且", "但是", "可是", "所以", "因为", "如果", "要是", "并且", "以及",
+    "比如", "就是", "就是说", "那个", "嗯", "呃", "额",
+    # verbs that need their target
+    "调到", "调成", "调为", "设到", "设为", "设成", "设置为", "设置成", "改成", "改为", "换成", "变成", "定在",
+    "设在", "开到", "升到", "降到", "加到", "减到", "放到", "移到", "调至", "设定为",
+    # a request that asks for something not said yet
+    "问一下", "查一下", "看一下", "说一下", "讲一下", "搜一下", "百分之",
+)
+"""Words a request does not end on."""
+
+_MEASURE = re.compile(r"[一二两三四五六七八九十几每某半\d]+[个只条张本件次位台块首部段杯份篇道]$")
+
+_OPENING = re.compile(
+    r"^(?:那个|就是|然后|嗯|呃|额|啊|"  # fillers
+    r"请问|请你|请|麻烦你|麻烦|帮我|帮忙|给我|你能不能|能不能|你可以|可以|你|我想要|我想|我要|我|"  # a polite frame
+    r"今天|明天|后天|大后天|昨天|前天|今晚|明晚|每天|早上|上午|中午|下午|傍晚|晚上|凌晨|半夜|"  # a time
+    r"周[一二三四五六日天]|星期[一二三四五六日天]|[零一二两三四五六七八九十百\d]+(?:点钟|点半|点|分|号|月|日))*"
+    r"(?:打开|关掉|关闭|关上|播放|放|调|设置|设|定|提醒我|叫我|告诉我|讲讲|讲|说说|搜索|查询|查|问|看看)?$")
+
+
+def unfinished(text: str) -> str | None:
+    """The word ``text`` (a transcript of the request so far) stops on when it cannot be a whole
+    request, else None. Punctuation and spaces the ASR put in are not words."""
+    words = _PUNCT.sub("", text)
+    if not words:
+        return None
+    for word in sorted(TRAILING_WORDS, key=len, reverse=True):
+        if words.endswith(word):
+            return word
+    if m := _MEASURE.search(words):
+        return m.group(0)
+    if _OPENING.match(words):
+        return words
+    return None
