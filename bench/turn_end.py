@@ -12,7 +12,10 @@ request at its first look with p >= t: a look before the clip's speech is over t
 cut-off; a whole request whose first look after its end reaches t ends at the short silence
 (``early_end_share``). ``cutoff_rate``: paused requests (300-800 ms pauses where people pause) cut
 off; ``whole_cut_rate``: whole requests cut at a pause of their own; ``cut_waited_share``: requests
-the speaker left unfinished that the model did not end at the short silence. Prints one JSON object.
+the speaker left unfinished that the model did not end at the short silence. With ``words`` a policy also takes the words' second
+opinion (rkvoice.text.unfinished on the installed ASR's transcript of the speech held at each pause,
+``hear.endpoint.words``): a look that reaches t on speech whose transcript stops on a word that needs
+more does not end it, and that pause is not looked at again. Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -26,9 +29,11 @@ from typing import Any
 import numpy as np
 
 from rkvoice.config import Config, load_config
+from rkvoice.hear.asr import create_asr
 from rkvoice.hear.turn_end import SmartTurn, TurnEnd, turn_model_path
 from rkvoice.hear.vad import SAMPLE_RATE, Segmenter
 from rkvoice.stages import installed_voice
+from rkvoice.text.unfinished import unfinished
 from rkvoice.tts.registry import PREFERENCE, engine_voices, installed_voices
 from tests.support import bench_run, percentile
 from tests.support.turn_set import Clip, Voice, clips_for, requests
@@ -42,28 +47,35 @@ FAST = ("tool", "home")  # the turns bench/endpoint.py's latency goal is for
 
 
 class Looks:
-    """The model, recording each look: (stream time, probability, ms)."""
+    """The model, recording each look: (stream time, probability, the transcript of the speech held,
+    the pause's number). ``on_pause`` transcribes the held speech with ``asr`` (as rkvoice.hear.ahead
+    would, here before the look)."""
 
-    def __init__(self, model: SmartTurn) -> None:
+    def __init__(self, model: SmartTurn, asr: Any) -> None:
         self.model = model
+        self.asr = asr
         self.dec: TurnEnd | None = None
-        self.seen: list[tuple[float, float]] = []
+        self.seen: list[tuple[float, float, str, int]] = []
+        self.text, self.pauses = "", 0
 
     def load(self) -> None:
         pass
 
+    def on_pause(self, samples: np.ndarray) -> None:
+        self.text, self.pauses = self.asr.transcribe(samples), self.pauses + 1
+
     def probability(self, samples: np.ndarray) -> float:
         assert self.dec is not None
         p = self.model.probability(samples)
-        self.seen.append((self.dec.now_s, p))
+        self.seen.append((self.dec.now_s, p, self.text, self.pauses))
         return p
 
 
 @dataclasses.dataclass
 class Run:
     clip: Clip
-    looks: list[tuple[float, float, float, float]]
-    """(stream time, silence ms, probability, ms) of each look."""
+    looks: list[tuple[float, float, float, float, str, int]]
+    """(stream time, silence ms, probability, ms, transcript of the speech held, pause number) of each look."""
     speech_end_s: float
     pause_ms: float = 0.0
     """The longest silence the decision waited through before the speech was over."""
@@ -89,7 +101,7 @@ def look_at(dec: TurnEnd, plain: Segmenter, looks: Looks, clip: Clip, rng: np.ra
     """Stream ``clip`` through the decision (every look it took) and through mode silence's segmenter."""
     dec.restart(0)
     plain.restart(0)
-    looks.seen = []
+    looks.seen, looks.pauses = [], 0
     audio = stream(clip, rng)
     speech_end = LEAD_S + clip.speech_s
     judged, ends, pause = [], [], 0.0
@@ -103,7 +115,7 @@ def look_at(dec: TurnEnd, plain: Segmenter, looks: Looks, clip: Clip, rng: np.ra
     for seg in dec.flush():
         judged += [j for j in seg.judgements if j.probability is not None]
     assert len(judged) == len(looks.seen), (clip.name, len(judged), len(looks.seen))
-    rows = [(t, j.silence_ms, p, j.ms) for (t, p), j in zip(looks.seen, judged)]
+    rows = [(t, j.silence_ms, p, j.ms, text, n) for (t, p, text, n), j in zip(looks.seen, judged)]
     return Run(clip, rows, speech_end, pause, bool(ends) and ends[0] < speech_end - 0.1)
 
 
@@ -115,6 +127,7 @@ class Policy:
     threshold: float
     every: int = 1
     max_ms: float = 1500.0
+    words: bool = False
 
 
 def taken(silence_ms: float, short_ms: float, base_ms: float, every: int) -> bool:
@@ -125,8 +138,14 @@ def taken(silence_ms: float, short_ms: float, base_ms: float, every: int) -> boo
 
 def outcome(run: Run, policy: Policy, short_ms: float, base_ms: float) -> tuple[bool, bool, float]:
     """(cut off, ended at the short silence, the silence it ended after) under ``policy``."""
-    looks = [(when, sil, p) for when, sil, p, _ in run.looks
-             if sil < policy.max_ms and taken(sil, short_ms, base_ms, policy.every)]
+    looks, vetoed = [], set()
+    for when, sil, p, _, text, pause in run.looks:
+        if sil >= policy.max_ms or not taken(sil, short_ms, base_ms, policy.every) or pause in vetoed:
+            continue
+        if p >= policy.threshold and policy.words and unfinished(text):
+            vetoed.add(pause)  # the words say it goes on: this pause is not looked at again
+            continue
+        looks.append((when, sil, p))
     cut = run.pause_ms >= policy.max_ms or any(p >= policy.threshold for when, _, p in looks if when < run.speech_end_s)
     end = [(sil, p) for when, sil, p in looks if when >= run.speech_end_s]
     early = not cut and bool(end) and end[0][1] >= policy.threshold and end[0][0] < short_ms + base_ms / 2
@@ -162,9 +181,10 @@ def silence_figures(runs: list[Run], trailing_ms: float) -> dict[str, Any]:
             "early_end_share": 0.0, "end_silence_p50_ms": trailing_ms}
 
 
-POLICIES = tuple(Policy(t, every, m) for m in (800.0, 1000.0, 1500.0) for every in (1, 2, 0) for t in THRESHOLDS)
+POLICIES = tuple(Policy(t, every, m, words) for words in (False, True) for m in (800.0, 1000.0, 1500.0)
+                 for every in (1, 2, 0) for t in THRESHOLDS)
 """Looks every recheck_ms (1), every other one (2), or once per pause (0), at each threshold, ending
-after each max_silence_ms."""
+after each max_silence_ms, with and without the words' second opinion."""
 
 
 def choose(sweep: dict[str, list[dict[str, Any]]], trailing_ms: float) -> tuple[Policy, str]:
@@ -198,8 +218,11 @@ def collect(cfg: Config, quick: bool, speeds: tuple[float, ...]) -> dict[str, li
     """Every look of the decision on every clip of the set, per installed Chinese voice."""
     model = SmartTurn(turn_model_path(cfg), cfg.hear.endpoint.threads)
     model.load()
-    looks = Looks(model)
+    asr = create_asr(cfg)
+    asr.load()
+    looks = Looks(model, asr)
     dec = TurnEnd(collecting(cfg), judge=looks)
+    dec.on_pause = looks.on_pause
     looks.dec = dec
     dec.load()
     plain = Segmenter(cfg)
@@ -231,7 +254,7 @@ def shipped_policy(cfg: Config) -> Policy:
     """The configured decision as a policy on the collected grid (recheck_ms a multiple of its step)."""
     ep = cfg.hear.endpoint
     every = 0 if not ep.recheck_ms else max(1, round(ep.recheck_ms / COLLECT_RECHECK_MS))
-    return Policy(ep.threshold, every, float(ep.max_silence_ms))
+    return Policy(ep.threshold, every, float(ep.max_silence_ms), ep.words and cfg.hear.transcribe_ahead)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -252,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     every = [r for rs in runs.values() for r in rs]
     shipped = shipped_policy(cfg)
     at = figures(every, shipped, short, base)
-    ms = [m for r in every for *_, m in r.looks]
+    ms = [look[3] for r in every for look in r.looks]
     chosen, why = choose(sweep, trailing)
     report.emit({
         **{k: at[k] for k in ("cutoff_rate", "early_end_share", "whole_cut_rate", "cut_waited_share",

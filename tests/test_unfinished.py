@@ -1,6 +1,6 @@
 """The words' second opinion on the end of a turn (rkvoice.text.unfinished): a transcript that stops on
 a word needing more is unfinished; whole requests, including ones that end on words that often lead
-(的, 有哪些, 这个, a bare verb after its object), are not."""
+(的, 有哪些, 这个, a bare verb after its object, a coverb phrase with its verb), are not."""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ UNFINISHED = {
     "那个": "那个", "嗯": "嗯", "那个就是": "就是", "我想问一下": "问一下", "帮我查一下": "查一下",
     "明天早上": "明天早上", "星期五晚上": "星期五晚上", "帮我打开": "帮我打开", "请播放": "请播放",
     "提醒我": "提醒我", "把亮度调到百分之": "百分之",
+    # a coverb phrase with no verb after it
+    "把卧室的灯": "把卧室的灯", "用微信": "用微信", "帮我把它": "把它", "你从北京": "从北京",
 }
 WHOLE = [
     "现在几点", "今天几号", "明天早上七点叫我起床", "帮我设一个十分钟的计时器", "提醒我下午三点开会",
@@ -28,6 +30,7 @@ WHOLE = [
     "北京好玩的地方有哪些", "这个怎么用", "我要这个", "找不到", "好的", "对", "停", "你好", "讲个笑话",
     "声音小一点", "明天呢", "把亮度调到百分之五十", "用Python写一个排序", "播放Taylor Swift的歌",
     "今天天气怎么样。", "打开灯，", "",
+    "把这个给我", "用什么", "用微信付款", "从北京到上海", "把空调打开吧", "在吗", "我和你一样", "把门关上",
 ]
 
 

@@ -7,7 +7,9 @@ whose transcript ends on a word that needs something after it has not ended, wha
 - a verb that needs its target: 调到, 设成, 改为, 定在 ... (空调调到);
 - a numeral and measure word without their noun: 设一个, 讲一个, 来两杯 ... (帮我设一个);
 - only words that open a request: fillers, a time, a polite frame and at most a bare verb: 那个,
-  就是, 明天早上, 我想问一下, 帮我打开 ...
+  就是, 明天早上, 我想问一下, 帮我打开 ...;
+- a coverb phrase with no verb after it: 把卧室的灯, 用Python, 从北京 (jieba's part-of-speech tags,
+  the word cutter the voice already loads: rkvoice.text.words).
 
 ``unfinished(text)`` names the word the request stops on, or gives None. The rules are about how
 Chinese sentences are built, not about the requests of any one home; they err toward waiting: a
@@ -18,6 +20,8 @@ finished is cut off.
 from __future__ import annotations
 
 import re
+
+from rkvoice.text.words import tagged
 
 _PUNCT = re.compile(r"[\s，,。.！!？?、；;：:…—~～\"'“”‘’()（）]+")
 
@@ -44,6 +48,27 @@ _OPENING = re.compile(
     r"(?:打开|关掉|关闭|关上|播放|放|调|设置|设|定|提醒我|叫我|告诉我|讲讲|讲|说说|搜索|查询|查|问|看看)?$")
 
 
+COVERBS = frozenset("把将用拿从被往向跟")
+"""Coverbs (tagged p) that open a phrase a verb must follow: 把灯 … 关掉."""
+_VERB_LIKE = frozenset(("给", "到"))  # tagged p, but the phrase's verb after 把: 把这个给我
+_QUESTION_END = ("吗", "呢", "吧", "啊", "么", "什么", "谁", "哪", "哪里", "哪儿", "怎么", "怎样", "多少", "几")
+
+
+def _verbless_coverb_phrase(words: str) -> str | None:
+    """The coverb phrase ``words`` ends in when no verb follows its coverb (把卧室的灯), else None."""
+    if words.endswith(_QUESTION_END):
+        return None
+    tokens = tagged(words)
+    for i in range(len(tokens) - 2, -1, -1):
+        word, tag = tokens[i]
+        if tag == "p" and word in COVERBS:
+            rest = tokens[i + 1:]
+            if any((t.startswith("v") and t != "vn") or w in _VERB_LIKE for w, t in rest):
+                return None
+            return "".join(w for w, _ in tokens[i:])
+    return None
+
+
 def unfinished(text: str) -> str | None:
     """The word ``text`` (a transcript of the request so far) stops on when it cannot be a whole
     request, else None. Punctuation and spaces the ASR put in are not words."""
@@ -57,4 +82,4 @@ def unfinished(text: str) -> str | None:
         return m.group(0)
     if _OPENING.match(words):
         return words
-    return None
+    return _verbless_coverb_phrase(words)

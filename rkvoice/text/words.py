@@ -50,6 +50,11 @@ def inside_words(text: str) -> set[int]:
     return inside
 
 
+def tagged(text: str) -> list[tuple[str, str]]:
+    """``text`` as jieba's words with their part-of-speech tags (p: coverb, v: verb, n: noun, ...)."""
+    return list(_segmenter().tag(text))  # type: ignore[attr-defined]
+
+
 def script_changes(text: str) -> list[int]:
     """Positions where Chinese meets a Latin letter (用|Python, Python|写): a cut there leaves both
     words whole, and each voice of a mixed engine says its own span."""
