@@ -766,7 +766,8 @@ def test_a_fault_of_ours_acting_on_a_frame_is_logged_and_hearing_goes_on(sat, mo
             await home.expect("run-pipeline")
             mic.put(0.2, n=5)  # the first is lost to the fault, the rest are sent
             await settle(home, satellite, mic, 6)
-            await home.expect("audio-chunk")
+            if not any(e.type == "audio-chunk" for e in home.got):  # (settle may have read them already)
+                await home.expect("audio-chunk")
 
     asyncio.run(scenario())
     traced = [r for r in caplog.records if r.exc_info]
