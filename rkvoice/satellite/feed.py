@@ -144,13 +144,13 @@ class FrameFeed:
 
     def _hear_batch(self, hearing: Hearing, frames: list[np.ndarray], job: Job) -> list[Heard]:
         """On the hear thread: ``frames`` heard for ``job`` (its restarts with the first), up to and with the
-        first that woke or ended the request's speech."""
+        first that woke, heard a stop phrase or ended the request's speech."""
         out: list[Heard] = []
         with self.busy("hear"):
             for frame in frames:
                 heard = hearing.hear(frame, job)
                 out.append(heard)
-                if heard.hit is not None or heard.speech_end_s is not None:
+                if heard.hit is not None or heard.speech_end_s is not None or heard.stop is not None:
                     break
-                job = Job(wake=job.wake)
+                job = Job(wake=job.wake, stop_word=job.stop_word)
         return out
