@@ -85,7 +85,7 @@ class Turn:
 
     run: Run
     heard_from_ha: bool = False
-    """An event (or the response) came for it."""
+    """A pipeline event came for it."""
     continues: bool = False
     """INTENT_END said the conversation continues."""
     replying: bool = False
@@ -299,11 +299,13 @@ class EsphomeLink:
 
     def _no_event(self, turn: Turn) -> None:
         if turn is self._turn and not turn.heard_from_ha and not turn.run.over.is_set():
-            self.core.failed(f"no event within {self.event_wait_s:.0f} s of the request (does the assistant's "
+            self._send(VoiceAssistantRequest(start=False))  # HA's pipeline is told it is over too
+            self.core.failed(f"no event within {self.event_wait_s:g} s of the request (does the assistant's "
                              "pipeline have speech-to-text?)", "no-event")
 
     def _response(self, msg: Message) -> None:
-        self._heard_from_ha()
+        """VoiceAssistantResponse: HA took the request (not an event: a pipeline with no speech-to-text
+        answers it and then says nothing)."""
         if msg.error:
             self.core.failed("Home Assistant could not start its pipeline", "start-failed")
         elif msg.port:
