@@ -129,6 +129,9 @@ class EsphomeConfig(Section):
     head -c 32 /dev/urandom | base64); with it only encrypted clients are served and Home Assistant asks
     for the key; empty = plain text, unless Home Assistant gave the device a key itself."""
 
+    zeroconf: bool = True
+    """Announce the device as _esphomelib._tcp on the local network (mDNS) so Home Assistant discovers it."""
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.key:

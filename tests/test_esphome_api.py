@@ -33,18 +33,18 @@ KEY = base64.b64encode(bytes(range(32))).decode()
 OTHER_KEY = base64.b64encode(bytes(range(1, 33))).decode()
 
 
-def esphome_config(state_dir: Path, key: str = "", **hear: Any) -> Any:
-    return load_config([{"state": {"dir": str(state_dir)}, "hear": {"ack": "none", **hear},
+def esphome_config(state_dir: Path, key: str = "", zeroconf: bool = False) -> Any:
+    return load_config([{"state": {"dir": str(state_dir)}, "hear": {"ack": "none"},
                          "satellite": {"uri": "tcp://127.0.0.1:0", "name": "Kitchen Board", "protocol": "esphome",
-                                       "esphome": {"port": 0, "key": key}}}])
+                                       "esphome": {"port": 0, "key": key, "zeroconf": zeroconf}}}])
 
 
 @contextlib.contextmanager
 def esphome_device(state_dir: Path, key: str = "", script: list[Any] | None = None,
-                   **hear: Any) -> Iterator[tuple[Satellite, FeedMic, Any]]:
-    """The satellite as an ESPHome device on a free loopback port, its microphone fed by the test
-    (marker k: the wake phrase with ``script[k-1]``)."""
-    cfg = esphome_config(state_dir, key, **hear)
+                   zeroconf: bool = False) -> Iterator[tuple[Satellite, FeedMic, Any]]:
+    """The satellite as an ESPHome device on a free loopback port (not announced unless ``zeroconf``), its
+    microphone fed by the test (marker k: the wake phrase with ``script[k-1]``)."""
+    cfg = esphome_config(state_dir, key, zeroconf)
     speak = speak_stage(cfg)
     satellite = Satellite(cfg, StubHear(MarkerWake(script or ["", ""])), speak, link=EsphomeLink)  # type: ignore[arg-type]
     satellite.start()
@@ -365,3 +365,29 @@ def test_a_connection_refused_for_its_framing_does_not_stop_the_others(tmp_path)
                 await cli.disconnect()
 
         asyncio.run(scenario())
+
+
+def test_the_device_is_announced_with_the_txt_fields_home_assistant_reads(tmp_path, caplog):
+    from zeroconf.asyncio import AsyncZeroconf
+
+    caplog.set_level(logging.INFO, logger="rkvoice")
+    with esphome_device(tmp_path, KEY, zeroconf=True) as (satellite, _mic, _speak):
+        assert wait_until(lambda: "announced _esphomelib" in caplog.text or "could not announce" in caplog.text)
+        if "could not announce" in caplog.text:
+            pytest.skip("this machine cannot announce over mDNS (no multicast interface)")
+
+        async def browse() -> Any:
+            browser = AsyncZeroconf()
+            try:
+                return await browser.async_get_service_info("_esphomelib._tcp.local.",
+                                                            "kitchen-board._esphomelib._tcp.local.", 3000)
+            finally:
+                await browser.async_close()
+
+        info = asyncio.run(browse())
+        stored = json.loads((tmp_path / "esphome.json").read_text())["mac"]
+    assert info is not None and info.port == satellite.link.port
+    txt = {k.decode(): (v or b"").decode() for k, v in info.properties.items()}
+    assert txt["mac"] == stored and txt["friendly_name"] == "Kitchen Board"
+    assert txt["api_encryption"] == "Noise_NNpsk0_25519_ChaChaPoly_SHA256"  # HA's flow asks for the key
+    assert info.server == "kitchen-board.local."

@@ -58,6 +58,8 @@ TYPE_OF = {proto: kind for kind, proto in MESSAGE_TYPE_TO_PROTO.items()}
 API_VERSION = (1, 10)
 ESPHOME_VERSION = "2025.9.0"
 """What DeviceInfo says the firmware is (Home Assistant compares it with its dashboard's)."""
+PROJECT_NAME = "rkvoice.voice satellite"
+"""Home Assistant splits it at the dot into manufacturer and model (its setup fails without a dot)."""
 VOICE_FEATURES = 1 | 4 | 8 | 16 | 32
 """VOICE_ASSISTANT | API_AUDIO | TIMERS | ANNOUNCE | START_CONVERSATION (aioesphomeapi.VoiceAssistantFeature)."""
 MAX_CONNECTIONS = 8
@@ -80,7 +82,7 @@ class DeviceInfo:
     def response(self) -> Message:
         return DeviceInfoResponse(
             uses_password=False, name=self.name, friendly_name=self.friendly_name, mac_address=colon_mac(self.mac),
-            esphome_version=ESPHOME_VERSION, project_name="rkvoice.voice satellite", project_version=self.version,
+            esphome_version=ESPHOME_VERSION, project_name=PROJECT_NAME, project_version=self.version,
             manufacturer="rkvoice", model="voice satellite", suggested_area=self.area,
             voice_assistant_feature_flags=VOICE_FEATURES, api_encryption_supported=True)
 

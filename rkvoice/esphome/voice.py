@@ -63,6 +63,7 @@ from rkvoice.satellite.playback import Playback, Stream
 from rkvoice.satellite.state import RATE, Run, SatelliteState
 from rkvoice.satellite.timers import TimerTable
 
+from .announce import announcer
 from .entities import Entity, MuteSwitch, WakeWords
 from .identity import KeyStore, device_name, load_state
 from .reply_audio import Audio, AudioFetchError, fetch_audio
@@ -171,6 +172,10 @@ class EsphomeLink:
                  self.server.info.name, self.server.info.mac, self.host, self.port,
                  "encrypted" if self.keys.current() is not None else "plain text; set satellite.esphome.key to encrypt")
         hearing = self.core.feed.attach(loop)
+        mdns = None
+        if self.cfg.satellite.esphome.zeroconf:
+            mdns = announcer(self.server.info, self.host, self.port, self.keys.current() is not None)
+            self._spawn(mdns.start())  # the announcement's probing takes a moment: serving starts meanwhile
         try:
             if ready is not None:
                 ready(self)
@@ -182,6 +187,10 @@ class EsphomeLink:
             self.server.close_all()
             for task in list(self._tasks):
                 task.cancel()
+            if self._tasks:
+                await asyncio.wait(list(self._tasks), timeout=2.0)
+            if mdns is not None:
+                await mdns.stop()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 2.0)
             self._pool.shutdown(wait=False, cancel_futures=True)
