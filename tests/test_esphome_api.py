@@ -391,3 +391,19 @@ def test_the_device_is_announced_with_the_txt_fields_home_assistant_reads(tmp_pa
     assert txt["mac"] == stored and txt["friendly_name"] == "Kitchen Board"
     assert txt["api_encryption"] == "Noise_NNpsk0_25519_ChaChaPoly_SHA256"  # HA's flow asks for the key
     assert info.server == "kitchen-board.local."
+
+
+def test_check_names_the_port_and_warns_without_a_key(tmp_path):
+    from rkvoice.esphome.identity import check_notes
+
+    keyless = esphome_config(tmp_path)
+    notes = check_notes(keyless)
+    assert len(notes) == 2 and "ESPHome" in notes[0] and "satellite.esphome.key" in notes[1]
+    keyed = esphome_config(tmp_path, KEY)
+    assert len(check_notes(keyed)) == 1
+    with esphome_device(tmp_path, KEY) as (satellite, _mic, _speak):  # the running device holds its port
+        from dataclasses import replace
+
+        held = replace(keyed, satellite=replace(keyed.satellite, esphome=replace(keyed.satellite.esphome,
+                                                                                 port=satellite.link.port)))
+        assert "cannot be bound now" in check_notes(held)[0]

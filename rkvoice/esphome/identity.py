@@ -26,7 +26,9 @@ from typing import Any
 from rkvoice.atomic import write_atomic
 from rkvoice.config import Config
 from rkvoice.config_ha import noise_key
+from rkvoice.endpoint import parse_uri
 from rkvoice.errors import RkvoiceError
+from rkvoice.satellite.info import bind_note
 from rkvoice.state import StateStore
 
 log = logging.getLogger(__name__)
@@ -155,3 +157,15 @@ class KeyStore:
                  "connection", self.path)
         return True
 
+
+
+def check_notes(cfg: Config) -> list[str]:
+    """``--check``'s lines on the ESPHome device: its port, and a warning without a key."""
+    host = parse_uri(cfg.satellite.uri).host
+    notes = [bind_note(host, cfg.satellite.esphome.port, f"add it in Home Assistant (Add integration -> ESPHome, "
+                       f"this host and port) as {cfg.satellite.name!r}")]
+    if KeyStore(cfg).current() is None:
+        notes.append("warning: no encryption key: anyone who reaches the port can use the device; set "
+                     "satellite.esphome.key to the output of: head -c 32 /dev/urandom | base64 (and type it into "
+                     "Home Assistant's ESPHome setup)")
+    return notes
