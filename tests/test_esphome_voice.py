@@ -294,3 +294,47 @@ def test_home_assistant_leaving_mid_request_ends_the_run_and_the_next_connection
                 await cli.disconnect()
 
         asyncio.run(scenario())
+
+
+def test_the_daemon_serves_the_esphome_device_and_answers_locally_while_home_assistant_is_away(tmp_path):
+    """satellite.protocol esphome in the daemon: the one core under the ESPHome link, the local assistant
+    answering while no Home Assistant runs the voice assistant, HA's pipeline while one does."""
+    from fakes import ScriptedLlm
+    from test_satellite_core import satellite_daemon
+
+    from rkvoice.esphome.voice import EsphomeLink
+    from rkvoice.satellite.run import Mode
+
+    llm = ScriptedLlm()
+    with satellite_daemon(tmp_path, ["讲个笑话", "打开大灯"], llm=llm,
+                          satellite={"protocol": "esphome", "esphome": {"port": 0, "zeroconf": False}}) as (daemon, mic):
+        listener = daemon.listener
+        satellite = listener.satellite
+        assert isinstance(satellite.link, EsphomeLink)
+        assert wait_until(lambda: listener.mode is Mode.LOCAL)
+        mic.put(n=3)
+        mic.put(marker=1)  # 小智小智，讲个笑话: answered on the board
+        assert wait_until(lambda: daemon.turns == 1) and len(llm.calls) == 1
+
+        async def home_assistant_runs_the_voice_assistant() -> None:
+            cli = await connected(satellite)
+            ha = HomeAssistant(cli, satellite)
+            try:
+                await until(lambda: listener.mode is Mode.SATELLITE and satellite.link.running.is_set())
+                mic.put(n=3)
+                mic.put(marker=2)  # 小智小智，打开大灯: to HA's pipeline
+                assert (await get(ha.starts))[1] == "小智小智"
+                ha.event(E.VOICE_ASSISTANT_STT_START)
+                ha.event(E.VOICE_ASSISTANT_STT_END, text="打开大灯")
+                ha.event(E.VOICE_ASSISTANT_RUN_END)
+                assert await get(ha.finished) is True
+            finally:
+                await cli.disconnect()
+
+        asyncio.run(home_assistant_runs_the_voice_assistant())
+        assert daemon.turns == 1 and len(llm.calls) == 1  # HA's, not the local assistant's
+        assert satellite.link.core.runs[-1].transcript == "打开大灯"
+        assert wait_until(lambda: listener.mode is Mode.LOCAL)  # HA left: local again
+        mic.put(n=3)
+        mic.put(marker=1)
+        assert wait_until(lambda: daemon.turns == 2) and len(llm.calls) == 2
