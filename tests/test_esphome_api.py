@@ -407,3 +407,32 @@ def test_check_names_the_port_and_warns_without_a_key(tmp_path):
         held = replace(keyed, satellite=replace(keyed.satellite, esphome=replace(keyed.satellite.esphome,
                                                                                  port=satellite.link.port)))
         assert "cannot be bound now" in check_notes(held)[0]
+
+
+def test_a_client_that_says_nothing_is_pinged_then_closed_with_one_line(tmp_path, caplog):
+    """Silent from the start: closed after idle_s. Silent after a ping of its own: pinged, then closed.
+    Home Assistant's client answers the device's pings and stays."""
+    with esphome_device(tmp_path) as (satellite, _mic, _speak):
+        satellite.link.server.idle_s = 0.3  # type: ignore[attr-defined]
+
+        async def scenario() -> None:
+            reader, writer = await raw(satellite.link.port)
+            assert await closed_by_peer(reader)
+            writer.close()
+            reader, writer = await raw(satellite.link.port)
+            assert await pong(reader, writer)
+            async with asyncio.timeout(5):
+                assert await reader.readexactly(3) == plain(7)  # the device's ping
+            assert await closed_by_peer(reader)
+            writer.close()
+            cli = await connected(satellite)
+            try:
+                await asyncio.sleep(1.0)  # three idle periods: HA's client answers each ping
+                assert (await cli.device_info()).name == "kitchen-board"
+            finally:
+                await cli.disconnect()
+
+        asyncio.run(scenario())
+        assert wait_until(lambda: len(warnings(caplog)) == 2)
+    lines = warnings(caplog)
+    assert "sent nothing for 0.3 s" in lines[0] and "did not answer a ping" in lines[1], lines

@@ -14,8 +14,9 @@ Home Assistant then asks for the key). A handshake with the wrong key is answere
 MAC failure" (the client raises InvalidEncryptionKey). Every such refusal, and any frame that breaks
 the format, is a ``FrameError``: the connection writes its answer, logs one line and closes.
 
-A frame's rest must arrive within ``stall_s`` of its first byte (a client stalled mid-frame is closed);
-between frames a connection may stay quiet as long as it likes (Home Assistant pings every 20 s).
+A frame's rest must arrive within ``stall_s`` of its first byte (a client stalled mid-frame is closed).
+A client silent for ``idle_s`` between frames is ``Idle`` (the connection pings it, as ESPHome devices
+do, and closes it when it stays silent; Home Assistant pings a quiet link itself every 20 s).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ NOISE_TAG = 16
 BAD_INDICATOR = b"Bad indicator byte"
 MAC_FAILURE = b"Handshake MAC failure"
 STALL_S = 10.0
+IDLE_S = 120.0
 
 
 class FrameError(Exception):
@@ -83,14 +85,29 @@ async def _exactly(reader: asyncio.StreamReader, n: int, stall_s: float, what: s
         raise FrameError(f"left mid-frame ({what}: {len(exc.partial)} of {n} bytes)") from None
 
 
+class Idle(FrameError):
+    """Nothing came for ``idle_s`` between frames (no byte of a frame was read)."""
+
+
+async def _first_byte(reader: asyncio.StreamReader, idle_s: float) -> int | None:
+    """A frame's first byte, or None when the peer closed; a peer silent for ``idle_s`` is ``Idle``."""
+    try:
+        async with asyncio.timeout(idle_s):
+            head = await reader.read(1)
+    except TimeoutError:
+        raise Idle(f"sent nothing for {idle_s:g} s") from None
+    return head[0] if head else None
+
+
 class PlainFrames:
     """Plain-text frames on one connection."""
 
     encrypted = False
 
-    def __init__(self, reader: asyncio.StreamReader, stall_s: float = STALL_S) -> None:
+    def __init__(self, reader: asyncio.StreamReader, stall_s: float = STALL_S, idle_s: float = IDLE_S) -> None:
         self.reader = reader
         self.stall_s = stall_s
+        self.idle_s = idle_s
 
     async def _varint(self, what: str, limit: int) -> int:
         value, shift = 0, 0
@@ -106,11 +123,8 @@ class PlainFrames:
     async def read(self, first: int | None = None) -> tuple[int, bytes] | None:
         """The next message (type, payload); None when the peer closed between frames. ``first``: the
         frame's first byte, already read."""
-        if first is None:
-            head = await self.reader.read(1)
-            if not head:
-                return None
-            first = head[0]
+        if first is None and (first := await _first_byte(self.reader, self.idle_s)) is None:
+            return None
         if first != PLAIN:
             answer = noise_refusal(BAD_INDICATOR) if first == NOISE else b""
             raise FrameError(f"sent a frame starting 0x{first:02x} on a plain-text connection", answer)
@@ -129,21 +143,19 @@ class NoiseFrames:
     encrypted = True
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, psk: bytes, name: str,
-                 mac: str, stall_s: float = STALL_S) -> None:
+                 mac: str, stall_s: float = STALL_S, idle_s: float = IDLE_S) -> None:
         self.reader = reader
         self.writer = writer
         self.psk = psk
         self.name = name
         self.mac = mac
         self.stall_s = stall_s
+        self.idle_s = idle_s
         self._noise: NoiseConnection | None = None
 
     async def _frame(self, first: int | None = None) -> bytes | None:
-        if first is None:
-            head = await self.reader.read(1)
-            if not head:
-                return None
-            first = head[0]
+        if first is None and (first := await _first_byte(self.reader, self.idle_s)) is None:
+            return None
         if first != NOISE:
             raise FrameError(f"sent a frame starting 0x{first:02x} inside a Noise connection",
                              noise_refusal(BAD_INDICATOR))
@@ -203,22 +215,20 @@ Frames = PlainFrames | NoiseFrames
 
 
 async def open_frames(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, psk: bytes | None, name: str,
-                      mac: str, stall_s: float = STALL_S) -> tuple[Frames, int | None] | None:
+                      mac: str, stall_s: float = STALL_S, idle_s: float = IDLE_S) -> tuple[Frames, int | None] | None:
     """The connection's format, by its first byte: (frames, the first byte for the first ``read``; None after
     a handshake), or None when the peer closed before a byte. Without ``psk`` only plain text, with one only
     Noise (FrameError otherwise)."""
-    head = await reader.read(1)
-    if not head:
+    if (first := await _first_byte(reader, idle_s)) is None:
         return None
-    first = head[0]
     if psk is None:
         if first == NOISE:
             raise FrameError("opened a Noise (encrypted) connection, but this device has no key (set "
                              "satellite.esphome.key, or remove the key in Home Assistant)", plain_refusal())
-        return PlainFrames(reader, stall_s), first
+        return PlainFrames(reader, stall_s, idle_s), first
     if first != NOISE:
         raise FrameError(f"sent a frame starting 0x{first:02x} to a device that requires encryption (a plain-text "
                          "client: give it satellite.esphome.key; or not the ESPHome API)", noise_refusal(BAD_INDICATOR))
-    frames = NoiseFrames(reader, writer, psk, name, mac, stall_s)
+    frames = NoiseFrames(reader, writer, psk, name, mac, stall_s, idle_s)
     await frames.handshake(first)
     return frames, None

@@ -49,7 +49,7 @@ from aioesphomeapi.core import MESSAGE_TYPE_TO_PROTO
 from google.protobuf.message import DecodeError, Message
 
 from .entities import Entity, WakeWords
-from .framing import STALL_S, FrameError, Frames, open_frames
+from .framing import IDLE_S, STALL_S, FrameError, Frames, Idle, open_frames
 from .identity import KeyStore, colon_mac
 
 log = logging.getLogger(__name__)
@@ -132,13 +132,24 @@ class ApiConnection:
         server = self.server
         try:
             opened = await open_frames(self.reader, self.writer, server.keys.current(), server.info.name,
-                                       server.info.mac, server.stall_s)
+                                       server.info.mac, server.stall_s, server.idle_s)
             if opened is None:
                 return
             self.frames, first = opened
             log.debug("esphome: %s connected (%s)", self.peer, "encrypted" if self.frames.encrypted else "plain text")
-            while not self.closed and (frame := await self.frames.read(first)) is not None:
-                first = None
+            pinged = False
+            while not self.closed:
+                try:
+                    frame = await self.frames.read(first)
+                except Idle as idle:
+                    if pinged:
+                        raise FrameError(f"{idle} and did not answer a ping") from None
+                    self.send(PingRequest())  # as an ESPHome device pings a quiet client
+                    pinged = True
+                    continue
+                if frame is None:
+                    break
+                first, pinged = None, False
                 self._dispatch(*frame)
         except FrameError as exc:
             if exc.answer and not self.writer.is_closing():
@@ -173,7 +184,7 @@ class ApiServer:
     """The device's API: its connections, identity, key, entities and wake words; the voice side."""
 
     def __init__(self, info: DeviceInfo, keys: KeyStore, entities: Sequence[Entity], wake_words: WakeWords,
-                 voice: VoiceSide, stall_s: float = STALL_S) -> None:
+                 voice: VoiceSide, stall_s: float = STALL_S, idle_s: float = IDLE_S) -> None:
         keys_seen = [e.key for e in entities]
         assert len(set(keys_seen)) == len(keys_seen), f"entity keys must be unique: {keys_seen}"
         self.info = info
@@ -182,6 +193,7 @@ class ApiServer:
         self.wake_words = wake_words
         self.voice = voice
         self.stall_s = stall_s
+        self.idle_s = idle_s
         self.connections: set[ApiConnection] = set()
         self._tasks: set[asyncio.Task[None]] = set()
 
