@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import numpy as np
@@ -33,12 +33,15 @@ from rkvoice.hear.asr import AsrEngine
 from rkvoice.hear.pinyin_match import PhraseMatch, PhraseMatcher, syllables
 from rkvoice.hear.vad import Segment
 from rkvoice.hear.wake import MIN_PHRASE_LOGPROB, PHRASE_MAX_S, AsrMatchWake, PrimedAsr, WakeHit
+from rkvoice.hear.whisper_asr import PROMPT
 
 log = logging.getLogger(__name__)
 
 PHRASES = ("停", "别说了", "stop")
 ONE_SYLLABLE_MIN_LOGPROB = -5.2
 """The primed look's one-syllable phrase (停) must be this likely per token, unprimed."""
+MIN_SPEECH_MS = 120
+"""Speech shorter than the VAD's ``hear.min_speech_ms`` (250) is no segment; a quick 停 is that short."""
 PHRASE_TOLERANCE = 0.5
 """A phrase of two or more syllables may be off by one initial or final (别说啦); one syllable by none."""
 _LETTERS = re.compile(r"[^a-z]+")
@@ -88,7 +91,8 @@ class StopWordEngine(AsrMatchWake):
     ``text`` the transcript) when one was said alone, ``restart(at)`` when it starts listening again."""
 
     def __init__(self, cfg: Config, asr: AsrEngine, phrases: Sequence[str] = PHRASES, clock: Clock | None = None) -> None:
-        super().__init__(cfg, asr, clock)
+        short = min(cfg.hear.min_speech_ms, MIN_SPEECH_MS)
+        super().__init__(replace(cfg, hear=replace(cfg.hear, min_speech_ms=short)), asr, clock)
         self.stop_phrases = StopPhrases(phrases)
         self.segmenter.on_pause = None  # the wake engine's transcribe-ahead is its own
 
@@ -114,7 +118,7 @@ class StopWordEngine(AsrMatchWake):
         backs (``StopPhrases.min_logprob``)."""
         asr = cast(PrimedAsr, self.asr)  # short_s is 0 unless it can prime
         for phrase in self.stop_phrases.phrases:
-            primed = asr.transcribe_primed(seg.samples, phrase)
+            primed = without_echo(asr.transcribe_primed(seg.samples, phrase))
             found = self.stop_phrases.match(primed)
             if found is None or found[0] != phrase or found[1].cost > 0:
                 continue
@@ -124,6 +128,13 @@ class StopWordEngine(AsrMatchWake):
                 return primed, found
             log.debug("primed %r but the audio backs it weakly (%.2f)", primed, score)
         return plain, None
+
+
+def without_echo(text: str) -> str:
+    """The primed decode without a trailing start of Whisper's prompt ("停 以下": the decoder goes on
+    into the prompt it was given; rkvoice.hear.whisper_asr cuts only three characters or more of it)."""
+    cut = text.find(PROMPT[:2], 1)
+    return text if cut < 0 else text[:cut].strip()
 
 
 class StopWord:
