@@ -25,8 +25,9 @@ from rkvoice.audio.sinks import NullPlayer
 from rkvoice.config import load_config
 from rkvoice.satellite.core import SatelliteCore
 from rkvoice.satellite.media import MediaPlayer, MediaSettings, MediaState
-from rkvoice.satellite.playback import Playback, Stream
+from rkvoice.satellite.playback import Playback
 from rkvoice.satellite.state import SatelliteState
+from tests.support.stop_rig import Port
 
 TONE_RATE = 22050
 TONE_HZ = 440.0
@@ -230,20 +231,6 @@ def test_pause_resume_and_stop(rig, site):
     assert stopped * 0.02 < 3.0  # well before the end of the 4 s
     assert not wait_until(lambda: len(rig.player.blocks) > stopped, 0.4)
     assert rig.states == [MediaState.PLAYING, MediaState.PAUSED, MediaState.PLAYING, MediaState.IDLE]
-
-
-class Port:
-    def __init__(self) -> None:
-        self.streams: list[Stream] = []
-
-    def ask(self, run: Any) -> None: ...
-
-    def audio(self, run: Any, samples: np.ndarray, at_s: float) -> None: ...
-
-    def stop_audio(self, run: Any) -> None: ...
-
-    def played(self, stream: Stream) -> None:
-        self.streams.append(stream)
 
 
 def test_music_waits_while_a_reply_plays_and_goes_on_after(rig, site):

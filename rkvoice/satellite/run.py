@@ -31,6 +31,7 @@ from .core import SatelliteCore
 from .link import Run, SatelliteLink
 from .mic import SatelliteMic
 from .playback import Playback
+from .stop_word import StopWordSettings, stop_word
 from .timers import TimerTable
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ class Satellite:
     def __init__(self, cfg: Config, hear: Hear, speak: Speak, uri: str = "", clock: Clock | None = None,
                  on_run: Callable[[Run], None] | None = None, segmenter: Segmenter | None = None,
                  busy: Busy = no_watch, on_error: Callable[[BaseException], None] | None = None,
-                 link: LinkFactory = SatelliteLink) -> None:
+                 link: LinkFactory = SatelliteLink, stop_words: StopWordSettings | None = None) -> None:
         assert hear.wake is not None and speak.player is not None, "load the hear and speak stages first"
         self.cfg = cfg
         self.clock = clock or MonotonicClock()
@@ -86,8 +87,11 @@ class Satellite:
         self.playback = Playback(speak.player, speak.speaker, cfg.audio.block_ms, self.clock)
         self.link = link(cfg, self.playback, self.timers, self.clock, uri)
         self.busy = busy
+        # the stop word (``stop_words``, default 停 / 别说了 / stop) over the hear stage's ASR; a stage
+        # without one (a test's wake-only stand-in) has none
+        stop = stop_word(cfg, getattr(hear, "heard", None), stop_words)
         self.mic = SatelliteMic(hear.wake, self.link, self.playback, on_run=on_run, segmenter=segmenter,
-                                cue=speak.cue, busy=busy)
+                                cue=speak.cue, busy=busy, stop=stop)
         self.link.core.feed.on_error = on_error
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
