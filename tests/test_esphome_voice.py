@@ -12,7 +12,7 @@ import functools
 import http.server
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +95,18 @@ class HomeAssistant:
         return np.frombuffer(bytes(self.audio), "<i2")
 
 
+@contextlib.asynccontextmanager
+async def home_assistant(satellite: Any, key: str | None = None) -> AsyncIterator[HomeAssistant]:
+    """HA connected (with ``key``) and running the voice assistant, the satellite idle, until the block ends."""
+    cli = await connected(satellite, key)
+    ha = HomeAssistant(cli, satellite)
+    try:
+        await until(lambda: satellite.link.core.state is SatelliteState.IDLE)
+        yield ha
+    finally:
+        await cli.disconnect()
+
+
 async def until(cond: Any, timeout: float = 10.0) -> None:
     assert await asyncio.to_thread(wait_until, cond, timeout)
 
@@ -127,10 +139,7 @@ def test_a_voice_turn_woken_on_the_board(tmp_path, key):
         core.on_state = lambda state: states.append(state.value)
 
         async def scenario() -> None:
-            cli = await connected(satellite, key or None)
-            ha = HomeAssistant(cli, satellite)
-            try:
-                await until(lambda: core.state is SatelliteState.IDLE)
+            async with home_assistant(satellite, key or None) as ha:
                 mic.put(marker=1)  # the wake phrase
                 assert await get(ha.starts) == ("", "小智小智")
                 ha.event(E.VOICE_ASSISTANT_RUN_START)
@@ -139,8 +148,6 @@ def test_a_voice_turn_woken_on_the_board(tmp_path, key):
                 await until(lambda: int(np.sum(ha.samples() == 3277)) >= 3 * FRAME)
                 answer(ha, f"{www}/reply.wav")
                 assert await get(ha.finished) is True
-            finally:
-                await cli.disconnect()
             run = core.runs[-1]
             assert run.transcript == "打开客厅灯" and run.reply is not None and run.reply.ended.is_set()
             assert played_s(speak) == pytest.approx(0.5, abs=0.03)  # at the player's rate, from 22050 Hz
@@ -155,10 +162,7 @@ def test_a_conversation_that_continues_reopens_the_microphone_after_the_reply(tm
         core = satellite.link.core
 
         async def scenario() -> None:
-            cli = await connected(satellite)
-            ha = HomeAssistant(cli, satellite)
-            try:
-                await until(lambda: core.state is SatelliteState.IDLE)
+            async with home_assistant(satellite) as ha:
                 mic.put(marker=1)
                 await get(ha.starts)
                 ha.event(E.VOICE_ASSISTANT_STT_START)
@@ -169,7 +173,8 @@ def test_a_conversation_that_continues_reopens_the_microphone_after_the_reply(tm
                 # no wake phrase, the same conversation, and only once the reply had played
                 assert await get(ha.starts) == ("conv-1", None)
                 assert ha.log[-1] == ("start", ("conv-1", None, [True]))
-                assert core.state is SatelliteState.STREAMING and len(core.runs) == 2
+                await until(lambda: core.state is SatelliteState.STREAMING)  # (the request leaves before the state is set)
+                assert len(core.runs) == 2
                 before = len(ha.samples())
                 mic.put(0.2, n=3)  # the answer to the question goes to HA without a wake
                 await until(lambda: int(np.sum(ha.samples()[before:] == 6553)) >= 3 * FRAME)
@@ -177,8 +182,6 @@ def test_a_conversation_that_continues_reopens_the_microphone_after_the_reply(tm
                 answer(ha, f"{www}/reply.wav", text="八点")
                 assert await get(ha.finished) is True
                 await until(lambda: core.state is SatelliteState.IDLE)
-            finally:
-                await cli.disconnect()
             assert [r.transcript for r in core.runs] == ["几点提醒我", "八点"]
             assert [k for k, _ in ha.log] == ["start", "finished", "start", "finished"]
             assert played_s(speak) == pytest.approx(1.0, abs=0.05)
@@ -194,17 +197,12 @@ def test_a_pipeline_that_sends_no_event_times_out_with_one_line(tmp_path, caplog
         satellite.link.event_wait_s = 0.3  # type: ignore[attr-defined]
 
         async def scenario() -> None:
-            cli = await connected(satellite)
-            ha = HomeAssistant(cli, satellite)
-            try:
-                await until(lambda: core.state is SatelliteState.IDLE)
+            async with home_assistant(satellite) as ha:
                 mic.put(marker=1)
                 await get(ha.starts)
                 mic.put(0.1, n=2)
                 assert await get(ha.stops) is True  # aborted (VoiceAssistantRequest(start=False))
                 await until(lambda: core.state is SatelliteState.IDLE)
-            finally:
-                await cli.disconnect()
 
         asyncio.run(scenario())
         run = core.runs[-1]
@@ -217,25 +215,20 @@ def test_announcements_play_their_chime_and_media_then_finish(tmp_path, caplog):
         core = satellite.link.core
 
         async def scenario() -> None:
-            cli = await connected(satellite)
-            ha = HomeAssistant(cli, satellite)
-            try:
-                await until(lambda: core.state is SatelliteState.IDLE)
-                done = await cli.send_voice_assistant_announcement_await_response(
+            async with home_assistant(satellite) as ha:
+                done = await ha.cli.send_voice_assistant_announcement_await_response(
                     f"{www}/reply.wav", 10, text="开饭了", preannounce_media_id=f"{www}/chime.flac")
                 assert done.success
                 assert played_s(speak) == pytest.approx(0.7, abs=0.05)
                 for bad in ("missing.wav", "notes.txt"):  # a 404, and a file that is not audio: one line each
-                    done = await cli.send_voice_assistant_announcement_await_response(f"{www}/{bad}", 10)
+                    done = await ha.cli.send_voice_assistant_announcement_await_response(f"{www}/{bad}", 10)
                     assert done.success
                 assert played_s(speak) == pytest.approx(0.7, abs=0.05)
                 # start_conversation: the microphone opens without the wake phrase once it has played
-                await cli.send_voice_assistant_announcement_await_response(f"{www}/chime.flac", 10,
+                await ha.cli.send_voice_assistant_announcement_await_response(f"{www}/chime.flac", 10,
                                                                            start_conversation=True)
                 assert await get(ha.starts) == ("", None)
                 await until(lambda: core.state is SatelliteState.STREAMING)
-            finally:
-                await cli.disconnect()
 
         asyncio.run(scenario())
     lines = warnings(caplog)
@@ -250,21 +243,16 @@ def test_timers_are_kept_and_a_finished_one_rings(tmp_path):
         T = VoiceAssistantTimerEventType
 
         async def scenario() -> None:
-            cli = await connected(satellite)
-            HomeAssistant(cli, satellite)
-            try:
-                await until(lambda: core.state is SatelliteState.IDLE)
-                cli.send_voice_assistant_timer_event(T.VOICE_ASSISTANT_TIMER_STARTED, "t1", "面条", 300, 300, True)
-                cli.send_voice_assistant_timer_event(T.VOICE_ASSISTANT_TIMER_STARTED, "t2", None, 60, 60, True)
+            async with home_assistant(satellite) as ha:
+                ha.cli.send_voice_assistant_timer_event(T.VOICE_ASSISTANT_TIMER_STARTED, "t1", "面条", 300, 300, True)
+                ha.cli.send_voice_assistant_timer_event(T.VOICE_ASSISTANT_TIMER_STARTED, "t2", None, 60, 60, True)
                 await until(lambda: sorted(satellite.timers.ids()) == ["t1", "t2"])
-                cli.send_voice_assistant_timer_event(T.VOICE_ASSISTANT_TIMER_UPDATED, "t1", "面条", 300, 120, False)
+                ha.cli.send_voice_assistant_timer_event(T.VOICE_ASSISTANT_TIMER_UPDATED, "t1", "面条", 300, 120, False)
                 await until(lambda: satellite.timers.remaining_s("t1") == 120)
-                cli.send_voice_assistant_timer_event(T.VOICE_ASSISTANT_TIMER_CANCELLED, "t2", None, 60, 50, False)
-                cli.send_voice_assistant_timer_event(T.VOICE_ASSISTANT_TIMER_FINISHED, "t1", "面条", 300, 0, False)
+                ha.cli.send_voice_assistant_timer_event(T.VOICE_ASSISTANT_TIMER_CANCELLED, "t2", None, 60, 50, False)
+                ha.cli.send_voice_assistant_timer_event(T.VOICE_ASSISTANT_TIMER_FINISHED, "t1", "面条", 300, 0, False)
                 await until(lambda: satellite.playback.said == [f"面条，{FINISHED_WORDS}"])
                 await until(lambda: core.state is SatelliteState.IDLE)
-            finally:
-                await cli.disconnect()
 
         asyncio.run(scenario())
         assert satellite.timers.ids() == []
@@ -286,12 +274,8 @@ def test_home_assistant_leaving_mid_request_ends_the_run_and_the_next_connection
             await cli.disconnect()
             await until(lambda: core.state is SatelliteState.MUTED and not satellite.link.connected.is_set())
             assert core.runs[-1].ended == "disconnected"
-            cli = await connected(satellite)
-            HomeAssistant(cli, satellite)
-            try:
-                await until(lambda: core.state is SatelliteState.IDLE)
-            finally:
-                await cli.disconnect()
+            async with home_assistant(satellite):  # (it waits for the satellite idle again)
+                assert satellite.link.running.is_set()
 
         asyncio.run(scenario())
 

@@ -58,9 +58,10 @@ from rkvoice.config import Config
 from rkvoice.endpoint import parse_uri
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.satellite.core import SatelliteCore
+from rkvoice.satellite.feed import loop_event
 from rkvoice.satellite.info import wake_word
 from rkvoice.satellite.playback import Playback, Stream
-from rkvoice.satellite.state import RATE, Run, SatelliteState
+from rkvoice.satellite.state import RATE, Run
 from rkvoice.satellite.timers import TimerTable
 
 from .announce import announcer
@@ -136,14 +137,6 @@ class EsphomeLink:
         self._finishes: dict[int, Finish] = {}  # stream id -> what follows once it has played
         self._tasks: set[asyncio.Task[None]] = set()
 
-    @property
-    def runs(self) -> list[Run]:
-        return self.core.runs
-
-    @property
-    def state(self) -> SatelliteState:
-        return self.core.state
-
     # -- serving ---------------------------------------------------------------------------------
 
     def serve(self, stop: threading.Event, ready: Callable[[EsphomeLink], None] | None = None) -> None:
@@ -153,14 +146,7 @@ class EsphomeLink:
 
     async def _serve(self, stop: threading.Event, ready: Callable[[EsphomeLink], None] | None) -> None:
         loop = self._loop = asyncio.get_running_loop()
-        done = asyncio.Event()
-
-        def wait_stop() -> None:
-            stop.wait()
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(done.set)
-
-        threading.Thread(target=wait_stop, name="esphome-stop", daemon=True).start()
+        done = loop_event(stop, "esphome-stop")
         try:
             server = await asyncio.start_server(self._accept, host=self.host, port=self.port)
         except OSError as exc:

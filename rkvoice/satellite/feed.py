@@ -28,6 +28,20 @@ MAX_BATCH = 64
 """Most frames heard in one hand-off to the hear thread (2 s of audio)."""
 
 
+def loop_event(stop: threading.Event, name: str) -> asyncio.Event:
+    """On a running loop: an asyncio.Event set once ``stop`` (a thread's event) is set (a daemon thread
+    ``name`` waits for it), so a protocol's loop can await its end."""
+    loop, done = asyncio.get_running_loop(), asyncio.Event()
+
+    def wait_stop() -> None:
+        stop.wait()
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(done.set)
+
+    threading.Thread(target=wait_stop, name=name, daemon=True).start()
+    return done
+
+
 class FeedTarget(Protocol):
     """What the feed tells, on the loop (rkvoice.satellite.core.SatelliteCore)."""
 
