@@ -85,7 +85,7 @@ def test_home_assistants_client_reads_the_device(tmp_path, key):
                 entities, services = await cli.list_entities_services()
                 states: list[Any] = []
                 cli.subscribe_states(states.append)
-                assert await asyncio.to_thread(wait_until, lambda: len(states) == 1)
+                await until_async(lambda: len(states) == 1)
             finally:
                 await cli.disconnect()
             assert info.name == "kitchen-board" and info.friendly_name == "Kitchen Board"
@@ -218,10 +218,10 @@ def test_the_mute_switch_pauses_the_satellite_and_is_kept(tmp_path):
                 states: list[Any] = []
                 cli.subscribe_states(states.append)
                 unsubscribe = cli.subscribe_voice_assistant(handle_start=_never_start, handle_stop=_stop)
-                assert await asyncio.to_thread(wait_until, lambda: core.state is SatelliteState.IDLE)
+                await until_async(lambda: core.state is SatelliteState.IDLE)
                 cli.switch_command(1, True)
-                assert await asyncio.to_thread(wait_until, lambda: core.state is SatelliteState.MUTED)
-                assert await asyncio.to_thread(wait_until, lambda: [s.state for s in states] == [False, True])
+                await until_async(lambda: core.state is SatelliteState.MUTED)
+                await until_async(lambda: [s.state for s in states] == [False, True])
                 unsubscribe()
             finally:
                 await cli.disconnect()
@@ -234,10 +234,10 @@ def test_the_mute_switch_pauses_the_satellite_and_is_kept(tmp_path):
                 states: list[Any] = []
                 cli.subscribe_states(states.append)
                 cli.subscribe_voice_assistant(handle_start=_never_start, handle_stop=_stop)
-                assert await asyncio.to_thread(wait_until, lambda: [s.state for s in states] == [True])
+                await until_async(lambda: [s.state for s in states] == [True])
                 assert satellite.link.core.state is SatelliteState.MUTED
                 cli.switch_command(1, False)
-                assert await asyncio.to_thread(wait_until, lambda: satellite.link.core.state is SatelliteState.IDLE)
+                await until_async(lambda: satellite.link.core.state is SatelliteState.IDLE)
             finally:
                 await cli.disconnect()
 
@@ -436,3 +436,60 @@ def test_a_client_that_says_nothing_is_pinged_then_closed_with_one_line(tmp_path
         assert wait_until(lambda: len(warnings(caplog)) == 2)
     lines = warnings(caplog)
     assert "sent nothing for 0.3 s" in lines[0] and "did not answer a ping" in lines[1], lines
+
+
+def test_another_entity_is_listed_commanded_and_its_changes_reach_every_client(tmp_path):
+    """The seam a media player uses: an Entity added to the link is listed, takes its own commands, and
+    a change of its own (from another thread) reaches the clients."""
+    from aioesphomeapi.api_pb2 import (  # type: ignore[attr-defined]
+        ListEntitiesSwitchResponse,
+        SwitchCommandRequest,
+        SwitchStateResponse,
+    )
+
+    class Lamp:
+        key = 7
+
+        def __init__(self) -> None:
+            self.on = False
+
+        def describe(self) -> Any:
+            return ListEntitiesSwitchResponse(object_id="lamp", key=self.key, name="Lamp")
+
+        def state(self) -> Any:
+            return SwitchStateResponse(key=self.key, state=self.on)
+
+        def command(self, msg: Any) -> bool:
+            if not isinstance(msg, SwitchCommandRequest) or msg.key != self.key:
+                return False
+            self.on = bool(msg.state)
+            return True
+
+    lamp = Lamp()
+    with esphome_device(tmp_path) as (satellite, _mic, _speak):
+        link = satellite.link
+        link.add_entity(lamp)  # type: ignore[attr-defined]
+        with pytest.raises(AssertionError):
+            link.add_entity(Lamp())  # type: ignore[attr-defined]  # its key is taken
+
+        async def scenario() -> None:
+            cli = await connected(satellite)
+            try:
+                entities, _ = await cli.list_entities_services()
+                assert [(e.key, e.object_id) for e in entities] == [(1, "mute"), (7, "lamp")]
+                states: list[Any] = []
+                cli.subscribe_states(lambda s: states.append((s.key, s.state)))
+                await until_async(lambda: sorted(states) == [(1, False), (7, False)])
+                cli.switch_command(7, True)
+                await until_async(lambda: states[-1] == (7, True) and lamp.on)
+                lamp.on = False
+                await asyncio.to_thread(link.entity_changed, lamp)  # type: ignore[attr-defined]
+                await until_async(lambda: states[-1] == (7, False))
+            finally:
+                await cli.disconnect()
+
+        asyncio.run(scenario())
+
+
+async def until_async(cond: Any) -> None:
+    assert await asyncio.to_thread(wait_until, cond)

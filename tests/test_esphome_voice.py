@@ -21,7 +21,7 @@ import pytest
 import soundfile as sf
 from aioesphomeapi import APIClient, VoiceAssistantEventType, VoiceAssistantTimerEventType
 from fakes import wait_until
-from test_esphome_api import connected, esphome_device, warnings
+from test_esphome_api import connected, esphome_device, until_async as until, warnings
 
 from rkvoice.satellite.state import SatelliteState
 from rkvoice.satellite.timers import FINISHED_WORDS
@@ -105,10 +105,6 @@ async def home_assistant(satellite: Any, key: str | None = None) -> AsyncIterato
         yield ha
     finally:
         await cli.disconnect()
-
-
-async def until(cond: Any, timeout: float = 10.0) -> None:
-    assert await asyncio.to_thread(wait_until, cond, timeout)
 
 
 async def get(q: asyncio.Queue[Any], timeout: float = 10.0) -> Any:

@@ -186,6 +186,19 @@ class EsphomeLink:
         self.connections += 1
         await self.server.accept(reader, writer)
 
+    def add_entity(self, entity: Entity) -> None:
+        """One more entity to list (e.g. the media player), before Home Assistant connects; its key must be
+        unique (the mute switch is 1)."""
+        assert all(e.key != entity.key for e in self.server.entities), f"entity key {entity.key} is taken"
+        self.server.entities.append(entity)
+
+    def entity_changed(self, entity: Entity) -> None:
+        """From any thread: ``entity``'s state changed by itself (a track ended): every client is told."""
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self.server.state_changed, entity)
+
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
