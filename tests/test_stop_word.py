@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fakes import wait_until
 
 from rkvoice.config import load_config
 from rkvoice.hear.sources import to_mono_16k
 from rkvoice.hear.vad import vad_model_path
+from rkvoice.satellite.media import MediaPlayer, MediaState
 from rkvoice.satellite.stop_word import StopPhrases, StopWordSettings, stop_word
+from tests.support.media_site import KeepingPlayer, encoded, serving
 from tests.support.stop_rig import StopRig, silence, word_end_s
 
 DEADLINE_S = 0.3
@@ -81,6 +84,29 @@ def test_nothing_is_heard_for_the_stop_word_while_nothing_plays(rig, say):
     stream = rig.play_reply()  # then a reply plays: it listens from there on
     rig.hear(np.concatenate([silence(0.5), say("别说了"), silence(1.5)]))
     assert len(rig.stops) == 1 and stream.cut
+
+
+def test_a_stop_phrase_ends_the_music(engines, say):
+    """Music from the media player plays (real time): 别说了 clears it and the link's part (the media
+    player's stop) ends the track: nothing more is played."""
+    cfg, asr = engines
+    with serving({"music.wav": encoded("wav", 30.0)}) as (_site, url):
+        player = KeepingPlayer()
+        rig = StopRig(cfg, asr, player)
+        media = MediaPlayer(rig.playback)
+        rig.also_on_stop.append(media.stop)
+        try:
+            media.play(f"{url}/music.wav")
+            assert wait_until(lambda: len(player.blocks) > 10)
+            rig.hear(np.concatenate([silence(0.8), say("别说了"), silence(1.5)]))
+            assert len(rig.stops) == 1 and media.state is MediaState.IDLE
+            assert wait_until(lambda: not rig.playback.playing)
+            played = len(player.blocks)
+            assert not wait_until(lambda: len(player.blocks) > played, 0.4)
+            assert played * player.rate // 50 < 30 * player.rate  # well before the music's end
+        finally:
+            media.close()
+            rig.close()
 
 
 def test_a_stop_word_without_asr_or_phrases_is_none(engines):

@@ -42,6 +42,9 @@ ONE_SYLLABLE_MIN_LOGPROB = -5.2
 """The primed look's one-syllable phrase (停) must be this likely per token, unprimed."""
 MIN_SPEECH_MS = 120
 """Speech shorter than the VAD's ``hear.min_speech_ms`` (250) is no segment; a quick 停 is that short."""
+GRACE_S = 0.5
+"""The stop word listens on this long after nothing plays any more."""
+RATE = 16000
 PHRASE_TOLERANCE = 0.5
 """A phrase of two or more syllables may be off by one initial or final (别说啦); one syllable by none."""
 _LETTERS = re.compile(r"[^a-z]+")
@@ -139,24 +142,27 @@ def without_echo(text: str) -> str:
 
 class StopWord:
     """The stop word as the hear thread uses it: ``hear(frame, at, active)`` (``at``: the frame's stream
-    sample) feeds the engine while ``active`` (something plays), restarted at the first frame after a
-    pause in that."""
+    sample) feeds the engine while ``active`` (something plays) and ``GRACE_S`` after (a gap between
+    two pieces of music or two chunks of a reply does not cut a phrase in two); restarted at the first
+    frame it hears after a pause longer than that, and after each hit."""
 
     def __init__(self, engine: Any) -> None:
         self.engine = engine
-        self._active = False
+        self._listening = False
+        self._until = -1  # stream sample up to which it listens
 
     def hear(self, frame: np.ndarray, at: int, active: bool) -> WakeHit | None:
-        start = at
-        if not active:
-            self._active = False
+        if active:
+            self._until = at + len(frame) + round(GRACE_S * RATE)
+        elif at >= self._until:
+            self._listening = False
             return None
-        if not self._active:
-            self.engine.restart(start)
-            self._active = True
+        if not self._listening:
+            self.engine.restart(at)
+            self._listening = True
         hit: WakeHit | None = self.engine.accept(frame)
-        if hit is not None:
-            self._active = False  # the next phrase is heard afresh
+        if hit is not None:  # the next phrase is heard afresh, once something plays again
+            self._listening, self._until = False, at
         return hit
 
 

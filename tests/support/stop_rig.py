@@ -4,8 +4,11 @@ bench/stop_word.py drive with the real portable models."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
+from rkvoice.audio.players import Player
 from rkvoice.audio.sinks import NullPlayer
 from rkvoice.config import Config
 from rkvoice.hear.asr import AsrEngine
@@ -70,12 +73,14 @@ def word_end_s(speech: np.ndarray) -> float:
 
 
 class StopRig:
-    """The core on ``asr`` (loaded) with the real wake engine and the stop word; ``stops`` holds the
-    audio time of each stop (the end of the frame it was decided at)."""
+    """The core on ``asr`` (loaded) with the real wake engine and the stop word, playing on ``player``
+    (default: a null player that takes everything at once); ``stops`` holds the audio time of each stop
+    (the end of the frame it was decided at), and each stop also calls ``also_on_stop``'s functions (the
+    link's part: a media player's ``stop``)."""
 
-    def __init__(self, cfg: Config, asr: AsrEngine) -> None:
+    def __init__(self, cfg: Config, asr: AsrEngine, player: Player | None = None) -> None:
         clock = FakeClock()
-        self.playback = Playback(NullPlayer(cfg, clock), None, clock=clock)
+        self.playback = Playback(player or NullPlayer(cfg, clock), None, clock=clock)
         self.playback.start()
         self.core = SatelliteCore(Port(), self.playback, clock)
         self.core.run_satellite()
@@ -85,7 +90,13 @@ class StopRig:
         self.engine.load()
         self.mic = SatelliteMic(wake, Link(self.core), self.playback, stop=StopWord(self.engine))
         self.stops: list[float] = []
-        self.core.on_stop = lambda: self.stops.append(self.mic.now_s)
+        self.also_on_stop: list[Callable[[], None]] = []
+        self.core.on_stop = self._stopped
+
+    def _stopped(self) -> None:
+        self.stops.append(self.mic.now_s)
+        for fn in self.also_on_stop:
+            fn()
 
     def play_reply(self, seconds: float = 30.0) -> Stream:
         """A reply HA streams (its end not come yet): it plays until cleared."""
