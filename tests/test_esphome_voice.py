@@ -318,3 +318,24 @@ def test_the_daemon_serves_the_esphome_device_and_answers_locally_while_home_ass
         mic.put(n=3)
         mic.put(marker=1)
         assert wait_until(lambda: daemon.turns == 2) and len(llm.calls) == 2
+
+
+@pytest.mark.parametrize("fmt", ["WAV", "FLAC", "OGG", "MP3"])
+def test_home_assistants_audio_formats_decode(fmt):
+    """HA's TTS URLs are mp3 for a device without a speaker feature, its ffmpeg proxy's flac for
+    announcements; wav and ogg too."""
+    import io
+
+    from rkvoice.esphome.reply_audio import AudioFetchError, decode
+
+    if fmt not in sf.available_formats():
+        pytest.skip(f"this libsndfile has no {fmt}")
+    buf = io.BytesIO()
+    tone = 0.3 * np.sin(np.arange(22050) * 0.05)
+    sf.write(buf, np.stack([tone, tone], axis=1), 22050, format=fmt)
+    audio = decode(buf.getvalue())
+    assert (audio.rate, audio.channels) == (22050, 2) and audio.seconds == pytest.approx(1.0, abs=0.06)
+    level = np.abs(np.frombuffer(audio.pcm, "<i2")).max() / 32768
+    assert level == pytest.approx(0.3, abs=0.03)
+    with pytest.raises(AudioFetchError, match="not audio"):
+        decode(b"<html>not found</html>" * 10)

@@ -44,6 +44,7 @@ from aioesphomeapi.api_pb2 import (  # type: ignore[attr-defined]
     VoiceAssistantAnnounceFinished,
     VoiceAssistantAnnounceRequest,
     VoiceAssistantAudio,
+    VoiceAssistantAudioSettings,
     VoiceAssistantEventResponse,
     VoiceAssistantRequest,
     VoiceAssistantResponse,
@@ -276,7 +277,8 @@ class EsphomeLink:
         conversation = self._conversation_id if self._continuing else ""
         self._continuing = False
         turn = self._turn = Turn(run)
-        self._send(VoiceAssistantRequest(start=True, wake_word_phrase=phrase, conversation_id=conversation))
+        self._send(VoiceAssistantRequest(start=True, wake_word_phrase=phrase, conversation_id=conversation,
+                                         audio_settings=VoiceAssistantAudioSettings(volume_multiplier=1.0)))
         if self._loop is not None:
             turn.timeout = self._loop.call_later(self.event_wait_s, self._no_event, turn)
 
