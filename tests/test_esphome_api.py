@@ -33,18 +33,18 @@ KEY = base64.b64encode(bytes(range(32))).decode()
 OTHER_KEY = base64.b64encode(bytes(range(1, 33))).decode()
 
 
-def esphome_config(state_dir: Path, key: str = "", zeroconf: bool = False) -> Any:
+def esphome_config(state_dir: Path, key: str = "", zeroconf: bool = False, name: str = "Kitchen Board") -> Any:
     return load_config([{"state": {"dir": str(state_dir)}, "hear": {"ack": "none"},
-                         "satellite": {"uri": "tcp://127.0.0.1:0", "name": "Kitchen Board", "protocol": "esphome",
+                         "satellite": {"uri": "tcp://127.0.0.1:0", "name": name, "protocol": "esphome",
                                        "esphome": {"port": 0, "key": key, "zeroconf": zeroconf}}}])
 
 
 @contextlib.contextmanager
-def esphome_device(state_dir: Path, key: str = "", script: list[Any] | None = None,
-                   zeroconf: bool = False) -> Iterator[tuple[Satellite, FeedMic, Any]]:
+def esphome_device(state_dir: Path, key: str = "", script: list[Any] | None = None, zeroconf: bool = False,
+                   name: str = "Kitchen Board") -> Iterator[tuple[Satellite, FeedMic, Any]]:
     """The satellite as an ESPHome device on a free loopback port (not announced unless ``zeroconf``), its
     microphone fed by the test (marker k: the wake phrase with ``script[k-1]``)."""
-    cfg = esphome_config(state_dir, key, zeroconf)
+    cfg = esphome_config(state_dir, key, zeroconf, name)
     speak = speak_stage(cfg)
     satellite = Satellite(cfg, StubHear(MarkerWake(script or ["", ""])), speak, link=EsphomeLink)  # type: ignore[arg-type]
     satellite.start()
@@ -99,26 +99,28 @@ def test_home_assistants_client_reads_the_device(tmp_path, key):
         asyncio.run(scenario())
 
 
-def test_the_mac_is_derived_once_and_kept_across_restarts(tmp_path):
-    async def mac_of(satellite: Satellite) -> str:
+def test_the_mac_and_the_name_are_made_once_and_kept_across_restarts(tmp_path):
+    async def identity(satellite: Satellite) -> tuple[str, str, str]:
         cli = await connected(satellite)
         try:
-            return (await cli.device_info()).mac_address
+            info = await cli.device_info()
+            return info.mac_address, info.name, info.friendly_name
         finally:
             await cli.disconnect()
 
     with esphome_device(tmp_path) as (satellite, _mic, _speak):
-        first = asyncio.run(mac_of(satellite))
-    stored = json.loads((tmp_path / "esphome.json").read_text())["mac"]
-    assert first == ":".join(stored[i : i + 2] for i in range(0, 12, 2)).upper()
-    assert int(stored[:2], 16) & 0x03 == 0x02  # a locally administered unicast address
-    with esphome_device(tmp_path) as (satellite, _mic, _speak):
-        assert asyncio.run(mac_of(satellite)) == first
+        mac, name, friendly = asyncio.run(identity(satellite))
+    stored = json.loads((tmp_path / "esphome.json").read_text())
+    assert mac == ":".join(stored["mac"][i : i + 2] for i in range(0, 12, 2)).upper()
+    assert int(stored["mac"][:2], 16) & 0x03 == 0x02  # a locally administered unicast address
+    assert (name, friendly, stored["name"]) == ("kitchen-board", "Kitchen Board", "kitchen-board")
+    with esphome_device(tmp_path, name="客厅音箱") as (satellite, _mic, _speak):  # renamed: HA keeps the device
+        assert asyncio.run(identity(satellite)) == (mac, "kitchen-board", "客厅音箱")
     other = tmp_path / "other"
     other.mkdir()
     (other / "esphome.json").write_text(json.dumps({"mac": "02aabbccddee"}))
-    with esphome_device(other) as (satellite, _mic, _speak):  # the stored one is used as it is
-        assert asyncio.run(mac_of(satellite)) == "02:AA:BB:CC:DD:EE"
+    with esphome_device(other, name="客厅音箱") as (satellite, _mic, _speak):  # the stored MAC as it is
+        assert asyncio.run(identity(satellite)) == ("02:AA:BB:CC:DD:EE", "rkvoice-ccddee", "客厅音箱")
 
 
 def test_a_wrong_key_is_refused_on_both_sides(tmp_path, caplog):

@@ -3,9 +3,10 @@
 - The MAC: Home Assistant makes it the config entry's id and every entity id's prefix, so it must be
   stable and unique. It is derived once (from /etc/machine-id and the satellite's name, as a locally
   administered address; random without a machine id) and stored, so it never changes afterwards.
-- The device name: ESPHome's ``name`` (lowercase letters, digits, hyphens), from ``satellite.name`` (a
-  name with no such characters, e.g. Chinese, becomes ``rkvoice-`` + the MAC's last 6 digits);
-  ``friendly_name`` is ``satellite.name`` itself.
+- The device name: ESPHome's ``name`` (lowercase letters, digits, hyphens), made once from
+  ``satellite.name`` (a name with no such characters, e.g. Chinese, becomes ``rkvoice-`` + the MAC's
+  last 6 digits) and stored: Home Assistant expects the same name on every reconnect, so renaming the
+  satellite changes only ``friendly_name`` (``satellite.name`` itself).
 - The Noise key Home Assistant gave the device (NoiseEncryptionSetKeyRequest): in ``esphome_key``
   (base64, mode 0600, written atomically), used from the next connection. A key in the config
   (``satellite.esphome.key``) is the user's and wins; HA may not replace it.
@@ -69,30 +70,35 @@ class DeviceState:
 
     store: StateStore
     mac: str
+    name: str = ""
     muted: bool = False
     active_wake_words: list[str] = field(default_factory=list)
 
     def save(self) -> None:
         try:
-            self.store.save(DOC, {"mac": self.mac, "muted": self.muted, "active_wake_words": self.active_wake_words})
+            self.store.save(DOC, {"mac": self.mac, "name": self.name, "muted": self.muted,
+                                  "active_wake_words": self.active_wake_words})
         except (OSError, RkvoiceError) as exc:
             log.warning("esphome: cannot save the device state (%s); it is lost at the next restart", exc)
 
 
 def load_state(cfg: Config, state_dir: Path | None = None) -> DeviceState:
-    """The stored state; the first time, a new MAC is derived and stored."""
+    """The stored state; the first time, a new MAC and name are made and stored."""
     store = StateStore(state_dir or cfg.state.path)
     doc: Any = store.load(DOC, {})
     doc = doc if isinstance(doc, dict) else {}
     mac = doc.get("mac")
     state = DeviceState(store, mac if isinstance(mac, str) and re.fullmatch(r"[0-9a-f]{12}", mac) else "")
+    name = doc.get("name")
+    state.name = name if isinstance(name, str) and re.fullmatch(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?", name) else ""
     state.muted = doc.get("muted") is True
     words = doc.get("active_wake_words")
     state.active_wake_words = [w for w in words if isinstance(w, str)] if isinstance(words, list) else []
-    if not state.mac:
-        state.mac = derive_mac(cfg.satellite.name)
-        log.info("esphome: the device's MAC is %s (stored; Home Assistant knows the device by it)",
-                 colon_mac(state.mac))
+    if not state.mac or not state.name:
+        state.mac = state.mac or derive_mac(cfg.satellite.name)
+        state.name = state.name or device_name(cfg.satellite.name, state.mac)
+        log.info("esphome: the device is %r, MAC %s (stored; Home Assistant knows the device by them)",
+                 state.name, colon_mac(state.mac))
         state.save()
     return state
 

@@ -67,7 +67,7 @@ from rkvoice.satellite.timers import TimerTable
 
 from .announce import announcer
 from .entities import Entity, MuteSwitch, WakeWords
-from .identity import KeyStore, device_name, load_state
+from .identity import KeyStore, load_state
 from .reply_audio import Audio, AudioFetchError, fetch_audio
 from .server import ApiConnection, ApiServer, DeviceInfo
 
@@ -126,7 +126,7 @@ class EsphomeLink:
         self.keys = KeyStore(cfg, state_dir)
         self.wake_words = WakeWords({wake_word(cfg): cfg.hear.wake_phrase}, self.device)
         self.mute = MuteSwitch(MUTE_KEY, lambda: self.device.muted, self._set_muted)
-        info = DeviceInfo(device_name(cfg.satellite.name, self.device.mac), cfg.satellite.name, self.device.mac,
+        info = DeviceInfo(self.device.name, cfg.satellite.name, self.device.mac,
                           __version__, cfg.satellite.area)
         self.server = ApiServer(info, self.keys, [self.mute, *entities], self.wake_words, self)
         self._loop: asyncio.AbstractEventLoop | None = None
