@@ -92,18 +92,21 @@ class Handler(BaseHTTPRequestHandler):
                 pass
         elif path.lstrip("/") in site.files:
             self._send(site.files[path.lstrip("/")], "audio/octet-stream")
+        elif path.startswith("/noranges/") and path.removeprefix("/noranges/") in site.files:
+            self._send(site.files[path.removeprefix("/noranges/")], "audio/octet-stream", ranges=False)
         else:
             self.send_error(404)
 
-    def _send(self, body: bytes, kind: str) -> None:
+    def _send(self, body: bytes, kind: str, ranges: bool = True) -> None:
         first, last = 0, len(body) - 1
-        ranged = self.headers.get("Range", "")
+        ranged = self.headers.get("Range", "") if ranges else ""
         if ranged.startswith("bytes="):
             lo, _, hi = ranged[6:].partition("-")
             first, last = int(lo), min(last, int(hi) if hi else last)
         self.send_response(206 if ranged else 200)
         self.send_header("Content-Type", kind)
-        self.send_header("Accept-Ranges", "bytes")
+        if ranges:
+            self.send_header("Accept-Ranges", "bytes")
         self.send_header("Content-Length", str(last - first + 1))
         self.end_headers()
         self.wfile.write(body[first : last + 1])
