@@ -5,3 +5,23 @@ framing (plain-text and Noise frames) -> server (the API connection: hello, devi
 -> voice (the voice assistant: the core's port, Home Assistant's events, replies and announcements by URL);
 identity (MAC, name, stored key and choices), entities (mute switch, wake words), reply_audio (fetch + decode).
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rkvoice.config import Config
+    from rkvoice.satellite.run import LinkFactory
+
+
+def link_for(cfg: Config) -> LinkFactory:
+    """The satellite's protocol adapter ``satellite.protocol`` names: Wyoming's SatelliteLink or the ESPHome
+    device's EsphomeLink (imported only when chosen)."""
+    if cfg.satellite.protocol == "esphome":
+        from .voice import EsphomeLink
+
+        return EsphomeLink
+    from rkvoice.satellite.link import SatelliteLink
+
+    return SatelliteLink
