@@ -339,3 +339,26 @@ def test_home_assistants_audio_formats_decode(fmt):
     assert level == pytest.approx(0.3, abs=0.03)
     with pytest.raises(AudioFetchError, match="not audio"):
         decode(b"<html>not found</html>" * 10)
+
+
+def test_pipeline_events_from_a_client_that_does_not_run_the_voice_assistant_are_one_line(tmp_path, caplog):
+    with esphome_device(tmp_path) as (satellite, mic, _speak):
+        core = satellite.link.core
+
+        async def scenario() -> None:
+            async with home_assistant(satellite) as ha:
+                other = await connected(satellite)  # e.g. a second client: a dashboard, a probe
+                try:
+                    mic.put(marker=1)
+                    await get(ha.starts)
+                    other.send_voice_assistant_event(E.VOICE_ASSISTANT_STT_END, {"text": "不是我的"})
+                    await other.device_info()  # (its event was handled before this answer)
+                    assert core.runs[-1].transcript is None and core.state is SatelliteState.STREAMING
+                    ha.event(E.VOICE_ASSISTANT_STT_START)
+                    ha.event(E.VOICE_ASSISTANT_STT_END, text="打开客厅灯")
+                    await until(lambda: core.runs[-1].transcript == "打开客厅灯")
+                finally:
+                    await other.disconnect()
+
+        asyncio.run(scenario())
+    assert len([w for w in warnings(caplog) if "does not run the voice assistant" in w]) == 1

@@ -37,6 +37,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -109,7 +110,7 @@ class EsphomeLink:
     (blocking). ``entities``: more entities to list (e.g. a media player); the mute switch is key 1."""
 
     def __init__(self, cfg: Config, playback: Playback, timers: TimerTable, clock: Clock | None = None,
-                 uri: str = "", entities: Sequence[Entity] = (), state_dir: Any = None) -> None:
+                 uri: str = "", entities: Sequence[Entity] = (), state_dir: Path | None = None) -> None:
         self.cfg = cfg
         self.host = parse_uri(uri or cfg.satellite.uri).host
         self.port = cfg.satellite.esphome.port
@@ -250,7 +251,10 @@ class EsphomeLink:
         log.info("esphome: the microphone is %s (Home Assistant's mute switch)", "muted" if muted else "on")
 
     def handle(self, conn: ApiConnection, msg: Message) -> bool:
-        if isinstance(msg, VoiceAssistantEventResponse):
+        if isinstance(msg, (VoiceAssistantEventResponse, VoiceAssistantResponse)) and conn is not self._peer:
+            log.warning("esphome: %s sent %s but does not run the voice assistant; ignored", conn.peer,
+                        type(msg).__name__)
+        elif isinstance(msg, VoiceAssistantEventResponse):
             try:
                 kind = Ev(msg.event_type)
             except ValueError:
