@@ -15,13 +15,11 @@ if TYPE_CHECKING:
     from rkvoice.satellite.run import LinkFactory
 
 
-def link_for(cfg: Config) -> LinkFactory:
-    """The satellite's protocol adapter ``satellite.protocol`` names: Wyoming's SatelliteLink or the ESPHome
-    device's EsphomeLink (imported only when chosen)."""
+def link_for(cfg: Config) -> LinkFactory | None:
+    """The satellite's protocol adapter ``satellite.protocol`` names: the ESPHome device's EsphomeLink
+    (imported only when chosen), or None: the satellite's own default, Wyoming's SatelliteLink."""
     if cfg.satellite.protocol == "esphome":
         from .voice import EsphomeLink
 
         return EsphomeLink
-    from rkvoice.satellite.link import SatelliteLink
-
-    return SatelliteLink
+    return None

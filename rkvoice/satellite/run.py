@@ -78,14 +78,14 @@ class Satellite:
     def __init__(self, cfg: Config, hear: Hear, speak: Speak, uri: str = "", clock: Clock | None = None,
                  on_run: Callable[[Run], None] | None = None, segmenter: Segmenter | None = None,
                  busy: Busy = no_watch, on_error: Callable[[BaseException], None] | None = None,
-                 link: LinkFactory = SatelliteLink, stop_words: StopWordSettings | None = None) -> None:
+                 link: LinkFactory | None = None, stop_words: StopWordSettings | None = None) -> None:
         assert hear.wake is not None and speak.player is not None, "load the hear and speak stages first"
         self.cfg = cfg
         self.clock = clock or MonotonicClock()
         self.speak = speak
         self.timers = TimerTable(self.clock)
         self.playback = Playback(speak.player, speak.speaker, cfg.audio.block_ms, self.clock)
-        self.link = link(cfg, self.playback, self.timers, self.clock, uri)
+        self.link = (link or SatelliteLink)(cfg, self.playback, self.timers, self.clock, uri)  # None: Wyoming
         self.busy = busy
         # the stop word (``stop_words``, default 停 / 别说了 / stop) over the hear stage's ASR; a stage
         # without one (a test's wake-only stand-in) has none
@@ -204,7 +204,7 @@ class SatelliteListener:
 
     def __init__(self, stages: LoadedStages, cfg: Config, report: Callable[[Turn | BaseException], None],
                  busy: Busy, source: Callable[[Config], AudioSource], clock: Clock | None = None,
-                 local: Callable[[PriorityGate], LocalAnswers] | None = None, link: LinkFactory = SatelliteLink) -> None:
+                 local: Callable[[PriorityGate], LocalAnswers] | None = None, link: LinkFactory | None = None) -> None:
         self.cfg = cfg
         self.source = source
         self.report = report
