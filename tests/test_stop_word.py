@@ -78,6 +78,14 @@ def test_other_speech_while_a_reply_plays_does_not_stop_it(rig, say, text):
     assert rig.engine.frames > 0  # it was listening
 
 
+def test_the_wake_phrase_while_a_reply_plays_barges_in_and_is_no_stop(rig, say):
+    stream = rig.play_reply()
+    rig.core.running.clear()  # HA does not run the satellite: the wake clears the reply, asks nothing
+    rig.hear(np.concatenate([silence(0.8), say("小智小智"), silence(1.5)]))
+    assert [hit.text for hit in rig.mic.wakes] and rig.stops == [] and stream.cut
+    assert rig.engine.primed == 0  # the stop word did not hold the wake up with its second look
+
+
 def test_nothing_is_heard_for_the_stop_word_while_nothing_plays(rig, say):
     rig.hear(np.concatenate([silence(0.8), say("停"), silence(1.5)]))
     assert rig.stops == [] and rig.engine.frames == 0

@@ -70,6 +70,11 @@ class StopPhrases:
             raise ValueError(f"no stop phrase in {list(phrases)!r}: give Chinese characters or words")
 
     @property
+    def longest(self) -> int:
+        """Syllables of the longest Chinese phrase (a word counts one)."""
+        return max([len(m.target) for m in self.chinese] + [1])
+
+    @property
     def phrases(self) -> list[str]:
         return [m.phrase for m in self.chinese] + sorted(self.words)
 
@@ -106,7 +111,7 @@ class StopWordEngine(AsrMatchWake):
         t0 = self.clock.now()
         text = self.asr.transcribe(seg.samples)
         found = self.stop_phrases.match(text)
-        if found is None and seg.duration_s <= self.short_s:
+        if found is None and seg.duration_s <= self.short_s and self._may_be_stop(text):
             text, found = self._primed_stop(seg, text)
         self.last_text = text
         if found is None:
@@ -115,6 +120,12 @@ class StopWordEngine(AsrMatchWake):
         asr_ms = (self.clock.now() - t0) * 1000.0
         log.info("stop word: %r (%.2f-%.2f s, %.0f ms)", text, seg.start_s, seg.end_s, asr_ms)
         return WakeHit(seg.decided_s, seg.end_s, text, "", asr_ms)
+
+    def _may_be_stop(self, plain: str) -> bool:
+        """Whether a plain transcript that is no stop phrase may still hide one: not the wake phrase (a
+        barge-in must not wait for the primed looks) and at most one syllable longer than the longest
+        phrase (the plain decode of a slow 别说了 can be 别说了用)."""
+        return len(syllables(plain)) <= self.stop_phrases.longest + 1 and self.matcher.match(plain) is None
 
     def _primed_stop(self, seg: Segment, plain: str) -> tuple[str, tuple[str, PhraseMatch] | None]:
         """The second look: each phrase primed in turn; the first the decode gives whole and the audio

@@ -5,6 +5,7 @@ bench/stop_word.py drive with the real portable models."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -12,6 +13,7 @@ from rkvoice.audio.players import Player
 from rkvoice.audio.sinks import NullPlayer
 from rkvoice.config import Config
 from rkvoice.hear.asr import AsrEngine
+from rkvoice.hear.vad import Segment
 from rkvoice.hear.wake import AsrMatchWake, WakeHit
 from rkvoice.satellite.core import SatelliteCore
 from rkvoice.satellite.mic import SatelliteMic
@@ -51,6 +53,8 @@ class CountingStopEngine(StopWordEngine):
         super().__init__(cfg, asr)
         self.frames = 0
         self.hits: list[WakeHit] = []
+        self.primed = 0
+        """Primed looks taken."""
 
     def accept(self, frame: np.ndarray) -> WakeHit | None:
         self.frames += 1
@@ -58,6 +62,11 @@ class CountingStopEngine(StopWordEngine):
         if hit is not None:
             self.hits.append(hit)
         return hit
+
+
+    def _primed_stop(self, seg: Segment, plain: str) -> tuple[str, Any]:
+        self.primed += 1
+        return super()._primed_stop(seg, plain)
 
 
 def silence(seconds: float) -> np.ndarray:
