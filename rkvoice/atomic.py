@@ -18,12 +18,13 @@ FILE_MODE = 0o666 & ~_UMASK
 """The mode a plain ``open()`` gives a new file: mkstemp creates 0600 files, the finished file gets this."""
 
 
-def write_atomic(path: Path, payload: bytes, durable: bool = False) -> None:
-    """Replace ``path`` with ``payload`` atomically (the temp file is removed on any failure)."""
+def write_atomic(path: Path, payload: bytes, durable: bool = False, mode: int | None = None) -> None:
+    """Replace ``path`` with ``payload`` atomically (the temp file is removed on any failure); ``mode``: the
+    file's permissions (a secret: 0o600) instead of what a plain ``open()`` gives."""
     directory = path.parent if str(path.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     try:
-        os.fchmod(fd, FILE_MODE)
+        os.fchmod(fd, FILE_MODE if mode is None else mode)
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
             if durable:

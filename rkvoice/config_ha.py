@@ -4,13 +4,15 @@ rkvoice.config puts them in ``Config`` beside the others."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import base64
+import binascii
+from dataclasses import dataclass, field
 from datetime import tzinfo
 from pathlib import Path
 from urllib.parse import urlparse
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from rkvoice.config_fields import ROOT, Section, num
+from rkvoice.config_fields import ROOT, Section, num, one_of
 from rkvoice.endpoint import parse_uri
 from rkvoice.errors import RkvoiceError, Stage
 
@@ -102,9 +104,44 @@ class HomeAssistantConfig(Section):
         return ROOT / Path(self.token_file).expanduser() if self.token_file else state_dir / "ha_token"
 
 
+def noise_key(text: str, path: str = "satellite.esphome.key") -> bytes:
+    """The 32 bytes of a base64 key (as ESPHome's ``api: encryption: key:``), or an RkvoiceError naming the fix."""
+    fix = "make one with: head -c 32 /dev/urandom | base64 (empty = no encryption)"
+    try:
+        raw = base64.b64decode(text.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        raise RkvoiceError(Stage.CONFIG, "bad-value", f"{path} is not base64; {fix}") from None
+    if len(raw) != 32:
+        raise RkvoiceError(Stage.CONFIG, "bad-value", f"{path} holds {len(raw)} bytes, not 32; {fix}")
+    return raw
+
+
+@dataclass(frozen=True)
+class EsphomeConfig(Section):
+    """The board as an ESPHome voice-assistant device (``satellite.protocol: esphome``; rkvoice.esphome)."""
+
+    PATH = "satellite.esphome"
+    port: int = num(6053, 0, 65535)
+    """TCP port of the ESPHome native API, on satellite.uri's host (Home Assistant: Add integration ->
+    ESPHome, this host and port); 0: a free port the system picks (logged)."""
+    key: str = ""
+    """Noise encryption key, base64 of 32 bytes as ESPHome's api: encryption: key: (make one with
+    head -c 32 /dev/urandom | base64); with it only encrypted clients are served and Home Assistant asks
+    for the key; empty = plain text, unless Home Assistant gave the device a key itself."""
+
+    zeroconf: bool = True
+    """Announce the device as _esphomelib._tcp on the local network (mDNS) so Home Assistant discovers it."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.key:
+            noise_key(self.key)
+
+
 @dataclass(frozen=True)
 class SatelliteConfig(Section):
-    """The board as a Home Assistant Assist satellite (Wyoming satellite role; rkvoice.satellite)."""
+    """The board as a Home Assistant Assist satellite (rkvoice.satellite): a Wyoming satellite, or an
+    ESPHome voice-assistant device."""
 
     PATH = "satellite"
     uri: str = ""
@@ -114,6 +151,10 @@ class SatelliteConfig(Section):
     """The satellite device's name in Home Assistant."""
     area: str = ""
     """Area suggested to Home Assistant for the device (e.g. 客厅); empty = none."""
+    protocol: str = one_of("wyoming", "esphome")
+    """How Home Assistant reaches the satellite: wyoming (the Wyoming satellite role at satellite.uri) or
+    esphome (an ESPHome voice-assistant device on satellite.uri's host at satellite.esphome.port)."""
+    esphome: EsphomeConfig = field(default_factory=EsphomeConfig)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -411,10 +411,10 @@ class DyingLink(SatelliteLink):
 
 
 @contextlib.contextmanager
-def satellite_daemon(tmp_path: Any, script: list[Any] | None = None,
-                     llm: Any = None) -> Iterator[tuple[Any, FeedMic]]:
-    """The daemon with satellite.uri set, on scripted engines (the wake's ``script``), its microphone fed
-    by the test."""
+def satellite_daemon(tmp_path: Any, script: list[Any] | None = None, llm: Any = None,
+                     satellite: dict[str, Any] | None = None) -> Iterator[tuple[Any, FeedMic]]:
+    """The daemon with satellite.uri set (and the ``satellite`` keys given, e.g. another protocol), on
+    scripted engines (the wake's ``script``), its microphone fed by the test."""
     from fakes import FakeVoice, MarkerWake, ScriptedAsr, ScriptedLlm, ScriptedSegmenter
 
     from rkvoice.answer.assistant import Assistant
@@ -431,7 +431,8 @@ def satellite_daemon(tmp_path: Any, script: list[Any] | None = None,
             pass
 
     cfg = load_config([{"daemon": {"lock_file": str(tmp_path / "lock")}, "state": {"dir": str(tmp_path / "state")},
-                        "hear": {"ack": "none", "follow_up_s": 0}, "satellite": {"uri": "tcp://127.0.0.1:0"}}])
+                        "hear": {"ack": "none", "follow_up_s": 0},
+                        "satellite": {"uri": "tcp://127.0.0.1:0", **(satellite or {})}}])
     mic = FeedMic()
     llm = llm or ScriptedLlm()
     plan = Plan(stages=StageSpecs(hear_spec(MarkerHear), answer_spec(lambda c: Assistant(c, llm=llm)),

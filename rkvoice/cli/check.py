@@ -242,7 +242,11 @@ def check_pipeline(cfg: Config, manifest: Path = MANIFEST, probe: Probe = PROBE,
         ha = home_status(cfg)
         version = f" (Home Assistant {ha.version})" if ha.version else ""
         out.append(StageCheck("home_assistant", ha.where + version, problems=ha.problems, notes=ha.notes))
-    if cfg.satellite.uri:  # the board as Home Assistant's satellite
+    if cfg.satellite.uri and cfg.satellite.protocol == "esphome":  # the board as an ESPHome voice device
+        from rkvoice.esphome.identity import check_notes
+
+        out.append(StageCheck("satellite", f"esphome, port {cfg.satellite.esphome.port}", notes=check_notes(cfg)))
+    elif cfg.satellite.uri:  # the board as Home Assistant's Wyoming satellite
         from rkvoice.satellite.info import port_note
 
         out.append(StageCheck("satellite", cfg.satellite.uri, notes=[port_note(cfg)]))

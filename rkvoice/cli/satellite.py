@@ -16,6 +16,7 @@ log = logging.getLogger(__name__)
 
 
 def run_satellite(uri: str, args: argparse.Namespace, cfg: Config) -> int:
+    from rkvoice.endpoint import parse_uri
     from rkvoice.satellite.run import Satellite, board_vad, serve_file
     from rkvoice.stages import Hear, Speak
 
@@ -23,7 +24,7 @@ def run_satellite(uri: str, args: argparse.Namespace, cfg: Config) -> int:
     logging.getLogger("rkvoice").setLevel(logging.DEBUG if getattr(args, "verbose", False) else logging.INFO)
     if getattr(args, "file", None):
         run = serve_file(cfg, uri, args.file, getattr(args, "out", None), ready=lambda sat: print(
-            f"satellite on tcp://{sat.link.endpoint.host}:{sat.link.port}: waiting for Home Assistant to connect",
+            f"satellite on tcp://{parse_uri(uri).host}:{sat.link.port}: waiting for Home Assistant to connect",
             flush=True))
         reply_s = run.reply.audio_s if run.reply is not None else 0.0
         print(f"satellite: Home Assistant heard {run.transcript!r}; its reply ({reply_s:.2f} s) played"
@@ -35,7 +36,11 @@ def run_satellite(uri: str, args: argparse.Namespace, cfg: Config) -> int:
     hear, speak = Hear(cfg), Speak(cfg, player=daemon_player)
     hear.load()
     speak.load()
-    sat = Satellite(cfg, hear, speak, uri=uri, segmenter=board_vad(cfg))
+    from rkvoice.esphome import link_for
+
+    sat = Satellite(cfg, hear, speak, uri=uri, segmenter=board_vad(cfg), link=link_for(cfg))
+    add = ("ESPHome, this host and port " + str(cfg.satellite.esphome.port) if cfg.satellite.protocol == "esphome"
+           else "Wyoming Protocol, this host and port")
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("%s: stopping the satellite", signal.Signals(signum).name)
@@ -45,7 +50,7 @@ def run_satellite(uri: str, args: argparse.Namespace, cfg: Config) -> int:
     try:
         sat.start()
         print(f"satellite on {uri}: add it in Home Assistant (Settings > Devices & services > Add integration > "
-              "Wyoming Protocol, this host and port); Ctrl-C stops", flush=True)
+              f"{add}); Ctrl-C stops", flush=True)
         sat.run(microphone(cfg))
     finally:
         for sig, handler in previous.items():

@@ -304,12 +304,13 @@ class Daemon:
 def satellite_listener(stages: Stages, cfg: Config, report: Report, busy: Busy,
                        source: Callable[[Config], AudioSource], clock: Clock | None) -> Listener:
     """The satellite as the daemon's listener; while Home Assistant is away, the local turn loop answers."""
+    from rkvoice.esphome import link_for
     from rkvoice.satellite.run import SatelliteListener
 
     def local(gate: PriorityGate) -> LocalListener:
         return LocalListener(stages, cfg, report, busy, source, clock, answer_gate=gate)
 
-    return SatelliteListener(stages, cfg, report, busy, source, clock, local=local)
+    return SatelliteListener(stages, cfg, report, busy, source, clock, local=local, link=link_for(cfg))
 
 
 def setup_logging(verbose: bool = False) -> None:

@@ -68,6 +68,8 @@ class SatelliteCore:
         self.on_state: Callable[[SatelliteState], None] | None = None
         self.on_connection: Callable[[bool], None] | None = None
         """Told when the peer connects (True) or leaves (False)."""
+        self.on_stop: Callable[[], None] | None = None
+        """Told when a stop phrase cleared the playback (the link stops its media player, a ringing timer)."""
         self.heard_to = 0
         """Stream sample up to which the frames heard were acted on."""
         self._run_ids = 1
@@ -92,7 +94,8 @@ class SatelliteCore:
 
     def job(self) -> Job:
         """What the hear thread does with the next frame."""
-        job = Job(wake=self.run is None, restart_wake=self._restart_wake, vad_head=self._vad_head)
+        job = Job(wake=self.run is None, restart_wake=self._restart_wake, vad_head=self._vad_head,
+                  stop_word=self.run is None and self.playback.playing)
         self._restart_wake, self._vad_head = False, None
         return job
 
@@ -106,7 +109,16 @@ class SatelliteCore:
             self._stream(run, heard)
         elif heard.hit is not None:
             self._woke(heard)
+        elif heard.stop is not None:
+            self._stop_word(heard)
         self.heard_to = heard.end
+
+    def _stop_word(self, heard: Heard) -> None:
+        """A stop phrase while something played: it ends (and whatever ``on_stop`` ends with it)."""
+        log.info("satellite: stop word %r at %.2f s", heard.stop.text, heard.end / RATE)
+        self.playback.clear("stop word")
+        if self.on_stop is not None:
+            self.on_stop()
 
     def _stream(self, run: Run, heard: Heard) -> None:
         streamed_s = (heard.end - self._run_from) / RATE

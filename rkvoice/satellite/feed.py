@@ -28,6 +28,20 @@ MAX_BATCH = 64
 """Most frames heard in one hand-off to the hear thread (2 s of audio)."""
 
 
+def loop_event(stop: threading.Event, name: str) -> asyncio.Event:
+    """On a running loop: an asyncio.Event set once ``stop`` (a thread's event) is set (a daemon thread
+    ``name`` waits for it), so a protocol's loop can await its end."""
+    loop, done = asyncio.get_running_loop(), asyncio.Event()
+
+    def wait_stop() -> None:
+        stop.wait()
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(done.set)
+
+    threading.Thread(target=wait_stop, name=name, daemon=True).start()
+    return done
+
+
 class FeedTarget(Protocol):
     """What the feed tells, on the loop (rkvoice.satellite.core.SatelliteCore)."""
 
@@ -144,13 +158,13 @@ class FrameFeed:
 
     def _hear_batch(self, hearing: Hearing, frames: list[np.ndarray], job: Job) -> list[Heard]:
         """On the hear thread: ``frames`` heard for ``job`` (its restarts with the first), up to and with the
-        first that woke or ended the request's speech."""
+        first that woke, heard a stop phrase or ended the request's speech."""
         out: list[Heard] = []
         with self.busy("hear"):
             for frame in frames:
                 heard = hearing.hear(frame, job)
                 out.append(heard)
-                if heard.hit is not None or heard.speech_end_s is not None:
+                if heard.hit is not None or heard.speech_end_s is not None or heard.stop is not None:
                     break
-                job = Job(wake=job.wake)
+                job = Job(wake=job.wake, stop_word=job.stop_word)
         return out

@@ -29,14 +29,19 @@ def wake_word(cfg: Config) -> str:
 
 def port_note(cfg: Config) -> str:
     """``--check``'s line on ``satellite.uri``: whether its port can be bound now."""
+    ep = parse_uri(cfg.satellite.uri)
+    return bind_note(ep.host, ep.port, f"add it in Home Assistant (Wyoming Protocol, this host and port) as satellite "
+                     f"{cfg.satellite.name!r}" + (f" in area {cfg.satellite.area!r}" if cfg.satellite.area else ""))
+
+
+def bind_note(host: str, port: int, add: str) -> str:
+    """Whether ``host:port`` can be bound now; ``add`` follows when it can (how HA adds the device)."""
     import socket
 
-    ep = parse_uri(cfg.satellite.uri)
     with socket.socket() as sock:
         try:
-            sock.bind((ep.host, ep.port))
+            sock.bind((host, port))
         except OSError as exc:
-            return (f"tcp://{ep.host}:{ep.port} cannot be bound now ({exc.strerror or exc}): the running daemon "
+            return (f"tcp://{host}:{port} cannot be bound now ({exc.strerror or exc}): the running daemon "
                     "holds it, or another program does (then pick a free port)")
-    return (f"tcp://{ep.host}:{ep.port} is free; add it in Home Assistant (Wyoming Protocol, this host and port) "
-            f"as satellite {cfg.satellite.name!r}" + (f" in area {cfg.satellite.area!r}" if cfg.satellite.area else ""))
+    return f"tcp://{host}:{port} is free; {add}"

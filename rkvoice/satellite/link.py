@@ -43,6 +43,7 @@ from rkvoice.endpoint import parse_uri
 from rkvoice.errors import RkvoiceError, Stage
 
 from .core import SatelliteCore
+from .feed import loop_event
 from .info import satellite_info, wake_word
 from .playback import Playback, Stream
 from .state import RATE, Run, SatelliteState
@@ -113,13 +114,7 @@ class SatelliteLink:
 
     async def _serve(self, stop: threading.Event, ready: Callable[[SatelliteLink], None] | None) -> None:
         self._loop = asyncio.get_running_loop()
-        done = asyncio.Event()
-
-        def wait_stop() -> None:
-            stop.wait()
-            self._call(done.set)
-
-        threading.Thread(target=wait_stop, name="satellite-stop", daemon=True).start()
+        done = loop_event(stop, "satellite-stop")
         ep = self.endpoint
         try:
             server = await asyncio.start_server(self._connected, host=ep.host, port=ep.port)

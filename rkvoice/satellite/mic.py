@@ -35,6 +35,7 @@ from rkvoice.hear.wake import WakeEngine, WakeHit
 from .core import ANSWER_WAIT_S, MAX_REQUEST_S, SatelliteCore
 from .playback import Playback
 from .state import RATE, Heard, Job, Run
+from .stop_word import StopWord
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +55,12 @@ class Hearing:
     """Audio-time hearing, on one thread at a time: the wake engine over the frames, the audio kept
     behind them, the closed segments (the wake's), and the board's VAD on a request's audio."""
 
-    def __init__(self, wake: WakeEngine, segmenter: Segmenter | None, max_request_s: float) -> None:
+    def __init__(self, wake: WakeEngine, segmenter: Segmenter | None, max_request_s: float,
+                 stop: StopWord | None = None) -> None:
         self.wake = wake
         self.segmenter = segmenter
+        self.stop = stop
+        """The stop word, heard while the job says something plays."""
         self.max_request_s = max_request_s
         self.samples = 0
         self.wakes: list[WakeHit] = []
@@ -84,6 +88,9 @@ class Hearing:
                 self.segmenter.restart(start - len(job.vad_head))
                 end_s = self._speech_end(job.vad_head)
             return Heard(start, frame, speech_end_s=end_s if end_s is not None else self._speech_end(frame))
+        if self.stop is not None and (stop := self.stop.hear(frame, start, job.stop_word)) is not None:
+            self.wake.restart(self.samples)  # the stop phrase is no wake: the wake engine listens on after it
+            return Heard(start, frame, stop=stop)
         hit = self.wake.accept(frame)
         if hit is None:
             return Heard(start, frame)
@@ -130,11 +137,12 @@ class SatelliteMic:
                  on_run: Callable[[Run], None] | None = None, max_request_s: float = MAX_REQUEST_S,
                  answer_wait_s: float = ANSWER_WAIT_S, segmenter: Segmenter | None = None,
                  cue: np.ndarray | None = None,
-                 busy: Callable[[str], AbstractContextManager[None]] = lambda _what: contextlib.nullcontext()) -> None:
+                 busy: Callable[[str], AbstractContextManager[None]] = lambda _what: contextlib.nullcontext(),
+                 stop: StopWord | None = None) -> None:
         core = getattr(link, "core", None)
         assert isinstance(core, SatelliteCore), "a link over a SatelliteCore"
         self.core = core
-        self.hearing = Hearing(wake, segmenter, max_request_s)
+        self.hearing = Hearing(wake, segmenter, max_request_s, stop)
         self.busy = busy
         """Marks waiting for one frame (the daemon's watchdog: a microphone that delivers nothing is stuck)."""
         core.feed.hearing = self.hearing

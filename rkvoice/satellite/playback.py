@@ -70,6 +70,8 @@ class Say:
 class Cue:
     samples: np.ndarray
     """float32 at the player's rate."""
+    done: Callable[[], None] | None = None
+    """Called once the samples were handed to the player (or dropped by a clear)."""
 
 
 @dataclass(frozen=True)
@@ -163,10 +165,12 @@ class Playback:
         self._put(Say(sound_id, text))
         return sound_id
 
-    def cue(self, samples: np.ndarray) -> None:
-        """A sound at the player's rate (float32), after what is queued: the wake acknowledgement."""
+    def cue(self, samples: np.ndarray, done: Callable[[], None] | None = None) -> None:
+        """A sound at the player's rate (float32), after what is queued: the wake acknowledgement, or a
+        piece of music (rkvoice.satellite.media: ``done()`` once it is with the player or dropped, so
+        the music keeps only a few pieces queued and what comes after it waits no longer)."""
         if len(samples):
-            self._put(Cue(samples))
+            self._put(Cue(samples, done))
 
     def clear(self, reason: str = "barge-in") -> None:
         """Drop everything queued and silence the player now; the streams not ended yet are cut (their
@@ -237,10 +241,14 @@ class Playback:
                 finally:
                     if self.on_said is not None:
                         self.on_said(sound_id)
-            case Cue(samples) if not stale:
-                for i in range(0, len(samples), self.block):
-                    block = samples[i : i + self.block]
-                    self.player.write(np.clip(np.round(block * 32767.0), -32768, 32767).astype(np.int16))
+            case Cue(samples, done):
+                try:
+                    for i in range(0, 0 if stale else len(samples), self.block):
+                        block = samples[i : i + self.block]
+                        self.player.write(np.clip(np.round(block * 32767.0), -32768, 32767).astype(np.int16))
+                finally:
+                    if done is not None:
+                        done()
 
     def _write(self, stream: Stream, data: np.ndarray) -> None:
         x = data.astype(np.float32).reshape(-1, stream.channels).mean(axis=1) / 32768.0

@@ -27,9 +27,11 @@ from rkvoice.hear.vad import Segmenter
 from rkvoice.stages import Hear, Speak
 from rkvoice.turn import Turn
 
+from .core import SatelliteCore
 from .link import Run, SatelliteLink
 from .mic import SatelliteMic
 from .playback import Playback
+from .stop_word import StopWordSettings, stop_word
 from .timers import TimerTable
 
 log = logging.getLogger(__name__)
@@ -42,6 +44,21 @@ LINK_DOWN = "the satellite's link to Home Assistant (stopped)"
 """What a link that stopped after binding holds busy (the daemon's watchdog stops: systemd restarts)."""
 
 Busy = Callable[[str], AbstractContextManager[None]]
+
+
+class Link(Protocol):
+    """The protocol adapter over the satellite's core: SatelliteLink (Wyoming) or rkvoice.esphome's
+    EsphomeLink, as ``satellite.protocol`` says (the daemon chooses: rkvoice.daemon.service)."""
+
+    core: SatelliteCore
+    port: int
+    running: threading.Event
+
+    def serve(self, stop: threading.Event, ready: Callable[[Any], None] | None = None) -> None: ...
+
+
+LinkFactory = Callable[[Config, Playback, TimerTable, Clock, str], Link]
+"""(cfg, playback, timers, clock, uri) -> the link."""
 
 
 def no_watch(_what: str) -> AbstractContextManager[None]:
@@ -60,17 +77,21 @@ class Satellite:
 
     def __init__(self, cfg: Config, hear: Hear, speak: Speak, uri: str = "", clock: Clock | None = None,
                  on_run: Callable[[Run], None] | None = None, segmenter: Segmenter | None = None,
-                 busy: Busy = no_watch, on_error: Callable[[BaseException], None] | None = None) -> None:
+                 busy: Busy = no_watch, on_error: Callable[[BaseException], None] | None = None,
+                 link: LinkFactory | None = None, stop_words: StopWordSettings | None = None) -> None:
         assert hear.wake is not None and speak.player is not None, "load the hear and speak stages first"
         self.cfg = cfg
         self.clock = clock or MonotonicClock()
         self.speak = speak
         self.timers = TimerTable(self.clock)
         self.playback = Playback(speak.player, speak.speaker, cfg.audio.block_ms, self.clock)
-        self.link = SatelliteLink(cfg, self.playback, self.timers, self.clock, uri=uri)
+        self.link = (link or SatelliteLink)(cfg, self.playback, self.timers, self.clock, uri)  # None: Wyoming
         self.busy = busy
+        # the stop word (``stop_words``, default 停 / 别说了 / stop) over the hear stage's ASR; a stage
+        # without one (a test's wake-only stand-in) has none
+        stop = stop_word(cfg, getattr(hear, "heard", None), stop_words)
         self.mic = SatelliteMic(hear.wake, self.link, self.playback, on_run=on_run, segmenter=segmenter,
-                                cue=speak.cue, busy=busy)
+                                cue=speak.cue, busy=busy, stop=stop)
         self.link.core.feed.on_error = on_error
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -183,7 +204,7 @@ class SatelliteListener:
 
     def __init__(self, stages: LoadedStages, cfg: Config, report: Callable[[Turn | BaseException], None],
                  busy: Busy, source: Callable[[Config], AudioSource], clock: Clock | None = None,
-                 local: Callable[[PriorityGate], LocalAnswers] | None = None) -> None:
+                 local: Callable[[PriorityGate], LocalAnswers] | None = None, link: LinkFactory | None = None) -> None:
         self.cfg = cfg
         self.source = source
         self.report = report
@@ -198,7 +219,7 @@ class SatelliteListener:
         self._away_said = False  # the log said HA is away (once per absence)
         self._ha = threading.Event()
         self.satellite = Satellite(cfg, stages.hear, stages.speak, clock=clock, segmenter=board_vad(cfg), busy=busy,
-                                   on_error=report)
+                                   on_error=report, link=link)
         self.satellite.link.core.on_connection = self._connection
         self.satellite.start()
 

@@ -76,6 +76,8 @@ class Job:
     """The wake engine starts afresh at this frame."""
     vad_head: np.ndarray | None = None
     """A request began: the board's VAD starts at its head (then hears this frame)."""
+    stop_word: bool = False
+    """Something plays: listen for a stop phrase too (rkvoice.satellite.stop_word)."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,8 @@ class Heard:
     """With a hit: the head is the whole request."""
     speech_end_s: float | None = None
     """The board's VAD closed the request's speech (audio time of its end)."""
+    stop: Any = None
+    """The stop phrase's WakeHit decided at this frame."""
 
     @property
     def end(self) -> int:
