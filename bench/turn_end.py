@@ -142,7 +142,7 @@ def outcome(run: Run, policy: Policy, short_ms: float, base_ms: float) -> tuple[
     for when, sil, p, _, text, pause in run.looks:
         if sil >= policy.max_ms or not taken(sil, short_ms, base_ms, policy.every) or pause in vetoed:
             continue
-        if p >= policy.threshold and policy.words and unfinished(text):
+        if p >= policy.threshold and policy.words and unfinished(text) is not None:
             vetoed.add(pause)  # the words say it goes on: this pause is not looked at again
             continue
         looks.append((when, sil, p))

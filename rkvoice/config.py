@@ -174,7 +174,7 @@ class EndpointConfig(Section):
     recheck_ms: int = num(0, 50, 5000, also=((0, "once"),))
     """While the silence grows, the model judges again this often; 0: once per pause (then the request
     ends at max_silence_ms unless the speech goes on)."""
-    threshold: float = num(0.9, 0.0, 1.0, lo_open=True, hi_open=True)
+    threshold: float = num(0.85, 0.0, 1.0, lo_open=True, hi_open=True)
     """The model's probability of a finished request at or above which the request ends (chosen on
     the Chinese turn-end set: docs/decisions/0013-end-of-turn.md)."""
     threads: int = num(1, 1, 64)

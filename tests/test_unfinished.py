@@ -29,7 +29,7 @@ WHOLE = [
     "我想问一下长城有多长", "给我讲一个关于月亮的故事", "为什么天空是蓝色的", "天空为什么是蓝色的",
     "北京好玩的地方有哪些", "这个怎么用", "我要这个", "找不到", "好的", "对", "停", "你好", "讲个笑话",
     "声音小一点", "明天呢", "把亮度调到百分之五十", "用Python写一个排序", "播放Taylor Swift的歌",
-    "今天天气怎么样。", "打开灯，", "",
+    "今天天气怎么样。", "打开灯，",
     "把这个给我", "用什么", "用微信付款", "从北京到上海", "把空调打开吧", "在吗", "我和你一样", "把门关上",
 ]
 
@@ -45,4 +45,8 @@ def test_a_whole_request_is_not(text):
 
 
 def test_the_asr_s_punctuation_and_spaces_are_not_words():
-    assert unfinished("帮我把，") == "把" and unfinished("空调 调到 。") == "调到" and unfinished("，。") is None
+    assert unfinished("帮我把，") == "把" and unfinished("空调 调到 。") == "调到"
+
+
+def test_no_words_at_all_is_unfinished():
+    assert unfinished("") == "" and unfinished("，。 ") == ""

@@ -32,7 +32,7 @@ TRAILING_WORDS = (
     "比如", "就是", "就是说", "那个", "嗯", "呃", "额",
     # verbs that need their target
     "调到", "调成", "调为", "设到", "设为", "设成", "设置为", "设置成", "改成", "改为", "换成", "变成", "定在",
-    "设在", "开到", "升到", "降到", "加到", "减到", "放到", "移到", "调至", "设定为",
+    "设在", "开到", "升到", "降到", "掉到", "加到", "减到", "放到", "移到", "调至", "设定为",
     # a request that asks for something not said yet
     "问一下", "查一下", "看一下", "说一下", "讲一下", "搜一下", "百分之",
 )
@@ -71,10 +71,11 @@ def _verbless_coverb_phrase(words: str) -> str | None:
 
 def unfinished(text: str) -> str | None:
     """The word ``text`` (a transcript of the request so far) stops on when it cannot be a whole
-    request, else None. Punctuation and spaces the ASR put in are not words."""
+    request ("" when it has no words at all), else None. Punctuation and spaces the ASR put in are
+    not words."""
     words = _PUNCT.sub("", text)
     if not words:
-        return None
+        return ""  # no words heard yet: nothing to answer, nothing lost by waiting
     for word in sorted(TRAILING_WORDS, key=len, reverse=True):
         if words.endswith(word):
             return word
