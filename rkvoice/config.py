@@ -187,7 +187,8 @@ class EndpointConfig(Section):
     """With hear.transcribe_ahead: a request the model judged finished ends once its transcript (made
     while the model judged; the answer needs it anyway) does not stop on a word that needs more
     (帮我把, 空调调到, 设一个, 我想问一下: rkvoice.text.unfinished); if it does, the request waits for
-    the speech to go on, at most max_silence_ms."""
+    the speech to go on, at most max_silence_ms. A transcript not made by hear.trailing_silence_ms is
+    not waited for."""
 
 
 @dataclass(frozen=True)

@@ -230,10 +230,18 @@ def test_a_request_judged_finished_ends_when_its_transcript_is_known():
     dec, _ = decision([(1.0, 2.0)], {0: [0.95]})
     words = Transcripts(["打开客厅灯"], ready=False)
     dec.on_pause = words
-    assert run(dec, 2.5) == [] and len(words.made) == 1  # judged at 2.2 s, its transcript not known yet
+    assert run(dec, 2.4) == [] and len(words.made) == 1  # judged at 2.2 s, its transcript not known yet
     words.finish(0)
     (seg,) = run(dec, FRAME_S)
-    assert [j.verdict for j in seg.judgements] == [Verdict.COMPLETE] and 0.45 <= seg.decided_s - 2.0 < 0.5 + FRAME_S
+    assert [j.verdict for j in seg.judgements] == [Verdict.COMPLETE] and 0.4 <= seg.decided_s - 2.0 < 0.4 + 2 * FRAME_S
+
+
+def test_words_not_known_by_the_fallback_silence_are_not_waited_for():
+    dec, _ = decision([(1.0, 2.0)], {0: [0.95]})
+    dec.on_pause = Transcripts(["帮我把"], ready=False)  # (they would have said wait)
+    (seg,) = run(dec, 3.0)
+    assert [j.verdict for j in seg.judgements] == [Verdict.COMPLETE]
+    assert 0.5 <= seg.decided_s - 2.0 < 0.5 + FRAME_S  # hear.trailing_silence_ms: no later than mode silence
 
 
 @pytest.mark.parametrize("texts, endpoint", [([None], {}), (["帮我把"], {"words": "false"})])

@@ -287,17 +287,18 @@ class TurnEnd(Segmenter):
 
     def _confirm(self, held: _Held, silence: float) -> Segment | None:
         """Judged finished: ends once its transcript is known (None until then; the answer waits for
-        the transcript anyway), unless the words stop where a request cannot end. Then it waits for
-        the speech to go on, at most max_silence_ms."""
+        the transcript anyway), unless the words stop where a request cannot end; then it waits for the
+        speech to go on, at most max_silence_ms. Words not known by hear.trailing_silence_ms are not
+        waited for: the model's verdict stands (never later than mode silence)."""
         transcript = held.transcript
-        if transcript is not None and not transcript.done() and silence < self.max_ms:
-            return None
+        if transcript is not None and not transcript.done():
+            return None if silence < self.fallback_ms else self._end(held, Verdict.COMPLETE)
         text = None
-        if transcript is not None and transcript.done() and not transcript.cancelled() and transcript.exception() is None:
+        if transcript is not None and not transcript.cancelled() and transcript.exception() is None:
             text = transcript.result()
         word = unfinished(text) if text is not None else None
         if word is None:
-            return self._end(held, Verdict.COMPLETE if silence < self.max_ms or text is not None else Verdict.MAX_SILENCE)
+            return self._end(held, Verdict.COMPLETE)
         held.confirming, held.transcript, held.next_ms = False, None, float("inf")
         held.judgements.append(Judgement(round(silence, 1), None, 0.0, Verdict.UNFINISHED))
         log.info("end of turn: %r stops on %r; waiting for more (at most %.0f ms of silence)", text, word, self.max_ms)
