@@ -146,6 +146,8 @@ class MediaPlayer:
         self.hold(state not in (SatelliteState.IDLE, SatelliteState.MUTED))
 
     def close(self, timeout_s: float = 5.0) -> None:
+        """Stop, and wait for the tracks' threads; before the playback's own ``close`` (a track waiting
+        for its last pieces to play is then let go)."""
         self.stop()
         for thread in self._threads:
             thread.join(timeout_s)
