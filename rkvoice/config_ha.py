@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from dataclasses import dataclass, field
 from datetime import tzinfo
 from pathlib import Path
@@ -154,7 +155,14 @@ class SatelliteConfig(Section):
     protocol: str = one_of("wyoming", "esphome")
     """How Home Assistant reaches the satellite: wyoming (the Wyoming satellite role at satellite.uri) or
     esphome (an ESPHome voice-assistant device on satellite.uri's host at satellite.esphome.port)."""
+    stop_words: str = "停,别说了,stop"
+    """Phrases that, said alone while the board plays something (a reply, an announcement, a ringing
+    timer, music), stop it without the wake phrase; comma-separated; empty = no stop word."""
     esphome: EsphomeConfig = field(default_factory=EsphomeConfig)
+
+    @property
+    def stop_phrases(self) -> tuple[str, ...]:
+        return tuple(p.strip() for p in self.stop_words.replace("，", ",").split(",") if p.strip())
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -167,6 +175,10 @@ class SatelliteConfig(Section):
             if endpoint.scheme != "tcp":
                 raise RkvoiceError(Stage.CONFIG, "bad-value", f"satellite.uri {self.uri!r}: Home Assistant reaches "
                                    "a satellite over TCP only; use e.g. tcp://0.0.0.0:10700")
+        if bad := [p for p in self.stop_phrases if not re.search(r"[\u4e00-\u9fffA-Za-z]", p)]:
+            raise RkvoiceError(Stage.CONFIG, "bad-value", f"satellite.stop_words: {bad[0]!r} has no word to say; "
+                               "give Chinese characters or English words, comma-separated (e.g. 停,别说了,stop), "
+                               "or leave it empty for no stop word")
         if not self.name.strip():
             raise RkvoiceError(Stage.CONFIG, "bad-value", "satellite.name is empty; give the device a name, "
                                "e.g. rkvoice")

@@ -121,3 +121,21 @@ def test_a_stop_word_without_asr_or_phrases_is_none(engines):
     cfg, asr = engines
     assert stop_word(cfg, None) is None
     assert stop_word(cfg, asr, StopWordSettings(phrases=())) is None
+
+
+def test_the_stop_phrases_come_from_satellite_stop_words(engines):
+    _, asr = engines
+    cfg = load_config([{"satellite": {"stop_words": "够了， 停下 ,"}}])
+    assert cfg.satellite.stop_phrases == ("够了", "停下")
+    made = stop_word(cfg, asr)
+    assert made is not None
+    heard = made.engine.stop_phrases.match
+    assert heard("够了。") and heard("停下") and not heard("停") and not heard("别说了")
+    assert stop_word(load_config([{"satellite": {"stop_words": " "}}]), asr) is None  # empty: no stop word
+
+
+def test_a_stop_word_with_nothing_to_say_is_a_config_error_naming_the_fix():
+    from rkvoice.errors import RkvoiceError
+
+    with pytest.raises(RkvoiceError, match=r"satellite.stop_words: '!!' has no word to say.*停,别说了,stop"):
+        load_config([{"satellite": {"stop_words": "停,!!"}}])

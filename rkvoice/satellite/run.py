@@ -87,7 +87,7 @@ class Satellite:
         self.playback = Playback(speak.player, speak.speaker, cfg.audio.block_ms, self.clock)
         self.link = (link or SatelliteLink)(cfg, self.playback, self.timers, self.clock, uri)  # None: Wyoming
         self.busy = busy
-        # the stop word (``stop_words``, default 停 / 别说了 / stop) over the hear stage's ASR; a stage
+        # the stop word (``stop_words``, default satellite.stop_words) over the hear stage's ASR; a stage
         # without one (a test's wake-only stand-in) has none
         stop = stop_word(cfg, getattr(hear, "heard", None), stop_words)
         self.mic = SatelliteMic(hear.wake, self.link, self.playback, on_run=on_run, segmenter=segmenter,

@@ -57,7 +57,7 @@ _LETTERS = re.compile(r"[^a-z]+")
 
 @dataclass(frozen=True)
 class StopWordSettings:
-    """What the satellite's stop word listens for (the lead adds ``satellite.stop_words``)."""
+    """What the satellite's stop word listens for (by default ``satellite.stop_words``)."""
 
     phrases: tuple[str, ...] = PHRASES
     """Empty: no stop word."""
@@ -184,7 +184,7 @@ class StopWord:
 
 def stop_word(cfg: Config, asr: AsrEngine | None, settings: StopWordSettings | None = None) -> StopWord | None:
     """The loaded stop word over ``asr`` (the hear stage's, loaded), or None (no ASR, or no phrases)."""
-    settings = settings or StopWordSettings()
+    settings = settings or StopWordSettings(cfg.satellite.stop_phrases)
     if asr is None or not settings.phrases:
         return None
     engine = StopWordEngine(cfg, asr, settings.phrases)
