@@ -23,10 +23,11 @@ from wyoming.event import Event
 
 from rkvoice.config import load_config
 from rkvoice.errors import RkvoiceError
+from rkvoice.satellite.file_mode import file_player, serve_file
 from rkvoice.satellite.link import RATE, SatelliteLink
 from rkvoice.satellite.mic import SatelliteMic
 from rkvoice.satellite.playback import Playback, StreamKind
-from rkvoice.satellite.run import Satellite, file_player, serve_file
+from rkvoice.satellite.run import Satellite
 from rkvoice.satellite.timers import FINISHED_WORDS, TimerTable
 from rkvoice.stages import Speak
 from tests.support.clock import FakeClock

@@ -17,7 +17,8 @@ log = logging.getLogger(__name__)
 
 def run_satellite(uri: str, args: argparse.Namespace, cfg: Config) -> int:
     from rkvoice.endpoint import parse_uri
-    from rkvoice.satellite.run import Satellite, board_vad, serve_file
+    from rkvoice.satellite.file_mode import serve_file
+    from rkvoice.satellite.run import Satellite, board_vad
     from rkvoice.stages import Hear, Speak
 
     cfg = replace(cfg, satellite=replace(cfg.satellite, uri=uri))  # checked as satellite.uri is

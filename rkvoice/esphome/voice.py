@@ -36,7 +36,6 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +70,7 @@ from .entities import Entity, MuteSwitch, WakeWords
 from .identity import KeyStore, load_state
 from .reply_audio import Audio, AudioFetchError, fetch_audio
 from .server import ApiConnection, ApiServer, DeviceInfo
+from .turns import ABANDONED, Finish, Turn
 
 log = logging.getLogger(__name__)
 
@@ -79,32 +79,6 @@ EVENT_WAIT_S = 5.0
 speech-to-text answers the request and then sends nothing)."""
 CHUNK_BYTES = 4096
 MUTE_KEY = 1
-ABANDONED = ("paused", "disconnected", "replaced", "no transcript")
-"""Why a run ends that Home Assistant is told to abort (VoiceAssistantRequest(start=False))."""
-
-
-@dataclass
-class Turn:
-    """What the adapter knows of one run Home Assistant's pipeline runs."""
-
-    run: Run
-    heard_from_ha: bool = False
-    """A pipeline event came for it."""
-    continues: bool = False
-    """INTENT_END said the conversation continues."""
-    replying: bool = False
-    """TTS_END's URL is being played (AnnounceFinished follows it)."""
-    timeout: asyncio.TimerHandle | None = None
-
-
-@dataclass(frozen=True)
-class Finish:
-    """What follows the last stream of a reply or an announcement once it has played."""
-
-    then_listen: bool
-    """Start a run without the wake phrase (the conversation continues, or start_conversation)."""
-
-
 class EsphomeLink:
     """The ESPHome adapter over its ``core``: ``serve(stop, ready)`` runs the loop on the calling thread
     (blocking). ``entities``: more entities to list (e.g. a media player); the mute switch is key 1."""

@@ -1,0 +1,34 @@
+"""The ESPHome adapter's records of a voice turn: what it knows of a run Home Assistant's pipeline runs
+(``Turn``), what follows a reply or announcement once played (``Finish``)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from rkvoice.satellite.state import Run
+
+ABANDONED = ("paused", "disconnected", "replaced", "no transcript")
+"""Why a run ends that Home Assistant is told to abort (VoiceAssistantRequest(start=False))."""
+
+
+@dataclass
+class Turn:
+    """What the adapter knows of one run Home Assistant's pipeline runs."""
+
+    run: Run
+    heard_from_ha: bool = False
+    """A pipeline event came for it."""
+    continues: bool = False
+    """INTENT_END said the conversation continues."""
+    replying: bool = False
+    """TTS_END's URL is being played (AnnounceFinished follows it)."""
+    timeout: asyncio.TimerHandle | None = None
+
+
+@dataclass(frozen=True)
+class Finish:
+    """What follows the last stream of a reply or an announcement once it has played."""
+
+    then_listen: bool
+    """Start a run without the wake phrase (the conversation continues, or start_conversation)."""
