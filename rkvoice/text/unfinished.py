@@ -37,6 +37,7 @@ TRAILING_WORDS = (
     "问一下", "查一下", "看一下", "说一下", "讲一下", "搜一下", "百分之",
 )
 """Words a request does not end on."""
+_LONGEST_FIRST = tuple(sorted(TRAILING_WORDS, key=len, reverse=True))  # 就是说 before 就是
 
 _MEASURE = re.compile(r"[一二两三四五六七八九十几每某半\d]+[个只条张本件次位台块首部段杯份篇道]$")
 
@@ -76,9 +77,8 @@ def unfinished(text: str) -> str | None:
     words = _PUNCT.sub("", text)
     if not words:
         return ""  # no words heard yet: nothing to answer, nothing lost by waiting
-    for word in sorted(TRAILING_WORDS, key=len, reverse=True):
-        if words.endswith(word):
-            return word
+    if word := next((w for w in _LONGEST_FIRST if words.endswith(w)), None):
+        return word
     if m := _MEASURE.search(words):
         return m.group(0)
     if _OPENING.match(words):
