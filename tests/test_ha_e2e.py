@@ -37,10 +37,13 @@ READY = "rkvoice-ha-ready"
 """Written into the venv once everything is installed: its content is BUILD."""
 EXTRAS = ("imageio-ffmpeg",)
 """Besides Home Assistant: an ffmpeg binary (in a wheel), which its TTS needs to serve audio as MP3."""
-BUILD = f"homeassistant=={HA_VERSION} " + " ".join(EXTRAS)
 INTEGRATIONS = ("wyoming", "assist_pipeline", "conversation", "stt", "tts", "wake_word", "http", "api",
-                "websocket_api", "onboarding", "auth", "config", "homeassistant", "intent", "person", "frontend")
-"""The integrations the test loads; their requirements (and their dependencies') are installed up front."""
+                "websocket_api", "onboarding", "auth", "config", "homeassistant", "intent", "person", "frontend",
+                "esphome")
+"""The integrations the tests load; their requirements (and their dependencies', esphome's bluetooth
+stack among them) are installed up front."""
+BUILD = f"homeassistant=={HA_VERSION} " + " ".join(EXTRAS) + " integrations=" + ",".join(sorted(INTEGRATIONS))
+"""An integration added to INTEGRATIONS changes BUILD: a venv built before is built again."""
 
 _REQUIREMENTS = r"""
 import json, sys
@@ -72,6 +75,7 @@ def build_venv(venv: Path = HA_VENV, python: Path = HA_PYTHON) -> float:
     if not python.exists():
         raise SystemExit(f"no Python >= 3.13 at {python}; set RKVOICE_HA_PYTHON")
     t0 = time.monotonic()
+    final, venv = venv, venv.with_name(venv.name + ".building")  # built aside: the old one serves until the swap
     shutil.rmtree(venv, ignore_errors=True)
     subprocess.run([str(python), "-m", "venv", str(venv)], check=True)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "install",
@@ -88,7 +92,19 @@ def build_venv(venv: Path = HA_VENV, python: Path = HA_PYTHON) -> float:
                           capture_output=True, text=True).stdout.split()
     subprocess.run([*pip, "-c", str(venv / "ha-constraints.txt"), *reqs, *EXTRAS], check=True)
     (venv / READY).write_text(BUILD + "\n")
+    _swap_in(venv, final)
     return time.monotonic() - t0
+
+
+def _swap_in(built: Path, venv: Path) -> None:
+    """``built`` renamed to ``venv``, the venv there before removed (a process running from it keeps
+    what it has loaded; the venv runs from any path: HA is started as ``bin/python launch.py``)."""
+    old = venv.with_name(venv.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if venv.exists():
+        venv.rename(old)
+    built.rename(venv)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 
