@@ -231,8 +231,8 @@ def test_announcements_play_their_chime_and_media_then_finish(tmp_path, caplog):
     assert len([w for w in lines if "HTTP 404" in w]) == 1 and len([w for w in lines if "not audio" in w]) == 1, lines
 
 
-def test_timers_are_kept_and_a_finished_one_rings(tmp_path):
-    with esphome_device(tmp_path) as (satellite, _mic, _speak):
+def test_timers_are_kept_and_a_finished_one_rings_until_a_wake(tmp_path):
+    with esphome_device(tmp_path) as (satellite, mic, _speak):
         core = satellite.link.core
         states: list[str] = []
         core.on_state = lambda state: states.append(state.value)
@@ -248,11 +248,16 @@ def test_timers_are_kept_and_a_finished_one_rings(tmp_path):
                 ha.cli.send_voice_assistant_timer_event(T.VOICE_ASSISTANT_TIMER_CANCELLED, "t2", None, 60, 50, False)
                 ha.cli.send_voice_assistant_timer_event(T.VOICE_ASSISTANT_TIMER_FINISHED, "t1", "面条", 300, 0, False)
                 await until(lambda: satellite.playback.said == [f"面条，{FINISHED_WORDS}"])
-                await until(lambda: core.state is SatelliteState.IDLE)
+                ring = core.ringer.last
+                await until(lambda: ring.rings >= 2)  # the timer sound again after the gap
+                assert core.state is SatelliteState.RINGING
+                mic.put(marker=1)  # the wake phrase ends it
+                await get(ha.starts)
+                await until(lambda: not core.ringer.ringing and not ring.thread.is_alive())
 
         asyncio.run(scenario())
-        assert satellite.timers.ids() == []
-        assert "ringing" in states
+        assert satellite.timers.ids() == [] and satellite.playback.said == [f"面条，{FINISHED_WORDS}"]
+        assert states[:2] == ["idle", "ringing"] and "streaming" in states, states
 
 
 def test_home_assistant_leaving_mid_request_ends_the_run_and_the_next_connection_runs_it_again(tmp_path, caplog):

@@ -33,6 +33,7 @@ from rkvoice.clock import Clock, MonotonicClock
 from .feed import FrameFeed
 from .playback import Playback, Stream, StreamKind
 from .state import RATE, Heard, Job, Run, SatellitePort, SatelliteState
+from .timers import TimerRing
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,8 @@ class SatelliteCore:
         self._reply_due = False  # a synthesize came: the next stream is the run's reply
         self._sounds: dict[int, SatelliteState] = {}  # sounds queued and not played out, by id
         self._sound_ids = 0
+        self.ringer = TimerRing(playback, self.clock, lambda: self.post(self._ring_changed))
+        """A finished timer's ring (until the stop word, a wake, or its 15 minutes)."""
         self.feed = FrameFeed(self)
         """The loop, and the hear thread the microphone's frames go to (its ``hearing``, ``busy``, ``on_error``)."""
         playback.on_played = lambda stream: self.post(self._played, stream)
@@ -95,7 +98,7 @@ class SatelliteCore:
     def job(self) -> Job:
         """What the hear thread does with the next frame."""
         job = Job(wake=self.run is None, restart_wake=self._restart_wake, vad_head=self._vad_head,
-                  stop_word=self.run is None and self.playback.playing)
+                  stop_word=self.run is None and (self.playback.playing or self.ringer.ringing))
         self._restart_wake, self._vad_head = False, None
         return job
 
@@ -117,6 +120,7 @@ class SatelliteCore:
         """A stop phrase while something played: it ends (and whatever ``on_stop`` ends with it)."""
         log.info("satellite: stop word %r at %.2f s", heard.stop.text, heard.end / RATE)
         self.playback.clear("stop word")
+        self.ringer.stop("stop word")
         if self.on_stop is not None:
             self.on_stop()
 
@@ -139,6 +143,7 @@ class SatelliteCore:
 
     def _woke(self, heard: Heard) -> None:
         hit, head = heard.hit, heard.head if heard.head is not None else np.zeros(0, np.float32)
+        self.ringer.stop("wake")
         if self.playback.playing:
             self.playback.clear("barge-in")
         log.info("satellite: wake %r at %.2f s%s", hit.text, hit.at_s, f", request {hit.request!r}" if hit.request else "")
@@ -316,11 +321,14 @@ class SatelliteCore:
         return stream
 
     def ring(self, words: str) -> None:
-        """A finished timer: the board says ``words``."""
-        self._sound(self.playback.say(words), SatelliteState.RINGING)
+        """A finished timer: the board says ``words``, then rings (``ringer``)."""
+        self.ringer.start(words)
 
-    def _sound(self, sound_id: int, state: SatelliteState) -> None:
-        self._sounds[sound_id] = state
+    def _ring_changed(self) -> None:
+        if self.ringer.ringing:
+            self._sounds[0] = SatelliteState.RINGING  # (0: no sound's id)
+        else:
+            self._sounds.pop(0, None)
         self._settle()
 
     def _played(self, stream: Stream) -> None:

@@ -144,6 +144,7 @@ class Satellite:
     def close(self) -> None:
         self.mic.interrupt()
         self._stop.set()
+        self.link.core.ringer.stop("shutdown")
         self.playback.close()
         if self._thread is not None:
             self._thread.join(3.0)

@@ -1,19 +1,32 @@
-"""The satellite's timer table: Home Assistant runs the timers (its timer intents, for this device) and
-tells the satellite with ``timer-started/-updated/-cancelled/-finished``; the table mirrors them so the
-board knows what runs and for how long, and says a finished one aloud."""
+"""The satellite's timers: Home Assistant runs them (its timer intents, for this device) and tells the
+satellite with ``timer-started/-updated/-cancelled/-finished``; ``TimerTable`` mirrors them so the board
+knows what runs and for how long. A finished one rings (``TimerRing``): the board says it aloud, then
+the timer sound plays again and again, ``RING_GAP_S`` apart, until the stop word, a wake, or
+``RING_MAX_S``."""
 
 from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from rkvoice.clock import Clock, MonotonicClock
+
+from .playback import Playback
 
 log = logging.getLogger(__name__)
 
 FINISHED_WORDS = "计时器时间到了"
 """What the board says when a timer finishes (with the timer's name in front when it has one)."""
+RING_MAX_S = 15 * 60.0
+"""A finished timer rings this long at most when nobody stops it."""
+RING_GAP_S = 1.0
+"""Silence between two rings."""
+SOUND_WAIT_S = 90.0
+"""Longest wait for one ring to be handed to the player (the words of a slow voice included)."""
 
 
 @dataclass
@@ -77,3 +90,95 @@ class TimerTable:
     def ids(self) -> list[str]:
         with self._lock:
             return list(self._timers)
+
+
+def timer_sound(rate: int) -> np.ndarray:
+    """The timer sound at ``rate`` (float32): two short rising beeps."""
+    beep = np.arange(int(0.15 * rate)) / rate
+    fade = np.minimum(1.0, np.minimum(beep, beep[::-1]) / 0.01)
+    gap = np.zeros(int(0.08 * rate))
+    parts = [0.35 * fade * np.sin(2 * np.pi * hz * beep) for hz in (880.0, 1320.0)]
+    return np.concatenate([parts[0], gap, parts[1]]).astype(np.float32)
+
+
+@dataclass(eq=False)
+class Ringing:
+    """One finished timer ringing."""
+
+    words: str
+    since: float
+    stopped: threading.Event = field(default_factory=threading.Event)
+    pending: threading.Event = field(default_factory=threading.Event)
+    """Set once the ring queued last was handed to the player (or by ``stop``)."""
+    rings: int = 0
+    thread: threading.Thread | None = None
+
+
+class TimerRing:
+    """A finished timer's ring on ``playback``: ``start(words)`` says ``words``, then plays the timer sound
+    every ``gap_s`` (on a thread of its own) until ``stop(why)`` or ``max_s`` of ``clock``. A timer that
+    finishes while one rings takes its place. ``on_change()`` is told (from either thread) when it starts
+    or ends; ``ringing`` says which."""
+
+    def __init__(self, playback: Playback, clock: Clock | None = None, on_change: Callable[[], None] | None = None,
+                 max_s: float = RING_MAX_S, gap_s: float = RING_GAP_S) -> None:
+        self.playback = playback
+        self.clock = clock or MonotonicClock()
+        self.on_change = on_change
+        self.max_s = max_s
+        self.gap_s = gap_s
+        self.last: Ringing | None = None
+        """The ring now or the one before (``rings``, its ``thread``)."""
+        self._ring: Ringing | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def ringing(self) -> bool:
+        with self._lock:
+            return self._ring is not None
+
+    def start(self, words: str) -> None:
+        ring = Ringing(words, self.clock.now())
+        ring.thread = threading.Thread(target=self._run, args=(ring,), name="rkvoice-timer-ring", daemon=True)
+        with self._lock:
+            old, self._ring, self.last = self._ring, ring, ring
+            if old is not None:
+                old.stopped.set()
+                old.pending.set()
+        log.info("timer: ringing (%r) until the stop word, a wake or %.0f min", words, self.max_s / 60)
+        ring.thread.start()
+        self._changed()
+
+    def stop(self, why: str, only: Ringing | None = None) -> bool:
+        """Stop ringing (``only``: if that ring is the one ringing); False if nothing was stopped."""
+        with self._lock:
+            ring = self._ring
+            if ring is None or (only is not None and ring is not only):
+                return False
+            self._ring = None
+            ring.stopped.set()
+            ring.pending.set()
+        log.info("timer: ringing stopped (%s) after %d ring(s)", why, ring.rings)
+        self._changed()
+        return True
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+    def _run(self, ring: Ringing) -> None:
+        sound = timer_sound(self.playback.player.rate)
+        while self.clock.now() - ring.since < self.max_s:
+            with self._lock:
+                if ring.stopped.is_set():
+                    return
+                ring.pending = done = threading.Event()
+            if ring.rings == 0:
+                self.playback.say(ring.words)
+            self.playback.cue(sound, done=done.set)
+            ring.rings += 1
+            if not self.clock.wait(done, SOUND_WAIT_S):
+                log.warning("timer: the ring was not played within %.0f s; ringing on", SOUND_WAIT_S)
+            if not self.clock.pause(self.gap_s, ring.stopped):
+                return
+        self.stop(f"{self.max_s / 60:g} min without a stop", only=ring)
