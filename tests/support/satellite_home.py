@@ -137,64 +137,100 @@ class SatelliteHome:
 
     def ask(self, text: str, timeout: float = 90.0) -> Any:
         """Say 小智小智 + ``text``; the run once HA's reply has played on the board (AssertionError after ``timeout``)."""
-        link = self.satellite.link
-        before = len(link.runs)
+        core = self.satellite.link.core  # (the runs of either link: Wyoming or ESPHome)
+        before = len(core.runs)
         self.mic.say(request(self.voice, text))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            run = link.runs[-1] if len(link.runs) > before else None
+            run = core.runs[-1] if len(core.runs) > before else None
             if run is not None and run.over.is_set() and run.reply is not None and run.reply.ended.is_set():
                 return run
             time.sleep(0.02)
-        runs = [(r.ended, r.transcript, r.error) for r in link.runs[before:]]
+        runs = [(r.ended, r.transcript, r.error) for r in core.runs[before:]]
         raise AssertionError(f"no reply played for {text!r}: wakes {[w.text for w in self.satellite.mic.wakes]}, "
                              f"runs {runs}\n{self.ha.log()}")
+
+
+def home_config(ha: HomeHa, work: Path, **satellite: Any) -> Any:
+    """The configuration of a satellite in ``work`` of ``ha``'s home (named rkvoice, area 客厅; ``satellite``:
+    more satellite fields); home_assistant.url is HA's, so rkvoice-asr corrects the home's names."""
+    from rkvoice.config import load_config
+
+    base = load_config()
+    return replace(base, satellite=replace(base.satellite, **{"uri": "tcp://127.0.0.1:0", "name": "rkvoice",
+                                                              "area": "客厅", **satellite}),
+                   home_assistant=replace(base.home_assistant, url=ha.base, token_file=str(ha.token_file)),
+                   state=replace(base.state, dir=str(work / "state")))
+
+
+@contextlib.contextmanager
+def rkvoice_services(cfg: Any, work: Path, ha: HomeHa, asr: Any, voice: Any) -> Iterator[dict[str, str]]:
+    """rkvoice's Wyoming services server on loopback (``asr``, ``voice``, the assistant), added to ``ha`` by
+    its wyoming config flow, its speech-to-text and text-to-speech made the preferred pipeline's (zh-CN);
+    yields the entry's {domain: entity_id} (stt, tts, wake_word, conversation: rkvoice-handle)."""
+    from rkvoice.answer.assistant import Assistant
+    from rkvoice.config import WyomingConfig
+    from rkvoice.stages import wake_factory
+    from rkvoice.state import StateStore
+    from rkvoice.wyoming.engines import Engines
+    from rkvoice.wyoming.server import serve_wyoming
+
+    engines = Engines(asr=asr, tts=voice, assistant=Assistant(cfg, store=StateStore(work / "state")),
+                      wake_factory=wake_factory(cfg))
+    stop, ready, servers = threading.Event(), threading.Event(), []
+
+    def on_ready(server: Any) -> None:
+        servers.append(server)
+        ready.set()
+
+    server = threading.Thread(target=serve_wyoming, args=(replace(cfg, wyoming=WyomingConfig()), "tcp://127.0.0.1:0"),
+                              kwargs={"engines": engines, "stop": stop, "ready": on_ready}, daemon=True)
+    server.start()
+    try:
+        assert ready.wait(60), "the Wyoming services server did not start"
+        services = ha.add_wyoming("127.0.0.1", servers[0].port)
+        ents = ha.wyoming_entities(services["entry_id"], 4)
+        ha.set_pipeline(stt_engine=ents["stt"], stt_language="zh-CN", tts_engine=ents["tts"],
+                        tts_language="zh-CN", tts_voice=None, conversation_language="zh-CN")
+        yield ents
+    finally:
+        stop.set()
+        server.join(30)
+        if engines.assistant.home is not None:
+            engines.assistant.home.close()
+
+
+def board(cfg: Any, asr: Any, voice: Any, player: Any = None) -> tuple[Any, Any]:
+    """The board's loaded wake engine (the configured one, portable: asr-match on ``asr``) and Speak
+    (``voice``; ``player`` makes its player, default a RecordingPlayer, real-time paced)."""
+    from rkvoice.hear.wake_registry import create_wake
+    from rkvoice.stages import Speak
+    from tests.fakes import RecordingPlayer
+
+    wake = create_wake(cfg, asr)
+    wake.load()
+    speak = Speak(cfg, player=player or (lambda c: RecordingPlayer(c)), tts=lambda c: voice, cue=False)
+    speak.load()
+    return wake, speak
 
 
 @contextlib.contextmanager
 def satellite_home(work: Path, asr: Any, voice: Any, player: Any = None, ha: HomeHa | None = None,
                    board_vad: bool = True, local: bool = False) -> Iterator[SatelliteHome]:
     """HA (``ha``, else one started here with ``home_ha``) with rkvoice's services in its preferred pipeline
-    and the satellite added and running on ``asr`` (loaded; the wake engine transcribes with it) and
-    ``voice`` (loaded TtsEngine); rkvoice-asr corrects the home's names (home_assistant.url is HA's).
-    ``player`` makes the board's player (default: a RecordingPlayer,
-    real-time paced). ``board_vad``: the satellite ends requests with the board's VAD too (as the product
-    does), else HA's VAD alone. ``local``: the satellite as the daemon runs it (SatelliteListener), the
-    local loop answering (tools; a scripted LLM) while HA is not connected."""
-    from rkvoice.answer.assistant import Assistant
-    from rkvoice.config import WyomingConfig, load_config
-    from rkvoice.hear.wake_registry import create_wake
+    (``rkvoice_services``) and the satellite added and running on ``asr`` (loaded; the wake engine
+    transcribes with it) and ``voice`` (loaded TtsEngine). ``player`` makes the board's player (default: a
+    RecordingPlayer, real-time paced). ``board_vad``: the satellite ends requests with the board's VAD too
+    (as the product does), else HA's VAD alone. ``local``: the satellite as the daemon runs it
+    (SatelliteListener), the local loop answering (tools; a scripted LLM) while HA is not connected."""
     from rkvoice.satellite.run import Satellite, board_vad as make_vad
-    from rkvoice.stages import Speak, wake_factory
-    from rkvoice.state import StateStore
-    from rkvoice.wyoming.engines import Engines
-    from rkvoice.wyoming.server import serve_wyoming
-    from tests.fakes import RecordingPlayer
 
     with contextlib.ExitStack() as started:
         if ha is None:
             ha = started.enter_context(home_ha(work / "ha"))
-        base = load_config()
-        cfg = replace(base, satellite=replace(base.satellite, uri="tcp://127.0.0.1:0", name="rkvoice", area="客厅"),
-                      home_assistant=replace(base.home_assistant, url=ha.base, token_file=str(ha.token_file)),
-                      state=replace(base.state, dir=str(work / "state")))  # the home's names: rkvoice-asr corrects
-        engines = Engines(asr=asr, tts=voice, assistant=Assistant(cfg, store=StateStore(work / "state")),
-                          wake_factory=wake_factory(cfg))
-        stop, ready, servers = threading.Event(), threading.Event(), []
-
-        def on_ready(server: Any) -> None:
-            servers.append(server)
-            ready.set()
-
-        server = threading.Thread(target=serve_wyoming, args=(replace(cfg, wyoming=WyomingConfig()),
-                                                              "tcp://127.0.0.1:0"),
-                                  kwargs={"engines": engines, "stop": stop, "ready": on_ready}, daemon=True)
-        server.start()
-        assert ready.wait(60), "the Wyoming services server did not start"
-        wake = create_wake(cfg, asr)  # the configured (portable: asr-match) wake engine on the real ASR
-        wake.load()
-        speak = Speak(cfg, player=player or (lambda c: RecordingPlayer(c)), tts=lambda c: voice, cue=False)
-        speak.load()
+        cfg = home_config(ha, work)
+        started.enter_context(rkvoice_services(cfg, work, ha, asr, voice))
+        wake, speak = board(cfg, asr, voice, player)
         mic = LiveMic()
         listener: Any = None
         reports: list[Any] = []
@@ -202,10 +238,6 @@ def satellite_home(work: Path, asr: Any, voice: Any, player: Any = None, ha: Hom
             satellite = Satellite(cfg, WakeOnly(wake), speak, segmenter=make_vad(cfg) if board_vad else None)
             listening = threading.Thread(target=satellite.run, args=(mic,), name="satellite-mic", daemon=True)
         try:
-            services = ha.add_wyoming("127.0.0.1", servers[0].port)
-            ents = ha.wyoming_entities(services["entry_id"], 4)
-            ha.set_pipeline(stt_engine=ents["stt"], stt_language="zh-CN", tts_engine=ents["tts"],
-                            tts_language="zh-CN", tts_voice=None, conversation_language="zh-CN")
             if local:
                 listener = local_listener(cfg, work, asr, wake, speak, mic, reports)
                 satellite = listener.satellite
@@ -225,10 +257,6 @@ def satellite_home(work: Path, asr: Any, voice: Any, player: Any = None, ha: Hom
                 satellite.close()
             listening.join(5)
             speak.close()
-            stop.set()
-            server.join(30)
-            if engines.assistant.home is not None:
-                engines.assistant.home.close()
 
 
 def local_listener(cfg: Any, work: Path, asr: Any, wake: Any, speak: Any, mic: LiveMic, reports: list[Any]) -> Any:
@@ -236,6 +264,7 @@ def local_listener(cfg: Any, work: Path, asr: Any, wake: Any, speak: Any, mic: L
     scripted LLM) while HA is away; both report into ``reports``."""
     from rkvoice.answer.assistant import Assistant
     from rkvoice.daemon.listener import LocalListener
+    from rkvoice.esphome import link_for
     from rkvoice.satellite.run import SatelliteListener, board_vad
     from rkvoice.stages import Hear, Stages
     from rkvoice.state import StateStore
@@ -254,4 +283,4 @@ def local_listener(cfg: Any, work: Path, asr: Any, wake: Any, speak: Any, mic: L
     def local(gate: Any) -> LocalListener:
         return LocalListener(stages, cfg, reports.append, busy, source, answer_gate=gate)
 
-    return SatelliteListener(stages, cfg, reports.append, busy, source, local=local)
+    return SatelliteListener(stages, cfg, reports.append, busy, source, local=local, link=link_for(cfg))
