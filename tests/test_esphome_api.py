@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aioesphomeapi import APIClient, InvalidEncryptionKeyAPIError, RequiresEncryptionAPIError, SwitchInfo
+from aioesphomeapi import (
+    APIClient,
+    InvalidEncryptionKeyAPIError,
+    MediaPlayerInfo,
+    MediaPlayerState,
+    RequiresEncryptionAPIError,
+    SwitchInfo,
+)
 from aioesphomeapi.core import EncryptionPlaintextAPIError
 from fakes import MarkerWake, wait_until
 from test_satellite import FeedMic, StubHear, speak_stage
@@ -85,7 +92,7 @@ def test_home_assistants_client_reads_the_device(tmp_path, key):
                 entities, services = await cli.list_entities_services()
                 states: list[Any] = []
                 cli.subscribe_states(states.append)
-                await until_async(lambda: len(states) == 1)
+                await until_async(lambda: len(states) == 2)
             finally:
                 await cli.disconnect()
             assert info.name == "kitchen-board" and info.friendly_name == "Kitchen Board"
@@ -93,8 +100,10 @@ def test_home_assistants_client_reads_the_device(tmp_path, key):
             assert info.voice_assistant_feature_flags == 1 | 4 | 8 | 16 | 32  # 61: voice, API audio, timers, announce, start conversation
             assert info.api_encryption_supported
             assert len(info.mac_address.split(":")) == 6
-            assert [(type(e), e.key, e.object_id) for e in entities] == [(SwitchInfo, 1, "mute")] and not services
-            assert [(s.key, s.state) for s in states] == [(1, False)]
+            assert [(type(e), e.key, e.object_id) for e in entities] == [(SwitchInfo, 1, "mute"),
+                                                                         (MediaPlayerInfo, 2, "media_player")]
+            assert not services
+            assert [(s.key, s.state) for s in states] == [(1, False), (2, MediaPlayerState.IDLE)]
 
         asyncio.run(scenario())
 
@@ -218,7 +227,7 @@ def test_the_mute_switch_pauses_the_satellite_and_is_kept(tmp_path):
             cli = await connected(satellite)
             try:
                 states: list[Any] = []
-                cli.subscribe_states(states.append)
+                cli.subscribe_states(lambda s: states.append(s) if s.key == 1 else None)
                 unsubscribe = cli.subscribe_voice_assistant(handle_start=_never_start, handle_stop=_stop)
                 await until_async(lambda: core.state is SatelliteState.IDLE)
                 cli.switch_command(1, True)
@@ -234,7 +243,7 @@ def test_the_mute_switch_pauses_the_satellite_and_is_kept(tmp_path):
             cli = await connected(satellite)
             try:
                 states: list[Any] = []
-                cli.subscribe_states(states.append)
+                cli.subscribe_states(lambda s: states.append(s) if s.key == 1 else None)
                 cli.subscribe_voice_assistant(handle_start=_never_start, handle_stop=_stop)
                 await until_async(lambda: [s.state for s in states] == [True])
                 assert satellite.link.core.state is SatelliteState.MUTED
@@ -478,9 +487,9 @@ def test_another_entity_is_listed_commanded_and_its_changes_reach_every_client(t
             cli = await connected(satellite)
             try:
                 entities, _ = await cli.list_entities_services()
-                assert [(e.key, e.object_id) for e in entities] == [(1, "mute"), (7, "lamp")]
+                assert [(e.key, e.object_id) for e in entities] == [(1, "mute"), (2, "media_player"), (7, "lamp")]
                 states: list[Any] = []
-                cli.subscribe_states(lambda s: states.append((s.key, s.state)))
+                cli.subscribe_states(lambda s: states.append((s.key, s.state)) if s.key != 2 else None)
                 await until_async(lambda: sorted(states) == [(1, False), (7, False)])
                 cli.switch_command(7, True)
                 await until_async(lambda: states[-1] == (7, True) and lamp.on)

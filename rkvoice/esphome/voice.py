@@ -23,7 +23,8 @@ A turn, as the core asks for it (``SatellitePort``):
 
 VoiceAssistantAnnounceRequest (announce, start_conversation, ask_question): the chime and the media are
 fetched and played, then AnnounceFinished; with ``start_conversation`` a run starts as above. Timer
-events keep the timer table; a finished timer rings (the core's ``ring``).
+events keep the timer table; a finished timer rings (the core's ``ring``). The media player entity
+(rkvoice.esphome.media_entity) is held while the satellite hears or speaks; the stop word ends it.
 
 A URL that fails or is not audio: one line, nothing played, AnnounceFinished all the same.
 """
@@ -68,6 +69,7 @@ from rkvoice.satellite.timers import TimerTable
 from .announce import announcer
 from .entities import Entity, MuteSwitch, WakeWords
 from .identity import KeyStore, load_state
+from .media_entity import MediaPlayerEntity
 from .reply_audio import Audio, AudioFetchError, fetch_audio
 from .server import ApiConnection, ApiServer, DeviceInfo
 from .turns import ABANDONED, Finish, Turn
@@ -81,7 +83,7 @@ CHUNK_BYTES = 4096
 MUTE_KEY = 1
 class EsphomeLink:
     """The ESPHome adapter over its ``core``: ``serve(stop, ready)`` runs the loop on the calling thread
-    (blocking). ``entities``: more entities to list (e.g. a media player); the mute switch is key 1."""
+    (blocking). ``entities``: more entities to list; the mute switch is key 1, the media player 2."""
 
     def __init__(self, cfg: Config, playback: Playback, timers: TimerTable, clock: Clock | None = None,
                  uri: str = "", entities: Sequence[Entity] = (), state_dir: Path | None = None) -> None:
@@ -101,9 +103,11 @@ class EsphomeLink:
         self.keys = KeyStore(cfg, state_dir)
         self.wake_words = WakeWords({wake_word(cfg): cfg.hear.wake_phrase}, self.device)
         self.mute = MuteSwitch(MUTE_KEY, lambda: self.device.muted, self._set_muted)
+        self.media = MediaPlayerEntity(playback, self.entity_changed)
+        self.core.on_state, self.core.on_stop = self.media.player.follow, self.media.player.stop
         info = DeviceInfo(self.device.name, cfg.satellite.name, self.device.mac,
                           __version__, cfg.satellite.area)
-        self.server = ApiServer(info, self.keys, [self.mute, *entities], self.wake_words, self)
+        self.server = ApiServer(info, self.keys, [self.mute, self.media, *entities], self.wake_words, self)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._peer: ApiConnection | None = None
@@ -155,6 +159,7 @@ class EsphomeLink:
                 await mdns.stop()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 2.0)
+            self.media.player.close()
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._loop = None
 
@@ -163,8 +168,8 @@ class EsphomeLink:
         await self.server.accept(reader, writer)
 
     def add_entity(self, entity: Entity) -> None:
-        """One more entity to list (e.g. the media player), before Home Assistant connects; its key must be
-        unique (the mute switch is 1)."""
+        """One more entity to list, before Home Assistant connects; its key must be unique (the mute switch
+        is 1, the media player 2)."""
         assert all(e.key != entity.key for e in self.server.entities), f"entity key {entity.key} is taken"
         self.server.entities.append(entity)
 

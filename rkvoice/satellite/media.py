@@ -124,6 +124,8 @@ class MediaPlayer:
             tracks = [t for t in (self._music, self._announcement) if t is not None]
             self._music = self._announcement = None
             self._paused = False
+            for track in tracks:  # set under the lock: a track waiting for its pieces sees it when notified
+                track.stopped.set()
             self._cond.notify_all()
         for track in tracks:
             track.stop()
