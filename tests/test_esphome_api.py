@@ -48,11 +48,12 @@ def esphome_config(state_dir: Path, key: str = "", zeroconf: bool = False, name:
 
 @contextlib.contextmanager
 def esphome_device(state_dir: Path, key: str = "", script: list[Any] | None = None, zeroconf: bool = False,
-                   name: str = "Kitchen Board") -> Iterator[tuple[Satellite, FeedMic, Any]]:
+                   name: str = "Kitchen Board", player: Any = None) -> Iterator[tuple[Satellite, FeedMic, Any]]:
     """The satellite as an ESPHome device on a free loopback port (not announced unless ``zeroconf``), its
-    microphone fed by the test (marker k: the wake phrase with ``script[k-1]``)."""
+    microphone fed by the test (marker k: the wake phrase with ``script[k-1]``); ``player(cfg)`` makes its
+    player (default: a RecordingPlayer that takes everything at once)."""
     cfg = esphome_config(state_dir, key, zeroconf, name)
-    speak = speak_stage(cfg)
+    speak = speak_stage(cfg, player)
     satellite = Satellite(cfg, StubHear(MarkerWake(script or ["", ""])), speak, link=EsphomeLink)  # type: ignore[arg-type]
     satellite.start()
     mic = FeedMic()
