@@ -346,6 +346,27 @@ def test_home_assistants_audio_formats_decode(fmt):
         decode(b"<html>not found</html>" * 10)
 
 
+def test_a_flac_that_does_not_say_its_length_decodes():
+    """Home Assistant's TTS and ffmpeg proxies write their FLAC to a pipe: STREAMINFO's total samples is 0
+    (unknown), libsndfile says SF_COUNT_MAX frames and fails to read it; seen against HA 2026.2.3 (a reply
+    refused as lasting 576460752303424 s)."""
+    import io
+
+    from rkvoice.esphome.reply_audio import UNKNOWN_FRAMES, decode
+
+    buf = io.BytesIO()
+    tone = 0.3 * np.sin(np.arange(22050) * 0.05)
+    sf.write(buf, np.stack([tone, tone], axis=1), 22050, format="FLAC")
+    data = bytearray(buf.getvalue())
+    fields = int.from_bytes(data[18:26], "big")  # STREAMINFO: rate, channels, bits, then 36 bits of samples
+    data[18:26] = (fields & ~((1 << 36) - 1)).to_bytes(8, "big")
+    assert sf.info(io.BytesIO(bytes(data))).frames == UNKNOWN_FRAMES
+    audio = decode(bytes(data))
+    assert (audio.rate, audio.channels) == (22050, 2) and audio.seconds == pytest.approx(1.0, abs=0.01)
+    level = np.abs(np.frombuffer(audio.pcm, "<i2")).max() / 32768
+    assert level == pytest.approx(0.3, abs=0.03)
+
+
 def test_pipeline_events_from_a_client_that_does_not_run_the_voice_assistant_are_one_line(tmp_path, caplog):
     with esphome_device(tmp_path) as (satellite, mic, _speak):
         core = satellite.link.core

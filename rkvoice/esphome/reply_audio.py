@@ -1,6 +1,6 @@
 """Home Assistant's audio by URL (a reply's TTS, an announcement and its chime): fetched over HTTP and
-decoded with soundfile (libsndfile: WAV, FLAC, OGG, and MP3 where the library has it) to 16-bit PCM for
-the satellite's playback. Blocking: the voice adapter runs it on its own thread. A URL that fails, is too
+decoded with soundfile (libsndfile: WAV, FLAC, OGG, and MP3 where the library has it; PyAV for a stream
+whose header does not say its length) to 16-bit PCM for the satellite's playback. Blocking: the voice adapter runs it on its own thread. A URL that fails, is too
 long or is not audio is an ``AudioFetchError`` (one line for the log: the peer's problem, not ours)."""
 
 from __future__ import annotations
@@ -16,6 +16,10 @@ FETCH_TIMEOUT_S = 15.0
 MAX_BYTES = 64 << 20
 """Largest audio file taken (a longer one, e.g. a stream that never ends, is refused)."""
 MAX_AUDIO_S = 600.0
+UNKNOWN_FRAMES = 2**63 - 1
+"""libsndfile's frame count of a stream whose header does not say its length (SF_COUNT_MAX): the FLAC of
+Home Assistant's TTS and ffmpeg proxies, written to a pipe. libsndfile's FLAC reader fails to read one
+(its seek after each read fails); PyAV decodes it."""
 
 
 class AudioFetchError(Exception):
@@ -54,6 +58,8 @@ def decode(data: bytes, what: str = "the audio") -> Audio:
 
     try:
         with soundfile.SoundFile(io.BytesIO(data)) as f:
+            if f.frames >= UNKNOWN_FRAMES:  # a stream that does not say its length: libsndfile cannot read it
+                return _decode_stream(data, what)
             if f.frames > MAX_AUDIO_S * f.samplerate:
                 raise AudioFetchError(f"{what} lasts {f.frames / f.samplerate:.0f} s, over {MAX_AUDIO_S:.0f} s")
             samples = f.read(dtype="int16", always_2d=True)
@@ -64,6 +70,29 @@ def decode(data: bytes, what: str = "the audio") -> Audio:
         samples = samples[:, :2]
         channels = 2
     return Audio(rate, channels, np.ascontiguousarray(samples).astype("<i2").tobytes())
+
+
+def _decode_stream(data: bytes, what: str) -> Audio:
+    """``data`` decoded front to back by PyAV (FFmpeg): 16-bit, its rate, mono or stereo."""
+    import av
+
+    try:
+        with av.open(io.BytesIO(data), "r") as container:
+            stream = container.streams.audio[0]
+            rate, channels = int(stream.rate), min(2, int(stream.channels))
+            resampler = av.AudioResampler(format="s16", layout="stereo" if channels == 2 else "mono", rate=rate)
+            pieces, frames = [], 0
+            for frame in container.decode(stream):
+                for out in resampler.resample(frame):
+                    pieces.append(out.to_ndarray().reshape(-1))
+                    frames += out.samples
+                if frames > MAX_AUDIO_S * rate:
+                    raise AudioFetchError(f"{what} lasts over {MAX_AUDIO_S:.0f} s")
+            pieces += [out.to_ndarray().reshape(-1) for out in resampler.resample(None)]
+    except (av.FFmpegError, IndexError) as exc:
+        raise AudioFetchError(f"{what} is not audio this device decodes ({exc})") from None
+    pcm = np.concatenate(pieces) if pieces else np.zeros(0, np.int16)
+    return Audio(rate, channels, pcm.astype("<i2").tobytes())
 
 
 def fetch_audio(url: str) -> Audio:
