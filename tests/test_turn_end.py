@@ -252,6 +252,51 @@ def test_a_failed_decode_or_words_off_end_the_request_as_judged(texts, endpoint)
     assert [j.verdict for j in seg.judgements] == [Verdict.COMPLETE] and 0.2 <= seg.decided_s - 2.0 < 0.2 + FRAME_S
 
 
+def wake_decision(spans: list[tuple[float, float]], script: dict[int, list[float | None]],
+                  words: Transcripts | None) -> tuple[TurnEnd, ScriptedJudge]:
+    """The wake's segmenter (rkvoice.hear.wake.phrase_segmenter) on a scripted VAD and model: a
+    transcript holds a request when it goes on after 小智小智."""
+    dec, judge = decision([], script)
+    dec.vad = ScriptedSegmenter(spans, silence_s=0.2)
+    dec.holds_request = lambda text: text.startswith("小智小智") and len(text.strip("。")) > 4
+    dec.pass_max_s = 2.5
+    dec.on_pause = words
+    dec.restart(0)
+    return dec, judge
+
+
+def test_the_wake_phrase_alone_ends_at_its_pause_unjudged_once_its_transcript_is_known():
+    words = Transcripts(["小智小智。"], ready=False)
+    dec, judge = wake_decision([(1.0, 2.0)], {0: [0.1]}, words)
+    assert run(dec, 2.5) == []  # the wake's check needs the transcript anyway
+    words.finish(0)
+    (seg,) = run(dec, FRAME_S)
+    assert [j.verdict for j in seg.judgements] == [Verdict.NO_REQUEST] and judge.calls == []
+
+
+def test_the_phrase_and_a_request_in_one_breath_end_by_the_decision():
+    dec, judge = wake_decision([(1.0, 2.5)], {0: [0.95]}, Transcripts(["小智小智现在几点。"]))
+    (seg,) = run(dec, 4.0)
+    assert [j.verdict for j in seg.judgements] == [Verdict.COMPLETE] and len(judge.calls) == 1
+    assert 0.2 <= seg.decided_s - 2.5 < 0.2 + FRAME_S
+
+
+def test_a_one_breath_request_that_stops_on_a_coverb_waits_for_the_rest():
+    # "小智小智帮我把" ... 0.6 s ... "客厅灯打开": held through the pause, heard as one request
+    dec, _ = wake_decision([(1.0, 2.5), (3.1, 4.0)], {0: [0.95, 0.95]},
+                           Transcripts(["小智小智帮我把。", "小智小智帮我把客厅灯打开。"]))
+    (seg,) = run(dec, 6.0)
+    assert (seg.start_s, seg.end_s) == (1.0, 4.0)
+    assert [j.verdict for j in seg.judgements] == [Verdict.COMPLETE, Verdict.UNFINISHED, Verdict.COMPLETE]
+
+
+def test_the_wake_s_speech_without_a_transcript_ends_at_its_pause_when_short_else_is_judged():
+    dec, judge = wake_decision([(1.0, 2.0), (4.0, 7.0)], {0: [0.1], 1: [0.95]}, None)
+    first, second = run(dec, 9.0)
+    assert [j.verdict for j in first.judgements] == [Verdict.NO_REQUEST]
+    assert [j.verdict for j in second.judgements] == [Verdict.COMPLETE] and [u for u, _ in judge.calls] == [1]
+
+
 def test_a_request_held_past_the_longest_request_is_cut():
     dec, _ = decision([(1.0, 7.0), (7.5, 13.5)], {0: [0.1]}, max_silence_ms=2000)
     (seg,) = run(dec, 15.0)

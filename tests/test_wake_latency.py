@@ -12,7 +12,8 @@ import pytest
 from rkvoice.config import load_config
 from rkvoice.hear.session import HearSession, Mode, Request, Wake
 from rkvoice.hear.sources import to_mono_16k
-from rkvoice.hear.vad import SAMPLE_RATE, WINDOW, Segment, Segmenter, on_grid, vad_model_path
+from rkvoice.hear.turn_end import TurnEnd
+from rkvoice.hear.vad import SAMPLE_RATE, WINDOW, Segment, Segmenter, Verdict, on_grid, vad_model_path
 from rkvoice.hear.wake import PHRASE_MAX_S, PHRASE_SILENCE_S, AsrMatchWake
 from tests.support import cer
 
@@ -49,12 +50,24 @@ def feed(segmenter: Segmenter, stream: np.ndarray) -> list[Segment]:
 
 
 def test_the_wake_engine_segments_with_the_short_phrase_silence():
-    cfg = load_config()
+    cfg = load_config([{"hear": {"endpoint": {"mode": "silence"}}}])
     seg = AsrMatchWake(cfg, object()).segmenter  # type: ignore[arg-type]
-    assert seg.early_max_s == PHRASE_MAX_S
+    assert type(seg) is Segmenter and seg.early_max_s == PHRASE_MAX_S
     assert Segmenter(cfg).early_silence_s == 0.0  # the request segmenter keeps the trailing silence
     assert Segmenter(cfg, early_silence_s=1.0, early_max_s=2.0).early_silence_s == 0.0  # not shorter: off
     assert seg.early_silence_s == on_grid(cfg.hear.trailing_silence_ms / 1000, PHRASE_SILENCE_S)
+
+
+def test_with_the_end_of_turn_decision_the_wake_s_longer_speech_ends_by_it():
+    """mode smart: phrase-length speech still closes at the phrase silence, unjudged; the phrase and a
+    request in one breath end by the end-of-turn decision (its VAD closes at the short silence)."""
+    cfg = load_config()
+    assert cfg.hear.endpoint.mode == "smart"
+    seg = AsrMatchWake(cfg, object()).segmenter  # type: ignore[arg-type]
+    assert isinstance(seg, TurnEnd) and seg.pass_max_s == PHRASE_MAX_S
+    short_s = cfg.hear.endpoint.short_silence_ms / 1000
+    assert seg.vad.trailing_silence_s == short_s and seg.vad.early_max_s == PHRASE_MAX_S
+    assert seg.vad.early_silence_s == on_grid(short_s, PHRASE_SILENCE_S)
 
 
 @pytest.mark.parametrize("trailing_ms", [200, 500, 800, 1000])
@@ -155,3 +168,45 @@ def test_phrase_short_pause_then_request_is_a_woken_request(hear_asr, say):
     assert isinstance(events[0], Wake) and isinstance(events[-1], Request), events
     request = events[-1]
     assert request.woke and cer("现在几点", request.text) <= 0.25, request.text
+
+
+class HeardAs:
+    """An ASR that hears every segment as ``text`` (the wake engine's transcripts are not under test:
+    the real VAD and end-of-turn model are)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def load(self) -> None:
+        pass
+
+    def transcribe(self, samples: np.ndarray, **_: object) -> str:
+        return self.text
+
+
+@pytest.mark.parametrize("text, ends_early", [("小智小智现在几点", True), ("小智小智打开客厅灯", True),
+                                              ("小智小智帮我把", False), ("小智小智空调调到", False)])
+def test_a_request_said_with_the_phrase_in_one_breath_ends_by_the_end_of_turn_decision(say, text, ends_early):
+    """Before, speech of phrase length closed after 136 ms whatever it held (a one-breath request cut at
+    帮我把 included) and longer speech after 500 ms. Now the phrase's segment with a request in it is
+    judged as a request: finished ones end at the short silence, unfinished ones are waited for."""
+    from rkvoice.hear.ahead import TranscribeAhead
+
+    cfg = load_config()
+    wake = AsrMatchWake(cfg, TranscribeAhead(HeardAs(text)))  # type: ignore[arg-type]
+    closed: list[Segment] = []
+    wake.on_segment = closed.append
+    wake.load()
+    wake.restart(0)
+    stream = np.concatenate([silence(0.5), say(text), silence(2.5)])
+    hits = [h for i in range(0, len(stream) - 511, 512) if (h := wake.accept(stream[i : i + 512])) is not None]
+    assert [h.request for h in hits] == [text[4:]] and len(closed) == 1
+    (seg,) = closed
+    waited_s = seg.decided_s - seg.end_s
+    assert seg.judgements[0].probability is not None  # the model judged it
+    if ends_early:
+        assert seg.judgements[-1].verdict is Verdict.COMPLETE
+        assert waited_s < cfg.hear.trailing_silence_ms / 1000.0
+    else:
+        assert seg.judgements[-1].verdict is Verdict.MAX_SILENCE
+        assert waited_s >= cfg.hear.endpoint.max_silence_ms / 1000.0

@@ -9,6 +9,11 @@ VAD closes speech after ``hear.endpoint.short_silence_ms``; the speech so far is
 Judged finished (probability >= ``threshold``), the request ends now; else it waits, judged again every
 ``recheck_ms`` as the silence grows, and ends after ``max_silence_ms`` all the same. Speech that
 resumes joins the held speech (the pause kept in it) and the whole is judged when it pauses again.
+The wake's segmenter (rkvoice.hear.wake.phrase_segmenter) is one with ``holds_request``: speech that
+pauses with nothing held is judged only when its transcript holds a request after the wake phrase (the
+phrase and a request in one breath); the phrase alone, or speech without it, ends at its pause as the
+transcript is known (the wake's check needs that transcript anyway). Without a transcript, speech of
+at most ``pass_max_s`` ends at its pause and longer speech is judged.
 The model runs on its own thread, waited for at most ``budget_ms``. Without a usable model (missing,
 corrupt, another shape), or after a judgement that raised or was not back within ``budget_ms``, a
 request ends after ``hear.trailing_silence_ms`` of silence, as in ``mode: silence``; one warning says
@@ -24,78 +29,31 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
 
 import numpy as np
 
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
-from rkvoice.errors import RkvoiceError, Stage
-from rkvoice.hear.turn_features import FRAMES, N_MELS, last_window, log_mel  # noqa: F401 (re-exported)
+from rkvoice.errors import RkvoiceError
+from rkvoice.hear.turn_model import (  # noqa: F401 (re-exported)
+    FRAMES,
+    MODEL_FILE,
+    N_MELS,
+    SmartTurn,
+    TurnJudge,
+    last_window,
+    log_mel,
+    turn_model_path,
+)
 from rkvoice.hear.vad import SAMPLE_RATE, Judgement, Segment, Segmenter, Verdict
 from rkvoice.text.unfinished import unfinished
 
 log = logging.getLogger(__name__)
 
-MODEL_FILE = "smart-turn-v3.2-cpu.onnx"
 MAX_FAULTS = 3  # judgements failed or slow in a row before the model is left out for good
-
-
-def turn_model_path(cfg: Config) -> Path:
-    """The profile's copy: models/<profile>/turn/smart-turn-v3.2-cpu.onnx (both profiles install one)."""
-    return cfg.models.path / cfg.models.profile / "turn" / MODEL_FILE
-
-
-# ---------------------------------------------------------------------------------------- features
-
-# ---------------------------------------------------------------------------------------- the model
-
-class TurnJudge(Protocol):
-    def load(self) -> None: ...
-
-    def probability(self, samples: np.ndarray) -> float:
-        """How likely the speaker has finished, from the speech so far and the silence after it."""
-
-
-class SmartTurn:
-    """Smart Turn v3 on onnxruntime (``threads`` intra-op threads, sequential)."""
-
-    def __init__(self, path: Path, threads: int = 1) -> None:
-        self.path = path
-        self.threads = threads
-        self._session: Any = None
-        self._input = "input_features"
-
-    def load(self) -> None:
-        import onnxruntime as ort
-
-        if not self.path.is_file():
-            raise RkvoiceError(Stage.VAD, "missing-model", f"end-of-turn model {self.path} is missing; run ./install.sh")
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = self.threads
-        opts.inter_op_num_threads = 1
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        try:
-            session = ort.InferenceSession(str(self.path), sess_options=opts, providers=["CPUExecutionProvider"])
-        except Exception as exc:  # onnxruntime's own error types: a corrupt or foreign file
-            raise RkvoiceError(Stage.VAD, "bad-model", f"end-of-turn model {self.path} does not load ({exc}); "
-                               "run ./install.sh to fetch it again") from exc
-        inputs, outputs = session.get_inputs(), session.get_outputs()
-        if len(inputs) != 1 or list(inputs[0].shape[1:]) != [N_MELS, FRAMES] or len(outputs) != 1:
-            shape = [list(i.shape) for i in inputs]
-            raise RkvoiceError(Stage.VAD, "bad-model", f"end-of-turn model {self.path} takes {shape}, not "
-                               f"[batch, {N_MELS}, {FRAMES}] log-mel features; run ./install.sh to fetch it again")
-        self._session, self._input = session, inputs[0].name
-        self.probability(np.zeros(SAMPLE_RATE, np.float32))  # warm up: the first run is the slowest
-
-    def probability(self, samples: np.ndarray) -> float:
-        if self._session is None:
-            raise RuntimeError("SmartTurn.load() was not called")
-        out = self._session.run(None, {self._input: log_mel(samples)[None]})
-        return float(np.asarray(out[0]).reshape(-1)[0])  # the graph ends in a sigmoid
 
 
 # ---------------------------------------------------------------------------------------- the decision
@@ -143,15 +101,19 @@ class _Held:
     """The transcript of ``samples`` being made (``on_pause``'s answer), for the words' second opinion."""
     confirming: bool = False
     """Judged finished: it ends once its transcript is known not to stop on an unfinished word."""
+    heard: Future[str] | None = None
+    """The wake's segment: its transcript, which says whether it holds a request to judge."""
 
 
 class TurnEnd(Segmenter):
     """A Segmenter whose requests end by the end-of-turn decision (see the module). ``vad``: the
     segmenter that closes speech at the short silence (default: silero with that silence); ``judge``:
-    the model (default: Smart Turn v3, from the install); ``clock`` times the judgements."""
+    the model (default: Smart Turn v3, from the install); ``clock`` times the judgements;
+    ``holds_request`` and ``pass_max_s``: the wake's segmenter (see the module)."""
 
     def __init__(self, cfg: Config, vad: Segmenter | None = None, judge: TurnJudge | None = None,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, holds_request: Callable[[str], bool] | None = None,
+                 pass_max_s: float = 0.0) -> None:
         super().__init__(cfg)
         ep = cfg.hear.endpoint
         self.short_ms = float(ep.short_silence_ms)
@@ -161,6 +123,8 @@ class TurnEnd(Segmenter):
         self.threshold = ep.threshold
         self.budget_ms = float(ep.budget_ms)
         self.words = ep.words
+        self.holds_request = holds_request
+        self.pass_max_s = pass_max_s
         self.vad = vad if vad is not None else Segmenter(cfg, trailing_silence_s=self.short_ms / 1000.0)
         self.judge: TurnJudge | None = judge or SmartTurn(turn_model_path(cfg), ep.threads)
         self.clock = clock or MonotonicClock()
@@ -233,6 +197,7 @@ class TurnEnd(Segmenter):
         """Speech the VAD closed: joins the held request; judged now (a cut one ends at once)."""
         out: list[Segment] = []
         for seg in segments:
+            fresh = self._held is None
             held = self._join(seg)
             if seg.truncated or held.end_s - held.start_s >= self.max_request_s:
                 out.append(self._end(held, Verdict.CUT, truncated=True))
@@ -240,9 +205,14 @@ class TurnEnd(Segmenter):
             self._held = held
             if not judge:
                 continue
-            if self.on_pause is not None:  # its transcript, while the model judges
-                made = self.on_pause(held.samples)
-                held.transcript = made if self.words and isinstance(made, Future) else None
+            made = self.on_pause(held.samples) if self.on_pause is not None else None  # made while it is judged
+            held.transcript = made if self.words and isinstance(made, Future) else None
+            if fresh and self.holds_request is not None:
+                if isinstance(made, Future):
+                    held.heard = made
+                elif held.end_s - held.start_s <= self.pass_max_s:
+                    out.append(self._end(held, Verdict.NO_REQUEST))
+                    continue
             ended = self._wait(held)
             if ended is not None:
                 out.append(ended)
@@ -262,6 +232,14 @@ class TurnEnd(Segmenter):
     def _wait(self, held: _Held) -> Segment | None:
         """The held request at the current silence: ended (a Segment) or still waited for (None)."""
         silence = self._silence_ms(held)
+        if held.heard is not None:
+            if not held.heard.done():
+                return None if silence < self.max_ms else self._end(held, Verdict.NO_REQUEST)
+            text = _text(held.heard)
+            held.heard = None
+            assert self.holds_request is not None
+            if text is None or not self.holds_request(text):
+                return self._end(held, Verdict.NO_REQUEST)
         if held.confirming:
             return self._confirm(held, silence)
         if held.by_silence or self.judge is None:
@@ -293,9 +271,7 @@ class TurnEnd(Segmenter):
         transcript = held.transcript
         if transcript is not None and not transcript.done():
             return None if silence < self.fallback_ms else self._end(held, Verdict.COMPLETE)
-        text = None
-        if transcript is not None and not transcript.cancelled() and transcript.exception() is None:
-            text = transcript.result()
+        text = _text(transcript) if transcript is not None else None
         word = unfinished(text) if text is not None else None
         if word is None:
             return self._end(held, Verdict.COMPLETE)
@@ -372,9 +348,15 @@ class TurnEnd(Segmenter):
         judged = list(held.judgements)
         if verdict is not Verdict.COMPLETE:
             judged.append(Judgement(round(self._silence_ms(held), 1), None, 0.0, verdict))
-            log.info("end of turn after %.0f ms of silence: %s", self._silence_ms(held), verdict)
+            say = log.debug if verdict is Verdict.NO_REQUEST else log.info
+            say("end of turn after %.0f ms of silence: %s", self._silence_ms(held), verdict)
         return Segment(held.samples, held.start_s, held.end_s, self.now_s, truncated=truncated,
                        judgements=tuple(judged))
+
+
+def _text(made: Future[str]) -> str | None:
+    """A finished transcript's text; None when it was cancelled or failed."""
+    return made.result() if not made.cancelled() and made.exception() is None else None
 
 
 def request_end(cfg: Config, early_silence_s: float = 0.0, clock: Clock | None = None) -> Segmenter:

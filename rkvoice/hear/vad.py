@@ -45,6 +45,7 @@ class Verdict(enum.StrEnum):
     FAILED = "failed"  # the judgement raised
     UNFINISHED = "unfinished words"  # judged finished, but its transcript stops on a word that needs more
     CUT = "cut"  # the request reached hear.max_request_s
+    NO_REQUEST = "no request"  # the wake's segment holds no request after the phrase: it ends at its pause
     END_OF_STREAM = "end-of-stream"
 
 

@@ -10,7 +10,8 @@ segment up to ``SHORT_S`` the plain decode misses gets a second decode primed wi
 into the phrase, so the phrase forced on the audio through the unprimed decoder must also reach
 ``MIN_PHRASE_LOGPROB`` per token (wake-only clips: -0.4 to -1.5 bar one at SNR 5 dB; primed near
 misses: -1.8 to -3.2; bench/wake_recall.py). Phrase-length speech closes after ``PHRASE_SILENCE_S``
-(bench/wake_latency.py).
+(bench/wake_latency.py); longer speech (the phrase and a request in one breath) ends by the same
+end-of-turn decision as a request (``phrase_segmenter``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,20 @@ SHORT_S = 3.0  # segments up to this long may be the phrase alone: they get the 
 MIN_PHRASE_LOGPROB = -1.6  # the primed look's phrase must be this likely per token, unprimed
 PHRASE_SILENCE_S = 0.15  # speech of phrase length is decided after this much silence
 PHRASE_MAX_S = 2.5  # "phrase length": the wake set's slowest phrase (0.7x, "小智，小智。") is under 2 s
+
+
+def phrase_segmenter(cfg: Config, holds_request: Callable[[str], bool]) -> Segmenter:
+    """The wake's segmenter (unloaded). Phrase-length speech closes after ``PHRASE_SILENCE_S``. With
+    ``hear.endpoint.mode: smart`` a segment whose transcript ``holds_request`` (the phrase and a request
+    in one breath) ends by the end-of-turn decision, as a request does (rkvoice.hear.turn_end); other
+    speech ends at its pause. Else longer speech ends after ``hear.trailing_silence_ms``."""
+    if cfg.hear.endpoint.mode != "smart":
+        return Segmenter(cfg, early_silence_s=PHRASE_SILENCE_S, early_max_s=PHRASE_MAX_S)
+    from rkvoice.hear.turn_end import TurnEnd
+
+    short_s = cfg.hear.endpoint.short_silence_ms / 1000.0
+    vad = Segmenter(cfg, early_silence_s=PHRASE_SILENCE_S, early_max_s=PHRASE_MAX_S, trailing_silence_s=short_s)
+    return TurnEnd(cfg, vad=vad, holds_request=holds_request, pass_max_s=PHRASE_MAX_S)
 
 
 @dataclass(frozen=True)
@@ -87,8 +102,8 @@ class AsrMatchWake:
     def __init__(self, cfg: Config, asr: AsrEngine, clock: Clock | None = None) -> None:
         self.clock = clock or MonotonicClock()
         self.asr = asr
-        self.segmenter = Segmenter(cfg, early_silence_s=PHRASE_SILENCE_S, early_max_s=PHRASE_MAX_S)
         self.matcher = PhraseMatcher(cfg.hear.wake_phrase, tolerance=cfg.hear.wake_tolerance)
+        self.segmenter = phrase_segmenter(cfg, self._holds_request)
         self.short_s = SHORT_S if can_prime(asr) else 0.0
         self.probe_s = cfg.hear.wake_probe_s
         self.last_text = ""
@@ -113,10 +128,17 @@ class AsrMatchWake:
         """The first segment's hit (later segments are not transcribed once one woke)."""
         return next((hit for seg in segments if (hit := self.check_segment(seg)) is not None), None)
 
-    def _ahead(self, samples: np.ndarray) -> None:
-        """Speech paused: its transcript ahead, if the check would transcribe it whole."""
+    def _holds_request(self, text: str) -> bool:
+        """The transcript holds the phrase and a request after it."""
+        found = self.matcher.match(text)
+        return found is not None and bool(found.remainder)
+
+    def _ahead(self, samples: np.ndarray) -> object:
+        """Speech paused: its transcript ahead (the Future, which the end-of-turn decision may read), if
+        the check would transcribe it whole."""
         if self.probe_s <= 0 or len(samples) <= (self.probe_s + PROBE_MARGIN_S) * 16000:
-            cast(Any, self.asr).ahead(samples)
+            return cast(Any, self.asr).ahead(samples)
+        return None
 
     def check_segment(self, seg: Segment) -> WakeHit | None:
         if self.on_segment is not None:

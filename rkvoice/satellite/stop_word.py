@@ -36,8 +36,8 @@ from rkvoice.clock import Clock
 from rkvoice.config import Config
 from rkvoice.hear.asr import AsrEngine
 from rkvoice.hear.pinyin_match import PhraseMatch, PhraseMatcher, syllables
-from rkvoice.hear.vad import Segment
-from rkvoice.hear.wake import MIN_PHRASE_LOGPROB, PHRASE_MAX_S, AsrMatchWake, PrimedAsr, WakeHit
+from rkvoice.hear.vad import Segment, Segmenter
+from rkvoice.hear.wake import MIN_PHRASE_LOGPROB, PHRASE_MAX_S, PHRASE_SILENCE_S, AsrMatchWake, PrimedAsr, WakeHit
 from rkvoice.hear.whisper_asr import PROMPT
 
 log = logging.getLogger(__name__)
@@ -105,9 +105,12 @@ class StopWordEngine(AsrMatchWake):
 
     def __init__(self, cfg: Config, asr: AsrEngine, phrases: Sequence[str] = PHRASES, clock: Clock | None = None) -> None:
         short = min(cfg.hear.min_speech_ms, MIN_SPEECH_MS)
-        super().__init__(replace(cfg, hear=replace(cfg.hear, min_speech_ms=short)), asr, clock)
+        cfg = replace(cfg, hear=replace(cfg.hear, min_speech_ms=short))
+        super().__init__(cfg, asr, clock)
         self.stop_phrases = StopPhrases(phrases)
-        self.segmenter.on_pause = None  # the wake engine's transcribe-ahead is its own
+        # a stop phrase is said alone: longer speech is never one, so it needs no end-of-turn decision
+        # (the wake engine's one would judge it), and the wake engine's transcribe-ahead is its own
+        self.segmenter = Segmenter(cfg, early_silence_s=PHRASE_SILENCE_S, early_max_s=PHRASE_MAX_S)
 
     def check_segment(self, seg: Segment) -> WakeHit | None:
         if seg.duration_s > PHRASE_MAX_S:
