@@ -38,6 +38,17 @@ def test_wake_alone_then_request_is_one_woken_request():
     assert asr.calls == 1  # the segment at 0 s was before the wake: never transcribed
 
 
+def test_a_request_begun_before_the_wake_was_decided_is_heard_whole():
+    """The wake's segment may be decided well after the phrase ended (its transcript comes first:
+    rkvoice.hear.wake.phrase_segmenter); a request begun meanwhile is heard from the phrase's end."""
+    asr = ScriptedAsr(["现在几点"])
+    seg = ScriptedSegmenter([(1.6, 3.0)])
+    s = HearSession(cfg_with(), asr, ScriptedWake([(2.4, "")], end_lag_s=1.4), seg)  # the phrase ended at 1.0 s
+    s.start(Mode.IDLE)
+    events = run(s, 5.0)
+    assert [type(e) for e in events] == [Wake, Request] and events[1].text == "现在几点"
+
+
 def test_wake_with_request_in_one_breath_needs_no_listening():
     s = HearSession(cfg_with(), ScriptedAsr([]), ScriptedWake([(1.0, "现在几点")]), ScriptedSegmenter([]))
     s.start(Mode.IDLE)

@@ -119,13 +119,22 @@ class HearSession:
         if cancelled:  # busy -> idle: the wake engine keeps what it is hearing (no restart)
             self.mode = Mode.IDLE
             return []
-        if since is None or not self.recent.end - self.recent.keep <= since < self.samples:
+        if since is None or not self._kept(since):
             self.start(Mode.FOLLOW_UP, self.follow_up_s)
             return []
         self.mode = Mode.FOLLOW_UP
-        self.segmenter.restart(since)
         self._deadline_s = since / SAMPLE_RATE + self.follow_up_s
-        log.debug("hear mode follow-up from %.2f s (%.2f s ago)", since / SAMPLE_RATE, self.now_s - since / SAMPLE_RATE)
+        return self._hear_from(since)
+
+    def _kept(self, since: int) -> bool:
+        return self.recent.end - self.recent.keep <= since < self.samples
+
+    def _hear_from(self, since: int) -> list[HearEvent]:
+        """The request segmenter hears again from stream sample ``since`` (a kept one) to now: a request
+        begun before the session learnt it should listen is heard whole."""
+        log.debug("hear mode %s from %.2f s (%.2f s ago)", self.mode.value, since / SAMPLE_RATE,
+                  self.now_s - since / SAMPLE_RATE)
+        self.segmenter.restart(since)
         heard: list[Segment] = []
         for at in range(since, self.samples, FRAME):
             heard += self.segmenter.accept(self.recent.slice(at, min(at + FRAME, self.samples)))
@@ -155,8 +164,11 @@ class HearSession:
         if hit.request:
             events.append(Request(hit.request, hit.asr_ms, True, hit.text))
             self.start(Mode.BUSY)
-        else:
-            self.start(Mode.LISTENING, self.listen_timeout_s)
+            return events
+        self.start(Mode.LISTENING, self.listen_timeout_s)
+        since = round(hit.end_s * SAMPLE_RATE)
+        if self._kept(since):  # decided after the phrase ended (its transcript): hear from its end
+            events += self._hear_from(since)
         return events
 
     def _listen(self, segments: list[Segment], final: bool = False) -> list[HearEvent]:
