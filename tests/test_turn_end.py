@@ -290,6 +290,25 @@ def test_a_one_breath_request_that_stops_on_a_coverb_waits_for_the_rest():
     assert [j.verdict for j in seg.judgements] == [Verdict.COMPLETE, Verdict.UNFINISHED, Verdict.COMPLETE]
 
 
+def test_the_phrase_alone_is_not_joined_to_the_request_said_while_its_transcript_is_made():
+    # 小智小智 (1.0-2.0 s), a 1 s pause, 打开大灯 (3.0-4.2 s); the phrase's transcript comes at 3.5 s
+    words = Transcripts(["小智小智。", "打开大灯。"], ready=False)
+    dec, judge = wake_decision([(1.0, 2.0), (3.0, 4.2)], {0: [0.1], 1: [0.95]}, words)
+    assert run(dec, 3.5) == []
+    words.finish(0)
+    (phrase,) = run(dec, FRAME_S)
+    assert (phrase.start_s, phrase.end_s) == (1.0, 2.0) and phrase.judgements[-1].verdict is Verdict.NO_REQUEST
+    assert judge.calls == []
+
+
+def test_speech_that_closes_before_the_phrase_s_transcript_is_known_ends_it_unjoined():
+    words = Transcripts(["小智小智。", "打开大灯。"], ready=False)
+    dec, _ = wake_decision([(1.0, 2.0), (2.5, 3.0)], {0: [0.1], 1: [0.95]}, words)
+    (phrase,) = run(dec, 3.3)  # the second speech closed at 3.2 s: the first one ends, alone
+    assert (phrase.start_s, phrase.end_s) == (1.0, 2.0) and phrase.judgements[-1].verdict is Verdict.NO_REQUEST
+    assert len(words.made) == 2  # the second is a segment of its own, its transcript asked for
+
+
 def test_the_wake_s_speech_without_a_transcript_ends_at_its_pause_when_short_else_is_judged():
     dec, judge = wake_decision([(1.0, 2.0), (4.0, 7.0)], {0: [0.1], 1: [0.95]}, None)
     first, second = run(dec, 9.0)

@@ -11,9 +11,10 @@ Judged finished (probability >= ``threshold``), the request ends now; else it wa
 resumes joins the held speech (the pause kept in it) and the whole is judged when it pauses again.
 The wake's segmenter (rkvoice.hear.wake.phrase_segmenter) is one with ``holds_request``: speech that
 pauses with nothing held is judged only when its transcript holds a request after the wake phrase (the
-phrase and a request in one breath); the phrase alone, or speech without it, ends at its pause as the
-transcript is known (the wake's check needs that transcript anyway). Without a transcript, speech of
-at most ``pass_max_s`` ends at its pause and longer speech is judged.
+phrase and a request in one breath); the phrase alone, or speech without it, ends as soon as the
+transcript is known (the wake's check needs that transcript anyway), even if speech has resumed; speech
+that resumes and pauses again before the transcript is known is not joined to it. Without a
+transcript, speech of at most ``pass_max_s`` ends at its pause and longer speech is judged.
 The model runs on its own thread, waited for at most ``budget_ms``. Without a usable model (missing,
 corrupt, another shape), or after a judgement that raised or was not back within ``budget_ms``, a
 request ends after ``hear.trailing_silence_ms`` of silence, as in ``mode: silence``; one warning says
@@ -165,7 +166,7 @@ class TurnEnd(Segmenter):
         self._now += len(frame)
         out = self._closed(self.vad.accept(frame))
         held = self._held
-        if held is not None and not self.vad.in_speech:
+        if held is not None and (not self.vad.in_speech or (held.heard is not None and held.heard.done())):
             ended = self._wait(held)
             if ended is not None:
                 out.append(ended)
@@ -197,6 +198,10 @@ class TurnEnd(Segmenter):
         """Speech the VAD closed: joins the held request; judged now (a cut one ends at once)."""
         out: list[Segment] = []
         for seg in segments:
+            if self._held is not None and self._held.heard is not None:
+                # the wake's segment, its transcript not known yet, and more speech after it: not joined
+                # (the phrase said alone, then the request: heard from the phrase's end)
+                out.append(self._end(self._held, Verdict.NO_REQUEST))
             fresh = self._held is None
             held = self._join(seg)
             if seg.truncated or held.end_s - held.start_s >= self.max_request_s:
@@ -240,6 +245,8 @@ class TurnEnd(Segmenter):
             assert self.holds_request is not None
             if text is None or not self.holds_request(text):
                 return self._end(held, Verdict.NO_REQUEST)
+            if self.vad.in_speech:  # a request in it, and speech goes on: judged when that pauses
+                return None
         if held.confirming:
             return self._confirm(held, silence)
         if held.by_silence or self.judge is None:
