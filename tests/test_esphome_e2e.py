@@ -36,6 +36,12 @@ KEY = "mYC2sMTuW9t2Cq8P4Cv2RM+aqJ9u7HcvW3C4vRwzBNE="
 """satellite.esphome.key of the keyed device (base64 of 32 bytes)."""
 WRONG_KEY = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="
 SECOND_WAKE = ("nihaoxiaozhi", "你好小智")
+STOP = "别说了"
+"""(停 alone, a 0.6 s segment, Whisper base often hears as nothing while the timer sound plays.)"""
+MUSIC_S = 60.0
+STOP_WITHIN_S = 4.0
+"""The stop word's end -> the sound stopped, on this loaded 2-core machine (the product's goal, 300 ms, is
+bench/stop_word.py's on the board)."""
 ANNOUNCEMENT = "晚饭做好了"
 ANSWER = "好的，开灯吧"
 """Said to ask_question (a short 好的 alone, 0.7 s with its silence, Whisper base sometimes hears as nothing)."""
@@ -58,20 +64,29 @@ def work(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def ha(work, hear_voice) -> Iterator[HomeHa]:
-    """HA with a www/ folder holding the announcement (served as /local/announce.wav)."""
+    """HA with a www/ folder holding the announcement and some music (served as /local/announce.wav and
+    /local/music.wav)."""
     import soundfile as sf
 
     require_esphome()
     www = work / "ha" / "config" / "www"
     www.mkdir(parents=True)
     sf.write(www / "announce.wav", spoken(hear_voice, ANNOUNCEMENT), RATE)
+    t = np.arange(int(MUSIC_S * 22050)) / 22050
+    chord = sum(np.sin(2 * np.pi * f * t) for f in (262.0, 330.0, 392.0)) * 0.1
+    sf.write(www / "music.wav", np.stack([chord, chord], axis=1), 22050)  # stereo 22.05 kHz: resampled on the board
     with home_ha(work / "ha") as ha:
         yield ha
 
 
 @pytest.fixture(scope="module")
 def plain(ha, work, hear_asr, hear_voice) -> Iterator[EsphomeHome]:
-    with esphome_home(work / "plain", hear_asr, hear_voice, ha=ha, local=True,
+    from tests.fakes import RecordingPlayer
+
+    def paced(cfg: Any) -> RecordingPlayer:  # real time, as a sound card: music and rings last as long as they sound
+        return RecordingPlayer(cfg, max_ahead_s=0.25)
+
+    with esphome_home(work / "plain", hear_asr, hear_voice, ha=ha, local=True, player=paced,
                       wake_phrases=dict([SECOND_WAKE])) as home:
         yield home
 
@@ -184,8 +199,9 @@ def test_the_wake_word_chosen_in_home_assistant_takes_effect_on_the_device(plain
     assert ha.state(select)["state"] == "小智小智"
     call(ha, "select/select_option", {"entity_id": select, "option": SECOND_WAKE[1]})
     assert wait_until(lambda: plain.link.wake_words.active == [SECOND_WAKE[0]], 10), plain.link.device
-    stored = json.loads((work / "plain" / "state" / "esphome.json").read_text())
-    assert stored["active_wake_words"] == [SECOND_WAKE[0]], stored  # kept across restarts
+    state = work / "plain" / "state" / "esphome.json"  # kept across restarts (written once it is chosen)
+    assert wait_until(lambda: json.loads(state.read_text())["active_wake_words"] == [SECOND_WAKE[0]], 5), \
+        state.read_text()
     try:
         ha.rest("POST", "/api/services/light/turn_off", {"entity_id": ha.light})
         ha.wait_state(ha.light, "off")
@@ -195,6 +211,48 @@ def test_the_wake_word_chosen_in_home_assistant_takes_effect_on_the_device(plain
     finally:
         call(ha, "select/select_option", {"entity_id": select, "option": "小智小智"})
     assert wait_until(lambda: plain.link.wake_words.active == [configured], 10)
+
+
+def say_stop(home: EsphomeHome) -> None:
+    home.mic.say(np.concatenate([spoken(home.voice, STOP), np.zeros(RATE, np.float32)]))
+
+
+def test_play_media_of_a_file_home_assistant_serves_plays_until_the_stop_word(plain):
+    ha, player, media = plain.ha, plain.player, plain.select("media_player")
+    t0 = time.monotonic()
+    call(ha, "media_player/play_media", {"entity_id": media, "media_content_id": "/local/music.wav",
+                                         "media_content_type": "music"})
+    ha.wait_state(media, "playing", 15)
+    before = player.samples
+    assert wait_until(lambda: player.samples - before >= 2 * player.rate, 10), "the music did not reach the speaker"
+    say_stop(plain)
+    ha.wait_state(media, "idle", 15)
+    assert time.monotonic() - t0 < MUSIC_S - 10  # ended by the word, not by its end
+    stopped_after = player.segments[-1][1] - plain.mic.speech_end_at
+    print(f"music: stop word's end -> the music stopped {1000 * stopped_after:.0f} ms")
+    assert stopped_after <= STOP_WITHIN_S, stopped_after
+    quiet = player.samples
+    time.sleep(1.0)
+    assert player.samples == quiet  # nothing more of it
+
+
+def test_a_timer_set_by_voice_rings_until_the_stop_word(plain):
+    satellite, ringer = plain.satellite, plain.link.core.ringer
+    asked = time.monotonic()
+    run = plain.ask("设置定时十秒")  # zh-CN HassStartTimer, as test_satellite_e2e says it
+    assert "定时" in (run.transcript or ""), run.transcript
+    assert wait_until(lambda: ringer.ringing, 30), f"HA's timer did not finish on the board\n{plain.ha.log()}"
+    assert time.monotonic() - asked >= 8.0  # HA's 10 s timer, started by the request
+    try:
+        assert wait_until(lambda: ringer.last.rings >= 2, 10)  # it rings on (no one stopped it yet)
+        say_stop(plain)
+        assert wait_until(lambda: not ringer.ringing, 10), "the stop word did not end the ring"
+    finally:
+        ringer.stop("the test's end")  # (a ring left on would stop at the next test's wake)
+    stopped_after = time.monotonic() - plain.mic.speech_end_at
+    print(f"timer: stop word's end -> the ring stopped <= {1000 * stopped_after:.0f} ms")
+    assert stopped_after <= STOP_WITHIN_S, stopped_after
+    assert satellite.timers.ids() == []
 
 
 def test_while_home_assistant_is_stopped_the_board_answers_locally_then_home_assistant_again(plain, keyed):

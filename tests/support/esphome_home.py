@@ -121,7 +121,7 @@ def esphome_home(work: Path, asr: Any, voice: Any, ha: HomeHa | None = None, key
             satellite = listener.satellite
             listening = threading.Thread(target=listener.run, name="esphome-listener", daemon=True)
         else:
-            satellite = Satellite(cfg, WakeOnly(wake), speak, segmenter=board_vad(cfg), link=link_for(cfg))
+            satellite = Satellite(cfg, WakeOnly(wake, asr), speak, segmenter=board_vad(cfg), link=link_for(cfg))
             satellite.start()
             listening = threading.Thread(target=satellite.run, args=(mic,), name="esphome-mic", daemon=True)
         link = satellite.link

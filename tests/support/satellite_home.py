@@ -92,10 +92,12 @@ class LiveSource:
 
 
 class WakeOnly:
-    """The hear stage as the satellite reads it: its wake engine."""
+    """The hear stage as the satellite reads it: its wake engine, and (``heard``: the ASR) the ASR its stop
+    word hears with (none: no stop word)."""
 
-    def __init__(self, wake: Any) -> None:
+    def __init__(self, wake: Any, heard: Any = None) -> None:
         self.wake = wake
+        self.heard = heard
 
 
 def spoken(voice: Any, text: str) -> np.ndarray:
@@ -271,7 +273,7 @@ def local_listener(cfg: Any, work: Path, asr: Any, wake: Any, speak: Any, mic: L
     from tests.fakes import ScriptedLlm
 
     hear = Hear(cfg)
-    hear.asr, hear.wake, hear.segmenter = asr, wake, board_vad(cfg)
+    hear.asr, hear.heard, hear.wake, hear.segmenter = asr, asr, wake, board_vad(cfg)  # heard: the stop word's ASR
     stages = Stages(hear, Assistant(cfg, llm=ScriptedLlm(), store=StateStore(work / "local")), speak)
 
     def busy(_what: str) -> Any:
