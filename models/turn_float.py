@@ -33,8 +33,9 @@ class FloatGraphError(ValueError):
 
 
 def _dequantize(q: np.ndarray, scale: np.ndarray, zero: np.ndarray | None, axis: int) -> np.ndarray:
-    x = q.astype(np.float64) - (0.0 if zero is None else zero.astype(np.float64).reshape(_bcast(zero, q, axis)))
-    return (x * scale.astype(np.float64).reshape(_bcast(scale, q, axis))).astype(np.float32)
+    """DequantizeLinear's own arithmetic: (q - zero_point) * scale in float32 (bit-equal to onnxruntime's)."""
+    x = q.astype(np.int64) - (0 if zero is None else zero.astype(np.int64).reshape(_bcast(zero, q, axis)))
+    return x.astype(np.float32) * scale.astype(np.float32).reshape(_bcast(scale, q, axis))
 
 
 def _bcast(param: np.ndarray, q: np.ndarray, axis: int) -> tuple[int, ...]:
@@ -45,8 +46,10 @@ def _bcast(param: np.ndarray, q: np.ndarray, axis: int) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def float_model(model: Any) -> tuple[Any, dict[str, int]]:
-    """A float copy of the QDQ ``model`` (an onnx ModelProto, changed in place) and what was rewritten."""
+def float_model(model: Any, activations: bool = True) -> tuple[Any, dict[str, int]]:
+    """A float copy of the QDQ ``model`` (an onnx ModelProto, changed in place) and what was rewritten;
+    ``activations=False`` keeps the activation pairs (only the weights dequantized: the int8 graph's
+    arithmetic, which tests/test_turn_npu.py compares with the file unoptimised)."""
     from onnx import numpy_helper
 
     graph = model.graph
@@ -77,7 +80,7 @@ def float_model(model: Any) -> tuple[Any, dict[str, int]]:
             new_inits.append(numpy_helper.from_array(w, n.output[0]))
             drop.add(id(n))
             counts["weights"] += 1
-        elif n.op_type == "QuantizeLinear":
+        elif n.op_type == "QuantizeLinear" and activations:
             after = users.get(n.output[0], [])
             if not after or any(u.op_type != "DequantizeLinear" for u in after) or n.output[0] in outputs:
                 raise FloatGraphError(f"{n.name}: a QuantizeLinear not read only by DequantizeLinear "
@@ -87,7 +90,7 @@ def float_model(model: Any) -> tuple[Any, dict[str, int]]:
                 drop.add(id(dq))
             drop.add(id(n))
             counts["activation_pairs"] += 1
-        elif id(n) not in drop:
+        elif id(n) not in drop and activations:
             raise FloatGraphError(f"{n.name}: a DequantizeLinear of {n.input[0]}, which is neither a constant "
                                   "nor a QuantizeLinear's output")
     if set(rename) & outputs:
@@ -106,13 +109,13 @@ def float_model(model: Any) -> tuple[Any, dict[str, int]]:
     return model, counts
 
 
-def write_float(src: Path, dst: Path, fixed_batch: int | None = None) -> dict[str, Any]:
+def write_float(src: Path, dst: Path, fixed_batch: int | None = None, activations: bool = True) -> dict[str, Any]:
     """``src`` (the int8 file) -> ``dst`` (float); with ``fixed_batch`` the input's batch is fixed
     (rknn-toolkit2 builds fixed shapes). Returns the counts and the op types left."""
     import onnx
 
     model = onnx.load(str(src))
-    model, counts = float_model(model)
+    model, counts = float_model(model, activations)
     if fixed_batch is not None:
         dims = model.graph.input[0].type.tensor_type.shape.dim
         dims[0].Clear()
@@ -123,14 +126,17 @@ def write_float(src: Path, dst: Path, fixed_batch: int | None = None) -> dict[st
     return {**counts, "ops": sorted({n.op_type for n in model.graph.node})}
 
 
-def probabilities(path: Path, features: Iterable[np.ndarray]) -> np.ndarray:
+def probabilities(path: Path, features: Iterable[np.ndarray], optimize: bool = True) -> np.ndarray:
     """The model's output (a probability: the graph ends in a sigmoid) for each [80, 800] feature, one
-    at a time, on onnxruntime's CPU provider."""
+    at a time, on onnxruntime's CPU provider (``optimize=False``: no graph fusions, so a QDQ graph
+    runs as written, in float, instead of on int8 kernels)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     so.log_severity_level = 3
+    if not optimize:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     name = sess.get_inputs()[0].name
     return np.array([float(np.asarray(sess.run(None, {name: f[None].astype(np.float32)})[0]).reshape(-1)[0])

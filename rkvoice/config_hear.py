@@ -30,6 +30,11 @@ class EndpointConfig(Section):
     threshold: float = num(0.85, 0.0, 1.0, lo_open=True, hi_open=True)
     """The model's probability of a finished request at or above which the request ends (chosen on
     the Chinese turn-end set: docs/decisions/0013-end-of-turn.md)."""
+    model: str = "auto"
+    """The end-of-turn model file: auto (on the board profile the NPU build board/turn-npu/smart-turn.rknn
+    when ./install.sh built it, else the profile's CPU file turn/smart-turn-v3.2-cpu.onnx), or a path
+    under models.dir unless absolute: a .rknn runs on RKNNLite (without rknn-toolkit-lite2: the CPU file,
+    one warning), a .onnx on onnxruntime."""
     threads: int = num(1, 1, 64)
     """CPU threads of the model's onnxruntime session."""
     budget_ms: int = num(300, 10, 10000)

@@ -1,8 +1,10 @@
-"""Smart Turn v3, the end-of-turn model: the install's file, and its run on onnxruntime (the input is
-rkvoice.hear.turn_features; the decision that uses it is rkvoice.hear.turn_end)."""
+"""Smart Turn v3, the end-of-turn model: the install's file, and its run on onnxruntime or, on the
+board, on the NPU (the input is rkvoice.hear.turn_features; the decision that uses it is
+rkvoice.hear.turn_end)."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -12,13 +14,43 @@ from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.hear.turn_features import FRAMES, N_MELS, last_window, log_mel  # noqa: F401 (re-exported)
 from rkvoice.hear.vad import SAMPLE_RATE
+from rkvoice.needs import module_found
+
+log = logging.getLogger(__name__)
 
 MODEL_FILE = "smart-turn-v3.2-cpu.onnx"
+NPU_MODEL = "board/turn-npu/smart-turn.rknn"
+"""The board's NPU build (manifest board-smart-turn-rknn, models/convert_turn.py), under models.dir."""
+_warned: set[Path] = set()
 
 
-def turn_model_path(cfg: Config) -> Path:
-    """The profile's copy: models/<profile>/turn/smart-turn-v3.2-cpu.onnx (both profiles install one)."""
+def cpu_model_path(cfg: Config) -> Path:
+    """The profile's int8 CPU file: models/<profile>/turn/smart-turn-v3.2-cpu.onnx (both profiles install one)."""
     return cfg.models.path / cfg.models.profile / "turn" / MODEL_FILE
+
+
+def turn_model_path(cfg: Config, npu_runtime: bool | None = None) -> Path:
+    """The file hear.endpoint.model names: ``auto`` is the NPU build on the board profile when it is
+    installed, else the CPU file; a path is under models.dir unless absolute. A .rknn where
+    rknn-toolkit-lite2 is not installed (``npu_runtime`` False; None: look) gives the CPU file, with one
+    warning per process."""
+    name = cfg.hear.endpoint.model
+    if name == "auto":
+        npu = cfg.models.path / NPU_MODEL
+        if cfg.models.profile != "board" or not npu.is_file():
+            return cpu_model_path(cfg)
+        path = npu
+    else:
+        path = Path(name) if Path(name).is_absolute() else cfg.models.path / name
+    if path.suffix != ".rknn" or (module_found("rknnlite") if npu_runtime is None else npu_runtime):
+        return path
+    fallback = cpu_model_path(cfg)
+    if path not in _warned:
+        _warned.add(path)
+        log.warning("end-of-turn model %s needs rknn-toolkit-lite2 (the NPU runtime), which is not installed: "
+                    "Smart Turn runs on the CPU (%s); on the board: py312/bin/pip install rknn-toolkit-lite2 of "
+                    "the librknnrt version (assistant.py --check)", path, fallback)
+    return fallback
 
 
 class TurnJudge(Protocol):
@@ -29,19 +61,50 @@ class TurnJudge(Protocol):
 
 
 class SmartTurn:
-    """Smart Turn v3 on onnxruntime (``threads`` intra-op threads, sequential)."""
+    """Smart Turn v3 on onnxruntime (a .onnx file: ``threads`` intra-op threads, sequential) or on the
+    NPU (a .rknn file: RKNNLite on ``core_mask``, rkvoice.npu.runtime)."""
 
-    def __init__(self, path: Path, threads: int = 1) -> None:
+    def __init__(self, path: Path, threads: int = 1, core_mask: str = "auto") -> None:
         self.path = path
         self.threads = threads
+        self.core_mask = core_mask
         self._session: Any = None
+        self._npu: Any = None
         self._input = "input_features"
 
     def load(self) -> None:
-        import onnxruntime as ort
-
         if not self.path.is_file():
             raise RkvoiceError(Stage.VAD, "missing-model", f"end-of-turn model {self.path} is missing; run ./install.sh")
+        if self.path.suffix == ".rknn":
+            self._load_npu()
+        else:
+            self._load_onnx()
+        self.probability(np.zeros(SAMPLE_RATE, np.float32))  # warm up: the first run is the slowest
+
+    def _refuse_shape(self, shape: object) -> RkvoiceError:
+        return RkvoiceError(Stage.VAD, "bad-model", f"end-of-turn model {self.path} takes {shape}, not "
+                            f"[batch, {N_MELS}, {FRAMES}] log-mel features; run ./install.sh to fetch it again")
+
+    def _load_npu(self) -> None:
+        from rkvoice.npu.runtime import open_model
+
+        model = open_model(self.path, core_mask=self.core_mask, what="end-of-turn")
+        model.load()  # RkvoiceError naming the file, the runtime versions and the fix
+        query = getattr(model, "query_io", None)
+        specs = query() if query is not None else None
+        io = ([i.shape for i in specs[0]], [o.shape for o in specs[1]]) if specs is not None else None
+        if io is None:  # this RKNNLite cannot say: the sidecar the converter wrote beside the file does
+            io = _sidecar_io(self.path.with_suffix(".json"))
+        if io is not None:
+            inputs, outputs = io
+            if len(inputs) != 1 or list(inputs[0])[-2:] != [N_MELS, FRAMES] or len(outputs) != 1:
+                model.close()
+                raise self._refuse_shape([list(i) for i in inputs])
+        self._npu = model
+
+    def _load_onnx(self) -> None:
+        import onnxruntime as ort
+
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = self.threads
         opts.inter_op_num_threads = 1
@@ -53,14 +116,30 @@ class SmartTurn:
                                "run ./install.sh to fetch it again") from exc
         inputs, outputs = session.get_inputs(), session.get_outputs()
         if len(inputs) != 1 or list(inputs[0].shape[1:]) != [N_MELS, FRAMES] or len(outputs) != 1:
-            shape = [list(i.shape) for i in inputs]
-            raise RkvoiceError(Stage.VAD, "bad-model", f"end-of-turn model {self.path} takes {shape}, not "
-                               f"[batch, {N_MELS}, {FRAMES}] log-mel features; run ./install.sh to fetch it again")
+            raise self._refuse_shape([list(i.shape) for i in inputs])
         self._session, self._input = session, inputs[0].name
-        self.probability(np.zeros(SAMPLE_RATE, np.float32))  # warm up: the first run is the slowest
+
+    def describe(self) -> str:
+        return self._npu.describe() if self._npu is not None else f"{self.path.name} on onnxruntime (CPU, {self.threads} threads)"
 
     def probability(self, samples: np.ndarray) -> float:
-        if self._session is None:
+        features = log_mel(samples)[None]
+        if self._npu is not None:
+            out = self._npu.run([features])
+        elif self._session is not None:
+            out = self._session.run(None, {self._input: features})
+        else:
             raise RuntimeError("SmartTurn.load() was not called")
-        out = self._session.run(None, {self._input: log_mel(samples)[None]})
         return float(np.asarray(out[0]).reshape(-1)[0])  # the graph ends in a sigmoid
+
+
+def _sidecar_io(side: Path) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]] | None:
+    """The input and output shapes an .rknn's sidecar (X.json, models/convert_turn.py) records; None
+    without a readable one."""
+    import json
+
+    try:
+        data = json.loads(side.read_text(encoding="utf-8"))
+        return ([tuple(i["shape"]) for i in data["inputs"]], [tuple(o["shape"]) for o in data["outputs"]])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
