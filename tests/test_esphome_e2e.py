@@ -30,7 +30,7 @@ from fakes import wait_until
 from tests.ha_home import HA_VENV, HOME, HomeHa, home_ha, require_ha_venv
 from tests.support import cer
 from tests.support.esphome_home import EsphomeHome, add_esphome, esphome_home
-from tests.support.satellite_home import PAUSE_S, RATE, spoken
+from tests.support.satellite_home import RATE, spoken
 
 KEY = "mYC2sMTuW9t2Cq8P4Cv2RM+aqJ9u7HcvW3C4vRwzBNE="
 """satellite.esphome.key of the keyed device (base64 of 32 bytes)."""
@@ -256,29 +256,9 @@ def test_a_timer_set_by_voice_rings_until_the_stop_word(plain):
 
 
 def test_while_home_assistant_is_stopped_the_board_answers_locally_then_home_assistant_again(plain, keyed):
-    from rkvoice.satellite.run import Mode
-    from tests.test_satellite_away_e2e import start_again
+    from tests.test_satellite_away_e2e import away_and_back
 
-    ha, listener = plain.ha, plain.listener
-    assert listener.mode is Mode.SATELLITE
-    ha.stop()
-    assert wait_until(lambda: listener.mode is Mode.LOCAL, 30), "the device did not notice HA leave"
-    quiet = np.zeros(int(PAUSE_S * RATE), np.float32)
-    plain.mic.say(np.concatenate([spoken(plain.voice, "小智小智"), quiet, spoken(plain.voice, "现在几点"),
-                                  np.zeros(RATE, np.float32)]))
-    assert wait_until(lambda: len(plain.reports) >= 1, 60), "no local answer while HA was stopped"
-    turn = plain.reports[0]
-    assert "几点" in turn.text and turn.route.startswith("tool"), (turn.text, turn.route)
-    assert turn.exception is None and turn.result
-
-    start_again(ha)
-    assert wait_until(lambda: listener.mode is Mode.SATELLITE and plain.link.running.is_set(), 120), \
-        f"HA did not run the device again\n{ha.log()}"
-    ha.rest("POST", "/api/services/light/turn_off", {"entity_id": ha.light})
-    ha.wait_state(ha.light, "off")
-    plain.ask(f"打开{HOME.alias}")
-    ha.wait_state(ha.light, "on")
-    assert len(plain.reports) == 1  # HA's again
+    away_and_back(plain)
     assert wait_until(lambda: keyed.link.running.is_set(), 60), "HA did not reconnect the keyed device"
 
 

@@ -30,6 +30,7 @@ from tests.support.satellite_home import (
     home_config,
     local_listener,
     rkvoice_services,
+    stop_board,
 )
 
 
@@ -147,13 +148,7 @@ def esphome_home(work: Path, asr: Any, voice: Any, ha: HomeHa | None = None, key
             wait_running(home)
             yield home
         finally:
-            mic.close()
-            if listener is not None:
-                listener.close()
-            else:
-                satellite.close()
-            listening.join(5)
-            speak.close()
+            stop_board(mic, listener or satellite, listening, speak)
 
 
 def esphome_config(cfg: Any, key: str | None) -> Any:

@@ -152,6 +152,17 @@ class SatelliteHome:
         raise AssertionError(f"no reply played for {text!r}: wakes {[w.text for w in self.satellite.mic.wakes]}, "
                              f"runs {runs}\n{self.ha.log()}")
 
+    def ask_local(self, text: str, timeout: float = 60.0) -> Any:
+        """With ``local``, HA away: say 小智小智 + ``text``; the local assistant's turn once it reported it
+        (AssertionError after ``timeout``)."""
+        before = len(self.reports)
+        self.mic.say(request(self.voice, text))
+        deadline = time.monotonic() + timeout
+        while len(self.reports) <= before:
+            assert time.monotonic() < deadline, f"no local answer to {text!r} while HA was away"
+            time.sleep(0.02)
+        return self.reports[before]
+
 
 def home_config(ha: HomeHa, work: Path, **satellite: Any) -> Any:
     """The configuration of a satellite in ``work`` of ``ha``'s home (named rkvoice, area 客厅; ``satellite``:
@@ -252,13 +263,16 @@ def satellite_home(work: Path, asr: Any, voice: Any, player: Any = None, ha: Hom
             assert satellite.link.running.wait(30), f"HA did not run the satellite\n{ha.log()}"
             yield SatelliteHome(ha, satellite, mic, speak, voice, asr, sat_ents, listener, reports)
         finally:
-            mic.close()
-            if listener is not None:
-                listener.close()
-            else:
-                satellite.close()
-            listening.join(5)
-            speak.close()
+            stop_board(mic, listener or satellite, listening, speak)
+
+
+def stop_board(mic: LiveMic, running: Any, listening: threading.Thread, speak: Any) -> None:
+    """The end of a harness's board: its microphone, the satellite (or the listener ``running`` it), the
+    thread listening, the speaker."""
+    mic.close()
+    running.close()
+    listening.join(5)
+    speak.close()
 
 
 def local_listener(cfg: Any, work: Path, asr: Any, wake: Any, speak: Any, mic: LiveMic, reports: list[Any]) -> Any:
