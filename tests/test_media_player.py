@@ -228,3 +228,25 @@ def test_a_long_ogg_decodes_whole_whether_or_not_the_server_takes_ranges(prefix)
             body.close()
     assert body.ranges is (prefix == "")
     assert abs(n / 16000 - 120.0) < 0.1, n / 16000
+
+
+def test_a_flac_that_does_not_say_its_length_decodes_whole():
+    """Home Assistant's ffmpeg proxy (an announcement to the media player) sends such a FLAC: libsndfile
+    fails on it after its first read ("Internal psf_fseek() failed", seen against HA 2026.2.3: 1.0 s of an
+    announcement played); PyAV decodes it."""
+    import io
+
+    import soundfile as sf
+
+    from rkvoice.satellite.http_audio import UNKNOWN_FRAMES
+    from tests.support.media_site import encoded, unsized
+
+    data = unsized(encoded("flac", 3.0))
+    assert sf.info(io.BytesIO(data)).frames == UNKNOWN_FRAMES
+    with serving({"unsized.flac": data}) as (_site, url):
+        body = HttpBody(f"{url}/unsized.flac", 10.0)
+        try:
+            n = sum(len(piece) for piece in decoded(body, 16000, 100, threading.Event()))
+        finally:
+            body.close()
+    assert abs(n / 16000 - 3.0) < 0.05, n / 16000

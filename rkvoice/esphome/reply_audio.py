@@ -12,14 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rkvoice.satellite.http_audio import UNKNOWN_FRAMES
+
 FETCH_TIMEOUT_S = 15.0
 MAX_BYTES = 64 << 20
 """Largest audio file taken (a longer one, e.g. a stream that never ends, is refused)."""
 MAX_AUDIO_S = 600.0
-UNKNOWN_FRAMES = 2**63 - 1
-"""libsndfile's frame count of a stream whose header does not say its length (SF_COUNT_MAX): the FLAC of
-Home Assistant's TTS and ffmpeg proxies, written to a pipe. libsndfile's FLAC reader fails to read one
-(its seek after each read fails); PyAV decodes it."""
 
 
 class AudioFetchError(Exception):

@@ -188,6 +188,12 @@ class HttpBody:
         return self._probed[pos - self._probe_at : pos - self._probe_at + n]
 
 
+UNKNOWN_FRAMES = 2**63 - 1
+"""libsndfile's frame count of a stream whose header does not say its length (SF_COUNT_MAX): the FLAC of
+Home Assistant's TTS and ffmpeg proxies, written to a pipe. libsndfile's FLAC reader fails to read one
+("Internal psf_fseek() failed": its seek after each read); PyAV decodes it."""
+
+
 def is_mp3(head: bytes) -> bool:
     """An ID3v2 tag or an MPEG audio frame's sync word."""
     return head.startswith(b"ID3") or (len(head) >= 2 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0)
@@ -196,9 +202,10 @@ def is_mp3(head: bytes) -> bool:
 def decoded(body: HttpBody, rate: int, piece_ms: int, stopped: threading.Event) -> Iterator[np.ndarray]:
     """``body`` decoded as it arrives: mono float32 at ``rate``, about ``piece_ms`` at a time, until its
     end or ``stopped``. libsndfile decodes wav, flac and ogg; PyAV (FFmpeg) decodes mp3 (libsndfile 1.2's
-    mp3 reader garbles a VBR file read in pieces: mpg123 "part2_3_length too large"), and an ogg from a
+    mp3 reader garbles a VBR file read in pieces: mpg123 "part2_3_length too large"), an ogg from a
     server that takes no ranges (libsndfile reads an ogg's length from its last page: without it, it
-    stops at the last page it found near the start)."""
+    stops at the last page it found near the start), and a stream that does not say its length (HA's
+    proxied FLAC: ``UNKNOWN_FRAMES``)."""
     head = body.read(4)
     body.seek(0)
     if is_mp3(head) or (head.startswith(b"OggS") and not body.ranges and has_av()):
@@ -211,6 +218,11 @@ def decoded(body: HttpBody, rate: int, piece_ms: int, stopped: threading.Event) 
         snd = soundfile.SoundFile(body)
     except soundfile.LibsndfileError as exc:
         raise MediaError(f"not playable audio ({exc.error_string})") from exc
+    if snd.frames >= UNKNOWN_FRAMES and has_av():  # libsndfile's reader fails on it after its first read
+        snd.close()
+        body.seek(0)
+        yield from _av_decoded(body, rate, stopped)
+        return
     with snd:
         resampler = soxr.ResampleStream(snd.samplerate, rate, 1, dtype="float32") if snd.samplerate != rate else None
         buf = np.empty((max(1, snd.samplerate * piece_ms // 1000), snd.channels), np.float32)

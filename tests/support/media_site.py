@@ -38,6 +38,15 @@ def encoded(ext: str, seconds: float) -> bytes:
     return buf.getvalue()
 
 
+def unsized(flac: bytes) -> bytes:
+    """``flac`` with STREAMINFO's total samples 0 (unknown), as a FLAC written to a pipe says it: Home
+    Assistant's TTS and ffmpeg proxies."""
+    data = bytearray(flac)
+    fields = int.from_bytes(data[18:26], "big")  # rate (20 bits), channels, bits, then 36 bits of samples
+    data[18:26] = (fields & ~((1 << 36) - 1)).to_bytes(8, "big")
+    return bytes(data)
+
+
 def wav_header(rate: int, seconds: float) -> bytes:
     data = int(rate * seconds) * 2
     return (b"RIFF" + struct.pack("<I", 36 + data) + b"WAVEfmt " + struct.pack("<IHHIIHH", 16, 1, 1, rate, rate * 2, 2, 16)
