@@ -7,6 +7,11 @@ speech-to-text and text-to-speech, HA's own agent answers. Requests are SPOKEN b
 the device's microphone in real time and woken on the board by the portable wake engine; states are read
 back from HA.
 
+Covered: a light switched by voice (plain and keyed), a wrong key refused on both sides, announce of a
+file HA serves, ask_question and start_conversation (the keyed device on a pipeline whose agent is
+rkvoice-handle) answered without the wake phrase, the wake word chosen in HA, play_media and a timer
+ended by the stop word, an announcement through the media player, HA stopped and started again.
+
 The wake-word test gives the plain device a second phrase to offer (你好小智: the product offers
 hear.wake_phrase alone): HA's select switches to it, the device keeps the choice and its next request
 carries it. The last test stops HA and starts it again (HA reconnects by itself). Skips (saying why)
@@ -189,6 +194,38 @@ def test_ask_question_hears_the_answer_without_the_wake_phrase(plain):
     assert request.wake_word_phrase == "", request  # the follow-up: no wake phrase
     run = core.runs[before]
     assert run.transcript == said["sentence"]
+
+
+def test_start_conversation_with_rkvoice_as_the_agent_listens_without_the_wake_phrase(keyed):
+    """HA refuses start_conversation for its own agent: the keyed device's pipeline is one whose agent is
+    rkvoice-handle (the Wyoming services' conversation entity); the follow-up is answered by its tools."""
+    ha, core, select = keyed.ha, keyed.link.core, keyed.select("pipeline")
+    with ha.ws() as sock:
+        agent = next(e["entity_id"] for e in sock.call("config/entity_registry/list")
+                     if e["platform"] == "wyoming" and e["entity_id"].startswith("conversation."))
+        listed = sock.call("assist_pipeline/pipeline/list")
+        preferred = next(p for p in listed["pipelines"] if p["id"] == listed["preferred_pipeline"])
+        fields = {k: v for k, v in preferred.items() if k != "id"}
+        sock.call("assist_pipeline/pipeline/create", **{**fields, "name": "rkvoice agent", "conversation_engine": agent})
+    call(ha, "select/select_option", {"entity_id": select, "option": "rkvoice agent"})
+    try:
+        before = len(core.runs)
+        t0 = time.monotonic()
+        call(ha, "assist_satellite/start_conversation", {"entity_id": keyed.entities["assist_satellite"],
+                                                         "start_message": "要我做什么", "preannounce": False})
+        took = time.monotonic() - t0
+        streams = [s for s in keyed.satellite.playback.streams if s.kind == "announce"]
+        assert streams and took >= streams[-1].audio_s - 0.1  # the action returned once the board had said it
+        assert wait_until(lambda: len(core.runs) > before, 10), f"the device did not listen\n{ha.log()}"
+        keyed.mic.say(np.concatenate([spoken(keyed.voice, "现在几点"), np.zeros(RATE, np.float32)]))
+        run = core.runs[before]
+        assert wait_until(lambda: run.reply is not None and run.reply.ended.is_set(), 60), \
+            (run.transcript, run.error, ha.log())
+        assert "几点" in (run.transcript or ""), run.transcript
+        assert run.reply.audio_s > 0.5  # rkvoice's answer (the time), said on the board
+        assert keyed.requests()[-1].wake_word_phrase == ""
+    finally:
+        call(ha, "select/select_option", {"entity_id": select, "option": preferred["name"]})
 
 
 def test_the_wake_word_chosen_in_home_assistant_takes_effect_on_the_device(plain, work):
