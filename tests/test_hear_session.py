@@ -8,6 +8,8 @@ from fakes import ScriptedAsr, ScriptedSegmenter, ScriptedWake, frames
 
 from rkvoice.config import load_config, parse_override
 from rkvoice.hear.session import HearSession, ListenTimeout, Mode, Request, Wake
+from rkvoice.hear.vad import SAMPLE_RATE
+from rkvoice.hear.wake import WakeHit
 
 
 def cfg_with(**hear):
@@ -47,6 +49,53 @@ def test_a_request_begun_before_the_wake_was_decided_is_heard_whole():
     s.start(Mode.IDLE)
     events = run(s, 5.0)
     assert [type(e) for e in events] == [Wake, Request] and events[1].text == "现在几点"
+
+
+class OnsetWake:
+    """Hears the phrase (a hit at ``at_s``) only when it was listening from the phrase's first sample on
+    (``onset_s``), as the real engine needs the phrase whole."""
+
+    def __init__(self, onset_s: float, at_s: float) -> None:
+        self.onset, self.at = round(onset_s * SAMPLE_RATE), round(at_s * SAMPLE_RATE)
+        self.samples = self.since = 0
+
+    def load(self) -> None:
+        pass
+
+    def restart(self, at_sample: int) -> None:
+        self.samples = self.since = at_sample
+
+    def accept(self, frame):
+        before = self.samples
+        self.samples += len(frame)
+        if before < self.at <= self.samples and self.since <= self.onset:
+            return WakeHit(self.at / SAMPLE_RATE, self.at / SAMPLE_RATE, "小智小智", "")
+        return None
+
+    def flush(self):
+        return None
+
+
+class LaggingSegmenter(ScriptedSegmenter):
+    """Takes speech for speech ``lag_s`` after it starts (the VAD's hear.min_speech_ms)."""
+
+    def __init__(self, spans, lag_s: float = 0.25) -> None:
+        super().__init__(spans)
+        self.lag_s = lag_s
+
+    @property
+    def in_speech(self) -> bool:
+        t = self.samples / SAMPLE_RATE
+        return any(s + self.lag_s <= t < e + self.silence_s for s, e in self.spans)
+
+
+def test_the_wake_phrase_begun_just_before_the_follow_up_window_closes_is_heard_whole():
+    """The soak's lost request: the follow-up window closed 0.1 s into the next 小智小智, before the VAD
+    took it for speech; the wake engine, restarted there, missed the phrase's start."""
+    s = HearSession(cfg_with(), ScriptedAsr([]), OnsetWake(onset_s=1.9, at_s=2.6), LaggingSegmenter([(1.9, 2.5)]))
+    s.start(Mode.FOLLOW_UP, 2.0)
+    events = run(s, 4.0)
+    assert [type(e) for e in events] == [Wake] and s.mode is Mode.LISTENING
 
 
 def test_wake_with_request_in_one_breath_needs_no_listening():

@@ -66,6 +66,13 @@ class ListenTimeout:
 HearEvent = Wake | Request | ListenTimeout
 
 
+WAKE_LOOKBACK_S = 0.5
+"""When a listening or follow-up window closes, the wake engine hears the last half second again (of what
+it did not hear before the window opened): speech begun less than the VAD's detection lag (``hear.min_speech_ms``, 250) before the window closed, which
+the request segmenter had not taken for speech yet, is heard by the wake engine from its start (else
+"小智小智" said right at the window's end lost its first syllable and was not heard)."""
+
+
 class HearSession:
     """Needs a loaded ASR, a loaded wake engine and a loaded segmenter (for requests).
 
@@ -89,6 +96,8 @@ class HearSession:
         self.recent = RecentAudio(h.max_request_s)
         """The last ``max_request_s`` of the stream (what ``turn_done(since=...)`` hears again)."""
         self._deadline_s = 0.0
+        self._wake_heard = 0
+        """The stream sample up to which the wake engine has heard (it stops when a window opens)."""
         if hasattr(wake, "on_segment"):
             wake.on_segment = self._speech_end
         if callable(getattr(asr, "ahead", None)):
@@ -104,6 +113,7 @@ class HearSession:
         if mode in (Mode.IDLE, Mode.BUSY):
             self.wake.restart(self.samples)
         else:
+            self._wake_heard = self.samples
             self.segmenter.restart(self.samples)
             self._deadline_s = float("inf") if window_s is None else self.now_s + window_s
         log.debug("hear mode %s at %.2f s", mode.value, self.now_s)
@@ -123,6 +133,7 @@ class HearSession:
             self.start(Mode.FOLLOW_UP, self.follow_up_s)
             return []
         self.mode = Mode.FOLLOW_UP
+        self._wake_heard = self.samples
         self._deadline_s = since / SAMPLE_RATE + self.follow_up_s
         return self._hear_from(since)
 
@@ -193,8 +204,21 @@ class HearSession:
             return [Request(text, asr_ms, woke, heard)]
         if (final or not self.segmenter.in_speech) and self.now_s >= self._deadline_s:
             was = self.mode
-            self.start(Mode.IDLE)
+            self.mode = Mode.IDLE
+            events: list[HearEvent] = []
             if was is Mode.LISTENING:
                 log.info("no request within %.1f s of the wake", self.listen_timeout_s)
-                return [ListenTimeout(self.now_s)]
+                events.append(ListenTimeout(self.now_s))
+            return events + self._wake_from(self.samples - round(WAKE_LOOKBACK_S * SAMPLE_RATE))
+        return []
+
+    def _wake_from(self, since: int) -> list[HearEvent]:
+        """The wake engine hears again from stream sample ``since`` to now: never audio it heard before
+        the window opened (or no longer kept)."""
+        since = min(max(since, self._wake_heard, self.recent.end - self.recent.keep, 0), self.samples)
+        self.wake.restart(since)
+        for at in range(since, self.samples, FRAME):
+            hit = self.wake.accept(self.recent.slice(at, min(at + FRAME, self.samples)))
+            if hit is not None:
+                return self._woke(hit)
         return []
