@@ -3,7 +3,8 @@ Assistant's ESPHome integration speaks, as an adapter over the one satellite cor
 
 framing (plain-text and Noise frames) -> server (the API connection: hello, device info, entities, keys)
 -> voice (the voice assistant: the core's port, Home Assistant's events, replies and announcements by URL);
-identity (MAC, name, stored key and choices), entities (mute switch, wake words), reply_audio (fetch + decode).
+identity (MAC, name, stored key and choices), entities (mute switch, wake words), media_entity (the media
+player), reply_stream (Home Assistant's audio by URL, played as it arrives).
 """
 
 from __future__ import annotations

@@ -22,7 +22,9 @@ class Turn:
     continues: bool = False
     """INTENT_END said the conversation continues."""
     replying: bool = False
-    """TTS_END's URL is being played (AnnounceFinished follows it)."""
+    """The answer's URL is being played (AnnounceFinished follows it)."""
+    tts_url: str = ""
+    """RUN_START's URL of the answer's audio (played early when INTENT_PROGRESS says the TTS streams)."""
     timeout: asyncio.TimerHandle | None = None
 
 
@@ -31,4 +33,10 @@ class Finish:
     """What follows the last stream of a reply or an announcement once it has played."""
 
     then_listen: bool
-    """Start a run without the wake phrase (the conversation continues, or start_conversation)."""
+    """Start a run without the wake phrase (start_conversation)."""
+    turn: Turn | None = None
+    """The run whose answer this is: it listens again if its conversation continues (known by then)."""
+
+    @property
+    def listens(self) -> bool:
+        return self.then_listen or (self.turn is not None and self.turn.continues)

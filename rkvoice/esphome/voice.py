@@ -14,19 +14,19 @@ A turn, as the core asks for it (``SatellitePort``):
   run was abandoned (a mute, a disconnect, a new run).
 - Home Assistant's events back: STT_START -> ``pipeline_started``, STT_VAD_END -> ``speech_ended``,
   STT_END -> ``heard``, INTENT_END -> whether the conversation continues, TTS_START -> ``answering``,
-  TTS_END's URL -> fetched and decoded (rkvoice.esphome.reply_audio) and played through the core
-  (``stream_start`` + the audio), ERROR -> ``failed``. A pipeline with no speech-to-text sends no event at
+  TTS_END's URL (or RUN_START's, as soon as INTENT_PROGRESS says the TTS streams) -> played through the
+  core as it arrives (rkvoice.esphome.reply_stream), ERROR -> ``failed``. A pipeline with no speech-to-text sends no event at
   all: with none within ``event_wait_s`` of the request, the run fails (one line).
 - Once a reply has played (``played``), VoiceAssistantAnnounceFinished (without it HA's satellite stays
   "responding"); a run that ends without a reply sends it at RUN_END. When the conversation continues,
   a new run starts then (the microphone reopens after the reply, never during it), without a wake phrase.
 
 VoiceAssistantAnnounceRequest (announce, start_conversation, ask_question): the chime and the media are
-fetched and played, then AnnounceFinished; with ``start_conversation`` a run starts as above. Timer
+played as they arrive, then AnnounceFinished; with ``start_conversation`` a run starts as above. Timer
 events keep the timer table; a finished timer rings (the core's ``ring``). The media player entity
 (rkvoice.esphome.media_entity) is held while the satellite hears or speaks; the stop word ends it.
 
-A URL that fails or is not audio: one line, nothing played, AnnounceFinished all the same.
+A URL that fails or is not audio: one line, what arrived played, AnnounceFinished all the same.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,7 @@ from .announce import announcer
 from .entities import Entity, MuteSwitch, WakeWords
 from .identity import KeyStore, load_state
 from .media_entity import MediaPlayerEntity
-from .reply_audio import Audio, AudioFetchError, fetch_audio
+from .reply_stream import ReplyStreamer
 from .server import ApiConnection, ApiServer, DeviceInfo
 from .turns import ABANDONED, Finish, Turn
 
@@ -79,7 +80,6 @@ log = logging.getLogger(__name__)
 EVENT_WAIT_S = 5.0
 """After a request: how long Home Assistant may stay silent before the run fails (a pipeline with no
 speech-to-text answers the request and then sends nothing)."""
-CHUNK_BYTES = 4096
 MUTE_KEY = 1
 class EsphomeLink:
     """The ESPHome adapter over its ``core``: ``serve(stop, ready)`` runs the loop on the calling thread
@@ -320,11 +320,12 @@ class EsphomeLink:
                 turn.continues = data.get("continue_conversation") == "1"
         elif kind is Ev.VOICE_ASSISTANT_TTS_START:
             self.core.answering(data.get("text", ""))
+        elif kind is Ev.VOICE_ASSISTANT_RUN_START and turn is not None:
+            turn.tts_url = data.get("url", "")
+        elif kind is Ev.VOICE_ASSISTANT_INTENT_PROGRESS and data.get("tts_start_streaming") == "1":
+            self._reply(turn, turn.tts_url if turn is not None else "")  # a streaming answer: its audio comes now
         elif kind is Ev.VOICE_ASSISTANT_TTS_END:
-            url = data.get("url", "")
-            if turn is not None and url and not turn.replying:
-                turn.replying = True
-                self._spawn(self._play([url], Finish(then_listen=turn.continues)))
+            self._reply(turn, data.get("url", ""))
         elif kind is Ev.VOICE_ASSISTANT_ERROR:
             self.core.failed(data.get("message", "") or "an error", data.get("code", ""))
         elif kind is Ev.VOICE_ASSISTANT_RUN_END and turn is not None:
@@ -335,9 +336,16 @@ class EsphomeLink:
             if turn is self._turn:
                 self._turn = None
 
+    def _reply(self, turn: Turn | None, url: str) -> None:
+        """The run's answer at ``url``, played once (whether the conversation continues is known by the
+        time it has played: INTENT_END comes after a streaming answer's start)."""
+        if turn is not None and url and not turn.replying:
+            turn.replying = True
+            self._spawn(self._play([url], Finish(then_listen=False, turn=turn)))
+
     def _finished(self, finish: Finish, cut: bool = False) -> None:
         self._send(VoiceAssistantAnnounceFinished(success=True))
-        if finish.then_listen and not cut and self._peer is not None and self.running.is_set():
+        if finish.listens and not cut and self._peer is not None and self.running.is_set():
             log.info("esphome: the conversation continues; listening without the wake phrase")
             self._continuing = True
             self.core.begin_run(np.zeros(0, np.float32), self.core.heard_to)
@@ -349,28 +357,11 @@ class EsphomeLink:
         self._spawn(self._play(urls, Finish(then_listen=bool(msg.start_conversation))))
 
     async def _play(self, urls: list[str], finish: Finish) -> None:
-        """Fetch ``urls`` (in order, on the fetch thread), then queue them to play; ``finish`` follows the last."""
-        loop = asyncio.get_running_loop()
-        clips: list[Audio] = []
-        for url in urls:
-            try:
-                assert self._pool is not None
-                clips.append(await loop.run_in_executor(self._pool, fetch_audio, url))
-            except AudioFetchError as exc:
-                log.warning("esphome: Home Assistant's audio %s; not played", exc)
-        streams = [s for clip in clips if (s := self._queue(clip)) is not None]
-        if streams:
-            self._finishes[streams[-1].id] = finish
-        else:
-            self._finished(Finish(then_listen=False))
-
-    def _queue(self, clip: Audio) -> Stream | None:
-        stream = self.core.stream_start(clip.rate, 2, clip.channels)
-        if stream is not None:
-            for i in range(0, len(clip.pcm), CHUNK_BYTES):
-                self.playback.chunk(stream, clip.pcm[i : i + CHUNK_BYTES])
-            self.playback.end(stream)
-        return stream
+        """Play ``urls`` in order as they arrive (rkvoice.esphome.reply_stream); ``finish`` follows the last."""
+        assert self._pool is not None
+        streamer = ReplyStreamer(self._pool, self.core, self.playback)
+        if not await streamer.play(urls, lambda stream: self._finishes.__setitem__(stream.id, finish)):
+            self._finished(replace(finish, then_listen=False, turn=None))
 
     def _timer(self, msg: Message) -> None:
         try:
