@@ -139,6 +139,10 @@ class EsphomeConfig(Section):
             noise_key(self.key)
 
 
+DEVICE_SOUNDS = ("wake", "thinking", "timer", "error")
+"""The satellite's own sounds (rkvoice.satellite.sounds.Sound), each of which ``satellite.sounds`` can leave out."""
+
+
 @dataclass(frozen=True)
 class SatelliteConfig(Section):
     """The board as a Home Assistant Assist satellite (rkvoice.satellite): a Wyoming satellite, or an
@@ -158,7 +162,16 @@ class SatelliteConfig(Section):
     stop_words: str = "停,别说了,stop"
     """Phrases that, said alone while the board plays something (a reply, an announcement, a ringing
     timer, music), stop it without the wake phrase; comma-separated; empty = no stop word."""
+    sounds: str = ",".join(DEVICE_SOUNDS)
+    """The device's own sounds that play, comma-separated: wake (the wake acknowledgement, hear.ack),
+    thinking (a soft blip when the request has ended and the answer is awaited), timer (a finished timer
+    rings after its words; without it the words are said once), error (two falling notes when a request
+    fails); empty = none."""
     esphome: EsphomeConfig = field(default_factory=EsphomeConfig)
+
+    @property
+    def sound_names(self) -> tuple[str, ...]:
+        return tuple(p.strip() for p in self.sounds.replace("，", ",").split(",") if p.strip())
 
     @property
     def stop_phrases(self) -> tuple[str, ...]:
@@ -179,6 +192,9 @@ class SatelliteConfig(Section):
             raise RkvoiceError(Stage.CONFIG, "bad-value", f"satellite.stop_words: {bad[0]!r} has no word to say; "
                                "give Chinese characters or English words, comma-separated (e.g. 停,别说了,stop), "
                                "or leave it empty for no stop word")
+        if bad := [name for name in self.sound_names if name not in DEVICE_SOUNDS]:
+            raise RkvoiceError(Stage.CONFIG, "bad-value", f"satellite.sounds: {bad[0]!r} is not one of the device's "
+                               f"sounds; choose from {', '.join(DEVICE_SOUNDS)} (comma-separated; empty = none)")
         if not self.name.strip():
             raise RkvoiceError(Stage.CONFIG, "bad-value", "satellite.name is empty; give the device a name, "
                                "e.g. rkvoice")

@@ -43,6 +43,7 @@ OTHER_KEY = base64.b64encode(bytes(range(1, 33))).decode()
 def esphome_config(state_dir: Path, key: str = "", zeroconf: bool = False, name: str = "Kitchen Board") -> Any:
     return load_config([{"state": {"dir": str(state_dir)}, "hear": {"ack": "none"},
                          "satellite": {"uri": "tcp://127.0.0.1:0", "name": name, "protocol": "esphome",
+                                       "sounds": "wake,timer",  # the player gets HA's audio and the timers' alone
                                        "esphome": {"port": 0, "key": key, "zeroconf": zeroconf}}}])
 
 

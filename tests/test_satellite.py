@@ -37,8 +37,10 @@ WAIT_S = 10.0
 
 
 def config(**satellite: Any) -> Any:
+    """The satellite on a free port; of the device's own sounds only the wake cue (none here: speak_stage
+    has cue=False) and the timer's, so what the player got is Home Assistant's audio (and the timers')."""
     cfg = load_config()
-    return replace(cfg, satellite=replace(cfg.satellite, uri="tcp://127.0.0.1:0", **satellite))
+    return replace(cfg, satellite=replace(cfg.satellite, uri="tcp://127.0.0.1:0", **{"sounds": "wake,timer", **satellite}))
 
 
 class FeedMic:

@@ -13,5 +13,6 @@ and plays what HA sends back (answers, timer alarms, announcements) on its own p
   its hear thread: wake, the request's head, the board's VAD.
 - ``playback``: HA's audio and the board's own words on the player, one after another; ``played``.
 - ``timers``: the timer table HA keeps us informed of.
+- ``sounds``: the device's own sounds (wake, thinking, timer, error; ``satellite.sounds``).
 - ``run``: the ``--satellite`` CLI mode and the daemon's satellite listener.
 """

@@ -10,7 +10,10 @@ Who calls what, on which thread:
 - the microphone thread only posts frames (``feed.post_frame``, rkvoice.satellite.feed); hearing them
   (the wake engine, the board's VAD: blocking inference) runs on one hear thread, as the loop tells it
   (``Job``), and what it heard comes back to the loop (``on_heard``);
-- playback (its own thread) tells the loop when a sound has played (``post``).
+- playback (its own thread) tells the loop when a sound has played (``post``);
+- the device's own sounds (``sounds``, rkvoice.satellite.sounds): the wake cue when a request begins,
+  the thinking sound when its audio ends (a reply cuts it), the error sound when a run fails, the
+  timer sound of a finished timer; each can be off (``satellite.sounds``).
 
 Without a loop (tests that drive the core on one thread) every call runs inline. HA's events carry no
 run id: they belong to the pipeline HA runs now, and HA starts its pipelines in the order they were
@@ -32,6 +35,7 @@ from rkvoice.clock import Clock, MonotonicClock
 
 from .feed import FrameFeed
 from .playback import Playback, Stream, StreamKind
+from .sounds import DeviceSounds
 from .state import RATE, Heard, Job, Run, SatellitePort, SatelliteState
 from .timers import TimerRing
 
@@ -64,6 +68,8 @@ class SatelliteCore:
         """The last runs, oldest first."""
         self.on_run: Callable[[Run], None] | None = None
         self.cue = np.zeros(0, np.float32)
+        self.sounds = DeviceSounds(playback, self.clock)
+        """The device's own sounds that are on (rkvoice.satellite.mic sets ``satellite.sounds``'s)."""
         self.max_request_s = MAX_REQUEST_S
         self.answer_wait_s = ANSWER_WAIT_S
         self.on_state: Callable[[SatelliteState], None] | None = None
@@ -133,6 +139,7 @@ class SatelliteCore:
             log.warning("satellite: run %d: Home Assistant sent no transcript within %.0f s of the request's end; "
                         "listening for the wake phrase again", run.id, self.answer_wait_s)
             run.finish("no transcript")
+            self.sounds.failed()
             self._listen()
         elif not run.audio_stopped:
             self._audio(run, heard.frame)
@@ -173,7 +180,7 @@ class SatelliteCore:
         self.port.ask(run)
         log.info("satellite: run %d: asking Home Assistant's pipeline", run.id)
         self._audio(run, head)
-        self.playback.cue(self.cue)
+        self.sounds.wake(self.cue)
         if one_breath:
             self._audio(run, np.zeros(RATE // 4, np.float32))  # a little silence: HA's VAD sees the end
             self._stop_audio(run)
@@ -189,20 +196,23 @@ class SatelliteCore:
         run.sent_s += len(samples) / RATE
         self.port.audio(run, samples, at)
 
-    def _stop_audio(self, run: Run) -> None:
+    def _stop_audio(self, run: Run, thinking: bool = True) -> None:
+        """The request's audio ends (``thinking``: the answer is awaited, the thinking sound plays)."""
         if run.audio_stopped:
             return
         run.audio_stopped = True
         if run.speech_end_at is None:
             run.speech_end_at = self.clock.now()
         self.port.stop_audio(run)
+        if thinking:
+            self.sounds.think()
         self._settle()
 
-    def _listen(self) -> None:
+    def _listen(self, thinking: bool = False) -> None:
         """The current run is over: its audio stops, the wake engine listens again."""
         run, self.run = self.run, None
         if run is not None and not run.audio_stopped:
-            self._stop_audio(run)
+            self._stop_audio(run, thinking)
         self._restart_wake = True
         self._settle()
 
@@ -283,7 +293,7 @@ class SatelliteCore:
             return
         log.info("satellite: Home Assistant heard %r", text)
         if run is self.run:
-            self._listen()
+            self._listen(thinking=True)
 
     def failed(self, text: str, code: str) -> None:
         """``error``."""
@@ -291,6 +301,8 @@ class SatelliteCore:
         run = self._pipeline_run()
         if run is None:
             return
+        if run.error is None and run.ended in ("", "transcript"):  # its first failure, not a run left behind
+            self.sounds.failed()
         if run.error is None:
             run.error = f"{text} ({code})"
         run.finish("error")
@@ -311,6 +323,8 @@ class SatelliteCore:
         # streams its text): the run's reply; audio with neither is an announcement (or a timer's sound)
         kind = StreamKind.REPLY if self._reply_due or answering else StreamKind.ANNOUNCE
         self._reply_due = False
+        if kind is StreamKind.REPLY and self.sounds.thinking_sounds():
+            self.playback.clear("the reply begins: the thinking sound is cut")  # the answer never waits for it
         stream = self.playback.begin(rate, width, channels, kind)
         if stream is None:
             return None
@@ -321,8 +335,9 @@ class SatelliteCore:
         return stream
 
     def ring(self, words: str) -> None:
-        """A finished timer: the board says ``words``, then rings (``ringer``)."""
-        self.ringer.start(words)
+        """A finished timer: the board says ``words``, then rings (``ringer``; with the timer sound off the
+        words alone)."""
+        self.ringer.start(words, self.sounds.timer)
 
     def _ring_changed(self) -> None:
         if self.ringer.ringing:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,8 @@ def serve_file(cfg: Config, uri: str, wav: str, out: str | None, pipeline_wait_s
         hear.load()
         speak.load()
     runs: list[Run] = []
-    sat = Satellite(cfg, hear, speak, uri=uri, on_run=runs.append, segmenter=board_vad(cfg) if own else None)
+    quiet = replace(cfg, satellite=replace(cfg.satellite, sounds=""))  # the file gets the reply alone (no cue either)
+    sat = Satellite(quiet, hear, speak, uri=uri, on_run=runs.append, segmenter=board_vad(cfg) if own else None)
     ok = False
     try:
         sat.start()

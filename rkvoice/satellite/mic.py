@@ -23,7 +23,7 @@ import contextlib
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 
 import numpy as np
@@ -34,6 +34,7 @@ from rkvoice.hear.wake import WakeEngine, WakeHit
 
 from .core import ANSWER_WAIT_S, MAX_REQUEST_S, SatelliteCore
 from .playback import Playback
+from .sounds import DeviceSounds
 from .state import RATE, Heard, Job, Run
 from .stop_word import StopWord
 
@@ -138,7 +139,7 @@ class SatelliteMic:
                  answer_wait_s: float = ANSWER_WAIT_S, segmenter: Segmenter | None = None,
                  cue: np.ndarray | None = None,
                  busy: Callable[[str], AbstractContextManager[None]] = lambda _what: contextlib.nullcontext(),
-                 stop: StopWord | None = None) -> None:
+                 stop: StopWord | None = None, sounds: Iterable[str] | None = None) -> None:
         core = getattr(link, "core", None)
         assert isinstance(core, SatelliteCore), "a link over a SatelliteCore"
         self.core = core
@@ -150,6 +151,8 @@ class SatelliteMic:
         core.max_request_s, core.answer_wait_s = max_request_s, answer_wait_s
         core.cue = cue if cue is not None else np.zeros(0, np.float32)
         """Played on a wake the peer will hear (``hear.ack``, at the player's rate)."""
+        if sounds is not None:  # the device's own sounds that are on (``satellite.sounds``); None: all
+            core.sounds = DeviceSounds(playback, core.clock, sounds)
         core.feed.busy = busy
         self.wake = wake
         self._stop = threading.Event()

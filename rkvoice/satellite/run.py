@@ -83,7 +83,7 @@ class Satellite:
         # without one (a test's wake-only stand-in) has none
         stop = stop_word(cfg, getattr(hear, "heard", None), stop_words)
         self.mic = SatelliteMic(hear.wake, self.link, self.playback, on_run=on_run, segmenter=segmenter,
-                                cue=speak.cue, busy=busy, stop=stop)
+                                cue=speak.cue, busy=busy, stop=stop, sounds=cfg.satellite.sound_names)
         self.link.core.feed.on_error = on_error
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

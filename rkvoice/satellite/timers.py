@@ -1,8 +1,9 @@
 """The satellite's timers: Home Assistant runs them (its timer intents, for this device) and tells the
 satellite with ``timer-started/-updated/-cancelled/-finished``; ``TimerTable`` mirrors them so the board
 knows what runs and for how long. A finished one rings (``TimerRing``): the board says it aloud, then
-the timer sound plays again and again, ``RING_GAP_S`` apart, until the stop word, a wake, or
-``RING_MAX_S``."""
+the timer sound (rkvoice.satellite.sounds) plays again and again, ``RING_GAP_S`` apart, until the stop
+word, a wake, or ``RING_MAX_S``. With the timer sound off (``satellite.sounds``) the words are said once
+and the ring ends with them."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import numpy as np
 from rkvoice.clock import Clock, MonotonicClock
 
 from .playback import Playback
+from .sounds import timer_sound
 
 log = logging.getLogger(__name__)
 
@@ -92,21 +94,14 @@ class TimerTable:
             return list(self._timers)
 
 
-def timer_sound(rate: int) -> np.ndarray:
-    """The timer sound at ``rate`` (float32): two short rising beeps."""
-    beep = np.arange(int(0.15 * rate)) / rate
-    fade = np.minimum(1.0, np.minimum(beep, beep[::-1]) / 0.01)
-    gap = np.zeros(int(0.08 * rate))
-    parts = [0.35 * fade * np.sin(2 * np.pi * hz * beep) for hz in (880.0, 1320.0)]
-    return np.concatenate([parts[0], gap, parts[1]]).astype(np.float32)
-
-
 @dataclass(eq=False)
 class Ringing:
     """One finished timer ringing."""
 
     words: str
     since: float
+    sound: np.ndarray
+    """Played after the words and after each gap; empty: the words once, then the ring ends."""
     stopped: threading.Event = field(default_factory=threading.Event)
     pending: threading.Event = field(default_factory=threading.Event)
     """Set once the ring queued last was handed to the player (or by ``stop``)."""
@@ -115,9 +110,10 @@ class Ringing:
 
 
 class TimerRing:
-    """A finished timer's ring on ``playback``: ``start(words)`` says ``words``, then plays the timer sound
-    every ``gap_s`` (on a thread of its own) until ``stop(why)`` or ``max_s`` of ``clock``. A timer that
-    finishes while one rings takes its place. ``on_change()`` is told (from either thread) when it starts
+    """A finished timer's ring on ``playback``: ``start(words, sound)`` says ``words``, then plays ``sound``
+    (by default the timer sound; empty: none, the ring ends once the words are said) every ``gap_s`` (on a
+    thread of its own) until ``stop(why)`` or ``max_s`` of ``clock``. A timer that finishes while one rings
+    takes its place. ``on_change()`` is told (from either thread) when it starts
     or ends; ``ringing`` says which."""
 
     def __init__(self, playback: Playback, clock: Clock | None = None, on_change: Callable[[], None] | None = None,
@@ -137,8 +133,8 @@ class TimerRing:
         with self._lock:
             return self._ring is not None
 
-    def start(self, words: str) -> None:
-        ring = Ringing(words, self.clock.now())
+    def start(self, words: str, sound: np.ndarray | None = None) -> None:
+        ring = Ringing(words, self.clock.now(), timer_sound(self.playback.player.rate) if sound is None else sound)
         ring.thread = threading.Thread(target=self._run, args=(ring,), name="rkvoice-timer-ring", daemon=True)
         with self._lock:
             old, self._ring, self.last = self._ring, ring, ring
@@ -167,7 +163,8 @@ class TimerRing:
             self.on_change()
 
     def _run(self, ring: Ringing) -> None:
-        sound = timer_sound(self.playback.player.rate)
+        # no sound: one block of silence after the words tells when they are said
+        sound = ring.sound if len(ring.sound) else np.zeros(self.playback.block, np.float32)
         while self.clock.now() - ring.since < self.max_s:
             with self._lock:
                 if ring.stopped.is_set():
@@ -179,6 +176,9 @@ class TimerRing:
             ring.rings += 1
             if not self.clock.wait(done, SOUND_WAIT_S):
                 log.warning("timer: the ring was not played within %.0f s; ringing on", SOUND_WAIT_S)
+            if not len(ring.sound):
+                self.stop("its words said (the timer sound is off)", only=ring)
+                return
             if not self.clock.pause(self.gap_s, ring.stopped):
                 return
         self.stop(f"{self.max_s / 60:g} min without a stop", only=ring)
