@@ -93,22 +93,24 @@ def spoken_text(phrase: str) -> str:
     return "".join(c for c in phrase if not c.isspace() and not unicodedata.category(c).startswith(("P", "S")))
 
 
-def keywords_line(phrase: str, tokens_file: Path, known: dict[str, int]) -> str:
+def keywords_line(phrase: str, tokens_file: Path, known: dict[str, int], role: str = "wake phrase",
+                  key: str = "hear.wake_phrase") -> str:
     """``"x iǎo zh ì x iǎo zh ì @小智小智"``: the phrase in the model's own tokens. A token missing from
-    ``known`` (tokens.txt; sherpa-onnx would exit) or a character pinyin cannot spell (it drops out) is an error."""
+    ``known`` (tokens.txt; sherpa-onnx would exit) or a character pinyin cannot spell (it drops out) is an
+    error naming the phrase as ``role`` and the setting ``key``."""
     text = spoken_text(phrase)
-    fix = "choose a phrase of Chinese characters (hear.wake_phrase)"
+    fix = f"choose a phrase of Chinese characters ({key})"
     foreign = [c for c in text if "CJK" not in unicodedata.name(c, "")]
     if not text or foreign:
         what = f"characters the keyword model cannot spell: {' '.join(foreign)}" if text else "no characters"
-        raise RkvoiceError(Stage.WAKE, "bad-phrase", f"wake phrase {phrase!r} has {what}; {fix}")
+        raise RkvoiceError(Stage.WAKE, "bad-phrase", f"{role} {phrase!r} has {what}; {fix}")
     tokens = phrase_tokens(text)
     unknown = [t for t in tokens if t not in known]
     if not tokens or unknown:
         raise RkvoiceError(
             Stage.WAKE,
             "bad-phrase",
-            f"wake phrase {phrase!r} cannot be spelled with the keyword model's tokens "
+            f"{role} {phrase!r} cannot be spelled with the keyword model's tokens "
             f"(unknown: {' '.join(unknown) or 'no pinyin'}; {tokens_file}); {fix}",
         )
     return " ".join(tokens) + f" @{text}"
@@ -117,6 +119,12 @@ def keywords_line(phrase: str, tokens_file: Path, known: dict[str, int]) -> str:
 def check_kws(cfg: Config) -> tuple[str, dict[str, Path], dict[str, str]]:
     """Everything sherpa-onnx would exit on in the streaming transducer files a KeywordSpotter loads and
     the phrase, without loading them; returns the keywords line, the files and the encoder's metadata."""
+    files, enc_meta, table = check_model(cfg)
+    return keywords_line(cfg.hear.wake_phrase, files["tokens"], table), files, enc_meta
+
+
+def check_model(cfg: Config) -> tuple[dict[str, Path], dict[str, str], dict[str, int]]:
+    """``check_kws`` without a phrase: the files, the encoder's metadata and the token table."""
     model_dir = kws_dir(cfg)
     fix = fix_for(model_dir)
     files = model_files(model_dir)
@@ -136,11 +144,12 @@ def check_kws(cfg: Config) -> tuple[str, dict[str, Path], dict[str, str]]:
     guard.onnx_metadata(files["joiner"], fix)
     table = guard.read_tokens(tokens, fix)
     guard.check_vocab(table, guard.require_int(dec_meta, "vocab_size", decoder, fix), tokens, decoder, fix)
-    return keywords_line(cfg.hear.wake_phrase, tokens, table), files, enc_meta
+    return files, enc_meta, table
 
 
 class KwsWake:
-    """Fed zeros when the speech pauses (see the module doc)."""
+    """Fed zeros when the speech pauses (see the module doc). A subclass spots other phrases by
+    ``keywords`` (its keywords file's lines) and ``phrases`` (the detections it reports)."""
 
     languages = ("zh",)
 
@@ -148,6 +157,8 @@ class KwsWake:
         self.cfg = cfg
         self.model_dir = kws_dir(cfg)
         self.phrase = spoken_text(cfg.hear.wake_phrase)
+        self.phrases = {self.phrase}
+        self.wanted = f"the wake phrase {self.phrase!r}"  # what a detection of another keyword is not
         self._kws: KeywordSpotter | None = None
         self._stream: OnlineStream | None = None
         self._samples = 0  # audio heard (stream time)
@@ -159,8 +170,13 @@ class KwsWake:
         self._vad_zero = 0  # stream sample of the VAD's own sample 0
         self._vad_pending = np.zeros(0, dtype=np.float32)
 
+    def keywords(self, tokens_file: Path, table: dict[str, int]) -> list[str]:
+        """The keywords file's lines (``keywords_line``): the wake phrase."""
+        return [keywords_line(self.cfg.hear.wake_phrase, tokens_file, table)]
+
     def load(self) -> None:
-        line, files, meta = check_kws(self.cfg)
+        files, meta, table = check_model(self.cfg)
+        line = "\n".join(self.keywords(files["tokens"], table))
         chunk = guard.require_int(meta, "decode_chunk_len", files["encoder"], fix_for(self.model_dir))
         self._shift = chunk * HOP
         self._pad_max = (chunk + guard.require_int(meta, "T", files["encoder"], fix_for(self.model_dir)) + 3) * HOP
@@ -182,7 +198,7 @@ class KwsWake:
         finally:
             Path(name).unlink(missing_ok=True)
         self._new_stream()
-        log.info("keyword spotter loaded from %s (%s)", self.model_dir, line)
+        log.info("keyword spotter loaded from %s (%s)", self.model_dir, line.replace("\n", "; "))
 
     def _new_stream(self) -> None:
         if self._kws is not None:
@@ -267,8 +283,8 @@ class KwsWake:
             if not keyword:
                 continue
             kws.reset_stream(stream)
-            if keyword != self.phrase:
-                log.info("keyword %r is not the wake phrase %r: ignored", keyword, self.phrase)
+            if keyword not in self.phrases:
+                log.info("keyword %r is not %s: ignored", keyword, self.wanted)
                 continue
             now = self._samples / SAMPLE_RATE
             end_s = now if end is None else min(now, end / SAMPLE_RATE)

@@ -28,16 +28,20 @@ import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 
 from rkvoice.clock import Clock
 from rkvoice.config import Config
+from rkvoice.errors import RkvoiceError, Stage
 from rkvoice.hear.asr import AsrEngine
+from rkvoice.hear.kws import KwsWake, keywords_line, spoken_text
 from rkvoice.hear.pinyin_match import PhraseMatch, PhraseMatcher, syllables
 from rkvoice.hear.vad import Segment, Segmenter
 from rkvoice.hear.wake import MIN_PHRASE_LOGPROB, PHRASE_MAX_S, PHRASE_SILENCE_S, AsrMatchWake, PrimedAsr, WakeHit
+from rkvoice.hear.wake_registry import wake_name
 from rkvoice.hear.whisper_asr import PROMPT
 
 log = logging.getLogger(__name__)
@@ -159,6 +163,37 @@ def without_echo(text: str) -> str:
     return text if cut < 0 else text[:cut].strip()
 
 
+class KwsStopEngine(KwsWake):
+    """The board's stop word: a second sherpa-onnx KeywordSpotter on the wake engine's model (its own
+    keywords file: the stop phrases in the model's tokens), with the same pause watch; ``accept(frame)``
+    gives a WakeHit (its ``text`` the phrase) on the frame whose decode spotted one. A phrase the model's
+    tokens cannot spell (the ppinyin model: any English word) is left out with one log line at load."""
+
+    def __init__(self, cfg: Config, phrases: Sequence[str] = PHRASES) -> None:
+        super().__init__(cfg)
+        self.stop_phrases = tuple(phrases)
+        self.phrases = set()
+        self.wanted = "a stop phrase"
+        self.skipped: list[str] = []
+        """The phrases left out (the model cannot spell them)."""
+
+    def keywords(self, tokens_file: Path, table: dict[str, int]) -> list[str]:
+        lines = []
+        for phrase in self.stop_phrases:
+            try:
+                lines.append(keywords_line(phrase, tokens_file, table, "stop phrase", "satellite.stop_words"))
+            except RkvoiceError as err:
+                log.info("stop word: %s; it is not spotted", err.message)
+                self.skipped.append(phrase)
+                continue
+            self.phrases.add(spoken_text(phrase))
+        if not lines:
+            raise RkvoiceError(Stage.WAKE, "no-stop-phrase",
+                               f"no stop phrase in {list(self.stop_phrases)!r} can be spelled with the keyword "
+                               f"model's tokens ({tokens_file}); give Chinese ones in satellite.stop_words (e.g. 停,别说了)")
+        return lines
+
+
 class StopWord:
     """The stop word as the hear thread uses it: ``hear(frame, at, active)`` (``at``: the frame's stream
     sample) feeds the engine while ``active`` (something plays) and ``GRACE_S`` after (a gap between
@@ -186,9 +221,24 @@ class StopWord:
 
 
 def stop_word(cfg: Config, asr: AsrEngine | None, settings: StopWordSettings | None = None) -> StopWord | None:
-    """The loaded stop word over ``asr`` (the hear stage's, loaded), or None (no ASR, or no phrases)."""
+    """The loaded stop word, or None (no phrases). With the keyword spotter as the wake engine
+    (``hear.wake`` kws, or auto on the board profile) it is ``KwsStopEngine`` (None, with a warning, when
+    it can spell none of the phrases); else ``StopWordEngine`` over ``asr`` (the hear stage's, loaded;
+    None without one)."""
     settings = settings or StopWordSettings(cfg.satellite.stop_phrases)
-    if asr is None or not settings.phrases:
+    if not settings.phrases:
+        return None
+    if wake_name(cfg) == "kws":
+        spotter = KwsStopEngine(cfg, settings.phrases)
+        try:
+            spotter.load()
+        except RkvoiceError as err:
+            if err.code != "no-stop-phrase":
+                raise
+            log.warning("no stop word: %s", err.message)
+            return None
+        return StopWord(spotter)
+    if asr is None:
         return None
     engine = StopWordEngine(cfg, asr, settings.phrases)
     engine.load()
