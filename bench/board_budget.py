@@ -26,6 +26,10 @@ end-of-turn model (``last_word_to_first_sound_smart_ms``: the short silence and 
 on the NPU as the board install converts it (models/convert_turn.py), its time scaled from rknn_model_zoo's
 published Whisper figure on the RK3576 by multiply-accumulates (``npu_judge_ms``); by silence when that is
 over ``hear.endpoint.budget_ms``), and the longest gap between pieces.
+Also ``stop_word``: the board's stop word (rkvoice.satellite.stop_word.KwsStopEngine, the keyword spotter),
+word end -> playback cleared, computed from two figures rather than run: the spotter's decision lag in
+audio time (its pause watch; not scaled: it is audio, not work) plus the spotting frame's decode on the
+dev machine x ``A72_SCALE`` (the same assumed A72 factor as the CPU end-of-turn judgement); goal 300 ms.
 The NPU is shared by RKLLM and Matcha on the board; here they overlap freely (optimistic for the
 gaps; first audio is not affected: nothing else uses the NPU before the first piece).
 """
@@ -75,6 +79,10 @@ class Board:
     tokens_per_char: int = 2
     audio_s_per_char: float = 0.24
     mel_frames_per_s: float = 16000 / 256
+    stop_lag_s: tuple[float, float] = (0.242, 0.270)
+    """The KWS stop word, word end -> the end of the frame it is spotted on (audio time), p50 / p90."""
+    stop_decode_dev_s: tuple[float, float] = (0.0100, 0.0132)
+    """That frame's ``accept`` (the zeros fed at the pause, decoded) on the dev machine, p50 / p90."""
 
 
 BOARD = Board()
@@ -104,6 +112,14 @@ SOURCES = {
                "bound: the decoder's share of the 1.276 s is charged to the encoder",
     "cpu_judge_s": "without the NPU build: Smart Turn v3.2 int8 on one thread, 148.5 ms p50 on the dev machine "
                    "(bench/turn_end.py, 1,926 judgements, load 1.2-4.4) x A72_SCALE",
+    "stop_lag_s": "KwsStopEngine (the stop phrase 你好小智) on the rigged stand-in keyword spotter "
+                  "(models/standins/hearing_cache.py: real sherpa-onnx zipformer2 KWS architecture, random weights, its "
+                  "last token put on the word's end as bench/wake_latency.py and tests/test_kws_latency.py do), the 11 "
+                  "voices of bench/wake_latency.py, 2026-12-06: p50 242 / p90 270 ms of audio (its pause watch: silero, "
+                  "0.1 s of silence; the zeros then decode at once)",
+    "stop_decode_dev_s": "the same run, the spotting frame's accept() wall time on the dev machine (2 cores, load 2.0): "
+                         "p50 10.0 / p90 13.2 ms (a stand-in of the board model's architecture; its size differs), "
+                         "x A72_SCALE",
     "a72_scale": "assumption, not measured: one 2.2 GHz Cortex-A72 core runs this int8 onnxruntime graph 3x "
                  "slower than one core of the dev machine's EPYC (2x128-bit NEON against 2x256-bit AVX2 at a "
                  "higher clock and IPC)",
@@ -351,10 +367,22 @@ def predict(turns_per_route: int = 3) -> dict[str, Any]:
                             "tool_if_waited_for_ms": round(tool + ep.short_silence_ms + judge_ms, 1) if tool else None,
                             "goal_tool_ms": 500,
                             "goal_met": bool(tool is not None and tool + smart_ms <= 500)},
+               stop_word=stop_word_ms(),
                figures=asdict(BOARD), sources=SOURCES,
                first_pieces={t.text: next((str(e.get("text")) for e in t.timeline.events if e.name == "chunk"), None)
                              for t in turns})
     return out
+
+
+def stop_word_ms() -> dict[str, Any]:
+    """The board's stop word, word end -> playback cleared (p50, p90): the spotter's audio lag plus its
+    decode scaled to an A72 core; the core clears the playback on the frame that spotted it."""
+    (lag50, lag90), (dev50, dev90) = BOARD.stop_lag_s, BOARD.stop_decode_dev_s
+    p50, p90 = ((lag + dev * A72_SCALE) * 1000.0 for lag, dev in ((lag50, dev50), (lag90, dev90)))
+    return {"line": "stop word: word end -> playback cleared", "path": "kws (second KeywordSpotter, stop phrases)",
+            "p50_ms": round(p50, 1), "p90_ms": round(p90, 1), "goal_ms": 300, "goal_met": p50 <= 300, "p90_within_goal": p90 <= 300,
+            "scaling": f"audio lag as measured; decode x A72_SCALE = {A72_SCALE}",
+            "not_included": "the output device's buffer still sounding after the clear (audio.block_ms)"}
 
 
 def main() -> int:

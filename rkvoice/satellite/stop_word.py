@@ -1,6 +1,19 @@
 """The stop word: while the satellite plays something (a reply, an announcement, a ringing timer,
 music), a stop phrase ("停", "别说了", "stop") ends it without the wake phrase.
 
+Two engines behind one ``StopWord`` (``stop_word`` picks by the wake engine, rkvoice.hear.wake_registry):
+
+- the board (``hear.wake`` kws, auto on the board profile): ``KwsStopEngine``, a second sherpa-onnx
+  KeywordSpotter on the wake model (rkvoice.hear.kws) whose keywords file holds the stop phrases in the
+  model's pinyin tokens; a phrase it cannot spell (its tokens have no English: "stop") is left out with
+  one log line. It decides as the word ends: its pause watch (0.1 s of silence) has the held audio
+  decoded at once. bench/board_budget.py (``stop_word``) predicts word end -> playback cleared on the
+  board 272 / 310 ms p50 / p90 (goal 300 ms): 242 / 270 ms of audio measured on the rigged stand-in
+  model, plus that frame's decode (10 / 13 ms on the dev machine) x 3 for an A72 core (assumed). The
+  stand-in times it, nothing more: recall and false stops (a lone 停 is two tokens) need the real model
+  on the board; it shares the wake's ``hear.kws_score`` and ``hear.kws_threshold``.
+- elsewhere (portable): ``StopWordEngine``, below.
+
 ``StopWordEngine`` is the portable wake engine (rkvoice.hear.wake.AsrMatchWake: its phrase segmenter,
 which closes phrase-length speech ``PHRASE_SILENCE_S`` after it ends, and Whisper) with the stop
 phrases as its phrases. It hears the same echo-cancelled frames as the wake engine, on the hear thread,
@@ -19,7 +32,9 @@ margin: a real voice may need the board's keyword spotter; bench/stop_word.py co
 bench/stop_word.py (7 voices per phrase, 15 negatives; x86_64, 2 cores at load 4-6): word end -> the
 stop decided p50 269 ms of audio (the phrase segmenter's share), plus Whisper's decode of the segment
 p50 2.7-3.5 s at that load, so 3.0-3.8 s word end -> cleared at real-time pace; recall 别说了 7/7, 停
-3/7 (Whisper base scores a lone 停 of most voices below 冰 or 请); 0/15 false stops.
+3/7 (Whisper base scores a lone 停 of most voices below 冰 or 请); 0/15 false stops. On the board the
+same segmenter and Paraformer (~0.18 s on the A72) would stop ~450 ms after the word at best: hence the
+keyword spotter there.
 """
 
 from __future__ import annotations
