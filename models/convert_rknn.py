@@ -162,9 +162,7 @@ def _voice(args: argparse.Namespace) -> int:
     if keep is not None:
         import npu_serve
 
-        npu_serve.serve([npu.run for npu in keep], os.fdopen(json_fd, "wb"), sys.stdin.buffer)
-        for npu in keep:
-            npu.release()
+        npu_serve.serve_built(keep, json_fd)
     return 1 if failed else 0
 
 

@@ -143,9 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     if keep is not None:
         import npu_serve
 
-        npu_serve.serve([npu.run for npu in keep], os.fdopen(json_fd, "wb"), sys.stdin.buffer)
-        for npu in keep:
-            npu.release()
+        npu_serve.serve_built(keep, json_fd)
     return 0 if report["ok"] else 1
 
 

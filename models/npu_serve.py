@@ -87,3 +87,11 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def serve_built(kept: list, json_fd: int) -> None:
+    """A converter's ``--serve``: answer run requests on stdin with the built models (each ``.run``),
+    writing to ``json_fd``, then release them."""
+    serve([npu.run for npu in kept], os.fdopen(json_fd, "wb"), sys.stdin.buffer)
+    for npu in kept:
+        npu.release()
