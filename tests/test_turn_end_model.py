@@ -163,3 +163,16 @@ def test_a_request_that_goes_on_after_a_pause_is_one_request(voice, text):
         assert seg.start_s < 1.5 + clip.pause_at_s - 0.3  # from the first words
         assert abs(seg.end_s - (1.5 + clip.speech_s)) < 0.15  # to the last
         assert seg.judgements[0].verdict is Verdict.WAIT
+
+
+def test_the_wake_s_segmenter_and_the_request_s_share_one_loaded_model():
+    """One Smart Turn per process (a second copy is ~33 MB of RSS, or a second NPU context on the board)."""
+    from rkvoice.hear.wake import phrase_segmenter
+
+    cfg = load_config()
+    request, wake = request_end(cfg), phrase_segmenter(cfg, lambda text: False)
+    assert isinstance(request, TurnEnd) and isinstance(wake, TurnEnd)
+    assert request.judge is wake.judge and isinstance(request.judge, SmartTurn)
+    request.load()
+    wake.load()  # loaded once: the second load returns at once
+    assert request.judge.probability(np.zeros(16000, np.float32)) == wake.judge.probability(np.zeros(16000, np.float32))

@@ -47,6 +47,7 @@ from rkvoice.hear.turn_model import (  # noqa: F401 (re-exported)
     TurnJudge,
     last_window,
     log_mel,
+    shared_smart_turn,
     turn_model_path,
 )
 from rkvoice.hear.vad import SAMPLE_RATE, Judgement, Segment, Segmenter, Verdict
@@ -127,7 +128,7 @@ class TurnEnd(Segmenter):
         self.holds_request = holds_request
         self.pass_max_s = pass_max_s
         self.vad = vad if vad is not None else Segmenter(cfg, trailing_silence_s=self.short_ms / 1000.0)
-        self.judge: TurnJudge | None = judge or SmartTurn(turn_model_path(cfg), ep.threads)
+        self.judge: TurnJudge | None = judge or shared_smart_turn(turn_model_path(cfg), ep.threads)
         self.clock = clock or MonotonicClock()
         self.recent = RecentAudio((max(self.max_ms, self.fallback_ms) + 1000.0) / 1000.0)
         self._held: _Held | None = None

@@ -5,6 +5,7 @@ rkvoice.hear.turn_end)."""
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -53,6 +54,27 @@ def turn_model_path(cfg: Config, npu_runtime: bool | None = None) -> Path:
     return fallback
 
 
+_shared: dict[tuple[Path, int, str], tuple[tuple[int, int], SmartTurn]] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_smart_turn(path: Path, threads: int = 1, core_mask: str = "auto") -> SmartTurn:
+    """One SmartTurn per model file (as the file is now) and settings for the whole process: the wake's
+    segmenter and the request's judge with the same model (a second copy costs ~33 MB of RSS on
+    onnxruntime, or a second NPU context); a file replaced since (a reinstall, a reload) gets a new one."""
+    try:
+        stat = path.stat()
+        stamp = (stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        stamp = (0, 0)
+    key = (path, threads, core_mask)
+    with _shared_lock:
+        held = _shared.get(key)
+        if held is None or held[0] != stamp:
+            held = _shared[key] = (stamp, SmartTurn(path, threads, core_mask))
+        return held[1]
+
+
 class TurnJudge(Protocol):
     def load(self) -> None: ...
 
@@ -71,15 +93,22 @@ class SmartTurn:
         self._session: Any = None
         self._npu: Any = None
         self._input = "input_features"
+        self._lock = threading.Lock()  # one load; one NPU run at a time (a shared instance: shared_smart_turn)
 
     def load(self) -> None:
+        """Load and warm up the model (once: loaded already, it returns)."""
+        with self._lock:
+            if self._session is None and self._npu is None:
+                self._load()
+
+    def _load(self) -> None:
         if not self.path.is_file():
             raise RkvoiceError(Stage.VAD, "missing-model", f"end-of-turn model {self.path} is missing; run ./install.sh")
         if self.path.suffix == ".rknn":
             self._load_npu()
         else:
             self._load_onnx()
-        self.probability(np.zeros(SAMPLE_RATE, np.float32))  # warm up: the first run is the slowest
+        self._run(log_mel(np.zeros(SAMPLE_RATE, np.float32))[None])  # warm up: the first run is the slowest
 
     def _refuse_shape(self, shape: object) -> RkvoiceError:
         return RkvoiceError(Stage.VAD, "bad-model", f"end-of-turn model {self.path} takes {shape}, not "
@@ -124,6 +153,12 @@ class SmartTurn:
 
     def probability(self, samples: np.ndarray) -> float:
         features = log_mel(samples)[None]
+        if self._npu is not None:
+            with self._lock:
+                return self._run(features)
+        return self._run(features)  # onnxruntime's run is thread-safe
+
+    def _run(self, features: np.ndarray) -> float:
         if self._npu is not None:
             out = self._npu.run([features])
         elif self._session is not None:
