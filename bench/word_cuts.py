@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from rkvoice.config import load_config
@@ -25,18 +23,7 @@ from rkvoice.stages import default_voice
 from rkvoice.text import split, words
 from rkvoice.turn import Turn
 from tests.support import bench_run, median
-from tests.support.spoken import lines
-
-
-@contextmanager
-def naive_cuts() -> Iterator[None]:
-    """CutPoints as it was: no word blocks, no script-change gaps."""
-    inside, changes = split.inside_words, split.script_changes
-    split.inside_words, split.script_changes = (lambda _t: set()), (lambda _t: [])  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        split.inside_words, split.script_changes = inside, changes  # type: ignore[assignment]
+from tests.support.spoken import lines, naive_cuts
 
 
 def first_piece(engine: Any, cfg: Any, text: str) -> tuple[float, str]:

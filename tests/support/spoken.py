@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +12,7 @@ import numpy as np
 
 from rkvoice.config import Config
 from rkvoice.pieces import Pieces
+from rkvoice.text import split
 from rkvoice.turn import Turn
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -31,3 +34,14 @@ def spoken(engine: Any, cfg: Config, text: str) -> tuple[np.ndarray, int]:
     blocks = [p.blocks.reshape(-1) for p in pieces.pieces(text)]
     samples = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int16)
     return samples.astype(np.float32) / 32768.0, int(engine.sample_rate)
+
+
+@contextmanager
+def naive_cuts() -> Iterator[None]:
+    """The cutter as it was (any gap between Chinese characters): no word blocks, no script-change gaps."""
+    inside, changes = split.inside_words, split.script_changes
+    split.inside_words, split.script_changes = (lambda _t: set()), (lambda _t: [])  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        split.inside_words, split.script_changes = inside, changes  # type: ignore[assignment]
