@@ -103,9 +103,9 @@ def test_the_media_player_is_listed_as_home_assistant_needs_it(device):
         for flags in (old, new):
             for feature in ("PLAY_MEDIA", "PAUSE", "PLAY", "STOP", "VOLUME_SET", "VOLUME_MUTE", "MEDIA_ANNOUNCE"):
                 assert MediaPlayerEntityFeature[feature] in flags, (feature, flags)
-        # announcements come through HA's ffmpeg proxy as FLAC at the board's rate; music as it is
+        # replies and announcements as WAV at any rate (a WAV voice's reply needs no ffmpeg); music as it is
         assert [(f.format, f.sample_rate, f.num_channels, f.sample_bytes, f.purpose) for f in media.supported_formats] \
-            == [("flac", player.rate, 1, 2, MediaPlayerFormatPurpose.ANNOUNCEMENT)]
+            == [("wav", 0, 1, 2, MediaPlayerFormatPurpose.ANNOUNCEMENT)]
 
     asyncio.run(scenario())
 

@@ -17,7 +17,7 @@ from test_esphome_voice import E, get, home_assistant, played_s
 from rkvoice.esphome.reply_stream import ReplyStreamer
 from rkvoice.satellite.playback import StreamKind
 from rkvoice.satellite.state import SatelliteState
-from tests.support.media_site import FORMATS, TONE_AMP, encoded, serving, unsized
+from tests.support.media_site import FORMATS, TONE_AMP, encoded, serving, streamed_wav, unsized
 
 
 def streamed(satellite, urls: list[str]) -> tuple[bool, list[int]]:
@@ -52,10 +52,12 @@ def recorded(speak) -> np.ndarray:
     return np.concatenate(player.kept).astype(np.float32) / 32767.0 if player.kept else np.zeros(0, np.float32)
 
 
-@pytest.mark.parametrize("name", [*FORMATS, "unsized.flac"])
+@pytest.mark.parametrize("name", [*FORMATS, "unsized.flac", "streamed.wav", "piped.wav"])
 def test_each_format_home_assistant_sends_plays_whole_at_the_player_s_rate(tmp_path, name):
     files = {f"tone.{ext}": encoded(ext, 1.0) for ext in FORMATS if ext.upper() in map(str.upper, sf.available_formats())}
     files["unsized.flac"] = unsized(encoded("flac", 1.0))  # HA's proxies write FLAC to a pipe: no length
+    files["streamed.wav"] = streamed_wav(encoded("wav", 1.0))  # HA's Wyoming TTS reply: 0 frames said
+    files["piped.wav"] = streamed_wav(encoded("wav", 1.0), 0xFFFFFFFF, tag=True)  # its ffmpeg proxy's WAV
     if name in FORMATS and f"tone.{name}" not in files:
         pytest.skip(f"this libsndfile has no {name}")
     with esphome_device(tmp_path, player=KeepingRecorder) as (satellite, _mic, speak), serving(files) as (_site, www):

@@ -2,10 +2,13 @@
 its state said, its commands taken), over the satellite's MediaPlayer (rkvoice.satellite.media).
 
 - ListEntitiesMediaPlayerResponse: pause, stop, volume, mute, play_media and announcements. One supported
-  format, for announcements: FLAC, mono, 16-bit at the player's rate (HA then sends its TTS and
-  announcement URLs through its ffmpeg proxy, converted to it). None for music: HA sends the URL as it
-  is and the board decodes it (mp3, flac, wav, ogg... with PyAV or libsndfile), so a two-hour stream is
-  read at the pace it plays instead of being transcoded by Home Assistant.
+  format, for announcements: WAV, mono, 16-bit, at any rate (sample rate 0). HA asks its text-to-speech
+  for WAV alone, so a voice that makes WAV (a Wyoming one: rkvoice's own) streams its reply to the board
+  as it is, with no FFmpeg between: a FLAC at the player's rate cost each reply an FFmpeg process and its
+  encoder's delay (rkvoice.satellite.wav_stream reads the streamed header). An announcement's media goes
+  through HA's FFmpeg proxy to WAV at its own rate. None for music: HA sends the URL as it is and the
+  board decodes it (mp3, flac, wav, ogg... with PyAV or libsndfile), so a two-hour stream is read at the
+  pace it plays instead of being transcoded by Home Assistant.
 - MediaPlayerStateResponse: idle / playing / paused, the volume (0..1) and mute; sent after each command
   and whenever the player changes by itself (a track that ended, a URL that failed).
 - MediaPlayerCommandRequest: a URL (``announcement``: over the music, which waits), PLAY (resume),
@@ -62,7 +65,7 @@ class MediaPlayerEntity:
         self.player = MediaPlayer(playback, settings, on_state=lambda _state: changed(self))
 
     def describe(self) -> Message:
-        announcement = MediaPlayerSupportedFormat(format="flac", sample_rate=self.rate, num_channels=1,
+        announcement = MediaPlayerSupportedFormat(format="wav", sample_rate=0, num_channels=1,
                                                   purpose=MediaPlayerFormatPurpose.ANNOUNCEMENT, sample_bytes=2)
         return ListEntitiesMediaPlayerResponse(object_id="media_player", key=self.key, name="Media player",
                                                icon="mdi:speaker", supports_pause=True, feature_flags=int(FEATURES),

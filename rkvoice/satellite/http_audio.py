@@ -14,6 +14,8 @@ from urllib.parse import urljoin, urlsplit
 
 import numpy as np
 
+from rkvoice.satellite.wav_stream import read_header, streamed_pcm
+
 HEAD_KEEP = 256 * 1024
 """The body's first bytes, kept: a decoder comes back to its header after probing the end."""
 WINDOW = 256 * 1024
@@ -205,9 +207,16 @@ def decoded(body: HttpBody, rate: int, piece_ms: int, stopped: threading.Event) 
     mp3 reader garbles a VBR file read in pieces: mpg123 "part2_3_length too large"), an ogg from a
     server that takes no ranges (libsndfile reads an ogg's length from its last page: without it, it
     stops at the last page it found near the start), and a stream that does not say its length (HA's
-    proxied FLAC: ``UNKNOWN_FRAMES``)."""
+    proxied FLAC: ``UNKNOWN_FRAMES``); a WAV whose header does not say its length (a streamed reply) is
+    read to the body's end (rkvoice.satellite.wav_stream)."""
     head = body.read(4)
     body.seek(0)
+    if head == b"RIFF":
+        fmt = read_header(body)
+        if fmt is not None and fmt.streamed:  # HA's streamed TTS, FFmpeg to a pipe: libsndfile reads 0 frames
+            yield from streamed_pcm(body, fmt, rate, piece_ms, stopped)
+            return
+        body.seek(0)
     if is_mp3(head) or (head.startswith(b"OggS") and not body.ranges and has_av()):
         yield from _av_decoded(body, rate, stopped)
         return
