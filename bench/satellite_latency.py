@@ -22,7 +22,7 @@ player). Over ``--runs`` runs (at least 10, after one warm-up run):
 - ``esphome_p50_ms`` (and its parts, ``esphome_*``): the same request to the ESPHome device
   (``satellite.protocol: esphome``, tests/support/esphome_home.py) added to the same HA by its esphome
   config flow, the board's VAD ending the request: the two links side by side, in turns with the two
-  ways above. HA's reply reaches the ESPHome device as a URL (fetched whole, then played), the Wyoming
+  ways above. HA's reply reaches the ESPHome device as a URL (WAV, played as it arrives), the Wyoming
   satellite's as streamed audio. ``--no-esphome``: the Wyoming satellite alone.
 - ``local_asr_p50_ms``: one Whisper decode of the request alone, timed right after on the same
   engine: the speech-to-text share of the figures (the rest is the end-of-speech wait and HA).
