@@ -274,8 +274,8 @@ def test_play_media_of_a_file_home_assistant_serves_plays_until_the_stop_word(pl
 
 
 def test_an_announcement_through_the_media_player_plays_on_the_board(plain, caplog):
-    """``media_player.play_media`` with ``announce``: HA sends it through its ffmpeg proxy as the FLAC the
-    device lists (a stream whose header does not say its length)."""
+    """``media_player.play_media`` with ``announce``: HA sends it through its ffmpeg proxy as the WAV the
+    device lists (written to a pipe: a header that does not say its length)."""
     ha, player, media = plain.ha, plain.player, plain.select("media_player")
     before = player.samples
     call(ha, "media_player/play_media", {"entity_id": media, "media_content_id": "/local/announce.wav",
@@ -285,7 +285,7 @@ def test_an_announcement_through_the_media_player_plays_on_the_board(plain, capl
         ((player.samples - before) / player.rate, wav_s, plain.ha.log())  # all of it (HA's proxy may pad)
     ha.wait_state(media, "idle", 15)
     bad = [r.getMessage() for r in caplog.records if r.name.startswith("rkvoice") and r.levelno >= logging.WARNING]
-    assert not bad, bad  # (libsndfile failed on the proxy's FLAC after its first read: one warning, the end lost)
+    assert not bad, bad  # (when it was FLAC, libsndfile failed on it after its first read: the end lost)
 
 
 def test_a_timer_set_by_voice_rings_until_the_stop_word(plain):
