@@ -7,7 +7,8 @@ whose transcript ends on a word that needs something after it has not ended, wha
 - a verb that needs its target: 调到, 设成, 改为, 定在 ... (空调调到);
 - a numeral and measure word without their noun: 设一个, 讲一个, 来两杯 ... (帮我设一个);
 - only words that open a request: fillers, a time, a polite frame and at most a bare verb: 那个,
-  就是, 明天早上, 我想问一下, 帮我打开 ...;
+  就是, 明天早上, 我想问一下, 帮我打开 ...; a reminder with its time but not what it is about:
+  提醒我下午三点 (the turn-end set's speakers went on: 开会);
 - a coverb phrase with no verb after it: 把卧室的灯, 用Python, 从北京 (jieba's part-of-speech tags,
   the word cutter the voice already loads: rkvoice.text.words).
 
@@ -41,12 +42,15 @@ _LONGEST_FIRST = tuple(sorted(TRAILING_WORDS, key=len, reverse=True))  # 就是�
 
 _MEASURE = re.compile(r"[一二两三四五六七八九十几每某半\d]+[个只条张本件次位台块首部段杯份篇道]$")
 
+_TIME = (r"今天|明天|后天|大后天|昨天|前天|今晚|明晚|每天|早上|上午|中午|下午|傍晚|晚上|凌晨|半夜|"
+         r"周[一二三四五六日天]|星期[一二三四五六日天]|[零一二两三四五六七八九十百\d]+(?:点钟|点半|点|分|号|月|日)")
 _OPENING = re.compile(
     r"^(?:那个|就是|然后|嗯|呃|额|啊|"  # fillers
     r"请问|请你|请|麻烦你|麻烦|帮我|帮忙|给我|你能不能|能不能|你可以|可以|你|我想要|我想|我要|我|"  # a polite frame
-    r"今天|明天|后天|大后天|昨天|前天|今晚|明晚|每天|早上|上午|中午|下午|傍晚|晚上|凌晨|半夜|"  # a time
-    r"周[一二三四五六日天]|星期[一二三四五六日天]|[零一二两三四五六七八九十百\d]+(?:点钟|点半|点|分|号|月|日))*"
-    r"(?:打开|关掉|关闭|关上|播放|放|调|设置|设|定|提醒我|叫我|告诉我|讲讲|讲|说说|搜索|查询|查|问|看看)?$")
+    rf"{_TIME})*"  # a time
+    r"(?:打开|关掉|关闭|关上|播放|放|调|设置|设|定|提醒我|叫我|告诉我|讲讲|讲|说说|搜索|查询|查|问|看看|"
+    # a reminder or a message with its time but not yet what it is about: 提醒我下午三点 (… 开会)
+    rf"(?:提醒我|提醒|告诉我)(?:{_TIME}|[的在到])+)?$")
 
 
 COVERBS = frozenset("把将用拿从被往向跟")
