@@ -39,14 +39,15 @@ def encoded(ext: str, seconds: float) -> bytes:
 
 
 def streamed_wav(wav: bytes, size: int = 0, tag: bool = False) -> bytes:
-    """``wav`` (44-byte header) with the RIFF and data sizes set to ``size`` as a streaming writer leaves
-    them: 0 from Home Assistant's Wyoming TTS (frames unknown), 0xFFFFFFFF from FFmpeg to a pipe, which
-    also puts a LIST chunk (``tag``) before the data."""
-    head, pcm = bytearray(wav[:44]), wav[44:]
-    head[4:8] = head[40:44] = struct.pack("<I", size)
+    """``wav`` with the RIFF and data sizes set to ``size`` as a streaming writer leaves them: 0 from Home
+    Assistant's Wyoming TTS (frames unknown), 0xFFFFFFFF from FFmpeg to a pipe, which also puts a LIST
+    chunk (``tag``) before the data."""
+    at = wav.index(b"data")
+    head, pcm = bytearray(wav[:at + 8]), wav[at + 8:]
+    head[4:8] = head[at + 4:at + 8] = struct.pack("<I", size)
     if tag:
         info = b"INFOISFT" + struct.pack("<I", 14) + b"Lavf61.7.100\0\0"
-        head[36:36] = b"LIST" + struct.pack("<I", len(info)) + info
+        head[at:at] = b"LIST" + struct.pack("<I", len(info)) + info
     return bytes(head) + pcm
 
 
