@@ -51,6 +51,11 @@ from tests.support.sink import sink_speaker
 from tests.support.turn_set import Clip, Voice, clips_for, requests
 
 LEAD_S, TAIL_S = 0.5, 3.0
+DITHER = 1e-4
+"""Noise added to each replay (-80 dB): no two turns hand the ASR the same samples, as no two takes of a
+microphone do. Without it the second mode's replay of a clip found the first one's encoder output kept
+(rkvoice.hear.whisper_asr keeps the last one for the wake's second look) and decoded in ~350 ms instead
+of ~1.3 s, and the mode that went second won."""
 MODES = ("smart", "silence")
 
 
@@ -132,8 +137,9 @@ def with_mode(cfg: Config, mode: str) -> Config:
     return dataclasses.replace(cfg, hear=dataclasses.replace(cfg.hear, endpoint=ep))
 
 
-def one_turn(cfg: Config, asr: TranscribeAhead, segmenter: Segmenter, answerer: Answerer, clip: Clip) -> dict[str, Any]:
-    """Replay ``clip``: its turn's last word -> first sound and how its end was decided."""
+def one_turn(cfg: Config, asr: TranscribeAhead, segmenter: Segmenter, answerer: Answerer, clip: Clip,
+             rng: np.random.Generator) -> dict[str, Any]:
+    """Replay ``clip`` (with fresh ``DITHER``): its turn's last word -> first sound and how its end was decided."""
     session = HearSession(cfg, asr, NoWake(), segmenter)
     loop = TurnLoop(session, answerer, clock=MonotonicClock())
     ended: list[float] = []
@@ -147,6 +153,7 @@ def one_turn(cfg: Config, asr: TranscribeAhead, segmenter: Segmenter, answerer: 
     session.on_speech_end = speech_end
     audio = np.concatenate([np.zeros(int(LEAD_S * RATE), np.float32), clip.audio,
                             np.zeros(int(TAIL_S * RATE), np.float32)])
+    audio = (audio + DITHER * rng.standard_normal(len(audio))).astype(np.float32)
     source = Paced(audio)
     turns = loop.run_file(source)  # type: ignore[arg-type]
     if not turns:
@@ -199,12 +206,13 @@ def main(argv: list[str] | None = None) -> int:
             segmenters[mode] = seg
         assistant = Assistant(base, MonotonicClock(), llm=ScriptedLlm(["我来回答。"]))
         rows: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
+        rng = np.random.default_rng(0)
         with sink_speaker(voice.engine, base) as speaker:
             answerer = Answerer(assistant, speaker, base)
             for r in range(args.rounds):
                 for i, clip in enumerate(clips):
                     for mode in (MODES if (i + r) % 2 == 0 else MODES[::-1]):
-                        rows[mode].append(one_turn(with_mode(base, mode), asr, segmenters[mode], answerer, clip))
+                        rows[mode].append(one_turn(with_mode(base, mode), asr, segmenters[mode], answerer, clip, rng))
         asr.close()
         assistant.close()
     ha.shutdown()

@@ -30,10 +30,11 @@ import numpy as np
 
 from rkvoice.config import Config, load_config
 from rkvoice.hear.asr import create_asr
-from rkvoice.hear.turn_end import SmartTurn, TurnEnd, turn_model_path
+from rkvoice.hear.turn_end import TurnEnd
+from rkvoice.hear.turn_model import SmartTurn, turn_model_path
 from rkvoice.hear.vad import SAMPLE_RATE, Segmenter
 from rkvoice.stages import installed_voice
-from rkvoice.text.unfinished import unfinished
+from rkvoice.text.unfinished import bare_noun_phrase, finished, unfinished
 from rkvoice.tts.registry import PREFERENCE, engine_voices, installed_voices
 from tests.support import bench_run, percentile
 from tests.support.turn_set import Clip, Voice, clips_for, requests
@@ -128,6 +129,8 @@ class Policy:
     every: int = 1
     max_ms: float = 1500.0
     words: bool = False
+    hold_ms: float = 500.0
+    """With the words: a noun phrase alone judged finished ends at this silence (hear.trailing_silence_ms)."""
 
 
 def taken(silence_ms: float, short_ms: float, base_ms: float, every: int) -> bool:
@@ -137,20 +140,33 @@ def taken(silence_ms: float, short_ms: float, base_ms: float, every: int) -> boo
 
 
 def outcome(run: Run, policy: Policy, short_ms: float, base_ms: float) -> tuple[bool, bool, float]:
-    """(cut off, ended at the short silence, the silence it ended after) under ``policy``."""
-    looks, vetoed = [], set()
+    """(cut off, ended at the short silence, the silence it ended after) under ``policy``, as
+    rkvoice.hear.turn_end decides at each look taken: p >= threshold ends the request, unless (with the
+    words) its transcript stops on a word that needs more (that pause is not looked at again) or is a
+    noun phrase alone (it ends at ``hold_ms`` of silence, if the pause lasts that long); p < threshold
+    ends it when its transcript closes a question."""
+    ends: list[tuple[float, float]] = []  # (stream time, silence) of each end the looks would make
+    done: set[int] = set()
     for when, sil, p, _, text, pause in run.looks:
-        if sil >= policy.max_ms or not taken(sil, short_ms, base_ms, policy.every) or pause in vetoed:
+        if sil >= policy.max_ms or pause in done or not taken(sil, short_ms, base_ms, policy.every):
             continue
-        if p >= policy.threshold and policy.words and unfinished(text) is not None:
-            vetoed.add(pause)  # the words say it goes on: this pause is not looked at again
+        if p < policy.threshold:
+            if policy.words and finished(text) is not None:
+                ends.append((when, sil))
+                done.add(pause)
             continue
-        looks.append((when, sil, p))
-    cut = run.pause_ms >= policy.max_ms or any(p >= policy.threshold for when, _, p in looks if when < run.speech_end_s)
-    end = [(sil, p) for when, sil, p in looks if when >= run.speech_end_s]
-    early = not cut and bool(end) and end[0][1] >= policy.threshold and end[0][0] < short_ms + base_ms / 2
-    after = next((sil for sil, p in end if p >= policy.threshold), policy.max_ms)
-    return cut, early, after
+        done.add(pause)
+        if policy.words and unfinished(text) is not None:
+            continue
+        if policy.words and sil < policy.hold_ms and bare_noun_phrase(text):
+            if when >= run.speech_end_s or run.pause_ms >= policy.hold_ms:
+                ends.append((when + (policy.hold_ms - sil) / 1000.0, policy.hold_ms))
+            continue
+        ends.append((when, sil))
+    cut = run.pause_ms >= policy.max_ms or any(when < run.speech_end_s for when, _ in ends)
+    after = sorted(sil for when, sil in ends if when >= run.speech_end_s)
+    early = not cut and bool(after) and after[0] < short_ms + base_ms / 2
+    return cut, early, after[0] if after else policy.max_ms
 
 
 def share(flags: list[bool]) -> float | None:
@@ -191,7 +207,8 @@ def choose(sweep: dict[str, list[dict[str, Any]]], trailing_ms: float) -> tuple[
     """The policy whose worst voice ends the most complete requests at the short silence with its
     cut-offs (paused and whole) within the goal. None within it: of the policies that end complete
     tool requests and complete home requests (the latency goal's turns) each no later than mode silence
-    at the median on every voice, the one with the fewest cut-offs."""
+    at the median, and complete requests no later than it on average, on every voice, the one with the
+    fewest cut-offs."""
     def worst(i: int, key: str, pick: Any) -> float:
         return float(pick((row[i][key] or 0.0) for row in sweep.values()))
 
@@ -202,9 +219,10 @@ def choose(sweep: dict[str, list[dict[str, Any]]], trailing_ms: float) -> tuple[
     ok = [i for i in rows if cuts(i) <= GOAL_CUTOFF]
     if ok:
         return POLICIES[max(ok, key=lambda i: (worst(i, "early_end_share", min), -cuts(i)))], "goal met"
-    fast = [i for i in rows if worst(i, "tool_home_end_p50_ms", max) <= trailing_ms] or list(rows)
+    fast = [i for i in rows if worst(i, "tool_home_end_p50_ms", max) <= trailing_ms
+            and worst(i, "end_silence_mean_ms", max) <= trailing_ms] or list(rows)
     best = min(fast, key=lambda i: (cuts(i), -worst(i, "early_end_share", min), worst(i, "end_silence_mean_ms", max)))
-    return POLICIES[best], "goal not met: the fewest cut-offs, tool and home requests no slower than mode silence at the median"
+    return POLICIES[best], "goal not met: the fewest cut-offs, tool and home requests no slower than mode silence at the median, whole requests not on average"
 
 
 def chinese_voices(cfg: Config) -> tuple[list[str], list[str]]:
@@ -254,7 +272,8 @@ def shipped_policy(cfg: Config) -> Policy:
     """The configured decision as a policy on the collected grid (recheck_ms a multiple of its step)."""
     ep = cfg.hear.endpoint
     every = 0 if not ep.recheck_ms else max(1, round(ep.recheck_ms / COLLECT_RECHECK_MS))
-    return Policy(ep.threshold, every, float(ep.max_silence_ms), ep.words and cfg.hear.transcribe_ahead)
+    return Policy(ep.threshold, every, float(ep.max_silence_ms), ep.words and cfg.hear.transcribe_ahead,
+                  float(cfg.hear.trailing_silence_ms))
 
 
 def main(argv: list[str] | None = None) -> int:

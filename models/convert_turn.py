@@ -51,7 +51,7 @@ from npu_toolkit import (  # noqa: E402
 from turn_float import FloatGraphError, agreement, probabilities, write_float  # noqa: E402
 
 NAME = "smart-turn"
-THRESHOLD = 0.85  # hear.endpoint.threshold's default
+THRESHOLD = 0.75  # hear.endpoint.threshold's default
 SIM_MAX_DIFF = 0.05
 
 

@@ -27,7 +27,7 @@ class EndpointConfig(Section):
     recheck_ms: int = num(0, 50, 5000, also=((0, "once"),))
     """While the silence grows, the model judges again this often; 0: once per pause (then the request
     ends at max_silence_ms unless the speech goes on)."""
-    threshold: float = num(0.85, 0.0, 1.0, lo_open=True, hi_open=True)
+    threshold: float = num(0.75, 0.0, 1.0, lo_open=True, hi_open=True)
     """The model's probability of a finished request at or above which the request ends (chosen on
     the Chinese turn-end set: docs/decisions/0013-end-of-turn.md)."""
     model: str = "auto"
@@ -45,8 +45,10 @@ class EndpointConfig(Section):
     """With hear.transcribe_ahead: a request the model judged finished ends once its transcript (made
     while the model judged; the answer needs it anyway) does not stop on a word that needs more
     (帮我把, 空调调到, 设一个, 我想问一下: rkvoice.text.unfinished); if it does, the request waits for
-    the speech to go on, at most max_silence_ms. A transcript not made by hear.trailing_silence_ms is
-    not waited for."""
+    the speech to go on, at most max_silence_ms; if it is a noun phrase alone (我的iPhone), the request
+    ends no sooner than hear.trailing_silence_ms. A transcript not made by hear.trailing_silence_ms is
+    not waited for. One the model judged unfinished ends as soon as its transcript closes a question
+    (明天会下雨吗, 今天几号)."""
 
 
 @dataclass(frozen=True)

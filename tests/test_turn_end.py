@@ -252,6 +252,52 @@ def test_a_failed_decode_or_words_off_end_the_request_as_judged(texts, endpoint)
     assert [j.verdict for j in seg.judgements] == [Verdict.COMPLETE] and 0.2 <= seg.decided_s - 2.0 < 0.2 + FRAME_S
 
 
+def test_a_request_judged_unfinished_whose_words_close_a_question_ends_when_they_are_known():
+    # 明天会下雨吗: the model hears a rising pitch and says wait; the words end it
+    dec, judge = decision([(1.0, 2.0)], {0: [0.1]}, recheck_ms=0, max_silence_ms=1500)
+    words = Transcripts(["明天会下雨吗？"], ready=False)
+    dec.on_pause = words
+    assert run(dec, 2.5) == []  # judged at 2.2 s, its words not known yet
+    words.finish(0)
+    (seg,) = run(dec, FRAME_S)
+    assert [j.verdict for j in seg.judgements] == [Verdict.WAIT, Verdict.FINISHED]
+    assert 0.5 <= seg.decided_s - 2.0 < 0.5 + 2 * FRAME_S and len(judge.calls) == 1
+
+
+def test_words_known_at_the_judgement_end_a_closed_question_at_the_short_silence():
+    dec, _ = decision([(1.0, 2.0)], {0: [0.1]}, recheck_ms=0)
+    dec.on_pause = Transcripts(["今天星期几"])
+    (seg,) = run(dec, 3.0)
+    assert [j.verdict for j in seg.judgements] == [Verdict.WAIT, Verdict.FINISHED]
+    assert 0.2 <= seg.decided_s - 2.0 < 0.2 + FRAME_S
+
+
+@pytest.mark.parametrize("text", ["帮我把", "打开客厅的灯", "几点"])
+def test_words_that_close_no_question_leave_the_model_s_wait(text):
+    dec, _ = decision([(1.0, 2.0)], {0: [0.1]}, recheck_ms=0, max_silence_ms=1200)
+    dec.on_pause = Transcripts([text])
+    (seg,) = run(dec, 4.0)
+    assert [j.verdict for j in seg.judgements] == [Verdict.WAIT, Verdict.MAX_SILENCE]
+
+
+def test_a_noun_phrase_alone_judged_finished_ends_no_sooner_than_mode_silence():
+    dec, _ = decision([(1.0, 2.0)], {0: [0.95]})
+    dec.on_pause = Transcripts(["我的 iPhone。"])
+    (seg,) = run(dec, 4.0)
+    assert [j.verdict for j in seg.judgements] == [Verdict.COMPLETE, Verdict.NOUN_PHRASE]
+    assert 0.5 <= seg.decided_s - 2.0 < 0.5 + FRAME_S  # hear.trailing_silence_ms
+
+
+def test_a_noun_phrase_the_speaker_goes_on_from_joins_what_follows():
+    # 我的iPhone ... 0.4 s ... 没电了怎么办
+    dec, _ = decision([(1.0, 2.0), (2.4, 3.5)], {0: [0.95, 0.95]})
+    dec.on_pause = Transcripts(["我的iPhone", "我的iPhone没电了怎么办"])
+    (seg,) = run(dec, 6.0)
+    assert (seg.start_s, seg.end_s) == (1.0, 3.5)
+    assert [j.verdict for j in seg.judgements] == [Verdict.COMPLETE, Verdict.NOUN_PHRASE, Verdict.COMPLETE]
+    assert 0.2 <= seg.decided_s - 3.5 < 0.2 + FRAME_S
+
+
 def wake_decision(spans: list[tuple[float, float]], script: dict[int, list[float | None]],
                   words: Transcripts | None) -> tuple[TurnEnd, ScriptedJudge]:
     """The wake's segmenter (rkvoice.hear.wake.phrase_segmenter) on a scripted VAD and model: a
@@ -479,3 +525,18 @@ def test_the_satellite_s_board_vad_is_the_one_decision():
     assert isinstance(board_vad(config(mode="smart")), TurnEnd)
     plain = board_vad(config(mode="silence"))
     assert type(plain) is Segmenter and plain.trailing_silence_s == 0.5
+
+
+def test_the_satellite_s_decision_takes_the_words_of_the_asr_that_transcribes_ahead():
+    """Without them the model alone decides the request HA receives: on the turn-end set it cut off
+    about a third of the pauses (bench.turn_end, words off)."""
+    from rkvoice.hear.ahead import TranscribeAhead
+    from rkvoice.satellite.run import board_vad
+
+    ahead = TranscribeAhead(ScriptedAsr(["明天会下雨吗"]))
+    try:
+        dec = board_vad(config(mode="smart"), ahead)
+        assert isinstance(dec, TurnEnd) and dec.on_pause == ahead.ahead
+        assert board_vad(config(mode="smart"), object()).on_pause is None  # an ASR that does not transcribe ahead
+    finally:
+        ahead.close()

@@ -1,12 +1,13 @@
-"""The words' second opinion on the end of a turn (rkvoice.text.unfinished): a transcript that stops on
-a word needing more is unfinished; whole requests, including ones that end on words that often lead
-(的, 有哪些, 这个, a bare verb after its object, a coverb phrase with its verb), are not."""
+"""The words' opinions on the end of a turn (rkvoice.text.unfinished): a transcript that stops on a word
+needing more is unfinished; whole requests, including ones that end on words that often lead (的,
+有哪些, 这个, a bare verb after its object, a coverb phrase with its verb), are not. A question its
+last word closes is finished; a noun phrase alone is one (it often opens more)."""
 
 from __future__ import annotations
 
 import pytest
 
-from rkvoice.text.unfinished import unfinished
+from rkvoice.text.unfinished import bare_noun_phrase, finished, unfinished
 
 UNFINISHED = {
     # coverbs and conjunctions with nothing after them
@@ -53,3 +54,35 @@ def test_the_asr_s_punctuation_and_spaces_are_not_words():
 
 def test_no_words_at_all_is_unfinished():
     assert unfinished("") == "" and unfinished("，。 ") == ""
+
+
+FINISHED = {
+    "明天会下雨吗": "吗", "你在吗？": "吗", "那个就是后天会下雪吗?": "吗", "我的钥匙呢": "呢", "那明天呢": "呢",
+    "今天几号": "几号", "后天星期几": "星期几", "现在几点。": "几点", "这件衣服多少钱": "多少钱",
+    "珠穆朗玛峰有多高": "多高", "从这里到机场要多久": "多久", "手机没电了怎么办": "怎么办",
+    "明天天气怎么样": "怎么样", "我们去公园好不好": "好不好",
+}
+NOT_FINISHED = [
+    "几点", "多少钱", "为什么", "北京有哪些", "帮我把", "那个", "你能不能", "空调调到", "打开客厅灯", "我的手机",
+    "帮我问一下明天会不会", "明天早上",
+]
+
+
+@pytest.mark.parametrize("text", list(FINISHED))
+def test_a_question_closed_by_its_last_word_is_finished(text):
+    assert finished(text) == FINISHED[text]
+
+
+@pytest.mark.parametrize("text", NOT_FINISHED)
+def test_a_bare_question_word_an_opening_or_a_statement_is_not(text):
+    assert finished(text) is None
+
+
+@pytest.mark.parametrize("text", ["我的iPhone", "我的 iPhone。", "拜登", "客厅的灯", "上海天气", "他的电脑", "Spotify"])
+def test_a_noun_phrase_alone_is_one(text):
+    assert bare_noun_phrase(text)
+
+
+@pytest.mark.parametrize("text", ["打开客厅的灯", "我的手机呢", "我的手机坏了", "什么天气", "今天几号", "好的", "对", "两杯咖啡", ""])
+def test_a_verb_a_question_or_a_number_is_no_bare_noun_phrase(text):
+    assert bare_noun_phrase(text) is None

@@ -22,7 +22,11 @@ so (three such judgements in a row: the model is left out). Every judgement is o
 (``judgements``: silence, probability, ms, verdict) and in the log.
 
 While the model judges, the speech so far is handed to ``on_pause`` (rkvoice.hear.ahead starts its
-transcript); the transcript is used only for a request that ends on exactly that speech.
+transcript); the transcript is used only for a request that ends on exactly that speech. With
+``hear.endpoint.words`` it is also the words' opinion (rkvoice.text.unfinished): a request judged
+finished waits on when its words stop on one that needs more (帮我把), ends no sooner than
+``hear.trailing_silence_ms`` when they are a noun phrase alone (我的iPhone: a topic the speaker often
+goes on about); one judged unfinished ends as soon as its words close a question (明天会下雨吗).
 """
 
 from __future__ import annotations
@@ -39,19 +43,9 @@ import numpy as np
 from rkvoice.clock import Clock, MonotonicClock
 from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
-from rkvoice.hear.turn_model import (  # noqa: F401 (re-exported)
-    FRAMES,
-    MODEL_FILE,
-    N_MELS,
-    SmartTurn,
-    TurnJudge,
-    last_window,
-    log_mel,
-    shared_smart_turn,
-    turn_model_path,
-)
+from rkvoice.hear.turn_model import TurnJudge, shared_smart_turn, turn_model_path
 from rkvoice.hear.vad import SAMPLE_RATE, Judgement, Segment, Segmenter, Verdict
-from rkvoice.text.unfinished import unfinished
+from rkvoice.text.unfinished import bare_noun_phrase, finished, unfinished
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +97,10 @@ class _Held:
     """The transcript of ``samples`` being made (``on_pause``'s answer), for the words' second opinion."""
     confirming: bool = False
     """Judged finished: it ends once its transcript is known not to stop on an unfinished word."""
+    hold_ms: float = 0.0
+    """Judged finished but its words are a noun phrase alone: it ends at this silence (the fallback's)."""
+    doubted: bool = False
+    """Judged unfinished: its transcript, once known, may still close it (``finished``)."""
     heard: Future[str] | None = None
     """The wake's segment: its transcript, which says whether it holds a request to judge."""
 
@@ -255,6 +253,8 @@ class TurnEnd(Segmenter):
             return self._end(held, Verdict.SILENCE) if silence >= self.fallback_ms else None
         if silence >= self.max_ms:
             return self._end(held, Verdict.MAX_SILENCE)
+        if held.doubted and held.transcript is not None and held.transcript.done():
+            return self._words_close(held, silence)
         if silence < held.next_ms:
             return None
         judged = self._judge(held, silence)
@@ -264,6 +264,9 @@ class TurnEnd(Segmenter):
             held.confirming = True
             return self._confirm(held, silence)
         if judged is Verdict.WAIT:
+            held.doubted = held.transcript is not None
+            if held.doubted and held.transcript.done() and (closed := self._words_close(held, silence)):  # type: ignore[union-attr]
+                return closed
             if not self.recheck_ms:  # once per pause
                 held.next_ms = float("inf")
             while held.next_ms <= silence:  # on the grid short, short + recheck, ... (frames are coarser)
@@ -279,14 +282,31 @@ class TurnEnd(Segmenter):
         transcript = held.transcript
         if transcript is not None and not transcript.done():
             return None if silence < self.fallback_ms else self._end(held, Verdict.COMPLETE)
+        if silence < held.hold_ms:
+            return None
         text = _text(transcript) if transcript is not None else None
         word = unfinished(text) if text is not None else None
         if word is None:
+            if text is not None and not held.hold_ms and silence < self.fallback_ms and bare_noun_phrase(text):
+                held.hold_ms = self.fallback_ms  # a topic the speaker may go on about: no sooner than silence
+                held.judgements.append(Judgement(round(silence, 1), None, 0.0, Verdict.NOUN_PHRASE))
+                log.info("end of turn: %r is a noun phrase alone; ends after %.0f ms of silence", text, self.fallback_ms)
+                return None
             return self._end(held, Verdict.COMPLETE)
         held.confirming, held.transcript, held.next_ms = False, None, float("inf")
         held.judgements.append(Judgement(round(silence, 1), None, 0.0, Verdict.UNFINISHED))
         log.info("end of turn: %r stops on %r; waiting for more (at most %.0f ms of silence)", text, word, self.max_ms)
         return self._end(held, Verdict.MAX_SILENCE) if silence >= self.max_ms else None
+
+    def _words_close(self, held: _Held, silence: float) -> Segment | None:
+        """Judged unfinished, its transcript now known: a question its words close ends now."""
+        held.doubted = False
+        text = _text(held.transcript) if held.transcript is not None else None
+        word = finished(text) if text is not None else None
+        if word is None:
+            return None
+        log.info("end of turn: %r closes on %r", text, word)
+        return self._end(held, Verdict.FINISHED)
 
     def _judge(self, held: _Held, silence: float) -> Verdict:
         a = round(held.end_s * SAMPLE_RATE)

@@ -82,7 +82,7 @@ def serve_file(cfg: Config, uri: str, wav: str, out: str | None, pipeline_wait_s
         speak.load()
     runs: list[Run] = []
     quiet = replace(cfg, satellite=replace(cfg.satellite, sounds=""))  # the file gets the reply alone (no cue either)
-    sat = Satellite(quiet, hear, speak, uri=uri, on_run=runs.append, segmenter=board_vad(cfg) if own else None)
+    sat = Satellite(quiet, hear, speak, uri=uri, on_run=runs.append, segmenter=board_vad(cfg, hear.heard) if own else None)
     ok = False
     try:
         sat.start()

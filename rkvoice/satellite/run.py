@@ -151,11 +151,15 @@ class Satellite:
         self._down.close()
 
 
-def board_vad(cfg: Config) -> Segmenter:
+def board_vad(cfg: Config, heard: object = None) -> Segmenter:
     """The board's end of the request for the satellite, loaded: the one end-of-turn decision the local
     loop uses (rkvoice.hear.turn_end.request_end: ``hear.endpoint.mode``), so the request HA receives
-    ends when the board decides."""
+    ends when the board decides. ``heard``: the hear stage's ASR; when it transcribes ahead
+    (``hear.transcribe_ahead``) the decision takes the words' opinion too (``hear.endpoint.words``), as
+    the local loop's does: the model alone cuts off a third of the turn-end set's pauses."""
     segmenter = request_end(cfg)
+    if callable(ahead := getattr(heard, "ahead", None)):
+        segmenter.on_pause = ahead  # type: ignore[attr-defined]
     segmenter.load()
     return segmenter
 
@@ -211,7 +215,8 @@ class SatelliteListener:
         self._handed_back = False  # the running local loop was told HA connected (it did not end on its own)
         self._away_said = False  # the log said HA is away (once per absence)
         self._ha = threading.Event()
-        self.satellite = Satellite(cfg, stages.hear, stages.speak, clock=clock, segmenter=board_vad(cfg), busy=busy,
+        segmenter = board_vad(cfg, getattr(stages.hear, "heard", None))
+        self.satellite = Satellite(cfg, stages.hear, stages.speak, clock=clock, segmenter=segmenter, busy=busy,
                                    on_error=report, link=link)
         self.satellite.link.core.on_connection = self._connection
         self.satellite.start()

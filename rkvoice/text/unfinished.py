@@ -88,3 +88,39 @@ def unfinished(text: str) -> str | None:
     if _OPENING.match(words):
         return words
     return _verbless_coverb_phrase(words)
+
+
+# -------------------------------------------------------------------- the words' other two opinions
+
+_CLOSING = ("吗", "呢", "嘛", "几号", "几点", "几点钟", "星期几", "礼拜几", "周几", "多少钱", "多少度", "多少岁",
+            "多长", "多远", "多久", "多高", "多大", "怎么办", "怎么样", "好不好", "行不行", "对不对")
+"""Words that close a question: a final particle (明天会下雨吗, 我的手机呢), a question about a
+quantity or a time (今天几号, 长城有多长), a tag question (好不好)."""
+_CLOSING_LONGEST_FIRST = tuple(sorted(_CLOSING, key=len, reverse=True))
+MIN_BEFORE_CLOSING = 2
+"""Characters a question needs before its closing word (几点 alone is no request)."""
+_NOUN_TAGS = ("n", "r", "u", "t", "s", "f", "b", "x", "eng")
+"""jieba's tags of a noun phrase's words: nouns and names, pronouns, 的, times, places, spaces."""
+_ASKING = ("什么", "哪", "怎么", "谁", "几", "多少")
+
+
+def finished(text: str) -> str | None:
+    """The word that closes ``text`` as a whole question when it does (明天会下雨吗 -> 吗, 今天几号 ->
+    几号), else None: a request that ends on it has ended whatever its pitch did. Never one that
+    ``unfinished`` holds back."""
+    words = _PUNCT.sub("", text)
+    word = next((w for w in _CLOSING_LONGEST_FIRST if words.endswith(w)), None)
+    if word is None or len(words) - len(word) < MIN_BEFORE_CLOSING or unfinished(text) is not None:
+        return None
+    return word
+
+
+def bare_noun_phrase(text: str) -> str | None:
+    """``text`` when it is a noun phrase alone (我的iPhone, 客厅的灯, 北京天气: no verb, no question),
+    else None: often a topic the speaker goes on about (我的iPhone | 没电了怎么办), sometimes a terse
+    whole request (北京天气). The decision ends it no sooner than ``hear.trailing_silence_ms``, as mode
+    silence would."""
+    words = _PUNCT.sub("", text)
+    if not words or any(q in words for q in _ASKING) or finished(text) is not None:
+        return None
+    return words if all(tag.startswith(_NOUN_TAGS) for _, tag in tagged(words)) else None
