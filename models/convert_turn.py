@@ -53,6 +53,9 @@ from turn_float import FloatGraphError, agreement, probabilities, write_float  #
 NAME = "smart-turn"
 THRESHOLD = 0.75  # hear.endpoint.threshold's default
 SIM_MAX_DIFF = 0.05
+FLIP_MARGIN = 0.01
+"""An input whose float-graph probability lies this close to the threshold may flip by fp16 rounding
+alone (the turn-end set has one 0.0015 from 0.75): not counted as a changed verdict."""
 
 
 def synthetic_features(n: int = 8, seed: int = 0) -> np.ndarray:
@@ -100,7 +103,7 @@ def convert(src: Path, out_dir: Path, target: str, required: str | None, verify:
     ok = not report["toolkit_refused"]
     if report["verify"] != "none":
         p_npu = np.array([float(np.asarray(npu.run([f[None]])[0]).reshape(-1)[0]) for f in features])
-        report["npu_vs_float"] = agreement(p_float, p_npu, THRESHOLD)
+        report["npu_vs_float"] = agreement(p_float, p_npu, THRESHOLD, FLIP_MARGIN)
         report["npu_vs_int8"] = agreement(p_int8, p_npu, THRESHOLD)
         ok = ok and report["npu_vs_float"]["max_abs_diff"] <= SIM_MAX_DIFF and not report["npu_vs_float"]["verdict_flips"]
     report["ok"] = bool(ok)

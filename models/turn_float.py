@@ -143,10 +143,13 @@ def probabilities(path: Path, features: Iterable[np.ndarray], optimize: bool = T
                      for f in features])
 
 
-def agreement(ref: np.ndarray, test: np.ndarray, threshold: float) -> dict[str, Any]:
-    """Max |difference| of two probability lists and how often they decide differently at ``threshold``."""
+def agreement(ref: np.ndarray, test: np.ndarray, threshold: float, margin: float = 0.0) -> dict[str, Any]:
+    """Max |difference| of two probability lists and how often they decide differently at ``threshold``,
+    an input whose ``ref`` lies within ``margin`` of it aside (``near_threshold``: a build's rounding
+    decides those, not the build)."""
     ref, test = np.asarray(ref, np.float64), np.asarray(test, np.float64)
-    flips = int(((ref >= threshold) != (test >= threshold)).sum())
+    near = np.abs(ref - threshold) <= margin
+    flips = int((((ref >= threshold) != (test >= threshold)) & ~near).sum())
     return {"inputs": int(ref.size), "max_abs_diff": round(float(np.abs(ref - test).max()), 5),
             "mean_abs_diff": round(float(np.abs(ref - test).mean()), 5), "verdict_flips": flips,
-            "threshold": threshold}
+            "threshold": threshold, "margin": margin, "near_threshold": int(near.sum())}

@@ -6,8 +6,9 @@ request whole and cut at each of its marks (speed 1.0, and 1.3 for the quick one
 200 ms of silence (hear.endpoint.short_silence_ms: where the model first judges), as log-mel features.
 
 Measured here (51 inputs): simulator vs onnxruntime on the float graph max |p diff| 0.006, no
-complete/wait verdict changed at 0.85; float graph vs the int8 file max 0.84, mean 0.16, 13 verdicts
-changed. The int8 file cannot be matched more closely by any float graph: its 78 uint8 activation
+complete/wait verdict changed at the shipped threshold (one input lies 0.0015 from 0.75: within
+convert_turn.FLIP_MARGIN, rounding decides it); float graph vs the int8 file max 0.84, mean 0.16, 9
+verdicts changed at 0.75 (13 at 0.85). The int8 file cannot be matched more closely by any float graph: its 78 uint8 activation
 roundings make it chaotic (1e-3 of noise on the features moves it by up to 0.56; the float graph by
 0.005), so the float graph is held to the measured bound and to deciding the set no worse.
 """
@@ -38,7 +39,7 @@ VENV = Path(os.environ.get("RKNN_TOOLKIT_VENV", "/tmp/rknn-tk-venv"))
 PY = VENV / "bin" / "python"
 CONVERT = ROOT / "models" / "convert_turn.py"
 MODEL = cpu_model_path(load_config())
-THRESHOLD = 0.85
+THRESHOLD = load_config().hear.endpoint.threshold  # the shipped one
 needs_model = pytest.mark.skipif(not MODEL.is_file(), reason=f"{MODEL} is not installed (./install.sh)")
 
 
@@ -104,6 +105,13 @@ def test_the_weights_are_the_int8_files_own_dequantization_bit_for_bit():
     for n, want in zip(dq, ref, strict=True):
         assert got[n.output[0]].dtype == np.float32 and np.array_equal(got[n.output[0]], want), n.output[0]
     assert not {n.op_type for n in rewritten.graph.node} & {"QuantizeLinear", "DequantizeLinear"}
+
+
+def test_a_verdict_within_the_margin_of_the_threshold_is_not_counted_as_changed():
+    ref, test = np.array([0.7515, 0.9, 0.2, 0.7]), np.array([0.7485, 0.91, 0.8, 0.69])
+    assert turn_float.agreement(ref, test, 0.75)["verdict_flips"] == 2
+    a = turn_float.agreement(ref, test, 0.75, margin=0.01)
+    assert a["verdict_flips"] == 1 and a["near_threshold"] == 1  # 0.2 -> 0.8 still counts
 
 
 def test_integer_ops_are_refused_by_name():
