@@ -159,7 +159,7 @@ def board_vad(cfg: Config, heard: object = None) -> Segmenter:
     the local loop's does: the model alone cuts off a third of the turn-end set's pauses."""
     segmenter = request_end(cfg)
     if callable(ahead := getattr(heard, "ahead", None)):
-        segmenter.on_pause = ahead  # type: ignore[attr-defined]
+        segmenter.on_pause = ahead
     segmenter.load()
     return segmenter
 
