@@ -29,7 +29,9 @@ the VAD's speech end, is reported beside it).
   spotter that hears the phrase would emit it, on the phrase's end (``kws_token_vs_end_ms``: the
   token's place against the end, -32..0 ms). This measures the reporting lag (chunking, right
   context, trailing blanks, decode) and the zeros fed at the pause, not accuracy. ``kws_nopad_*``:
-  the same without the zeros (the spotter waits for the audio itself).
+  the same without the zeros (the spotter waits for the audio itself). ``kws_stop_*``: the stop
+  word's spotter (rkvoice.satellite.stop_word.KwsStopEngine, given the rig's phrase) with its shorter
+  pause watch, beside ``kws_stop_wake_pause_*``, the same with the wake's.
 """
 
 from __future__ import annotations
@@ -308,6 +310,7 @@ def kws_run(engine: Any, stamps: list[list[float]], recs: list[Recording]) -> di
                 break
         stop.set()
     return {"p50_ms": percentile(lat, 50), "p90_ms": percentile(lat, 90), "audio_lag_p50_ms": percentile(lag_audio, 50),
+            "audio_lag_p90_ms": percentile(lag_audio, 90),
             "detected": len(lat), "token_vs_end_ms": [round(min(offsets), 1), round(max(offsets), 1)] if offsets else None}
 
 
@@ -316,13 +319,18 @@ def kws(maker: Maker, voices: list[tuple[float, float]]) -> dict[str, Any]:
     at a pause (shipped) and without them (the spotter waiting for the audio)."""
     from models.standins import hearing_cache
     from rkvoice.hear.kws import KwsWake
+    from rkvoice.satellite.stop_word import KwsStopEngine
 
     hearing_cache.ensure()  # the yaml names the build (.cache/standins/hearing); --no-kws skips this part
     cfg = load_config(files=[ROOT / "config.yaml", ROOT / "tests/fixtures/board-hearing.yaml"])
     recs = recordings(maker, voices, phrase=cfg.hear.wake_phrase)
     out: dict[str, Any] = {"kws_recordings": len(recs)}
-    for pad, key in ((True, "kws"), (False, "kws_nopad")):
-        engine = KwsWake(cfg)
+    stop = (cfg.hear.wake_phrase,)  # the rig spots only its own phrase: the stop spotter is given it
+    variants = ((True, "kws", KwsWake(cfg)), (False, "kws_nopad", KwsWake(cfg)),
+                (True, "kws_stop", KwsStopEngine(cfg, stop)), (True, "kws_stop_wake_pause", KwsStopEngine(cfg, stop)))
+    variants[3][2].pause_s = KwsWake.pause_s  # the stop spotter watching for the wake's pause, as it did
+    out["kws_stop_pause_s"], out["kws_wake_pause_s"] = KwsStopEngine.pause_s, KwsWake.pause_s
+    for pad, key, engine in variants:
         engine.load()
         if not pad:  # no pause watch: the spotter waits for the audio itself
             engine._vad = None

@@ -149,9 +149,11 @@ def check_model(cfg: Config) -> tuple[dict[str, Path], dict[str, str], dict[str,
 
 class KwsWake:
     """Fed zeros when the speech pauses (see the module doc). A subclass spots other phrases by
-    ``keywords`` (its keywords file's lines) and ``phrases`` (the detections it reports)."""
+    ``keywords`` (its keywords file's lines) and ``phrases`` (the detections it reports), and may
+    watch for a shorter pause (``pause_s``)."""
 
     languages = ("zh",)
+    pause_s = PAUSE_S
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
@@ -180,7 +182,7 @@ class KwsWake:
         chunk = guard.require_int(meta, "decode_chunk_len", files["encoder"], fix_for(self.model_dir))
         self._shift = chunk * HOP
         self._pad_max = (chunk + guard.require_int(meta, "T", files["encoder"], fix_for(self.model_dir)) + 3) * HOP
-        self._vad = silero_vad(self.cfg, PAUSE_S, PAUSE_MAX_S)
+        self._vad = silero_vad(self.cfg, self.pause_s, PAUSE_MAX_S)
         import sherpa_onnx
 
         fd, name = tempfile.mkstemp(prefix="rkvoice-keywords-", suffix=".txt")

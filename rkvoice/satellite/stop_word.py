@@ -6,10 +6,11 @@ Two engines behind one ``StopWord`` (``stop_word`` picks by the wake engine, rkv
 - the board (``hear.wake`` kws, auto on the board profile): ``KwsStopEngine``, a second sherpa-onnx
   KeywordSpotter on the wake model (rkvoice.hear.kws) whose keywords file holds the stop phrases in the
   model's pinyin tokens; a phrase it cannot spell (its tokens have no English: "stop") is left out with
-  one log line. It decides as the word ends: its pause watch (0.1 s of silence) has the held audio
-  decoded at once. bench/board_budget.py (``stop_word``) predicts word end -> playback cleared on the
-  board 272 / 310 ms p50 / p90 (goal 300 ms): 242 / 270 ms of audio measured on the rigged stand-in
-  model, plus that frame's decode (10 / 13 ms on the dev machine) x 3 for an A72 core (assumed). The
+  one log line. It decides as the word ends: its pause watch (``STOP_PAUSE_S``, 0.05 s of silence; the
+  wake's is 0.1 s) has the held audio decoded at once. bench/board_budget.py (``stop_word``) predicts
+  word end -> playback cleared on the board 208 / 246 ms p50 / p90 (goal 300 ms): 178 / 206 ms of audio
+  measured on the rigged stand-in model (242 / 270 with the wake's pause watch, bench/wake_latency.py
+  ``kws_stop_*``), plus that frame's decode (10 / 13 ms on the dev machine) x 3 for an A72 core (assumed). The
   stand-in times it, nothing more: recall and false stops (a lone 停 is two tokens) need the real model
   on the board; it shares the wake's ``hear.kws_score`` and ``hear.kws_threshold``.
 - elsewhere (portable): ``StopWordEngine``, below.
@@ -178,11 +179,19 @@ def without_echo(text: str) -> str:
     return text if cut < 0 else text[:cut].strip()
 
 
+STOP_PAUSE_S = 0.05
+"""The stop spotter's pause watch: a stop phrase is said alone and short, so a shorter silence than the
+wake's (``rkvoice.hear.kws.PAUSE_S``) ends it; measured below (KwsStopEngine)."""
+
+
 class KwsStopEngine(KwsWake):
     """The board's stop word: a second sherpa-onnx KeywordSpotter on the wake engine's model (its own
-    keywords file: the stop phrases in the model's tokens), with the same pause watch; ``accept(frame)``
-    gives a WakeHit (its ``text`` the phrase) on the frame whose decode spotted one. A phrase the model's
-    tokens cannot spell (the ppinyin model: any English word) is left out with one log line at load."""
+    keywords file: the stop phrases in the model's tokens), with a shorter pause watch (``STOP_PAUSE_S``);
+    ``accept(frame)`` gives a WakeHit (its ``text`` the phrase) on the frame whose decode spotted one. A
+    phrase the model's tokens cannot spell (the ppinyin model: any English word) is left out with one
+    log line at load."""
+
+    pause_s = STOP_PAUSE_S
 
     def __init__(self, cfg: Config, phrases: Sequence[str] = PHRASES) -> None:
         super().__init__(cfg)
