@@ -30,10 +30,10 @@ portable voice's 停: -4.82 per token), so it needs ``ONE_SYLLABLE_MIN_LOGPROB``
 portable voice: 停 -4.82 against 嗯 -5.54, 对 -5.51, 天 -5.57, 定 -5.99, 行 -6.32, 听 -7.02 (a thin
 margin: a real voice may need the board's keyword spotter; bench/stop_word.py counts false stops).
 
-bench/stop_word.py (7 voices per phrase, 15 negatives; x86_64, 2 cores at load 4-6): word end -> the
-stop decided p50 269 ms of audio (the phrase segmenter's share), plus Whisper's decode of the segment
-p50 2.7-3.5 s at that load, so 3.0-3.8 s word end -> cleared at real-time pace; recall 别说了 7/7, 停
-3/7 (Whisper base scores a lone 停 of most voices below 冰 or 请); 0/15 false stops. On the board the
+bench/stop_word.py (7 voices per phrase, 15 negatives; docs/performance.md): word end -> the stop
+decided p50 269 ms of audio (the phrase segmenter's share), plus Whisper's decode of the segment (p50
+1.3 s at load 1-3, 2.7-3.5 s at load 4-6); recall 别说了 7/7, 停 3/7 (Whisper base scores a lone 停 of
+most voices below 冰 or 请); 0/15 false stops. On the board the
 same segmenter and Paraformer (~0.18 s on the A72) would stop ~450 ms after the word at best: hence the
 keyword spotter there.
 """
