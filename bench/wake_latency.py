@@ -326,9 +326,10 @@ def kws(maker: Maker, voices: list[tuple[float, float]]) -> dict[str, Any]:
     recs = recordings(maker, voices, phrase=cfg.hear.wake_phrase)
     out: dict[str, Any] = {"kws_recordings": len(recs)}
     stop = (cfg.hear.wake_phrase,)  # the rig spots only its own phrase: the stop spotter is given it
+    wake_paused = KwsStopEngine(cfg, stop)
+    wake_paused.pause_s = KwsWake.pause_s  # the stop spotter watching for the wake's pause, as it did
     variants = ((True, "kws", KwsWake(cfg)), (False, "kws_nopad", KwsWake(cfg)),
-                (True, "kws_stop", KwsStopEngine(cfg, stop)), (True, "kws_stop_wake_pause", KwsStopEngine(cfg, stop)))
-    variants[3][2].pause_s = KwsWake.pause_s  # the stop spotter watching for the wake's pause, as it did
+                (True, "kws_stop", KwsStopEngine(cfg, stop)), (True, "kws_stop_wake_pause", wake_paused))
     out["kws_stop_pause_s"], out["kws_wake_pause_s"] = KwsStopEngine.pause_s, KwsWake.pause_s
     for pad, key, engine in variants:
         engine.load()

@@ -253,8 +253,8 @@ class TurnEnd(Segmenter):
             return self._end(held, Verdict.SILENCE) if silence >= self.fallback_ms else None
         if silence >= self.max_ms:
             return self._end(held, Verdict.MAX_SILENCE)
-        if held.doubted and held.transcript is not None and held.transcript.done():
-            return self._words_close(held, silence)
+        if (closed := self._words_close(held)) is not None:
+            return closed
         if silence < held.next_ms:
             return None
         judged = self._judge(held, silence)
@@ -264,8 +264,8 @@ class TurnEnd(Segmenter):
             held.confirming = True
             return self._confirm(held, silence)
         if judged is Verdict.WAIT:
-            held.doubted = held.transcript is not None
-            if held.doubted and held.transcript.done() and (closed := self._words_close(held, silence)):  # type: ignore[union-attr]
+            held.doubted = True
+            if (closed := self._words_close(held)) is not None:
                 return closed
             if not self.recheck_ms:  # once per pause
                 held.next_ms = float("inf")
@@ -298,10 +298,13 @@ class TurnEnd(Segmenter):
         log.info("end of turn: %r stops on %r; waiting for more (at most %.0f ms of silence)", text, word, self.max_ms)
         return self._end(held, Verdict.MAX_SILENCE) if silence >= self.max_ms else None
 
-    def _words_close(self, held: _Held, silence: float) -> Segment | None:
-        """Judged unfinished, its transcript now known: a question its words close ends now."""
+    def _words_close(self, held: _Held) -> Segment | None:
+        """Judged unfinished (``doubted``) and its transcript known: a question its words close ends now;
+        else the model's verdict stands (the words are read once)."""
+        if not held.doubted or held.transcript is None or not held.transcript.done():
+            return None
         held.doubted = False
-        text = _text(held.transcript) if held.transcript is not None else None
+        text = _text(held.transcript)
         word = finished(text) if text is not None else None
         if word is None:
             return None
