@@ -280,22 +280,31 @@ def test_words_that_close_no_question_leave_the_model_s_wait(text):
     assert [j.verdict for j in seg.judgements] == [Verdict.WAIT, Verdict.MAX_SILENCE]
 
 
-def test_a_noun_phrase_alone_judged_finished_ends_no_sooner_than_mode_silence():
-    dec, _ = decision([(1.0, 2.0)], {0: [0.95]})
+def test_a_topic_alone_judged_finished_is_waited_for_like_unfinished_words():
+    # 我的iPhone ... and the speaker says no more: ended after max_silence_ms, not at the short silence
+    dec, _ = decision([(1.0, 2.0)], {0: [0.95]}, max_silence_ms=1200)
     dec.on_pause = Transcripts(["我的 iPhone。"])
     (seg,) = run(dec, 4.0)
-    assert [j.verdict for j in seg.judgements] == [Verdict.COMPLETE, Verdict.NOUN_PHRASE]
-    assert 0.5 <= seg.decided_s - 2.0 < 0.5 + FRAME_S  # hear.trailing_silence_ms
+    assert [j.verdict for j in seg.judgements] == [Verdict.COMPLETE, Verdict.TOPIC, Verdict.MAX_SILENCE]
+    assert 1.2 <= seg.decided_s - 2.0 < 1.2 + FRAME_S
 
 
-def test_a_noun_phrase_the_speaker_goes_on_from_joins_what_follows():
-    # 我的iPhone ... 0.4 s ... 没电了怎么办
-    dec, _ = decision([(1.0, 2.0), (2.4, 3.5)], {0: [0.95, 0.95]})
+def test_a_terse_request_for_what_the_assistant_reports_ends_at_the_short_silence():
+    dec, _ = decision([(1.0, 2.0)], {0: [0.95]})
+    dec.on_pause = Transcripts(["北京明天的天气。"])
+    (seg,) = run(dec, 4.0)
+    assert [j.verdict for j in seg.judgements] == [Verdict.COMPLETE]
+    assert 0.2 <= seg.decided_s - 2.0 < 0.2 + FRAME_S
+
+
+def test_a_topic_the_speaker_goes_on_from_joins_what_follows():
+    # 我的iPhone ... 0.8 s (longer than mode silence) ... 没电了怎么办
+    dec, _ = decision([(1.0, 2.0), (2.8, 3.9)], {0: [0.95, 0.95]})
     dec.on_pause = Transcripts(["我的iPhone", "我的iPhone没电了怎么办"])
     (seg,) = run(dec, 6.0)
-    assert (seg.start_s, seg.end_s) == (1.0, 3.5)
-    assert [j.verdict for j in seg.judgements] == [Verdict.COMPLETE, Verdict.NOUN_PHRASE, Verdict.COMPLETE]
-    assert 0.2 <= seg.decided_s - 3.5 < 0.2 + FRAME_S
+    assert (seg.start_s, seg.end_s) == (1.0, 3.9)
+    assert [j.verdict for j in seg.judgements] == [Verdict.COMPLETE, Verdict.TOPIC, Verdict.COMPLETE]
+    assert 0.2 <= seg.decided_s - 3.9 < 0.2 + FRAME_S
 
 
 def wake_decision(spans: list[tuple[float, float]], script: dict[int, list[float | None]],

@@ -173,10 +173,10 @@ def test_a_complete_request_ends_at_the_short_silence(voice):
 
 
 @needs_model
-@pytest.mark.parametrize("text", ["帮我把|客厅灯打开", "空调调到|二十六度"])
+@pytest.mark.parametrize("text", ["帮我把|客厅灯打开", "空调调到|二十六度", "我的iPhone|没电了怎么办"])
 def test_a_request_that_goes_on_after_a_pause_is_one_request(voice, whisper, text):
-    """Two of the set's pauses the decision holds on this voice, the model and the words (the whole
-    set's rates: bench/turn_end.py)."""
+    """Three of the set's pauses the decision holds on this voice, the model and the words (the whole
+    set's rates: bench/turn_end.py); 我的iPhone is a topic alone, waited for past mode silence's 500 ms."""
     from tests.support.turn_set import clips_for
 
     paused = [c for c in clips_for(voice, text, "home") if c.shape == "paused"]
@@ -185,7 +185,7 @@ def test_a_request_that_goes_on_after_a_pause_is_one_request(voice, whisper, tex
         (seg,) = ended(clip.audio, asr=whisper)
         assert seg.start_s < 1.5 + clip.pause_at_s - 0.3  # from the first words
         assert abs(seg.end_s - (1.5 + clip.speech_s)) < 0.15  # to the last
-        assert seg.judgements[0].verdict is Verdict.WAIT or seg.judgements[1].verdict is Verdict.UNFINISHED
+        assert seg.judgements[0].verdict is Verdict.WAIT or seg.judgements[1].verdict in (Verdict.UNFINISHED, Verdict.TOPIC)
 
 
 def test_the_wake_s_segmenter_and_the_request_s_share_one_loaded_model():

@@ -1,13 +1,14 @@
 """The words' opinions on the end of a turn (rkvoice.text.unfinished): a transcript that stops on a word
 needing more is unfinished; whole requests, including ones that end on words that often lead (的,
 有哪些, 这个, a bare verb after its object, a coverb phrase with its verb), are not. A question its
-last word closes is finished; a noun phrase alone is one (it often opens more)."""
+last word closes is finished; a noun phrase alone is one, and names a topic (it opens more) unless it
+ends on what the assistant reports on (a terse whole request)."""
 
 from __future__ import annotations
 
 import pytest
 
-from rkvoice.text.unfinished import bare_noun_phrase, finished, unfinished
+from rkvoice.text.unfinished import bare_noun_phrase, finished, topic, unfinished
 
 UNFINISHED = {
     # coverbs and conjunctions with nothing after them
@@ -78,11 +79,24 @@ def test_a_bare_question_word_an_opening_or_a_statement_is_not(text):
     assert finished(text) is None
 
 
-@pytest.mark.parametrize("text", ["我的iPhone", "我的 iPhone。", "拜登", "客厅的灯", "上海天气", "他的电脑", "Spotify"])
+@pytest.mark.parametrize("text", ["我的iPhone", "我的 iPhone。", "拜登", "客厅的灯", "上海天气", "他的电脑", "Spotify",
+                                  "两杯咖啡", "我的台 phone", "一歌"])
 def test_a_noun_phrase_alone_is_one(text):
     assert bare_noun_phrase(text)
 
 
-@pytest.mark.parametrize("text", ["打开客厅的灯", "我的手机呢", "我的手机坏了", "什么天气", "今天几号", "好的", "对", "两杯咖啡", ""])
-def test_a_verb_a_question_or_a_number_is_no_bare_noun_phrase(text):
+@pytest.mark.parametrize("text", ["打开客厅的灯", "我的手机呢", "我的手机坏了", "什么天气", "今天几号", "好的", "对",
+                                  "十五分钟", "七点", "下午三点", ""])
+def test_a_verb_a_question_a_number_or_a_time_is_no_bare_noun_phrase(text):
     assert bare_noun_phrase(text) is None
+
+
+@pytest.mark.parametrize("text", ["我的iPhone", "客厅的灯", "宇宙拜登", "两杯咖啡", "我的台 phone。", "北京"])
+def test_a_noun_phrase_about_nothing_the_assistant_reports_names_a_topic(text):
+    assert topic(text) == bare_noun_phrase(text)
+
+
+@pytest.mark.parametrize("text", ["北京明天的天气", "上海天气", "客厅的温度", "卧室湿度", "我的日程", "本机IP", "音量",
+                                  "打开客厅的灯", "十五分钟", "今天几号"])
+def test_a_terse_request_for_what_it_reports_or_no_noun_phrase_is_no_topic(text):
+    assert topic(text) is None

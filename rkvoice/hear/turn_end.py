@@ -24,9 +24,9 @@ so (three such judgements in a row: the model is left out). Every judgement is o
 While the model judges, the speech so far is handed to ``on_pause`` (rkvoice.hear.ahead starts its
 transcript); the transcript is used only for a request that ends on exactly that speech. With
 ``hear.endpoint.words`` it is also the words' opinion (rkvoice.text.unfinished): a request judged
-finished waits on when its words stop on one that needs more (帮我把), ends no sooner than
-``hear.trailing_silence_ms`` when they are a noun phrase alone (我的iPhone: a topic the speaker often
-goes on about); one judged unfinished ends as soon as its words close a question (明天会下雨吗).
+finished waits on when its words stop on one that needs more (帮我把) or name a topic and nothing about
+it (我的iPhone: a noun phrase alone, not one of what the assistant reports on); one judged unfinished
+ends as soon as its words close a question (明天会下雨吗).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from rkvoice.config import Config
 from rkvoice.errors import RkvoiceError
 from rkvoice.hear.turn_model import TurnJudge, shared_smart_turn, turn_model_path
 from rkvoice.hear.vad import SAMPLE_RATE, Judgement, Segment, Segmenter, Verdict
-from rkvoice.text.unfinished import bare_noun_phrase, finished, unfinished
+from rkvoice.text.unfinished import finished, topic, unfinished
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +97,6 @@ class _Held:
     """The transcript of ``samples`` being made (``on_pause``'s answer), for the words' second opinion."""
     confirming: bool = False
     """Judged finished: it ends once its transcript is known not to stop on an unfinished word."""
-    hold_ms: float = 0.0
-    """Judged finished but its words are a noun phrase alone: it ends at this silence (the fallback's)."""
     doubted: bool = False
     """Judged unfinished: its transcript, once known, may still close it (``finished``)."""
     heard: Future[str] | None = None
@@ -276,26 +274,25 @@ class TurnEnd(Segmenter):
 
     def _confirm(self, held: _Held, silence: float) -> Segment | None:
         """Judged finished: ends once its transcript is known (None until then; the answer waits for
-        the transcript anyway), unless the words stop where a request cannot end; then it waits for the
-        speech to go on, at most max_silence_ms. Words not known by hear.trailing_silence_ms are not
-        waited for: the model's verdict stands (never later than mode silence)."""
+        the transcript anyway), unless the words stop where a request cannot end or name a topic alone;
+        then it waits for the speech to go on, at most max_silence_ms. Words not known by
+        hear.trailing_silence_ms are not waited for: the model's verdict stands (never later than mode
+        silence)."""
         transcript = held.transcript
         if transcript is not None and not transcript.done():
             return None if silence < self.fallback_ms else self._end(held, Verdict.COMPLETE)
-        if silence < held.hold_ms:
-            return None
         text = _text(transcript) if transcript is not None else None
-        word = unfinished(text) if text is not None else None
+        if text is None:
+            return self._end(held, Verdict.COMPLETE)
+        word, verdict = unfinished(text), Verdict.UNFINISHED
         if word is None:
-            if text is not None and not held.hold_ms and silence < self.fallback_ms and bare_noun_phrase(text):
-                held.hold_ms = self.fallback_ms  # a topic the speaker may go on about: no sooner than silence
-                held.judgements.append(Judgement(round(silence, 1), None, 0.0, Verdict.NOUN_PHRASE))
-                log.info("end of turn: %r is a noun phrase alone; ends after %.0f ms of silence", text, self.fallback_ms)
-                return None
+            word, verdict = topic(text), Verdict.TOPIC
+        if word is None:
             return self._end(held, Verdict.COMPLETE)
         held.confirming, held.transcript, held.next_ms = False, None, float("inf")
-        held.judgements.append(Judgement(round(silence, 1), None, 0.0, Verdict.UNFINISHED))
-        log.info("end of turn: %r stops on %r; waiting for more (at most %.0f ms of silence)", text, word, self.max_ms)
+        held.judgements.append(Judgement(round(silence, 1), None, 0.0, verdict))
+        log.info("end of turn: %r stops on %r (%s); waiting for more (at most %.0f ms of silence)",
+                 text, word, verdict, self.max_ms)
         return self._end(held, Verdict.MAX_SILENCE) if silence >= self.max_ms else None
 
     def _words_close(self, held: _Held) -> Segment | None:

@@ -45,7 +45,7 @@ class Verdict(enum.StrEnum):
     FAILED = "failed"  # the judgement raised
     UNFINISHED = "unfinished words"  # judged finished, but its transcript stops on a word that needs more
     FINISHED = "finished words"  # judged unfinished, but its transcript closes a question: it ends now
-    NOUN_PHRASE = "noun phrase"  # judged finished, but its transcript is a noun phrase alone: ends by silence
+    TOPIC = "topic"  # judged finished, but its transcript names a topic and nothing about it: keep listening
     CUT = "cut"  # the request reached hear.max_request_s
     NO_REQUEST = "no request"  # the wake's segment holds no request after the phrase: it ends at its pause
     END_OF_STREAM = "end-of-stream"

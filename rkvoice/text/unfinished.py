@@ -10,7 +10,8 @@ whose transcript ends on a word that needs something after it has not ended, wha
   就是, 明天早上, 我想问一下, 帮我打开 ...; a reminder with its time but not what it is about:
   提醒我下午三点 (the turn-end set's speakers went on: 开会);
 - a coverb phrase with no verb after it: 把卧室的灯, 用Python, 从北京 (jieba's part-of-speech tags,
-  the word cutter the voice already loads: rkvoice.text.words).
+  the word cutter the voice already loads: rkvoice.text.words);
+- a polite frame and 吧 alone: 帮我吧, the ASR's spelling of 帮我把 cut at its pause.
 
 ``unfinished(text)`` names the word the request stops on, or gives None. The rules are about how
 Chinese sentences are built, not about the requests of any one home; they err toward waiting: a
@@ -74,6 +75,11 @@ def _verbless_coverb_phrase(words: str) -> str | None:
     return None
 
 
+_FRAME_BA = re.compile(r"^(?:请你|麻烦你|你|请)?(?:帮我|给我|替我|帮忙)吧$")
+"""A polite frame and 吧, nothing asked: how Whisper spells a speaker who paused after 把 (帮我把 ->
+帮我吧; 把 and 吧 are both "ba"). 帮帮我吧 (a plea) is not one."""
+
+
 def unfinished(text: str) -> str | None:
     """The word ``text`` (a transcript of the request so far) stops on when it cannot be a whole
     request ("" when it has no words at all), else None. Punctuation and spaces the ASR put in are
@@ -85,7 +91,7 @@ def unfinished(text: str) -> str | None:
         return word
     if m := _MEASURE.search(words):
         return m.group(0)
-    if _OPENING.match(words):
+    if _OPENING.match(words) or _FRAME_BA.match(words):
         return words
     return _verbless_coverb_phrase(words)
 
@@ -99,8 +105,16 @@ quantity or a time (今天几号, 长城有多长), a tag question (好不好)."
 _CLOSING_LONGEST_FIRST = tuple(sorted(_CLOSING, key=len, reverse=True))
 MIN_BEFORE_CLOSING = 2
 """Characters a question needs before its closing word (几点 alone is no request)."""
-_NOUN_TAGS = ("n", "r", "u", "t", "s", "f", "b", "x", "eng")
-"""jieba's tags of a noun phrase's words: nouns and names, pronouns, 的, times, places, spaces."""
+_NOUN_TAGS = ("n", "r", "u", "t", "s", "f", "b", "x", "eng", "m", "q")
+"""jieba's tags of a noun phrase's words: nouns and names, pronouns, 的, times, places, spaces, and
+numerals and measure words before a noun (两杯咖啡, 我的那台电脑)."""
+_COUNT_TAGS = ("m", "q")
+"""A numeral or measure word is no noun phrase's last word (七点, 十五分钟: a time, an amount)."""
+REPORTED = ("天气", "气温", "温度", "湿度", "空气", "空气质量", "雾霾", "风力", "预报", "时间", "日期", "农历",
+            "星期", "日程", "安排", "待办", "待办事项", "提醒", "闹钟", "计时器", "倒计时", "电量", "内存", "负载",
+            "状态", "网速", "网络", "地址", "ip", "音量", "亮度", "功率", "用电量", "耗电")
+"""What the assistant (its tools, or Home Assistant's sensors) reports on when asked by name alone: a
+noun phrase ending on one is a terse whole request (北京明天的天气, 客厅温度, 我的日程)."""
 _ASKING = ("什么", "哪", "怎么", "谁", "几", "多少")
 
 
@@ -116,11 +130,24 @@ def finished(text: str) -> str | None:
 
 
 def bare_noun_phrase(text: str) -> str | None:
-    """``text`` when it is a noun phrase alone (我的iPhone, 客厅的灯, 北京天气: no verb, no question),
-    else None: often a topic the speaker goes on about (我的iPhone | 没电了怎么办), sometimes a terse
-    whole request (北京天气). The decision ends it no sooner than ``hear.trailing_silence_ms``, as mode
-    silence would."""
+    """``text`` when it is a noun phrase alone (我的iPhone, 客厅的灯, 北京天气, 一个故事: no verb, no
+    question, not a bare number or time), else None."""
     words = _PUNCT.sub("", text)
     if not words or any(q in words for q in _ASKING) or finished(text) is not None:
         return None
-    return words if all(tag.startswith(_NOUN_TAGS) for _, tag in tagged(words)) else None
+    tags = [tag for _, tag in tagged(words)]
+    if not tags or tags[-1].startswith(_COUNT_TAGS):
+        return None
+    return words if all(tag.startswith(_NOUN_TAGS) for tag in tags) else None
+
+
+def topic(text: str) -> str | None:
+    """``text`` when it is a noun phrase alone about nothing the assistant reports on (我的iPhone,
+    客厅的灯, 用Python heard as 宇宙拜登), else None. Said alone it asks nothing: a speaker who names a
+    topic goes on to say what about it (我的iPhone | 没电了怎么办, 客厅的灯 | 关掉), so the decision
+    waits for that as it does for ``unfinished`` words. A noun phrase ending on what the assistant
+    reports (``REPORTED``: 北京明天的天气, 客厅温度) is a terse whole request and ends as judged."""
+    words = bare_noun_phrase(text)
+    if words is None or words.lower().endswith(REPORTED):
+        return None
+    return words
