@@ -27,12 +27,14 @@ REQUESTS: tuple[tuple[str, str], ...] = (
     ("tool", "提醒我|下午三点|开会"),
     ("tool", "把温度调到二十|六度"),
     ("tool", "定一个|十五分钟的闹钟"),
+    ("tool", "北京|明天的天气"),  # a terse request: a noun phrase alone, about what the assistant reports
     # home
     ("home", "帮我把|客厅灯打开"),
     ("home", "空调调到|二十六度"),
     ("home", "把卧室的灯|关掉"),
     ("home", "打开|客厅的空调"),
     ("home", "关掉所有的灯"),
+    ("home", "客厅的温度"),
     # questions for the LLM
     ("llm", "我想问一下|长城有多长"),
     ("llm", "那个|就是|明天会下雨吗"),
