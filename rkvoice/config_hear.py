@@ -47,9 +47,8 @@ class EndpointConfig(Section):
     (帮我把, 空调调到, 设一个, 我想问一下: rkvoice.text.unfinished); if it does, the request waits for
     the speech to go on, at most max_silence_ms, as it does when the transcript names a topic and nothing
     about it (我的iPhone, 客厅的灯: a noun phrase alone, not one of what the assistant reports on, such as
-    北京明天的天气). A transcript not made by hear.trailing_silence_ms is
-    not waited for. One the model judged unfinished ends as soon as its transcript closes a question
-    (明天会下雨吗, 今天几号)."""
+    北京明天的天气). A transcript not made by hear.trailing_silence_ms is not waited for. One the model
+    judged unfinished ends as soon as its transcript closes a question (明天会下雨吗, 今天几号)."""
 
 
 @dataclass(frozen=True)
